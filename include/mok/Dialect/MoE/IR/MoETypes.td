@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#ifndef MOK_DIALECT_MOE_IR_MOETYPES_TD
+#define MOK_DIALECT_MOE_IR_MOETYPES_TD
+
+include "mok/Dialect/MoE/IR/MoEDialect.td"
+include "mlir/IR/AttrTypeBase.td"
+
+class MoE_Type<string name, string typeMnemonic, list<Trait> traits = []>
+    : TypeDef<MoE_Dialect, name, traits> {
+  let mnemonic = typeMnemonic;
+}
+
+def MoE_PlanType : MoE_Type<"Plan", "plan"> {
+  let summary = "a routing plan: which routed row goes to which local expert";
+  let description = [{
+    The value produced by `moe.plan` and read by the ops that move rows
+    between tokens and experts. At run time it holds, for this rank, the
+    number of routes per local expert, each expert's padded row offset and
+    the map from routed rows back to `(source rank, token, k)`. Its type
+    carries the static facts every consumer is checked against:
+
+    * `tokens` — `T`, the rank's token count (`?` when dynamic);
+    * `top_k` — routes per token, `1 <= top_k <= experts`;
+    * `experts` — the global expert count `E`;
+    * `ep` — the expert-parallel group size; `E % ep == 0`, and each rank
+      owns `E / ep` consecutive experts;
+    * `padding` — each local expert's row segment is padded to a multiple of
+      this (a power of two; `1` means no padding).
+
+    ```mlir
+    !moe.plan<tokens = 4096, top_k = 8, experts = 256, ep = 8, padding = 128>
+    ```
+  }];
+  let parameters = (ins "int64_t":$tokens, "int64_t":$topK,
+                        "int64_t":$experts, "int64_t":$ep, "int64_t":$padding);
+  let assemblyFormat = [{
+    `<` `tokens` `=` custom<DynamicDim>($tokens) `,` `top_k` `=` $topK `,`
+        `experts` `=` $experts `,` `ep` `=` $ep `,` `padding` `=` $padding `>`
+  }];
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Experts owned by one rank: `experts / ep`.
+    int64_t getLocalExperts() const { return getExperts() / getEp(); }
+    bool hasStaticTokens() const {
+      return !::mlir::ShapedType::isDynamic(getTokens());
+    }
+  }];
+}
+
+#endif // MOK_DIALECT_MOE_IR_MOETYPES_TD

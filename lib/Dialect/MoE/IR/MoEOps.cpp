@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#include "mok/Dialect/MoE/IR/MoEOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/PatternMatch.h"
+
+using namespace mlir;
+using namespace mok::moe;
+
+//===----------------------------------------------------------------------===//
+// Shape checking shared by the verifiers
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// A named dimension of the layer (T, H, I, ...). Its value is unknown until
+/// the first operand that carries it statically; every later operand must
+/// agree with it. Verifiers state each operand's shape as a list of these.
+struct Dim {
+  enum Kind {
+    /// Only the token count may be dynamic.
+    Tokens,
+    /// Model sizes (H, I, experts, top_k) are compile-time constants.
+    Static,
+    /// Routed row counts depend on the routing and are always dynamic.
+    DataDependent,
+  };
+  StringRef name;
+  Kind kind;
+  int64_t value = ShapedType::kDynamic;
+
+  static Dim tokens(int64_t value) { return {"T", Tokens, value}; }
+  static Dim fixed(StringRef name, int64_t value = ShapedType::kDynamic) {
+    return {name, Static, value};
+  }
+  static Dim routedRows() { return {"R", DataDependent}; }
+};
+} // namespace
+
+static std::string describe(ArrayRef<Dim *> dims) {
+  std::string s = "[";
+  llvm::raw_string_ostream os(s);
+  llvm::interleaveComma(dims, os, [&](Dim *d) { os << d->name; });
+  os << "]";
+  return s;
+}
+
+/// Checks `value`'s type against `dims` (its rank is checked by the ODS
+/// constraint already), binding each still-unknown dimension it carries.
+static LogicalResult checkShape(Operation *op, StringRef operand, Value value,
+                                ArrayRef<Dim *> dims) {
+  auto type = cast<ShapedType>(value.getType());
+  for (auto [i, dim] : llvm::enumerate(dims)) {
+    int64_t actual = type.getDimSize(i);
+    bool dynamic = ShapedType::isDynamic(actual);
+    if (dim->kind == Dim::DataDependent) {
+      if (!dynamic)
+        return op->emitOpError()
+               << "expects " << operand << " " << describe(dims)
+               << " to have a dynamic row count " << dim->name
+               << " (routed rows are data-dependent), got " << type;
+      continue;
+    }
+    if (dynamic) {
+      if (dim->kind == Dim::Static)
+        return op->emitOpError()
+               << "expects " << operand << " " << describe(dims)
+               << " to have a static " << dim->name << ", got " << type;
+      continue;
+    }
+    if (dim->kind == Dim::Static && actual < 1)
+      return op->emitOpError() << "expects " << operand << " " << describe(dims)
+                               << " to have a positive " << dim->name
+                               << ", got " << type;
+    if (ShapedType::isDynamic(dim->value)) {
+      dim->value = actual;
+      continue;
+    }
+    if (actual != dim->value)
+      return op->emitOpError()
+             << "expects " << operand << " of shape " << describe(dims)
+             << " with " << dim->name << " = " << dim->value << ", got "
+             << type;
+  }
+  return success();
+}
+
+static LogicalResult verifySwigluLimit(Operation *op, FloatAttr limit) {
+  if (!limit)
+    return success();
+  const APFloat &value = limit.getValue();
+  if (value.isNaN() || value.isNegative() || value.isZero())
+    return op->emitOpError()
+           << "expects swiglu_limit to be positive (or absent for no clamp), "
+              "got "
+           << value.convertToFloat();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Verifiers
+//===----------------------------------------------------------------------===//
+
+LogicalResult PlanOp::verify() {
+  PlanType plan = getPlan().getType();
+  Dim t = Dim::tokens(plan.getTokens()), k = Dim::fixed("top_k", plan.getTopK());
+  return checkShape(*this, "top_experts", getTopExperts(), {&t, &k});
+}
+
+LogicalResult DispatchOp::verify() {
+  PlanType plan = getPlan().getType();
+  Dim t = Dim::tokens(plan.getTokens()), h = Dim::fixed("H"),
+      r = Dim::routedRows();
+  if (failed(checkShape(*this, "x", getX(), {&t, &h})) ||
+      failed(checkShape(*this, "routed_x", getRoutedX(), {&r, &h})))
+    return failure();
+  return success();
+}
+
+LogicalResult ExpertSwigluOp::verify() {
+  PlanType plan = getPlan().getType();
+  Dim e = Dim::fixed("E/ep", plan.getLocalExperts()), h = Dim::fixed("H"),
+      i = Dim::fixed("I"), r = Dim::routedRows();
+  if (failed(checkShape(*this, "routed_x", getRoutedX(), {&r, &h})) ||
+      failed(checkShape(*this, "gate_weights", getGateWeights(), {&e, &i, &h})) ||
+      failed(checkShape(*this, "hidden", getHidden(), {&r, &i})))
+    return failure();
+  return verifySwigluLimit(*this, getSwigluLimitAttr());
+}
+
+LogicalResult ExpertDownOp::verify() {
+  PlanType plan = getPlan().getType();
+  Dim e = Dim::fixed("E/ep", plan.getLocalExperts()), h = Dim::fixed("H"),
+      i = Dim::fixed("I"), r = Dim::routedRows();
+  if (failed(checkShape(*this, "hidden", getHidden(), {&r, &i})) ||
+      failed(checkShape(*this, "down_weights", getDownWeights(), {&e, &h, &i})) ||
+      failed(checkShape(*this, "routed_y", getRoutedY(), {&r, &h})))
+    return failure();
+  return success();
+}
+
+/// The shared expert's weights: gate and up `[I_s, H]`, down `[H, I_s]`.
+static LogicalResult checkSharedWeights(Operation *op, Value gate, Value up,
+                                        Value down, Dim &h) {
+  Dim is = Dim::fixed("I_s");
+  if (failed(checkShape(op, "shared gate_weights", gate, {&is, &h})) ||
+      failed(checkShape(op, "shared up_weights", up, {&is, &h})) ||
+      failed(checkShape(op, "shared down_weights", down, {&h, &is})))
+    return failure();
+  return success();
+}
+
+LogicalResult SharedExpertOp::verify() {
+  Dim t = Dim::tokens(ShapedType::kDynamic), h = Dim::fixed("H");
+  if (failed(checkShape(*this, "x", getX(), {&t, &h})) ||
+      failed(checkSharedWeights(*this, getGateWeights(), getUpWeights(),
+                                getDownWeights(), h)))
+    return failure();
+  return verifySwigluLimit(*this, getSwigluLimitAttr());
+}
+
+LogicalResult CombineOp::verify() {
+  PlanType plan = getPlan().getType();
+  Dim t = Dim::tokens(plan.getTokens()), k = Dim::fixed("top_k", plan.getTopK()),
+      h = Dim::fixed("H"), r = Dim::routedRows();
+  if (failed(checkShape(*this, "routed_y", getRoutedY(), {&r, &h})) ||
+      failed(checkShape(*this, "router_weights", getRouterWeights(), {&t, &k})) ||
+      (getSharedOut() &&
+       failed(checkShape(*this, "shared", getSharedOut(), {&t, &h}))) ||
+      failed(checkShape(*this, "out", getOut(), {&t, &h})))
+    return failure();
+  return success();
+}
+
+LogicalResult LayerOp::verify() {
+  PlanType plan = getPlanType();
+  Dim t = Dim::tokens(plan.getTokens()), k = Dim::fixed("top_k", plan.getTopK()),
+      e = Dim::fixed("E/ep", plan.getLocalExperts()), h = Dim::fixed("H"),
+      i = Dim::fixed("I");
+  if (failed(checkShape(*this, "x", getX(), {&t, &h})) ||
+      failed(checkShape(*this, "top_experts", getTopExperts(), {&t, &k})) ||
+      failed(checkShape(*this, "router_weights", getRouterWeights(), {&t, &k})) ||
+      failed(checkShape(*this, "gate_weights", getGateWeights(), {&e, &i, &h})) ||
+      failed(checkShape(*this, "up_weights", getUpWeights(), {&e, &i, &h})) ||
+      failed(checkShape(*this, "down_weights", getDownWeights(), {&e, &h, &i})) ||
+      failed(checkShape(*this, "out", getOut(), {&t, &h})))
+    return failure();
+  size_t numShared = getSharedWeights().size();
+  if (numShared != 0 && numShared != 3)
+    return emitOpError() << "expects shared(...) to list the shared expert's "
+                            "gate, up and down weights (3 operands), got "
+                         << numShared;
+  if (hasSharedExpert() &&
+      failed(checkSharedWeights(*this, getSharedGate(), getSharedUp(),
+                                getSharedDown(), h)))
+    return failure();
+  return verifySwigluLimit(*this, getSwigluLimitAttr());
+}
+
+//===----------------------------------------------------------------------===//
+// Canonicalization
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// A clamp at +inf is no clamp: `swiglu_limit = 0x7F800000 : f32` is dropped,
+/// so later passes see one spelling of "unclamped".
+template <typename OpTy>
+struct DropInfiniteSwigluLimit : OpRewritePattern<OpTy> {
+  using OpRewritePattern<OpTy>::OpRewritePattern;
+  LogicalResult matchAndRewrite(OpTy op,
+                                PatternRewriter &rewriter) const override {
+    FloatAttr limit = op.getSwigluLimitAttr();
+    if (!limit || !limit.getValue().isInfinity() ||
+        limit.getValue().isNegative())
+      return failure();
+    rewriter.modifyOpInPlace(op, [&] { op.removeSwigluLimitAttr(); });
+    return success();
+  }
+};
+} // namespace
+
+void ExpertSwigluOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                                 MLIRContext *context) {
+  results.add<DropInfiniteSwigluLimit<ExpertSwigluOp>>(context);
+}
+
+void SharedExpertOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                                 MLIRContext *context) {
+  results.add<DropInfiniteSwigluLimit<SharedExpertOp>>(context);
+}
+
+void LayerOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                          MLIRContext *context) {
+  results.add<DropInfiniteSwigluLimit<LayerOp>>(context);
+}
+
+#define GET_OP_CLASSES
+#include "mok/Dialect/MoE/IR/MoEOps.cpp.inc"

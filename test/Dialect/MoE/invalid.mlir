@@ -1,0 +1,496 @@
+// RUN: mok-opt %s --split-input-file --verify-diagnostics
+
+// One case per verifier rule of the plan type and the moe ops.
+
+//===----------------------------------------------------------------------===//
+// !moe.plan
+//===----------------------------------------------------------------------===//
+
+// expected-error @+1 {{top_k must be in [1, experts = 8], got 0}}
+func.func private @f(!moe.plan<tokens = 4, top_k = 0, experts = 8, ep = 1, padding = 1>)
+
+// -----
+
+// expected-error @+1 {{top_k must be in [1, experts = 8], got 9}}
+func.func private @f(!moe.plan<tokens = 4, top_k = 9, experts = 8, ep = 1, padding = 1>)
+
+// -----
+
+// expected-error @+1 {{experts (8) must be divisible by ep (3)}}
+func.func private @f(!moe.plan<tokens = 4, top_k = 2, experts = 8, ep = 3, padding = 1>)
+
+// -----
+
+// expected-error @+1 {{ep must be positive, got 0}}
+func.func private @f(!moe.plan<tokens = 4, top_k = 2, experts = 8, ep = 0, padding = 1>)
+
+// -----
+
+// expected-error @+1 {{experts must be positive, got 0}}
+func.func private @f(!moe.plan<tokens = 4, top_k = 2, experts = 0, ep = 1, padding = 1>)
+
+// -----
+
+// expected-error @+1 {{padding must be a power of two, got 96}}
+func.func private @f(!moe.plan<tokens = 4, top_k = 2, experts = 8, ep = 1, padding = 96>)
+
+// -----
+
+// expected-error @+1 {{tokens must be non-negative or '?', got -4}}
+func.func private @f(!moe.plan<tokens = -4, top_k = 2, experts = 8, ep = 1, padding = 1>)
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// moe.plan
+//===----------------------------------------------------------------------===//
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @plan_ids_type(%top: tensor<64x2xf32>) {
+  // expected-error @+1 {{operand #0 must be 2D tensor of 32-bit signless integer or 64-bit signless integer values}}
+  %p = moe.plan %top : tensor<64x2xf32> -> !plan
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @plan_tokens(%top: tensor<32x2xi32>) {
+  // expected-error @+1 {{expects top_experts of shape [T, top_k] with T = 64, got 'tensor<32x2xi32>'}}
+  %p = moe.plan %top : tensor<32x2xi32> -> !plan
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @plan_top_k(%top: tensor<64x4xi32>) {
+  // expected-error @+1 {{expects top_experts of shape [T, top_k] with top_k = 2, got 'tensor<64x4xi32>'}}
+  %p = moe.plan %top : tensor<64x4xi32> -> !plan
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @plan_dynamic_top_k(%top: tensor<64x?xi32>) {
+  // expected-error @+1 {{expects top_experts [T, top_k] to have a static top_k, got 'tensor<64x?xi32>'}}
+  %p = moe.plan %top : tensor<64x?xi32> -> !plan
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// moe.dispatch
+//===----------------------------------------------------------------------===//
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @dispatch_dtype(%x: tensor<64x32xf16>, %p: !plan) {
+  // expected-error @+1 {{operand #0 must be 2D tensor of bfloat16 type values}}
+  %xr = moe.dispatch %x, %p : tensor<64x32xf16>, !plan -> tensor<?x32xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @dispatch_rank(%x: tensor<64x32x1xbf16>, %p: !plan) {
+  // expected-error @+1 {{operand #0 must be 2D tensor of bfloat16 type values}}
+  %xr = moe.dispatch %x, %p : tensor<64x32x1xbf16>, !plan -> tensor<?x32xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @dispatch_tokens(%x: tensor<128x32xbf16>, %p: !plan) {
+  // expected-error @+1 {{expects x of shape [T, H] with T = 64, got 'tensor<128x32xbf16>'}}
+  %xr = moe.dispatch %x, %p : tensor<128x32xbf16>, !plan -> tensor<?x32xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @dispatch_dynamic_hidden(%x: tensor<64x?xbf16>, %p: !plan) {
+  // expected-error @+1 {{expects x [T, H] to have a static H, got 'tensor<64x?xbf16>'}}
+  %xr = moe.dispatch %x, %p : tensor<64x?xbf16>, !plan -> tensor<?x32xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @dispatch_static_rows(%x: tensor<64x32xbf16>, %p: !plan) {
+  // expected-error @+1 {{expects routed_x [R, H] to have a dynamic row count R (routed rows are data-dependent), got 'tensor<128x32xbf16>'}}
+  %xr = moe.dispatch %x, %p : tensor<64x32xbf16>, !plan -> tensor<128x32xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @dispatch_result_hidden(%x: tensor<64x32xbf16>, %p: !plan) {
+  // expected-error @+1 {{expects routed_x of shape [R, H] with H = 32, got 'tensor<?x16xbf16>'}}
+  %xr = moe.dispatch %x, %p : tensor<64x32xbf16>, !plan -> tensor<?x16xbf16>
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// moe.expert_swiglu
+//===----------------------------------------------------------------------===//
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+func.func @swiglu_local_experts(%xr: tensor<?x32xbf16>, %p: !plan,
+                                %w: tensor<8x48x32xbf16>) {
+  // expected-error @+1 {{expects gate_weights of shape [E/ep, I, H] with E/ep = 4, got 'tensor<8x48x32xbf16>'}}
+  %h = moe.expert_swiglu %xr, %p, gate %w, up %w
+      : tensor<?x32xbf16>, !plan, tensor<8x48x32xbf16> -> tensor<?x48xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+func.func @swiglu_hidden_size(%xr: tensor<?x32xbf16>, %p: !plan,
+                              %w: tensor<4x48x64xbf16>) {
+  // expected-error @+1 {{expects gate_weights of shape [E/ep, I, H] with H = 32, got 'tensor<4x48x64xbf16>'}}
+  %h = moe.expert_swiglu %xr, %p, gate %w, up %w
+      : tensor<?x32xbf16>, !plan, tensor<4x48x64xbf16> -> tensor<?x48xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+func.func @swiglu_gate_up_differ(%xr: tensor<?x32xbf16>, %p: !plan,
+                                 %wg: tensor<4x48x32xbf16>, %wu: tensor<4x24x32xbf16>) {
+  // expected-error @+1 {{all of {gate_weights, up_weights} have same type}}
+  %h = "moe.expert_swiglu"(%xr, %p, %wg, %wu)
+      : (tensor<?x32xbf16>, !plan, tensor<4x48x32xbf16>, tensor<4x24x32xbf16>) -> tensor<?x48xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+func.func @swiglu_result_width(%xr: tensor<?x32xbf16>, %p: !plan,
+                               %w: tensor<4x48x32xbf16>) {
+  // expected-error @+1 {{expects hidden of shape [R, I] with I = 48, got 'tensor<?x32xbf16>'}}
+  %h = moe.expert_swiglu %xr, %p, gate %w, up %w
+      : tensor<?x32xbf16>, !plan, tensor<4x48x32xbf16> -> tensor<?x32xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+func.func @swiglu_dynamic_weights(%xr: tensor<?x32xbf16>, %p: !plan,
+                                  %w: tensor<4x?x32xbf16>) {
+  // expected-error @+1 {{expects gate_weights [E/ep, I, H] to have a static I, got 'tensor<4x?x32xbf16>'}}
+  %h = moe.expert_swiglu %xr, %p, gate %w, up %w
+      : tensor<?x32xbf16>, !plan, tensor<4x?x32xbf16> -> tensor<?x48xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+func.func @swiglu_empty_weights(%xr: tensor<?x32xbf16>, %p: !plan,
+                                %w: tensor<4x0x32xbf16>) {
+  // expected-error @+1 {{expects gate_weights [E/ep, I, H] to have a positive I, got 'tensor<4x0x32xbf16>'}}
+  %h = moe.expert_swiglu %xr, %p, gate %w, up %w
+      : tensor<?x32xbf16>, !plan, tensor<4x0x32xbf16> -> tensor<?x0xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+func.func @swiglu_negative_limit(%xr: tensor<?x32xbf16>, %p: !plan,
+                                 %w: tensor<4x48x32xbf16>) {
+  // expected-error @+1 {{expects swiglu_limit to be positive (or absent for no clamp), got -1}}
+  %h = moe.expert_swiglu %xr, %p, gate %w, up %w {swiglu_limit = -1.0 : f32}
+      : tensor<?x32xbf16>, !plan, tensor<4x48x32xbf16> -> tensor<?x48xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+func.func @swiglu_zero_limit(%xr: tensor<?x32xbf16>, %p: !plan,
+                             %w: tensor<4x48x32xbf16>) {
+  // expected-error @+1 {{expects swiglu_limit to be positive (or absent for no clamp), got 0}}
+  %h = moe.expert_swiglu %xr, %p, gate %w, up %w {swiglu_limit = 0.0 : f32}
+      : tensor<?x32xbf16>, !plan, tensor<4x48x32xbf16> -> tensor<?x48xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+func.func @swiglu_nan_limit(%xr: tensor<?x32xbf16>, %p: !plan,
+                            %w: tensor<4x48x32xbf16>) {
+  // expected-error @+1 {{expects swiglu_limit to be positive (or absent for no clamp), got nan}}
+  %h = moe.expert_swiglu %xr, %p, gate %w, up %w {swiglu_limit = 0x7FC00000 : f32}
+      : tensor<?x32xbf16>, !plan, tensor<4x48x32xbf16> -> tensor<?x48xbf16>
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// moe.expert_down
+//===----------------------------------------------------------------------===//
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+func.func @down_local_experts(%h: tensor<?x48xbf16>, %p: !plan,
+                              %w: tensor<2x32x48xbf16>) {
+  // expected-error @+1 {{expects down_weights of shape [E/ep, H, I] with E/ep = 4, got 'tensor<2x32x48xbf16>'}}
+  %y = moe.expert_down %h, %p, down %w
+      : tensor<?x48xbf16>, !plan, tensor<2x32x48xbf16> -> tensor<?x32xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+func.func @down_intermediate(%h: tensor<?x48xbf16>, %p: !plan,
+                             %w: tensor<4x32x64xbf16>) {
+  // expected-error @+1 {{expects down_weights of shape [E/ep, H, I] with I = 48, got 'tensor<4x32x64xbf16>'}}
+  %y = moe.expert_down %h, %p, down %w
+      : tensor<?x48xbf16>, !plan, tensor<4x32x64xbf16> -> tensor<?x32xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+func.func @down_result(%h: tensor<?x48xbf16>, %p: !plan,
+                       %w: tensor<4x32x48xbf16>) {
+  // expected-error @+1 {{expects routed_y of shape [R, H] with H = 32, got 'tensor<?x48xbf16>'}}
+  %y = moe.expert_down %h, %p, down %w
+      : tensor<?x48xbf16>, !plan, tensor<4x32x48xbf16> -> tensor<?x48xbf16>
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// moe.shared_expert
+//===----------------------------------------------------------------------===//
+
+func.func @shared_hidden(%x: tensor<64x32xbf16>, %g: tensor<24x16xbf16>,
+                         %d: tensor<32x24xbf16>) {
+  // expected-error @+1 {{expects shared gate_weights of shape [I_s, H] with H = 32, got 'tensor<24x16xbf16>'}}
+  %s = moe.shared_expert %x, gate %g, up %g, down %d
+      : tensor<64x32xbf16>, tensor<24x16xbf16>, tensor<32x24xbf16>
+  return
+}
+
+// -----
+
+func.func @shared_intermediate(%x: tensor<64x32xbf16>, %g: tensor<24x32xbf16>,
+                               %d: tensor<32x12xbf16>) {
+  // expected-error @+1 {{expects shared down_weights of shape [H, I_s] with I_s = 24, got 'tensor<32x12xbf16>'}}
+  %s = moe.shared_expert %x, gate %g, up %g, down %d
+      : tensor<64x32xbf16>, tensor<24x32xbf16>, tensor<32x12xbf16>
+  return
+}
+
+// -----
+
+func.func @shared_result(%x: tensor<64x32xbf16>, %g: tensor<24x32xbf16>,
+                         %d: tensor<32x24xbf16>) {
+  // expected-error @+1 {{all of {x, out} have same type}}
+  %s = "moe.shared_expert"(%x, %g, %g, %d)
+      : (tensor<64x32xbf16>, tensor<24x32xbf16>, tensor<24x32xbf16>, tensor<32x24xbf16>)
+      -> tensor<32x32xbf16>
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// moe.combine
+//===----------------------------------------------------------------------===//
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @combine_weights_dtype(%y: tensor<?x32xbf16>, %p: !plan, %rw: tensor<64x2xf16>) {
+  // expected-error @+1 {{operand #2 must be 2D tensor of 32-bit float values}}
+  %o = moe.combine %y, %p, weights %rw
+      : tensor<?x32xbf16>, !plan, tensor<64x2xf16> -> tensor<64x32xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @combine_weights_top_k(%y: tensor<?x32xbf16>, %p: !plan, %rw: tensor<64x8xf32>) {
+  // expected-error @+1 {{expects router_weights of shape [T, top_k] with top_k = 2, got 'tensor<64x8xf32>'}}
+  %o = moe.combine %y, %p, weights %rw
+      : tensor<?x32xbf16>, !plan, tensor<64x8xf32> -> tensor<64x32xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @combine_weights_tokens(%y: tensor<?x32xbf16>, %p: !plan, %rw: tensor<16x2xf32>) {
+  // expected-error @+1 {{expects router_weights of shape [T, top_k] with T = 64, got 'tensor<16x2xf32>'}}
+  %o = moe.combine %y, %p, weights %rw
+      : tensor<?x32xbf16>, !plan, tensor<16x2xf32> -> tensor<64x32xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @combine_shared_shape(%y: tensor<?x32xbf16>, %p: !plan, %rw: tensor<64x2xf32>,
+                                %s: tensor<64x16xbf16>) {
+  // expected-error @+1 {{expects shared of shape [T, H] with H = 32, got 'tensor<64x16xbf16>'}}
+  %o = moe.combine %y, %p, weights %rw shared %s
+      : tensor<?x32xbf16>, !plan, tensor<64x2xf32>, tensor<64x16xbf16> -> tensor<64x32xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @combine_out_hidden(%y: tensor<?x32xbf16>, %p: !plan, %rw: tensor<64x2xf32>) {
+  // expected-error @+1 {{expects out of shape [T, H] with H = 32, got 'tensor<64x64xbf16>'}}
+  %o = moe.combine %y, %p, weights %rw
+      : tensor<?x32xbf16>, !plan, tensor<64x2xf32> -> tensor<64x64xbf16>
+  return
+}
+
+// -----
+
+// With a dynamic token count in the plan, the operands must still agree with
+// each other.
+!plan = !moe.plan<tokens = ?, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @combine_dynamic_tokens_disagree(%y: tensor<?x32xbf16>, %p: !plan,
+                                           %rw: tensor<64x2xf32>) {
+  // expected-error @+1 {{expects out of shape [T, H] with T = 64, got 'tensor<32x32xbf16>'}}
+  %o = moe.combine %y, %p, weights %rw
+      : tensor<?x32xbf16>, !plan, tensor<64x2xf32> -> tensor<32x32xbf16>
+  return
+}
+
+// -----
+
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 1, padding = 16>
+func.func @combine_static_rows(%y: tensor<128x32xbf16>, %p: !plan, %rw: tensor<64x2xf32>) {
+  // expected-error @+1 {{expects routed_y [R, H] to have a dynamic row count R}}
+  %o = moe.combine %y, %p, weights %rw
+      : tensor<128x32xbf16>, !plan, tensor<64x2xf32> -> tensor<64x32xbf16>
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// moe.layer
+//===----------------------------------------------------------------------===//
+
+func.func @layer_tokens(%x: tensor<32x32xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
+                        %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>) {
+  // expected-error @+1 {{expects x of shape [T, H] with T = 64, got 'tensor<32x32xbf16>'}}
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<32x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x48x32xbf16>,
+         tensor<4x48x32xbf16>, tensor<4x32x48xbf16>) -> tensor<32x32xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_router_weights(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x1xf32>,
+                                %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>) {
+  // expected-error @+1 {{expects router_weights of shape [T, top_k] with top_k = 2, got 'tensor<64x1xf32>'}}
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x1xf32>, tensor<4x48x32xbf16>,
+         tensor<4x48x32xbf16>, tensor<4x32x48xbf16>) -> tensor<64x32xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_up(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
+                    %wg: tensor<4x48x32xbf16>, %wu: tensor<4x24x32xbf16>,
+                    %wd: tensor<4x32x48xbf16>) {
+  // expected-error @+1 {{expects up_weights of shape [E/ep, I, H] with I = 48, got 'tensor<4x24x32xbf16>'}}
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x48x32xbf16>,
+         tensor<4x24x32xbf16>, tensor<4x32x48xbf16>) -> tensor<64x32xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_down(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
+                      %wg: tensor<4x48x32xbf16>, %wd: tensor<4x48x32xbf16>) {
+  // expected-error @+1 {{expects down_weights of shape [E/ep, H, I] with H = 32, got 'tensor<4x48x32xbf16>'}}
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x48x32xbf16>,
+         tensor<4x48x32xbf16>, tensor<4x48x32xbf16>) -> tensor<64x32xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_shared_count(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
+                              %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>,
+                              %sg: tensor<24x32xbf16>) {
+  // expected-error @+1 {{expects shared(...) to list the shared expert's gate, up and down weights (3 operands), got 2}}
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd shared(%sg, %sg)
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x48x32xbf16>,
+         tensor<4x48x32xbf16>, tensor<4x32x48xbf16>, tensor<24x32xbf16>,
+         tensor<24x32xbf16>) -> tensor<64x32xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_shared_down(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
+                             %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>,
+                             %sg: tensor<24x32xbf16>, %sd: tensor<32x48xbf16>) {
+  // expected-error @+1 {{expects shared down_weights of shape [H, I_s] with I_s = 24, got 'tensor<32x48xbf16>'}}
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd shared(%sg, %sg, %sd)
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x48x32xbf16>,
+         tensor<4x48x32xbf16>, tensor<4x32x48xbf16>, tensor<24x32xbf16>,
+         tensor<24x32xbf16>, tensor<32x48xbf16>) -> tensor<64x32xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_plan_attr(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
+                           %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>) {
+  // expected-error @+1 {{attribute 'plan' failed to satisfy constraint: type attribute of}}
+  %o = "moe.layer"(%x, %top, %rw, %wg, %wg, %wd) <{plan = i32}>
+      : (tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x48x32xbf16>,
+         tensor<4x48x32xbf16>, tensor<4x32x48xbf16>) -> tensor<64x32xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_limit(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
+                       %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>) {
+  // expected-error @+1 {{expects swiglu_limit to be positive (or absent for no clamp), got -7}}
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      {swiglu_limit = -7.0 : f32}
+      : (tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x48x32xbf16>,
+         tensor<4x48x32xbf16>, tensor<4x32x48xbf16>) -> tensor<64x32xbf16>
+  return
+}

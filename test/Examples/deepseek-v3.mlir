@@ -1,0 +1,12 @@
+// The shipped DeepSeek-V3-like example parses, round-trips and fuses into one
+// moe.layer with its shared expert.
+// RUN: mok-opt %mok_src_root/examples/deepseek-v3.mlir | mok-opt | FileCheck %s --check-prefix=ROUNDTRIP
+// RUN: mok-opt %mok_src_root/examples/deepseek-v3.mlir --moe-fuse-layer | FileCheck %s
+
+// ROUNDTRIP: moe.plan
+// ROUNDTRIP: moe.combine
+
+// CHECK: !plan = !moe.plan<tokens = 4096, top_k = 8, experts = 256, ep = 8, padding = 128>
+// CHECK-LABEL: func.func @deepseek_v3_moe
+// CHECK-NEXT: %[[OUT:.*]] = moe.layer %arg0, %arg1, %arg2, gate %arg3, up %arg4, down %arg5 shared(%arg6, %arg7, %arg8) plan !plan : (tensor<4096x7168xbf16>, tensor<4096x8xi32>, tensor<4096x8xf32>, tensor<32x2048x7168xbf16>, tensor<32x2048x7168xbf16>, tensor<32x7168x2048xbf16>, tensor<2048x7168xbf16>, tensor<2048x7168xbf16>, tensor<7168x2048xbf16>) -> tensor<4096x7168xbf16>
+// CHECK-NEXT: return %[[OUT]]

@@ -1,0 +1,39 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+# -*- Python -*-
+import os
+import shutil
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "mok"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir"]
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.mok_obj_root, "test")
+
+config.substitutions.append(("%mok_src_root", config.mok_src_root))
+config.substitutions.append(("%mok_tools_dir", config.mok_tools_dir))
+config.substitutions.append(("%PATH%", config.environment["PATH"]))
+
+llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
+llvm_config.use_default_substitutions()
+
+# FileCheck, not, count come from LLVM 22's tools directory (there is no
+# unversioned FileCheck on PATH on Debian).
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+tool_dirs = [config.mok_tools_dir, config.llvm_tools_dir]
+tools = [ToolSubst("mok-opt", unresolved="fatal")]
+
+# Features: what the machine offers, so tests can say what they need.
+if config.mok_build_static_tools in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("static-tools")
+    tools.append(ToolSubst("mok-opt-static", unresolved="fatal"))
+if shutil.which("ptxas") or os.path.exists("/usr/local/cuda/bin/ptxas"):
+    config.available_features.add("ptxas")
+if shutil.which("nvidia-smi") and os.path.exists("/dev/nvidia0"):
+    config.available_features.add("cuda-gpu")
+
+llvm_config.add_tool_substitutions(tools, tool_dirs)
