@@ -3,9 +3,9 @@
 """Mutation fuzzing of mok-opt: malformed IR must give diagnostics, never a crash.
 
 Mutates seed .mlir files (token deletions, duplications, swaps, number and
-type replacements, truncation), packs the mutants into one --split-input-file
-run (one process for thousands of inputs), and fails if mok-opt dies by a
-signal or LLVM reports a fatal error. The crashing mutant is then isolated and
+type replacements, truncation), packs them into --split-input-file batches
+(one process for a thousand inputs), and fails if mok-opt dies by a signal,
+LLVM reports a fatal error, or a batch takes too long (a hang). The crashing mutant is then isolated and
 printed, so it can become a regression test.
 
     scripts/fuzz-mok-opt.py --mok-opt build/bin/mok-opt --count 2000 examples/*.mlir
@@ -83,12 +83,37 @@ def mutate(text, rng):
     return "".join(t + ws for t, ws in toks)
 
 
-def run(tool, path, extra):
-    proc = subprocess.run([tool, path, "--split-input-file", *extra],
-                          capture_output=True, text=True)
+def run(tool, path, extra, timeout):
+    """True when mok-opt crashed or hung on the file."""
+    try:
+        proc = subprocess.run([tool, path, "--split-input-file", *extra],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return True, f"no answer within {timeout} s"
     crashed = proc.returncode < 0 or proc.returncode >= 128 or any(
         f in proc.stderr for f in FATAL)
-    return crashed, proc
+    return crashed, proc.stderr[-4000:]
+
+
+def check(tool, mutants, extra, timeout):
+    """None if mok-opt survives every mutant, else the offending mutant."""
+    with tempfile.NamedTemporaryFile("w", suffix=".mlir") as f:
+        f.write("\n// -----\n".join(mutants))
+        f.flush()
+        bad, why = run(tool, f.name, extra, timeout * len(mutants))
+    if not bad:
+        return None
+    print(f"fuzz: mok-opt failed on a batch ({' '.join(extra)}): {why}\n"
+          "fuzz: isolating the mutant", file=sys.stderr)
+    for m in mutants:
+        with tempfile.NamedTemporaryFile("w", suffix=".mlir") as one:
+            one.write(m)
+            one.flush()
+            bad, why = run(tool, one.name, extra, max(10.0, timeout * 100))
+            if bad:
+                print(f"fuzz: {why}", file=sys.stderr)
+                return m
+    return "(the batch failed, no single mutant does)"
 
 
 def main():
@@ -96,6 +121,10 @@ def main():
     ap.add_argument("--mok-opt", required=True)
     ap.add_argument("--count", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=1000,
+                    help="mutants per mok-opt process")
+    ap.add_argument("--timeout", type=float, default=0.1,
+                    help="seconds allowed per mutant before it counts as a hang")
     ap.add_argument("seeds", nargs="+")
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -106,26 +135,16 @@ def main():
             sources += [c for c in f.read().split("// -----") if c.strip()]
     mutants = [mutate(rng.choice(sources), rng).replace("// -----", "")
                for _ in range(args.count)]
-    pipelines = [["--moe-fuse-layer"], ["--canonicalize", "--moe-fuse-layer=remarks=true"],
+    pipelines = [["--moe-fuse-layer"],
+                 ["--canonicalize", "--moe-fuse-layer=remarks=true"],
                  ["--mlir-print-op-generic"]]
-    with tempfile.NamedTemporaryFile("w", suffix=".mlir") as f:
-        f.write("\n// -----\n".join(mutants))
-        f.flush()
+    for start in range(0, len(mutants), args.batch):
+        batch = mutants[start:start + args.batch]
         for extra in pipelines:
-            crashed, proc = run(args.mok_opt, f.name, extra)
-            if not crashed:
-                continue
-            print(f"fuzz: mok-opt crashed on the batch ({' '.join(extra)}); "
-                  "isolating the mutant", file=sys.stderr)
-            for m in mutants:
-                with tempfile.NamedTemporaryFile("w", suffix=".mlir") as one:
-                    one.write(m)
-                    one.flush()
-                    if run(args.mok_opt, one.name, extra)[0]:
-                        print("fuzz: crashing input:\n" + m, file=sys.stderr)
-                        return 1
-            print(proc.stderr[-4000:], file=sys.stderr)
-            return 1
+            bad = check(args.mok_opt, batch, extra, args.timeout)
+            if bad is not None:
+                print("fuzz: offending input:\n" + bad, file=sys.stderr)
+                return 1
     print(f"fuzz: {len(mutants)} mutants x {len(pipelines)} pipelines, no crash")
     return 0
 

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#
+# From a fresh Debian 12 machine (CUDA 13 at /usr/local/cuda) to a built mok,
+# then the main job on a shipped example. Idempotent: a second run installs
+# nothing and rebuilds only what changed.
+#
+#   scripts/setup.sh
+#
+# Environment:
+#   MOK_BUILD_DIR    build directory (default: build)
+#   MOK_CMAKE_ARGS   extra CMake arguments, e.g. -DMOK_BUILD_STATIC_TOOLS=ON
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${MOK_BUILD_DIR:-$root/build}
+llvm=/usr/lib/llvm-22
+
+say() { printf '\n== %s\n' "$*"; }
+
+# --- 1. System packages (Debian's LLVM/MLIR 22 and the build tools) --------
+packages=(libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
+          libzstd-dev ccache cmake ninja-build g++ python3)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$p")
+done
+if ((${#missing[@]})); then
+  say "installing ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+    "${missing[@]}" >/dev/null
+else
+  say "system packages present"
+fi
+if [[ ! -x /usr/local/cuda/bin/ptxas ]]; then
+  echo "note: /usr/local/cuda/bin/ptxas not found; the ptxas-checked tests will be skipped" >&2
+fi
+
+# --- 2. Configure and build -------------------------------------------------
+# ccache keyed on paths relative to the checkout, so fresh clones (CI) hit the
+# cache of earlier builds on the same machine.
+export CCACHE_BASEDIR=$root
+say "configuring $build"
+# shellcheck disable=SC2086
+cmake -G Ninja -S "$root" -B "$build" \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DMLIR_DIR=$llvm/lib/cmake/mlir \
+  -DLLVM_EXTERNAL_LIT=$llvm/bin/lit \
+  ${MOK_CMAKE_ARGS:-} >/dev/null
+say "building"
+cmake --build "$build" -j "$(nproc)"
+
+# --- 3. The main job on a shipped example -----------------------------------
+example=$root/examples/deepseek-v3.mlir
+say "main job: $build/bin/mok-opt examples/deepseek-v3.mlir --moe-fuse-layer"
+"$build/bin/mok-opt" "$example" --moe-fuse-layer
+say "done; run the tests with scripts/test.sh"
