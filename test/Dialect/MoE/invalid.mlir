@@ -494,3 +494,109 @@ func.func @layer_limit(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>, %rw: tens
          tensor<4x48x32xbf16>, tensor<4x32x48xbf16>) -> tensor<64x32xbf16>
   return
 }
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Backward context and moe.layer_grad
+//===----------------------------------------------------------------------===//
+
+func.func @layer_context_count(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
+                               %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>) {
+  // expected-error @+1 {{expects the backward context to have 4 tensors (routed_x, gate, up, hidden), got 2}}
+  %o:3 = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x48x32xbf16>,
+         tensor<4x48x32xbf16>, tensor<4x32x48xbf16>)
+      -> (tensor<64x32xbf16>, tensor<?x32xbf16>, tensor<?x48xbf16>)
+  return
+}
+
+// -----
+
+func.func @layer_context_shape(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
+                               %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>) {
+  // expected-error @+1 {{expects saved hidden of shape [R, I] with I = 48, got 'tensor<?x32xbf16>'}}
+  %o:5 = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x48x32xbf16>,
+         tensor<4x48x32xbf16>, tensor<4x32x48xbf16>)
+      -> (tensor<64x32xbf16>, tensor<?x32xbf16>, tensor<?x48xbf16>, tensor<?x48xbf16>,
+          tensor<?x32xbf16>)
+  return
+}
+
+// -----
+
+func.func @layer_context_shared(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
+                                %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>,
+                                %sg: tensor<24x32xbf16>, %sd: tensor<32x24xbf16>) {
+  // expected-error @+1 {{expects saved shared_up of shape [T, I_s] with I_s = 24, got 'tensor<64x48xbf16>'}}
+  %o:8 = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd shared(%sg, %sg, %sd)
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x48x32xbf16>,
+         tensor<4x48x32xbf16>, tensor<4x32x48xbf16>, tensor<24x32xbf16>,
+         tensor<24x32xbf16>, tensor<32x24xbf16>)
+      -> (tensor<64x32xbf16>, tensor<?x32xbf16>, tensor<?x48xbf16>, tensor<?x48xbf16>,
+          tensor<?x48xbf16>, tensor<64x24xbf16>, tensor<64x48xbf16>, tensor<64x24xbf16>)
+  return
+}
+
+// -----
+
+func.func @grad_dout(%d: tensor<64x16xbf16>, %x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
+                     %rw: tensor<64x2xf32>, %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>) {
+  // expected-error @+1 {{expects d_out of shape [T, H] with H = 32, got 'tensor<64x16xbf16>'}}
+  %g:5 = moe.layer_grad %d, %x, %top, %rw, gate %wg, up %wg, down %wd
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x16xbf16>, tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>,
+         tensor<4x48x32xbf16>, tensor<4x48x32xbf16>, tensor<4x32x48xbf16>)
+      -> (tensor<64x32xbf16>, tensor<64x2xf32>, tensor<4x48x32xbf16>, tensor<4x48x32xbf16>,
+          tensor<4x32x48xbf16>)
+  return
+}
+
+// -----
+
+func.func @grad_result_type(%d: tensor<64x32xbf16>, %x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
+                            %rw: tensor<64x2xf32>, %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>) {
+  // expected-error @+1 {{expects d_down_weights to have the type of its operand, 'tensor<4x32x48xbf16>', got 'tensor<4x48x32xbf16>'}}
+  %g:5 = moe.layer_grad %d, %x, %top, %rw, gate %wg, up %wg, down %wd
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>,
+         tensor<4x48x32xbf16>, tensor<4x48x32xbf16>, tensor<4x32x48xbf16>)
+      -> (tensor<64x32xbf16>, tensor<64x2xf32>, tensor<4x48x32xbf16>, tensor<4x48x32xbf16>,
+          tensor<4x48x32xbf16>)
+  return
+}
+
+// -----
+
+func.func @grad_shared_count(%d: tensor<64x32xbf16>, %x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
+                             %rw: tensor<64x2xf32>, %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>,
+                             %sg: tensor<24x32xbf16>, %sd: tensor<32x24xbf16>) {
+  // expected-error @+1 {{expects one gradient per shared weight (3), got 0}}
+  %g:5 = moe.layer_grad %d, %x, %top, %rw, gate %wg, up %wg, down %wd shared(%sg, %sg, %sd)
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>,
+         tensor<4x48x32xbf16>, tensor<4x48x32xbf16>, tensor<4x32x48xbf16>,
+         tensor<24x32xbf16>, tensor<24x32xbf16>, tensor<32x24xbf16>)
+      -> (tensor<64x32xbf16>, tensor<64x2xf32>, tensor<4x48x32xbf16>, tensor<4x48x32xbf16>,
+          tensor<4x32x48xbf16>)
+  return
+}
+
+// -----
+
+func.func @grad_saved_count(%d: tensor<64x32xbf16>, %x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
+                            %rw: tensor<64x2xf32>, %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>,
+                            %xr: tensor<?x32xbf16>) {
+  // expected-error @+1 {{expects the backward context to have 4 tensors (routed_x, gate, up, hidden), got 1}}
+  %g:5 = moe.layer_grad %d, %x, %top, %rw, gate %wg, up %wg, down %wd saved(%xr)
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>,
+         tensor<4x48x32xbf16>, tensor<4x48x32xbf16>, tensor<4x32x48xbf16>, tensor<?x32xbf16>)
+      -> (tensor<64x32xbf16>, tensor<64x2xf32>, tensor<4x48x32xbf16>, tensor<4x48x32xbf16>,
+          tensor<4x32x48xbf16>)
+  return
+}

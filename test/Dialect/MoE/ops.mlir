@@ -81,3 +81,43 @@ func.func @fused_layer(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
          tensor<24x32xbf16>, tensor<32x24xbf16>) -> tensor<64x32xbf16>
   return %a, %b : tensor<64x32xbf16>, tensor<64x32xbf16>
 }
+
+// The forward layer that returns its backward context, and the backward.
+// CHECK-LABEL: func.func @training
+func.func @training(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
+                    %rw: tensor<64x2xf32>, %wg: tensor<4x48x32xbf16>,
+                    %wu: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>,
+                    %sg: tensor<24x32xbf16>, %su: tensor<24x32xbf16>,
+                    %sd: tensor<32x24xbf16>, %dout: tensor<64x32xbf16>)
+    -> (tensor<64x32xbf16>, tensor<24x32xbf16>, tensor<64x2xf32>) {
+  // CHECK: %[[OUT:.*]], %[[S:.*]]:7 = moe.layer {{.*}} shared({{.*}}) plan ![[PLAN]] : {{.*}} -> (tensor<64x32xbf16>, tensor<?x32xbf16>, tensor<?x48xbf16>, tensor<?x48xbf16>, tensor<?x48xbf16>, tensor<64x24xbf16>, tensor<64x24xbf16>, tensor<64x24xbf16>)
+  %out, %s:7 = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd shared(%sg, %su, %sd)
+      plan !plan
+      : (tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x48x32xbf16>,
+         tensor<4x48x32xbf16>, tensor<4x32x48xbf16>, tensor<24x32xbf16>,
+         tensor<24x32xbf16>, tensor<32x24xbf16>)
+      -> (tensor<64x32xbf16>, tensor<?x32xbf16>, tensor<?x48xbf16>, tensor<?x48xbf16>,
+          tensor<?x48xbf16>, tensor<64x24xbf16>, tensor<64x24xbf16>, tensor<64x24xbf16>)
+  // CHECK: moe.layer_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, gate %{{.*}}, up %{{.*}}, down %{{.*}} shared(%{{.*}}, %{{.*}}, %{{.*}}) saved(%[[S]]#0, %[[S]]#1, %[[S]]#2, %[[S]]#3, %[[S]]#4, %[[S]]#5, %[[S]]#6) plan ![[PLAN]] {swiglu_limit = 7.000000e+00 : f32}
+  %dx, %drw, %dwg, %dwu, %dwd, %dsh:3 = moe.layer_grad %dout, %x, %top, %rw,
+      gate %wg, up %wu, down %wd shared(%sg, %su, %sd)
+      saved(%s#0, %s#1, %s#2, %s#3, %s#4, %s#5, %s#6) plan !plan {swiglu_limit = 7.0 : f32}
+      : (tensor<64x32xbf16>, tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>,
+         tensor<4x48x32xbf16>, tensor<4x48x32xbf16>, tensor<4x32x48xbf16>,
+         tensor<24x32xbf16>, tensor<24x32xbf16>, tensor<32x24xbf16>,
+         tensor<?x32xbf16>, tensor<?x48xbf16>, tensor<?x48xbf16>, tensor<?x48xbf16>,
+         tensor<64x24xbf16>, tensor<64x24xbf16>, tensor<64x24xbf16>)
+      -> (tensor<64x32xbf16>, tensor<64x2xf32>, tensor<4x48x32xbf16>, tensor<4x48x32xbf16>,
+          tensor<4x32x48xbf16>, tensor<24x32xbf16>, tensor<24x32xbf16>, tensor<32x24xbf16>)
+  // Recompute form: no shared expert, no saved context.
+  // CHECK: moe.layer_grad
+  // CHECK-NOT: saved(
+  // CHECK-SAME: plan ![[PLAN]]
+  %dx2, %drw2, %dwg2, %dwu2, %dwd2 = moe.layer_grad %dout, %x, %top, %rw,
+      gate %wg, up %wu, down %wd plan !plan
+      : (tensor<64x32xbf16>, tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>,
+         tensor<4x48x32xbf16>, tensor<4x48x32xbf16>, tensor<4x32x48xbf16>)
+      -> (tensor<64x32xbf16>, tensor<64x2xf32>, tensor<4x48x32xbf16>, tensor<4x48x32xbf16>,
+          tensor<4x32x48xbf16>)
+  return %out, %dsh#0, %drw2 : tensor<64x32xbf16>, tensor<24x32xbf16>, tensor<64x2xf32>
+}

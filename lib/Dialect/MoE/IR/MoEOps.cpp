@@ -141,8 +141,7 @@ LogicalResult ExpertDownOp::verify() {
 
 /// The shared expert's weights: gate and up `[I_s, H]`, down `[H, I_s]`.
 static LogicalResult checkSharedWeights(Operation *op, Value gate, Value up,
-                                        Value down, Dim &h) {
-  Dim is = Dim::fixed("I_s");
+                                        Value down, Dim &h, Dim &is) {
   if (failed(checkShape(op, "shared gate_weights", gate, {&is, &h})) ||
       failed(checkShape(op, "shared up_weights", up, {&is, &h})) ||
       failed(checkShape(op, "shared down_weights", down, {&h, &is})))
@@ -151,10 +150,11 @@ static LogicalResult checkSharedWeights(Operation *op, Value gate, Value up,
 }
 
 LogicalResult SharedExpertOp::verify() {
-  Dim t = Dim::tokens(ShapedType::kDynamic), h = Dim::fixed("H");
+  Dim t = Dim::tokens(ShapedType::kDynamic), h = Dim::fixed("H"),
+      is = Dim::fixed("I_s");
   if (failed(checkShape(*this, "x", getX(), {&t, &h})) ||
       failed(checkSharedWeights(*this, getGateWeights(), getUpWeights(),
-                                getDownWeights(), h)))
+                                getDownWeights(), h, is)))
     return failure();
   return verifySwigluLimit(*this, getSwigluLimitAttr());
 }
@@ -172,28 +172,110 @@ LogicalResult CombineOp::verify() {
   return success();
 }
 
+namespace {
+/// The dimensions of a whole layer, shared by moe.layer and moe.layer_grad.
+struct LayerDims {
+  Dim t, k, e, h = Dim::fixed("H"), i = Dim::fixed("I"), is = Dim::fixed("I_s");
+  explicit LayerDims(PlanType plan)
+      : t(Dim::tokens(plan.getTokens())), k(Dim::fixed("top_k", plan.getTopK())),
+        e(Dim::fixed("E/ep", plan.getLocalExperts())) {}
+};
+} // namespace
+
+/// The operands moe.layer and moe.layer_grad share: tokens, routing, routed
+/// and shared weights.
+static LogicalResult verifyLayerInputs(Operation *op, LayerDims &d, Value x,
+                                       Value topExperts, Value routerWeights,
+                                       Value gate, Value up, Value down,
+                                       ValueRange shared) {
+  if (failed(checkShape(op, "x", x, {&d.t, &d.h})) ||
+      failed(checkShape(op, "top_experts", topExperts, {&d.t, &d.k})) ||
+      failed(checkShape(op, "router_weights", routerWeights, {&d.t, &d.k})) ||
+      failed(checkShape(op, "gate_weights", gate, {&d.e, &d.i, &d.h})) ||
+      failed(checkShape(op, "up_weights", up, {&d.e, &d.i, &d.h})) ||
+      failed(checkShape(op, "down_weights", down, {&d.e, &d.h, &d.i})))
+    return failure();
+  if (!shared.empty() && shared.size() != 3)
+    return op->emitOpError() << "expects shared(...) to list the shared "
+                                "expert's gate, up and down weights (3 "
+                                "operands), got "
+                             << shared.size();
+  if (shared.size() == 3 &&
+      failed(checkSharedWeights(op, shared[0], shared[1], shared[2], d.h, d.is)))
+    return failure();
+  return success();
+}
+
+/// The backward context: routed_x, gate, up, hidden and, with a shared
+/// expert, shared_gate, shared_up, shared_hidden (see moe.layer).
+static LogicalResult verifyContext(Operation *op, LayerDims &d,
+                                   ValueRange saved, bool hasShared) {
+  if (saved.empty())
+    return success();
+  size_t expected = hasShared ? 7 : 4;
+  if (saved.size() != expected)
+    return op->emitOpError()
+           << "expects the backward context to have " << expected
+           << " tensors (routed_x, gate, up, hidden"
+           << (hasShared ? ", shared_gate, shared_up, shared_hidden" : "")
+           << "), got " << saved.size();
+  Dim r = Dim::routedRows();
+  if (failed(checkShape(op, "saved routed_x", saved[0], {&r, &d.h})) ||
+      failed(checkShape(op, "saved gate", saved[1], {&r, &d.i})) ||
+      failed(checkShape(op, "saved up", saved[2], {&r, &d.i})) ||
+      failed(checkShape(op, "saved hidden", saved[3], {&r, &d.i})))
+    return failure();
+  if (hasShared &&
+      (failed(checkShape(op, "saved shared_gate", saved[4], {&d.t, &d.is})) ||
+       failed(checkShape(op, "saved shared_up", saved[5], {&d.t, &d.is})) ||
+       failed(checkShape(op, "saved shared_hidden", saved[6], {&d.t, &d.is}))))
+    return failure();
+  return success();
+}
+
 LogicalResult LayerOp::verify() {
-  PlanType plan = getPlanType();
-  Dim t = Dim::tokens(plan.getTokens()), k = Dim::fixed("top_k", plan.getTopK()),
-      e = Dim::fixed("E/ep", plan.getLocalExperts()), h = Dim::fixed("H"),
-      i = Dim::fixed("I");
-  if (failed(checkShape(*this, "x", getX(), {&t, &h})) ||
-      failed(checkShape(*this, "top_experts", getTopExperts(), {&t, &k})) ||
-      failed(checkShape(*this, "router_weights", getRouterWeights(), {&t, &k})) ||
-      failed(checkShape(*this, "gate_weights", getGateWeights(), {&e, &i, &h})) ||
-      failed(checkShape(*this, "up_weights", getUpWeights(), {&e, &i, &h})) ||
-      failed(checkShape(*this, "down_weights", getDownWeights(), {&e, &h, &i})) ||
-      failed(checkShape(*this, "out", getOut(), {&t, &h})))
+  LayerDims d(getPlanType());
+  if (failed(verifyLayerInputs(*this, d, getX(), getTopExperts(),
+                               getRouterWeights(), getGateWeights(),
+                               getUpWeights(), getDownWeights(),
+                               getSharedWeights())) ||
+      failed(checkShape(*this, "out", getOut(), {&d.t, &d.h})) ||
+      failed(verifyContext(*this, d, getSaved(), hasSharedExpert())))
     return failure();
-  size_t numShared = getSharedWeights().size();
-  if (numShared != 0 && numShared != 3)
-    return emitOpError() << "expects shared(...) to list the shared expert's "
-                            "gate, up and down weights (3 operands), got "
-                         << numShared;
-  if (hasSharedExpert() &&
-      failed(checkSharedWeights(*this, getSharedGate(), getSharedUp(),
-                                getSharedDown(), h)))
+  return verifySwigluLimit(*this, getSwigluLimitAttr());
+}
+
+LogicalResult LayerGradOp::verify() {
+  LayerDims d(getPlanType());
+  if (failed(verifyLayerInputs(*this, d, getX(), getTopExperts(),
+                               getRouterWeights(), getGateWeights(),
+                               getUpWeights(), getDownWeights(),
+                               getSharedWeights())) ||
+      failed(checkShape(*this, "d_out", getDOut(), {&d.t, &d.h})) ||
+      failed(verifyContext(*this, d, getSaved(), hasSharedExpert())))
     return failure();
+  // Each gradient has the shape and type of what it differentiates.
+  auto sameType = [&](StringRef name, Value grad, Value of) -> LogicalResult {
+    if (grad.getType() == of.getType())
+      return success();
+    return emitOpError() << "expects " << name << " to have the type of its "
+                         << "operand, " << of.getType() << ", got "
+                         << grad.getType();
+  };
+  if (failed(sameType("d_x", getDX(), getX())) ||
+      failed(sameType("d_router_weights", getDRouterWeights(),
+                      getRouterWeights())) ||
+      failed(sameType("d_gate_weights", getDGateWeights(), getGateWeights())) ||
+      failed(sameType("d_up_weights", getDUpWeights(), getUpWeights())) ||
+      failed(sameType("d_down_weights", getDDownWeights(), getDownWeights())))
+    return failure();
+  if (getDSharedWeights().size() != getSharedWeights().size())
+    return emitOpError() << "expects one gradient per shared weight ("
+                         << getSharedWeights().size() << "), got "
+                         << getDSharedWeights().size();
+  for (auto [grad, of] : llvm::zip(getDSharedWeights(), getSharedWeights()))
+    if (failed(sameType("d_shared_weights", grad, of)))
+      return failure();
   return verifySwigluLimit(*this, getSwigluLimitAttr());
 }
 
@@ -232,6 +314,11 @@ void SharedExpertOp::getCanonicalizationPatterns(RewritePatternSet &results,
 void LayerOp::getCanonicalizationPatterns(RewritePatternSet &results,
                                           MLIRContext *context) {
   results.add<DropInfiniteSwigluLimit<LayerOp>>(context);
+}
+
+void LayerGradOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                              MLIRContext *context) {
+  results.add<DropInfiniteSwigluLimit<LayerGradOp>>(context);
 }
 
 #define GET_OP_CLASSES

@@ -3,6 +3,7 @@
 // moe-fuse-layer: plan → dispatch → expert_swiglu → expert_down → combine
 // (+ shared_expert) becomes one moe.layer.
 //
+#include "mok/Dialect/MoE/Transforms/Fusion.h"
 #include "mok/Dialect/MoE/IR/MoEOps.h"
 #include "mok/Dialect/MoE/Transforms/Passes.h"
 
@@ -95,7 +96,7 @@ static FailureOr<LayerChain> matchChain(CombineOp combine, std::string &why) {
   return chain;
 }
 
-static void fuse(LayerChain &chain) {
+static LayerOp fuse(LayerChain &chain) {
   CombineOp combine = chain.combine;
   SmallVector<Location> locs = {
       combine.getLoc(), chain.down.getLoc(), chain.swiglu.getLoc(),
@@ -110,7 +111,7 @@ static void fuse(LayerChain &chain) {
   OpBuilder builder(combine);
   auto layer = LayerOp::create(
       builder, FusedLoc::get(ctx, locs), combine.getOut().getType(),
-      chain.dispatch.getX(), chain.plan.getTopExperts(),
+      /*saved=*/TypeRange(), chain.dispatch.getX(), chain.plan.getTopExperts(),
       combine.getRouterWeights(), chain.swiglu.getGateWeights(),
       chain.swiglu.getUpWeights(), chain.down.getDownWeights(), sharedWeights,
       TypeAttr::get(chain.plan.getPlan().getType()),
@@ -127,6 +128,15 @@ static void fuse(LayerChain &chain) {
   chain.dispatch.erase();
   if (chain.plan->use_empty())
     chain.plan.erase();
+  return layer;
+}
+
+FailureOr<LayerOp> mok::moe::fuseLayerChain(CombineOp combine,
+                                           std::string &why) {
+  FailureOr<LayerChain> chain = matchChain(combine, why);
+  if (failed(chain))
+    return failure();
+  return fuse(*chain);
 }
 
 namespace {
@@ -139,14 +149,12 @@ struct MoEFuseLayerPass
     getOperation()->walk([&](CombineOp op) { combines.push_back(op); });
     for (CombineOp combine : combines) {
       std::string why;
-      FailureOr<LayerChain> chain = matchChain(combine, why);
-      if (failed(chain)) {
+      if (failed(fuseLayerChain(combine, why))) {
         ++numUnfused;
         if (remarks)
           combine.emitRemark() << "not fused into moe.layer: " << why;
         continue;
       }
-      fuse(*chain);
       ++numFused;
     }
   }

@@ -219,6 +219,15 @@ def MoE_LayerOp : MoE_Op<"layer", [Pure]> {
 
     This is the unit the GPU lowering plans as one persistent megakernel.
 
+    **Saved context.** For training, the op can also return what backward
+    needs (the *backward context*, see `moe.layer_grad`), in this order:
+    `routed_x [R, H]`, `gate [R, I]`, `up [R, I]` (the bf16 GEMM outputs
+    before the activation), `hidden [R, I]`, and with a shared expert
+    `shared_gate [T, I_s]`, `shared_up [T, I_s]`, `shared_hidden [T, I_s]`.
+    Routed rows are in the plan's row order, so a backward that rebuilds the
+    plan from the same `top_experts` finds every row where forward left it.
+    `--moe-generate-backward` adds these results.
+
     ```mlir
     %out = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd
         shared(%sg, %su, %sd)
@@ -238,7 +247,7 @@ def MoE_LayerOp : MoE_Op<"layer", [Pure]> {
                        Variadic<MoE_BF16Matrix>:$shared_weights,
                        TypeAttrOf<MoE_PlanType>:$plan,
                        MoE_SwigluLimit:$swiglu_limit);
-  let results = (outs MoE_BF16Matrix:$out);
+  let results = (outs MoE_BF16Matrix:$out, Variadic<MoE_BF16Matrix>:$saved);
   let assemblyFormat = [{
     $x `,` $top_experts `,` $router_weights `,` `gate` $gate_weights `,`
     `up` $up_weights `,` `down` $down_weights
@@ -249,6 +258,8 @@ def MoE_LayerOp : MoE_Op<"layer", [Pure]> {
   let hasCanonicalizer = 1;
   let extraClassDeclaration = [{
     PlanType getPlanType() { return ::llvm::cast<PlanType>(getPlan()); }
+    /// Whether the op returns the backward context.
+    bool savesContext() { return !getSaved().empty(); }
     bool hasSharedExpert() { return getSharedWeights().size() == 3; }
     ::mlir::Value getSharedGate() {
       return hasSharedExpert() ? getSharedWeights()[0] : ::mlir::Value();
@@ -259,6 +270,79 @@ def MoE_LayerOp : MoE_Op<"layer", [Pure]> {
     ::mlir::Value getSharedDown() {
       return hasSharedExpert() ? getSharedWeights()[2] : ::mlir::Value();
     }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// moe.layer_grad
+//===----------------------------------------------------------------------===//
+
+def MoE_LayerGradOp : MoE_Op<"layer_grad", [Pure, AttrSizedOperandSegments]> {
+  let summary = "the backward of moe.layer: input, router-weight and weight gradients";
+  let description = [{
+    Given `d_out = dL/d out` of a `moe.layer` with the same operands and
+    attributes, returns `d_x`, `d_router_weights` and the gradients of the
+    routed (and shared) gate, up and down weights, each in the shape and
+    element type of its operand.
+
+    The `saved(...)` group is the backward context returned by the forward
+    `moe.layer` (same order and shapes). Without it, the op *recomputes*
+    dispatch, the gate/up GEMMs and the activation from the inputs.
+
+    Numerics, per route `(t, k)` with weight `w` to local expert `e`, row `r`
+    (all sums in fp32, in a fixed order, so results are deterministic):
+
+    ```
+    dh_u   = d_out[t] W_d[e]                    unscaled, fp32
+    d_w[t,k] = <dh_u, h[r]>                     = <d_out[t], y[t,k]>; 0 for -1 routes
+    dh     = bf16(w * dh_u)
+    d_g    = bf16(1[g <= L] dh u' (s + silu(g') (1 - s))),  s = sigmoid(g')
+    d_u    = bf16(1[-L <= u <= L] dh silu(g'))
+    d_xr   = bf16(d_g W_g[e] + d_u W_u[e])      one accumulator for both
+    dW_d[e] += bf16(w d_out[t])^T h[r],  dW_g[e] += d_g^T x_r,  dW_u[e] += d_u^T x_r
+    d_x[t] = bf16(f32(d_x_shared[t]) + sum_k f32(d_xr[t,k]))
+    ```
+
+    The shared expert is the same with `w = 1` on every token.
+
+    ```mlir
+    %dx, %drw, %dwg, %dwu, %dwd = moe.layer_grad %dout, %x, %top, %rw,
+        gate %wg, up %wu, down %wd saved(%xr, %g, %u, %h) plan !plan
+        : (...) -> (tensor<8192x2048xbf16>, tensor<8192x8xf32>,
+                    tensor<128x768x2048xbf16>, tensor<128x768x2048xbf16>,
+                    tensor<128x2048x768xbf16>)
+    ```
+  }];
+  let arguments = (ins MoE_BF16Matrix:$d_out, MoE_BF16Matrix:$x,
+                       MoE_ExpertIds:$top_experts,
+                       MoE_RouterWeights:$router_weights,
+                       MoE_BF16Tensor3D:$gate_weights,
+                       MoE_BF16Tensor3D:$up_weights,
+                       MoE_BF16Tensor3D:$down_weights,
+                       Variadic<MoE_BF16Matrix>:$shared_weights,
+                       Variadic<MoE_BF16Matrix>:$saved,
+                       TypeAttrOf<MoE_PlanType>:$plan,
+                       MoE_SwigluLimit:$swiglu_limit);
+  let results = (outs MoE_BF16Matrix:$d_x,
+                      MoE_RouterWeights:$d_router_weights,
+                      MoE_BF16Tensor3D:$d_gate_weights,
+                      MoE_BF16Tensor3D:$d_up_weights,
+                      MoE_BF16Tensor3D:$d_down_weights,
+                      Variadic<MoE_BF16Matrix>:$d_shared_weights);
+  let assemblyFormat = [{
+    $d_out `,` $x `,` $top_experts `,` $router_weights `,` `gate` $gate_weights
+    `,` `up` $up_weights `,` `down` $down_weights
+    (`shared` `(` $shared_weights^ `)`)?
+    (`saved` `(` $saved^ `)`)?
+    `plan` $plan attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let hasCanonicalizer = 1;
+  let extraClassDeclaration = [{
+    PlanType getPlanType() { return ::llvm::cast<PlanType>(getPlan()); }
+    bool hasSharedExpert() { return getSharedWeights().size() == 3; }
+    /// Whether backward recomputes gate/up instead of reading a saved context.
+    bool recomputes() { return getSaved().empty(); }
   }];
 }
 

@@ -50,4 +50,50 @@ def MoEFuseLayer : Pass<"moe-fuse-layer"> {
   let dependentDialects = ["::mok::moe::MoEDialect"];
 }
 
+def MoEGenerateBackward : Pass<"moe-generate-backward", "::mlir::ModuleOp"> {
+  let summary = "Derive the training forward and the backward of every MoE layer function";
+  let description = [{
+    For every function `@f` whose body is one MoE layer (fused, or an
+    unfused chain that `--moe-fuse-layer` can fuse, which this pass does
+    first), adds two functions and leaves `@f` as the inference form:
+
+    * `@f_forward` — same arguments; returns `@f`'s output followed by the
+      **backward context**, the tensors backward reads: `routed_x`, `gate`,
+      `up`, `hidden` and, with a shared expert, `shared_gate`, `shared_up`,
+      `shared_hidden`. Each context result is tagged `moe.saved = "<name>"`.
+    * `@f_backward` — `@f`'s arguments, then the context (tagged the same
+      way), then `d_out` (tagged `moe.cotangent`); returns the gradient of
+      every floating-point argument, in argument order, each tagged
+      `moe.gradient_of = <argument index>`. Expert ids get no gradient.
+
+    With `recompute=true` the context is empty: `@f_forward` returns only the
+    output and `@f_backward` replays dispatch, the gate/up GEMMs and the
+    activation from the inputs (less memory, more compute).
+
+    Supported today: a body of exactly one layer whose operands are distinct
+    function arguments and whose result is returned. Anything else (other
+    ops around the layer, an argument used for two operands, several layers)
+    is rejected with an error at the op that is not supported.
+
+    ```mlir
+    // Before
+    func.func @f(%x, %top, %rw, %wg, %wu, %wd) -> tensor<64x32xbf16> {
+      %o = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd plan !plan : ...
+      return %o : tensor<64x32xbf16>
+    }
+    // After (besides @f)
+    func.func @f_forward(...) -> (tensor<64x32xbf16>,
+        tensor<?x32xbf16> {moe.saved = "routed_x"}, ...)
+    func.func @f_backward(..., %ctx..., %dout {moe.cotangent})
+        -> (tensor<64x32xbf16> {moe.gradient_of = 0 : i64}, ...)
+    ```
+  }];
+  let options = [
+    Option<"recompute", "recompute", "bool", /*default=*/"false",
+           "Save no context; recompute gate/up and the activation in backward">,
+  ];
+  let dependentDialects = ["::mok::moe::MoEDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
 #endif // MOK_DIALECT_MOE_TRANSFORMS_PASSES_TD
