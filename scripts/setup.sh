@@ -40,7 +40,19 @@ if [[ ! -x /usr/local/cuda/bin/ptxas ]]; then
   echo "note: /usr/local/cuda/bin/ptxas not found; the ptxas-checked tests will be skipped" >&2
 fi
 
-# --- 2. Configure and build -------------------------------------------------
+# --- 2. Python packages (the mok package's build and tests) -----------------
+py=$(command -v python3)
+pip_packages=(numpy pytest nanobind)
+if ! "$py" -c 'import numpy, pytest, nanobind' 2>/dev/null; then
+  say "installing ${pip_packages[*]} for $py"
+  # Debian's own python3 is "externally managed"; pyenv/venv ones are not.
+  "$py" -m pip install -q "${pip_packages[@]}" 2>/dev/null ||
+    "$py" -m pip install -q --break-system-packages "${pip_packages[@]}"
+else
+  say "python packages present"
+fi
+
+# --- 3. Configure and build -------------------------------------------------
 # ccache keyed on paths relative to the checkout, so fresh clones (CI) hit the
 # cache of earlier builds on the same machine.
 export CCACHE_BASEDIR=$root
@@ -50,12 +62,15 @@ cmake -G Ninja -S "$root" -B "$build" \
   -DCMAKE_BUILD_TYPE=Release \
   -DMLIR_DIR=$llvm/lib/cmake/mlir \
   -DLLVM_EXTERNAL_LIT=$llvm/bin/lit \
+  -DPython_EXECUTABLE="$py" \
   ${MOK_CMAKE_ARGS:-} >/dev/null
 say "building"
 cmake --build "$build" -j "$(nproc)"
 
-# --- 3. The main job on a shipped example -----------------------------------
+# --- 4. The main job on a shipped example -----------------------------------
 example=$root/examples/deepseek-v3.mlir
 say "main job: $build/bin/mok-opt examples/deepseek-v3.mlir --moe-fuse-layer"
 "$build/bin/mok-opt" "$example" --moe-fuse-layer
+say "main job, CPU: the same layer (smaller) compiled and run from Python"
+PYTHONPATH=$build/python "$py" "$root/examples/run_cpu_layer.py"
 say "done; run the tests with scripts/test.sh"

@@ -31,6 +31,14 @@ tools = [ToolSubst("mok-opt", unresolved="fatal")]
 if config.mok_build_static_tools in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("static-tools")
     tools.append(ToolSubst("mok-opt-static", unresolved="fatal"))
+# Debian's mlir-runner executes the CPU-lowered IR (test/Integration/CPU).
+mlir_runner = os.path.join(config.llvm_tools_dir, "mlir-runner")
+mlir_lib_dir = os.path.join(os.path.dirname(config.llvm_tools_dir), "lib")
+if os.path.exists(mlir_runner) and os.path.exists(
+        os.path.join(mlir_lib_dir, "libmlir_c_runner_utils.so")):
+    config.available_features.add("mlir-runner")
+    tools.append(ToolSubst("mlir-runner", unresolved="ignore"))
+    config.substitutions.append(("%mlir_lib_dir", mlir_lib_dir))
 if shutil.which("ptxas") or os.path.exists("/usr/local/cuda/bin/ptxas"):
     config.available_features.add("ptxas")
 if shutil.which("nvidia-smi") and os.path.exists("/dev/nvidia0"):

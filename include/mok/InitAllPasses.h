@@ -7,12 +7,15 @@
 
 #include "mlir/Transforms/Passes.h"
 
+#include "mok/Conversion/Passes.h"
 #include "mok/Dialect/MoE/Transforms/Passes.h"
 
 namespace mok {
 
 inline void registerAllPasses() {
   moe::registerMoEPasses();
+  registerMokConversionPasses();
+  registerMoEToCPUPipeline();
   // The generic cleanups a user reaches for between mok passes.
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();

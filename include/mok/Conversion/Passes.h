@@ -1,0 +1,14 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#ifndef MOK_CONVERSION_PASSES_H
+#define MOK_CONVERSION_PASSES_H
+
+#include "mok/Conversion/MoEToCPU/MoEToCPU.h"
+
+namespace mok {
+
+#define GEN_PASS_REGISTRATION
+#include "mok/Conversion/Passes.h.inc"
+
+} // namespace mok
+
+#endif // MOK_CONVERSION_PASSES_H

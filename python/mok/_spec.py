@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""A MoE layer described by its sizes; turned into moe IR for the compiler."""
+from dataclasses import dataclass
+from typing import Optional
+import math
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One MoE layer (one expert-parallel rank).
+
+    hidden, intermediate: H and I of the routed experts.
+    experts: global routed expert count E; top_k routes per token.
+    tokens: T, or None to compile for any token count.
+    shared_intermediate: I of the shared expert, or None for no shared expert.
+    swiglu_limit: clamp of the SwiGLU, or None for no clamp.
+    padding: each expert's rows are padded to a multiple of this (power of 2).
+    ep: expert-parallel group size (the CPU target runs ep = 1 only).
+    expert_id_dtype: "int32" or "int64", the dtype of top_experts.
+    """
+    hidden: int
+    intermediate: int
+    experts: int
+    top_k: int
+    tokens: Optional[int] = None
+    shared_intermediate: Optional[int] = None
+    swiglu_limit: Optional[float] = None
+    padding: int = 1
+    ep: int = 1
+    expert_id_dtype: str = "int32"
+
+    def __post_init__(self):
+        def positive(name):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"LayerSpec.{name}: expected a positive int, got {v!r}")
+        for name in ("hidden", "intermediate", "experts", "top_k", "padding", "ep"):
+            positive(name)
+        if self.shared_intermediate is not None:
+            positive("shared_intermediate")
+        if self.tokens is not None and (not isinstance(self.tokens, int)
+                                        or isinstance(self.tokens, bool)
+                                        or self.tokens < 0):
+            raise ValueError(f"LayerSpec.tokens: expected None or an int >= 0, got {self.tokens!r}")
+        if self.top_k > self.experts:
+            raise ValueError(f"LayerSpec.top_k: expected at most experts = {self.experts}, "
+                             f"got {self.top_k}")
+        if self.experts % self.ep:
+            raise ValueError(f"LayerSpec.ep: experts = {self.experts} must be divisible "
+                             f"by ep, got {self.ep}")
+        if self.padding & (self.padding - 1):
+            raise ValueError(f"LayerSpec.padding: expected a power of two, got {self.padding}")
+        if self.swiglu_limit is not None and not (
+                isinstance(self.swiglu_limit, (int, float))
+                and not isinstance(self.swiglu_limit, bool)
+                and self.swiglu_limit > 0 and not math.isnan(self.swiglu_limit)):
+            raise ValueError("LayerSpec.swiglu_limit: expected None or a positive "
+                             f"number, got {self.swiglu_limit!r}")
+        if self.expert_id_dtype not in ("int32", "int64"):
+            raise ValueError("LayerSpec.expert_id_dtype: expected 'int32' or 'int64', "
+                             f"got {self.expert_id_dtype!r}")
+
+    @property
+    def local_experts(self):
+        return self.experts // self.ep
+
+    def to_mlir(self, name="moe_layer"):
+        """The layer as a function of one fused moe.layer."""
+        t = "?" if self.tokens is None else str(self.tokens)
+        h, i, e, k = self.hidden, self.intermediate, self.local_experts, self.top_k
+        ids = "i32" if self.expert_id_dtype == "int32" else "i64"
+        args = [("x", f"tensor<{t}x{h}xbf16>"),
+                ("top_experts", f"tensor<{t}x{k}x{ids}>"),
+                ("router_weights", f"tensor<{t}x{k}xf32>"),
+                ("gate", f"tensor<{e}x{i}x{h}xbf16>"),
+                ("up", f"tensor<{e}x{i}x{h}xbf16>"),
+                ("down", f"tensor<{e}x{h}x{i}xbf16>")]
+        shared = ""
+        if self.shared_intermediate is not None:
+            s = self.shared_intermediate
+            args += [("shared_gate", f"tensor<{s}x{h}xbf16>"),
+                     ("shared_up", f"tensor<{s}x{h}xbf16>"),
+                     ("shared_down", f"tensor<{h}x{s}xbf16>")]
+            shared = " shared(%shared_gate, %shared_up, %shared_down)"
+        attrs = ""
+        if self.swiglu_limit is not None:
+            attrs = f" {{swiglu_limit = {float(self.swiglu_limit):.9e} : f32}}"
+        out = f"tensor<{t}x{h}xbf16>"
+        signature = ", ".join(f"%{n}: {ty}" for n, ty in args)
+        types = ", ".join(ty for _, ty in args)
+        plan = (f"!moe.plan<tokens = {t}, top_k = {k}, experts = {self.experts}, "
+                f"ep = {self.ep}, padding = {self.padding}>")
+        return (
+            f"func.func @{name}({signature}) -> {out} {{\n"
+            f"  %out = moe.layer %x, %top_experts, %router_weights, gate %gate, "
+            f"up %up, down %down{shared}\n"
+            f"      plan {plan}{attrs}\n"
+            f"      : ({types}) -> {out}\n"
+            f"  return %out : {out}\n"
+            f"}}\n")

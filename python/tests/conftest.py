@@ -1,0 +1,23 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+# (case, quantity, relative error, max abs error) of every comparison against
+# the float64 reference, printed at the end of the run.
+MEASURED = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not MEASURED:
+        return
+    tr = terminalreporter
+    tr.section("errors against the float64 reference (sum|diff| / sum|ref|, max|diff|)")
+    worst = {}
+    for case, what, rel, mx in MEASURED:
+        tr.write_line(f"{case:28s} {what:22s} rel {rel:.2e}  max abs {mx:.2e}")
+        if rel > worst.get(what, (0, ""))[0]:
+            worst[what] = (rel, case)
+    tr.write_line("worst per quantity: " + ", ".join(
+        f"{w} {r:.2e} ({c})" for w, (r, c) in sorted(worst.items())))

@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""Every bad input is an exception naming the argument and what was expected."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mok
+
+SPEC = mok.LayerSpec(hidden=16, intermediate=8, experts=4, top_k=2, tokens=6,
+                     shared_intermediate=8)
+
+
+@pytest.fixture(scope="module")
+def layer():
+    return mok.compile(SPEC)
+
+
+def good_args():
+    rng = np.random.default_rng(0)
+    bf = lambda *s: mok.to_bf16(rng.standard_normal(s) * 0.2)
+    return dict(x=bf(6, 16), top_experts=np.array([[0, 1]] * 6, np.int32),
+                router_weights=np.full((6, 2), 0.5, np.float32),
+                gate_weights=bf(4, 8, 16), up_weights=bf(4, 8, 16),
+                down_weights=bf(4, 16, 8), shared_gate_weights=bf(8, 16),
+                shared_up_weights=bf(8, 16), shared_down_weights=bf(16, 8))
+
+
+def test_good_arguments_run(layer):
+    assert layer(**good_args()).shape == (6, 16)
+
+
+@pytest.mark.parametrize("name,value,exc,message", [
+    ("x", np.zeros((6, 16), np.float32), TypeError,
+     "x: expected dtype bf16 (bf16 travels as uint16 bit patterns; see mok.to_bf16), got float32"),
+    ("x", np.zeros((5, 16), np.uint16), ValueError, "x: expected shape [6, 16], got [5, 16]"),
+    ("x", [[0] * 16] * 6, TypeError, "x: expected a numpy.ndarray (bf16 [6, 16]), got list"),
+    ("top_experts", np.zeros((6, 2), np.float32), TypeError,
+     "top_experts: expected dtype i32, got float32"),
+    ("top_experts", np.array([[0, 1]] * 5 + [[1, 4]], np.int32), ValueError,
+     "top_experts: expert id 4 at [5, 1] is outside [-1, 4) (-1 means no route)"),
+    ("top_experts", np.array([[0, -2]] + [[0, 1]] * 5, np.int32), ValueError,
+     "top_experts: expert id -2 at [0, 1] is outside [-1, 4)"),
+    ("router_weights", np.zeros((6, 2), np.float64), TypeError,
+     "router_weights: expected dtype f32, got float64"),
+    ("router_weights", np.zeros((6, 3), np.float32), ValueError,
+     "router_weights: expected shape [6, 2], got [6, 3]"),
+    ("down_weights", np.zeros((4, 8, 16), np.uint16), ValueError,
+     "down_weights: expected shape [4, 16, 8], got [4, 8, 16]"),
+    ("shared_down_weights", np.zeros((16, 16), np.uint16)[:, ::2], ValueError,
+     "shared_down_weights: expected a C-contiguous array"),
+])
+def test_bad_argument(layer, name, value, exc, message):
+    args = good_args()
+    args[name] = value
+    with pytest.raises(exc) as info:
+        layer(**args)
+    assert message in str(info.value)
+
+
+def test_argument_binding(layer):
+    args = good_args()
+    with pytest.raises(TypeError, match="missing argument\\(s\\): shared_down_weights"):
+        layer(**{k: v for k, v in args.items() if k != "shared_down_weights"})
+    with pytest.raises(TypeError, match="unexpected argument 'weights'"):
+        layer(weights=1, **args)
+    with pytest.raises(TypeError, match="argument 'x' given twice"):
+        layer(args["x"], **args)
+
+
+def test_backward_checks(layer):
+    _, ctx = layer.forward(**good_args())
+    with pytest.raises(TypeError, match="ctx: expected a mok.Context"):
+        layer.backward({"x": 1}, np.zeros((6, 16), np.uint16))
+    with pytest.raises(ValueError, match="d_out: expected shape \\[6, 16\\], got \\[6, 8\\]"):
+        layer.backward(ctx, np.zeros((6, 8), np.uint16))
+    broken = mok.Context(ctx.inputs, {k: v for k, v in ctx.saved.items() if k != "gate"},
+                         ctx.tokens)
+    with pytest.raises(ValueError, match="the saved tensor 'gate' is missing"):
+        layer.backward(broken, np.zeros((6, 16), np.uint16))
+    with pytest.raises(ValueError, match="tensors: expected 16 arrays"):
+        layer.context_from_tensors(ctx.tensors()[:3])
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(top_k=5), "LayerSpec.top_k: expected at most experts = 4, got 5"),
+    (dict(padding=96), "LayerSpec.padding: expected a power of two, got 96"),
+    (dict(swiglu_limit=-1.0), "LayerSpec.swiglu_limit: expected None or a positive number"),
+    (dict(hidden=0), "LayerSpec.hidden: expected a positive int, got 0"),
+    (dict(ep=3), "LayerSpec.ep: experts = 4 must be divisible by ep, got 3"),
+    (dict(tokens=-1), "LayerSpec.tokens: expected None or an int >= 0, got -1"),
+    (dict(expert_id_dtype="int8"), "LayerSpec.expert_id_dtype: expected 'int32' or 'int64'"),
+])
+def test_bad_spec(kwargs, message):
+    base = dict(hidden=16, intermediate=8, experts=4, top_k=2)
+    with pytest.raises(ValueError) as info:
+        mok.LayerSpec(**{**base, **kwargs})
+    assert message in str(info.value)
+
+
+def test_unsupported_target_and_ep():
+    with pytest.raises(ValueError, match="target: 'sm_90a' is not supported yet"):
+        mok.compile(SPEC, target="sm_90a")
+    spec = mok.LayerSpec(hidden=16, intermediate=8, experts=4, top_k=2, ep=2)
+    with pytest.raises(ValueError, match="ep = 2"):
+        mok.compile(spec)
+
+
+def test_bad_ir_reports_location():
+    with pytest.raises(ValueError, match="<ir>:1:"):
+        mok.compile("func.func @moe_layer(%x: tensor<4xbf16>) {")
+    bad_plan = mok.LayerSpec(hidden=16, intermediate=8, experts=4, top_k=2).to_mlir()
+    bad_plan = bad_plan.replace("padding = 1", "padding = 3")
+    with pytest.raises(ValueError, match="padding must be a power of two, got 3"):
+        mok.compile(bad_plan)
+    with pytest.raises(TypeError, match="layer: expected a mok.LayerSpec or moe IR text"):
+        mok.compile(42)
+
+
+def test_imports_without_torch():
+    code = ("import sys; import mok; assert 'torch' not in sys.modules; "
+            "print(mok.LayerSpec(hidden=8, intermediate=8, experts=2, top_k=1))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
