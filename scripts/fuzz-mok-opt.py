@@ -137,7 +137,8 @@ def main():
                for _ in range(args.count)]
     pipelines = [["--moe-fuse-layer"],
                  ["--canonicalize", "--moe-fuse-layer=remarks=true"],
-                 ["--mlir-print-op-generic"]]
+                 ["--mlir-print-op-generic"],
+                 ["--moe-generate-backward", "--moe-to-cpu"]]
     for start in range(0, len(mutants), args.batch):
         batch = mutants[start:start + args.batch]
         for extra in pipelines:
