@@ -10,6 +10,8 @@ from ._spec import LayerSpec
 _NUMPY_DTYPES = {"f32": np.dtype(np.float32), "i32": np.dtype(np.int32),
                  "i64": np.dtype(np.int64)}
 _POISON = {"bf16": np.uint16(0x7FC0), "f32": np.float32("nan")}
+# Context tensors whose rows are routed rows (the rest have one row a token).
+_ROUTED_CONTEXT = ("routed_x", "gate", "up", "hidden")
 
 
 def _describe(info):
@@ -138,21 +140,21 @@ class CompiledLayer:
         local = fn.experts // fn.ep
         return tokens * fn.top_k + local * (fn.padding - 1)
 
+    def _shape(self, fn, info, tokens):
+        """The concrete shape of a signature entry: T for the token count,
+        the worst-case routed row count for routed context tensors."""
+        routed = info.role.startswith("saved:") and info.role[6:] in _ROUTED_CONTEXT
+        rows = self._routed_capacity(fn, tokens) if routed else tokens
+        return [d if d >= 0 else (rows if i == 0 else tokens)
+                for i, d in enumerate(info.shape)]
+
     def _outputs(self, fn, tokens):
         """Output buffers, poisoned (NaN) so that anything left unwritten shows."""
         outs = []
         for r in fn.results:
-            shape = []
-            for d_i, d in enumerate(r.shape):
-                if d >= 0:
-                    shape.append(d)
-                elif r.role.startswith("saved:") and r.role not in (
-                        "saved:shared_gate", "saved:shared_up", "saved:shared_hidden"):
-                    shape.append(self._routed_capacity(fn, tokens))
-                else:
-                    shape.append(tokens)
             dtype = np.uint16 if r.dtype == "bf16" else _NUMPY_DTYPES[r.dtype]
-            outs.append(np.full(shape, _POISON.get(r.dtype, 0), dtype=dtype))
+            outs.append(np.full(self._shape(fn, r, tokens), _POISON.get(r.dtype, 0),
+                                dtype=dtype))
         return outs
 
     def _call(self, fn, inputs, outputs):
@@ -200,7 +202,7 @@ class CompiledLayer:
                             f"{type(ctx).__name__}")
         fn = self._backward
         values = [ctx.inputs[n] for n in self.arg_names]
-        tokens = self._check_inputs(fn, values + [None] * 0)
+        tokens = self._check_inputs(fn, values)
         for arg in fn.args[len(values):]:
             if arg.role.startswith("saved:"):
                 name = arg.role[len("saved:"):]
@@ -208,15 +210,11 @@ class CompiledLayer:
                     raise ValueError(f"ctx: the saved tensor {name!r} is missing "
                                      "(was the context made by this layer's forward?)")
                 value = ctx.saved[name]
-                info_shape = [self._routed_capacity(fn, tokens) if d < 0 and s_i == 0
-                              and name in ("routed_x", "gate", "up", "hidden")
-                              else (tokens if d < 0 else d)
-                              for s_i, d in enumerate(arg.shape)]
+                shape = self._shape(fn, arg, tokens)
                 if not isinstance(value, np.ndarray) or not is_bf16(value.dtype) \
-                        or list(value.shape) != info_shape \
-                        or not value.flags.c_contiguous:
+                        or list(value.shape) != shape or not value.flags.c_contiguous:
                     raise ValueError(f"ctx.saved[{name!r}]: expected a C-contiguous bf16 array "
-                                     f"of shape {info_shape}")
+                                     f"of shape {shape}")
                 values.append(value)
             elif arg.role == "cotangent":
                 self._check("d_out", d_out, arg, tokens)
