@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception */
+/*
+ * mok runtime: the C API a trainer embeds. It loads what the mok compiler
+ * emits (PTX + metadata), checks every argument, and launches on the
+ * caller's stream. It never links MLIR, and it loads the CUDA driver with
+ * dlopen, so it builds — and its checks run — on machines without a GPU.
+ *
+ * Every function returns a mok_status; on failure, mok_last_error() holds a
+ * message for this thread naming the argument and what was expected.
+ */
+#ifndef MOK_RUNTIME_H
+#define MOK_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(MOK_RUNTIME_BUILDING)
+#define MOK_API __attribute__((visibility("default")))
+#else
+#define MOK_API
+#endif
+
+#define MOK_RUNTIME_API_VERSION 1
+#define MOK_MAX_RANK 4
+
+typedef enum mok_status {
+  MOK_OK = 0,
+  MOK_ERROR_INVALID_ARGUMENT = 1, /* a shape, dtype, stride, alignment... */
+  MOK_ERROR_DRIVER_UNAVAILABLE = 2, /* no libcuda, or no device */
+  MOK_ERROR_CUDA = 3,               /* a driver call failed */
+  MOK_ERROR_UNSUPPORTED = 4,        /* a feature not implemented yet */
+  MOK_ERROR_OUT_OF_MEMORY = 6,
+} mok_status;
+
+/* The message of the last failing call on this thread ("" if none). */
+MOK_API const char *mok_last_error(void);
+MOK_API const char *mok_status_name(mok_status status);
+
+/*---------------------------------------------------------------------------
+ * Tensors: caller-owned device memory, described, never copied.
+ *-------------------------------------------------------------------------*/
+
+typedef enum mok_dtype {
+  MOK_DTYPE_BF16 = 1,
+  MOK_DTYPE_F32 = 2,
+  MOK_DTYPE_I32 = 3,
+  MOK_DTYPE_I64 = 4,
+} mok_dtype;
+
+typedef struct mok_tensor {
+  void *data;
+  mok_dtype dtype;
+  int32_t rank;
+  int64_t shape[MOK_MAX_RANK];
+  int64_t strides[MOK_MAX_RANK]; /* in elements */
+} mok_tensor;
+
+/* A row-major contiguous tensor (convenience for C callers). */
+MOK_API mok_tensor mok_tensor_contiguous(void *data, mok_dtype dtype, int32_t rank,
+                                 const int64_t *shape);
+MOK_API const char *mok_dtype_name(mok_dtype dtype);
+MOK_API size_t mok_dtype_size(mok_dtype dtype);
+
+/* Checks `t` (named `name` in messages) against an expected dtype and shape
+ * (-1 = any size), contiguity of the innermost dimension and 16-byte
+ * alignment of the data and of every outer stride, as TMA needs. */
+MOK_API mok_status mok_tensor_check(const mok_tensor *t, const char *name,
+                            mok_dtype dtype, int32_t rank,
+                            const int64_t *shape);
+
+/*---------------------------------------------------------------------------
+ * Weight views: one routed projection of every local expert, [E, rows, cols]
+ * (rows = output features, cols = input features, cols contiguous), over
+ * trainer-owned storage, without a copy.
+ *-------------------------------------------------------------------------*/
+
+typedef enum mok_weight_layout {
+  /* base + e*expert_stride + r*row_stride + c; covers one [E, rows, cols]
+   * tensor and row slices of a fused tensor (gate/up halves of FC1). */
+  MOK_WEIGHTS_STRIDED = 1,
+  /* expert_pointers[e] + r*row_stride + c: one allocation per expert. The
+   * pointer table is host memory, read when the view is bound. */
+  MOK_WEIGHTS_PER_EXPERT = 2,
+} mok_weight_layout;
+
+typedef struct mok_expert_weights {
+  mok_weight_layout layout;
+  mok_dtype dtype;
+  int64_t experts, rows, cols;
+  void *base;
+  int64_t expert_stride; /* elements; MOK_WEIGHTS_STRIDED only */
+  int64_t row_stride;    /* elements */
+  void *const *expert_pointers; /* MOK_WEIGHTS_PER_EXPERT only */
+} mok_expert_weights;
+
+/* A view of a [E, rows, cols] tensor. */
+MOK_API mok_status mok_weights_from_tensor(const mok_tensor *t, const char *name,
+                                   mok_expert_weights *out);
+/* Gate and up views of a fused FC1 tensor [E, 2*I, cols]: gate is rows
+ * [0, I) of each expert, up rows [I, 2I). */
+MOK_API mok_status mok_weights_split_fc1(const mok_tensor *fc1, const char *name,
+                                 mok_expert_weights *gate,
+                                 mok_expert_weights *up);
+/* A view over one [rows, cols] allocation per expert. */
+MOK_API mok_status mok_weights_per_expert(void *const *expert_pointers,
+                                  int64_t experts, int64_t rows, int64_t cols,
+                                  int64_t row_stride, mok_dtype dtype,
+                                  const char *name, mok_expert_weights *out);
+/* The address of element (expert, row, col) of a view. */
+MOK_API mok_status mok_weights_element_address(const mok_expert_weights *w,
+                                        int64_t expert, int64_t row,
+                                        int64_t col, uintptr_t *address);
+/* Checks a view against the expected dtype and sizes (-1 = any). */
+MOK_API mok_status mok_weights_check(const mok_expert_weights *w, const char *name,
+                             mok_dtype dtype, int64_t experts, int64_t rows,
+                             int64_t cols);
+
+/*---------------------------------------------------------------------------
+ * Expert parallelism
+ *-------------------------------------------------------------------------*/
+
+typedef struct mok_ep_group {
+  int32_t size; /* 1: no expert parallelism */
+  int32_t rank;
+  void *nccl_comm; /* ncclComm_t for size > 1 */
+} mok_ep_group;
+
+/* Checks a group; size > 1 is refused until the expert-parallel backend
+ * exists (MOK_ERROR_UNSUPPORTED, naming it). */
+MOK_API mok_status mok_ep_group_check(const mok_ep_group *group);
+
+/*---------------------------------------------------------------------------
+ * The CUDA driver and compiled modules
+ *-------------------------------------------------------------------------*/
+
+/* Whether the CUDA driver could be loaded (MOK_CUDA_DRIVER overrides the
+ * library, default libcuda.so.1) and how many devices it sees. Never fails:
+ * *available = 0 with the reason in mok_last_error() when there is none. */
+MOK_API mok_status mok_driver_probe(int *available, int *device_count);
+
+typedef struct mok_module_s *mok_module;
+
+/* Loads PTX (NUL-terminated) for `device` into its primary context, with the
+ * JIT's error log in the message on failure. */
+MOK_API mok_status mok_module_load_ptx(int device, const char *ptx, mok_module *out);
+MOK_API void mok_module_destroy(mok_module module);
+
+/* Launches `kernel` with raw parameters (as cuLaunchKernel takes them);
+ * `dynamic_smem` above 48 KiB is opted into first. `stream` is a CUstream
+ * (NULL = the legacy default stream). */
+MOK_API mok_status mok_module_launch(mok_module module, const char *kernel,
+                             const uint32_t grid[3], const uint32_t block[3],
+                             uint32_t dynamic_smem, void *stream,
+                             void **params);
+
+/* A 2-D TMA descriptor (CUtensorMap, 128 bytes) of a row-major bf16 matrix
+ * [rows, cols] with `row_stride` elements between rows, a box of
+ * [box_rows, box_cols] and 128-byte swizzle, written to `descriptor`. */
+MOK_API mok_status mok_tma_descriptor_2d(void *descriptor, void *data, int64_t rows,
+                                 int64_t cols, int64_t row_stride,
+                                 uint32_t box_rows, uint32_t box_cols);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MOK_RUNTIME_H */

@@ -1,0 +1,160 @@
+// mok probe: one Hopper GEMM tile from MLIR's nvgpu dialect (sm_90a).
+//
+//   C[M,N] (f32, row-major) = A[M,K] (bf16, row-major) . W[N,K]^T (bf16, row-major)
+//
+// Both operands are K-major in wgmma terms (K is contiguous in smem).
+// Problem size is baked in: M = 256, N = 256, K = 512 (KT = 8 K-tiles).
+// Grid (M/128, N/128, 1), block (128, 1, 1) = one warpgroup, dynamic smem
+// 66560 bytes = 2 stages x (16 KiB A + 16 KiB W) + 1 KiB slack for aligning
+// the stage buffers to 1024 bytes (the 128B-swizzle atom).
+//
+// Kernel parameters (convert-gpu-to-nvvm use-bare-ptr-memref-call-conv=1):
+//   %tmA_p : pointer to a 64-byte aligned CUtensorMap for A in global memory,
+//            box {64 (K), 128 (M)}, bf16, SWIZZLE_128B
+//   %tmW_p : same for W, box {64 (K), 128 (N)}
+//   %C     : bare pointer to C (f32, 256x256, row-major)
+//
+// Per K-tile and stage s the smem holds A_s = [128 rows (M)][64 bf16 (K)] and
+// W_s = [128 rows (N)][64 bf16 (K)], 128 bytes per row, 128B-swizzled by TMA.
+//
+// nvgpu.warpgroup.mma is issued per wgmma instruction (64x128x16): its
+// built-in descriptor iteration advances B by dim0(B)*16*2 bytes per k-step,
+// which is only right for an MN-major (transposeB) B; for our K-major W the
+// k-step must be +32 bytes inside the 128-byte swizzled row. So the probe
+// builds one descriptor per (m-half, k-step) itself, from memref.view's at
+// the right byte offsets, and keeps every nvgpu.warpgroup.mma at iteration
+// count 1 in M, N and K (no built-in descriptor arithmetic is used).
+
+!tmap = !nvgpu.tensormap.descriptor<tensor = memref<128x64xbf16, 3>, swizzle = swizzle_128b, l2promo = none, oob = zero, interleave = none>
+!mbar = !nvgpu.mbarrier.group<memorySpace = #gpu.address_space<workgroup>, num_barriers = 2>
+!smem = memref<?xi8, #gpu.address_space<workgroup>>
+!tileT = memref<128x64xbf16, #gpu.address_space<workgroup>>
+!aT = memref<64x16xbf16, #gpu.address_space<workgroup>>
+!bT = memref<16x128xbf16, #gpu.address_space<workgroup>>
+!dA = !nvgpu.warpgroup.descriptor<tensor = memref<64x16xbf16, #gpu.address_space<workgroup>>>
+!dB = !nvgpu.warpgroup.descriptor<tensor = memref<16x128xbf16, #gpu.address_space<workgroup>>>
+!acc = !nvgpu.warpgroup.accumulator<fragmented = vector<64x128xf32>>
+
+module attributes {gpu.container_module} {
+gpu.module @mok_probe {
+  gpu.func @gemm_bf16_tn_256x256x512(%tmA_p: !llvm.ptr, %tmW_p: !llvm.ptr,
+                                     %C: memref<256x256xf32>) kernel {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %c4 = arith.constant 4 : index
+    %c32 = arith.constant 32 : index
+    %c64 = arith.constant 64 : index
+    %c128 = arith.constant 128 : index
+    %c1023 = arith.constant 1023 : index
+    %c1024 = arith.constant 1024 : index
+    %c8192 = arith.constant 8192 : index
+    %c16384 = arith.constant 16384 : index
+    %c32768 = arith.constant 32768 : index   // bytes per stage = expect_tx count
+    %kTiles = arith.constant 8 : index       // K / 64
+    %ticks = arith.constant 10000000 : index
+
+    %tmA = builtin.unrealized_conversion_cast %tmA_p : !llvm.ptr to !tmap
+    %tmW = builtin.unrealized_conversion_cast %tmW_p : !llvm.ptr to !tmap
+
+    %tid = gpu.thread_id x
+    %bx = gpu.block_id x
+    %by = gpu.block_id y
+    %m0 = arith.muli %bx, %c128 : index
+    %n0 = arith.muli %by, %c128 : index
+    %isT0 = arith.cmpi eq, %tid, %c0 : index
+
+    // Dynamic smem; round the stage base up to 1024 bytes.
+    %dyn = gpu.dynamic_shared_memory : !smem
+    %base = memref.extract_aligned_pointer_as_index %dyn : !smem -> index
+    %b1 = arith.addi %base, %c1023 : index
+    %b2 = arith.divui %b1, %c1024 : index
+    %b3 = arith.muli %b2, %c1024 : index
+    %pad = arith.subi %b3, %base : index     // stage s: A at pad + s*32768, W at +16384
+
+    // mbarriers: one per stage, arrival count 1 (thread 0's arrive.expect_tx).
+    %bar = nvgpu.mbarrier.create -> !mbar
+    scf.if %isT0 {
+      nvgpu.mbarrier.init %bar[%c0], %c1 : !mbar
+      nvgpu.mbarrier.init %bar[%c1], %c1 : !mbar
+      nvvm.fence.mbarrier.init
+      nvgpu.tma.prefetch.descriptor %tmA : !tmap
+      nvgpu.tma.prefetch.descriptor %tmW : !tmap
+    }
+    gpu.barrier
+
+    // Prologue: fill both stages (K-tiles 0 and 1).
+    scf.if %isT0 {
+      scf.for %s = %c0 to %c2 step %c1 {
+        %offA = arith.addi %pad, %c0 : index
+        %sOff = arith.muli %s, %c32768 : index
+        %oA = arith.addi %offA, %sOff : index
+        %oW = arith.addi %oA, %c16384 : index
+        %vA = memref.view %dyn[%oA][] : !smem to !tileT
+        %vW = memref.view %dyn[%oW][] : !smem to !tileT
+        %kc = arith.muli %s, %c64 : index
+        nvgpu.mbarrier.arrive.expect_tx %bar[%s], %c32768 : !mbar
+        nvgpu.tma.async.load %tmA[%kc, %m0], %bar[%s] to %vA : !tmap, !mbar -> !tileT
+        nvgpu.tma.async.load %tmW[%kc, %n0], %bar[%s] to %vW : !tmap, !mbar -> !tileT
+      }
+    }
+
+    %init0 = nvgpu.warpgroup.mma.init.accumulator -> !acc
+    %init1 = nvgpu.warpgroup.mma.init.accumulator -> !acc
+
+    %res:2 = scf.for %kt = %c0 to %kTiles step %c1
+        iter_args(%acc0 = %init0, %acc1 = %init1) -> (!acc, !acc) {
+      %s = arith.remui %kt, %c2 : index
+      %round = arith.divui %kt, %c2 : index
+      %par = arith.remui %round, %c2 : index
+      %parity = arith.cmpi ne, %par, %c0 : index
+      nvgpu.mbarrier.try_wait.parity %bar[%s], %parity, %ticks : !mbar
+
+      %sOff = arith.muli %s, %c32768 : index
+      %oA = arith.addi %pad, %sOff : index
+      %oW = arith.addi %oA, %c16384 : index
+
+      %r:2 = scf.for %ks = %c0 to %c4 step %c1
+          iter_args(%a0 = %acc0, %a1 = %acc1) -> (!acc, !acc) {
+        %kb = arith.muli %ks, %c32 : index            // 16 bf16 = 32 bytes along K
+        %oA0 = arith.addi %oA, %kb : index            // rows 0..63
+        %oA1 = arith.addi %oA0, %c8192 : index        // rows 64..127 (64 * 128 B)
+        %oB = arith.addi %oW, %kb : index
+        %vA0 = memref.view %dyn[%oA0][] : !smem to !aT
+        %vA1 = memref.view %dyn[%oA1][] : !smem to !aT
+        %vB = memref.view %dyn[%oB][] : !smem to !bT
+        %dA0 = nvgpu.warpgroup.generate.descriptor %vA0, %tmA : !aT, !tmap -> !dA
+        %dA1 = nvgpu.warpgroup.generate.descriptor %vA1, %tmA : !aT, !tmap -> !dA
+        %dB = nvgpu.warpgroup.generate.descriptor %vB, %tmW : !bT, !tmap -> !dB
+        // no transposeB: B is K-major (PTX imm-trans-b = 0)
+        %n0a = nvgpu.warpgroup.mma %dA0, %dB, %a0 {waitGroup = 1} : !dA, !dB, !acc -> !acc
+        %n1a = nvgpu.warpgroup.mma %dA1, %dB, %a1 {waitGroup = 1} : !dA, !dB, !acc -> !acc
+        scf.yield %n0a, %n1a : !acc, !acc
+      }
+      // All wgmma reading stage s must be done before TMA refills it.
+      nvvm.wgmma.wait.group.sync.aligned 0
+      gpu.barrier
+      %next = arith.addi %kt, %c2 : index
+      %more = arith.cmpi ult, %next, %kTiles : index
+      %go = arith.andi %more, %isT0 : i1
+      scf.if %go {
+        %vA = memref.view %dyn[%oA][] : !smem to !tileT
+        %vW = memref.view %dyn[%oW][] : !smem to !tileT
+        %kc = arith.muli %next, %c64 : index
+        nvgpu.mbarrier.arrive.expect_tx %bar[%s], %c32768 : !mbar
+        nvgpu.tma.async.load %tmA[%kc, %m0], %bar[%s] to %vA : !tmap, !mbar -> !tileT
+        nvgpu.tma.async.load %tmW[%kc, %n0], %bar[%s] to %vW : !tmap, !mbar -> !tileT
+      }
+      scf.yield %r#0, %r#1 : !acc, !acc
+    }
+
+    // Epilogue: fragment registers straight to global C.
+    %m1 = arith.addi %m0, %c64 : index
+    %C0 = memref.subview %C[%m0, %n0] [64, 128] [1, 1] : memref<256x256xf32> to memref<64x128xf32, strided<[256, 1], offset: ?>>
+    %C1 = memref.subview %C[%m1, %n0] [64, 128] [1, 1] : memref<256x256xf32> to memref<64x128xf32, strided<[256, 1], offset: ?>>
+    nvgpu.warpgroup.mma.store %res#0, %C0 : !acc to memref<64x128xf32, strided<[256, 1], offset: ?>>
+    nvgpu.warpgroup.mma.store %res#1, %C1 : !acc to memref<64x128xf32, strided<[256, 1], offset: ?>>
+    gpu.return
+  }
+}
+}
