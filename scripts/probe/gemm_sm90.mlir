@@ -27,7 +27,7 @@
 
 !tmap = !nvgpu.tensormap.descriptor<tensor = memref<128x64xbf16, 3>, swizzle = swizzle_128b, l2promo = none, oob = zero, interleave = none>
 !mbar = !nvgpu.mbarrier.group<memorySpace = #gpu.address_space<workgroup>, num_barriers = 2>
-!smem = memref<?xi8, #gpu.address_space<workgroup>>
+!smem = memref<66560xi8, #gpu.address_space<workgroup>>
 !tileT = memref<128x64xbf16, #gpu.address_space<workgroup>>
 !aT = memref<64x16xbf16, #gpu.address_space<workgroup>>
 !bT = memref<16x128xbf16, #gpu.address_space<workgroup>>
@@ -37,6 +37,14 @@
 
 module attributes {gpu.container_module} {
 gpu.module @mok_probe {
+  // Dynamic shared memory. A public, uninitialised, zero-sized workgroup
+  // global becomes `.extern .shared .align 1024 .b8 mok_dyn_smem[];` in PTX,
+  // i.e. CUDA's `extern __shared__` array placed after all static smem.
+  // (gpu.dynamic_shared_memory instead makes an *internal* [0 x i8] global that
+  // NVPTX demotes to a 1-byte `.shared .align 16 .b8 __dynamic_shmem__0;`
+  // next to the static __mbarrier array, in an order ptxas chooses.)
+  memref.global "public" @mok_dyn_smem : memref<0xi8, #gpu.address_space<workgroup>> {alignment = 1024 : i64}
+
   gpu.func @gemm_bf16_tn_256x256x512(%tmA_p: !llvm.ptr, %tmW_p: !llvm.ptr,
                                      %C: memref<256x256xf32>) kernel {
     %c0 = arith.constant 0 : index
@@ -64,8 +72,11 @@ gpu.module @mok_probe {
     %n0 = arith.muli %by, %c128 : index
     %isT0 = arith.cmpi eq, %tid, %c0 : index
 
-    // Dynamic smem; round the stage base up to 1024 bytes.
-    %dyn = gpu.dynamic_shared_memory : !smem
+    // Dynamic smem (see @mok_dyn_smem); round the stage base up to 1024 bytes
+    // in case the driver does not honour the declared alignment.
+    %dyn0 = memref.get_global @mok_dyn_smem : memref<0xi8, #gpu.address_space<workgroup>>
+    %dyn = memref.reinterpret_cast %dyn0 to offset: [0], sizes: [66560], strides: [1]
+        : memref<0xi8, #gpu.address_space<workgroup>> to !smem
     %base = memref.extract_aligned_pointer_as_index %dyn : !smem -> index
     %b1 = arith.addi %base, %c1023 : index
     %b2 = arith.divui %b1, %c1024 : index
@@ -86,9 +97,8 @@ gpu.module @mok_probe {
     // Prologue: fill both stages (K-tiles 0 and 1).
     scf.if %isT0 {
       scf.for %s = %c0 to %c2 step %c1 {
-        %offA = arith.addi %pad, %c0 : index
         %sOff = arith.muli %s, %c32768 : index
-        %oA = arith.addi %offA, %sOff : index
+        %oA = arith.addi %pad, %sOff : index
         %oW = arith.addi %oA, %c16384 : index
         %vA = memref.view %dyn[%oA][] : !smem to !tileT
         %vW = memref.view %dyn[%oW][] : !smem to !tileT

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Lower gemm_sm90.mlir to PTX with MLIR 22 (Debian /usr/lib/llvm-22), extract the
+# PTX into gemm_sm90.ptx and check it with ptxas for sm_90a. Runs on the dev box
+# (no GPU needed). Usage: scripts/probe/build_ptx.sh   (from anywhere)
+set -euo pipefail
+cd "$(dirname "$0")"
+L=/usr/lib/llvm-22/bin
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+
+"$L/mlir-opt" gemm_sm90.mlir --mlir-print-op-on-diagnostic=false \
+  --nvvm-attach-target="chip=sm_90a features=+ptx80 O=3" \
+  --convert-nvgpu-to-nvvm \
+  --convert-scf-to-cf \
+  --expand-strided-metadata \
+  --lower-affine \
+  --convert-gpu-to-nvvm="use-bare-ptr-memref-call-conv=1" \
+  --convert-nvvm-to-llvm \
+  --reconcile-unrealized-casts \
+  --gpu-module-to-binary="format=isa toolkit=$CUDA" \
+  -o "$TMP/out.mlir"
+
+# gpu.binary ... assembly = "<escaped PTX>": MLIR escapes bytes as \XX (hex) and '\' as '\\'.
+python3 - "$TMP/out.mlir" gemm_sm90.ptx <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r'assembly = "((?:[^"\\]|\\.)*)"', text)
+if not m:
+    sys.exit("no assembly = \"...\" in mlir-opt output")
+ptx = re.sub(r'\\([0-9A-Fa-f]{2}|\\)',
+             lambda g: '\\' if g.group(1) == '\\' else chr(int(g.group(1), 16)), m.group(1))
+open(sys.argv[2], 'w').write(ptx)
+PY
+echo "wrote $(pwd)/gemm_sm90.ptx ($(wc -l < gemm_sm90.ptx) lines)"
+
+"$CUDA/bin/ptxas" -arch=sm_90a -v gemm_sm90.ptx -o "$TMP/gemm_sm90.cubin"
+echo "ptxas OK (sm_90a)"
+grep -c 'wgmma.mma_async' gemm_sm90.ptx | sed 's/^/wgmma.mma_async instructions: /'
+grep -o 'wgmma.mma_async[.a-z0-9]*' gemm_sm90.ptx | sort | uniq -c
