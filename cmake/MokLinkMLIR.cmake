@@ -91,7 +91,8 @@ function(mok_link_mlir_static target)
     -static-libstdc++ -static-libgcc -Wl,--gc-sections)
 endfunction()
 
-# LLVM components the static tools need; grows with the compiler (NVPTX
-# arrives with the GPU lowering).
+# LLVM components the static tools need (NVPTX for the in-process PTX
+# emission).
 set(MOK_STATIC_LLVM_COMPONENTS support demangle targetparser core binaryformat
-    remarks bitstreamreader)
+    remarks bitstreamreader nvptx passes irreader linker bitwriter bitreader
+    asmparser target mc object transformutils analysis codegen)

@@ -38,6 +38,16 @@ void runPipeline(mok::Module &m, const std::string &pipeline) {
     raise(error);
 }
 
+std::vector<mok::GpuKernel> compileGPU(const mok::Module &m,
+                                       const std::string &chip,
+                                       const std::string &toolkit) {
+  std::string error;
+  std::vector<mok::GpuKernel> kernels;
+  if (!m.compileGPU(chip, toolkit, kernels, error))
+    raise(error);
+  return kernels;
+}
+
 std::unique_ptr<mok::HostExecutable> compileHost(const mok::Module &m) {
   std::string error;
   auto exe = mok::HostExecutable::compile(m, error);
@@ -103,6 +113,12 @@ NB_MODULE(_mok, m) {
       .def_ro("ep", &mok::FunctionInfo::ep)
       .def_ro("padding", &mok::FunctionInfo::padding);
 
+  nb::class_<mok::GpuKernel>(m, "GpuKernel")
+      .def_ro("function", &mok::GpuKernel::function)
+      .def_ro("kernel", &mok::GpuKernel::kernel)
+      .def_ro("ptx", &mok::GpuKernel::ptx)
+      .def_ro("metadata", &mok::GpuKernel::metadata);
+
   nb::class_<mok::Module>(m, "Module")
       .def_static("parse", &parse, nb::arg("source"),
                   nb::arg("name") = "<string>",
@@ -112,6 +128,8 @@ NB_MODULE(_mok, m) {
            "Run a pass pipeline, e.g. 'moe-fuse-layer'.")
       .def("functions", &mok::Module::functions,
            "The func.func signatures, with layer operand names and roles.")
+      .def("compile_gpu", &compileGPU, nb::arg("chip"), nb::arg("toolkit"),
+           "PTX and runtime metadata of every fused forward layer.")
       .def("__str__", &mok::Module::print);
 
   nb::class_<mok::HostExecutable>(m, "HostExecutable")

@@ -39,8 +39,10 @@ if os.path.exists(mlir_runner) and os.path.exists(
     config.available_features.add("mlir-runner")
     tools.append(ToolSubst("mlir-runner", unresolved="ignore"))
     config.substitutions.append(("%mlir_lib_dir", mlir_lib_dir))
-if shutil.which("ptxas") or os.path.exists("/usr/local/cuda/bin/ptxas"):
+ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+if os.path.exists(ptxas):
     config.available_features.add("ptxas")
+    config.substitutions.append(("ptxas ", f"{ptxas} "))
 if shutil.which("nvidia-smi") and os.path.exists("/dev/nvidia0"):
     config.available_features.add("cuda-gpu")
 

@@ -16,6 +16,7 @@ inline void registerAllPasses() {
   moe::registerMoEPasses();
   registerMokConversionPasses();
   registerMoEToCPUPipeline();
+  registerMoEToPTXPipeline();
   // The generic cleanups a user reaches for between mok passes.
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();

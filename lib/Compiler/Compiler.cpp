@@ -2,10 +2,12 @@
 #include "mok/Compiler/Compiler.h"
 
 #include "mok/Conversion/MoEToCPU/MoEToCPU.h"
+#include "mok/Conversion/MoEToGPU/MoEToGPU.h"
 #include "mok/Dialect/MoE/IR/MoEOps.h"
 #include "mok/InitAllDialects.h"
 #include "mok/InitAllPasses.h"
 
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -19,6 +21,8 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
 
@@ -229,6 +233,94 @@ std::vector<FunctionInfo> Module::functions() const {
     out.push_back(std::move(info));
   }
   return out;
+}
+
+/// The runtime's view of a kernel, from its `mok.kernel` attribute.
+static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
+  auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel");
+  llvm::json::Object root;
+  root["mok_metadata_version"] = 1;
+  root["function"] = function.str();
+  root["kernel"] = func.getName().str();
+  for (NamedAttribute a : desc) {
+    StringRef key = a.getName().getValue();
+    if (key == "params")
+      continue;
+    if (auto s = dyn_cast<StringAttr>(a.getValue()))
+      root[key] = s.getValue().str();
+    else if (auto b = dyn_cast<BoolAttr>(a.getValue())) // before IntegerAttr
+      root[key] = b.getValue();
+    else if (auto i = dyn_cast<IntegerAttr>(a.getValue()))
+      root[key] = i.getInt();
+    else if (auto arr = dyn_cast<ArrayAttr>(a.getValue())) {
+      llvm::json::Array items;
+      for (Attribute e : arr)
+        if (auto s = dyn_cast<StringAttr>(e))
+          items.push_back(s.getValue().str());
+      root[key] = std::move(items);
+    }
+  }
+  llvm::json::Array params;
+  for (Attribute p : cast<ArrayAttr>(desc.get("params"))) {
+    auto d = cast<DictionaryAttr>(p);
+    llvm::json::Array shape;
+    for (int64_t v : cast<DenseI64ArrayAttr>(d.get("shape")).asArrayRef())
+      shape.push_back(v);
+    params.push_back(llvm::json::Object{
+        {"name", cast<StringAttr>(d.get("name")).getValue().str()},
+        {"role", cast<StringAttr>(d.get("role")).getValue().str()},
+        {"dtype", cast<StringAttr>(d.get("dtype")).getValue().str()},
+        {"shape", std::move(shape)}});
+  }
+  root["params"] = std::move(params);
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)));
+  return s;
+}
+
+bool Module::compileGPU(const std::string &chip, const std::string &toolkit,
+                        std::vector<GpuKernel> &kernels,
+                        std::string &error) const {
+  DiagnosticCollector diags(impl->ctx.get());
+  OwningOpRef<ModuleOp> copy = cast<ModuleOp>((*impl->module)->clone());
+  PassManager toKernels(impl->ctx.get());
+  buildMoEToGPUPipeline(toKernels, chip);
+  if (failed(toKernels.run(*copy))) {
+    error = diags.take("lowering to GPU kernels failed");
+    return false;
+  }
+  std::map<std::string, GpuKernel> byModule;
+  for (auto gm : copy->getOps<gpu::GPUModuleOp>())
+    for (auto func : gm.getOps<gpu::GPUFuncOp>()) {
+      if (!func->hasAttr("mok.kernel"))
+        continue;
+      GpuKernel k;
+      k.kernel = func.getName().str();
+      StringRef module = gm.getName();
+      k.function = module.drop_back(strlen("_kernels")).str();
+      k.metadata = metadataJson(func, k.function);
+      byModule[module.str()] = std::move(k);
+    }
+  if (byModule.empty()) {
+    error = "no fused forward MoE layer to compile for the GPU";
+    return false;
+  }
+  PassManager toPTX(impl->ctx.get());
+  buildGPUToPTXPipeline(toPTX, chip, toolkit);
+  if (failed(toPTX.run(*copy))) {
+    error = diags.take("PTX emission failed");
+    return false;
+  }
+  for (auto bin : copy->getOps<gpu::BinaryOp>()) {
+    auto it = byModule.find(bin.getName().str());
+    if (it == byModule.end())
+      continue;
+    for (Attribute o : bin.getObjects())
+      it->second.ptx = cast<gpu::ObjectAttr>(o).getObject().getValue().str();
+    kernels.push_back(std::move(it->second));
+  }
+  return true;
 }
 
 struct HostExecutable::Impl {

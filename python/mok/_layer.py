@@ -3,7 +3,6 @@
 from dataclasses import dataclass, field
 import numpy as np
 
-from . import _mok
 from ._bf16 import is_bf16
 from ._spec import LayerSpec
 
@@ -67,6 +66,7 @@ class CompiledLayer:
         if self._infer.ep != 1:
             raise ValueError(f"expert parallelism (ep = {self._infer.ep}) is not "
                              "supported by the CPU target; use ep = 1")
+        from . import _mok
         self._exe = _mok.HostExecutable.compile(module)
         self.stages["llvm"] = self._exe.lowered_ir
         self.name = name
@@ -228,20 +228,29 @@ class CompiledLayer:
         return grads
 
 
-def compile(layer, target="cpu", recompute=False, function="moe_layer"):
+GPU_TARGETS = ("sm_90a", "sm_100a")
+
+
+def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_dir=None):
     """Compiles a layer for `target`.
 
     layer: a LayerSpec, or moe IR text holding `function` (one MoE layer,
     fused or as an unfused chain).
-    recompute: save no context in forward; backward recomputes gate/up.
+
+    target="cpu": the executable reference, JIT-compiled for this host.
+    `recompute`: save no context in forward; backward recomputes gate/up.
     Returns a CompiledLayer whose `stages` hold the IR of every step:
     "moe" (input), "training" (fused, with forward and backward functions),
     "llvm" (what was JIT-compiled).
+
+    target="sm_90a" or "sm_100a": the forward layer as one persistent GPU
+    kernel. Returns a GpuArtifact (PTX + runtime metadata), cached on disk by
+    IR, target and compiler version (cache_dir, or $MOK_CACHE_DIR, or
+    ~/.cache/mok); `GpuArtifact.load()` runs it on a CUDA device with torch.
+    The training forward and backward are CPU-only for now.
     """
-    if target != "cpu":
-        raise ValueError(f"target: {target!r} is not supported yet; the CPU "
-                         "reference ('cpu') is. GPU targets ('sm_90a', 'sm_100a') "
-                         "arrive with the GPU backend.")
+    if target != "cpu" and target not in GPU_TARGETS:
+        raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")
     if isinstance(layer, LayerSpec):
         source, name = layer.to_mlir(function), "<LayerSpec>"
     elif isinstance(layer, str):
@@ -249,6 +258,13 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer"):
     else:
         raise TypeError(f"layer: expected a mok.LayerSpec or moe IR text, got "
                         f"{type(layer).__name__}")
+    if target in GPU_TARGETS:
+        if recompute:
+            raise ValueError("recompute: the GPU target compiles the forward layer "
+                             "only; training on the GPU is not supported yet")
+        from ._gpu import compile_gpu
+        return compile_gpu(source, name, target, function, cache_dir)
+    from . import _mok
     module = _mok.Module.parse(source, name)
     stages = {"moe": str(module)}
     options = "{recompute=true}" if recompute else ""

@@ -10,7 +10,7 @@ import pytest
 
 import mok
 import reference
-from conftest import MEASURED, seed_for
+from cpu_results import MEASURED, seed_for
 
 REL_BOUND = 1e-2
 

@@ -99,9 +99,14 @@ def test_bad_spec(kwargs, message):
     assert message in str(info.value)
 
 
-def test_unsupported_target_and_ep():
-    with pytest.raises(ValueError, match="target: 'sm_90a' is not supported yet"):
-        mok.compile(SPEC, target="sm_90a")
+def test_unsupported_target_and_ep(tmp_path):
+    with pytest.raises(ValueError, match="target: expected 'cpu', 'sm_90a' or 'sm_100a', got 'sm_80'"):
+        mok.compile(SPEC, target="sm_80")
+    with pytest.raises(ValueError, match="recompute: the GPU target compiles the forward layer only"):
+        mok.compile(SPEC, target="sm_90a", recompute=True)
+    dynamic = mok.LayerSpec(hidden=16, intermediate=8, experts=4, top_k=2)
+    with pytest.raises(ValueError, match="a dynamic token count is not supported yet"):
+        mok.compile(dynamic, target="sm_90a", cache_dir=str(tmp_path))
     spec = mok.LayerSpec(hidden=16, intermediate=8, experts=4, top_k=2, ep=2)
     with pytest.raises(ValueError, match="ep = 2"):
         mok.compile(spec)

@@ -72,6 +72,8 @@ Loaded load() {
   get(d.moduleGetFunction, "cuModuleGetFunction");
   get(d.funcSetAttribute, "cuFuncSetAttribute");
   get(d.launchKernel, "cuLaunchKernel");
+  get(d.launchCooperativeKernel, "cuLaunchCooperativeKernel");
+  get(d.deviceGetAttribute, "cuDeviceGetAttribute");
   get(d.tensorMapEncodeTiled, "cuTensorMapEncodeTiled");
   if (missing)
     return l;

@@ -25,6 +25,8 @@ struct Driver {
   decltype(&::cuModuleGetFunction) moduleGetFunction;
   decltype(&::cuFuncSetAttribute) funcSetAttribute;
   decltype(&::cuLaunchKernel) launchKernel;
+  decltype(&::cuLaunchCooperativeKernel) launchCooperativeKernel;
+  decltype(&::cuDeviceGetAttribute) deviceGetAttribute;
   decltype(&::cuTensorMapEncodeTiled) tensorMapEncodeTiled;
 
   /// "CUDA_ERROR_X: description" for `r`.

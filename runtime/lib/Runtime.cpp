@@ -392,11 +392,29 @@ extern "C" void mok_module_destroy(mok_module m) {
   delete m;
 }
 
+extern "C" mok_status mok_device_sm_count(int device, int *count) {
+  if (!count)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "count: is NULL";
+  const Driver *d;
+  if (mok_status s = driverOrFail(d))
+    return s;
+  CUdevice dev;
+  if (CUresult r = d->deviceGet(&dev, device); r != CUDA_SUCCESS)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "device: " << device << " is not a device (" << d->describe(r)
+           << ")";
+  if (CUresult r = d->deviceGetAttribute(
+          count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+      r != CUDA_SUCCESS)
+    return Fail(MOK_ERROR_CUDA) << "cuDeviceGetAttribute: " << d->describe(r);
+  return ok();
+}
+
 extern "C" mok_status mok_module_launch(mok_module m, const char *kernel,
                                         const uint32_t grid[3],
                                         const uint32_t block[3],
                                         uint32_t dynamicSmem, void *stream,
-                                        void **params) {
+                                        void **params, uint32_t flags) {
   if (!m || !kernel || !grid || !block)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "module/kernel/grid/block: is NULL";
@@ -414,13 +432,23 @@ extern "C" mok_status mok_module_launch(mok_module m, const char *kernel,
       return Fail(MOK_ERROR_CUDA)
              << "dynamic_smem: " << dynamicSmem
              << " bytes refused by the device: " << d->describe(r);
-  if (CUresult r = d->launchKernel(f, grid[0], grid[1], grid[2], block[0],
-                                   block[1], block[2], dynamicSmem,
-                                   static_cast<CUstream>(stream), params,
-                                   nullptr);
-      r != CUDA_SUCCESS)
+  if (flags & ~uint32_t(MOK_LAUNCH_COOPERATIVE))
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "flags: unknown bits 0x"
+                                            << std::hex << flags;
+  CUresult r =
+      (flags & MOK_LAUNCH_COOPERATIVE)
+          ? d->launchCooperativeKernel(f, grid[0], grid[1], grid[2], block[0],
+                                       block[1], block[2], dynamicSmem,
+                                       static_cast<CUstream>(stream), params)
+          : d->launchKernel(f, grid[0], grid[1], grid[2], block[0], block[1],
+                            block[2], dynamicSmem,
+                            static_cast<CUstream>(stream), params, nullptr);
+  if (r != CUDA_SUCCESS)
     return Fail(MOK_ERROR_CUDA)
-           << "launching '" << kernel << "' failed: " << d->describe(r);
+           << "launching '" << kernel << "' failed: " << d->describe(r)
+           << ((flags & MOK_LAUNCH_COOPERATIVE)
+                   ? " (a cooperative grid must fit on the device at once)"
+                   : "");
   return ok();
 }
 

@@ -137,9 +137,9 @@ gpu.module @mok_probe {
         %dA1 = nvgpu.warpgroup.generate.descriptor %vA1, %tmA : !aT, !tmap -> !dA
         %dB = nvgpu.warpgroup.generate.descriptor %vB, %tmW : !bT, !tmap -> !dB
         // no transposeB: B is K-major (PTX imm-trans-b = 0)
-        %n0a = nvgpu.warpgroup.mma %dA0, %dB, %a0 {waitGroup = 1} : !dA, !dB, !acc -> !acc
-        %n1a = nvgpu.warpgroup.mma %dA1, %dB, %a1 {waitGroup = 1} : !dA, !dB, !acc -> !acc
-        scf.yield %n0a, %n1a : !acc, !acc
+        %u0 = nvgpu.warpgroup.mma %dA0, %dB, %a0 {waitGroup = 1} : !dA, !dB, !acc -> !acc
+        %u1 = nvgpu.warpgroup.mma %dA1, %dB, %a1 {waitGroup = 1} : !dA, !dB, !acc -> !acc
+        scf.yield %u0, %u1 : !acc, !acc
       }
       // All wgmma reading stage s must be done before TMA refills it.
       nvvm.wgmma.wait.group.sync.aligned 0

@@ -43,6 +43,16 @@ struct FunctionInfo {
   int64_t tokens = -1, topK = 0, experts = 0, ep = 0, padding = 0;
 };
 
+/// A GPU kernel compiled from a layer: its PTX and the metadata the runtime
+/// reads (JSON: kernel name, launch policy, parameters with role, dtype and
+/// shape; see docs/Runtime.md).
+struct GpuKernel {
+  std::string function; ///< the layer function it implements
+  std::string kernel;   ///< the entry point in the PTX
+  std::string ptx;
+  std::string metadata;
+};
+
 /// A module of the moe dialect (and whatever the pipelines lower it to).
 /// Errors are reported by returning false with a message in `error()`, which
 /// carries the diagnostics with their locations.
@@ -66,6 +76,11 @@ public:
 
   /// The functions of the module (func.func), in order.
   std::vector<FunctionInfo> functions() const;
+
+  /// Compiles every fused forward layer of (a copy of) the module for `chip`
+  /// ("sm_90a" or "sm_100a"); `toolkit` holds libdevice.
+  bool compileGPU(const std::string &chip, const std::string &toolkit,
+                  std::vector<GpuKernel> &kernels, std::string &error) const;
 
 private:
   Module();

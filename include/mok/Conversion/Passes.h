@@ -3,6 +3,7 @@
 #define MOK_CONVERSION_PASSES_H
 
 #include "mok/Conversion/MoEToCPU/MoEToCPU.h"
+#include "mok/Conversion/MoEToGPU/MoEToGPU.h"
 
 namespace mok {
 

@@ -42,4 +42,48 @@ def ConvertMoEToCPU : Pass<"convert-moe-to-cpu", "::mlir::ModuleOp"> {
                            "::mlir::LLVM::LLVMDialect"];
 }
 
+//===----------------------------------------------------------------------===//
+// MoEToGPU
+//===----------------------------------------------------------------------===//
+
+def ConvertMoEToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
+  let summary = "Lower a fused forward MoE layer to one persistent GPU kernel";
+  let description = [{
+    For every function whose body is one fused forward `moe.layer`, adds a
+    `gpu.module @<name>_kernels` holding `gpu.func @<name>_forward`: one
+    persistent kernel, launched cooperatively with one CTA per SM, that runs
+    the whole layer in phases separated by grid-wide barriers:
+
+    1. the routing plan on the device (per-expert counts, padded offsets,
+       deterministic row assignment: token order within each expert), so
+       no host synchronization is needed;
+    2. the dispatch gather of routed rows;
+    3. gate/up with the (clamped) SwiGLU, and the shared expert's gate/up;
+    4. the down projections;
+    5. the router-weighted combine with the shared expert's output.
+
+    The numerics are the CPU reference's (same emitters, same reduction
+    order). This first version computes the GEMMs with scalar FMAs; the
+    TMA + wgmma (sm_90a) and tcgen05 (sm_100a) layers replace phases 3 and 4.
+    The kernel takes bare pointers: the inputs and output of the layer, then
+    the workspace buffers, each described in the `mok.kernel` attribute
+    (name, element type, shape) that the runtime reads.
+
+    Not supported yet, and rejected with an error: expert parallelism
+    (ep > 1), a dynamic token count, the saved context and `moe.layer_grad`.
+  }];
+  let options = [
+    Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
+           "GPU target: sm_90a (Hopper) or sm_100a (Blackwell)">,
+    Option<"blockSize", "block-size", "unsigned", /*default=*/"256",
+           "Threads per CTA">,
+  ];
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::gpu::GPUDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::memref::MemRefDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::LLVM::LLVMDialect"];
+}
+
 #endif // MOK_CONVERSION_PASSES_TD

@@ -68,6 +68,13 @@ public:
   Value minf(Value x, Value y) { return arith::MinimumFOp::create(b, loc, x, y); }
   Value maxf(Value x, Value y) { return arith::MaximumFOp::create(b, loc, x, y); }
 
+  /// for iv in [lb, ub) step `step`: body(iv)
+  void loop(Value lb, Value ub, Value step, function_ref<void(Value)> body) {
+    auto op = scf::ForOp::create(b, loc, lb, ub, step);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(op.getBody()->getTerminator());
+    body(op.getInductionVar());
+  }
   /// for iv in [lb, ub): body(iv)
   void loop(Value lb, Value ub, function_ref<void(Value)> body) {
     auto op = scf::ForOp::create(b, loc, lb, ub, index(1));

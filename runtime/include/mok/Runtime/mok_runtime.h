@@ -149,13 +149,22 @@ typedef struct mok_module_s *mok_module;
 MOK_API mok_status mok_module_load_ptx(int device, const char *ptx, mok_module *out);
 MOK_API void mok_module_destroy(mok_module module);
 
+/* The number of multiprocessors of `device` (the persistent grid size). */
+MOK_API mok_status mok_device_sm_count(int device, int *count);
+
+enum {
+  /* All CTAs are resident at once (cuLaunchCooperativeKernel): what a
+   * persistent kernel with grid-wide barriers needs. */
+  MOK_LAUNCH_COOPERATIVE = 1,
+};
+
 /* Launches `kernel` with raw parameters (as cuLaunchKernel takes them);
  * `dynamic_smem` above 48 KiB is opted into first. `stream` is a CUstream
- * (NULL = the legacy default stream). */
+ * (NULL = the legacy default stream); `flags` are MOK_LAUNCH_* bits. */
 MOK_API mok_status mok_module_launch(mok_module module, const char *kernel,
                              const uint32_t grid[3], const uint32_t block[3],
                              uint32_t dynamic_smem, void *stream,
-                             void **params);
+                             void **params, uint32_t flags);
 
 /* A 2-D TMA descriptor (CUtensorMap, 128 bytes) of a row-major bf16 matrix
  * [rows, cols] with `row_stride` elements between rows, a box of

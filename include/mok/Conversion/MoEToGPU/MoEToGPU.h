@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#ifndef MOK_CONVERSION_MOETOGPU_MOETOGPU_H
+#define MOK_CONVERSION_MOETOGPU_MOETOGPU_H
+
+#include "mlir/Pass/Pass.h"
+
+#include <string>
+
+namespace mlir {
+class OpPassManager;
+} // namespace mlir
+
+namespace mok {
+
+#define GEN_PASS_DECL_CONVERTMOETOGPU
+#include "mok/Conversion/Passes.h.inc"
+
+/// moe → one persistent kernel → NVVM → PTX (in a gpu.binary), for `chip`
+/// ("sm_90a" or "sm_100a"). `toolkit` is the CUDA toolkit holding libdevice.
+void buildMoEToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
+                           const std::string &toolkit);
+
+/// Its two halves: fuse + convert-moe-to-gpu (the kernels, with their
+/// `mok.kernel` descriptions), then NVVM lowering and PTX emission.
+void buildMoEToGPUPipeline(mlir::OpPassManager &pm, const std::string &chip);
+void buildGPUToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
+                           const std::string &toolkit);
+
+/// Registers `--moe-to-ptx="chip=sm_90a"`.
+void registerMoEToPTXPipeline();
+
+} // namespace mok
+
+#endif // MOK_CONVERSION_MOETOGPU_MOETOGPU_H

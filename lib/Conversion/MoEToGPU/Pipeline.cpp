@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// The moe-to-ptx pipeline: moe → persistent kernel → NVVM → PTX, in
+// process through LLVM's NVPTX backend (MLIR's NVVM target).
+//
+#include "mok/Conversion/MoEToGPU/MoEToGPU.h"
+#include "mok/Dialect/MoE/Transforms/Passes.h"
+
+#include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
+#include "mlir/Conversion/NVVMToLLVM/NVVMToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+#include <cstdlib>
+
+using namespace mlir;
+
+void mok::buildMoEToPTXPipeline(OpPassManager &pm, const std::string &chip,
+                                const std::string &toolkit) {
+  buildMoEToGPUPipeline(pm, chip);
+  buildGPUToPTXPipeline(pm, chip, toolkit);
+}
+
+void mok::buildMoEToGPUPipeline(OpPassManager &pm, const std::string &chip) {
+  pm.addPass(moe::createMoEFuseLayer());
+  ConvertMoEToGPUOptions gpuOptions;
+  gpuOptions.chip = chip;
+  pm.addPass(createConvertMoEToGPU(gpuOptions));
+}
+
+void mok::buildGPUToPTXPipeline(OpPassManager &pm, const std::string &chip,
+                                const std::string &toolkit) {
+  GpuNVVMAttachTargetOptions target;
+  target.chip = chip;
+  // tcgen05's block-scaled forms need PTX 8.8 (without it the NVPTX backend
+  // aborts the process); Hopper's instructions are in PTX 8.0.
+  target.features = chip == "sm_100a" ? "+ptx88" : "+ptx80";
+  target.optLevel = 3;
+  pm.addPass(createGpuNVVMAttachTarget(target));
+
+  OpPassManager &kernels = pm.nest<gpu::GPUModuleOp>();
+  kernels.addPass(createCanonicalizerPass());
+  kernels.addPass(createCSEPass());
+  kernels.addPass(createSCFToControlFlowPass());
+  kernels.addPass(memref::createExpandStridedMetadataPass());
+  ConvertGpuOpsToNVVMOpsOptions nvvm;
+  nvvm.indexBitwidth = 64;
+  nvvm.useBarePtrCallConv = true; // one pointer a buffer, for the runtime
+  kernels.addPass(createConvertGpuOpsToNVVMOps(nvvm));
+  kernels.addPass(createConvertNVVMToLLVMPass());
+  kernels.addPass(createReconcileUnrealizedCastsPass());
+
+  GpuModuleToBinaryPassOptions binary;
+  binary.compilationTarget = "isa"; // PTX text, assembled by the driver
+  binary.toolkitPath = toolkit;     // libdevice, for expf
+  pm.addPass(createGpuModuleToBinaryPass(binary));
+}
+
+namespace {
+struct MoEToPTXOptions : public PassPipelineOptions<MoEToPTXOptions> {
+  Option<std::string> chip{*this, "chip",
+                           llvm::cl::desc("sm_90a (Hopper) or sm_100a (Blackwell)"),
+                           llvm::cl::init("sm_90a")};
+  Option<std::string> toolkit{
+      *this, "toolkit",
+      llvm::cl::desc("CUDA toolkit with libdevice (default: $CUDA_HOME or "
+                     "/usr/local/cuda)"),
+      llvm::cl::init("")};
+};
+} // namespace
+
+void mok::registerMoEToPTXPipeline() {
+  PassPipelineRegistration<MoEToPTXOptions>(
+      "moe-to-ptx",
+      "Lower fused forward MoE layers to one persistent GPU kernel each and "
+      "emit PTX for chip=sm_90a or chip=sm_100a (in a gpu.binary)",
+      [](OpPassManager &pm, const MoEToPTXOptions &options) {
+        std::string toolkit = options.toolkit;
+        if (toolkit.empty()) {
+          const char *home = std::getenv("CUDA_HOME");
+          toolkit = home && *home ? home : "/usr/local/cuda";
+        }
+        buildMoEToPTXPipeline(pm, options.chip, toolkit);
+      });
+}

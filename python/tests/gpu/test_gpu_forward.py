@@ -1,0 +1,151 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""The GPU forward layer against a float64 reference, on fresh random inputs,
+with the output poisoned (NaN) before every launch. Needs a CUDA GPU, torch,
+libmok_runtime.so (MOK_RUNTIME_LIBRARY) and the artifacts compiled by
+scripts/gpu/prepare_artifacts.py (MOK_GPU_ARTIFACTS, default gpu-artifacts).
+"""
+import os
+
+import pytest
+
+import mok
+from cases import CASES
+from gpu_results import RESULTS
+
+ARTIFACTS = os.environ.get("MOK_GPU_ARTIFACTS", "gpu-artifacts")
+REL_BOUND = 1e-2
+
+
+def _layer(name):
+    path = os.path.join(ARTIFACTS, name, "moe_layer")
+    if not os.path.exists(path + ".ptx"):
+        pytest.fail(f"{path}.ptx is missing: run scripts/gpu/prepare_artifacts.py")
+    return mok.GpuArtifact.from_files(path).load()
+
+
+def _inputs(c, gen):
+    import torch
+    dev = "cuda"
+    T, H, I, E, k = c["tokens"], c["hidden"], c["intermediate"], c["experts"], c["top_k"]
+    if c.get("routing") == "zipf":
+        p = 1.0 / torch.arange(1, E + 1, dtype=torch.float64) ** 1.2
+        top = torch.stack([torch.multinomial(p, k, replacement=False, generator=gen)
+                           for _ in range(T)])
+    else:
+        used = torch.tensor(c.get("used", list(range(E))))
+        top = torch.stack([used[torch.randperm(len(used), generator=gen)[:k]]
+                           for _ in range(T)])
+    if c.get("drop"):
+        top[torch.rand(top.shape, generator=gen) < c["drop"]] = -1
+    w = torch.softmax(torch.randn(T, k, generator=gen), dim=1)
+    if c.get("zero"):
+        w[torch.rand(w.shape, generator=gen) < c["zero"]] = 0.0
+    def bf(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to(torch.bfloat16).to(dev)
+    ids = torch.int64 if c.get("expert_id_dtype") == "int64" else torch.int32
+    args = dict(x=bf(T, H), top_experts=top.to(ids).to(dev),
+                router_weights=w.to(torch.float32).to(dev),
+                gate_weights=bf(E, I, H, scale=H ** -0.5), up_weights=bf(E, I, H, scale=H ** -0.5),
+                down_weights=bf(E, H, I, scale=I ** -0.5))
+    if c.get("shared_intermediate"):
+        s = c["shared_intermediate"]
+        args.update(shared_gate_weights=bf(s, H, scale=H ** -0.5),
+                    shared_up_weights=bf(s, H, scale=H ** -0.5),
+                    shared_down_weights=bf(H, s, scale=s ** -0.5))
+    return args
+
+
+def _reference(c, a):
+    """float64; gate/up rounded to bf16 before the activation, as the
+    semantics store them (the clamp decides on the stored value)."""
+    import torch
+    f = {n: v.double() for n, v in a.items() if n != "top_experts"}
+    L = c.get("swiglu_limit")
+
+    def mlp(x, wg, wu, wd):
+        g = (x @ wg.T).float().to(torch.bfloat16).double()
+        u = (x @ wu.T).float().to(torch.bfloat16).double()
+        if L is not None:
+            g, u = g.clamp(max=L), u.clamp(-L, L)
+        return (g * torch.sigmoid(g) * u) @ wd.T
+
+    out = torch.zeros_like(f["x"])
+    if c.get("shared_intermediate"):
+        out += mlp(f["x"], f["shared_gate_weights"], f["shared_up_weights"],
+                   f["shared_down_weights"])
+    top = a["top_experts"].long()
+    for e in range(c["experts"]):
+        t, j = (top == e).nonzero(as_tuple=True)
+        if len(t):
+            y = mlp(f["x"][t], f["gate_weights"][e], f["up_weights"][e], f["down_weights"][e])
+            out.index_add_(0, t, f["router_weights"][t, j].unsqueeze(1) * y)
+    return out
+
+
+def _compare(name, c, got, ref, ms):
+    import torch
+    got = got.double()
+    assert not torch.isnan(got).any(), f"{name}: NaN in the output (unwritten?)"
+    diff = (got - ref).abs()
+    rel = (diff.sum() / ref.abs().sum()).item()
+    RESULTS.append(dict(case=name, T=c["tokens"], H=c["hidden"], I=c["intermediate"],
+                        E=c["experts"], k=c["top_k"], rel=rel, max=diff.max().item(), ms=ms))
+    assert rel <= REL_BOUND, f"{name}: relative error {rel:.3e} > {REL_BOUND}"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_forward_matches_reference(name):
+    import torch
+    c = CASES[name]
+    layer = _layer(name)
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    args = _inputs(c, gen)
+    layer(**args)  # warm-up (module load, first launch)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    out = layer(**args)
+    end.record()
+    torch.cuda.synchronize()
+    _compare(name, c, out, _reference(c, args), start.elapsed_time(end))
+    # A second call on the same workspace gives the same bits.
+    assert torch.equal(layer(**args), out)
+
+
+def test_cuda_graph_capture_and_replay():
+    import torch
+    name = "shared_clamp_i64"
+    c = CASES[name]
+    layer = _layer(name)
+    gen = torch.Generator().manual_seed(1)
+    static = _inputs(c, gen)
+    layer(**static)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = layer(**static)
+    for seed in (2, 3):
+        fresh = _inputs(c, torch.Generator().manual_seed(seed))
+        for k, v in fresh.items():
+            static[k].copy_(v)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _compare(f"graph_replay_{seed}", c, out, _reference(c, static), 0.0)
+
+
+def test_argument_errors():
+    import torch
+    c = CASES["one_token_top8"]
+    layer = _layer("one_token_top8")
+    args = _inputs(c, torch.Generator().manual_seed(0))
+    bad = dict(args, x=args["x"].float())
+    with pytest.raises(TypeError, match="x: expected dtype torch.bfloat16, got torch.float32"):
+        layer(**bad)
+    bad = dict(args, router_weights=args["router_weights"].cpu())
+    with pytest.raises(ValueError, match="router_weights: expected a tensor on cuda:0, got cpu"):
+        layer(**bad)
+    bad = dict(args, gate_weights=args["gate_weights"][:, :64])
+    with pytest.raises(ValueError, match="gate_weights: expected shape"):
+        layer(**bad)
+    with pytest.raises(TypeError, match="missing argument"):
+        layer(x=args["x"])

@@ -1,0 +1,49 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""Compiling for the GPU targets needs no GPU: PTX and metadata, cached."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import mok
+
+SPEC = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, tokens=40,
+                     shared_intermediate=16, swiglu_limit=7.0, padding=8)
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
+def test_compile_emits_ptx_and_metadata(target, tmp_path):
+    art = mok.compile(SPEC, target=target, cache_dir=str(tmp_path))
+    assert f".target {target}" in art.ptx
+    assert f".entry {art.kernel}(" in art.ptx
+    meta = art.metadata
+    assert meta["mok_metadata_version"] == 1 and meta["chip"] == target
+    assert meta["cooperative"] is True and meta["kernel"] == "moe_layer_forward"
+    roles = [p["role"] for p in meta["params"]]
+    assert roles[:9] == ["input"] * 9 and roles[9] == "output"
+    assert meta["routed_capacity"] == 40 * 2 + 4 * 7
+    ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+    if os.path.exists(ptxas):
+        ptx = tmp_path / "k.ptx"
+        ptx.write_text(art.ptx)
+        subprocess.run([ptxas, f"-arch={target}", str(ptx), "-o", str(tmp_path / "k.cubin")],
+                       check=True)
+
+
+def test_artifacts_are_cached_and_reloadable(tmp_path):
+    a = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path))
+    assert os.path.exists(a.path + ".ptx") and os.path.exists(a.path + ".json")
+    b = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path))
+    assert b.path == a.path and b.ptx == a.ptx
+    c = mok.GpuArtifact.from_files(a.path)
+    assert c.metadata == a.metadata
+    other = mok.compile(mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=1, tokens=40),
+                        target="sm_90a", cache_dir=str(tmp_path))
+    assert other.path != a.path
+    bad = tmp_path / "bad"
+    (tmp_path / "bad.ptx").write_text(a.ptx)
+    (tmp_path / "bad.json").write_text(json.dumps({**a.metadata, "mok_metadata_version": 9}))
+    with pytest.raises(ValueError, match="unsupported metadata version 9"):
+        mok.GpuArtifact.from_files(str(bad))

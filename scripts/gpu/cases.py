@@ -1,0 +1,37 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""The layers the GPU tests run: compiled here (the compiler needs MLIR), run
+on the GPU machine (which has none). Shared by prepare_artifacts.py and
+python/tests/gpu."""
+
+CASES = {
+    # Qwen3-30B-A3B-like sizes, skewed (Zipf) routing: ragged expert loads,
+    # many experts without tokens.
+    "qwen3_ragged": dict(tokens=300, hidden=2048, intermediate=768, experts=128,
+                         top_k=8, padding=128, routing="zipf"),
+    # DeepSeek-V3-like sizes on one GPU (32 experts), shared expert.
+    "dsv3_shared": dict(tokens=256, hidden=7168, intermediate=2048, experts=32,
+                        top_k=8, padding=128, shared_intermediate=2048),
+    # top-1 with an active clamp; T not a multiple of any tile.
+    "top1_clamp": dict(tokens=129, hidden=1024, intermediate=512, experts=8,
+                       top_k=1, padding=64, swiglu_limit=0.5),
+    # top-2 with -1 routes and zero router weights.
+    "top2_no_route": dict(tokens=200, hidden=512, intermediate=256, experts=16,
+                          top_k=2, padding=16, drop=0.3, zero=0.2),
+    # 64 experts, only 3 used.
+    "idle_experts": dict(tokens=64, hidden=512, intermediate=256, experts=64,
+                         top_k=2, padding=8, used=[3, 17, 60]),
+    # shared expert with a clamp, top-4, int64 ids, no padding.
+    "shared_clamp_i64": dict(tokens=100, hidden=1024, intermediate=512, experts=8,
+                             top_k=4, padding=1, shared_intermediate=512,
+                             swiglu_limit=1.0, expert_id_dtype="int64"),
+    # one token, top-8.
+    "one_token_top8": dict(tokens=1, hidden=256, intermediate=128, experts=8,
+                           top_k=8, padding=32),
+}
+
+SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
+               "shared_intermediate", "swiglu_limit", "expert_id_dtype")
+
+
+def spec_kwargs(case):
+    return {k: v for k, v in case.items() if k in SPEC_FIELDS}

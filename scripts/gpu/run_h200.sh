@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#
+# The GPU run, on a machine with a CUDA GPU, nvcc, cmake, torch and no MLIR.
+# The compiler's output comes along, compiled beforehand on a development
+# machine:
+#   PYTHONPATH=build/python python3 scripts/gpu/prepare_artifacts.py gpu-artifacts
+# Then, from the repository root on the GPU machine:
+#   bash scripts/gpu/run_h200.sh
+# It builds the runtime (no MLIR), runs its host tests, the GPU tests of the
+# compiled layers against a float64 reference, and the wgmma probe, and
+# prints a summary table last.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+log=${OUT:-/tmp}/gpu-run.log
+: > "$log"
+status=0
+step() { printf '\n== %s\n' "$*" | tee -a "$log"; }
+
+step "GPU"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$log"
+
+step "runtime: build (cmake, no MLIR)"
+cmake -S runtime -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >>"$log" 2>&1 &&
+  cmake --build build-gpu >>"$log" 2>&1 || { echo "runtime build failed"; tail -30 "$log"; exit 1; }
+
+step "runtime: host tests"
+./build-gpu/mok-runtime-host-test 2>&1 | tail -3 | tee -a "$log" || status=1
+
+step "GPU forward tests"
+export MOK_RUNTIME_LIBRARY=$root/build-gpu/lib/libmok_runtime.so
+export MOK_GPU_ARTIFACTS=$root/gpu-artifacts
+export PYTHONPATH=$root/python
+python3 -m pytest -q -p no:cacheprovider python/tests/gpu 2>&1 | tee -a "$log" | tail -25 || status=1
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+
+if [[ -f scripts/probe/run_on_h200.sh ]]; then
+  step "probe: TMA + mbarrier + wgmma GEMM tile generated from MLIR"
+  bash scripts/probe/run_on_h200.sh 2>&1 | tail -15 | tee -a "$log" || status=1
+fi
+exit $status

@@ -1,0 +1,35 @@
+// RUN: mok-opt %s --convert-moe-to-gpu=chip=sm_90a | FileCheck %s
+
+// One persistent kernel per layer, in a gpu.module: bare buffers for the
+// inputs, the output and the workspace, described for the runtime.
+// CHECK: module attributes {gpu.container_module}
+// CHECK: gpu.module @layer_kernels
+// CHECK: gpu.func @layer_forward(%{{[^:]*}}: memref<40x64xbf16>, %{{[^:]*}}: memref<40x2xi32>, %{{[^:]*}}: memref<40x2xf32>, %{{[^:]*}}: memref<4x32x64xbf16>, %{{[^:]*}}: memref<4x32x64xbf16>, %{{[^:]*}}: memref<4x64x32xbf16>, %{{[^:]*}}: memref<16x64xbf16>, %{{[^:]*}}: memref<16x64xbf16>, %{{[^:]*}}: memref<64x16xbf16>, %{{[^:]*}}: memref<40x64xbf16>,
+// The routed capacity is T*k + E*(padding-1) = 80 + 4*7 = 108 rows.
+// CHECK-SAME: memref<108x64xbf16>
+// CHECK-SAME: %[[BAR:[^:]*]]: memref<2xi32>) kernel
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_90a", cooperative = true
+// CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}
+// CHECK-SAME: routed_capacity = 108 : i64, zero_before_first_launch = ["grid_barrier"]
+// The plan is counted with atomics, then phases are separated by grid
+// barriers (CTA barrier, fence, arrival on the counter).
+// CHECK: memref.atomic_rmw addi
+// CHECK: gpu.barrier
+// CHECK: llvm.fence acq_rel
+// CHECK: memref.atomic_rmw addi {{.*}} %[[BAR]]
+// The activation, as on the CPU.
+// CHECK: math.exp
+// CHECK: gpu.return
+!plan = !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 8>
+func.func @layer(%x: tensor<40x64xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>,
+                 %wg: tensor<4x32x64xbf16>, %wu: tensor<4x32x64xbf16>, %wd: tensor<4x64x32xbf16>,
+                 %sg: tensor<16x64xbf16>, %su: tensor<16x64xbf16>, %sd: tensor<64x16xbf16>)
+    -> tensor<40x64xbf16> {
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd shared(%sg, %su, %sd) plan !plan
+      {swiglu_limit = 7.0 : f32}
+      : (tensor<40x64xbf16>, tensor<40x2xi32>, tensor<40x2xf32>, tensor<4x32x64xbf16>,
+         tensor<4x32x64xbf16>, tensor<4x64x32xbf16>, tensor<16x64xbf16>, tensor<16x64xbf16>,
+         tensor<64x16xbf16>) -> tensor<40x64xbf16>
+  return %o : tensor<40x64xbf16>
+}
