@@ -67,10 +67,21 @@ cmake -G Ninja -S "$root" -B "$build" \
 say "building"
 cmake --build "$build" -j "$(nproc)"
 
-# --- 4. The main job on a shipped example -----------------------------------
-example=$root/examples/deepseek-v3.mlir
+# --- 4. The main job on shipped examples -----------------------------------
 say "main job: $build/bin/mok-opt examples/deepseek-v3.mlir --moe-fuse-layer"
-"$build/bin/mok-opt" "$example" --moe-fuse-layer
+"$build/bin/mok-opt" "$root/examples/deepseek-v3.mlir" --moe-fuse-layer
+ptx_dir=$build/out
+for chip in sm_90a sm_100a; do
+  say "main job: examples/dsv3-shard.mlir -> PTX for $chip ($ptx_dir/$chip)"
+  "$build/bin/mok-opt" "$root/examples/dsv3-shard.mlir" --moe-to-ptx=chip=$chip |
+    "$py" "$root/scripts/extract-ptx.py" "$ptx_dir/$chip"
+  if [[ -x /usr/local/cuda/bin/ptxas ]]; then
+    for f in "$ptx_dir/$chip"/*.ptx; do
+      /usr/local/cuda/bin/ptxas -arch=$chip "$f" -o "${f%.ptx}.cubin"
+      echo "ptxas -arch=$chip accepted $(basename "$f")"
+    done
+  fi
+done
 say "main job, CPU: the same layer (smaller) compiled and run from Python"
 PYTHONPATH=$build/python "$py" "$root/examples/run_cpu_layer.py"
 say "done; run the tests with scripts/test.sh"

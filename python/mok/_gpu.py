@@ -107,6 +107,9 @@ def _load_runtime(path=None):
                                       ctypes.c_uint32]
     lib.mok_device_sm_count.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
     lib.mok_module_destroy.argtypes = [ctypes.c_void_p]
+    lib.mok_tma_descriptor_2d.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                          ctypes.c_int64, ctypes.c_int64, ctypes.c_uint32,
+                                          ctypes.c_uint32]
     return lib
 
 
@@ -138,12 +141,24 @@ class GpuLayer:
         self.output = next(p for p in params if p["role"] == "output")
         self.workspace = {}
         for p in params:
-            if p["role"] == "workspace":
+            if p["role"] in ("workspace", "tensor_maps"):
                 t = torch.empty(p["shape"], dtype=getattr(torch, _DTYPES[p["dtype"]]),
                                 device=self.device)
                 if p["name"] in self.meta.get("zero_before_first_launch", []):
                     t.zero_()
                 self.workspace[p["name"]] = t
+        # TMA descriptors of the buffers the kernel reads by tiles, rebuilt
+        # only when a buffer's address changes (never during graph replay).
+        self.maps = self.meta.get("tensor_maps", [])
+        self._map_key = None
+        self._map_host = None
+        if self.maps:
+            storage = next(p["name"] for p in params if p["role"] == "tensor_maps")
+            self._map_device = self.workspace[storage]
+            # 128 bytes a map, 64-byte aligned (CUtensorMap's alignment).
+            self._map_raw = ctypes.create_string_buffer(128 * len(self.maps) + 64)
+            base = ctypes.addressof(self._map_raw)
+            self._map_base = base + (-base) % 64
 
     def _check(self, status):
         if status != 0:
@@ -184,8 +199,12 @@ class GpuLayer:
         torch = self.torch
         out = torch.full(self.output["shape"], float("nan"), dtype=torch.bfloat16,
                          device=self.device)
-        buffers = [bound[p["name"]] for p in self.inputs] + [out] + [
-            self.workspace[p["name"]] for p in self.meta["params"] if p["role"] == "workspace"]
+        by_name = dict(bound)
+        by_name[self.output["name"]] = out
+        by_name.update(self.workspace)
+        buffers = [by_name[p["name"]] for p in self.meta["params"]]
+        if self.maps:
+            self._update_tensor_maps(by_name)
         values = (ctypes.c_uint64 * len(buffers))(*[b.data_ptr() for b in buffers])
         params = (ctypes.c_void_p * len(buffers))(
             *[ctypes.addressof(values) + 8 * i for i in range(len(buffers))])
@@ -197,6 +216,21 @@ class GpuLayer:
             int(self.meta.get("dynamic_shared_memory", 0)), ctypes.c_void_p(stream),
             params, self.COOPERATIVE if self.meta.get("cooperative") else 0))
         return out
+
+    def _update_tensor_maps(self, by_name):
+        key = tuple(by_name[m["buffer"]].data_ptr() for m in self.maps)
+        if key == self._map_key:
+            return
+        for i, (m, ptr) in enumerate(zip(self.maps, key)):
+            self._check(self._rt.mok_tma_descriptor_2d(
+                ctypes.c_void_p(self._map_base + 128 * i), ctypes.c_void_p(ptr),
+                m["rows"], m["cols"], m["row_stride"], m["box_rows"], m["box_cols"]))
+        torch = self.torch
+        host = torch.frombuffer(
+            (ctypes.c_char * (128 * len(self.maps))).from_address(self._map_base),
+            dtype=torch.int64).clone()
+        self._map_device.copy_(host.view(self._map_device.shape))
+        self._map_key = key
 
     def __del__(self):
         if getattr(self, "_module", None):

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""Forward MoE layer: mok against a plain-PyTorch layer, in one process, on
+the same inputs, on one GPU.
+
+For each shape: check mok's output against a float64 reference, then time
+mok's forward and the PyTorch layer (routes sorted by expert, gather,
+torch._grouped_mm for gate+up and down, clamped SwiGLU, weighted index_add_
+combine, shared expert) with CUDA events (median after warm-up), and an
+8192^3 bf16 torch.matmul for the ceiling. FLOPs = 6 (T k + T_shared) H I.
+Writes <out>/moe_forward.json and .png; prints a table last.
+
+    MOK_RUNTIME_LIBRARY=... PYTHONPATH=python python3 bench/moe_forward.py \\
+        --artifacts bench-artifacts --out /tmp/bench
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import mok  # noqa: E402
+from shapes import SHAPES  # noqa: E402
+
+
+def make_inputs(s, gen):
+    T, H, I, E, k = s["tokens"], s["hidden"], s["intermediate"], s["experts"], s["top_k"]
+    if s["routing"] == "zipf":
+        p = 1.0 / torch.arange(1, E + 1, dtype=torch.float64) ** 1.2
+        top = torch.multinomial(p.expand(T, E), k, replacement=False, generator=gen)
+    else:
+        top = torch.rand(T, E, generator=gen).argsort(dim=1)[:, :k]
+    w = torch.softmax(torch.randn(T, k, generator=gen), dim=1)
+    dev = "cuda"
+    bf = lambda *shape, scale=1.0: (torch.randn(*shape, generator=gen) * scale).to(
+        torch.bfloat16).to(dev)
+    args = dict(x=bf(T, H), top_experts=top.to(torch.int32).to(dev),
+                router_weights=w.to(torch.float32).to(dev),
+                gate_weights=bf(E, I, H, scale=H ** -0.5), up_weights=bf(E, I, H, scale=H ** -0.5),
+                down_weights=bf(E, H, I, scale=I ** -0.5))
+    if s.get("shared_intermediate"):
+        si = s["shared_intermediate"]
+        args.update(shared_gate_weights=bf(si, H, scale=H ** -0.5),
+                    shared_up_weights=bf(si, H, scale=H ** -0.5),
+                    shared_down_weights=bf(H, si, scale=si ** -0.5))
+    return args
+
+
+def swiglu(g, u, limit):
+    g, u = g.float(), u.float()
+    if limit is not None:
+        g, u = g.clamp(max=limit), u.clamp(-limit, limit)
+    return (torch.nn.functional.silu(g) * u).to(torch.bfloat16)
+
+
+def torch_layer(a, limit=None):
+    """What a user would write in plain PyTorch (bf16 GEMMs, fp32 combine)."""
+    x, top, w = a["x"], a["top_experts"], a["router_weights"]
+    T, k = top.shape
+    E = a["gate_weights"].shape[0]
+    flat = top.reshape(-1).long()
+    order = torch.argsort(flat, stable=True)
+    expert = flat[order]
+    token = order // k
+    counts = torch.bincount(expert, minlength=E)
+    offs = torch.cumsum(counts, 0).to(torch.int32)
+    xs = x[token]
+    g = torch._grouped_mm(xs, a["gate_weights"].transpose(1, 2), offs=offs)
+    u = torch._grouped_mm(xs, a["up_weights"].transpose(1, 2), offs=offs)
+    y = torch._grouped_mm(swiglu(g, u, limit), a["down_weights"].transpose(1, 2), offs=offs)
+    out = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
+    out.index_add_(0, token, y.float() * w.reshape(-1)[order].unsqueeze(1))
+    if "shared_gate_weights" in a:
+        hs = swiglu(x @ a["shared_gate_weights"].T, x @ a["shared_up_weights"].T, limit)
+        out += (hs @ a["shared_down_weights"].T).float()
+    return out.to(torch.bfloat16)
+
+
+def reference(a, limit=None):
+    f = {n: v.double() for n, v in a.items() if n != "top_experts"}
+
+    def mlp(x, wg, wu, wd):
+        g = (x @ wg.T).float().to(torch.bfloat16).double()
+        u = (x @ wu.T).float().to(torch.bfloat16).double()
+        if limit is not None:
+            g, u = g.clamp(max=limit), u.clamp(-limit, limit)
+        return (g * torch.sigmoid(g) * u) @ wd.T
+
+    out = torch.zeros_like(f["x"])
+    if "shared_gate_weights" in f:
+        out += mlp(f["x"], f["shared_gate_weights"], f["shared_up_weights"],
+                   f["shared_down_weights"])
+    top = a["top_experts"].long()
+    for e in range(a["gate_weights"].shape[0]):
+        t, j = (top == e).nonzero(as_tuple=True)
+        if len(t):
+            y = mlp(f["x"][t], f["gate_weights"][e], f["up_weights"][e], f["down_weights"][e])
+            out.index_add_(0, t, f["router_weights"][t, j].unsqueeze(1) * y)
+    return out
+
+
+def rel_error(got, ref):
+    got = got.double()
+    if torch.isnan(got).any():
+        return float("nan")
+    return ((got - ref).abs().sum() / ref.abs().sum()).item()
+
+
+def time_ms(fn, budget_s, min_iters=3, max_iters=50):
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    one = time.perf_counter() - t0
+    iters = max(min_iters, min(max_iters, int(budget_s / max(one, 1e-6))))
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times), iters
+
+
+def matmul_ceiling():
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ms, _ = time_ms(lambda: a @ b, 2.0, min_iters=10, max_iters=30)
+    return 2 * n ** 3 / (ms * 1e-3) / 1e12
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--artifacts", default="bench-artifacts")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    ap.add_argument("--budget", type=float, default=4.0, help="seconds per timing")
+    ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ceiling = matmul_ceiling()
+    rows = []
+    for name in args.shapes:
+        s = SHAPES[name]
+        layer = mok.GpuArtifact.from_files(os.path.join(args.artifacts, name, "moe_layer")).load()
+        gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+        a = make_inputs(s, gen)
+        ref = reference(a)
+        err_mok = rel_error(layer(**a), ref)
+        err_torch = rel_error(torch_layer(a), ref)
+        del ref
+        ms_mok, n_mok = time_ms(lambda: layer(**a), args.budget)
+        ms_torch, n_torch = time_ms(lambda: torch_layer(a), args.budget)
+        t_shared = s["tokens"] if s.get("shared_intermediate") else 0
+        flops = 6 * (s["tokens"] * s["top_k"] + t_shared) * s["hidden"] * s["intermediate"]
+        rows.append(dict(shape=name, **{k: s[k] for k in ("tokens", "hidden", "intermediate",
+                                                          "experts", "top_k", "routing")},
+                         shared=s.get("shared_intermediate") or 0,
+                         mok_ms=ms_mok, torch_ms=ms_torch, mok_iters=n_mok,
+                         torch_iters=n_torch,
+                         mok_tflops=flops / (ms_mok * 1e-3) / 1e12,
+                         torch_tflops=flops / (ms_torch * 1e-3) / 1e12,
+                         speedup=ms_torch / ms_mok, mok_rel_err=err_mok,
+                         torch_rel_err=err_torch))
+        del a, layer
+        torch.cuda.empty_cache()
+    result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                  date=time.strftime("%Y-%m-%d"), matmul_8192_tflops=ceiling, rows=rows)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "moe_forward.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(8, 4))
+        xs = range(len(rows))
+        ax.bar([x - 0.2 for x in xs], [r["torch_tflops"] for r in rows], 0.4, label="PyTorch")
+        ax.bar([x + 0.2 for x in xs], [r["mok_tflops"] for r in rows], 0.4, label="mok")
+        ax.axhline(ceiling, color="gray", linestyle="--", label="8192^3 matmul")
+        ax.set_xticks(list(xs), [r["shape"] for r in rows])
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title(f"MoE forward, {result['gpu']}, {result['date']}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, "moe_forward.png"), dpi=120)
+    except ImportError:
+        pass
+    print(f"\n{result['gpu']}  torch {result['torch']}  8192^3 bf16 matmul: {ceiling:.0f} TFLOP/s")
+    print(f"{'shape':18s} {'T':>5s} {'mok ms':>9s} {'torch ms':>9s} {'mok TF/s':>9s} "
+          f"{'torch TF/s':>10s} {'%ceil':>6s} {'speedup':>8s} {'mok err':>8s} {'torch err':>9s}")
+    for r in rows:
+        print(f"{r['shape']:18s} {r['tokens']:5d} {r['mok_ms']:9.3f} {r['torch_ms']:9.3f} "
+              f"{r['mok_tflops']:9.1f} {r['torch_tflops']:10.1f} "
+              f"{100 * r['mok_tflops'] / ceiling:6.1f} {r['speedup']:8.3f} "
+              f"{r['mok_rel_err']:8.1e} {r['torch_rel_err']:9.1e}")
+
+
+if __name__ == "__main__":
+    main()

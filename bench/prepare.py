@@ -1,0 +1,22 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""Compiles the benchmark shapes for a GPU target (needs the compiler):
+
+    PYTHONPATH=build/python python3 bench/prepare.py bench-artifacts [sm_90a]
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+import mok  # noqa: E402
+from shapes import SHAPES  # noqa: E402
+
+FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
+          "shared_intermediate", "swiglu_limit")
+
+out = sys.argv[1] if len(sys.argv) > 1 else "bench-artifacts"
+target = sys.argv[2] if len(sys.argv) > 2 else "sm_90a"
+for name, shape in SHAPES.items():
+    spec = mok.LayerSpec(**{k: v for k, v in shape.items() if k in FIELDS})
+    art = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"))
+    print(name, art.save(os.path.join(out, name)))

@@ -1,0 +1,14 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""Benchmark shapes (bf16, EP = 1, one GPU). Compiled on a development
+machine (bench/prepare.py), timed on the GPU machine (bench/moe_forward.py)."""
+
+SHAPES = {
+    "dsv3-shard": dict(tokens=4096, hidden=7168, intermediate=2048, experts=32, top_k=8,
+                       shared_intermediate=2048, padding=128, routing="uniform"),
+    "qwen3-30b": dict(tokens=8192, hidden=2048, intermediate=768, experts=128, top_k=8,
+                      padding=128, routing="uniform"),
+    "qwen3-30b-skewed": dict(tokens=8192, hidden=2048, intermediate=768, experts=128,
+                             top_k=8, padding=128, routing="zipf"),
+    "small-top2": dict(tokens=2048, hidden=1024, intermediate=512, experts=16, top_k=2,
+                       padding=128, routing="uniform"),
+}
