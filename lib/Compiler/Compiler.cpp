@@ -235,6 +235,36 @@ std::vector<FunctionInfo> Module::functions() const {
   return out;
 }
 
+/// Strings, integers, booleans, arrays and dictionaries of the `mok.kernel`
+/// description as JSON (e.g. the tensor_maps entries).
+static llvm::json::Value toJson(Attribute a) {
+  if (auto s = dyn_cast<StringAttr>(a))
+    return s.getValue().str();
+  if (auto b = dyn_cast<BoolAttr>(a)) // before IntegerAttr: a BoolAttr is one
+    return b.getValue();
+  if (auto i = dyn_cast<IntegerAttr>(a))
+    return i.getInt();
+  if (auto arr = dyn_cast<DenseI64ArrayAttr>(a)) {
+    llvm::json::Array items;
+    for (int64_t v : arr.asArrayRef())
+      items.push_back(v);
+    return items;
+  }
+  if (auto arr = dyn_cast<ArrayAttr>(a)) {
+    llvm::json::Array items;
+    for (Attribute e : arr)
+      items.push_back(toJson(e));
+    return items;
+  }
+  if (auto dict = dyn_cast<DictionaryAttr>(a)) {
+    llvm::json::Object o;
+    for (NamedAttribute n : dict)
+      o[n.getName().getValue()] = toJson(n.getValue());
+    return o;
+  }
+  return nullptr;
+}
+
 /// The runtime's view of a kernel, from its `mok.kernel` attribute.
 static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
   auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel");
@@ -252,13 +282,8 @@ static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
       root[key] = b.getValue();
     else if (auto i = dyn_cast<IntegerAttr>(a.getValue()))
       root[key] = i.getInt();
-    else if (auto arr = dyn_cast<ArrayAttr>(a.getValue())) {
-      llvm::json::Array items;
-      for (Attribute e : arr)
-        if (auto s = dyn_cast<StringAttr>(e))
-          items.push_back(s.getValue().str());
-      root[key] = std::move(items);
-    }
+    else if (auto arr = dyn_cast<ArrayAttr>(a.getValue()))
+      root[key] = toJson(arr);
   }
   llvm::json::Array params;
   for (Attribute p : cast<ArrayAttr>(desc.get("params"))) {

@@ -62,12 +62,24 @@ def ConvertMoEToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
     4. the down projections;
     5. the router-weighted combine with the shared expert's output.
 
-    The numerics are the CPU reference's (same emitters, same reduction
-    order). This first version computes the GEMMs with scalar FMAs; the
-    TMA + wgmma (sm_90a) and tcgen05 (sm_100a) layers replace phases 3 and 4.
+    The numerics are the CPU reference's (same emitters, same rounding
+    points). Phases 3 and 4 are scalar FMA loops (same reduction order as
+    the CPU), except on sm_90a for an *eligible* layer (H % 64 == 0,
+    I % 128 == 0, I_s % 128 == 0 with a shared expert, padding % 64 == 0),
+    where they are persistent TMA + mbarrier + wgmma tile loops (64x128
+    output tiles, k-tiles of 64, fp32 accumulation in another order) run by
+    the first warpgroup of each CTA; such a kernel has 256 threads per CTA,
+    whatever `block-size` says. tcgen05 (sm_100a) is not implemented yet;
+    sm_100a uses the scalar loops.
+
     The kernel takes bare pointers: the inputs and output of the layer, then
     the workspace buffers, each described in the `mok.kernel` attribute
-    (name, element type, shape) that the runtime reads.
+    (name, element type, shape) that the runtime reads. A wgmma kernel takes
+    one more, last parameter, `tensor_maps` (role "tensor_maps",
+    `memref<16n x i64>`): n 64-byte aligned CUtensorMaps that the runtime
+    encodes as `mok.kernel`'s `tensor_maps` list describes (buffer, rows,
+    cols, row_stride, box_rows, box_cols; bf16, SWIZZLE_128B, OOB zero), and
+    `dynamic_shared_memory` gives the bytes to launch with.
 
     Not supported yet, and rejected with an error: expert parallelism
     (ep > 1), a dynamic token count, the saved context and `moe.layer_grad`.
@@ -76,7 +88,10 @@ def ConvertMoEToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
     Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
            "GPU target: sm_90a (Hopper) or sm_100a (Blackwell)">,
     Option<"blockSize", "block-size", "unsigned", /*default=*/"256",
-           "Threads per CTA">,
+           "Threads per CTA of the scalar kernels">,
+    Option<"tensorCores", "tensor-cores", "bool", /*default=*/"true",
+           "Use the TMA + wgmma GEMM phases on sm_90a when the layer is "
+           "eligible (false: scalar GEMM phases everywhere)">,
   ];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::gpu::GPUDialect",

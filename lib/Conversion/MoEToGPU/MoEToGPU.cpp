@@ -6,8 +6,11 @@
 // Every phase distributes its outermost iterations over all threads of the
 // grid (grid-stride loops) and computes each element exactly as the CPU
 // reference does, with the same scalar emitter; the plan is built on the
-// device, so a forward needs no host synchronization.
+// device, so a forward needs no host synchronization. On sm_90a, the GEMM
+// phases of an eligible layer are TMA + wgmma tile loops instead (Hopper.h),
+// with the same rounding points.
 //
+#include "Hopper.h"
 #include "mok/Conversion/Common/ScalarEmitter.h"
 #include "mok/Conversion/MoEToGPU/MoEToGPU.h"
 #include "mok/Dialect/MoE/IR/MoEOps.h"
@@ -31,7 +34,7 @@ namespace {
 /// One kernel parameter: a buffer of static shape, passed as a bare pointer.
 struct Param {
   std::string name;
-  std::string role; // "input", "output" or "workspace"
+  std::string role; // "input", "output", "workspace" or "tensor_maps"
   MemRefType type;
 };
 
@@ -41,15 +44,32 @@ struct Sizes {
   int64_t routedCapacity() const {
     return tokens * topK + experts * (padding - 1);
   }
+  bool hasShared() const { return sharedInter > 0; }
+  /// Whether the sm_90a TMA + wgmma GEMM phases apply: K and N fit the tiles
+  /// (H, the down GEMMs' N, may be a multiple of 64: the last n-tile's extra
+  /// columns are computed and dropped), and every expert segment of the plan
+  /// is a whole number of 64-row m-tiles. TMA coordinates are 32-bit.
+  bool tensorCoreEligible() const {
+    using namespace sm90;
+    int64_t maxRows = std::max({routedCapacity(), experts * inter,
+                                experts * hidden, tokens, hidden,
+                                sharedInter});
+    return hidden % kTileK == 0 && inter % kTileN == 0 &&
+           (!hasShared() || sharedInter % kTileN == 0) &&
+           padding % kTileM == 0 && maxRows < (int64_t(1) << 31);
+  }
 };
 
 class KernelBuilder {
 public:
   KernelBuilder(LayerOp layer, const Sizes &s) : layer(layer), s(s) {}
 
-  /// Emits the kernel into `gpuModule`; returns its parameters.
+  /// Emits the kernel into `gpuModule`; returns its parameters. With
+  /// `tensorMaps` non-empty (sm_90a, eligible layer), the GEMM phases are
+  /// wgmma tile loops reading those maps, and blockSize is sm90::kBlock.
   SmallVector<Param> build(gpu::GPUModuleOp gpuModule, StringRef name,
-                           unsigned blockSize);
+                           unsigned blockSize,
+                           ArrayRef<sm90::TensorMapSpec> tensorMaps);
 
 private:
   LayerOp layer;
@@ -67,10 +87,40 @@ private:
     forAll(e, e.mul(rows, c), [&](Value i) { body(e.div(i, c), e.rem(i, c)); });
   }
   void gridBarrier(Emitter &e);
+  /// Phases 3 (gate/up + SwiGLU) and 4 (down), each ending with a grid
+  /// barrier: scalar FMA loops, or sm_90a tile loops.
+  void scalarGemms(Emitter &e, Limit limit);
+  void tensorCoreGemms(Emitter &e, sm90::GemmEmitter &gemm, Limit limit);
   Value rows(Emitter &e) { // R, the padded routed row count of the plan
     return e.toIndex(e.load(buf["offsets"], {e.index(s.experts)}));
   }
 };
+
+/// The tensor maps of the sm_90a GEMM phases, in index order (MapIndex).
+enum MapIndex : unsigned {
+  kRoutedX, kGate, kUp, kHidden, kDown, // routed experts
+  kX, kSharedGate, kSharedUp, kSharedHidden, kSharedDown, // shared expert
+};
+
+static SmallVector<sm90::TensorMapSpec> tensorMapsFor(const Sizes &s) {
+  using namespace sm90;
+  int64_t rc = s.routedCapacity(), h = s.hidden, in = s.inter, e = s.experts;
+  SmallVector<TensorMapSpec> maps = {
+      operandA("routed_x", rc, h),        // gate/up A: [Rcap, H]
+      operandB("gate_weights", e * in, h), // [E, I, H] as [E*I, H]
+      operandB("up_weights", e * in, h),
+      operandA("hidden", rc, in),          // down A: [Rcap, I]
+      operandB("down_weights", e * h, in), // [E, H, I] as [E*H, I]
+  };
+  if (s.hasShared()) {
+    int64_t is = s.sharedInter, t = s.tokens;
+    maps.append({operandA("x", t, h), operandB("shared_gate_weights", is, h),
+                 operandB("shared_up_weights", is, h),
+                 operandA("shared_hidden", t, is),
+                 operandB("shared_down_weights", h, is)});
+  }
+  return maps;
+}
 
 void KernelBuilder::gridBarrier(Emitter &e) {
   // Sense-free generation barrier: the last CTA to arrive resets the count
@@ -128,8 +178,108 @@ void KernelBuilder::gridBarrier(Emitter &e) {
   gpu::BarrierOp::create(b, loc);
 }
 
-SmallVector<Param> KernelBuilder::build(gpu::GPUModuleOp gpuModule,
-                                        StringRef name, unsigned blockSize) {
+void KernelBuilder::scalarGemms(Emitter &e, Limit limit) {
+  // Phase 3: gate/up + SwiGLU, routed and shared.
+  auto gateUp = [&](Value in, Value row, Value wg, Value wu,
+                    SmallVector<Value> prefix, Value i, Value out) {
+    auto dot = [&](Value w) {
+      return e.roundBF16(e.sum(s.hidden, [&](Value j) {
+        SmallVector<Value> widx(prefix);
+        widx.append({i, j});
+        return e.mul(e.loadF32(in, {row, j}), e.loadF32(w, widx));
+      }));
+    };
+    e.storeRounded(swiglu(e, dot(wg), dot(wu), limit), out, {row, i});
+  };
+  forAll2(e, rows(e), s.inter, [&](Value r, Value i) {
+    Value ex = e.toIndex(e.load(buf["row_expert"], {r}));
+    // Padding rows have an expert too (their segment's): their routed_x is
+    // zero, so they compute zeros, as on the CPU.
+    gateUp(buf["routed_x"], r, buf["gate_weights"], buf["up_weights"], {ex}, i,
+           buf["hidden"]);
+  });
+  if (layer.hasSharedExpert())
+    forAll2(e, e.index(s.tokens), s.sharedInter, [&](Value t, Value i) {
+      gateUp(buf["x"], t, buf["shared_gate_weights"], buf["shared_up_weights"],
+             {}, i, buf["shared_hidden"]);
+    });
+  gridBarrier(e);
+
+  // Phase 4: down projections.
+  auto down = [&](Value in, Value row, Value w, SmallVector<Value> prefix,
+                  Value j, int64_t inner, Value out) {
+    Value acc = e.sum(inner, [&](Value i) {
+      SmallVector<Value> widx(prefix);
+      widx.append({j, i});
+      return e.mul(e.loadF32(in, {row, i}), e.loadF32(w, widx));
+    });
+    e.storeRounded(acc, out, {row, j});
+  };
+  forAll2(e, rows(e), s.hidden, [&](Value r, Value j) {
+    Value ex = e.toIndex(e.load(buf["row_expert"], {r}));
+    down(buf["hidden"], r, buf["down_weights"], {ex}, j, s.inter,
+         buf["routed_y"]);
+  });
+  if (layer.hasSharedExpert())
+    forAll2(e, e.index(s.tokens), s.hidden, [&](Value t, Value j) {
+      down(buf["shared_hidden"], t, buf["shared_down_weights"], {}, j,
+           s.sharedInter, buf["shared_out"]);
+    });
+  gridBarrier(e);
+}
+
+void KernelBuilder::tensorCoreGemms(Emitter &e, sm90::GemmEmitter &gemm,
+                                    Limit limit) {
+  Value routed = rows(e), tokens = e.index(s.tokens);
+  // An m-tile lies in one expert's segment (segments are whole multiples of
+  // the padding, itself a multiple of the tile), so its weights are that
+  // expert's rows of the [E*N, K] view. Padding rows compute zeros, as on
+  // the CPU.
+  auto expertRows = [&](int64_t n) {
+    return [&, n](Value m0) {
+      Value ex = e.toIndex(e.load(buf["row_expert"], {m0}));
+      return e.mul(ex, e.index(n));
+    };
+  };
+  auto gateUpRows = expertRows(s.inter), downRows = expertRows(s.hidden);
+  auto firstRow = [&](Value) { return e.index(0); };
+  // gate and up are each rounded to bf16, then the SwiGLU in f32.
+  auto storeSwiglu = [&](StringRef out) {
+    return [&, out](Value row, Value col, Value g, Value u) {
+      e.storeRounded(swiglu(e, e.roundBF16(g), e.roundBF16(u), limit),
+                     buf[out], {row, col});
+    };
+  };
+  auto storeDown = [&](StringRef out) {
+    return [&, out](Value row, Value col, Value y, Value) {
+      e.storeRounded(y, buf[out], {row, col});
+    };
+  };
+  auto routedHidden = storeSwiglu("hidden"),
+       sharedHidden = storeSwiglu("shared_hidden");
+  auto routedY = storeDown("routed_y"), sharedOut = storeDown("shared_out");
+
+  // Phase 3: gate/up + SwiGLU, routed and shared.
+  gemm.emit({kRoutedX, kGate, kUp, s.hidden, s.inter, routed, gateUpRows,
+             routedHidden});
+  if (s.hasShared())
+    gemm.emit({kX, kSharedGate, kSharedUp, s.hidden, s.sharedInter, tokens,
+               firstRow, sharedHidden});
+  gridBarrier(e);
+
+  // Phase 4: down projections.
+  gemm.emit({kHidden, kDown, std::nullopt, s.inter, s.hidden, routed,
+             downRows, routedY});
+  if (s.hasShared())
+    gemm.emit({kSharedHidden, kSharedDown, std::nullopt, s.sharedInter,
+               s.hidden, tokens, firstRow, sharedOut});
+  gridBarrier(e);
+}
+
+SmallVector<Param>
+KernelBuilder::build(gpu::GPUModuleOp gpuModule, StringRef name,
+                     unsigned blockSize,
+                     ArrayRef<sm90::TensorMapSpec> tensorMaps) {
   MLIRContext *ctx = layer.getContext();
   Builder tb(ctx);
   Type bf16 = tb.getBF16Type(), i64 = tb.getI64Type();
@@ -173,6 +323,12 @@ SmallVector<Param> KernelBuilder::build(gpu::GPUModuleOp gpuModule,
   // [arrived CTAs, generation]; zero before the first launch, and left
   // reusable by every launch.
   params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
+  // The CUtensorMaps (128 bytes each) the runtime encodes from the
+  // `tensor_maps` description; last, so the other parameters keep their
+  // positions.
+  if (!tensorMaps.empty())
+    params.push_back({"tensor_maps", "tensor_maps",
+                      ty({16 * static_cast<int64_t>(tensorMaps.size())}, i64)});
 
   SmallVector<Type> argTypes;
   for (const Param &p : params)
@@ -197,6 +353,10 @@ SmallVector<Param> KernelBuilder::build(gpu::GPUModuleOp gpuModule,
   numBlocks = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
   globalId = e.add(e.mul(bid, bdim), tid);
   gridThreads = e.mul(numBlocks, bdim);
+  // The wgmma phases' one-time setup (mbarriers, tensor map pointers).
+  std::optional<sm90::GemmEmitter> gemm;
+  if (!tensorMaps.empty())
+    gemm.emplace(e, gpuModule, buf["tensor_maps"], tensorMaps);
 
   Value k = e.index(s.topK), numExperts = e.index(s.experts);
   Value routes = e.index(s.tokens * s.topK);
@@ -278,53 +438,11 @@ SmallVector<Param> KernelBuilder::build(gpu::GPUModuleOp gpuModule,
   });
   gridBarrier(e);
 
-  // Phase 3: gate/up + SwiGLU, routed and shared.
-  auto gateUp = [&](Value in, Value row, Value wg, Value wu,
-                    SmallVector<Value> prefix, Value i, Value out) {
-    auto dot = [&](Value w) {
-      return e.roundBF16(e.sum(s.hidden, [&](Value j) {
-        SmallVector<Value> widx(prefix);
-        widx.append({i, j});
-        return e.mul(e.loadF32(in, {row, j}), e.loadF32(w, widx));
-      }));
-    };
-    e.storeRounded(swiglu(e, dot(wg), dot(wu), limit), out, {row, i});
-  };
-  forAll2(e, rows(e), s.inter, [&](Value r, Value i) {
-    Value ex = e.toIndex(e.load(buf["row_expert"], {r}));
-    // Padding rows have an expert too (their segment's): their routed_x is
-    // zero, so they compute zeros, as on the CPU.
-    gateUp(buf["routed_x"], r, buf["gate_weights"], buf["up_weights"], {ex}, i,
-           buf["hidden"]);
-  });
-  if (layer.hasSharedExpert())
-    forAll2(e, e.index(s.tokens), s.sharedInter, [&](Value t, Value i) {
-      gateUp(buf["x"], t, buf["shared_gate_weights"], buf["shared_up_weights"],
-             {}, i, buf["shared_hidden"]);
-    });
-  gridBarrier(e);
-
-  // Phase 4: down projections.
-  auto down = [&](Value in, Value row, Value w, SmallVector<Value> prefix,
-                  Value j, int64_t inner, Value out) {
-    Value acc = e.sum(inner, [&](Value i) {
-      SmallVector<Value> widx(prefix);
-      widx.append({j, i});
-      return e.mul(e.loadF32(in, {row, i}), e.loadF32(w, widx));
-    });
-    e.storeRounded(acc, out, {row, j});
-  };
-  forAll2(e, rows(e), s.hidden, [&](Value r, Value j) {
-    Value ex = e.toIndex(e.load(buf["row_expert"], {r}));
-    down(buf["hidden"], r, buf["down_weights"], {ex}, j, s.inter,
-         buf["routed_y"]);
-  });
-  if (layer.hasSharedExpert())
-    forAll2(e, e.index(s.tokens), s.hidden, [&](Value t, Value j) {
-      down(buf["shared_hidden"], t, buf["shared_down_weights"], {}, j,
-           s.sharedInter, buf["shared_out"]);
-    });
-  gridBarrier(e);
+  // Phase 3: gate/up + SwiGLU, routed and shared; phase 4: down.
+  if (gemm)
+    tensorCoreGemms(e, *gemm, limit);
+  else
+    scalarGemms(e, limit);
 
   // Phase 5: combine.
   forAll2(e, e.index(s.tokens), s.hidden, [&](Value t, Value j) {
@@ -349,9 +467,10 @@ SmallVector<Param> KernelBuilder::build(gpu::GPUModuleOp gpuModule,
 }
 
 /// The kernel's description for the runtime, on the gpu.func.
-static DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
-                                     const Sizes &s, StringRef chip,
-                                     unsigned blockSize) {
+static DictionaryAttr
+describeKernel(MLIRContext *ctx, ArrayRef<Param> params, const Sizes &s,
+               StringRef chip, unsigned blockSize,
+               ArrayRef<sm90::TensorMapSpec> tensorMaps) {
   Builder b(ctx);
   SmallVector<Attribute> ps;
   for (const Param &p : params) {
@@ -364,22 +483,45 @@ static DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
         b.getNamedAttr("shape", b.getDenseI64ArrayAttr(p.type.getShape())),
     }));
   }
-  return b.getDictionaryAttr({
+  int64_t smem = tensorMaps.empty() ? 0 : sm90::dynamicSharedMemoryBytes();
+  SmallVector<NamedAttribute> entries = {
       b.getNamedAttr("chip", b.getStringAttr(chip)),
       b.getNamedAttr("block", b.getI64IntegerAttr(blockSize)),
       b.getNamedAttr("grid", b.getStringAttr("persistent: one CTA per SM")),
       b.getNamedAttr("cooperative", b.getBoolAttr(true)),
-      b.getNamedAttr("dynamic_shared_memory", b.getI64IntegerAttr(0)),
+      b.getNamedAttr("dynamic_shared_memory", b.getI64IntegerAttr(smem)),
       b.getNamedAttr("zero_before_first_launch",
                      b.getArrayAttr({b.getStringAttr("grid_barrier")})),
       b.getNamedAttr("routed_capacity", b.getI64IntegerAttr(s.routedCapacity())),
       b.getNamedAttr("params", b.getArrayAttr(ps)),
-  });
+  };
+  // Map i is the CUtensorMap at byte 128*i of the `tensor_maps` parameter:
+  // bf16, 2-D {cols, rows} with a row stride of row_stride elements, box
+  // {box_cols, box_rows}, SWIZZLE_128B, no interleave, OOB zero fill.
+  if (!tensorMaps.empty()) {
+    SmallVector<Attribute> maps;
+    for (const sm90::TensorMapSpec &m : tensorMaps)
+      maps.push_back(b.getDictionaryAttr({
+          b.getNamedAttr("buffer", b.getStringAttr(m.buffer)),
+          b.getNamedAttr("rows", b.getI64IntegerAttr(m.rows)),
+          b.getNamedAttr("cols", b.getI64IntegerAttr(m.cols)),
+          b.getNamedAttr("row_stride", b.getI64IntegerAttr(m.rowStride)),
+          b.getNamedAttr("box_rows", b.getI64IntegerAttr(m.boxRows)),
+          b.getNamedAttr("box_cols", b.getI64IntegerAttr(m.boxCols)),
+      }));
+    entries.push_back(b.getNamedAttr("tensor_maps", b.getArrayAttr(maps)));
+  }
+  return b.getDictionaryAttr(entries);
 }
 
 struct ConvertMoEToGPUPass
     : public mok::impl::ConvertMoEToGPUBase<ConvertMoEToGPUPass> {
   using ConvertMoEToGPUBase::ConvertMoEToGPUBase;
+
+  void getDependentDialects(DialectRegistry &registry) const override {
+    ConvertMoEToGPUBase::getDependentDialects(registry);
+    sm90::insertDialects(registry);
+  }
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -449,12 +591,20 @@ struct ConvertMoEToGPUPass
       std::string name = func.getSymName().str();
       auto gpuModule =
           gpu::GPUModuleOp::create(b, layer.getLoc(), name + "_kernels");
+      // sm_90a: TMA + wgmma GEMM phases when the shapes fit the tiles, run
+      // by the first warpgroup of each CTA.
+      SmallVector<sm90::TensorMapSpec> maps;
+      unsigned block = blockSize;
+      if (chip == "sm_90a" && tensorCores && s.tensorCoreEligible()) {
+        maps = tensorMapsFor(s);
+        block = sm90::kBlock;
+      }
       KernelBuilder builder(layer, s);
       std::string kernel = name + "_forward";
-      SmallVector<Param> params = builder.build(gpuModule, kernel, blockSize);
+      SmallVector<Param> params = builder.build(gpuModule, kernel, block, maps);
       auto gpuFunc = cast<gpu::GPUFuncOp>(gpuModule.lookupSymbol(kernel));
       gpuFunc->setAttr("mok.kernel",
-                       describeKernel(ctx, params, s, chip, blockSize));
+                       describeKernel(ctx, params, s, chip, block, maps));
     }
   }
 };

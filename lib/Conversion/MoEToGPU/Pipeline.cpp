@@ -7,6 +7,7 @@
 #include "mok/Dialect/MoE/Transforms/Passes.h"
 
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
+#include "mlir/Conversion/NVGPUToNVVM/NVGPUToNVVM.h"
 #include "mlir/Conversion/NVVMToLLVM/NVVMToLLVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
@@ -22,15 +23,17 @@
 using namespace mlir;
 
 void mok::buildMoEToPTXPipeline(OpPassManager &pm, const std::string &chip,
-                                const std::string &toolkit) {
-  buildMoEToGPUPipeline(pm, chip);
+                                const std::string &toolkit, bool tensorCores) {
+  buildMoEToGPUPipeline(pm, chip, tensorCores);
   buildGPUToPTXPipeline(pm, chip, toolkit);
 }
 
-void mok::buildMoEToGPUPipeline(OpPassManager &pm, const std::string &chip) {
+void mok::buildMoEToGPUPipeline(OpPassManager &pm, const std::string &chip,
+                                bool tensorCores) {
   pm.addPass(moe::createMoEFuseLayer());
   ConvertMoEToGPUOptions gpuOptions;
   gpuOptions.chip = chip;
+  gpuOptions.tensorCores = tensorCores;
   pm.addPass(createConvertMoEToGPU(gpuOptions));
 }
 
@@ -45,6 +48,9 @@ void mok::buildGPUToPTXPipeline(OpPassManager &pm, const std::string &chip,
   pm.addPass(createGpuNVVMAttachTarget(target));
 
   OpPassManager &kernels = pm.nest<gpu::GPUModuleOp>();
+  // The sm_90a GEMM phases' TMA, mbarrier and wgmma ops (nothing else uses
+  // nvgpu).
+  kernels.addPass(createConvertNVGPUToNVVMPass());
   kernels.addPass(createCanonicalizerPass());
   kernels.addPass(createCSEPass());
   kernels.addPass(createSCFToControlFlowPass());
@@ -72,6 +78,10 @@ struct MoEToPTXOptions : public PassPipelineOptions<MoEToPTXOptions> {
       llvm::cl::desc("CUDA toolkit with libdevice (default: $CUDA_HOME or "
                      "/usr/local/cuda)"),
       llvm::cl::init("")};
+  Option<bool> tensorCores{
+      *this, "tensor-cores",
+      llvm::cl::desc("TMA + wgmma GEMM phases on sm_90a for eligible layers"),
+      llvm::cl::init(true)};
 };
 } // namespace
 
@@ -86,6 +96,6 @@ void mok::registerMoEToPTXPipeline() {
           const char *home = std::getenv("CUDA_HOME");
           toolkit = home && *home ? home : "/usr/local/cuda";
         }
-        buildMoEToPTXPipeline(pm, options.chip, toolkit);
+        buildMoEToPTXPipeline(pm, options.chip, toolkit, options.tensorCores);
       });
 }

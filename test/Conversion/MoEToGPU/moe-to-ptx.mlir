@@ -1,17 +1,63 @@
 // The whole GPU pipeline emits PTX in process for both targets, and CUDA's
-// assembler accepts it.
+// assembler accepts it. On sm_90a, eligible layers (all three here) get the
+// TMA + mbarrier + wgmma GEMM phases; sm_100a keeps the scalar ones.
 // REQUIRES: ptxas
 // RUN: mok-opt %mok_src_root/examples/qwen3-30b-a3b.mlir --moe-to-ptx=chip=sm_90a | FileCheck %s --check-prefix=SM90
 // RUN: mok-opt %mok_src_root/examples/qwen3-30b-a3b.mlir --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90
-// RUN: ptxas -arch=sm_90a %t/sm90/qwen3_30b_a3b_moe_kernels.ptx -o %t/sm90.cubin
+// RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/sm90/qwen3_30b_a3b_moe_kernels.ptx
+// RUN: grep wgmma.mma_async %t/sm90/qwen3_30b_a3b_moe_kernels.ptx | count 12
+// RUN: ptxas -arch=sm_90a -v %t/sm90/qwen3_30b_a3b_moe_kernels.ptx -o %t/sm90.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// RUN: mok-opt %s --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-shared
+// RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/sm90-shared/shared_layer_kernels.ptx
+// RUN: grep wgmma.mma_async %t/sm90-shared/shared_layer_kernels.ptx | count 24
+// RUN: ptxas -arch=sm_90a -v %t/sm90-shared/shared_layer_kernels.ptx -o %t/sm90-shared.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// The small layers of convert-moe-to-gpu-sm90.mlir: one eligible (with a
+// shared expert, T = 40 < one 64-row tile, clamped SwiGLU), two not.
+// RUN: mok-opt %S/convert-moe-to-gpu-sm90.mlir --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-small
+// RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/sm90-small/eligible_kernels.ptx
+// RUN: ptxas -arch=sm_90a %t/sm90-small/eligible_kernels.ptx -o %t/sm90-small.cubin
+// RUN: FileCheck %s --check-prefix=SCALAR --input-file %t/sm90-small/padding8_kernels.ptx
+// RUN: ptxas -arch=sm_90a %t/sm90-small/padding8_kernels.ptx -o %t/sm90-small-scalar.cubin
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | FileCheck %s --check-prefix=SM100
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/sm100
+// RUN: FileCheck %s --check-prefix=SCALAR --input-file %t/sm100/shared_layer_kernels.ptx
 // RUN: ptxas -arch=sm_100a %t/sm100/shared_layer_kernels.ptx -o %t/sm100.cubin
 // RUN: not mok-opt %s --moe-to-ptx=chip=sm_80 2>&1 | FileCheck %s --check-prefix=CHIP
 
 // SM90: gpu.binary @qwen3_30b_a3b_moe_kernels [#gpu.object<#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx80">
 // SM90-SAME: .target sm_90a
 // SM90-SAME: .visible .entry qwen3_30b_a3b_moe_forward(
+
+// The wgmma kernel: 256 threads, dynamic shared memory as an extern array
+// aligned to the 128-byte swizzle atom, one mbarrier per stage, TMA loads
+// completing on them, m64n128k16 bf16 wgmma with fp32 accumulators (one per
+// k16 step and operand: 8 for gate/up, 4 for down, so 12 without and 24
+// with a shared expert), named barrier 1 for the computing warpgroup.
+// WGMMA: .extern .shared .align 1024 .b8 mok_dyn_smem[];
+// WGMMA: .entry {{[a-z0-9_]+}}_forward(
+// WGMMA: .maxntid 256, 1, 1
+// WGMMA: .shared .align 8 .b8 __mbarrier[32];
+// WGMMA-COUNT-4: mbarrier.init.shared.b64
+// WGMMA: fence.mbarrier_init.release.cluster
+// WGMMA: prefetch.tensormap
+// WGMMA: mbarrier.arrive.expect_tx.shared.b64
+// WGMMA: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// WGMMA: mbarrier.try_wait.parity.shared.b64
+// WGMMA-COUNT-8: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+// WGMMA: wgmma.wait_group.sync.aligned 0;
+// WGMMA: bar.sync 1, 128;
+// WGMMA: fence.proxy.async.shared::cta;
+
+// PTXAS: Function properties for {{[a-z0-9_]+}}_forward
+// PTXAS-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// PTXAS-NEXT: Used {{[0-9]+}} registers, used 2 barriers, 1024 bytes smem
+
+// The scalar kernels: no tensor cores, no TMA.
+// SCALAR: .entry {{[a-z0-9_]+}}_forward(
+// SCALAR-NOT: wgmma
+// SCALAR-NOT: cp.async.bulk.tensor
+// SCALAR-NOT: mok_dyn_smem
+
 // SM100: gpu.binary @shared_layer_kernels [#gpu.object<#nvvm.target<O = 3, chip = "sm_100a", features = "+ptx88">
 // SM100-SAME: .target sm_100a
 // SM100-SAME: .visible .entry shared_layer_forward(

@@ -17,12 +17,14 @@ namespace mok {
 
 /// moe → one persistent kernel → NVVM → PTX (in a gpu.binary), for `chip`
 /// ("sm_90a" or "sm_100a"). `toolkit` is the CUDA toolkit holding libdevice.
+/// `tensorCores`: TMA + wgmma GEMM phases on sm_90a for eligible layers.
 void buildMoEToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
-                           const std::string &toolkit);
+                           const std::string &toolkit, bool tensorCores = true);
 
 /// Its two halves: fuse + convert-moe-to-gpu (the kernels, with their
 /// `mok.kernel` descriptions), then NVVM lowering and PTX emission.
-void buildMoEToGPUPipeline(mlir::OpPassManager &pm, const std::string &chip);
+void buildMoEToGPUPipeline(mlir::OpPassManager &pm, const std::string &chip,
+                           bool tensorCores = true);
 void buildGPUToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
                            const std::string &toolkit);
 

@@ -1,0 +1,160 @@
+// RUN: mok-opt %s --convert-moe-to-gpu=chip=sm_90a | FileCheck %s
+// RUN: mok-opt %s --convert-moe-to-gpu="chip=sm_90a tensor-cores=false" | FileCheck %s --check-prefix=SCALAR \
+// RUN:   --implicit-check-not=nvgpu. --implicit-check-not=tensor_maps --implicit-check-not=mok_dyn_smem
+// RUN: mok-opt %s --convert-moe-to-gpu=chip=sm_100a | FileCheck %s --check-prefix=SCALAR \
+// RUN:   --implicit-check-not=nvgpu. --implicit-check-not=tensor_maps --implicit-check-not=mok_dyn_smem
+
+// On sm_90a, a layer whose shapes fit the tiles (H % 64, I % 128, I_s % 128,
+// padding % 64) gets TMA + mbarrier + wgmma GEMM phases; the others, every
+// sm_100a layer, and tensor-cores=false keep the scalar FMA phases.
+
+// The eligible layer: one extra, last parameter holding the tensor maps, 10
+// maps (5 routed, 5 shared) of 128 bytes = 160 x i64; 256 threads (the first
+// warpgroup computes the GEMMs) and 4 stages x 40 KiB + 1 KiB of dynamic
+// shared memory.
+// CHECK-LABEL: gpu.module @eligible_kernels
+// CHECK: memref.global "public" @mok_dyn_smem : memref<0xi8, #gpu.address_space<workgroup>> {alignment = 1024 : i64}
+// CHECK: gpu.func @eligible_forward(
+// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %[[MAPS:[^:]*]]: memref<160xi64>) kernel
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_90a", cooperative = true, dynamic_shared_memory = 164864 : i64
+// The existing parameters are unchanged; tensor_maps comes last.
+// CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 160>}]
+// Map i views a kernel buffer as 2-D bf16 [rows, cols]: A operands in boxes
+// of 64 rows (routed_x is [Rcap = 40*2 + 4*63 = 332, H]), B operands (the
+// weights, experts stacked: gate [E*I, H], down [E*H, I]) in boxes of 128.
+// CHECK-SAME: tensor_maps = [
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "routed_x", cols = 64 : i64, row_stride = 64 : i64, rows = 332 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "gate_weights", cols = 64 : i64, row_stride = 64 : i64, rows = 512 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "up_weights", cols = 64 : i64, row_stride = 64 : i64, rows = 512 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "hidden", cols = 128 : i64, row_stride = 128 : i64, rows = 332 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "down_weights", cols = 128 : i64, row_stride = 128 : i64, rows = 256 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "x", cols = 64 : i64, row_stride = 64 : i64, rows = 40 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_gate_weights", cols = 64 : i64, row_stride = 64 : i64, rows = 128 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_up_weights", cols = 64 : i64, row_stride = 64 : i64, rows = 128 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "shared_hidden", cols = 128 : i64, row_stride = 128 : i64, rows = 40 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_down_weights", cols = 128 : i64, row_stride = 128 : i64, rows = 64 : i64}]
+// Setup: the stage buffers in the extern shared array, one mbarrier per
+// stage, map i at byte 128*i of the tensor_maps buffer.
+// CHECK: memref.get_global @mok_dyn_smem
+// CHECK: memref.reinterpret_cast {{.*}} sizes: [164864]
+// CHECK: %[[BARS:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 4>
+// CHECK: %[[BASE:.*]] = memref.extract_aligned_pointer_as_index %[[MAPS]] : memref<160xi64>
+// CHECK: %[[BASE64:.*]] = arith.index_cast %[[BASE]] : index to i64
+// CHECK: %[[P0:.*]] = llvm.inttoptr
+// CHECK: %[[RX:.*]] = builtin.unrealized_conversion_cast %[[P0]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<64x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b, l2promo = none, oob = zero, interleave = none>
+// CHECK: %[[OFF1:.*]] = arith.constant 128 : i64
+// CHECK: %[[A1:.*]] = arith.addi %[[BASE64]], %[[OFF1]]
+// CHECK: %[[P1:.*]] = llvm.inttoptr %[[A1]]
+// CHECK: %[[GATE:.*]] = builtin.unrealized_conversion_cast %[[P1]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<128x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
+// CHECK: %[[UP:.*]] = builtin.unrealized_conversion_cast
+// CHECK-COUNT-7: builtin.unrealized_conversion_cast {{.*}} to !nvgpu.tensormap.descriptor
+// Thread 0 initializes the barriers once per kernel.
+// CHECK: scf.if
+// CHECK-COUNT-4: nvgpu.mbarrier.init %[[BARS]]
+// CHECK-NEXT: nvvm.fence.mbarrier.init
+// CHECK-NEXT: nvgpu.tma.prefetch.descriptor %[[RX]]
+// CHECK: gpu.barrier
+// The plan and the dispatch are unchanged.
+// CHECK: memref.atomic_rmw addi
+// Routed gate/up: the first warpgroup loops over its tasks; thread 0 fills
+// the stages (A + gate + up = 8 + 16 + 16 KiB) ...
+// CHECK: %[[WG0:.*]] = arith.cmpi ult, %{{.*}}, %c128{{.*}} : index
+// CHECK: scf.if %[[WG0]] -> (index)
+// CHECK: scf.for
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c40960
+// CHECK: nvgpu.tma.async.load %[[RX]][
+// CHECK: nvgpu.tma.async.load %[[GATE]][
+// CHECK: nvgpu.tma.async.load %[[UP]][
+// ... and the warpgroup waits for a stage, then runs one m64n128k16 wgmma per
+// k16 step and operand (K-major B: no transposeB).
+// CHECK: scf.for {{.*}} iter_args({{.*}}) -> (!nvgpu.warpgroup.accumulator<fragmented = vector<64x128xf32>>, !nvgpu.warpgroup.accumulator<fragmented = vector<64x128xf32>>)
+// CHECK: nvgpu.mbarrier.try_wait.parity %[[BARS]][
+// CHECK: nvgpu.warpgroup.generate.descriptor {{.*}} : memref<64x16xbf16, #gpu.address_space<workgroup>>
+// CHECK: nvgpu.warpgroup.generate.descriptor {{.*}} : memref<16x128xbf16, #gpu.address_space<workgroup>>
+// CHECK: nvgpu.warpgroup.mma {{.*}} : <tensor = memref<64x16xbf16, #gpu.address_space<workgroup>>>, <tensor = memref<16x128xbf16, #gpu.address_space<workgroup>>>, <fragmented = vector<64x128xf32>> -> <fragmented = vector<64x128xf32>>
+// CHECK-NOT: transposeB
+// Before thread 0 refills the stage, the warpgroup (only) syncs on named
+// barrier 1.
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-NEXT: %[[N128:.*]] = arith.constant 128 : i32
+// CHECK-NEXT: %[[ID1:.*]] = arith.constant 1 : i32
+// CHECK-NEXT: nvvm.barrier id = %[[ID1]] number_of_threads = %[[N128]]
+// CHECK: nvgpu.tma.async.load
+// Epilogue: accumulators through shared memory; gate and up rounded to bf16,
+// the SwiGLU (clamped at 7) in f32, stored as bf16.
+// CHECK: nvgpu.warpgroup.mma.store {{.*}} to memref<64x128xf32, #gpu.address_space<workgroup>>
+// CHECK: nvgpu.warpgroup.mma.store
+// CHECK: arith.truncf {{.*}} : f32 to bf16
+// CHECK: arith.extf {{.*}} : bf16 to f32
+// CHECK: arith.minimumf
+// CHECK: math.exp
+// CHECK: memref.store {{.*}} : memref<332x128xbf16>
+// CHECK: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// Shared gate/up (x is A: rows >= T = 40 are zero-filled by TMA and not
+// stored), then a grid barrier, then the down GEMMs (A + B = 24 KiB a stage).
+// CHECK: nvgpu.tma.async.load %{{.*}}[%{{.*}}, %{{.*}}], %[[BARS]]
+// CHECK: memref.store {{.*}} : memref<40x128xbf16>
+// CHECK: memref.atomic_rmw addi
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c24576
+// CHECK: scf.for {{.*}} -> (!nvgpu.warpgroup.accumulator<fragmented = vector<64x128xf32>>) {
+// CHECK: memref.store {{.*}} : memref<332x64xbf16>
+// CHECK: memref.store {{.*}} : memref<40x64xbf16>
+// CHECK: gpu.return
+
+// A padding of 8 does not cut expert segments into 64-row tiles: scalar.
+// CHECK-LABEL: gpu.module @padding8_kernels
+// CHECK-NOT: mok_dyn_smem
+// CHECK: gpu.func @padding8_forward(
+// CHECK-SAME: %{{[^:]*}}: memref<2xi32>) kernel
+// CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
+// CHECK-SAME: dynamic_shared_memory = 0 : i64
+// CHECK-NOT: tensor_maps
+// CHECK-NOT: nvgpu.
+// CHECK: gpu.return
+
+// The same with I = 96 (not a multiple of the 128-column tile).
+// CHECK-LABEL: gpu.module @inter96_kernels
+// CHECK: gpu.func @inter96_forward(
+// CHECK-SAME: %{{[^:]*}}: memref<2xi32>) kernel
+// CHECK-NOT: nvgpu.
+// CHECK: gpu.return
+
+// SCALAR: gpu.func @eligible_forward(
+// SCALAR-SAME: %{{[^:]*}}: memref<2xi32>) kernel
+// SCALAR-SAME: known_block_size = array<i32: 256, 1, 1>
+// SCALAR-SAME: dynamic_shared_memory = 0 : i64
+// SCALAR: gpu.func @padding8_forward(
+// SCALAR: gpu.func @inter96_forward(
+
+!plan = !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 64>
+func.func @eligible(%x: tensor<40x64xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>,
+                    %wg: tensor<4x128x64xbf16>, %wu: tensor<4x128x64xbf16>, %wd: tensor<4x64x128xbf16>,
+                    %sg: tensor<128x64xbf16>, %su: tensor<128x64xbf16>, %sd: tensor<64x128xbf16>)
+    -> tensor<40x64xbf16> {
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd shared(%sg, %su, %sd) plan !plan
+      {swiglu_limit = 7.0 : f32}
+      : (tensor<40x64xbf16>, tensor<40x2xi32>, tensor<40x2xf32>, tensor<4x128x64xbf16>,
+         tensor<4x128x64xbf16>, tensor<4x64x128xbf16>, tensor<128x64xbf16>, tensor<128x64xbf16>,
+         tensor<64x128xbf16>) -> tensor<40x64xbf16>
+  return %o : tensor<40x64xbf16>
+}
+
+!plan8 = !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 8>
+func.func @padding8(%x: tensor<40x64xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>,
+                    %wg: tensor<4x128x64xbf16>, %wu: tensor<4x128x64xbf16>, %wd: tensor<4x64x128xbf16>)
+    -> tensor<40x64xbf16> {
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd plan !plan8
+      : (tensor<40x64xbf16>, tensor<40x2xi32>, tensor<40x2xf32>, tensor<4x128x64xbf16>,
+         tensor<4x128x64xbf16>, tensor<4x64x128xbf16>) -> tensor<40x64xbf16>
+  return %o : tensor<40x64xbf16>
+}
+
+func.func @inter96(%x: tensor<40x64xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>,
+                   %wg: tensor<4x96x64xbf16>, %wu: tensor<4x96x64xbf16>, %wd: tensor<4x64x96xbf16>)
+    -> tensor<40x64xbf16> {
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd plan !plan
+      : (tensor<40x64xbf16>, tensor<40x2xi32>, tensor<40x2xf32>, tensor<4x96x64xbf16>,
+         tensor<4x96x64xbf16>, tensor<4x64x96xbf16>) -> tensor<40x64xbf16>
+  return %o : tensor<40x64xbf16>
+}
