@@ -24,6 +24,11 @@ CASES = {
     "shared_clamp_i64": dict(tokens=100, hidden=1024, intermediate=512, experts=8,
                              top_k=4, padding=1, shared_intermediate=512,
                              swiglu_limit=1.0, expert_id_dtype="int64"),
+    # Qwen sizes on the tensor-core path with an active clamp, top-2, -1
+    # routes, zero router weights, padding 64 (one tile), T = 257.
+    "qwen3_top2_clamp": dict(tokens=257, hidden=2048, intermediate=768, experts=128,
+                             top_k=2, padding=64, swiglu_limit=0.75, drop=0.1,
+                             zero=0.25),
     # one token, top-8.
     "one_token_top8": dict(tokens=1, hidden=256, intermediate=128, experts=8,
                            top_k=8, padding=32),
