@@ -23,8 +23,10 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
 import mok  # noqa: E402
 from shapes import SHAPES  # noqa: E402
+from torch_reference import forward as reference, relative_error as rel_error  # noqa: E402
 
 
 def make_inputs(s, gen):
@@ -80,36 +82,6 @@ def torch_layer(a, limit=None):
     return out.to(torch.bfloat16)
 
 
-def reference(a, limit=None):
-    f = {n: v.double() for n, v in a.items() if n != "top_experts"}
-
-    def mlp(x, wg, wu, wd):
-        g = (x @ wg.T).float().to(torch.bfloat16).double()
-        u = (x @ wu.T).float().to(torch.bfloat16).double()
-        if limit is not None:
-            g, u = g.clamp(max=limit), u.clamp(-limit, limit)
-        return (g * torch.sigmoid(g) * u) @ wd.T
-
-    out = torch.zeros_like(f["x"])
-    if "shared_gate_weights" in f:
-        out += mlp(f["x"], f["shared_gate_weights"], f["shared_up_weights"],
-                   f["shared_down_weights"])
-    top = a["top_experts"].long()
-    for e in range(a["gate_weights"].shape[0]):
-        t, j = (top == e).nonzero(as_tuple=True)
-        if len(t):
-            y = mlp(f["x"][t], f["gate_weights"][e], f["up_weights"][e], f["down_weights"][e])
-            out.index_add_(0, t, f["router_weights"][t, j].unsqueeze(1) * y)
-    return out
-
-
-def rel_error(got, ref):
-    got = got.double()
-    if torch.isnan(got).any():
-        return float("nan")
-    return ((got - ref).abs().sum() / ref.abs().sum()).item()
-
-
 def time_ms(fn, budget_s, min_iters=3, max_iters=50):
     fn()
     torch.cuda.synchronize()
@@ -152,7 +124,7 @@ def main():
         layer = mok.GpuArtifact.from_files(os.path.join(args.artifacts, name, "moe_layer")).load()
         gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
         a = make_inputs(s, gen)
-        ref = reference(a)
+        ref = reference(a, s["experts"])
         err_mok = rel_error(layer(**a), ref)
         err_torch = rel_error(torch_layer(a), ref)
         del ref

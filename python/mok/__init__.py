@@ -12,7 +12,7 @@ bf16 arrays are NumPy ``uint16`` arrays of bf16 bit patterns (or
 and ``bf16_to_float32`` convert. torch is not needed.
 """
 from ._bf16 import bf16_to_float32, to_bf16
-from ._gpu import GpuArtifact, GpuLayer, __version__
+from ._gpu import GpuArtifact, GpuLayer, MokRuntimeError, __version__
 from ._layer import CompiledLayer, Context, Gradients, compile
 from ._spec import LayerSpec
 
@@ -20,6 +20,7 @@ __all__ = [
     "CompiledLayer",
     "GpuArtifact",
     "GpuLayer",
+    "MokRuntimeError",
     "Context",
     "Gradients",
     "LayerSpec",

@@ -76,8 +76,9 @@ def compile_gpu(source, name, target, function, cache_dir):
     return artifact
 
 
-class RuntimeError_(RuntimeError):
-    pass
+class MokRuntimeError(RuntimeError):
+    """A failing runtime call; the message is the runtime's, naming the
+    argument or the driver call."""
 
 
 def _load_runtime(path=None):
@@ -162,7 +163,7 @@ class GpuLayer:
 
     def _check(self, status):
         if status != 0:
-            raise RuntimeError_(self._rt.mok_last_error().decode())
+            raise MokRuntimeError(self._rt.mok_last_error().decode())
 
     def _validate(self, name, t, p):
         torch = self.torch

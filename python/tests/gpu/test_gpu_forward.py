@@ -9,6 +9,7 @@ import os
 import pytest
 
 import mok
+import torch_reference
 from cases import CASES
 from gpu_results import RESULTS
 
@@ -56,30 +57,7 @@ def _inputs(c, gen):
 
 
 def _reference(c, a):
-    """float64; gate/up rounded to bf16 before the activation, as the
-    semantics store them (the clamp decides on the stored value)."""
-    import torch
-    f = {n: v.double() for n, v in a.items() if n != "top_experts"}
-    L = c.get("swiglu_limit")
-
-    def mlp(x, wg, wu, wd):
-        g = (x @ wg.T).float().to(torch.bfloat16).double()
-        u = (x @ wu.T).float().to(torch.bfloat16).double()
-        if L is not None:
-            g, u = g.clamp(max=L), u.clamp(-L, L)
-        return (g * torch.sigmoid(g) * u) @ wd.T
-
-    out = torch.zeros_like(f["x"])
-    if c.get("shared_intermediate"):
-        out += mlp(f["x"], f["shared_gate_weights"], f["shared_up_weights"],
-                   f["shared_down_weights"])
-    top = a["top_experts"].long()
-    for e in range(c["experts"]):
-        t, j = (top == e).nonzero(as_tuple=True)
-        if len(t):
-            y = mlp(f["x"][t], f["gate_weights"][e], f["up_weights"][e], f["down_weights"][e])
-            out.index_add_(0, t, f["router_weights"][t, j].unsqueeze(1) * y)
-    return out
+    return torch_reference.forward(a, c["experts"], c.get("swiglu_limit"))
 
 
 def _compare(name, c, got, ref, ms):
