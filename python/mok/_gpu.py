@@ -81,6 +81,20 @@ class MokRuntimeError(RuntimeError):
     argument or the driver call."""
 
 
+class _Tensor(ctypes.Structure):
+    """mok_tensor."""
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("rank", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * 4), ("strides", ctypes.c_int64 * 4)]
+
+
+class _NamedTensor(ctypes.Structure):
+    """mok_named_tensor."""
+    _fields_ = [("name", ctypes.c_char_p), ("tensor", _Tensor)]
+
+
+_MOK_DTYPE = {"bfloat16": 1, "float32": 2, "int32": 3, "int64": 4}
+
+
 def _load_runtime(path=None):
     candidates = [path, os.environ.get("MOK_RUNTIME_LIBRARY"),
                   os.path.join(os.path.dirname(__file__), "..", "..", "lib",
@@ -98,68 +112,49 @@ def _load_runtime(path=None):
     else:
         raise OSError("the mok runtime library (libmok_runtime.so) was not found; set "
                       "MOK_RUNTIME_LIBRARY. Tried: " + "; ".join(errors))
+    P = ctypes.c_void_p
     lib.mok_last_error.restype = ctypes.c_char_p
-    lib.mok_module_load_ptx.argtypes = [ctypes.c_int, ctypes.c_char_p,
-                                        ctypes.POINTER(ctypes.c_void_p)]
-    lib.mok_module_launch.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
-                                      ctypes.POINTER(ctypes.c_uint32),
-                                      ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32,
-                                      ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-                                      ctypes.c_uint32]
-    lib.mok_device_sm_count.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
-    lib.mok_module_destroy.argtypes = [ctypes.c_void_p]
-    lib.mok_tma_descriptor_2d.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                          ctypes.c_int64, ctypes.c_int64, ctypes.c_uint32,
-                                          ctypes.c_uint32]
+    lib.mok_layer_create.argtypes = [ctypes.c_char_p, ctypes.POINTER(P)]
+    lib.mok_layer_load.argtypes = [P, ctypes.c_int, ctypes.c_char_p]
+    lib.mok_layer_forward.argtypes = [P, ctypes.POINTER(_NamedTensor), ctypes.c_size_t,
+                                      ctypes.POINTER(_Tensor), P]
+    lib.mok_layer_destroy.argtypes = [P]
     return lib
+
+
+def _describe(t, name=None):
+    """A mok_tensor (or mok_named_tensor) over a torch tensor's storage."""
+    d = _Tensor(t.data_ptr(), _MOK_DTYPE[str(t.dtype).replace("torch.", "")], t.dim())
+    for i, (n, st) in enumerate(zip(t.shape, t.stride())):
+        d.shape[i], d.strides[i] = n, st
+    return d if name is None else _NamedTensor(name.encode(), d)
 
 
 class GpuLayer:
     """A compiled forward layer on one CUDA device, called with torch tensors
-    (inputs by name, as in the CPU layer). Outputs are allocated per call
-    and poisoned with NaN before the launch; the workspace is allocated once.
-    Launches are asynchronous on torch's current stream and need no host
-    synchronization, so they can be captured in a CUDA graph."""
-
-    COOPERATIVE = 1
+    by argument name, as the CPU layer is. A thin layer over the runtime's
+    mok_layer (which owns the module, the workspace and the TMA descriptors,
+    and checks every argument against the metadata); torch-level checks
+    (tensor type, device) are made here. Outputs are allocated per call and
+    poisoned with NaN before the launch. Launches are asynchronous on torch's
+    current stream and need no host synchronization, so they can be captured
+    in a CUDA graph."""
 
     def __init__(self, artifact, device=0, runtime_library=None):
         import torch
         self.torch = torch
         self.meta = artifact.metadata
         self.device = torch.device("cuda", device)
+        torch.cuda.init()  # the runtime uses the primary context torch uses
         self._rt = _load_runtime(runtime_library)
         handle = ctypes.c_void_p()
-        self._check(self._rt.mok_module_load_ptx(device, artifact.ptx.encode(),
-                                                 ctypes.byref(handle)))
-        self._module = handle
-        sms = ctypes.c_int()
-        self._check(self._rt.mok_device_sm_count(device, ctypes.byref(sms)))
-        self.grid = sms.value  # persistent: one CTA per multiprocessor
-        self.block = int(self.meta["block"])
+        self._check(self._rt.mok_layer_create(json.dumps(self.meta).encode(),
+                                              ctypes.byref(handle)))
+        self._layer = handle
+        self._check(self._rt.mok_layer_load(handle, device, artifact.ptx.encode()))
         params = self.meta["params"]
         self.inputs = [p for p in params if p["role"] == "input"]
         self.output = next(p for p in params if p["role"] == "output")
-        self.workspace = {}
-        for p in params:
-            if p["role"] in ("workspace", "tensor_maps"):
-                t = torch.empty(p["shape"], dtype=getattr(torch, _DTYPES[p["dtype"]]),
-                                device=self.device)
-                if p["name"] in self.meta.get("zero_before_first_launch", []):
-                    t.zero_()
-                self.workspace[p["name"]] = t
-        # TMA descriptors of the buffers the kernel reads by tiles, rebuilt
-        # only when a buffer's address changes (never during graph replay).
-        self.maps = self.meta.get("tensor_maps", [])
-        self._map_key = None
-        self._map_host = None
-        if self.maps:
-            storage = next(p["name"] for p in params if p["role"] == "tensor_maps")
-            self._map_device = self.workspace[storage]
-            # 128 bytes a map, 64-byte aligned (CUtensorMap's alignment).
-            self._map_raw = ctypes.create_string_buffer(128 * len(self.maps) + 64)
-            base = ctypes.addressof(self._map_raw)
-            self._map_base = base + (-base) % 64
 
     def _check(self, status):
         if status != 0:
@@ -177,10 +172,6 @@ class GpuLayer:
             raise ValueError(f"{name}: expected shape {list(p['shape'])}, got {list(t.shape)}")
         if t.device != self.device:
             raise ValueError(f"{name}: expected a tensor on {self.device}, got {t.device}")
-        if not t.is_contiguous():
-            raise ValueError(f"{name}: expected a contiguous tensor")
-        if t.data_ptr() % 16:
-            raise ValueError(f"{name}: expected 16-byte aligned data")
 
     def __call__(self, *args, **kwargs):
         names = [p["name"] for p in self.inputs]
@@ -200,39 +191,13 @@ class GpuLayer:
         torch = self.torch
         out = torch.full(self.output["shape"], float("nan"), dtype=torch.bfloat16,
                          device=self.device)
-        by_name = dict(bound)
-        by_name[self.output["name"]] = out
-        by_name.update(self.workspace)
-        buffers = [by_name[p["name"]] for p in self.meta["params"]]
-        if self.maps:
-            self._update_tensor_maps(by_name)
-        values = (ctypes.c_uint64 * len(buffers))(*[b.data_ptr() for b in buffers])
-        params = (ctypes.c_void_p * len(buffers))(
-            *[ctypes.addressof(values) + 8 * i for i in range(len(buffers))])
-        grid = (ctypes.c_uint32 * 3)(self.grid, 1, 1)
-        block = (ctypes.c_uint32 * 3)(self.block, 1, 1)
+        inputs = (_NamedTensor * len(names))(*[_describe(bound[n], n) for n in names])
         stream = torch.cuda.current_stream(self.device).cuda_stream
-        self._check(self._rt.mok_module_launch(
-            self._module, self.meta["kernel"].encode(), grid, block,
-            int(self.meta.get("dynamic_shared_memory", 0)), ctypes.c_void_p(stream),
-            params, self.COOPERATIVE if self.meta.get("cooperative") else 0))
+        self._check(self._rt.mok_layer_forward(self._layer, inputs, len(names),
+                                               ctypes.byref(_describe(out)),
+                                               ctypes.c_void_p(stream)))
         return out
 
-    def _update_tensor_maps(self, by_name):
-        key = tuple(by_name[m["buffer"]].data_ptr() for m in self.maps)
-        if key == self._map_key:
-            return
-        for i, (m, ptr) in enumerate(zip(self.maps, key)):
-            self._check(self._rt.mok_tma_descriptor_2d(
-                ctypes.c_void_p(self._map_base + 128 * i), ctypes.c_void_p(ptr),
-                m["rows"], m["cols"], m["row_stride"], m["box_rows"], m["box_cols"]))
-        torch = self.torch
-        host = torch.frombuffer(
-            (ctypes.c_char * (128 * len(self.maps))).from_address(self._map_base),
-            dtype=torch.int64).clone()
-        self._map_device.copy_(host.view(self._map_device.shape))
-        self._map_key = key
-
     def __del__(self):
-        if getattr(self, "_module", None):
-            self._rt.mok_module_destroy(self._module)
+        if getattr(self, "_layer", None):
+            self._rt.mok_layer_destroy(self._layer)

@@ -74,6 +74,10 @@ Loaded load() {
   get(d.launchKernel, "cuLaunchKernel");
   get(d.launchCooperativeKernel, "cuLaunchCooperativeKernel");
   get(d.deviceGetAttribute, "cuDeviceGetAttribute");
+  get(d.memAlloc, "cuMemAlloc");
+  get(d.memFree, "cuMemFree");
+  get(d.memsetD8, "cuMemsetD8");
+  get(d.memcpyHtoD, "cuMemcpyHtoD");
   get(d.tensorMapEncodeTiled, "cuTensorMapEncodeTiled");
   if (missing)
     return l;

@@ -27,6 +27,10 @@ struct Driver {
   decltype(&::cuLaunchKernel) launchKernel;
   decltype(&::cuLaunchCooperativeKernel) launchCooperativeKernel;
   decltype(&::cuDeviceGetAttribute) deviceGetAttribute;
+  decltype(&::cuMemAlloc) memAlloc;
+  decltype(&::cuMemFree) memFree;
+  decltype(&::cuMemsetD8) memsetD8;
+  decltype(&::cuMemcpyHtoD) memcpyHtoD;
   decltype(&::cuTensorMapEncodeTiled) tensorMapEncodeTiled;
 
   /// "CUDA_ERROR_X: description" for `r`.

@@ -3,6 +3,7 @@
 
 #include "Driver.h"
 #include "Error.h"
+#include "Module.h"
 
 #include <cstring>
 #include <memory>
@@ -111,9 +112,9 @@ static std::string describe(const mok_tensor &t) {
   return std::string(mok_dtype_name(t.dtype)) + " " + shapeString(t.shape, rank);
 }
 
-extern "C" mok_status mok_tensor_check(const mok_tensor *t, const char *name,
-                                       mok_dtype dtype, int32_t rank,
-                                       const int64_t *shape) {
+mok_status mok::runtime::checkTensor(const mok_tensor *t, const char *name,
+                                     mok_dtype dtype, int32_t rank,
+                                     const int64_t *shape, bool tma) {
   std::string n = name ? name : "tensor";
   std::string want =
       std::string(mok_dtype_name(dtype)) + " " + shapeString(shape, rank);
@@ -140,17 +141,25 @@ extern "C" mok_status mok_tensor_check(const mok_tensor *t, const char *name,
            << n << ": the innermost dimension must be contiguous (stride 1), "
            << "got stride " << t->strides[rank - 1];
   size_t elt = mok_dtype_size(dtype);
-  if (reinterpret_cast<uintptr_t>(t->data) % 16)
+  size_t align = tma ? 16 : elt;
+  if (reinterpret_cast<uintptr_t>(t->data) % align)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
-           << n << ": data must be 16-byte aligned, got address 0x" << std::hex
-           << reinterpret_cast<uintptr_t>(t->data);
-  for (int32_t d = 0; d + 1 < rank; ++d)
-    if (t->shape[d] > 1 && (t->strides[d] * elt) % 16)
-      return Fail(MOK_ERROR_INVALID_ARGUMENT)
-             << n << ": the stride of dimension " << d
-             << " must be a multiple of 16 bytes, got " << t->strides[d]
-             << " elements";
+           << n << ": data must be " << align << "-byte aligned, got address 0x"
+           << std::hex << reinterpret_cast<uintptr_t>(t->data);
+  if (tma)
+    for (int32_t d = 0; d + 1 < rank; ++d)
+      if (t->shape[d] > 1 && (t->strides[d] * elt) % 16)
+        return Fail(MOK_ERROR_INVALID_ARGUMENT)
+               << n << ": the stride of dimension " << d
+               << " must be a multiple of 16 bytes, got " << t->strides[d]
+               << " elements";
   return ok();
+}
+
+extern "C" mok_status mok_tensor_check(const mok_tensor *t, const char *name,
+                                       mok_dtype dtype, int32_t rank,
+                                       const int64_t *shape) {
+  return checkTensor(t, name, dtype, rank, shape, /*tma=*/true);
 }
 
 //===----------------------------------------------------------------------===//
@@ -332,14 +341,7 @@ extern "C" mok_status mok_driver_probe(int *available, int *deviceCount) {
   return ok();
 }
 
-struct mok_module_s {
-  const Driver *driver = nullptr;
-  CUdevice device = 0;
-  CUcontext context = nullptr;
-  CUmodule module = nullptr;
-};
-
-static mok_status driverOrFail(const Driver *&d) {
+mok_status mok::runtime::driverOrFail(const Driver *&d) {
   std::string why;
   d = loadDriver(why);
   if (!d)

@@ -155,12 +155,107 @@ static void testWithoutDriver() {
               "ptx: is empty");
 }
 
+// A small layer's metadata, in the compiler's format.
+static const char *kMetadata = R"({
+  "mok_metadata_version": 1, "kernel": "moe_layer_forward", "block": 256,
+  "cooperative": true, "dynamic_shared_memory": 0,
+  "zero_before_first_launch": ["grid_barrier"],
+  "params": [
+    {"name": "x", "role": "input", "dtype": "bf16", "shape": [4, 64]},
+    {"name": "top_experts", "role": "input", "dtype": "i32", "shape": [4, 2]},
+    {"name": "router_weights", "role": "input", "dtype": "f32", "shape": [4, 2]},
+    {"name": "out", "role": "output", "dtype": "bf16", "shape": [4, 64]},
+    {"name": "grid_barrier", "role": "workspace", "dtype": "i32", "shape": [2]},
+    {"name": "tensor_maps", "role": "tensor_maps", "dtype": "i64", "shape": [16]}],
+  "tensor_maps": [{"buffer": "x", "rows": 4, "cols": 64, "row_stride": 64,
+                   "box_rows": 64, "box_cols": 64}]
+})";
+
+static void testLayerMetadata() {
+  mok_layer layer = nullptr;
+  CHECK(mok_layer_create(kMetadata, &layer) == MOK_OK);
+  CHECK(mok_layer_input_count(layer) == 3);
+  CHECK(std::string(mok_layer_input_name(layer, 1)) == "top_experts");
+  CHECK(mok_layer_input_name(layer, 3) == nullptr);
+
+  alignas(64) static unsigned char x[4 * 64 * 2], out[4 * 64 * 2], ids[32], rw[32];
+  int64_t sx[2] = {4, 64}, sk[2] = {4, 2};
+  mok_named_tensor in[3] = {
+      {"router_weights", mok_tensor_contiguous(rw, MOK_DTYPE_F32, 2, sk)},
+      {"x", mok_tensor_contiguous(x, MOK_DTYPE_BF16, 2, sx)},
+      {"top_experts", mok_tensor_contiguous(ids, MOK_DTYPE_I32, 2, sk)}};
+  mok_tensor o = mok_tensor_contiguous(out, MOK_DTYPE_BF16, 2, sx);
+  CHECK(mok_layer_check(layer, in, 3, &o) == MOK_OK);
+  CHECK_FAILS(mok_layer_check(layer, in, 2, &o), MOK_ERROR_INVALID_ARGUMENT,
+              "inputs: 'top_experts' is missing");
+  mok_named_tensor twice[3] = {in[0], in[1], in[1]};
+  CHECK_FAILS(mok_layer_check(layer, twice, 3, &o), MOK_ERROR_INVALID_ARGUMENT,
+              "inputs: 'x' is given twice");
+  mok_named_tensor unknown[3] = {in[0], in[1], {"gate", in[2].tensor}};
+  CHECK_FAILS(mok_layer_check(layer, unknown, 3, &o), MOK_ERROR_INVALID_ARGUMENT,
+              "unknown input 'gate'; expected x, top_experts, router_weights");
+  mok_named_tensor wrong[3] = {in[0], in[1], in[2]};
+  wrong[2].tensor.dtype = MOK_DTYPE_I64;
+  CHECK_FAILS(mok_layer_check(layer, wrong, 3, &o), MOK_ERROR_INVALID_ARGUMENT,
+              "top_experts: expected dtype i32, got i64");
+  mok_named_tensor transposed[3] = {in[0], in[1], in[2]};
+  int64_t sT[2] = {4, 64};
+  transposed[1].tensor = mok_tensor_contiguous(x, MOK_DTYPE_BF16, 2, sT);
+  transposed[1].tensor.strides[0] = 128; // rows with a gap: not dense
+  CHECK_FAILS(mok_layer_check(layer, transposed, 3, &o), MOK_ERROR_INVALID_ARGUMENT,
+              "x: expected a dense row-major tensor; dimension 0 has stride 128, expected 64");
+  mok_tensor small = o;
+  small.shape[0] = 3;
+  CHECK_FAILS(mok_layer_check(layer, in, 3, &small), MOK_ERROR_INVALID_ARGUMENT,
+              "out: expected shape [4, 64], got [3, 64]");
+  CHECK_FAILS(mok_layer_forward(layer, in, 3, &o, nullptr), MOK_ERROR_INVALID_ARGUMENT,
+              "layer: not loaded (call mok_layer_load first)");
+  CHECK_FAILS(mok_layer_load(layer, 0, ".version 8.0\n"), MOK_ERROR_DRIVER_UNAVAILABLE,
+              "the CUDA driver could not be loaded");
+  mok_layer_destroy(layer);
+
+  struct { const char *json, *message; } bad[] = {
+      {"{", "metadata: not JSON (offset 1: expected a member name)"},
+      {"[1, 2]", "metadata: not a JSON object"},
+      {R"({"mok_metadata_version": 2})", "expected mok_metadata_version 1"},
+      {R"({"mok_metadata_version": 1, "kernel": "k", "block": 256, "cooperative": true,
+           "dynamic_shared_memory": 0})", "metadata: missing or mistyped 'params'"},
+      {R"({"mok_metadata_version": 1, "kernel": "k", "block": 0, "cooperative": true,
+           "dynamic_shared_memory": 0, "params": []})", "'block' must be an integer >= 1"},
+      {R"({"mok_metadata_version": 1, "kernel": "k", "block": 32, "cooperative": true,
+           "dynamic_shared_memory": 0, "params": [
+             {"name": "x", "role": "input", "dtype": "f16", "shape": [4]}]})",
+       "metadata: params[0]: unknown dtype 'f16'"},
+      {R"({"mok_metadata_version": 1, "kernel": "k", "block": 32, "cooperative": true,
+           "dynamic_shared_memory": 0, "params": [
+             {"name": "x", "role": "scratch", "dtype": "bf16", "shape": [4]}]})",
+       "metadata: params[0]: unknown role 'scratch'"},
+      {R"({"mok_metadata_version": 1, "kernel": "k", "block": 32, "cooperative": true,
+           "dynamic_shared_memory": 0, "params": [
+             {"name": "x", "role": "input", "dtype": "bf16", "shape": [4]}]})",
+       "metadata: no parameter has role 'output'"},
+      {R"({"mok_metadata_version": 1, "kernel": "k", "block": 32, "cooperative": true,
+           "dynamic_shared_memory": 0, "params": [
+             {"name": "o", "role": "output", "dtype": "bf16", "shape": [4]}],
+           "tensor_maps": [{"buffer": "w", "rows": 1, "cols": 64, "row_stride": 64,
+                            "box_rows": 1, "box_cols": 64}]})",
+       "metadata: tensor map of unknown buffer 'w'"},
+  };
+  for (auto &b : bad) {
+    mok_layer l = nullptr;
+    CHECK_FAILS(mok_layer_create(b.json, &l), MOK_ERROR_INVALID_ARGUMENT, "");
+    check(std::strstr(mok_last_error(), b.message) != nullptr, b.message, __LINE__);
+    CHECK(l == nullptr);
+  }
+}
+
 int main() {
   setenv("MOK_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
   testTensorChecks();
   testWeightViews();
   testExpertParallelGroup();
   testWithoutDriver();
+  testLayerMetadata();
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

@@ -173,6 +173,42 @@ MOK_API mok_status mok_tma_descriptor_2d(void *descriptor, void *data, int64_t r
                                  int64_t cols, int64_t row_stride,
                                  uint32_t box_rows, uint32_t box_cols);
 
+/*---------------------------------------------------------------------------
+ * Compiled layers: what the compiler emits for one layer (PTX + metadata,
+ * docs/Runtime.md). Create from the metadata (no driver needed: the checks
+ * work anywhere), load on a device, then run forwards on any stream.
+ *-------------------------------------------------------------------------*/
+
+typedef struct mok_layer_s *mok_layer;
+
+typedef struct mok_named_tensor {
+  const char *name; /* the layer operand: "x", "top_experts", ... */
+  mok_tensor tensor;
+} mok_named_tensor;
+
+/* Parses and checks the metadata (version 1). */
+MOK_API mok_status mok_layer_create(const char *metadata_json, mok_layer *out);
+MOK_API void mok_layer_destroy(mok_layer layer);
+/* The layer's inputs in order, and its output's shape. */
+MOK_API int mok_layer_input_count(mok_layer layer);
+MOK_API const char *mok_layer_input_name(mok_layer layer, int index);
+/* Checks named inputs (any order, each exactly once) and the output against
+ * the metadata: dtype, shape, dense row-major layout, 16-byte alignment. */
+MOK_API mok_status mok_layer_check(mok_layer layer,
+                                   const mok_named_tensor *inputs,
+                                   size_t count, const mok_tensor *out);
+/* Loads the PTX on `device` and allocates the workspace, zeroing what the
+ * metadata says must start at zero. */
+MOK_API mok_status mok_layer_load(mok_layer layer, int device, const char *ptx);
+/* Checks the arguments, rebuilds the TMA descriptors when a buffer's address
+ * changed since the last call (never during CUDA-graph replay, where the
+ * buffers stay put), and launches on `stream` (a CUstream, NULL = legacy
+ * default). Asynchronous; no host synchronization. */
+MOK_API mok_status mok_layer_forward(mok_layer layer,
+                                     const mok_named_tensor *inputs,
+                                     size_t count, const mok_tensor *out,
+                                     void *stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,0 +1,432 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// mok_layer: a compiled layer described by the compiler's metadata
+// (docs/Runtime.md), its module, its workspace and its TMA descriptors.
+//
+#include "mok/Runtime/mok_runtime.h"
+
+#include "Error.h"
+#include "Json.h"
+#include "Module.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace mok::runtime;
+
+namespace {
+
+struct Param {
+  std::string name, role; // role: input, output, workspace, tensor_maps
+  mok_dtype dtype;
+  std::vector<int64_t> shape;
+  int64_t elements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+};
+
+struct TensorMapSpec {
+  std::string buffer;
+  int64_t rows, cols, rowStride, boxRows, boxCols;
+};
+
+} // namespace
+
+struct mok_layer_s {
+  std::string kernel;
+  uint32_t block = 0;
+  bool cooperative = false;
+  uint32_t dynamicSmem = 0;
+  std::vector<Param> params;
+  std::vector<std::string> zeroFirst;
+  std::vector<TensorMapSpec> maps;
+  std::vector<int> inputs; // indices of the input params, in order
+  int output = -1;
+
+  // After mok_layer_load:
+  mok_module module = nullptr;
+  int device = -1;
+  uint32_t grid = 0;
+  std::vector<CUdeviceptr> workspace; // per param; 0 for inputs/output
+  std::vector<uintptr_t> mapKey;      // buffer addresses of the built maps
+  std::vector<unsigned char> mapHost; // 128 bytes a map, 64-aligned inside
+
+  ~mok_layer_s() {
+    if (module) {
+      const Driver *d = module->driver;
+      d->ctxSetCurrent(module->context);
+      for (CUdeviceptr p : workspace)
+        if (p)
+          d->memFree(p);
+      mok_module_destroy(module);
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Metadata
+//===----------------------------------------------------------------------===//
+
+static bool dtypeOf(const std::string &s, mok_dtype &out) {
+  if (s == "bf16")
+    out = MOK_DTYPE_BF16;
+  else if (s == "f32")
+    out = MOK_DTYPE_F32;
+  else if (s == "i32")
+    out = MOK_DTYPE_I32;
+  else if (s == "i64")
+    out = MOK_DTYPE_I64;
+  else
+    return false;
+  return true;
+}
+
+namespace {
+/// Reads typed members, recording the first problem as a metadata error.
+struct Reader {
+  std::string error;
+  bool ok() const { return error.empty(); }
+  const json::Value *member(const json::Value &o, const std::string &key,
+                            json::Value::Kind kind, const std::string &where) {
+    const json::Value *v = o.get(key);
+    if (!v || v->kind != kind) {
+      if (ok())
+        error = where + ": missing or mistyped '" + key + "'";
+      return nullptr;
+    }
+    return v;
+  }
+  int64_t integer(const json::Value &o, const std::string &key,
+                  const std::string &where, int64_t min = 0) {
+    const json::Value *v = member(o, key, json::Value::Number, where);
+    if (!v)
+      return 0;
+    if (!v->isInteger() || v->number < min) {
+      if (ok())
+        error = where + ": '" + key + "' must be an integer >= " +
+                std::to_string(min);
+      return 0;
+    }
+    return static_cast<int64_t>(v->number);
+  }
+  std::string string(const json::Value &o, const std::string &key,
+                     const std::string &where) {
+    const json::Value *v = member(o, key, json::Value::String, where);
+    return v ? v->string : "";
+  }
+};
+} // namespace
+
+extern "C" mok_status mok_layer_create(const char *metadataJson,
+                                       mok_layer *out) {
+  if (!metadataJson || !out)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "metadata/out: is NULL";
+  json::Value root;
+  std::string err;
+  if (!json::parse(metadataJson, root, err))
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "metadata: not JSON (" << err
+                                            << ")";
+  if (root.kind != json::Value::Object)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "metadata: not a JSON object";
+  Reader r;
+  const json::Value *version = root.get("mok_metadata_version");
+  if (!version || !version->isInteger() || version->number != 1)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "metadata: expected mok_metadata_version 1 (recompile the "
+              "layer with this version of mok)";
+  auto layer = std::make_unique<mok_layer_s>();
+  layer->kernel = r.string(root, "kernel", "metadata");
+  layer->block = static_cast<uint32_t>(r.integer(root, "block", "metadata", 1));
+  layer->dynamicSmem = static_cast<uint32_t>(
+      r.integer(root, "dynamic_shared_memory", "metadata", 0));
+  if (const json::Value *c = r.member(root, "cooperative", json::Value::Bool,
+                                      "metadata"))
+    layer->cooperative = c->boolean;
+  if (const json::Value *z = root.get("zero_before_first_launch"))
+    for (const json::Value &v : z->array)
+      layer->zeroFirst.push_back(v.string);
+  const json::Value *params =
+      r.member(root, "params", json::Value::Array, "metadata");
+  if (params)
+    for (size_t i = 0; i < params->array.size() && r.ok(); ++i) {
+      const json::Value &p = params->array[i];
+      std::string where = "metadata: params[" + std::to_string(i) + "]";
+      Param param;
+      param.name = r.string(p, "name", where);
+      param.role = r.string(p, "role", where);
+      std::string dtype = r.string(p, "dtype", where);
+      if (r.ok() && !dtypeOf(dtype, param.dtype))
+        r.error = where + ": unknown dtype '" + dtype + "'";
+      if (const json::Value *shape =
+              r.member(p, "shape", json::Value::Array, where))
+        for (const json::Value &d : shape->array) {
+          if (!d.isInteger() || d.number < 0) {
+            r.error = where + ": shape entries must be integers >= 0";
+            break;
+          }
+          param.shape.push_back(static_cast<int64_t>(d.number));
+        }
+      if (r.ok()) {
+        if (param.role == "input")
+          layer->inputs.push_back(static_cast<int>(layer->params.size()));
+        else if (param.role == "output")
+          layer->output = static_cast<int>(layer->params.size());
+        else if (param.role != "workspace" && param.role != "tensor_maps")
+          r.error = where + ": unknown role '" + param.role + "'";
+      }
+      layer->params.push_back(std::move(param));
+    }
+  if (const json::Value *maps = root.get("tensor_maps"))
+    for (size_t i = 0; i < maps->array.size() && r.ok(); ++i) {
+      const json::Value &m = maps->array[i];
+      std::string where = "metadata: tensor_maps[" + std::to_string(i) + "]";
+      TensorMapSpec spec{r.string(m, "buffer", where),
+                         r.integer(m, "rows", where, 1),
+                         r.integer(m, "cols", where, 1),
+                         r.integer(m, "row_stride", where, 1),
+                         r.integer(m, "box_rows", where, 1),
+                         r.integer(m, "box_cols", where, 1)};
+      layer->maps.push_back(spec);
+    }
+  if (!r.ok())
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << r.error;
+  if (layer->output < 0)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "metadata: no parameter has role 'output'";
+  auto find = [&](const std::string &name) {
+    for (size_t i = 0; i < layer->params.size(); ++i)
+      if (layer->params[i].name == name)
+        return static_cast<int>(i);
+    return -1;
+  };
+  for (const TensorMapSpec &m : layer->maps)
+    if (find(m.buffer) < 0)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "metadata: tensor map of unknown buffer '" << m.buffer << "'";
+  for (const std::string &z : layer->zeroFirst)
+    if (find(z) < 0 || layer->params[find(z)].role != "workspace")
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "metadata: zero_before_first_launch names '" << z
+             << "', which is not a workspace buffer";
+  *out = layer.release();
+  return ok();
+}
+
+extern "C" void mok_layer_destroy(mok_layer layer) { delete layer; }
+
+extern "C" int mok_layer_input_count(mok_layer layer) {
+  return layer ? static_cast<int>(layer->inputs.size()) : 0;
+}
+
+extern "C" const char *mok_layer_input_name(mok_layer layer, int index) {
+  if (!layer || index < 0 || index >= static_cast<int>(layer->inputs.size()))
+    return nullptr;
+  return layer->params[layer->inputs[index]].name.c_str();
+}
+
+//===----------------------------------------------------------------------===//
+// Argument checks
+//===----------------------------------------------------------------------===//
+
+/// A dense row-major tensor of the param's dtype and shape, aligned to its
+/// element size — and to 16 bytes, with 16-byte row strides, when the
+/// kernel reads it through a TMA descriptor (`tma`).
+static mok_status checkDense(const mok_tensor *t, const Param &p, bool tma) {
+  const std::vector<int64_t> &shape = p.shape;
+  if (mok_status s = checkTensor(t, p.name.c_str(), p.dtype,
+                                 static_cast<int32_t>(shape.size()),
+                                 shape.data(), tma))
+    return s;
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] > 1 && t->strides[d] != stride)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << p.name << ": expected a dense row-major tensor; dimension " << d
+             << " has stride " << t->strides[d] << ", expected " << stride;
+    stride *= shape[d];
+  }
+  return MOK_OK;
+}
+
+static bool readByTMA(mok_layer layer, const std::string &name) {
+  for (const TensorMapSpec &m : layer->maps)
+    if (m.buffer == name)
+      return true;
+  return false;
+}
+
+/// The pointer of every input (by param index) after checking them all.
+static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
+                             size_t count, const mok_tensor *out,
+                             std::vector<void *> &pointers) {
+  pointers.assign(layer->params.size(), nullptr);
+  if (count && !inputs)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "inputs: is NULL";
+  for (size_t i = 0; i < count; ++i) {
+    const char *name = inputs[i].name;
+    int found = -1;
+    for (int index : layer->inputs)
+      if (name && layer->params[index].name == name)
+        found = index;
+    if (found < 0) {
+      std::string expected;
+      for (int index : layer->inputs)
+        expected += (expected.empty() ? "" : ", ") + layer->params[index].name;
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "inputs[" << i << "]: unknown input '" << (name ? name : "(null)")
+             << "'; expected " << expected;
+    }
+    if (pointers[found])
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "inputs: '" << name << "' is given twice";
+    const Param &p = layer->params[found];
+    if (mok_status s = checkDense(&inputs[i].tensor, p, readByTMA(layer, p.name)))
+      return s;
+    pointers[found] = inputs[i].tensor.data;
+  }
+  for (int index : layer->inputs)
+    if (!pointers[index])
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "inputs: '" << layer->params[index].name << "' is missing";
+  if (!out)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "out: is NULL";
+  const Param &o = layer->params[layer->output];
+  if (mok_status s = checkDense(out, o, readByTMA(layer, o.name)))
+    return s;
+  pointers[layer->output] = out->data;
+  return MOK_OK;
+}
+
+extern "C" mok_status mok_layer_check(mok_layer layer,
+                                      const mok_named_tensor *inputs,
+                                      size_t count, const mok_tensor *out) {
+  if (!layer)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  std::vector<void *> pointers;
+  if (mok_status s = bindInputs(layer, inputs, count, out, pointers))
+    return s;
+  return ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Loading and running
+//===----------------------------------------------------------------------===//
+
+extern "C" mok_status mok_layer_load(mok_layer layer, int device,
+                                     const char *ptx) {
+  if (!layer)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (layer->module)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is already loaded";
+  int sms = 0;
+  if (mok_status s = mok_device_sm_count(device, &sms))
+    return s;
+  mok_module module = nullptr;
+  if (mok_status s = mok_module_load_ptx(device, ptx, &module))
+    return s;
+  layer->module = module;
+  layer->device = device;
+  // Persistent: one CTA per multiprocessor (the kernel is compiled so that
+  // one fits; a cooperative launch refuses the grid otherwise).
+  layer->grid = static_cast<uint32_t>(sms);
+  const Driver *d = module->driver;
+  d->ctxSetCurrent(module->context);
+  layer->workspace.assign(layer->params.size(), 0);
+  for (size_t i = 0; i < layer->params.size(); ++i) {
+    const Param &p = layer->params[i];
+    if (p.role != "workspace" && p.role != "tensor_maps")
+      continue;
+    size_t bytes = static_cast<size_t>(p.elements()) * mok_dtype_size(p.dtype);
+    if (!bytes)
+      continue;
+    if (CUresult r = d->memAlloc(&layer->workspace[i], bytes); r != CUDA_SUCCESS)
+      return Fail(r == CUDA_ERROR_OUT_OF_MEMORY ? MOK_ERROR_OUT_OF_MEMORY
+                                                : MOK_ERROR_CUDA)
+             << "allocating the workspace buffer '" << p.name << "' ("
+             << bytes << " bytes): " << d->describe(r);
+    for (const std::string &z : layer->zeroFirst)
+      if (z == p.name)
+        if (CUresult r = d->memsetD8(layer->workspace[i], 0, bytes);
+            r != CUDA_SUCCESS)
+          return Fail(MOK_ERROR_CUDA)
+                 << "zeroing '" << p.name << "': " << d->describe(r);
+  }
+  layer->mapHost.assign(128 * layer->maps.size() + 64, 0);
+  return ok();
+}
+
+/// Rebuilds the TMA descriptors when a viewed buffer moved.
+static mok_status updateTensorMaps(mok_layer layer,
+                                   const std::vector<void *> &pointers) {
+  if (layer->maps.empty())
+    return MOK_OK;
+  auto address = [&](const std::string &name) -> uintptr_t {
+    for (size_t i = 0; i < layer->params.size(); ++i)
+      if (layer->params[i].name == name)
+        return pointers[i] ? reinterpret_cast<uintptr_t>(pointers[i])
+                           : static_cast<uintptr_t>(layer->workspace[i]);
+    return 0;
+  };
+  std::vector<uintptr_t> key;
+  for (const TensorMapSpec &m : layer->maps)
+    key.push_back(address(m.buffer));
+  if (key == layer->mapKey)
+    return MOK_OK;
+  uintptr_t raw = reinterpret_cast<uintptr_t>(layer->mapHost.data());
+  unsigned char *base = layer->mapHost.data() + ((64 - raw % 64) % 64);
+  for (size_t i = 0; i < layer->maps.size(); ++i) {
+    const TensorMapSpec &m = layer->maps[i];
+    if (mok_status s = mok_tma_descriptor_2d(
+            base + 128 * i, reinterpret_cast<void *>(key[i]), m.rows, m.cols,
+            m.rowStride, static_cast<uint32_t>(m.boxRows),
+            static_cast<uint32_t>(m.boxCols)))
+      return Fail(s) << "tensor map " << i << " of '" << m.buffer
+                     << "': " << mok_last_error();
+  }
+  size_t storage = 0;
+  for (size_t i = 0; i < layer->params.size(); ++i)
+    if (layer->params[i].role == "tensor_maps")
+      storage = i;
+  const Driver *d = layer->module->driver;
+  d->ctxSetCurrent(layer->module->context);
+  if (CUresult r = d->memcpyHtoD(layer->workspace[storage], base,
+                                 128 * layer->maps.size());
+      r != CUDA_SUCCESS)
+    return Fail(MOK_ERROR_CUDA)
+           << "copying the tensor maps to the device: " << d->describe(r)
+           << " (buffers must not move while a CUDA graph is captured)";
+  layer->mapKey = std::move(key);
+  return MOK_OK;
+}
+
+extern "C" mok_status mok_layer_forward(mok_layer layer,
+                                        const mok_named_tensor *inputs,
+                                        size_t count, const mok_tensor *out,
+                                        void *stream) {
+  if (!layer)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (!layer->module)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "layer: not loaded (call mok_layer_load first)";
+  std::vector<void *> pointers;
+  if (mok_status s = bindInputs(layer, inputs, count, out, pointers))
+    return s;
+  if (mok_status s = updateTensorMaps(layer, pointers))
+    return s;
+  // Every parameter is one pointer.
+  std::vector<uint64_t> values(layer->params.size());
+  std::vector<void *> params(layer->params.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = pointers[i] ? reinterpret_cast<uint64_t>(pointers[i])
+                            : static_cast<uint64_t>(layer->workspace[i]);
+    params[i] = &values[i];
+  }
+  uint32_t grid[3] = {layer->grid, 1, 1}, block[3] = {layer->block, 1, 1};
+  return mok_module_launch(layer->module, layer->kernel.c_str(), grid, block,
+                           layer->dynamicSmem, stream, params.data(),
+                           layer->cooperative ? MOK_LAUNCH_COOPERATIVE : 0);
+}
