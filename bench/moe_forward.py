@@ -26,30 +26,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
 import mok  # noqa: E402
 from shapes import SHAPES  # noqa: E402
-from torch_reference import forward as reference, relative_error as rel_error  # noqa: E402
-
-
-def make_inputs(s, gen):
-    T, H, I, E, k = s["tokens"], s["hidden"], s["intermediate"], s["experts"], s["top_k"]
-    if s["routing"] == "zipf":
-        p = 1.0 / torch.arange(1, E + 1, dtype=torch.float64) ** 1.2
-        top = torch.multinomial(p.expand(T, E), k, replacement=False, generator=gen)
-    else:
-        top = torch.rand(T, E, generator=gen).argsort(dim=1)[:, :k]
-    w = torch.softmax(torch.randn(T, k, generator=gen), dim=1)
-    dev = "cuda"
-    bf = lambda *shape, scale=1.0: (torch.randn(*shape, generator=gen) * scale).to(
-        torch.bfloat16).to(dev)
-    args = dict(x=bf(T, H), top_experts=top.to(torch.int32).to(dev),
-                router_weights=w.to(torch.float32).to(dev),
-                gate_weights=bf(E, I, H, scale=H ** -0.5), up_weights=bf(E, I, H, scale=H ** -0.5),
-                down_weights=bf(E, H, I, scale=I ** -0.5))
-    if s.get("shared_intermediate"):
-        si = s["shared_intermediate"]
-        args.update(shared_gate_weights=bf(si, H, scale=H ** -0.5),
-                    shared_up_weights=bf(si, H, scale=H ** -0.5),
-                    shared_down_weights=bf(H, si, scale=si ** -0.5))
-    return args
+from torch_reference import (forward as reference, make_inputs,  # noqa: E402
+                             relative_error as rel_error)
 
 
 def swiglu(g, u, limit):

@@ -25,35 +25,7 @@ def _layer(name):
 
 
 def _inputs(c, gen):
-    import torch
-    dev = "cuda"
-    T, H, I, E, k = c["tokens"], c["hidden"], c["intermediate"], c["experts"], c["top_k"]
-    if c.get("routing") == "zipf":
-        p = 1.0 / torch.arange(1, E + 1, dtype=torch.float64) ** 1.2
-        top = torch.stack([torch.multinomial(p, k, replacement=False, generator=gen)
-                           for _ in range(T)])
-    else:
-        used = torch.tensor(c.get("used", list(range(E))))
-        top = torch.stack([used[torch.randperm(len(used), generator=gen)[:k]]
-                           for _ in range(T)])
-    if c.get("drop"):
-        top[torch.rand(top.shape, generator=gen) < c["drop"]] = -1
-    w = torch.softmax(torch.randn(T, k, generator=gen), dim=1)
-    if c.get("zero"):
-        w[torch.rand(w.shape, generator=gen) < c["zero"]] = 0.0
-    def bf(*shape, scale=1.0):
-        return (torch.randn(*shape, generator=gen) * scale).to(torch.bfloat16).to(dev)
-    ids = torch.int64 if c.get("expert_id_dtype") == "int64" else torch.int32
-    args = dict(x=bf(T, H), top_experts=top.to(ids).to(dev),
-                router_weights=w.to(torch.float32).to(dev),
-                gate_weights=bf(E, I, H, scale=H ** -0.5), up_weights=bf(E, I, H, scale=H ** -0.5),
-                down_weights=bf(E, H, I, scale=I ** -0.5))
-    if c.get("shared_intermediate"):
-        s = c["shared_intermediate"]
-        args.update(shared_gate_weights=bf(s, H, scale=H ** -0.5),
-                    shared_up_weights=bf(s, H, scale=H ** -0.5),
-                    shared_down_weights=bf(H, s, scale=s ** -0.5))
-    return args
+    return torch_reference.make_inputs(c, gen)
 
 
 def _reference(c, a):
