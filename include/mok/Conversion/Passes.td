@@ -64,18 +64,24 @@ def ConvertMoEToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
 
     The numerics are the CPU reference's (same emitters, same rounding
     points). Phases 3 and 4 are scalar FMA loops (same reduction order as
-    the CPU), except on sm_90a for an *eligible* layer (H % 64 == 0,
-    I % 128 == 0, I_s % 128 == 0 with a shared expert, padding % 64 == 0),
-    where they are persistent TMA + mbarrier + wgmma tile loops (64x128
-    output tiles, k-tiles of 64, fp32 accumulation in another order) run by
-    the first warpgroup of each CTA; such a kernel has 256 threads per CTA,
-    whatever `block-size` says. tcgen05 (sm_100a) is not implemented yet;
-    sm_100a uses the scalar loops.
+    the CPU), except for an *eligible* layer (H % 64 == 0, I % 128 == 0,
+    I_s % 128 == 0 with a shared expert, padding % 64 == 0), where they are
+    persistent TMA + mbarrier tensor-core tile loops (64x128 output tiles,
+    k-tiles of 64 in a 4-stage shared-memory ring, fp32 accumulation in
+    another order, gate/up rounded to bf16 before the SwiGLU as on the CPU)
+    run by the first warpgroup of each CTA; such a kernel has 256 threads
+    per CTA, whatever `block-size` says. The MMA layer is per chip: on
+    sm_90a, wgmma with accumulators in registers; on sm_100a, tcgen05.mma
+    (kind::f16, M = 64, N = 128) issued by one thread, with accumulators in
+    Tensor Memory (256 columns allocated once per CTA) read back with
+    tcgen05.ld. Everything else (tasks, tensor maps, pipeline, epilogue,
+    kernel interface) is shared. The sm_100a code is checked by ptxas and
+    FileCheck only: no sm_100a GPU has run it.
 
     The kernel takes bare pointers: the inputs and output of the layer, then
     the workspace buffers, each described in the `mok.kernel` attribute
-    (name, element type, shape) that the runtime reads. A wgmma kernel takes
-    one more, last parameter, `tensor_maps` (role "tensor_maps",
+    (name, element type, shape) that the runtime reads. A tensor-core kernel
+    takes one more, last parameter, `tensor_maps` (role "tensor_maps",
     `memref<16n x i64>`): n 64-byte aligned CUtensorMaps that the runtime
     encodes as `mok.kernel`'s `tensor_maps` list describes (buffer, rows,
     cols, row_stride, box_rows, box_cols; bf16, SWIZZLE_128B, OOB zero), and
@@ -90,8 +96,9 @@ def ConvertMoEToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
     Option<"blockSize", "block-size", "unsigned", /*default=*/"256",
            "Threads per CTA of the scalar kernels">,
     Option<"tensorCores", "tensor-cores", "bool", /*default=*/"true",
-           "Use the TMA + wgmma GEMM phases on sm_90a when the layer is "
-           "eligible (false: scalar GEMM phases everywhere)">,
+           "Use the TMA + tensor-core GEMM phases (wgmma on sm_90a, tcgen05 "
+           "on sm_100a) when the layer is eligible (false: scalar GEMM "
+           "phases everywhere)">,
   ];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::gpu::GPUDialect",

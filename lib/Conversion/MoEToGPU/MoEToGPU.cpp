@@ -6,10 +6,13 @@
 // Every phase distributes its outermost iterations over all threads of the
 // grid (grid-stride loops) and computes each element exactly as the CPU
 // reference does, with the same scalar emitter; the plan is built on the
-// device, so a forward needs no host synchronization. On sm_90a, the GEMM
-// phases of an eligible layer are TMA + wgmma tile loops instead (Hopper.h),
-// with the same rounding points.
+// device, so a forward needs no host synchronization. The GEMM phases of an
+// eligible layer are TMA + tensor-core tile loops instead (GemmPipeline.h),
+// with the same rounding points: wgmma on sm_90a (Hopper.h), tcgen05 on
+// sm_100a (Blackwell.h).
 //
+#include "Blackwell.h"
+#include "GemmPipeline.h"
 #include "Hopper.h"
 #include "mok/Conversion/Common/ScalarEmitter.h"
 #include "mok/Conversion/MoEToGPU/MoEToGPU.h"
@@ -45,12 +48,13 @@ struct Sizes {
     return tokens * topK + experts * (padding - 1);
   }
   bool hasShared() const { return sharedInter > 0; }
-  /// Whether the sm_90a TMA + wgmma GEMM phases apply: K and N fit the tiles
-  /// (H, the down GEMMs' N, may be a multiple of 64: the last n-tile's extra
-  /// columns are computed and dropped), and every expert segment of the plan
-  /// is a whole number of 64-row m-tiles. TMA coordinates are 32-bit.
+  /// Whether the tensor-core GEMM phases (TMA + wgmma on sm_90a, TMA +
+  /// tcgen05 on sm_100a) apply: K and N fit the tiles (H, the down GEMMs' N,
+  /// may be a multiple of 64: the last n-tile's extra columns are computed
+  /// and dropped), and every expert segment of the plan is a whole number of
+  /// 64-row m-tiles. TMA coordinates are 32-bit.
   bool tensorCoreEligible() const {
-    using namespace sm90;
+    using namespace gemm;
     int64_t maxRows = std::max({routedCapacity(), experts * inter,
                                 experts * hidden, tokens, hidden,
                                 sharedInter});
@@ -65,11 +69,12 @@ public:
   KernelBuilder(LayerOp layer, const Sizes &s) : layer(layer), s(s) {}
 
   /// Emits the kernel into `gpuModule`; returns its parameters. With
-  /// `tensorMaps` non-empty (sm_90a, eligible layer), the GEMM phases are
-  /// wgmma tile loops reading those maps, and blockSize is sm90::kBlock.
+  /// `tensorMaps` non-empty (eligible layer), the GEMM phases are tensor-core
+  /// tile loops for `chip` reading those maps, and blockSize is
+  /// gemm::kBlock.
   SmallVector<Param> build(gpu::GPUModuleOp gpuModule, StringRef name,
-                           unsigned blockSize,
-                           ArrayRef<sm90::TensorMapSpec> tensorMaps);
+                           StringRef chip, unsigned blockSize,
+                           ArrayRef<gemm::TensorMapSpec> tensorMaps);
 
 private:
   LayerOp layer;
@@ -88,22 +93,22 @@ private:
   }
   void gridBarrier(Emitter &e);
   /// Phases 3 (gate/up + SwiGLU) and 4 (down), each ending with a grid
-  /// barrier: scalar FMA loops, or sm_90a tile loops.
+  /// barrier: scalar FMA loops, or tensor-core tile loops.
   void scalarGemms(Emitter &e, Limit limit);
-  void tensorCoreGemms(Emitter &e, sm90::GemmEmitter &gemm, Limit limit);
+  void tensorCoreGemms(Emitter &e, gemm::GemmEmitter &gemm, Limit limit);
   Value rows(Emitter &e) { // R, the padded routed row count of the plan
     return e.toIndex(e.load(buf["offsets"], {e.index(s.experts)}));
   }
 };
 
-/// The tensor maps of the sm_90a GEMM phases, in index order (MapIndex).
+/// The tensor maps of the tensor-core GEMM phases, in index order (MapIndex).
 enum MapIndex : unsigned {
   kRoutedX, kGate, kUp, kHidden, kDown, // routed experts
   kX, kSharedGate, kSharedUp, kSharedHidden, kSharedDown, // shared expert
 };
 
-static SmallVector<sm90::TensorMapSpec> tensorMapsFor(const Sizes &s) {
-  using namespace sm90;
+static SmallVector<gemm::TensorMapSpec> tensorMapsFor(const Sizes &s) {
+  using namespace gemm;
   int64_t rc = s.routedCapacity(), h = s.hidden, in = s.inter, e = s.experts;
   SmallVector<TensorMapSpec> maps = {
       operandA("routed_x", rc, h),        // gate/up A: [Rcap, H]
@@ -228,7 +233,7 @@ void KernelBuilder::scalarGemms(Emitter &e, Limit limit) {
   gridBarrier(e);
 }
 
-void KernelBuilder::tensorCoreGemms(Emitter &e, sm90::GemmEmitter &gemm,
+void KernelBuilder::tensorCoreGemms(Emitter &e, gemm::GemmEmitter &gemm,
                                     Limit limit) {
   Value routed = rows(e), tokens = e.index(s.tokens);
   // An m-tile lies in one expert's segment (segments are whole multiples of
@@ -274,12 +279,14 @@ void KernelBuilder::tensorCoreGemms(Emitter &e, sm90::GemmEmitter &gemm,
     gemm.emit({kSharedHidden, kSharedDown, std::nullopt, s.sharedInter,
                s.hidden, tokens, firstRow, sharedOut});
   gridBarrier(e);
+  // After the grid barrier's CTA barrier (sm_100a: frees Tensor Memory).
+  gemm.finish();
 }
 
 SmallVector<Param>
 KernelBuilder::build(gpu::GPUModuleOp gpuModule, StringRef name,
-                     unsigned blockSize,
-                     ArrayRef<sm90::TensorMapSpec> tensorMaps) {
+                     StringRef chip, unsigned blockSize,
+                     ArrayRef<gemm::TensorMapSpec> tensorMaps) {
   MLIRContext *ctx = layer.getContext();
   Builder tb(ctx);
   Type bf16 = tb.getBF16Type(), i64 = tb.getI64Type();
@@ -353,10 +360,15 @@ KernelBuilder::build(gpu::GPUModuleOp gpuModule, StringRef name,
   numBlocks = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
   globalId = e.add(e.mul(bid, bdim), tid);
   gridThreads = e.mul(numBlocks, bdim);
-  // The wgmma phases' one-time setup (mbarriers, tensor map pointers).
-  std::optional<sm90::GemmEmitter> gemm;
+  // The tensor-core phases' one-time setup (mbarriers, tensor map pointers;
+  // sm_100a: Tensor Memory).
+  std::unique_ptr<gemm::GemmEmitter> gemm;
   if (!tensorMaps.empty())
-    gemm.emplace(e, gpuModule, buf["tensor_maps"], tensorMaps);
+    gemm = chip == "sm_100a"
+               ? sm100::createGemmEmitter(e, gpuModule, buf["tensor_maps"],
+                                          tensorMaps)
+               : sm90::createGemmEmitter(e, gpuModule, buf["tensor_maps"],
+                                         tensorMaps);
 
   Value k = e.index(s.topK), numExperts = e.index(s.experts);
   Value routes = e.index(s.tokens * s.topK);
@@ -470,7 +482,7 @@ KernelBuilder::build(gpu::GPUModuleOp gpuModule, StringRef name,
 static DictionaryAttr
 describeKernel(MLIRContext *ctx, ArrayRef<Param> params, const Sizes &s,
                StringRef chip, unsigned blockSize,
-               ArrayRef<sm90::TensorMapSpec> tensorMaps) {
+               ArrayRef<gemm::TensorMapSpec> tensorMaps) {
   Builder b(ctx);
   SmallVector<Attribute> ps;
   for (const Param &p : params) {
@@ -483,7 +495,7 @@ describeKernel(MLIRContext *ctx, ArrayRef<Param> params, const Sizes &s,
         b.getNamedAttr("shape", b.getDenseI64ArrayAttr(p.type.getShape())),
     }));
   }
-  int64_t smem = tensorMaps.empty() ? 0 : sm90::dynamicSharedMemoryBytes();
+  int64_t smem = tensorMaps.empty() ? 0 : gemm::dynamicSharedMemoryBytes();
   SmallVector<NamedAttribute> entries = {
       b.getNamedAttr("chip", b.getStringAttr(chip)),
       b.getNamedAttr("block", b.getI64IntegerAttr(blockSize)),
@@ -500,7 +512,7 @@ describeKernel(MLIRContext *ctx, ArrayRef<Param> params, const Sizes &s,
   // {box_cols, box_rows}, SWIZZLE_128B, no interleave, OOB zero fill.
   if (!tensorMaps.empty()) {
     SmallVector<Attribute> maps;
-    for (const sm90::TensorMapSpec &m : tensorMaps)
+    for (const gemm::TensorMapSpec &m : tensorMaps)
       maps.push_back(b.getDictionaryAttr({
           b.getNamedAttr("buffer", b.getStringAttr(m.buffer)),
           b.getNamedAttr("rows", b.getI64IntegerAttr(m.rows)),
@@ -520,7 +532,7 @@ struct ConvertMoEToGPUPass
 
   void getDependentDialects(DialectRegistry &registry) const override {
     ConvertMoEToGPUBase::getDependentDialects(registry);
-    sm90::insertDialects(registry);
+    gemm::insertDialects(registry);
   }
 
   void runOnOperation() override {
@@ -591,17 +603,19 @@ struct ConvertMoEToGPUPass
       std::string name = func.getSymName().str();
       auto gpuModule =
           gpu::GPUModuleOp::create(b, layer.getLoc(), name + "_kernels");
-      // sm_90a: TMA + wgmma GEMM phases when the shapes fit the tiles, run
-      // by the first warpgroup of each CTA.
-      SmallVector<sm90::TensorMapSpec> maps;
+      // TMA + tensor-core GEMM phases (wgmma on sm_90a, tcgen05 on sm_100a)
+      // when the shapes fit the tiles, run by the first warpgroup of each
+      // CTA; the same maps, metadata and block size on both chips.
+      SmallVector<gemm::TensorMapSpec> maps;
       unsigned block = blockSize;
-      if (chip == "sm_90a" && tensorCores && s.tensorCoreEligible()) {
+      if (tensorCores && s.tensorCoreEligible()) {
         maps = tensorMapsFor(s);
-        block = sm90::kBlock;
+        block = gemm::kBlock;
       }
       KernelBuilder builder(layer, s);
       std::string kernel = name + "_forward";
-      SmallVector<Param> params = builder.build(gpuModule, kernel, block, maps);
+      SmallVector<Param> params =
+          builder.build(gpuModule, kernel, chip, block, maps);
       auto gpuFunc = cast<gpu::GPUFuncOp>(gpuModule.lookupSymbol(kernel));
       gpuFunc->setAttr("mok.kernel",
                        describeKernel(ctx, params, s, chip, block, maps));

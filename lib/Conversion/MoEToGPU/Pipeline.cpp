@@ -48,8 +48,8 @@ void mok::buildGPUToPTXPipeline(OpPassManager &pm, const std::string &chip,
   pm.addPass(createGpuNVVMAttachTarget(target));
 
   OpPassManager &kernels = pm.nest<gpu::GPUModuleOp>();
-  // The sm_90a GEMM phases' TMA, mbarrier and wgmma ops (nothing else uses
-  // nvgpu).
+  // The GEMM phases' TMA and mbarrier ops, and sm_90a's wgmma (nothing else
+  // uses nvgpu; sm_100a's tcgen05 ops are NVVM already).
   kernels.addPass(createConvertNVGPUToNVVMPass());
   kernels.addPass(createCanonicalizerPass());
   kernels.addPass(createCSEPass());
@@ -80,7 +80,8 @@ struct MoEToPTXOptions : public PassPipelineOptions<MoEToPTXOptions> {
       llvm::cl::init("")};
   Option<bool> tensorCores{
       *this, "tensor-cores",
-      llvm::cl::desc("TMA + wgmma GEMM phases on sm_90a for eligible layers"),
+      llvm::cl::desc("TMA + tensor-core GEMM phases (wgmma on sm_90a, "
+                     "tcgen05 on sm_100a) for eligible layers"),
       llvm::cl::init(true)};
 };
 } // namespace

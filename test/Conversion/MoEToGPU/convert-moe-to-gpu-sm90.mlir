@@ -1,12 +1,11 @@
 // RUN: mok-opt %s --convert-moe-to-gpu=chip=sm_90a | FileCheck %s
 // RUN: mok-opt %s --convert-moe-to-gpu="chip=sm_90a tensor-cores=false" | FileCheck %s --check-prefix=SCALAR \
 // RUN:   --implicit-check-not=nvgpu. --implicit-check-not=tensor_maps --implicit-check-not=mok_dyn_smem
-// RUN: mok-opt %s --convert-moe-to-gpu=chip=sm_100a | FileCheck %s --check-prefix=SCALAR \
-// RUN:   --implicit-check-not=nvgpu. --implicit-check-not=tensor_maps --implicit-check-not=mok_dyn_smem
 
 // On sm_90a, a layer whose shapes fit the tiles (H % 64, I % 128, I_s % 128,
-// padding % 64) gets TMA + mbarrier + wgmma GEMM phases; the others, every
-// sm_100a layer, and tensor-cores=false keep the scalar FMA phases.
+// padding % 64) gets TMA + mbarrier + wgmma GEMM phases; the others and
+// tensor-cores=false keep the scalar FMA phases. (The same layers on sm_100a:
+// convert-moe-to-gpu-sm100.mlir.)
 
 // The eligible layer: one extra, last parameter holding the tensor maps, 10
 // maps (5 routed, 5 shared) of 128 bytes = 160 x i64; 256 threads (the first

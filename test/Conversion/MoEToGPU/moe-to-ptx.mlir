@@ -1,6 +1,7 @@
 // The whole GPU pipeline emits PTX in process for both targets, and CUDA's
-// assembler accepts it. On sm_90a, eligible layers (all three here) get the
-// TMA + mbarrier + wgmma GEMM phases; sm_100a keeps the scalar ones.
+// assembler accepts it. Eligible layers (all three here) get TMA + mbarrier
+// GEMM phases: wgmma on sm_90a, tcgen05 (accumulators in Tensor Memory) on
+// sm_100a. (No sm_100a GPU is available: ptxas is all that checks that code.)
 // REQUIRES: ptxas
 // RUN: mok-opt %mok_src_root/examples/qwen3-30b-a3b.mlir --moe-to-ptx=chip=sm_90a | FileCheck %s --check-prefix=SM90
 // RUN: mok-opt %mok_src_root/examples/qwen3-30b-a3b.mlir --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90
@@ -20,8 +21,18 @@
 // RUN: ptxas -arch=sm_90a %t/sm90-small/padding8_kernels.ptx -o %t/sm90-small-scalar.cubin
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | FileCheck %s --check-prefix=SM100
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/sm100
-// RUN: FileCheck %s --check-prefix=SCALAR --input-file %t/sm100/shared_layer_kernels.ptx
-// RUN: ptxas -arch=sm_100a %t/sm100/shared_layer_kernels.ptx -o %t/sm100.cubin
+// RUN: FileCheck %s --check-prefix=TCGEN05 --input-file %t/sm100/shared_layer_kernels.ptx
+// RUN: grep tcgen05.mma %t/sm100/shared_layer_kernels.ptx | count 24
+// RUN: ptxas -arch=sm_100a -v %t/sm100/shared_layer_kernels.ptx -o %t/sm100.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// RUN: mok-opt %mok_src_root/examples/qwen3-30b-a3b.mlir --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/sm100-qwen
+// RUN: FileCheck %s --check-prefix=TCGEN05 --input-file %t/sm100-qwen/qwen3_30b_a3b_moe_kernels.ptx
+// RUN: grep tcgen05.mma %t/sm100-qwen/qwen3_30b_a3b_moe_kernels.ptx | count 12
+// RUN: ptxas -arch=sm_100a -v %t/sm100-qwen/qwen3_30b_a3b_moe_kernels.ptx -o %t/sm100-qwen.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// RUN: mok-opt %S/convert-moe-to-gpu-sm90.mlir --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/sm100-small
+// RUN: FileCheck %s --check-prefix=TCGEN05 --input-file %t/sm100-small/eligible_kernels.ptx
+// RUN: ptxas -arch=sm_100a %t/sm100-small/eligible_kernels.ptx -o %t/sm100-small.cubin
+// RUN: FileCheck %s --check-prefix=SCALAR --input-file %t/sm100-small/padding8_kernels.ptx
+// RUN: ptxas -arch=sm_100a %t/sm100-small/padding8_kernels.ptx -o %t/sm100-small-scalar.cubin
 // RUN: not mok-opt %s --moe-to-ptx=chip=sm_80 2>&1 | FileCheck %s --check-prefix=CHIP
 
 // SM90: gpu.binary @qwen3_30b_a3b_moe_kernels [#gpu.object<#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx80">
@@ -52,9 +63,58 @@
 // PTXAS-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 // PTXAS-NEXT: Used {{[0-9]+}} registers, used 2 barriers, 1024 bytes smem
 
+// The tcgen05 kernel: the same shared-memory ring, full barriers and TMA
+// loads as the wgmma kernel, plus 5 mbarriers for tcgen05.commit (one
+// "empty" barrier per stage, one for the accumulators) and the slot
+// tcgen05.alloc writes the Tensor Memory address to. Warp 0 allocates 256
+// columns and relinquishes the permit between tcgen05 fences around a CTA
+// barrier; one thread issues m64n128k16 kind::f16 MMAs (8 per k-tile for
+// gate/up, 4 for down) from shared-memory descriptors and commits them to
+// an mbarrier; the warpgroup reads the accumulators with tcgen05.ld 32x32b
+// + tcgen05.wait::ld; warp 0 frees the Tensor Memory after the last GEMM
+// phase.
+// TCGEN05: .extern .shared .align 1024 .b8 mok_dyn_smem[];
+// TCGEN05: .entry {{[a-z0-9_]+}}_forward(
+// TCGEN05: .maxntid 256, 1, 1
+// TCGEN05: .shared .align 8 .b8 __mbarrier{{[_0-9]*}}[40];
+// TCGEN05: .shared .align 8 .b8 __mbarrier{{[_0-9]*}}[32];
+// TCGEN05: .shared .align 4 .b8 mok_tmem_base[4];
+// TCGEN05-COUNT-4: mbarrier.init.shared.b64
+// TCGEN05-NEXT: fence.mbarrier_init.release.cluster;
+// TCGEN05-NEXT: prefetch.tensormap
+// TCGEN05: bar.sync 0;
+// TCGEN05-COUNT-5: mbarrier.init.shared.b64
+// TCGEN05-NEXT: fence.mbarrier_init.release.cluster;
+// TCGEN05: tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [mok_tmem_base], %r{{[0-9]+}};
+// TCGEN05-NEXT: tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;
+// TCGEN05: tcgen05.fence::before_thread_sync;
+// TCGEN05-NEXT: bar.sync 0;
+// TCGEN05-NEXT: tcgen05.fence::after_thread_sync;
+// TCGEN05: ld.shared.b32 %r{{[0-9]+}}, [mok_tmem_base];
+// TCGEN05: mbarrier.arrive.expect_tx.shared.b64
+// TCGEN05: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// TCGEN05: mbarrier.try_wait.parity.shared.b64
+// TCGEN05: tcgen05.fence::after_thread_sync;
+// TCGEN05: mov.b32 %r{{[0-9]+}}, 69207184;
+// TCGEN05-COUNT-8: tcgen05.mma.cta_group::1.kind::f16.collector::a::discard [%r{{[0-9]+}}], %rd{{[0-9]+}}, %rd{{[0-9]+}}, %r{{[0-9]+}}, %p{{[0-9]+}};
+// TCGEN05: tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64
+// TCGEN05: tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64
+// TCGEN05: mbarrier.try_wait.parity.shared.b64
+// TCGEN05: tcgen05.fence::after_thread_sync;
+// TCGEN05: tcgen05.ld.sync.aligned.32x32b.x32.b32
+// TCGEN05-NEXT: tcgen05.wait::ld.sync.aligned;
+// TCGEN05: st.shared
+// TCGEN05: tcgen05.fence::before_thread_sync;
+// TCGEN05-NEXT: bar.sync 1, 128;
+// TCGEN05: fence.proxy.async.shared::cta;
+// TCGEN05: tcgen05.fence::after_thread_sync;
+// TCGEN05: tcgen05.dealloc.cta_group::1.sync.aligned.b32
+// TCGEN05-NOT: wgmma
+
 // The scalar kernels: no tensor cores, no TMA.
 // SCALAR: .entry {{[a-z0-9_]+}}_forward(
 // SCALAR-NOT: wgmma
+// SCALAR-NOT: tcgen05
 // SCALAR-NOT: cp.async.bulk.tensor
 // SCALAR-NOT: mok_dyn_smem
 

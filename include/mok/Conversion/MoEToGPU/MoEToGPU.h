@@ -17,7 +17,8 @@ namespace mok {
 
 /// moe → one persistent kernel → NVVM → PTX (in a gpu.binary), for `chip`
 /// ("sm_90a" or "sm_100a"). `toolkit` is the CUDA toolkit holding libdevice.
-/// `tensorCores`: TMA + wgmma GEMM phases on sm_90a for eligible layers.
+/// `tensorCores`: TMA + tensor-core GEMM phases for eligible layers (wgmma
+/// on sm_90a, tcgen05 on sm_100a).
 void buildMoEToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
                            const std::string &toolkit, bool tensorCores = true);
 

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// The tensor-core GEMM phases of the persistent MoE kernel, everything above
+// the MMA/accumulator layer: tiles and tasks, the TMA tensor maps, the
+// shared-memory stage ring filled by TMA and completed by mbarriers, and the
+// shared-memory epilogue. The MMA layer under it is per chip: wgmma on
+// sm_90a (Hopper.h), tcgen05 with accumulators in Tensor Memory on sm_100a
+// (Blackwell.h). Private to MoEToGPU; kept out of MoEToGPU.cpp so that only
+// these translation units pay for the NVGPU and NVVM headers.
+//
+#ifndef MOK_LIB_CONVERSION_MOETOGPU_GEMMPIPELINE_H
+#define MOK_LIB_CONVERSION_MOETOGPU_GEMMPIPELINE_H
+
+#include "mok/Conversion/Common/ScalarEmitter.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace mlir {
+class DialectRegistry;
+} // namespace mlir
+
+namespace mok::conversion::gemm {
+
+/// The tile of one task: kTileM rows of A (the tokens / routed rows) by
+/// kTileN output columns, reduced in steps of kTileK (64 bf16 = one 128-byte
+/// swizzle row). One warpgroup (kThreads threads, the CTA's first) computes
+/// a task.
+constexpr int64_t kTileM = 64, kTileN = 128, kTileK = 64;
+constexpr unsigned kThreads = 128;
+/// Threads per CTA of a kernel with GEMM phases: the SIMT phases (plan,
+/// dispatch, combine) use them all; the second warpgroup idles in the GEMM
+/// phases. (On an H200, the SIMT phases of the Qwen3-30B-A3B layer took
+/// 9.7 ms with 128 threads per CTA and 6.9 ms with 256.)
+constexpr unsigned kBlock = 256;
+/// TMA pipeline depth (k-tiles in flight per CTA).
+constexpr int64_t kStages = 4;
+
+/// The shared-memory stage ring: per stage [A 64x64 | B_0 128x64 | B_1
+/// 128x64] bf16, each part 1024-aligned (the 128-byte swizzle atom).
+constexpr int64_t kBf16 = 2, kF32 = 4;
+constexpr int64_t kBytesA = kTileM * kTileK * kBf16; // 8 KiB
+constexpr int64_t kBytesB = kTileN * kTileK * kBf16; // 16 KiB
+constexpr int64_t kStageBytes = kBytesA + 2 * kBytesB;
+constexpr int64_t kAccBytes = kTileM * kTileN * kF32; // one accumulator tile
+constexpr int64_t kAlign = 1024;                      // 128B-swizzle atom
+/// One MMA k-step (16 bf16) along a 128-byte swizzled row, in bytes.
+constexpr int64_t kK16Bytes = 16 * kBf16;
+
+/// Dynamic shared memory the GEMM phases use, in bytes (stage buffers, reused
+/// by the epilogue, plus slack to align them to 1024 bytes).
+int64_t dynamicSharedMemoryBytes();
+
+/// The dialects the GEMM phases (of either chip) create ops of.
+void insertDialects(DialectRegistry &registry);
+
+/// A 2-D bf16 view of a kernel buffer, as the runtime encodes it with
+/// cuTensorMapEncodeTiled (SWIZZLE_128B, OOB zero fill).
+struct TensorMapSpec {
+  std::string buffer;
+  int64_t rows, cols, rowStride, boxRows, boxCols;
+};
+
+/// An A operand map: boxes of kTileM rows; a B operand map: kTileN rows.
+TensorMapSpec operandA(StringRef buffer, int64_t rows, int64_t cols);
+TensorMapSpec operandB(StringRef buffer, int64_t rows, int64_t cols);
+
+/// A memref in shared memory (workgroup address space).
+MemRefType smemType(MLIRContext *ctx, ArrayRef<int64_t> shape, Type elt);
+
+/// One GEMM phase: for each task (m-tile, n-tile),
+///   acc_j[r, c] = sum_k A[m0 + r, k] * B_j[bRow0(m0) + n0 + c, k]
+/// over k in [0, k), in fp32, for B_0 and, when given, B_1 (same rows); then
+/// `store(row, col, acc_0, acc_1)` for every row < rows, col < n.
+struct GemmPhase {
+  unsigned a;                 // map index of A ([*, k], rows >= `rows`)
+  unsigned b0;                // map index of B_0 ([*, k])
+  std::optional<unsigned> b1; // map index of B_1, same rows as B_0
+  int64_t k;                  // a multiple of kTileK
+  int64_t n;                  // output columns; n-tiles of kTileN
+  Value rows;                 // A rows to compute (index)
+  /// The first B row of the tile at A row m0 (uniform in the tile), index.
+  function_ref<Value(Value m0)> bRowBase;
+  /// Stores one result element (acc_1 is null without B_1).
+  function_ref<void(Value row, Value col, Value acc0, Value acc1)> store;
+};
+
+/// Emits the GEMM phases of one kernel. Construction (through a chip's
+/// factory, sm90::createGemmEmitter or sm100::createGemmEmitter) emits the
+/// one-time setup at the builder's insertion point (mbarrier init, tensor
+/// map pointers, and what the MMA layer needs): do it at the start of the
+/// kernel body, in uniform control flow. The kernel must run with kBlock
+/// threads per CTA.
+///
+/// This class is the part shared by the chips: the persistent task loop,
+/// the TMA loads into the stage ring, the full barriers (one per stage,
+/// arrival count 1 + expect_tx) and the shared-memory epilogue. A subclass
+/// provides the MMA/accumulator layer (`accumulate`).
+class GemmEmitter {
+public:
+  virtual ~GemmEmitter();
+
+  /// Emits a persistent loop over the phase's tasks, round-robin over the
+  /// CTAs of the grid, run by the CTA's first warpgroup, at the builder's
+  /// insertion point (uniform control flow, every thread of the CTA). The
+  /// warpgroup synchronizes on its own named barrier, so the other threads
+  /// go on (to the grid barrier that ends the phase).
+  void emit(const GemmPhase &phase);
+
+  /// Emits what must follow the last GEMM phase, right after a CTA-wide
+  /// barrier, in uniform control flow (sm_100a: the Tensor Memory
+  /// deallocation). Nothing on sm_90a.
+  virtual void finish() {}
+
+protected:
+  GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
+              ArrayRef<TensorMapSpec> maps);
+
+  Emitter &e;
+  SmallVector<Value> maps;    // !nvgpu.tensormap.descriptor, one a map
+  SmallVector<int64_t> boxRows;
+  Value smem;                 // the dynamic shared memory, i8
+  Value smemBase;             // its shared-window address (index)
+  Value pad;                  // bytes from smemBase to the 1024-aligned ring
+  Value barriers;             // the full barriers, one per stage
+  Value tid, isThread0;
+  Value iteration;            // k-tiles this CTA has consumed so far
+  /// Values of the MMA layer carried across tasks and phases along with
+  /// `iteration` (yielded by the task loops and the warpgroup's scf.if).
+  SmallVector<Value> carried;
+
+  /// Thread 0: k-tile `kTile` of the task into the stage of k-tile number
+  /// `g` (arrive.expect_tx on its full barrier, then the TMA loads).
+  void load(const GemmPhase &p, Value g, Value kTile, Value m0, Value bRow);
+  /// bar.sync on named barrier 1 for the first warpgroup.
+  void syncWarpgroup();
+  /// A view of the dynamic shared memory at `byteOffset` (from smem).
+  Value view(Value byteOffset, MemRefType type);
+  /// The byte offset of the stage of k-tile number `g` (from smem).
+  Value stageOffset(Value g);
+  /// The parity of the phase of the stage barrier that k-tile number `g`
+  /// completes (each stage barrier completes once per kStages k-tiles).
+  Value phaseParity(Value g);
+
+  /// Thread 0, before it loads k-tile number `g` into its stage: wait until
+  /// the stage is free. The default does nothing (the MMA layer leaves every
+  /// stage it consumed free).
+  virtual void acquire(Value g) {}
+
+  /// The MMA/accumulator layer: run by the whole warpgroup for the task at
+  /// (m0, B row bRow), whose k-tiles are numbered from `it` and whose first
+  /// min(kStages, k-tiles) k-tiles thread 0 has already started loading.
+  /// It must consume every k-tile (loading the rest), leave the fp32
+  /// accumulators of B_0 (and B_1) in shared-memory tiles [kTileM][kTileN]
+  /// at byte pad + j * kAccBytes, returned, and end with the warpgroup
+  /// synchronized. It may update `carried`.
+  virtual SmallVector<Value> accumulate(const GemmPhase &p, Value it,
+                                        Value m0, Value bRow) = 0;
+
+private:
+  void tasks(const GemmPhase &p);
+};
+
+} // namespace mok::conversion::gemm
+
+#endif // MOK_LIB_CONVERSION_MOETOGPU_GEMMPIPELINE_H
