@@ -5,7 +5,8 @@
 #   mok_link_mlir(<target> <MLIR component targets...>)
 #       development: link libMLIR.so (which brings libLLVM.so). Fast links.
 #
-#   mok_link_mlir_static(<target> <MLIR component targets...>)
+#   mok_link_mlir_static(<target> LIBS <mok libraries...>
+#                        COMPONENTS <MLIR component targets...>)
 #       carry-anywhere: the static libMLIR*.a archives of the transitive
 #       closure of the given targets, plus LLVM's static archives, plus
 #       static libstdc++/libgcc. The binary needs only glibc, libz, libzstd.
@@ -62,10 +63,18 @@ function(_mok_collect_archives out_var visited_var)
 endfunction()
 
 function(mok_link_mlir_static target)
+  cmake_parse_arguments(ARG "" "" "LIBS;COMPONENTS" ${ARGN})
   set(archives)
   set(visited)
-  _mok_collect_archives(archives visited ${ARGN})
+  _mok_collect_archives(archives visited ${ARG_COMPONENTS})
   list(REMOVE_DUPLICATES archives)
+  # mok's own static libraries go inside the group too: they and MLIR
+  # reference each other, and their transitive order is not the link order.
+  set(own)
+  foreach(lib IN LISTS ARG_LIBS)
+    list(APPEND own $<TARGET_FILE:${lib}>)
+    add_dependencies(${target} ${lib})
+  endforeach()
 
   set(llvm_config ${LLVM_TOOLS_BINARY_DIR}/llvm-config)
   execute_process(
@@ -86,7 +95,7 @@ function(mok_link_mlir_static target)
   # are pulled in, so the group costs link time, not size.
   target_link_libraries(${target} PRIVATE
     -L${LLVM_LIBRARY_DIR}
-    -Wl,--start-group ${archives} ${llvm_libs} -Wl,--end-group
+    -Wl,--start-group ${own} ${archives} ${llvm_libs} -Wl,--end-group
     ${llvm_system_libs}
     -static-libstdc++ -static-libgcc -Wl,--gc-sections)
 endfunction()

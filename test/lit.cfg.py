@@ -25,7 +25,8 @@ llvm_config.use_default_substitutions()
 # unversioned FileCheck on PATH on Debian).
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.mok_tools_dir, config.llvm_tools_dir]
-tools = [ToolSubst("mok-opt", unresolved="fatal")]
+tools = [ToolSubst("mok-opt", unresolved="fatal"),
+         ToolSubst("mok-compile", unresolved="fatal")]
 
 # Features: what the machine offers, so tests can say what they need.
 if config.mok_build_static_tools in ("ON", "1", "TRUE", "YES"):

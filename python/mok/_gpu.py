@@ -10,6 +10,9 @@ import ctypes
 import hashlib
 import json
 import os
+import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass
 
 __version__ = "0.1.0"
@@ -59,19 +62,58 @@ class GpuArtifact:
         return GpuLayer(self, device, runtime_library)
 
 
-def compile_gpu(source, name, target, function, cache_dir):
+def _compile_with_extension(source, name, target, function, toolkit):
     from . import _mok
+    module = _mok.Module.parse(source, name)
+    kernels = [k for k in module.compile_gpu(target, toolkit) if k.function == function]
+    if not kernels:
+        raise ValueError(f"no fused forward layer in @{function}")
+    return GpuArtifact(kernels[0].ptx, json.loads(kernels[0].metadata))
+
+
+def _find_compiler():
+    here = os.path.dirname(__file__)
+    for c in [os.environ.get("MOK_COMPILER"),
+              os.path.join(here, "..", "..", "bin", "mok-compile"),
+              shutil.which("mok-compile"), shutil.which("mok-compile-static")]:
+        if c and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def _compile_with_tool(tool, source, target, function, toolkit):
+    """The same through the mok-compile binary (e.g. the static one carried
+    to a GPU machine without MLIR)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "layer.mlir")
+        with open(path, "w") as f:
+            f.write(source)
+        proc = subprocess.run([tool, path, "--chip", target, "--toolkit", toolkit,
+                               "-o", tmp], capture_output=True, text=True)
+        if proc.returncode:
+            raise ValueError(proc.stderr.strip() or f"{tool} failed")
+        base = os.path.join(tmp, function)
+        if not os.path.exists(base + ".ptx"):
+            raise ValueError(f"no fused forward layer in @{function}")
+        return GpuArtifact.from_files(base)
+
+
+def compile_gpu(source, name, target, function, cache_dir):
     key = hashlib.sha256("\0".join([source, target, function, __version__]).encode())
     directory = os.path.join(_cache_dir(cache_dir), key.hexdigest()[:24])
     base = os.path.join(directory, function)
     if os.path.exists(base + ".json") and os.path.exists(base + ".ptx"):
         return GpuArtifact.from_files(base)
-    module = _mok.Module.parse(source, name)
     toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
-    kernels = [k for k in module.compile_gpu(target, toolkit) if k.function == function]
-    if not kernels:
-        raise ValueError(f"no fused forward layer in @{function}")
-    artifact = GpuArtifact(kernels[0].ptx, json.loads(kernels[0].metadata))
+    try:
+        artifact = _compile_with_extension(source, name, target, function, toolkit)
+    except ImportError:
+        tool = _find_compiler()
+        if tool is None:
+            raise ImportError("compiling for a GPU needs the compiler: the mok._mok "
+                              "extension (build/python) or the mok-compile binary "
+                              "(set MOK_COMPILER)") from None
+        artifact = _compile_with_tool(tool, source, target, function, toolkit)
     artifact.path = artifact.save(directory)
     return artifact
 

@@ -47,3 +47,25 @@ def test_artifacts_are_cached_and_reloadable(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps({**a.metadata, "mok_metadata_version": 9}))
     with pytest.raises(ValueError, match="unsupported metadata version 9"):
         mok.GpuArtifact.from_files(str(bad))
+
+
+def test_compile_through_the_mok_compile_binary(tmp_path, monkeypatch):
+    """Where the extension is missing (a GPU machine without MLIR), the
+    carried mok-compile binary produces the same artifact."""
+    from mok import _gpu
+    tool = os.path.join(os.path.dirname(mok.__file__), "..", "..", "bin", "mok-compile")
+    if not os.access(tool, os.X_OK):
+        pytest.skip("mok-compile is not built next to the package")
+    with_ext = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path / "a"))
+
+    def no_extension(*args, **kwargs):
+        raise ImportError("no extension here")
+    monkeypatch.setattr(_gpu, "_compile_with_extension", no_extension)
+    monkeypatch.setenv("MOK_COMPILER", tool)
+    with_tool = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path / "b"))
+    assert with_tool.ptx == with_ext.ptx
+    assert with_tool.metadata == with_ext.metadata
+    monkeypatch.setenv("MOK_COMPILER", "/nonexistent")
+    monkeypatch.setattr(_gpu, "_find_compiler", lambda: None)
+    with pytest.raises(ImportError, match="compiling for a GPU needs the compiler"):
+        mok.compile(SPEC, target="sm_100a", cache_dir=str(tmp_path / "c"))

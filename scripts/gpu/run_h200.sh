@@ -2,14 +2,17 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #
 # The GPU run, on a machine with a CUDA GPU, nvcc, cmake, torch and no MLIR.
-# The compiler's output comes along, compiled beforehand on a development
-# machine:
-#   PYTHONPATH=build/python python3 scripts/gpu/prepare_artifacts.py gpu-artifacts
-# Then, from the repository root on the GPU machine:
+# The compiler comes along as the self-contained static binary built on a
+# development machine (MOK_CMAKE_ARGS=-DMOK_BUILD_STATIC_TOOLS=ON):
+#   mkdir -p carry-tools && strip -o carry-tools/mok-compile-static build/bin/mok-compile-static
+#   xz -9 -f carry-tools/mok-compile-static
+# Then, from the repository root on the GPU machine (with carry-tools/):
 #   bash scripts/gpu/run_h200.sh
-# It builds the runtime (no MLIR), runs its host tests, the GPU tests of the
-# compiled layers against a float64 reference, and the wgmma probe, and
-# prints a summary table last.
+# It builds the runtime (no MLIR), runs its host tests, compiles the test
+# layers there with the carried compiler, runs the GPU tests against a
+# float64 reference and the wgmma probe, and prints a summary table last.
+# Without carry-tools/, it uses layers compiled beforehand into
+# gpu-artifacts/ (scripts/gpu/prepare_artifacts.py).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -28,10 +31,22 @@ cmake -S runtime -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >>"$log" 2>&1 
 step "runtime: host tests"
 ./build-gpu/mok-runtime-host-test 2>&1 | tail -3 | tee -a "$log" || status=1
 
-step "GPU forward tests"
 export MOK_RUNTIME_LIBRARY=$root/build-gpu/lib/libmok_runtime.so
-export MOK_GPU_ARTIFACTS=$root/gpu-artifacts
 export PYTHONPATH=$root/python
+export MOK_GPU_ARTIFACTS=$root/gpu-artifacts
+tool=carry-tools/mok-compile-static
+if [[ -f $tool.xz || -f $tool ]]; then
+  step "compiler: the carried static mok-compile compiles the test layers here"
+  export MOK_COMPILER=/tmp/mok-compile-static
+  if [[ -f $tool.xz ]]; then xz -dc "$tool.xz" > "$MOK_COMPILER"; else cp "$tool" "$MOK_COMPILER"; fi
+  chmod +x "$MOK_COMPILER"
+  export MOK_GPU_ARTIFACTS=/tmp/gpu-artifacts-here
+  rm -rf "$MOK_GPU_ARTIFACTS"
+  python3 scripts/gpu/prepare_artifacts.py "$MOK_GPU_ARTIFACTS" 2>&1 | tee -a "$log" | tail -3 ||
+    { echo "compiling on this machine failed"; exit 1; }
+fi
+
+step "GPU forward tests ($MOK_GPU_ARTIFACTS)"
 python3 -m pytest -q -p no:cacheprovider python/tests/gpu 2>&1 | tee -a "$log" | tail -25 || status=1
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 

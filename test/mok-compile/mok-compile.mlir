@@ -1,0 +1,26 @@
+// mok-compile writes the PTX and the runtime metadata of each layer, for
+// both targets; unsupported layers and bad arguments are errors.
+// RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_90a -o %t/sm90 | FileCheck %s --check-prefix=FILES
+// RUN: FileCheck %s --check-prefix=META < %t/sm90/qwen3_30b_a3b_moe.json
+// RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_100a -o %t/sm100 | FileCheck %s --check-prefix=FILES
+// RUN: not mok-compile %mok_src_root/examples/deepseek-v3.mlir -o %t/ep 2>&1 | FileCheck %s --check-prefix=EP
+// RUN: not mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir 2>&1 | FileCheck %s --check-prefix=USAGE
+// RUN: not mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_80 -o %t/x 2>&1 | FileCheck %s --check-prefix=CHIP
+
+// FILES: qwen3_30b_a3b_moe.ptx
+// FILES: qwen3_30b_a3b_moe.json
+
+// META: "cooperative": true
+// META: "kernel": "qwen3_30b_a3b_moe_forward"
+// META: "mok_metadata_version": 1
+// META: "name": "tensor_maps"
+// META-NEXT: "role": "tensor_maps"
+// META: "tensor_maps": [
+// META-NEXT: {
+// META-NEXT: "box_cols": 64,
+// META-NEXT: "box_rows": 64,
+// META-NEXT: "buffer": "routed_x",
+
+// EP: deepseek-v3.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-moe-to-gpu: expert parallelism (ep = 8) is not supported yet
+// USAGE: mok-compile: an input file and -o OUTDIR are required
+// CHIP: convert-moe-to-gpu: chip 'sm_80' is not supported

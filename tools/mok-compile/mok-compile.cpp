@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// mok-compile: compile the MoE layers of an .mlir file for a GPU and write,
+// for each, <out>/<function>.ptx and <out>/<function>.json (the runtime's
+// metadata). Built fully static too (mok-compile-static), to carry to GPU
+// machines that have no MLIR.
+//
+//   mok-compile layer.mlir --chip sm_90a -o out/
+//
+#include "mok/Compiler/Compiler.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <filesystem>
+#include <string>
+
+static int usage(const char *why) {
+  std::fprintf(stderr,
+               "mok-compile: %s\n"
+               "usage: mok-compile INPUT.mlir [--chip sm_90a|sm_100a] -o OUTDIR\n"
+               "       [--toolkit CUDA_DIR]  (libdevice; default $CUDA_HOME or "
+               "/usr/local/cuda)\n",
+               why);
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  std::string input, out, chip = "sm_90a";
+  const char *home = std::getenv("CUDA_HOME");
+  std::string toolkit = home && *home ? home : "/usr/local/cuda";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](std::string &dst) {
+      if (i + 1 >= argc)
+        return false;
+      dst = argv[++i];
+      return true;
+    };
+    if ((a == "-o" && value(out)) || (a == "--chip" && value(chip)) ||
+        (a == "--toolkit" && value(toolkit)))
+      continue;
+    if (a == "-h" || a == "--help")
+      return usage("compile MoE layers to PTX + runtime metadata"), 0;
+    if (!a.empty() && a[0] != '-' && input.empty()) {
+      input = a;
+      continue;
+    }
+    return usage(("unexpected argument '" + a + "'").c_str());
+  }
+  if (input.empty() || out.empty())
+    return usage("an input file and -o OUTDIR are required");
+
+  std::ifstream file(input);
+  if (!file)
+    return std::fprintf(stderr, "mok-compile: cannot open '%s'\n", input.c_str()), 1;
+  std::stringstream source;
+  source << file.rdbuf();
+  std::string error;
+  auto module = mok::Module::parse(source.str(), input, error);
+  if (!module)
+    return std::fprintf(stderr, "%s", error.c_str()), 1;
+  std::vector<mok::GpuKernel> kernels;
+  if (!module->compileGPU(chip, toolkit, kernels, error))
+    return std::fprintf(stderr, "%s\n", error.c_str()), 1;
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec)
+    return std::fprintf(stderr, "mok-compile: cannot create '%s': %s\n",
+                        out.c_str(), ec.message().c_str()), 1;
+  for (const mok::GpuKernel &k : kernels) {
+    for (auto [ext, text] : {std::pair<const char *, const std::string *>{".ptx", &k.ptx},
+                             {".json", &k.metadata}}) {
+      std::string path = out + "/" + k.function + ext;
+      std::ofstream f(path);
+      f << *text;
+      if (!f)
+        return std::fprintf(stderr, "mok-compile: cannot write '%s'\n", path.c_str()), 1;
+      std::printf("%s\n", path.c_str());
+    }
+  }
+  return 0;
+}
