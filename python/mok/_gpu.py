@@ -203,8 +203,12 @@ class GpuLayer:
             raise MokRuntimeError(self._rt.mok_last_error().decode())
 
     def _validate(self, name, t, p):
+        """Checks one argument in torch terms; returns it as a torch tensor
+        (any DLPack-capable GPU array — CuPy, JAX, ... — is taken zero-copy)."""
         torch = self.torch
         want = getattr(torch, _DTYPES[p["dtype"]])
+        if not isinstance(t, torch.Tensor) and hasattr(t, "__dlpack__"):
+            t = torch.from_dlpack(t)
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor ({p['dtype']} {p['shape']}), "
                             f"got {type(t).__name__}")
@@ -214,6 +218,7 @@ class GpuLayer:
             raise ValueError(f"{name}: expected shape {list(p['shape'])}, got {list(t.shape)}")
         if t.device != self.device:
             raise ValueError(f"{name}: expected a tensor on {self.device}, got {t.device}")
+        return t
 
     def __call__(self, *args, **kwargs):
         names = [p["name"] for p in self.inputs]
@@ -229,7 +234,7 @@ class GpuLayer:
         if missing:
             raise TypeError(f"missing argument(s): {', '.join(missing)}")
         for p in self.inputs:
-            self._validate(p["name"], bound[p["name"]], p)
+            bound[p["name"]] = self._validate(p["name"], bound[p["name"]], p)
         torch = self.torch
         out = torch.full(self.output["shape"], float("nan"), dtype=torch.bfloat16,
                          device=self.device)

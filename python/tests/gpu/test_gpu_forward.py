@@ -102,3 +102,18 @@ def test_argument_errors():
         layer(**bad)
     with pytest.raises(TypeError, match="missing argument"):
         layer(x=args["x"])
+
+
+def test_dlpack_arrays_are_taken_zero_copy():
+    """Any DLPack GPU array works as an argument (CuPy here, for the int32
+    and float32 operands; CuPy has no bf16)."""
+    import torch
+    cupy = pytest.importorskip("cupy")
+    name = "top1_clamp"
+    c = CASES[name]
+    layer = _layer(name)
+    args = _inputs(c, torch.Generator().manual_seed(4))
+    ref = layer(**args)
+    mixed = dict(args, top_experts=cupy.from_dlpack(args["top_experts"]),
+                 router_weights=cupy.from_dlpack(args["router_weights"]))
+    assert torch.equal(layer(**mixed), ref)
