@@ -55,6 +55,14 @@ def _inputs(c, rng, T=None):
     return args
 
 
+def _problem(c, seed_name, T=None):
+    """Fresh inputs and an output gradient for case `c`."""
+    rng = np.random.default_rng(seed_for(seed_name))
+    args = _inputs(c, rng, T=T)
+    T = c["T"] if T is None else T
+    return args, mok.to_bf16(rng.standard_normal((T, c["H"])))
+
+
 def _spec(c, tokens="same"):
     return mok.LayerSpec(hidden=c["H"], intermediate=c["I"], experts=c["E"], top_k=c["k"],
                          tokens=c["T"] if tokens == "same" else tokens,
@@ -104,9 +112,7 @@ def compiled():
 
 @pytest.mark.parametrize("c", CASES, ids=[c["id"] for c in CASES])
 def test_forward_and_backward_match_reference(c, compiled):
-    rng = np.random.default_rng(seed_for(c["id"]))
-    args = _inputs(c, rng)
-    d_out = mok.to_bf16(rng.standard_normal((c["T"], c["H"])))
+    args, d_out = _problem(c, c["id"])
     layer = compiled(c)
 
     out = layer(**args)
@@ -126,9 +132,7 @@ def test_forward_and_backward_match_reference(c, compiled):
 
 @pytest.mark.parametrize("c", [CASES[5], CASES[9]], ids=["no_route_-1", "shared_limit_int64"])
 def test_recompute_and_saved_context_agree_bitwise(c, compiled):
-    rng = np.random.default_rng(seed_for("recompute" + c["id"]))
-    args = _inputs(c, rng)
-    d_out = mok.to_bf16(rng.standard_normal((c["T"], c["H"])))
+    args, d_out = _problem(c, "recompute" + c["id"])
     saved_layer, recompute_layer = compiled(c), compiled(c, recompute=True)
     assert not saved_layer.recomputes and recompute_layer.recomputes
 
@@ -144,9 +148,7 @@ def test_recompute_and_saved_context_agree_bitwise(c, compiled):
 
 def test_results_are_deterministic(compiled):
     c = CASES[1]
-    rng = np.random.default_rng(seed_for("determinism"))
-    args = _inputs(c, rng)
-    d_out = mok.to_bf16(rng.standard_normal((c["T"], c["H"])))
+    args, d_out = _problem(c, "determinism")
     layer = compiled(c)
     runs = []
     for _ in range(2):
@@ -163,9 +165,7 @@ def test_dynamic_token_count(compiled):
     layer = compiled(c, tokens=None)
     assert "tensor<?x32xbf16>" in layer.stages["moe"]
     for T in (1, 17, 64):
-        rng = np.random.default_rng(seed_for(f"dynamic{T}"))
-        args = _inputs(c, rng, T=T)
-        d_out = mok.to_bf16(rng.standard_normal((T, c["H"])))
+        args, d_out = _problem(c, f"dynamic{T}", T=T)
         out, ctx = layer.forward(**args)
         grads = layer.backward(ctx, d_out)
         ref_out, ref_grads = _reference(c, args, d_out)
@@ -175,9 +175,7 @@ def test_dynamic_token_count(compiled):
 
 def test_context_flattens_and_rebuilds(compiled):
     c = CASES[8]
-    rng = np.random.default_rng(seed_for("flatten"))
-    args = _inputs(c, rng)
-    d_out = mok.to_bf16(rng.standard_normal((c["T"], c["H"])))
+    args, d_out = _problem(c, "flatten")
     layer = compiled(c)
     _, ctx = layer.forward(**args)
     tensors = ctx.tensors()
