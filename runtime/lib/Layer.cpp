@@ -430,3 +430,10 @@ extern "C" mok_status mok_layer_forward(mok_layer layer,
                            layer->dynamicSmem, stream, params.data(),
                            layer->cooperative ? MOK_LAUNCH_COOPERATIVE : 0);
 }
+
+extern "C" mok_status mok_layer_bind_weights(mok_layer layer, const char *name,
+                                             const mok_expert_weights *view) {
+  (void)layer, (void)name, (void)view;
+  return Fail(MOK_ERROR_UNSUPPORTED)
+         << "mok_layer_bind_weights: not implemented yet";
+}

@@ -200,6 +200,18 @@ MOK_API mok_status mok_layer_check(mok_layer layer,
 /* Loads the PTX on `device` and allocates the workspace, zeroing what the
  * metadata says must start at zero. */
 MOK_API mok_status mok_layer_load(mok_layer layer, int device, const char *ptx);
+/* Binds a weight view to a routed weight operand ("gate_weights",
+ * "up_weights" or "down_weights") of a layer whose kernel reads that operand
+ * only through tensor maps (metadata param "access": "tensor_maps"); a kernel
+ * that reads it by pointer (the scalar GEMM path) refuses views by name. The
+ * view must be bf16 [E, rows, cols] with the operand's sizes, a row stride
+ * that is a multiple of 8 elements and 16-byte aligned expert bases. While
+ * bound, mok_layer_check/mok_layer_forward take the operand from the view and
+ * refuse it among the named inputs; view = NULL unbinds. The memory stays
+ * the caller's and must outlive the binding; the TMA descriptors are rebuilt
+ * by the next forward. No driver needed. */
+MOK_API mok_status mok_layer_bind_weights(mok_layer layer, const char *name,
+                                          const mok_expert_weights *view);
 /* Checks the arguments, rebuilds the TMA descriptors when a buffer's address
  * changed since the last call (never during CUDA-graph replay, where the
  * buffers stay put), and launches on `stream` (a CUstream, NULL = legacy
