@@ -8,6 +8,7 @@
 #include "Error.h"
 #include "Json.h"
 #include "Module.h"
+#include "TensorMaps.h"
 
 #include <cstring>
 #include <string>
@@ -19,8 +20,12 @@ namespace {
 
 struct Param {
   std::string name, role; // role: input, output, workspace, tensor_maps
-  mok_dtype dtype;
+  mok_dtype dtype = MOK_DTYPE_BF16; // read from the metadata
   std::vector<int64_t> shape;
+  // "access": "tensor_maps": the kernel never dereferences the pointer, it
+  // reads the buffer through tensor maps only — what lets a weight view
+  // (not one dense tensor) stand in for it.
+  bool tensorMapsOnly = false;
   int64_t elements() const {
     int64_t n = 1;
     for (int64_t d : shape)
@@ -32,6 +37,16 @@ struct Param {
 struct TensorMapSpec {
   std::string buffer;
   int64_t rows, cols, rowStride, boxRows, boxCols;
+  int64_t experts = 1; // consecutive slots, slot e over expert e's matrix
+  int param = -1;      // the index of `buffer` among the params
+};
+
+/// A weight view bound to an input (mok_layer_bind_weights), with its own
+/// copy of a per-expert pointer table: the caller's need not outlive the call.
+struct Binding {
+  bool bound = false;
+  mok_expert_weights view{};
+  std::vector<void *> table;
 };
 
 } // namespace
@@ -44,15 +59,18 @@ struct mok_layer_s {
   std::vector<Param> params;
   std::vector<std::string> zeroFirst;
   std::vector<TensorMapSpec> maps;
+  size_t slots = 0;        // CUtensorMaps: the sum of the maps' `experts`
+  int mapStorage = -1;     // the param of role tensor_maps
   std::vector<int> inputs; // indices of the input params, in order
   int output = -1;
+  std::vector<Binding> views; // per param; bound only for inputs
 
   // After mok_layer_load:
   mok_module module = nullptr;
   int device = -1;
   uint32_t grid = 0;
   std::vector<CUdeviceptr> workspace; // per param; 0 for inputs/output
-  std::vector<uintptr_t> mapKey;      // buffer addresses of the built maps
+  std::vector<MapSlot> mapKey;        // what the built maps read, per slot
   std::vector<unsigned char> mapHost; // 128 bytes a map, 64-aligned inside
 
   ~mok_layer_s() {
@@ -83,6 +101,13 @@ static bool dtypeOf(const std::string &s, mok_dtype &out) {
   else
     return false;
   return true;
+}
+
+static bool readByTMA(mok_layer layer, const std::string &name) {
+  for (const TensorMapSpec &m : layer->maps)
+    if (m.buffer == name)
+      return true;
+  return false;
 }
 
 namespace {
@@ -134,9 +159,12 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "metadata: not a JSON object";
   Reader r;
   const json::Value *version = root.get("mok_metadata_version");
-  if (!version || !version->isInteger() || version->number != 1)
+  // Version 2 adds params' "access" and tensor maps' "experts"; both are
+  // optional with version 1's meaning as default, so version 1 reads alike.
+  if (!version || !version->isInteger() ||
+      (version->number != 1 && version->number != 2))
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
-           << "metadata: expected mok_metadata_version 1 (recompile the "
+           << "metadata: expected mok_metadata_version 1 or 2 (recompile the "
               "layer with this version of mok)";
   auto layer = std::make_unique<mok_layer_s>();
   layer->kernel = r.string(root, "kernel", "metadata");
@@ -170,6 +198,15 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
           }
           param.shape.push_back(static_cast<int64_t>(d.number));
         }
+      if (r.ok() && p.get("access")) {
+        std::string access =
+            r.string(p, "access", where + " ('" + param.name + "')");
+        if (access == "tensor_maps")
+          param.tensorMapsOnly = true;
+        else if (r.ok() && access != "pointer")
+          r.error = where + " ('" + param.name + "'): unknown access '" +
+                    access + "' (expected 'pointer' or 'tensor_maps')";
+      }
       if (r.ok()) {
         if (param.role == "input")
           layer->inputs.push_back(static_cast<int>(layer->params.size()));
@@ -190,6 +227,8 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
                          r.integer(m, "row_stride", where, 1),
                          r.integer(m, "box_rows", where, 1),
                          r.integer(m, "box_cols", where, 1)};
+      if (m.get("experts"))
+        spec.experts = r.integer(m, "experts", where, 1);
       layer->maps.push_back(spec);
     }
   if (!r.ok())
@@ -203,15 +242,72 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
         return static_cast<int>(i);
     return -1;
   };
-  for (const TensorMapSpec &m : layer->maps)
-    if (find(m.buffer) < 0)
+  for (size_t i = 0; i < layer->maps.size(); ++i) {
+    TensorMapSpec &m = layer->maps[i];
+    m.param = find(m.buffer);
+    if (m.param < 0)
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
              << "metadata: tensor map of unknown buffer '" << m.buffer << "'";
+    // A map past its buffer would have TMA read (or write) memory that is
+    // not the operand's, silently: refuse such metadata here.
+    const Param &p = layer->params[m.param];
+    std::string where = "metadata: tensor_maps[" + std::to_string(i) +
+                        "] ('" + m.buffer + "')";
+    if (p.dtype != MOK_DTYPE_BF16)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << where << ": tensor maps are bf16, the buffer is "
+             << mok_dtype_name(p.dtype);
+    if (m.rowStride < m.cols)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << where << ": row_stride " << m.rowStride << " is less than cols "
+             << m.cols;
+    int64_t end = (m.experts * m.rows - 1) * m.rowStride + m.cols;
+    if (end > p.elements())
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << where << ": " << m.experts << " x [" << m.rows << ", "
+             << m.cols << "] with row stride " << m.rowStride
+             << " ends at element " << end << ", past the buffer's "
+             << p.elements();
+    layer->slots += static_cast<size_t>(m.experts);
+  }
+  for (size_t i = 0; i < layer->params.size(); ++i) {
+    const Param &p = layer->params[i];
+    if (p.role == "tensor_maps") {
+      if (layer->mapStorage >= 0)
+        return Fail(MOK_ERROR_INVALID_ARGUMENT)
+               << "metadata: more than one parameter has role 'tensor_maps'";
+      layer->mapStorage = static_cast<int>(i);
+    }
+    if (p.tensorMapsOnly && !readByTMA(layer.get(), p.name))
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "metadata: params[" << i << "] ('" << p.name
+             << "'): access 'tensor_maps' but no tensor_maps entry views it";
+  }
+  // The kernel finds map j's slots by counting: the buffer must hold exactly
+  // one CUtensorMap (128 bytes, 16 i64) per slot.
+  size_t storage =
+      layer->mapStorage < 0
+          ? 0
+          : static_cast<size_t>(layer->params[layer->mapStorage].elements()) *
+                mok_dtype_size(layer->params[layer->mapStorage].dtype);
+  if (storage != 128 * layer->slots) {
+    if (layer->mapStorage < 0)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "metadata: the tensor_maps entries need " << layer->slots
+             << " CUtensorMap slots, but no parameter has role 'tensor_maps'";
+    const Param &p = layer->params[layer->mapStorage];
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "metadata: the tensor_maps entries need " << layer->slots
+           << " CUtensorMap slots (128 bytes, 16 i64 each), but the '" << p.name
+           << "' parameter holds " << p.elements() << " " << mok_dtype_name(p.dtype)
+           << " elements (" << storage << " bytes)";
+  }
   for (const std::string &z : layer->zeroFirst)
     if (find(z) < 0 || layer->params[find(z)].role != "workspace")
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
              << "metadata: zero_before_first_launch names '" << z
              << "', which is not a workspace buffer";
+  layer->views.resize(layer->params.size());
   *out = layer.release();
   return ok();
 }
@@ -252,14 +348,15 @@ static mok_status checkDense(const mok_tensor *t, const Param &p, bool tma) {
   return MOK_OK;
 }
 
-static bool readByTMA(mok_layer layer, const std::string &name) {
-  for (const TensorMapSpec &m : layer->maps)
-    if (m.buffer == name)
-      return true;
-  return false;
+/// The address a kernel parameter gets for a bound weight view: expert 0's
+/// (a kernel that accepts views never dereferences it; this keeps the
+/// parameter meaningful for debugging).
+static void *viewPointer(const mok_expert_weights &w) {
+  return w.layout == MOK_WEIGHTS_PER_EXPERT ? w.expert_pointers[0] : w.base;
 }
 
-/// The pointer of every input (by param index) after checking them all.
+/// The pointer of every input (by param index) after checking them all;
+/// inputs bound to weight views come from the views, not from `inputs`.
 static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
                              size_t count, const mok_tensor *out,
                              std::vector<void *> &pointers) {
@@ -280,6 +377,11 @@ static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
              << "inputs[" << i << "]: unknown input '" << (name ? name : "(null)")
              << "'; expected " << expected;
     }
+    if (layer->views[found].bound)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "inputs: '" << name
+             << "' is bound as a weight view (mok_layer_bind_weights); do not "
+                "pass it too";
     if (pointers[found])
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
              << "inputs: '" << name << "' is given twice";
@@ -288,6 +390,9 @@ static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
       return s;
     pointers[found] = inputs[i].tensor.data;
   }
+  for (int index : layer->inputs)
+    if (layer->views[index].bound)
+      pointers[index] = viewPointer(layer->views[index].view);
   for (int index : layer->inputs)
     if (!pointers[index])
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
@@ -355,46 +460,55 @@ extern "C" mok_status mok_layer_load(mok_layer layer, int device,
           return Fail(MOK_ERROR_CUDA)
                  << "zeroing '" << p.name << "': " << d->describe(r);
   }
-  layer->mapHost.assign(128 * layer->maps.size() + 64, 0);
+  layer->mapHost.assign(128 * layer->slots + 64, 0);
   return ok();
 }
 
-/// Rebuilds the TMA descriptors when a viewed buffer moved.
+/// Rebuilds the TMA descriptors when what a slot reads moved (a buffer's
+/// address, or a newly bound or unbound weight view).
 static mok_status updateTensorMaps(mok_layer layer,
                                    const std::vector<void *> &pointers) {
   if (layer->maps.empty())
     return MOK_OK;
-  auto address = [&](const std::string &name) -> uintptr_t {
-    for (size_t i = 0; i < layer->params.size(); ++i)
-      if (layer->params[i].name == name)
-        return pointers[i] ? reinterpret_cast<uintptr_t>(pointers[i])
-                           : static_cast<uintptr_t>(layer->workspace[i]);
-    return 0;
-  };
-  std::vector<uintptr_t> key;
-  for (const TensorMapSpec &m : layer->maps)
-    key.push_back(address(m.buffer));
+  std::vector<MapSlot> key;
+  key.reserve(layer->slots);
+  for (const TensorMapSpec &m : layer->maps) {
+    const Binding &b = layer->views[m.param];
+    if (b.bound) {
+      appendViewSlots(b.view, m.experts, key);
+      continue;
+    }
+    uintptr_t data =
+        pointers[m.param]
+            ? reinterpret_cast<uintptr_t>(pointers[m.param])
+            : static_cast<uintptr_t>(layer->workspace[m.param]);
+    appendDenseSlots(data, mok_dtype_size(layer->params[m.param].dtype),
+                     m.experts, m.rows, m.rowStride, key);
+  }
   if (key == layer->mapKey)
     return MOK_OK;
   uintptr_t raw = reinterpret_cast<uintptr_t>(layer->mapHost.data());
   unsigned char *base = layer->mapHost.data() + ((64 - raw % 64) % 64);
+  size_t slot = 0;
   for (size_t i = 0; i < layer->maps.size(); ++i) {
     const TensorMapSpec &m = layer->maps[i];
-    if (mok_status s = mok_tma_descriptor_2d(
-            base + 128 * i, reinterpret_cast<void *>(key[i]), m.rows, m.cols,
-            m.rowStride, static_cast<uint32_t>(m.boxRows),
-            static_cast<uint32_t>(m.boxCols)))
-      return Fail(s) << "tensor map " << i << " of '" << m.buffer
-                     << "': " << mok_last_error();
+    for (int64_t e = 0; e < m.experts; ++e, ++slot)
+      if (mok_status s = mok_tma_descriptor_2d(
+              base + 128 * slot, reinterpret_cast<void *>(key[slot].address),
+              m.rows, m.cols, key[slot].rowStride,
+              static_cast<uint32_t>(m.boxRows),
+              static_cast<uint32_t>(m.boxCols))) {
+        Fail f(s);
+        f << "tensor map " << i;
+        if (m.experts > 1)
+          f << " (expert " << e << ")";
+        return f << " of '" << m.buffer << "': " << mok_last_error();
+      }
   }
-  size_t storage = 0;
-  for (size_t i = 0; i < layer->params.size(); ++i)
-    if (layer->params[i].role == "tensor_maps")
-      storage = i;
   const Driver *d = layer->module->driver;
   d->ctxSetCurrent(layer->module->context);
-  if (CUresult r = d->memcpyHtoD(layer->workspace[storage], base,
-                                 128 * layer->maps.size());
+  if (CUresult r = d->memcpyHtoD(layer->workspace[layer->mapStorage], base,
+                                 128 * layer->slots);
       r != CUDA_SUCCESS)
     return Fail(MOK_ERROR_CUDA)
            << "copying the tensor maps to the device: " << d->describe(r)
@@ -431,9 +545,124 @@ extern "C" mok_status mok_layer_forward(mok_layer layer,
                            layer->cooperative ? MOK_LAUNCH_COOPERATIVE : 0);
 }
 
+//===----------------------------------------------------------------------===//
+// Weight views
+//===----------------------------------------------------------------------===//
+
+/// Why input `p` cannot take a weight view ("" if it can): views replace a
+/// routed expert weight [E, rows, cols] that the kernel reads only through
+/// per-expert tensor maps (one slot per expert, so each expert's base and
+/// row stride can be the view's). A kernel that dereferences the pointer
+/// (the scalar GEMM path) or maps the tensor as a whole needs it dense.
+static std::string whyNoView(mok_layer layer, const Param &p) {
+  std::string n = "'" + p.name + "': ";
+  if (p.shape.size() != 3) {
+    std::string shape;
+    for (int64_t d : p.shape)
+      shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    return n + "not a routed expert weight operand (weight views stand in "
+               "for [E, rows, cols] weights; this input is " +
+           mok_dtype_name(p.dtype) + " [" + shape + "])";
+  }
+  if (!p.tensorMapsOnly)
+    return n + "this layer's kernel reads it by pointer (scalar GEMM path); "
+               "weight views need a kernel with tensor-core GEMMs (shapes "
+               "that fit their tiles); pass a dense tensor instead";
+  for (const TensorMapSpec &m : layer->maps)
+    if (m.buffer == p.name &&
+        (m.experts != p.shape[0] || m.rows > p.shape[1] || m.cols > p.shape[2]))
+      return n + "this layer's kernel reads it through a tensor map over the "
+                 "whole tensor, not one per expert (metadata without "
+                 "per-expert \"experts\" maps); pass a dense tensor instead";
+  return "";
+}
+
+/// TMA's rules for every slot a view yields: 16-byte aligned expert bases
+/// and rows, rows that do not overlap.
+static mok_status checkViewForTMA(const mok_expert_weights &w,
+                                  const std::string &n) {
+  size_t elt = mok_dtype_size(w.dtype);
+  if (w.row_stride < w.cols)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << n << ": row_stride " << w.row_stride << " is less than cols "
+           << w.cols;
+  if ((w.row_stride * elt) % 16)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << n << ": row_stride must be a multiple of " << 16 / elt
+           << " elements (16 bytes, for TMA), got " << w.row_stride;
+  if (w.layout == MOK_WEIGHTS_PER_EXPERT) {
+    if (!w.expert_pointers)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << n << ": the per-expert pointer table is NULL";
+    for (int64_t e = 0; e < w.experts; ++e) {
+      uintptr_t a = reinterpret_cast<uintptr_t>(w.expert_pointers[e]);
+      if (!a || a % 16)
+        return Fail(MOK_ERROR_INVALID_ARGUMENT)
+               << n << ": expert " << e << "'s base must be non-NULL and "
+               << "16-byte aligned (TMA), got 0x" << std::hex << a;
+    }
+    return MOK_OK;
+  }
+  uintptr_t a = reinterpret_cast<uintptr_t>(w.base);
+  if (!a || a % 16)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << n << ": the base (expert 0's) must be non-NULL and 16-byte "
+           << "aligned (TMA), got 0x" << std::hex << a;
+  // Expert e's base is base + e*expert_stride elements.
+  if (w.experts > 1 && (w.expert_stride * elt) % 16)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << n << ": expert_stride must be a multiple of " << 16 / elt
+           << " elements (16-byte aligned expert bases, for TMA), got "
+           << w.expert_stride;
+  return MOK_OK;
+}
+
 extern "C" mok_status mok_layer_bind_weights(mok_layer layer, const char *name,
                                              const mok_expert_weights *view) {
-  (void)layer, (void)name, (void)view;
-  return Fail(MOK_ERROR_UNSUPPORTED)
-         << "mok_layer_bind_weights: not implemented yet";
+  if (!layer)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (!name)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "name: is NULL";
+  int found = -1;
+  for (int index : layer->inputs)
+    if (layer->params[index].name == name)
+      found = index;
+  if (found < 0) {
+    std::string expected;
+    for (int index : layer->inputs)
+      expected += (expected.empty() ? "" : ", ") + layer->params[index].name;
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "name: unknown input '" << name << "'; expected " << expected;
+  }
+  Binding &binding = layer->views[found];
+  // Unbinding an operand that is not bound (any input) changes nothing.
+  if (!view) {
+    binding = Binding{};
+    return ok();
+  }
+  const Param &p = layer->params[found];
+  std::string why = whyNoView(layer, p);
+  if (!why.empty())
+    return fail(MOK_ERROR_INVALID_ARGUMENT, why);
+  std::string n = "'" + p.name + "'";
+  if (mok_status s = mok_weights_check(view, n.c_str(), p.dtype, p.shape[0],
+                                       p.shape[1], p.shape[2]))
+    return s;
+  if (mok_status s = checkViewForTMA(*view, n))
+    return s;
+  // Only now replace the binding: a refused view leaves the previous one.
+  Binding next;
+  next.bound = true;
+  next.view = *view;
+  if (view->layout == MOK_WEIGHTS_PER_EXPERT) {
+    next.table.assign(view->expert_pointers,
+                      view->expert_pointers + view->experts);
+    next.view.expert_pointers = next.table.data();
+  } else {
+    next.view.expert_pointers = nullptr;
+  }
+  // The table's heap storage moves with the vector, so the pointer into it
+  // stays valid.
+  binding = std::move(next);
+  return ok();
 }

@@ -7,6 +7,8 @@
 //
 #include "mok/Runtime/mok_runtime.h"
 
+#include "TensorMaps.h" // internal: the slot address arithmetic
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -217,7 +219,7 @@ static void testLayerMetadata() {
   struct { const char *json, *message; } bad[] = {
       {"{", "metadata: not JSON (offset 1: expected a member name)"},
       {"[1, 2]", "metadata: not a JSON object"},
-      {R"({"mok_metadata_version": 2})", "expected mok_metadata_version 1"},
+      {R"({"mok_metadata_version": 3})", "expected mok_metadata_version 1 or 2"},
       {R"({"mok_metadata_version": 1, "kernel": "k", "block": 256, "cooperative": true,
            "dynamic_shared_memory": 0})", "metadata: missing or mistyped 'params'"},
       {R"({"mok_metadata_version": 1, "kernel": "k", "block": 0, "cooperative": true,
@@ -249,6 +251,313 @@ static void testLayerMetadata() {
   }
 }
 
+// Where each CUtensorMap slot reads: dense tensors, weight views.
+static void testTensorMapSlots() {
+  using mok::runtime::MapSlot;
+  uintptr_t base = reinterpret_cast<uintptr_t>(memory);
+  // A dense [E=2, 8, 64] tensor, one slot per expert: 8*64 elements apart.
+  std::vector<MapSlot> slots;
+  mok::runtime::appendDenseSlots(base, 2, 2, 8, 64, slots);
+  CHECK(slots.size() == 2);
+  CHECK(slots[0] == (MapSlot{base, 64}));
+  CHECK(slots[1] == (MapSlot{base + 8 * 64 * 2, 64}));
+  // One slot over a whole buffer, after what is there: appends.
+  mok::runtime::appendDenseSlots(base + 4096, 2, 1, 16, 72, slots);
+  CHECK(slots.size() == 3 && slots[2] == (MapSlot{base + 4096, 72}));
+
+  // A fused FC1 [E=3, 2I=16, H=64]: gate at base + e*2*I*H, up at
+  // base + I*H + e*2*I*H elements, rows H apart.
+  int64_t shape[3] = {3, 16, 64};
+  mok_tensor fc1 = mok_tensor_contiguous(memory, MOK_DTYPE_BF16, 3, shape);
+  mok_expert_weights gate, up;
+  CHECK(mok_weights_split_fc1(&fc1, "fc1", &gate, &up) == MOK_OK);
+  std::vector<MapSlot> g, u;
+  mok::runtime::appendViewSlots(gate, 3, g);
+  mok::runtime::appendViewSlots(up, 3, u);
+  CHECK(g.size() == 3 && u.size() == 3);
+  for (int64_t e = 0; e < 3; ++e) {
+    CHECK(g[e] == (MapSlot{base + e * 2 * 8 * 64 * 2, 64}));
+    CHECK(u[e] == (MapSlot{base + (8 * 64 + e * 2 * 8 * 64) * 2, 64}));
+    uintptr_t a = 0;
+    CHECK(mok_weights_element_address(&up, e, 0, 0, &a) == MOK_OK && a == u[e].address);
+  }
+  // One allocation per expert, in table order (not address order), with the
+  // view's row stride.
+  void *table[2] = {memory + 8192, memory + 2048};
+  mok_expert_weights per;
+  CHECK(mok_weights_per_expert(table, 2, 8, 64, 72, MOK_DTYPE_BF16, "w", &per) == MOK_OK);
+  std::vector<MapSlot> p;
+  mok::runtime::appendViewSlots(per, 2, p);
+  CHECK(p.size() == 2 && p[0] == (MapSlot{base + 8192, 72}) &&
+        p[1] == (MapSlot{base + 2048, 72}));
+  // A new row stride at the same address is a different slot: rebinding a
+  // view with other strides rebuilds the descriptors.
+  CHECK(p[0] != (MapSlot{base + 8192, 64}));
+}
+
+// Builds a metadata object of the compiler's format around params and maps.
+static std::string layerJson(int version, const std::string &params,
+                             const std::string &maps) {
+  return "{\"mok_metadata_version\": " + std::to_string(version) +
+         ", \"kernel\": \"k\", \"block\": 256, \"cooperative\": true,"
+         " \"dynamic_shared_memory\": 0, \"params\": [" + params + "]" +
+         (maps.empty() ? "" : ", \"tensor_maps\": [" + maps + "]") + "}";
+}
+
+// A tensor-core layer (version 2): gate/up read through one map per expert,
+// down through one map over the whole tensor, plus a shared expert.
+static const char *kWeightParams = R"(
+    {"name": "x", "role": "input", "dtype": "bf16", "shape": [4, 64]},
+    {"name": "top_experts", "role": "input", "dtype": "i32", "shape": [4, 2]},
+    {"name": "router_weights", "role": "input", "dtype": "f32", "shape": [4, 2],
+     "access": "pointer"},
+    {"name": "gate_weights", "role": "input", "dtype": "bf16", "shape": [2, 8, 64],
+     "access": "tensor_maps"},
+    {"name": "up_weights", "role": "input", "dtype": "bf16", "shape": [2, 8, 64],
+     "access": "tensor_maps"},
+    {"name": "down_weights", "role": "input", "dtype": "bf16", "shape": [2, 64, 8],
+     "access": "tensor_maps"},
+    {"name": "shared_gate_weights", "role": "input", "dtype": "bf16", "shape": [16, 64],
+     "access": "tensor_maps"},
+    {"name": "out", "role": "output", "dtype": "bf16", "shape": [4, 64]},
+    {"name": "tensor_maps", "role": "tensor_maps", "dtype": "i64", "shape": [112]})";
+static const char *kWeightMaps = R"(
+    {"buffer": "x", "rows": 4, "cols": 64, "row_stride": 64, "box_rows": 64, "box_cols": 64},
+    {"buffer": "gate_weights", "rows": 8, "cols": 64, "row_stride": 64,
+     "box_rows": 64, "box_cols": 64, "experts": 2},
+    {"buffer": "up_weights", "rows": 8, "cols": 64, "row_stride": 64,
+     "box_rows": 64, "box_cols": 64, "experts": 2},
+    {"buffer": "down_weights", "rows": 128, "cols": 8, "row_stride": 8,
+     "box_rows": 64, "box_cols": 8},
+    {"buffer": "shared_gate_weights", "rows": 16, "cols": 64, "row_stride": 64,
+     "box_rows": 64, "box_cols": 64})";
+
+static void testWeightMetadata() {
+  mok_layer layer = nullptr;
+  CHECK(mok_layer_create(layerJson(2, kWeightParams, kWeightMaps).c_str(), &layer) == MOK_OK);
+  CHECK(mok_layer_input_count(layer) == 7);
+  mok_layer_destroy(layer);
+  // Version 1 reads the new keys alike (they default to version 1's meaning).
+  layer = nullptr;
+  CHECK(mok_layer_create(layerJson(1, kWeightParams, kWeightMaps).c_str(), &layer) == MOK_OK);
+  mok_layer_destroy(layer);
+
+  const std::string out =
+      R"({"name": "out", "role": "output", "dtype": "bf16", "shape": [4]})";
+  const std::string w =
+      R"({"name": "w", "role": "input", "dtype": "bf16", "shape": [2, 8, 64], "access": "tensor_maps"})";
+  const std::string maps16 =
+      R"({"name": "tensor_maps", "role": "tensor_maps", "dtype": "i64", "shape": [16]})";
+  const std::string maps32 =
+      R"({"name": "tensor_maps", "role": "tensor_maps", "dtype": "i64", "shape": [32]})";
+  const std::string perExpert =
+      R"({"buffer": "w", "rows": 8, "cols": 64, "row_stride": 64, "box_rows": 8, "box_cols": 64, "experts": 2})";
+  struct { std::string json; const char *message; } bad[] = {
+      {layerJson(2, R"({"name": "x", "role": "input", "dtype": "bf16", "shape": [4], "access": "texture"}, )" + out, ""),
+       "metadata: params[0] ('x'): unknown access 'texture' (expected 'pointer' or 'tensor_maps')"},
+      {layerJson(2, R"({"name": "x", "role": "input", "dtype": "bf16", "shape": [4], "access": 1}, )" + out, ""),
+       "metadata: params[0] ('x'): missing or mistyped 'access'"},
+      {layerJson(2, w + ", " + out + ", " + maps32,
+                 R"({"buffer": "w", "rows": 8, "cols": 64, "row_stride": 64, "box_rows": 8, "box_cols": 64, "experts": 0})"),
+       "metadata: tensor_maps[0]: 'experts' must be an integer >= 1"},
+      {layerJson(2, w + ", " + out + ", " + maps32,
+                 R"({"buffer": "w", "rows": 8, "cols": 64, "row_stride": 64, "box_rows": 8, "box_cols": 64, "experts": 1.5})"),
+       "metadata: tensor_maps[0]: 'experts' must be an integer >= 1"},
+      // Two slots in a buffer of one.
+      {layerJson(2, w + ", " + out + ", " + maps16, perExpert),
+       "metadata: the tensor_maps entries need 2 CUtensorMap slots (128 bytes, 16 i64 each), but the 'tensor_maps' parameter holds 16 i64 elements (128 bytes)"},
+      {layerJson(2, w + ", " + out, perExpert),
+       "metadata: the tensor_maps entries need 2 CUtensorMap slots, but no parameter has role 'tensor_maps'"},
+      {layerJson(2, out + ", " + maps16, ""),
+       "metadata: the tensor_maps entries need 0 CUtensorMap slots"},
+      {layerJson(2, out + ", " + maps16 + ", " + maps16, ""),
+       "metadata: more than one parameter has role 'tensor_maps'"},
+      {layerJson(2, w + ", " + out, ""),
+       "metadata: params[0] ('w'): access 'tensor_maps' but no tensor_maps entry views it"},
+      // Three experts of a two-expert tensor: TMA would read past it.
+      {layerJson(2, w + ", " + out + R"(, {"name": "tensor_maps", "role": "tensor_maps", "dtype": "i64", "shape": [48]})",
+                 R"({"buffer": "w", "rows": 8, "cols": 64, "row_stride": 64, "box_rows": 8, "box_cols": 64, "experts": 3})"),
+       "metadata: tensor_maps[0] ('w'): 3 x [8, 64] with row stride 64 ends at element 1536, past the buffer's 1024"},
+      {layerJson(2, w + ", " + out + ", " + maps16,
+                 R"({"buffer": "w", "rows": 8, "cols": 64, "row_stride": 32, "box_rows": 8, "box_cols": 64})"),
+       "metadata: tensor_maps[0] ('w'): row_stride 32 is less than cols 64"},
+      {layerJson(2, R"({"name": "ids", "role": "input", "dtype": "i32", "shape": [64]}, )" + out + ", " + maps16,
+                 R"({"buffer": "ids", "rows": 1, "cols": 64, "row_stride": 64, "box_rows": 1, "box_cols": 64})"),
+       "metadata: tensor_maps[0] ('ids'): tensor maps are bf16, the buffer is i32"},
+  };
+  for (auto &b : bad) {
+    mok_layer l = nullptr;
+    CHECK_FAILS(mok_layer_create(b.json.c_str(), &l), MOK_ERROR_INVALID_ARGUMENT, "");
+    check(std::strstr(mok_last_error(), b.message) != nullptr, b.message, __LINE__);
+    CHECK(l == nullptr);
+  }
+}
+
+// The named inputs of the weight layer but gate/up; `dense` adds them.
+struct WeightInputs {
+  alignas(64) unsigned char x[4 * 64 * 2], ids[32], rw[32], out[4 * 64 * 2];
+  alignas(64) unsigned char gate[2 * 8 * 64 * 2], up[2 * 8 * 64 * 2];
+  alignas(64) unsigned char down[2 * 64 * 8 * 2], shared[16 * 64 * 2];
+  std::vector<mok_named_tensor> named(bool gateUp, bool withDown = true) {
+    int64_t sx[2] = {4, 64}, sk[2] = {4, 2}, sw[3] = {2, 8, 64}, sd[3] = {2, 64, 8},
+            ss[2] = {16, 64};
+    std::vector<mok_named_tensor> in = {
+        {"x", mok_tensor_contiguous(x, MOK_DTYPE_BF16, 2, sx)},
+        {"top_experts", mok_tensor_contiguous(ids, MOK_DTYPE_I32, 2, sk)},
+        {"router_weights", mok_tensor_contiguous(rw, MOK_DTYPE_F32, 2, sk)},
+        {"shared_gate_weights", mok_tensor_contiguous(shared, MOK_DTYPE_BF16, 2, ss)}};
+    if (withDown)
+      in.push_back({"down_weights", mok_tensor_contiguous(down, MOK_DTYPE_BF16, 3, sd)});
+    if (gateUp) {
+      in.push_back({"gate_weights", mok_tensor_contiguous(gate, MOK_DTYPE_BF16, 3, sw)});
+      in.push_back({"up_weights", mok_tensor_contiguous(up, MOK_DTYPE_BF16, 3, sw)});
+    }
+    return in;
+  }
+  mok_tensor output() {
+    int64_t sx[2] = {4, 64};
+    return mok_tensor_contiguous(out, MOK_DTYPE_BF16, 2, sx);
+  }
+};
+
+static void testBindWeights() {
+  static WeightInputs t;
+  mok_tensor o = t.output();
+  mok_layer layer = nullptr;
+  CHECK(mok_layer_create(layerJson(2, kWeightParams, kWeightMaps).c_str(), &layer) == MOK_OK);
+  // A fused FC1 [E=2, 2I=16, H=64], gate and up halves, no copy.
+  int64_t sf[3] = {2, 16, 64};
+  mok_tensor fc1 = mok_tensor_contiguous(memory + 8192, MOK_DTYPE_BF16, 3, sf);
+  mok_expert_weights gate, up;
+  CHECK(mok_weights_split_fc1(&fc1, "fc1", &gate, &up) == MOK_OK);
+
+  CHECK_FAILS(mok_layer_bind_weights(nullptr, "gate_weights", &gate),
+              MOK_ERROR_INVALID_ARGUMENT, "layer: is NULL");
+  CHECK_FAILS(mok_layer_bind_weights(layer, nullptr, &gate),
+              MOK_ERROR_INVALID_ARGUMENT, "name: is NULL");
+  CHECK_FAILS(mok_layer_bind_weights(layer, "gate", &gate), MOK_ERROR_INVALID_ARGUMENT,
+              "name: unknown input 'gate'; expected x, top_experts, router_weights, gate_weights");
+  CHECK_FAILS(mok_layer_bind_weights(layer, "out", &gate), MOK_ERROR_INVALID_ARGUMENT,
+              "name: unknown input 'out'");
+  CHECK_FAILS(mok_layer_bind_weights(layer, "x", &gate), MOK_ERROR_INVALID_ARGUMENT,
+              "'x': not a routed expert weight operand (weight views stand in for [E, rows, cols] weights; this input is bf16 [4, 64])");
+  CHECK_FAILS(mok_layer_bind_weights(layer, "shared_gate_weights", &gate),
+              MOK_ERROR_INVALID_ARGUMENT, "'shared_gate_weights': not a routed expert weight operand");
+  CHECK_FAILS(mok_layer_bind_weights(layer, "down_weights", &gate), MOK_ERROR_INVALID_ARGUMENT,
+              "'down_weights': this layer's kernel reads it through a tensor map over the whole tensor, not one per expert");
+
+  // Views that do not fit the operand or TMA; each names the operand.
+  mok_expert_weights v = gate;
+  v.dtype = MOK_DTYPE_F32;
+  CHECK_FAILS(mok_layer_bind_weights(layer, "gate_weights", &v), MOK_ERROR_INVALID_ARGUMENT,
+              "'gate_weights': expected dtype bf16, got f32");
+  v = gate;
+  v.rows = 4;
+  CHECK_FAILS(mok_layer_bind_weights(layer, "gate_weights", &v), MOK_ERROR_INVALID_ARGUMENT,
+              "'gate_weights': expected [E, rows, cols] = [2, 8, 64], got [2, 4, 64]");
+  v = gate;
+  v.experts = 3;
+  CHECK_FAILS(mok_layer_bind_weights(layer, "up_weights", &v), MOK_ERROR_INVALID_ARGUMENT,
+              "'up_weights': expected [E, rows, cols] = [2, 8, 64], got [3, 8, 64]");
+  v = gate;
+  v.row_stride = 68;
+  CHECK_FAILS(mok_layer_bind_weights(layer, "gate_weights", &v), MOK_ERROR_INVALID_ARGUMENT,
+              "'gate_weights': row_stride must be a multiple of 8 elements (16 bytes, for TMA), got 68");
+  v.row_stride = 56;
+  CHECK_FAILS(mok_layer_bind_weights(layer, "gate_weights", &v), MOK_ERROR_INVALID_ARGUMENT,
+              "'gate_weights': row_stride 56 is less than cols 64");
+  v = gate;
+  v.base = memory + 8192 + 8;
+  CHECK_FAILS(mok_layer_bind_weights(layer, "gate_weights", &v), MOK_ERROR_INVALID_ARGUMENT,
+              "'gate_weights': the base (expert 0's) must be non-NULL and 16-byte aligned (TMA)");
+  v = gate;
+  v.expert_stride = 1028;
+  CHECK_FAILS(mok_layer_bind_weights(layer, "gate_weights", &v), MOK_ERROR_INVALID_ARGUMENT,
+              "'gate_weights': expert_stride must be a multiple of 8 elements");
+  // A per-expert view built by hand past mok_weights_per_expert's checks.
+  void *misaligned[2] = {memory + 16384, memory + 20480 + 8};
+  mok_expert_weights per{};
+  per.layout = MOK_WEIGHTS_PER_EXPERT;
+  per.dtype = MOK_DTYPE_BF16;
+  per.experts = 2, per.rows = 8, per.cols = 64, per.row_stride = 64;
+  per.expert_pointers = misaligned;
+  CHECK_FAILS(mok_layer_bind_weights(layer, "up_weights", &per), MOK_ERROR_INVALID_ARGUMENT,
+              "'up_weights': expert 1's base must be non-NULL and 16-byte aligned (TMA)");
+  per.expert_pointers = nullptr;
+  CHECK_FAILS(mok_layer_bind_weights(layer, "up_weights", &per), MOK_ERROR_INVALID_ARGUMENT,
+              "'up_weights': the per-expert pointer table is NULL");
+
+  // Before binding, gate/up are required; once bound, not, and refused.
+  std::vector<mok_named_tensor> without = t.named(false), with = t.named(true);
+  CHECK(mok_layer_check(layer, with.data(), with.size(), &o) == MOK_OK);
+  CHECK_FAILS(mok_layer_check(layer, without.data(), without.size(), &o),
+              MOK_ERROR_INVALID_ARGUMENT, "inputs: 'gate_weights' is missing");
+  CHECK(mok_layer_bind_weights(layer, "gate_weights", &gate) == MOK_OK);
+  CHECK(std::string(mok_last_error()).empty());
+  CHECK_FAILS(mok_layer_check(layer, without.data(), without.size(), &o),
+              MOK_ERROR_INVALID_ARGUMENT, "inputs: 'up_weights' is missing");
+  // The caller's table is copied: clobbering it after the call changes
+  // nothing (were it kept, expert 0's NULL would make 'up_weights' missing).
+  void *table[2] = {memory + 16384, memory + 20480};
+  mok_expert_weights w;
+  CHECK(mok_weights_per_expert(table, 2, 8, 64, 64, MOK_DTYPE_BF16, "up", &w) == MOK_OK);
+  CHECK(mok_layer_bind_weights(layer, "up_weights", &w) == MOK_OK);
+  table[0] = table[1] = nullptr;
+  CHECK(mok_layer_check(layer, without.data(), without.size(), &o) == MOK_OK);
+  CHECK_FAILS(mok_layer_check(layer, with.data(), with.size(), &o), MOK_ERROR_INVALID_ARGUMENT,
+              "inputs: 'gate_weights' is bound as a weight view (mok_layer_bind_weights); do not pass it too");
+  // Bound operands do not excuse the others.
+  std::vector<mok_named_tensor> noDown = t.named(false, false);
+  CHECK_FAILS(mok_layer_check(layer, noDown.data(), noDown.size(), &o),
+              MOK_ERROR_INVALID_ARGUMENT, "inputs: 'down_weights' is missing");
+  // A refused view leaves the bound one.
+  v = up;
+  v.rows = 4;
+  CHECK_FAILS(mok_layer_bind_weights(layer, "up_weights", &v), MOK_ERROR_INVALID_ARGUMENT,
+              "'up_weights': expected [E, rows, cols]");
+  CHECK(mok_layer_check(layer, without.data(), without.size(), &o) == MOK_OK);
+  // Forward still needs a loaded layer; binding needed no driver.
+  CHECK_FAILS(mok_layer_forward(layer, without.data(), without.size(), &o, nullptr),
+              MOK_ERROR_INVALID_ARGUMENT, "layer: not loaded");
+
+  // Unbinding restores the requirement; unbinding what is not bound is a no-op.
+  CHECK(mok_layer_bind_weights(layer, "gate_weights", nullptr) == MOK_OK);
+  CHECK_FAILS(mok_layer_check(layer, without.data(), without.size(), &o),
+              MOK_ERROR_INVALID_ARGUMENT, "inputs: 'gate_weights' is missing");
+  CHECK(mok_layer_bind_weights(layer, "up_weights", nullptr) == MOK_OK);
+  CHECK(mok_layer_check(layer, with.data(), with.size(), &o) == MOK_OK);
+  CHECK(mok_layer_bind_weights(layer, "x", nullptr) == MOK_OK);
+  CHECK_FAILS(mok_layer_bind_weights(layer, "gate", nullptr), MOK_ERROR_INVALID_ARGUMENT,
+              "name: unknown input 'gate'");
+  mok_layer_destroy(layer);
+
+  // One map of expert 0's size but a single slot: not one map per expert.
+  layer = nullptr;
+  CHECK(mok_layer_create(layerJson(2,
+      R"({"name": "gate_weights", "role": "input", "dtype": "bf16", "shape": [2, 8, 64],
+          "access": "tensor_maps"},
+         {"name": "out", "role": "output", "dtype": "bf16", "shape": [4, 64]},
+         {"name": "tensor_maps", "role": "tensor_maps", "dtype": "i64", "shape": [16]})",
+      R"({"buffer": "gate_weights", "rows": 8, "cols": 64, "row_stride": 64,
+          "box_rows": 8, "box_cols": 64})").c_str(), &layer) == MOK_OK);
+  CHECK_FAILS(mok_layer_bind_weights(layer, "gate_weights", &gate), MOK_ERROR_INVALID_ARGUMENT,
+              "'gate_weights': this layer's kernel reads it through a tensor map over the whole tensor, not one per expert");
+  mok_layer_destroy(layer);
+
+  // A scalar-GEMM layer (no tensor maps) reads its weights by pointer.
+  layer = nullptr;
+  CHECK(mok_layer_create(layerJson(1,
+      R"({"name": "gate_weights", "role": "input", "dtype": "bf16", "shape": [2, 8, 64]},
+         {"name": "up_weights", "role": "input", "dtype": "bf16", "shape": [2, 8, 64], "access": "pointer"},
+         {"name": "out", "role": "output", "dtype": "bf16", "shape": [4, 64]})", "").c_str(),
+      &layer) == MOK_OK);
+  CHECK_FAILS(mok_layer_bind_weights(layer, "gate_weights", &gate), MOK_ERROR_INVALID_ARGUMENT,
+              "'gate_weights': this layer's kernel reads it by pointer (scalar GEMM path); weight views need a kernel with tensor-core GEMMs");
+  CHECK_FAILS(mok_layer_bind_weights(layer, "up_weights", &up), MOK_ERROR_INVALID_ARGUMENT,
+              "'up_weights': this layer's kernel reads it by pointer (scalar GEMM path)");
+  mok_layer_destroy(layer);
+}
+
 int main() {
   setenv("MOK_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
   testTensorChecks();
@@ -256,6 +565,9 @@ int main() {
   testExpertParallelGroup();
   testWithoutDriver();
   testLayerMetadata();
+  testTensorMapSlots();
+  testWeightMetadata();
+  testBindWeights();
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

@@ -186,7 +186,7 @@ typedef struct mok_named_tensor {
   mok_tensor tensor;
 } mok_named_tensor;
 
-/* Parses and checks the metadata (version 1). */
+/* Parses and checks the metadata (version 1 or 2, docs/Runtime.md). */
 MOK_API mok_status mok_layer_create(const char *metadata_json, mok_layer *out);
 MOK_API void mok_layer_destroy(mok_layer layer);
 /* The layer's inputs in order, and its output's shape. */
@@ -207,9 +207,14 @@ MOK_API mok_status mok_layer_load(mok_layer layer, int device, const char *ptx);
  * view must be bf16 [E, rows, cols] with the operand's sizes, a row stride
  * that is a multiple of 8 elements and 16-byte aligned expert bases. While
  * bound, mok_layer_check/mok_layer_forward take the operand from the view and
- * refuse it among the named inputs; view = NULL unbinds. The memory stays
- * the caller's and must outlive the binding; the TMA descriptors are rebuilt
- * by the next forward. No driver needed. */
+ * refuse it among the named inputs (it stays listed by mok_layer_input_name);
+ * view = NULL unbinds (a no-op for an input that is not bound). The view is
+ * copied, with the pointer table of a MOK_WEIGHTS_PER_EXPERT view, so neither
+ * need outlive the call; the device memory stays the caller's and must
+ * outlive the binding. The TMA descriptors are rebuilt by the next forward
+ * (so bind before capturing a CUDA graph, not during). No driver needed:
+ * works before or after mok_layer_load. A refused view leaves the previous
+ * binding in place. */
 MOK_API mok_status mok_layer_bind_weights(mok_layer layer, const char *name,
                                           const mok_expert_weights *view);
 /* Checks the arguments, rebuilds the TMA descriptors when a buffer's address
