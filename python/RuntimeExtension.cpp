@@ -1,0 +1,570 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// mok._runtime: the mok runtime (runtime/include/mok/Runtime/mok_runtime.h)
+// for Python. It links the runtime library and nothing of MLIR, so it builds
+// on GPU machines without the compiler (python/runtime-ext).
+//
+// Arrays come in through DLPack (torch, CuPy, NumPy, JAX, ... or a DLPack
+// capsule), zero-copy, and become mok_tensors. Every argument error names
+// the argument. Errors are mok.MokRuntimeError, with the runtime's message
+// (mok_last_error()) and its status name in `.status`.
+//
+#include "mok/Runtime/mok_runtime.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Errors
+//===----------------------------------------------------------------------===//
+
+PyObject *errorType = nullptr; // mok.MokRuntimeError (owned by the module)
+
+[[noreturn]] void raise(mok_status status, const std::string &message) {
+  nb::object error = nb::borrow(errorType)(message);
+  error.attr("status") = mok_status_name(status);
+  PyErr_SetObject(errorType, error.ptr());
+  throw nb::python_error();
+}
+
+[[noreturn]] void invalid(const std::string &message) {
+  raise(MOK_ERROR_INVALID_ARGUMENT, message);
+}
+
+void check(mok_status status) {
+  if (status != MOK_OK)
+    raise(status, mok_last_error());
+}
+
+[[noreturn]] void typeError(const std::string &message) {
+  throw nb::type_error(message.c_str());
+}
+
+std::string typeName(nb::handle h) { return Py_TYPE(h.ptr())->tp_name; }
+
+//===----------------------------------------------------------------------===//
+// Arrays
+//===----------------------------------------------------------------------===//
+
+// DLPack device types (dlpack.h, DLDeviceType).
+constexpr int kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLROCM = 10,
+              kDLCUDAManaged = 13;
+
+std::string deviceName(int type, int id) {
+  switch (type) {
+  case kDLCPU:
+    return "cpu";
+  case kDLCUDA:
+    return "cuda:" + std::to_string(id);
+  case kDLCUDAHost:
+    return "cuda_host (pinned host memory)";
+  case kDLCUDAManaged:
+    return "cuda_managed (managed memory)";
+  case kDLROCM:
+    return "rocm:" + std::to_string(id);
+  }
+  return "DLPack device type " + std::to_string(type) + ":" +
+         std::to_string(id);
+}
+
+// What an argument's device must be: any (descriptions only), a CUDA array
+// on any device (the layer is not loaded yet), or a CUDA array on device n.
+constexpr int AnyDevice = -2, AnyCUDA = -1;
+
+void checkDevice(const std::string &name, int type, int id, int want) {
+  if (want == AnyDevice || (type == kDLCUDA && (want == AnyCUDA || id == want)))
+    return;
+  invalid(
+      name + ": expected a CUDA array" +
+      (want == AnyCUDA ? std::string() : " on device " + std::to_string(want)) +
+      ", got " + deviceName(type, id));
+}
+
+using Array = nb::ndarray<nb::ro>; // any dtype, shape, layout and device
+
+/// `obj` as an array, zero-copy, on the device `device` asks for. A CUDA
+/// array is exported with __dlpack__(stream=dlpackStream), the consumer's
+/// stream in DLPack's terms (1: the legacy default stream, -1: no
+/// synchronization), so that its producer orders pending work before the
+/// kernel; a DLPack capsule is taken as it is (its producer synchronized).
+Array importArray(nb::handle obj, const std::string &name, int device,
+                  int64_t dlpackStream) {
+  nb::object source = nb::borrow(obj);
+  if (!PyCapsule_CheckExact(obj.ptr()) && nb::hasattr(obj, "__dlpack__") &&
+      nb::hasattr(obj, "__dlpack_device__")) {
+    nb::tuple where = nb::tuple(obj.attr("__dlpack_device__")());
+    int type = static_cast<int>(PyLong_AsLong(where[0].ptr()));
+    int id = static_cast<int>(PyLong_AsLong(where[1].ptr()));
+    if (PyErr_Occurred())
+      throw nb::python_error();
+    // Before exporting: a wrong device is the argument's error, not the
+    // producer's.
+    checkDevice(name, type, id, device);
+    if (type == kDLCUDA)
+      source = obj.attr("__dlpack__")("stream"_a = dlpackStream);
+  }
+  Array a;
+  if (!nb::try_cast(source, a, /*convert=*/false))
+    typeError(name +
+              ": expected a DLPack array (a torch tensor, "
+              "a CuPy or NumPy array, a DLPack capsule...)"
+              ", got " +
+              typeName(obj));
+  checkDevice(name, a.device_type(), a.device_id(), device);
+  return a;
+}
+
+std::string dtypeString(nb::dlpack::dtype t) {
+  std::string base;
+  switch (static_cast<nb::dlpack::dtype_code>(t.code)) {
+  case nb::dlpack::dtype_code::Int:
+    base = "int";
+    break;
+  case nb::dlpack::dtype_code::UInt:
+    base = "uint";
+    break;
+  case nb::dlpack::dtype_code::Float:
+    base = "float";
+    break;
+  case nb::dlpack::dtype_code::Bfloat:
+    base = "bfloat";
+    break;
+  case nb::dlpack::dtype_code::Complex:
+    base = "complex";
+    break;
+  case nb::dlpack::dtype_code::Bool:
+    base = "bool";
+    break;
+  default:
+    base = "(DLPack type code " + std::to_string(t.code) + ")";
+  }
+  std::string s = base + std::to_string(t.bits);
+  if (t.lanes != 1)
+    s += "x" + std::to_string(t.lanes);
+  return s;
+}
+
+/// A mok_tensor over `a`'s memory (strides in elements, as DLPack's).
+mok_tensor describe(const Array &a, const std::string &name) {
+  mok_tensor t{};
+  t.data = const_cast<void *>(a.data());
+  nb::dlpack::dtype d = a.dtype();
+  using code = nb::dlpack::dtype_code;
+  if (d.lanes == 1 && d.code == uint8_t(code::Bfloat) && d.bits == 16)
+    t.dtype = MOK_DTYPE_BF16;
+  else if (d.lanes == 1 && d.code == uint8_t(code::Float) && d.bits == 32)
+    t.dtype = MOK_DTYPE_F32;
+  else if (d.lanes == 1 && d.code == uint8_t(code::Int) && d.bits == 32)
+    t.dtype = MOK_DTYPE_I32;
+  else if (d.lanes == 1 && d.code == uint8_t(code::Int) && d.bits == 64)
+    t.dtype = MOK_DTYPE_I64;
+  else
+    invalid(name + ": unsupported dtype " + dtypeString(d) +
+            " (the runtime takes bfloat16, float32, int32 and int64)");
+  if (a.ndim() > MOK_MAX_RANK)
+    invalid(name + ": rank " + std::to_string(a.ndim()) +
+            "; the runtime takes at most " + std::to_string(MOK_MAX_RANK) +
+            " dimensions");
+  t.rank = static_cast<int32_t>(a.ndim());
+  for (size_t i = 0; i < a.ndim(); ++i) {
+    t.shape[i] = a.shape(i);
+    t.strides[i] = a.stride(i);
+  }
+  return t;
+}
+
+/// Named arrays, imported, described, and kept alive for the call.
+struct NamedArrays {
+  std::vector<std::string> names;
+  std::vector<Array> arrays;
+  std::vector<mok_tensor> tensors;
+
+  std::vector<mok_named_tensor> named() const {
+    std::vector<mok_named_tensor> out;
+    for (size_t i = 0; i < names.size(); ++i)
+      out.push_back({names[i].c_str(), tensors[i]});
+    return out;
+  }
+};
+
+/// The layer operands of a call: the `inputs` dict, then keyword arguments,
+/// in that order (the runtime reports the first wrong one).
+NamedArrays collect(nb::handle inputs, const nb::kwargs &named, int device,
+                    int64_t dlpackStream) {
+  NamedArrays args;
+  auto add = [&](nb::handle key, nb::handle value) {
+    if (!nb::isinstance<nb::str>(key))
+      typeError("inputs: keys are operand names (str), got " + typeName(key));
+    std::string name = nb::cast<std::string>(key);
+    if (std::find(args.names.begin(), args.names.end(), name) !=
+        args.names.end())
+      invalid(name + ": given twice (in `inputs` and as a keyword argument)");
+    Array a = importArray(value, name, device, dlpackStream);
+    args.tensors.push_back(describe(a, name));
+    args.names.push_back(name);
+    args.arrays.push_back(std::move(a));
+  };
+  if (!inputs.is_none()) {
+    if (!nb::isinstance<nb::dict>(inputs))
+      typeError("inputs: expected a dict of arrays by operand name, got " +
+                typeName(inputs));
+    for (auto [key, value] : nb::borrow<nb::dict>(inputs))
+      add(key, value);
+  }
+  for (auto [key, value] : named)
+    add(key, value);
+  return args;
+}
+
+//===----------------------------------------------------------------------===//
+// Weight views
+//===----------------------------------------------------------------------===//
+
+/// A mok_expert_weights over arrays it keeps alive (and, for one array per
+/// expert, the host pointer table it points into). Not copyable: `w` may
+/// point into `table`.
+struct WeightView {
+  mok_expert_weights w{};
+  std::vector<Array> arrays;
+  std::vector<void *> table;
+  int deviceType = 0, deviceId = 0;
+
+  WeightView() = default;
+  WeightView(const WeightView &) = delete;
+  WeightView &operator=(const WeightView &) = delete;
+
+  std::string device() const { return deviceName(deviceType, deviceId); }
+};
+
+nb::object own(std::unique_ptr<WeightView> v) {
+  return nb::cast(v.release(), nb::rv_policy::take_ownership);
+}
+
+/// Views are built with __dlpack__(stream=-1): no synchronization; the
+/// weights must be ready, in stream order, before a forward reads them.
+constexpr int64_t NoSync = -1;
+
+std::unique_ptr<WeightView> weightsFromTensor(nb::handle array,
+                                              const std::string &name) {
+  auto v = std::make_unique<WeightView>();
+  Array a = importArray(array, name, AnyDevice, NoSync);
+  mok_tensor t = describe(a, name);
+  check(mok_weights_from_tensor(&t, name.c_str(), &v->w));
+  v->deviceType = a.device_type();
+  v->deviceId = a.device_id();
+  v->arrays.push_back(std::move(a));
+  return v;
+}
+
+nb::tuple weightsSplitFC1(nb::handle array, const std::string &name) {
+  auto gate = std::make_unique<WeightView>();
+  auto up = std::make_unique<WeightView>();
+  Array a = importArray(array, name, AnyDevice, NoSync);
+  mok_tensor t = describe(a, name);
+  check(mok_weights_split_fc1(&t, name.c_str(), &gate->w, &up->w));
+  for (WeightView *v : {gate.get(), up.get()}) {
+    v->deviceType = a.device_type();
+    v->deviceId = a.device_id();
+    v->arrays.push_back(a);
+  }
+  return nb::make_tuple(own(std::move(gate)), own(std::move(up)));
+}
+
+std::unique_ptr<WeightView> weightsPerExpert(nb::handle list,
+                                             const std::string &name) {
+  if (!nb::isinstance<nb::list>(list) && !nb::isinstance<nb::tuple>(list))
+    typeError(name +
+              ": expected a list of per-expert [rows, "
+              "cols] arrays, got " +
+              typeName(list));
+  nb::sequence arrays = nb::borrow<nb::sequence>(list);
+  size_t experts = nb::len(arrays);
+  if (!experts)
+    invalid(name + ": expected one [rows, cols] array per expert, got an "
+                   "empty list");
+  auto v = std::make_unique<WeightView>();
+  mok_tensor first{};
+  for (size_t e = 0; e < experts; ++e) {
+    std::string n = name + "[" + std::to_string(e) + "]";
+    Array a = importArray(arrays[e], n, AnyDevice, NoSync);
+    mok_tensor t = describe(a, n);
+    if (t.rank != 2)
+      invalid(n + ": expected a [rows, cols] array, got rank " +
+              std::to_string(t.rank));
+    if (t.shape[1] > 1 && t.strides[1] != 1)
+      invalid(n +
+              ": the innermost dimension must be contiguous (stride 1), "
+              "got stride " +
+              std::to_string(t.strides[1]));
+    if (e == 0) {
+      first = t;
+      v->deviceType = a.device_type();
+      v->deviceId = a.device_id();
+    } else {
+      std::string first0 = name + "[0]";
+      if (a.device_type() != v->deviceType || a.device_id() != v->deviceId)
+        invalid(n + ": on " + deviceName(a.device_type(), a.device_id()) +
+                ", but " + first0 + " is on " + v->device());
+      if (t.dtype != first.dtype)
+        invalid(n + ": dtype " + mok_dtype_name(t.dtype) + ", but " + first0 +
+                " is " + mok_dtype_name(first.dtype));
+      if (t.shape[0] != first.shape[0] || t.shape[1] != first.shape[1])
+        invalid(n + ": expected [rows, cols] = [" +
+                std::to_string(first.shape[0]) + ", " +
+                std::to_string(first.shape[1]) + "] as " + first0 + ", got [" +
+                std::to_string(t.shape[0]) + ", " + std::to_string(t.shape[1]) +
+                "]");
+      if (t.shape[0] > 1 && t.strides[0] != first.strides[0])
+        invalid(n + ": row stride " + std::to_string(t.strides[0]) +
+                " differs from " + first0 + "'s " +
+                std::to_string(first.strides[0]) +
+                " (a view has one row stride)");
+    }
+    v->table.push_back(t.data);
+    v->arrays.push_back(std::move(a));
+  }
+  check(mok_weights_per_expert(v->table.data(), static_cast<int64_t>(experts),
+                               first.shape[0], first.shape[1], first.strides[0],
+                               first.dtype, name.c_str(), &v->w));
+  return v;
+}
+
+//===----------------------------------------------------------------------===//
+// Layers
+//===----------------------------------------------------------------------===//
+
+struct Layer {
+  mok_layer handle = nullptr;
+  int device = -1; // after load
+  // The bound views (WeightView objects), which keep their arrays alive for
+  // as long as the kernel may read them.
+  std::map<std::string, nb::object> bound;
+
+  explicit Layer(const std::string &metadata) {
+    check(mok_layer_create(metadata.c_str(), &handle));
+  }
+  ~Layer() { mok_layer_destroy(handle); }
+  Layer(const Layer &) = delete;
+  Layer &operator=(const Layer &) = delete;
+
+  std::vector<std::string> inputNames() const {
+    std::vector<std::string> names;
+    for (int i = 0, n = mok_layer_input_count(handle); i < n; ++i)
+      names.push_back(mok_layer_input_name(handle, i));
+    return names;
+  }
+
+  /// The device arrays must be on: the layer's once loaded, else any GPU.
+  int arrayDevice() const { return device >= 0 ? device : AnyCUDA; }
+
+  void checkArgs(nb::handle inputs, nb::handle out, const nb::kwargs &named) {
+    // Descriptions only (no driver); the device too once loaded.
+    int want = device >= 0 ? device : AnyDevice;
+    NamedArrays args = collect(inputs, named, want, NoSync);
+    Array o = importArray(out, "out", want, NoSync);
+    mok_tensor ot = describe(o, "out");
+    std::vector<mok_named_tensor> n = args.named();
+    check(mok_layer_check(handle, n.data(), n.size(), &ot));
+  }
+
+  void load(int dev, const std::string &ptx) {
+    for (auto &[name, view] : bound) {
+      const WeightView &v = nb::cast<const WeightView &>(view);
+      checkDevice(name + " (bound weight view)", v.deviceType, v.deviceId, dev);
+    }
+    check(mok_layer_load(handle, dev, ptx.c_str()));
+    device = dev;
+  }
+
+  nb::object forward(nb::handle inputs, nb::handle out, uintptr_t stream,
+                     const nb::kwargs &named) {
+    // DLPack spells the legacy default stream 1 (0 is not a valid value).
+    int64_t dlpackStream = stream ? static_cast<int64_t>(stream) : 1;
+    NamedArrays args = collect(inputs, named, arrayDevice(), dlpackStream);
+    Array o = importArray(out, "out", arrayDevice(), dlpackStream);
+    mok_tensor ot = describe(o, "out");
+    if (device < 0)
+      invalid("layer: not loaded (call load(device, ptx) first)");
+    std::vector<mok_named_tensor> n = args.named();
+    check(mok_layer_forward(handle, n.data(), n.size(), &ot,
+                            reinterpret_cast<void *>(stream)));
+    return nb::borrow(out);
+  }
+
+  void bindWeights(const std::string &name, nb::handle view) {
+    if (view.is_none())
+      return unbindWeights(name);
+    WeightView *v = nullptr;
+    if (!nb::try_cast(view, v) || !v)
+      typeError(name +
+                ": expected a WeightView (weights_from_tensor, "
+                "weights_split_fc1, weights_per_expert), got " +
+                typeName(view));
+    if (device >= 0)
+      checkDevice(name, v->deviceType, v->deviceId, device);
+    // A refused view leaves the previous binding, in the runtime and here.
+    check(mok_layer_bind_weights(handle, name.c_str(), &v->w));
+    bound[name] = nb::borrow(view);
+  }
+
+  void unbindWeights(const std::string &name) {
+    check(mok_layer_bind_weights(handle, name.c_str(), nullptr));
+    bound.erase(name);
+  }
+
+  nb::dict boundWeights() const {
+    nb::dict d;
+    for (const auto &[name, view] : bound)
+      d[name.c_str()] = view;
+    return d;
+  }
+};
+
+} // namespace
+
+NB_MODULE(_runtime, m) {
+  m.doc() = "The mok runtime (mok_runtime.h): compiled layers, weight views, "
+            "the CUDA driver probe. Arrays through DLPack, zero-copy.";
+
+  errorType = PyErr_NewExceptionWithDoc(
+      "mok.MokRuntimeError",
+      "A failing runtime call or a refused argument; the message names the "
+      "argument (or the driver call), `status` is the mok_status name.",
+      PyExc_RuntimeError, nullptr);
+  if (!errorType)
+    throw nb::python_error();
+  m.attr("MokRuntimeError") = nb::steal(errorType);
+
+  m.attr("API_VERSION") = MOK_RUNTIME_API_VERSION;
+  m.attr("MAX_RANK") = MOK_MAX_RANK;
+
+  m.def(
+      "driver_probe",
+      []() {
+        int available = 0, count = 0;
+        check(mok_driver_probe(&available, &count));
+        std::string reason = available ? "" : mok_last_error();
+        return nb::make_tuple(bool(available), count, reason);
+      },
+      "(available, device_count, reason): whether the CUDA driver loads "
+      "($MOK_CUDA_DRIVER, default libcuda.so.1) and how many devices it "
+      "sees; `reason` says why not when unavailable.");
+  m.def(
+      "device_sm_count",
+      [](int device) {
+        int count = 0;
+        check(mok_device_sm_count(device, &count));
+        return count;
+      },
+      "device"_a, "The number of multiprocessors of CUDA `device`.");
+
+  nb::class_<WeightView>(m, "WeightView",
+                         "One routed projection of every local expert, "
+                         "[E, rows, cols], over arrays it keeps alive (no "
+                         "copy). Made by weights_from_tensor, "
+                         "weights_split_fc1 and weights_per_expert.")
+      .def_prop_ro("layout",
+                   [](const WeightView &v) {
+                     return v.w.layout == MOK_WEIGHTS_PER_EXPERT ? "per_expert"
+                                                                 : "strided";
+                   })
+      .def_prop_ro(
+          "dtype",
+          [](const WeightView &v) { return mok_dtype_name(v.w.dtype); })
+      .def_prop_ro("experts", [](const WeightView &v) { return v.w.experts; })
+      .def_prop_ro("rows", [](const WeightView &v) { return v.w.rows; })
+      .def_prop_ro("cols", [](const WeightView &v) { return v.w.cols; })
+      .def_prop_ro(
+          "row_stride", [](const WeightView &v) { return v.w.row_stride; },
+          "Elements between rows.")
+      .def_prop_ro(
+          "expert_stride",
+          [](const WeightView &v) -> nb::object {
+            if (v.w.layout == MOK_WEIGHTS_PER_EXPERT)
+              return nb::none();
+            return nb::int_(v.w.expert_stride);
+          },
+          "Elements between experts (None for one array per expert).")
+      .def_prop_ro("device", &WeightView::device,
+                   "Where the arrays are: 'cuda:0', 'cpu', ...")
+      .def(
+          "element_address",
+          [](const WeightView &v, int64_t expert, int64_t row, int64_t col) {
+            uintptr_t address = 0;
+            check(
+                mok_weights_element_address(&v.w, expert, row, col, &address));
+            return address;
+          },
+          "expert"_a, "row"_a, "col"_a,
+          "The address of element (expert, row, col).")
+      .def("__repr__", [](const WeightView &v) {
+        return "WeightView(" +
+               std::string(v.w.layout == MOK_WEIGHTS_PER_EXPERT ? "per_expert"
+                                                                : "strided") +
+               " " + mok_dtype_name(v.w.dtype) + " [" +
+               std::to_string(v.w.experts) + ", " + std::to_string(v.w.rows) +
+               ", " + std::to_string(v.w.cols) + "] on " + v.device() + ")";
+      });
+
+  m.def("weights_from_tensor", &weightsFromTensor, "array"_a,
+        "name"_a = "weights",
+        "A view of one [E, rows, cols] array (cols contiguous). `name` is "
+        "used in error messages.");
+  m.def("weights_split_fc1", &weightsSplitFC1, "fc1"_a, "name"_a = "fc1",
+        "(gate, up) views of a fused FC1 array [E, 2*I, H]: gate is rows "
+        "[0, I) of each expert, up rows [I, 2I).");
+  m.def("weights_per_expert", &weightsPerExpert, "arrays"_a,
+        "name"_a = "weights",
+        "A view over one [rows, cols] array per expert (a list), with one "
+        "row stride; the host pointer table is built here.");
+
+  nb::class_<Layer>(m, "Layer",
+                    "A compiled layer (mok_layer): create from the metadata "
+                    "(no driver needed), load on a device, run forwards.")
+      .def(nb::init<const std::string &>(), "metadata_json"_a)
+      .def_prop_ro("input_names", &Layer::inputNames,
+                   "The layer's inputs, in the kernel's order.")
+      .def_prop_ro(
+          "device",
+          [](const Layer &l) -> nb::object {
+            if (l.device < 0)
+              return nb::none();
+            return nb::int_(l.device);
+          },
+          "The CUDA device it is loaded on (None before load).")
+      .def_prop_ro("bound_weights", &Layer::boundWeights,
+                   "The bound weight views, by operand name.")
+      .def("check", &Layer::checkArgs, "inputs"_a = nb::none(), nb::kw_only(),
+           "out"_a, "named"_a,
+           "Checks the operands (a dict and/or keyword arguments) and `out` "
+           "against the metadata as forward would, without the driver; "
+           "arrays may be on any device until the layer is loaded.")
+      .def("load", &Layer::load, "device"_a, "ptx"_a,
+           "Loads the PTX on CUDA `device` and allocates the workspace.")
+      .def("forward", &Layer::forward, "inputs"_a = nb::none(), nb::kw_only(),
+           "out"_a, "stream"_a = 0, "named"_a,
+           "Checks and launches on `stream` (a CUstream handle as an int, 0 "
+           "= the legacy default stream), asynchronously; returns `out`. "
+           "Operands as a dict and/or keyword arguments, CUDA arrays on the "
+           "layer's device.")
+      .def("bind_weights", &Layer::bindWeights, "name"_a, "view"_a.none(),
+           "Binds a WeightView to the routed weight operand `name` "
+           "(gate_weights, up_weights, down_weights): forwards then take it "
+           "from the view and refuse it among the operands. None unbinds.")
+      .def("unbind_weights", &Layer::unbindWeights, "name"_a,
+           "Unbinds `name` (nothing happens if it is not bound).");
+}
