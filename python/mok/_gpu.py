@@ -1,12 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""GPU layers: compile to PTX + metadata (needs the compiler extension), and
-run them with torch through the mok runtime (needs neither MLIR nor the
-extension: only libmok_runtime.so and a CUDA driver).
-
-The runtime is reached through ctypes for now; the calls are the C API of
-runtime/include/mok/Runtime/mok_runtime.h.
+"""GPU layers: compile to PTX + metadata (needs the compiler: the mok._mok
+extension or the mok-compile binary), and run them with torch through the
+mok runtime (needs no MLIR: the mok._runtime extension over libmok_runtime.so,
+runtime/include/mok/Runtime/mok_runtime.h, and a CUDA driver).
 """
-import ctypes
 import hashlib
 import json
 import os
@@ -15,9 +12,20 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
+try:
+    from ._runtime import MokRuntimeError
+except ImportError:  # the package without its runtime extension
+    class MokRuntimeError(RuntimeError):
+        """A failing runtime call or a refused argument; the message names
+        the argument (or the driver call), `status` is the mok_status name."""
+
+
 __version__ = "0.1.0"
 
 _DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
+# What the runtime reads (version 2 adds params' "access" and tensor maps'
+# "experts", both optional).
+_METADATA_VERSIONS = (1, 2)
 
 
 def _cache_dir(cache_dir):
@@ -52,14 +60,14 @@ class GpuArtifact:
             ptx = f.read()
         with open(base + ".json") as f:
             metadata = json.load(f)
-        if metadata.get("mok_metadata_version") != 1:
+        if metadata.get("mok_metadata_version") not in _METADATA_VERSIONS:
             raise ValueError(f"{base}.json: unsupported metadata version "
                              f"{metadata.get('mok_metadata_version')!r}")
         return GpuArtifact(ptx, metadata, base)
 
-    def load(self, device=0, runtime_library=None):
+    def load(self, device=0):
         """A callable GpuLayer on CUDA `device`."""
-        return GpuLayer(self, device, runtime_library)
+        return GpuLayer(self, device)
 
 
 def _compile_with_extension(source, name, target, function, toolkit):
@@ -118,133 +126,172 @@ def compile_gpu(source, name, target, function, cache_dir):
     return artifact
 
 
-class MokRuntimeError(RuntimeError):
-    """A failing runtime call; the message is the runtime's, naming the
-    argument or the driver call."""
+
+def _runtime():
+    try:
+        from . import _runtime as rt
+    except ImportError as e:
+        raise ImportError(
+            f"running GPU layers needs the runtime extension mok._runtime ({e}); it is "
+            "built into build/python by the main build, or without MLIR by "
+            "`cmake -S python/runtime-ext -B build-gpu && cmake --build build-gpu` "
+            "(then PYTHONPATH=build-gpu/python)") from None
+    return rt
 
 
-class _Tensor(ctypes.Structure):
-    """mok_tensor."""
-    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("rank", ctypes.c_int32),
-                ("shape", ctypes.c_int64 * 4), ("strides", ctypes.c_int64 * 4)]
-
-
-class _NamedTensor(ctypes.Structure):
-    """mok_named_tensor."""
-    _fields_ = [("name", ctypes.c_char_p), ("tensor", _Tensor)]
-
-
-_MOK_DTYPE = {"bfloat16": 1, "float32": 2, "int32": 3, "int64": 4}
-
-
-def _load_runtime(path=None):
-    candidates = [path, os.environ.get("MOK_RUNTIME_LIBRARY"),
-                  os.path.join(os.path.dirname(__file__), "..", "..", "lib",
-                               "libmok_runtime.so"),
-                  "libmok_runtime.so"]
-    errors = []
-    for c in candidates:
-        if not c:
-            continue
-        try:
-            lib = ctypes.CDLL(c)
-            break
-        except OSError as e:
-            errors.append(f"{c}: {e}")
-    else:
-        raise OSError("the mok runtime library (libmok_runtime.so) was not found; set "
-                      "MOK_RUNTIME_LIBRARY. Tried: " + "; ".join(errors))
-    P = ctypes.c_void_p
-    lib.mok_last_error.restype = ctypes.c_char_p
-    lib.mok_layer_create.argtypes = [ctypes.c_char_p, ctypes.POINTER(P)]
-    lib.mok_layer_load.argtypes = [P, ctypes.c_int, ctypes.c_char_p]
-    lib.mok_layer_forward.argtypes = [P, ctypes.POINTER(_NamedTensor), ctypes.c_size_t,
-                                      ctypes.POINTER(_Tensor), P]
-    lib.mok_layer_destroy.argtypes = [P]
-    return lib
-
-
-def _describe(t, name=None):
-    """A mok_tensor (or mok_named_tensor) over a torch tensor's storage."""
-    d = _Tensor(t.data_ptr(), _MOK_DTYPE[str(t.dtype).replace("torch.", "")], t.dim())
-    for i, (n, st) in enumerate(zip(t.shape, t.stride())):
-        d.shape[i], d.strides[i] = n, st
-    return d if name is None else _NamedTensor(name.encode(), d)
+_ROUTED_WEIGHTS = ("gate_weights", "up_weights", "down_weights")
 
 
 class GpuLayer:
     """A compiled forward layer on one CUDA device, called with torch tensors
     by argument name, as the CPU layer is. A thin layer over the runtime's
-    mok_layer (which owns the module, the workspace and the TMA descriptors,
-    and checks every argument against the metadata); torch-level checks
-    (tensor type, device) are made here. Outputs are allocated per call and
-    poisoned with NaN before the launch. Launches are asynchronous on torch's
-    current stream and need no host synchronization, so they can be captured
-    in a CUDA graph."""
+    mok_layer (mok._runtime.Layer: it owns the module, the workspace and the
+    TMA descriptors, and checks every argument against the metadata);
+    torch-level checks (tensor type, dtype, shape, device) are made here,
+    each naming the argument. Outputs are allocated per call and poisoned
+    with NaN before the launch. Launches are asynchronous on torch's current
+    stream and need no host synchronization, so they can be captured in a
+    CUDA graph.
 
-    def __init__(self, artifact, device=0, runtime_library=None):
+    Routed weights can instead be bound once to trainer-owned storage, without
+    a copy (bind_weights, bind_fc1): a [E, rows, cols] tensor with any row
+    stride, the gate and up halves of a fused FC1 [E, 2I, H] tensor, or one
+    tensor per expert. Bound operands are then not passed to calls. Only
+    layers whose kernel reads the weights through per-expert tensor maps (the
+    tensor-core path; metadata "access": "tensor_maps") accept views."""
+
+    def __init__(self, artifact, device=0):
         import torch
+        rt = _runtime()
         self.torch = torch
         self.meta = artifact.metadata
         self.device = torch.device("cuda", device)
         torch.cuda.init()  # the runtime uses the primary context torch uses
-        self._rt = _load_runtime(runtime_library)
-        handle = ctypes.c_void_p()
-        self._check(self._rt.mok_layer_create(json.dumps(self.meta).encode(),
-                                              ctypes.byref(handle)))
-        self._layer = handle
-        self._check(self._rt.mok_layer_load(handle, device, artifact.ptx.encode()))
+        self._layer = rt.Layer(json.dumps(self.meta))
+        self._layer.load(device, artifact.ptx)
         params = self.meta["params"]
         self.inputs = [p for p in params if p["role"] == "input"]
         self.output = next(p for p in params if p["role"] == "output")
 
-    def _check(self, status):
-        if status != 0:
-            raise MokRuntimeError(self._rt.mok_last_error().decode())
+    def _param(self, name):
+        for p in self.inputs:
+            if p["name"] == name:
+                return p
+        raise ValueError(f"{name}: not an input of this layer; expected one of "
+                         f"{', '.join(p['name'] for p in self.inputs)}")
 
-    def _validate(self, name, t, p):
-        """Checks one argument in torch terms; returns it as a torch tensor
-        (any DLPack-capable GPU array — CuPy, JAX, ... — is taken zero-copy)."""
+    def _tensor(self, name, t, dtype, shape):
+        """Checks one array in torch terms; returns it as a torch tensor
+        detached from autograd (the same storage; any DLPack-capable GPU
+        array — CuPy, JAX, ... — is taken zero-copy)."""
         torch = self.torch
-        want = getattr(torch, _DTYPES[p["dtype"]])
+        want = getattr(torch, _DTYPES[dtype])
         if not isinstance(t, torch.Tensor) and hasattr(t, "__dlpack__"):
             t = torch.from_dlpack(t)
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor ({p['dtype']} {p['shape']}), "
+            raise TypeError(f"{name}: expected a torch.Tensor ({dtype} {list(shape)}), "
                             f"got {type(t).__name__}")
         if t.dtype != want:
             raise TypeError(f"{name}: expected dtype {want}, got {t.dtype}")
-        if list(t.shape) != list(p["shape"]):
-            raise ValueError(f"{name}: expected shape {list(p['shape'])}, got {list(t.shape)}")
+        if list(t.shape) != list(shape):
+            raise ValueError(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
         if t.device != self.device:
             raise ValueError(f"{name}: expected a tensor on {self.device}, got {t.device}")
-        return t
+        return t.detach()
+
+    def _validate(self, name, t, p):
+        return self._tensor(name, t, p["dtype"], p["shape"])
+
+    @staticmethod
+    def _export(t):
+        # No synchronization by the producer: the launch is on torch's
+        # current stream, which torch's own work is ordered on already (and
+        # an export that synchronizes would break CUDA-graph capture).
+        return t.__dlpack__(stream=-1)
+
+    @property
+    def bound_weights(self):
+        """The names of the operands bound to weight views."""
+        return tuple(p["name"] for p in self.inputs
+                     if p["name"] in self._layer.bound_weights)
+
+    def bind_weights(self, name, weights):
+        """Binds routed weight operand `name` (gate_weights, up_weights or
+        down_weights) to `weights`, without a copy: a [E, rows, cols] tensor
+        (cols contiguous; any row and expert strides that are multiples of
+        16 bytes), a list of E [rows, cols] tensors (one allocation per
+        expert, one row stride), or a mok._runtime.WeightView. The storage
+        stays referenced while bound; calls then take the operand from it and
+        refuse it among their arguments. The weights are read in stream
+        order: update them on the stream the layer runs on."""
+        rt = _runtime()
+        if name not in _ROUTED_WEIGHTS:
+            raise ValueError(f"{name}: only the routed weights "
+                             f"({', '.join(_ROUTED_WEIGHTS)}) can be bound to views")
+        p = self._param(name)
+        if isinstance(weights, rt.WeightView):
+            view = weights
+        elif isinstance(weights, (list, tuple)):
+            experts, rows, cols = p["shape"]
+            if len(weights) != experts:
+                raise ValueError(f"{name}: expected {experts} per-expert tensors "
+                                 f"[{rows}, {cols}], got {len(weights)}")
+            view = rt.weights_per_expert(
+                [self._tensor(f"{name}[{e}]", w, p["dtype"], [rows, cols])
+                 for e, w in enumerate(weights)], name)
+        else:
+            view = rt.weights_from_tensor(self._validate(name, weights, p), name)
+        self._layer.bind_weights(name, view)
+
+    def bind_fc1(self, fc1):
+        """Binds gate_weights and up_weights to the halves of a fused FC1
+        tensor [E, 2I, H] (gate: rows [0, I) of each expert, up: rows
+        [I, 2I)), without a copy."""
+        rt = _runtime()
+        experts, inter, hidden = self._param("gate_weights")["shape"]
+        t = self._tensor("fc1", fc1, "bf16", [experts, 2 * inter, hidden])
+        gate, up = rt.weights_split_fc1(t, "fc1")
+        previous = self._layer.bound_weights.get("gate_weights")
+        self._layer.bind_weights("gate_weights", gate)
+        try:
+            self._layer.bind_weights("up_weights", up)
+        except BaseException:
+            self._layer.bind_weights("gate_weights", previous)  # None unbinds
+            raise
+
+    def unbind_weights(self, name=None):
+        """Unbinds `name` (every bound operand if None); calls take it as an
+        argument again."""
+        for n in [name] if name is not None else list(self.bound_weights):
+            self._param(n)
+            self._layer.unbind_weights(n)
 
     def __call__(self, *args, **kwargs):
-        names = [p["name"] for p in self.inputs]
+        """The output, for the inputs by name or by position (the inputs'
+        order, without the operands bound to weight views)."""
+        bound = self._layer.bound_weights
+        names = [p["name"] for p in self.inputs if p["name"] not in bound]
         if len(args) > len(names):
             raise TypeError(f"expected at most {len(names)} arguments ({', '.join(names)})")
-        bound = dict(zip(names, args))
+        given = dict(zip(names, args))
         for k, v in kwargs.items():
-            if k not in names or k in bound:
+            if k in bound:
+                raise TypeError(f"{k}: is bound to a weight view (bind_weights); do not "
+                                f"pass it too, or unbind_weights({k!r}) first")
+            if k not in names or k in given:
                 raise TypeError(f"unexpected or repeated argument {k!r}; expected "
                                 f"{', '.join(names)}")
-            bound[k] = v
-        missing = [n for n in names if n not in bound]
+            given[k] = v
+        missing = [n for n in names if n not in given]
         if missing:
             raise TypeError(f"missing argument(s): {', '.join(missing)}")
         for p in self.inputs:
-            bound[p["name"]] = self._validate(p["name"], bound[p["name"]], p)
+            if p["name"] in given:
+                given[p["name"]] = self._validate(p["name"], given[p["name"]], p)
         torch = self.torch
         out = torch.full(self.output["shape"], float("nan"), dtype=torch.bfloat16,
                          device=self.device)
-        inputs = (_NamedTensor * len(names))(*[_describe(bound[n], n) for n in names])
         stream = torch.cuda.current_stream(self.device).cuda_stream
-        self._check(self._rt.mok_layer_forward(self._layer, inputs, len(names),
-                                               ctypes.byref(_describe(out)),
-                                               ctypes.c_void_p(stream)))
+        self._layer.forward({n: self._export(t) for n, t in given.items()},
+                            out=self._export(out), stream=stream)
         return out
-
-    def __del__(self):
-        if getattr(self, "_layer", None):
-            self._rt.mok_layer_destroy(self._layer)
