@@ -1,0 +1,468 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""mok._runtime, the runtime extension, on machines without a GPU: the driver
+probe, layers created from compiled metadata, every argument check (through
+NumPy arrays, and DLPack producers that claim bf16 or a CUDA device over
+NumPy memory — never read by a kernel), weight views and their addresses,
+binding views to layers. The GPU runs are in gpu/test_gpu_views.py."""
+import ctypes
+import gc
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mok
+from mok import _runtime as rt
+
+# Scalar GEMMs: the kernel reads the weights by pointer.
+SCALAR = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, tokens=40, padding=8)
+# Shapes that fit the tensor-core tiles: TMA + wgmma GEMMs.
+TENSOR_CORE = mok.LayerSpec(hidden=128, intermediate=128, experts=4, top_k=2, tokens=40,
+                            padding=64)
+ROUTED = ("gate_weights", "up_weights", "down_weights")
+NO_GPU = not os.path.exists("/dev/nvidiactl")
+
+
+def _compile(spec, tmp_path_factory):
+    try:
+        return mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path_factory.mktemp("c")))
+    except ImportError as e:  # a GPU machine without the carried mok-compile
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def scalar(tmp_path_factory):
+    return _compile(SCALAR, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def tensor_core(tmp_path_factory):
+    return _compile(TENSOR_CORE, tmp_path_factory)
+
+
+def with_weight_views(meta):
+    """The metadata of a kernel that reads the routed weights only through
+    per-expert tensor maps (params' "access": "tensor_maps", maps'
+    "experts"), derived from a tensor-core layer's: what the compiler emits
+    for such kernels (unchanged if it does already)."""
+    m = json.loads(json.dumps(meta))
+    shapes = {p["name"]: p["shape"] for p in m["params"]}
+    for p in m["params"]:
+        if p["name"] in ROUTED:
+            p["access"] = "tensor_maps"
+    for t in m["tensor_maps"]:
+        if t["buffer"] in ROUTED:
+            t["experts"], t["rows"] = shapes[t["buffer"]][:2]
+    slots = sum(t.get("experts", 1) for t in m["tensor_maps"])
+    for p in m["params"]:
+        if p["role"] == "tensor_maps":
+            p["shape"] = [16 * slots]  # one 128-byte CUtensorMap a slot
+    return m
+
+
+def layer_of(artifact, meta=None):
+    return rt.Layer(json.dumps(meta or artifact.metadata))
+
+
+# DLPack, as dlpack.h lays it out.
+class _Device(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _Device), ("ndim", ctypes.c_int32),
+                ("dtype", _DType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _Managed(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_CAPSULE_NAME = ctypes.c_char_p(b"dltensor")
+_KEEP = []  # exported tensors live for the session (views may hold them)
+_CODES = {"bf16": (4, 16), "f32": (2, 32), "i32": (0, 32), "i64": (0, 64)}
+CUDA0, CUDA_HOST = (2, 0), (3, 0)
+
+
+class FakeArray:
+    """A DLPack producer over a NumPy array's memory that says it holds
+    another dtype (bf16, which NumPy lacks) or lives on another device (a GPU),
+    for the checks; no kernel ever reads it. Records each export's stream."""
+
+    def __init__(self, array, dtype="bf16", device=(1, 0)):
+        self.array, self.device, self.streams = array, device, []
+        self.code, self.bits = _CODES[dtype]
+        assert array.itemsize * 8 == self.bits
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, stream=None, **kwargs):
+        self.streams.append(stream)
+        a = self.array
+        shape = (ctypes.c_int64 * a.ndim)(*a.shape)
+        strides = (ctypes.c_int64 * a.ndim)(*[s // a.itemsize for s in a.strides])
+        m = _Managed()
+        m.dl_tensor = _DLTensor(a.ctypes.data, _Device(*self.device), a.ndim,
+                                _DType(self.code, self.bits, 1), shape, strides, 0)
+        _KEEP.append((a, shape, strides, m))
+        return _capsule_new(ctypes.addressof(m), _CAPSULE_NAME, None)
+
+
+def bf16(*shape, device=(1, 0)):
+    return FakeArray(np.zeros(shape, np.uint16), "bf16", device)
+
+
+def good_inputs(meta, device=(1, 0)):
+    """Arrays of the right dtype and shape for every input."""
+    out = {}
+    for p in meta["params"]:
+        if p["role"] == "input":
+            dtype = {"bf16": np.uint16, "f32": np.float32, "i32": np.int32,
+                     "i64": np.int64}[p["dtype"]]
+            out[p["name"]] = FakeArray(np.zeros(p["shape"], dtype), p["dtype"], device)
+    return out
+
+
+def output_of(meta, device=(1, 0)):
+    shape = next(p["shape"] for p in meta["params"] if p["role"] == "output")
+    return bf16(*shape, device=device)
+
+
+def raises(exc, message):
+    """pytest.raises matching `message` literally (not as a regex)."""
+    return pytest.raises(exc, match=re.escape(message))
+
+
+def pending_runtime(error):
+    """Until mok_layer_bind_weights lands in the runtime it answers
+    MOK_ERROR_UNSUPPORTED; the binding tests cannot pass before."""
+    if getattr(error, "status", None) == "MOK_ERROR_UNSUPPORTED":
+        pytest.xfail(f"mok_layer_bind_weights is not implemented in this runtime yet: {error}")
+
+
+#===----------------------------------------------------------------------===#
+# Module, driver
+#===----------------------------------------------------------------------===#
+
+def test_extension_imports_without_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import mok, mok._runtime as rt\n"
+            "assert mok.MokRuntimeError is rt.MokRuntimeError\n"
+            "assert issubclass(rt.MokRuntimeError, RuntimeError)\n"
+            "print(rt.API_VERSION, rt.MAX_RANK)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "4"]
+
+
+def test_driver_probe():
+    available, count, reason = rt.driver_probe()
+    if NO_GPU:
+        assert (available, count) == (False, 0) and reason
+    else:
+        assert available and count >= 1 and reason == ""
+
+
+def test_without_a_driver_the_probe_and_load_say_why(scalar):
+    """$MOK_CUDA_DRIVER names a library that does not exist (in a fresh
+    process: the runtime loads the driver once)."""
+    missing = "/nonexistent/libcuda-mok-test.so.1"
+    code = ("import json, mok._runtime as rt\n"
+            "print(json.dumps(rt.driver_probe()))\n"
+            "layer = rt.Layer(open(0).read())\n"
+            "try:\n"
+            "    layer.load(0, '.version 8.0')\n"
+            "except rt.MokRuntimeError as e:\n"
+            "    print(json.dumps([e.status, str(e), layer.device]))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          input=json.dumps(scalar.metadata),
+                          env=dict(os.environ, MOK_CUDA_DRIVER=missing))
+    assert proc.returncode == 0, proc.stderr
+    probe, load = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert probe[:2] == [False, 0] and missing in probe[2]
+    assert load[0] == "MOK_ERROR_DRIVER_UNAVAILABLE" and missing in load[1]
+    assert load[2] is None
+
+
+#===----------------------------------------------------------------------===#
+# Layers
+#===----------------------------------------------------------------------===#
+
+def test_layer_reports_its_inputs(scalar):
+    layer = layer_of(scalar)
+    assert layer.input_names == ["x", "top_experts", "router_weights", "gate_weights",
+                                 "up_weights", "down_weights"]
+    assert layer.input_names == [p["name"] for p in scalar.metadata["params"]
+                                 if p["role"] == "input"]
+    assert layer.device is None and layer.bound_weights == {}
+
+
+def _meta_without_output(meta):
+    return dict(meta, params=[p for p in meta["params"] if p["role"] != "output"])
+
+
+def _meta_with_dtype(meta, index, dtype):
+    params = [dict(p) for p in meta["params"]]
+    params[index]["dtype"] = dtype
+    return dict(meta, params=params)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda m: "{not json", "metadata: not JSON"),
+    (lambda m: "[1, 2]", "metadata: not a JSON object"),
+    (lambda m: json.dumps(dict(m, mok_metadata_version=9)), "expected mok_metadata_version"),
+    (lambda m: json.dumps(_meta_without_output(m)), "metadata: no parameter has role 'output'"),
+    (lambda m: json.dumps(_meta_with_dtype(m, 3, "f16")),
+     "metadata: params[3]: unknown dtype 'f16'"),
+])
+def test_bad_metadata(scalar, make, message):
+    with raises(mok.MokRuntimeError, message) as info:
+        rt.Layer(make(scalar.metadata))
+    assert info.value.status == "MOK_ERROR_INVALID_ARGUMENT"
+    assert isinstance(info.value, RuntimeError)
+
+
+def test_check_accepts_matching_arrays(scalar):
+    layer = layer_of(scalar)
+    meta = scalar.metadata
+    assert layer.check(good_inputs(meta), out=output_of(meta)) is None
+    assert layer.check(out=output_of(meta), **good_inputs(meta)) is None
+    # Until it is loaded, a layer checks descriptions only: any device.
+    assert layer.check(good_inputs(meta, CUDA0), out=output_of(meta, CUDA0)) is None
+
+
+def _check_case(meta, name, value):
+    args = good_inputs(meta)
+    args[name] = value
+    return args
+
+
+@pytest.mark.parametrize("name,value,exc,message", [
+    ("x", np.zeros((40, 64), np.float32), mok.MokRuntimeError,
+     "x: expected dtype bf16, got f32 [40, 64]"),
+    ("x", np.zeros((40, 64), np.uint16), mok.MokRuntimeError,
+     "x: unsupported dtype uint16 (the runtime takes bfloat16, float32, int32 and int64)"),
+    ("x", np.zeros((1,) * 5, np.float32), mok.MokRuntimeError,
+     "x: rank 5; the runtime takes at most 4 dimensions"),
+    ("x", [[0.0] * 64] * 40, TypeError, "x: expected a DLPack array"),
+    ("top_experts", np.zeros((40, 3), np.int32), mok.MokRuntimeError,
+     "top_experts: expected shape [40, 2], got [40, 3]"),
+    ("top_experts", np.zeros((40, 2), np.int64), mok.MokRuntimeError,
+     "top_experts: expected dtype i32, got i64 [40, 2]"),
+    ("router_weights", np.zeros((40, 4), np.float32)[:, ::2], mok.MokRuntimeError,
+     "router_weights: the innermost dimension must be contiguous (stride 1), got stride 2"),
+    ("down_weights", bf16(4, 32, 64), mok.MokRuntimeError,
+     "down_weights: expected shape [4, 64, 32], got [4, 32, 64]"),
+])
+def test_check_names_the_argument(scalar, name, value, exc, message):
+    layer = layer_of(scalar)
+    with raises(exc, message):
+        layer.check(_check_case(scalar.metadata, name, value), out=output_of(scalar.metadata))
+
+
+def test_check_names_missing_unknown_and_repeated_operands(scalar):
+    layer = layer_of(scalar)
+    meta = scalar.metadata
+    args = good_inputs(meta)
+    out = output_of(meta)
+    with raises(mok.MokRuntimeError, "inputs: 'x' is missing"):
+        layer.check({k: v for k, v in args.items() if k != "x"}, out=out)
+    with raises(mok.MokRuntimeError, "inputs[0]: unknown input 'y'; expected x, top_experts"):
+        layer.check({"y": args["x"]}, out=out)
+    with raises(mok.MokRuntimeError, "x: given twice"):
+        layer.check(args, out=out, x=args["x"])
+    with raises(mok.MokRuntimeError, "out: expected dtype bf16, got f32"):
+        layer.check(args, out=np.zeros((40, 64), np.float32))
+    with raises(TypeError, "inputs: expected a dict of arrays by operand name, got list"):
+        layer.check([args["x"]], out=out)
+
+
+def test_forward_takes_cuda_arrays_only(scalar):
+    layer = layer_of(scalar)
+    meta = scalar.metadata
+    with raises(mok.MokRuntimeError, "x: expected a CUDA array, got cpu"):
+        layer.forward(good_inputs(meta), out=output_of(meta, CUDA0))
+    cuda = good_inputs(meta, CUDA0)
+    with raises(mok.MokRuntimeError, "router_weights: expected a CUDA array, got cuda_host"):
+        layer.forward(dict(cuda, router_weights=FakeArray(
+            np.zeros((40, 2), np.float32), "f32", CUDA_HOST)), out=output_of(meta, CUDA0))
+    with raises(mok.MokRuntimeError, "out: expected a CUDA array, got cpu"):
+        layer.forward(cuda, out=output_of(meta))
+    with raises(mok.MokRuntimeError, "layer: not loaded (call load(device, ptx) first)"):
+        layer.forward(cuda, out=output_of(meta, CUDA0))
+
+
+def test_cuda_arrays_are_exported_on_the_launch_stream(scalar):
+    """DLPack's consumer protocol: forward asks the producer to order its
+    work before the launch stream (1 is the legacy default stream, as DLPack
+    spells it); check and views ask for no synchronization (-1)."""
+    layer = layer_of(scalar)
+    meta = scalar.metadata
+    args, out = good_inputs(meta, CUDA0), output_of(meta, CUDA0)
+    for stream, expected in [(0, 1), (0x7f0012345600, 0x7f0012345600)]:
+        with pytest.raises(mok.MokRuntimeError, match="not loaded"):
+            layer.forward(args, out=out, stream=stream)
+        assert args["x"].streams[-1] == expected and out.streams[-1] == expected
+    layer.check(args, out=out)
+    assert args["x"].streams[-1] == -1
+    w = bf16(4, 32, 64, device=CUDA0)
+    rt.weights_from_tensor(w)
+    assert w.streams == [-1]
+
+
+#===----------------------------------------------------------------------===#
+# Weight views
+#===----------------------------------------------------------------------===#
+
+def test_weight_views_address_the_arrays_without_copies():
+    w = np.zeros((4, 32, 64), np.float32)
+    v = rt.weights_from_tensor(w, "gate")
+    assert (v.layout, v.dtype, v.experts, v.rows, v.cols) == ("strided", "f32", 4, 32, 64)
+    assert (v.expert_stride, v.row_stride, v.device) == (32 * 64, 64, "cpu")
+    base = w.ctypes.data
+    assert v.element_address(0, 0, 0) == base
+    assert v.element_address(3, 2, 1) == base + (3 * 32 * 64 + 2 * 64 + 1) * 4
+    with raises(mok.MokRuntimeError, "element (4, 0, 0) is outside [4, 32, 64]"):
+        v.element_address(4, 0, 0)
+
+    fc1 = np.zeros((4, 64, 64), np.float32)
+    gate, up = rt.weights_split_fc1(fc1)
+    assert (gate.experts, gate.rows, gate.cols) == (up.experts, up.rows, up.cols) == (4, 32, 64)
+    for e in range(4):
+        assert gate.element_address(e, 5, 7) == fc1[e, 5, 7:].ctypes.data
+        assert up.element_address(e, 5, 7) == fc1[e, 32 + 5, 7:].ctypes.data
+
+    # One allocation per expert, rows padded to 80 elements.
+    experts = [np.zeros((32, 80), np.float32)[:, :64] for _ in range(3)]
+    p = rt.weights_per_expert(experts, "down")
+    assert (p.layout, p.experts, p.rows, p.cols, p.row_stride) == ("per_expert", 3, 32, 64, 80)
+    assert p.expert_stride is None
+    for e, a in enumerate(experts):
+        assert p.element_address(e, 0, 0) == a.ctypes.data
+        assert p.element_address(e, 31, 63) == a.ctypes.data + (31 * 80 + 63) * 4
+    assert repr(p) == "WeightView(per_expert f32 [3, 32, 64] on cpu)"
+
+
+def test_weight_views_keep_their_arrays_alive():
+    w = np.zeros((4, 32, 64), np.float32)
+    experts = [np.zeros((32, 64), np.float32) for _ in range(2)]
+    before = sys.getrefcount(w), [sys.getrefcount(a) for a in experts]
+    views = rt.weights_from_tensor(w), rt.weights_split_fc1(w), rt.weights_per_expert(experts)
+    assert sys.getrefcount(w) > before[0]
+    assert all(sys.getrefcount(a) > n for a, n in zip(experts, before[1]))
+    del views
+    gc.collect()
+    assert (sys.getrefcount(w), [sys.getrefcount(a) for a in experts]) == before
+
+
+@pytest.mark.parametrize("make,exc,message", [
+    (lambda: rt.weights_from_tensor(np.zeros((4, 64), np.float32), "gate"),
+     mok.MokRuntimeError, "gate: expected rank 3"),
+    (lambda: rt.weights_split_fc1(np.zeros((4, 63, 64), np.float32)),
+     mok.MokRuntimeError, "fc1: a fused FC1 [E, 2*I, H] needs an even row count, got 63"),
+    (lambda: rt.weights_per_expert([], "w"),
+     mok.MokRuntimeError, "w: expected one [rows, cols] array per expert, got an empty list"),
+    (lambda: rt.weights_per_expert(np.zeros((2, 32, 64), np.float32), "w"),
+     TypeError, "w: expected a list of per-expert [rows, cols] arrays, got numpy.ndarray"),
+    (lambda: rt.weights_per_expert([np.zeros((32, 64), np.float32)] * 2
+                                   + [np.zeros((32, 48), np.float32)], "w"),
+     mok.MokRuntimeError, "w[2]: expected [rows, cols] = [32, 64] as w[0], got [32, 48]"),
+    (lambda: rt.weights_per_expert([np.zeros((32, 64), np.float32),
+                                    np.zeros((32, 64), np.int32)], "w"),
+     mok.MokRuntimeError, "w[1]: dtype i32, but w[0] is f32"),
+    (lambda: rt.weights_per_expert([np.zeros((32, 128), np.float32)[:, ::2]], "w"),
+     mok.MokRuntimeError, "w[0]: the innermost dimension must be contiguous (stride 1), got stride 2"),
+    (lambda: rt.weights_per_expert([np.zeros((32, 64), np.float32),
+                                    np.zeros((32, 80), np.float32)[:, :64]], "w"),
+     mok.MokRuntimeError, "w[1]: row stride 80 differs from w[0]'s 64"),
+    (lambda: rt.weights_per_expert([np.zeros((32, 6), np.float32)], "w"),
+     mok.MokRuntimeError, "w: row_stride must be a multiple of 16 bytes, got 6 elements"),
+    (lambda: rt.weights_per_expert([bf16(32, 64, device=CUDA0), bf16(32, 64)], "w"),
+     mok.MokRuntimeError, "w[1]: on cpu, but w[0] is on cuda:0"),
+    (lambda: rt.weights_per_expert([np.zeros((32, 64), np.float32), "no"], "w"),
+     TypeError, "w[1]: expected a DLPack array"),
+])
+def test_weight_view_errors_name_the_argument(make, exc, message):
+    with raises(exc, message):
+        make()
+
+
+#===----------------------------------------------------------------------===#
+# Binding views to layers
+#===----------------------------------------------------------------------===#
+
+def test_binding_is_refused_when_the_kernel_reads_the_weights_by_pointer(scalar):
+    layer = layer_of(scalar)
+    view = rt.weights_from_tensor(bf16(4, 32, 64), "gate_weights")
+    with pytest.raises(mok.MokRuntimeError) as info:
+        layer.bind_weights("gate_weights", view)
+    pending_runtime(info.value)
+    assert "'gate_weights'" in str(info.value) and "by pointer" in str(info.value)
+    assert info.value.status == "MOK_ERROR_INVALID_ARGUMENT"
+    assert layer.bound_weights == {}
+    # The operand is still taken from the arguments.
+    assert layer.check(good_inputs(scalar.metadata), out=output_of(scalar.metadata)) is None
+
+
+def test_binding_views_to_a_tensor_map_kernel(tensor_core):
+    meta = with_weight_views(tensor_core.metadata)
+    layer = layer_of(tensor_core, meta)
+    args, out = good_inputs(meta), output_of(meta)
+    E, I, H = 4, 128, 128
+    gate, up = rt.weights_split_fc1(bf16(E, 2 * I, H), "fc1")
+    down = rt.weights_per_expert([bf16(H, I) for _ in range(E)], "down_weights")
+    try:
+        layer.bind_weights("gate_weights", gate)
+    except mok.MokRuntimeError as e:
+        pending_runtime(e)
+        raise
+    layer.bind_weights("up_weights", up)
+    refs = sys.getrefcount(down)
+    layer.bind_weights("down_weights", down)
+    assert sys.getrefcount(down) == refs + 1  # the layer keeps the view alive
+    assert layer.bound_weights == {"gate_weights": gate, "up_weights": up,
+                                   "down_weights": down}
+    rest = {k: v for k, v in args.items() if k not in ROUTED}
+    assert layer.check(rest, out=out) is None
+    with raises(mok.MokRuntimeError, "inputs: 'gate_weights' is bound as a weight view"):
+        layer.check(dict(rest, gate_weights=args["gate_weights"]), out=out)
+
+    # A refused view leaves the previous binding.
+    with pytest.raises(mok.MokRuntimeError, match="'up_weights'"):
+        layer.bind_weights("up_weights", rt.weights_from_tensor(bf16(E, I, H - 64)))
+    with raises(mok.MokRuntimeError, "'up_weights': expected [E, rows, cols] = [4, 128, 128], "
+                "got [3, 128, 128]"):
+        layer.bind_weights("up_weights", rt.weights_per_expert([bf16(I, H)] * (E - 1)))
+    assert layer.bound_weights["up_weights"] is up
+    with pytest.raises(mok.MokRuntimeError, match="'x': not a routed expert weight operand"):
+        layer.bind_weights("x", gate)
+    with raises(mok.MokRuntimeError, "name: unknown input 'fc1'"):
+        layer.bind_weights("fc1", gate)
+    with raises(TypeError, "gate_weights: expected a WeightView"):
+        layer.bind_weights("gate_weights", args["gate_weights"])
+
+    layer.unbind_weights("gate_weights")
+    layer.bind_weights("up_weights", None)  # None unbinds too
+    assert list(layer.bound_weights) == ["down_weights"]
+    assert sys.getrefcount(down) == refs + 1
+    with raises(mok.MokRuntimeError, "inputs: 'gate_weights' is missing"):
+        layer.check(rest, out=out)
+    assert layer.check(dict(rest, gate_weights=args["gate_weights"],
+                            up_weights=args["up_weights"]), out=out) is None
+    del layer
+    gc.collect()
+    assert sys.getrefcount(down) == refs
