@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """The GPU forward layer against a float64 reference, on fresh random inputs,
 with the output poisoned (NaN) before every launch. Needs a CUDA GPU, torch,
-libmok_runtime.so (MOK_RUNTIME_LIBRARY) and the artifacts compiled by
+the runtime extension mok._runtime (build/python, or build-gpu/python from
+python/runtime-ext) and the artifacts compiled by
 scripts/gpu/prepare_artifacts.py (MOK_GPU_ARTIFACTS, default gpu-artifacts).
 """
 import os
