@@ -8,9 +8,11 @@
 #   xz -9 -f carry-tools/mok-compile-static
 # Then, from the repository root on the GPU machine (with carry-tools/):
 #   bash scripts/gpu/run_h200.sh
-# It builds the runtime (no MLIR), runs its host tests, compiles the test
-# layers there with the carried compiler, runs the GPU tests against a
-# float64 reference and the wgmma probe, and prints a summary table last.
+# It builds the runtime and the Python runtime extension (no MLIR), runs the
+# runtime's host tests, compiles the test layers there with the carried
+# compiler, runs the extension's checks and the GPU tests (dense weights and
+# weight views) against a float64 reference and the wgmma probe, and prints
+# a summary table last.
 # Without carry-tools/, it uses layers compiled beforehand into
 # gpu-artifacts/ (scripts/gpu/prepare_artifacts.py).
 set -uo pipefail
@@ -24,15 +26,22 @@ step() { printf '\n== %s\n' "$*" | tee -a "$log"; }
 step "GPU"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$log"
 
-step "runtime: build (cmake, no MLIR)"
-cmake -S runtime -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >>"$log" 2>&1 &&
-  cmake --build build-gpu >>"$log" 2>&1 || { echo "runtime build failed"; tail -30 "$log"; exit 1; }
+step "runtime + Python runtime extension: build (cmake, no MLIR)"
+# python/runtime-ext: libmok_runtime.so, its host test and the mok package
+# with mok._runtime (nanobind, for this python3) in build-gpu/python.
+if [[ -f build-gpu/CMakeCache.txt ]] &&
+   ! grep -q "^CMAKE_HOME_DIRECTORY:INTERNAL=$root/python/runtime-ext$" build-gpu/CMakeCache.txt; then
+  rm -rf build-gpu  # configured from another source folder (runtime/ alone, before)
+fi
+cmake -S python/runtime-ext -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DPython_EXECUTABLE="$(command -v python3)" >>"$log" 2>&1 &&
+  cmake --build build-gpu >>"$log" 2>&1 ||
+  { echo "runtime / extension build failed (needs nanobind and Python headers)"; tail -30 "$log"; exit 1; }
 
 step "runtime: host tests"
-./build-gpu/mok-runtime-host-test 2>&1 | tail -3 | tee -a "$log" || status=1
+./build-gpu/runtime/mok-runtime-host-test 2>&1 | tail -3 | tee -a "$log" || status=1
 
-export MOK_RUNTIME_LIBRARY=$root/build-gpu/lib/libmok_runtime.so
-export PYTHONPATH=$root/python
+export PYTHONPATH=$root/build-gpu/python
 export MOK_GPU_ARTIFACTS=$root/gpu-artifacts
 tool=carry-tools/mok-compile-static
 if [[ -f $tool.xz || -f $tool ]]; then
@@ -44,6 +53,12 @@ if [[ -f $tool.xz || -f $tool ]]; then
   rm -rf "$MOK_GPU_ARTIFACTS"
   python3 scripts/gpu/prepare_artifacts.py "$MOK_GPU_ARTIFACTS" 2>&1 | tee -a "$log" | tail -3 ||
     { echo "compiling on this machine failed"; exit 1; }
+fi
+
+if python3 -c "import numpy" 2>/dev/null; then
+  step "runtime extension: argument checks and weight views (no kernel runs)"
+  python3 -m pytest -q -p no:cacheprovider python/tests/test_runtime_ext.py 2>&1 | tee -a "$log" | tail -5
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 
 step "GPU forward tests ($MOK_GPU_ARTIFACTS)"
