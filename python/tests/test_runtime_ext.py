@@ -147,13 +147,6 @@ def raises(exc, message):
     return pytest.raises(exc, match=re.escape(message))
 
 
-def pending_runtime(error):
-    """Until mok_layer_bind_weights lands in the runtime it answers
-    MOK_ERROR_UNSUPPORTED; the binding tests cannot pass before."""
-    if getattr(error, "status", None) == "MOK_ERROR_UNSUPPORTED":
-        pytest.xfail(f"mok_layer_bind_weights is not implemented in this runtime yet: {error}")
-
-
 #===----------------------------------------------------------------------===#
 # Module, driver
 #===----------------------------------------------------------------------===#
@@ -410,7 +403,6 @@ def test_binding_is_refused_when_the_kernel_reads_the_weights_by_pointer(scalar)
     view = rt.weights_from_tensor(bf16(4, 32, 64), "gate_weights")
     with pytest.raises(mok.MokRuntimeError) as info:
         layer.bind_weights("gate_weights", view)
-    pending_runtime(info.value)
     assert "'gate_weights'" in str(info.value) and "by pointer" in str(info.value)
     assert info.value.status == "MOK_ERROR_INVALID_ARGUMENT"
     assert layer.bound_weights == {}
@@ -425,11 +417,7 @@ def test_binding_views_to_a_tensor_map_kernel(tensor_core):
     E, I, H = 4, 128, 128
     gate, up = rt.weights_split_fc1(bf16(E, 2 * I, H), "fc1")
     down = rt.weights_per_expert([bf16(H, I) for _ in range(E)], "down_weights")
-    try:
-        layer.bind_weights("gate_weights", gate)
-    except mok.MokRuntimeError as e:
-        pending_runtime(e)
-        raise
+    layer.bind_weights("gate_weights", gate)
     layer.bind_weights("up_weights", up)
     refs = sys.getrefcount(down)
     layer.bind_weights("down_weights", down)
