@@ -28,14 +28,15 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/DialectRegistry.h"
 
+#include "mok/Dialect/MK/IR/MKDialect.h"
 #include "mok/Dialect/MoE/IR/MoEDialect.h"
 
 namespace mok {
 
-/// The moe dialect, and the dialects its lowerings produce, so that every
+/// The moe and mk dialects, and the dialects its lowerings produce, so that every
 /// stage printed by mok-opt can be read back.
 inline void registerAllDialects(mlir::DialectRegistry &registry) {
-  registry.insert<moe::MoEDialect, mlir::arith::ArithDialect,
+  registry.insert<moe::MoEDialect, mk::MKDialect, mlir::arith::ArithDialect,
                   mlir::cf::ControlFlowDialect, mlir::func::FuncDialect,
                   mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
                   mlir::memref::MemRefDialect, mlir::scf::SCFDialect,

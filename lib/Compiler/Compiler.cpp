@@ -6,7 +6,7 @@
 
 #include "Context.h"
 
-#include "mok/Conversion/MoEToGPU/MoEToGPU.h"
+#include "mok/Conversion/MoEToPTX/MoEToPTX.h"
 #include "mok/Dialect/MoE/IR/MoEOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -192,7 +192,8 @@ static llvm::json::Value toJson(Attribute a) {
 static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
   auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel");
   llvm::json::Object root;
-  root["mok_metadata_version"] = 1;
+  // Version 2: params' "access" and tensor maps' "experts" (docs/Runtime.md).
+  root["mok_metadata_version"] = 2;
   root["function"] = function.str();
   root["kernel"] = func.getName().str();
   for (NamedAttribute a : desc) {
@@ -214,11 +215,14 @@ static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
     llvm::json::Array shape;
     for (int64_t v : cast<DenseI64ArrayAttr>(d.get("shape")).asArrayRef())
       shape.push_back(v);
-    params.push_back(llvm::json::Object{
+    llvm::json::Object param{
         {"name", cast<StringAttr>(d.get("name")).getValue().str()},
         {"role", cast<StringAttr>(d.get("role")).getValue().str()},
         {"dtype", cast<StringAttr>(d.get("dtype")).getValue().str()},
-        {"shape", std::move(shape)}});
+        {"shape", std::move(shape)}};
+    if (auto access = d.getAs<StringAttr>("access"))
+      param["access"] = access.getValue().str();
+    params.push_back(std::move(param));
   }
   root["params"] = std::move(params);
   std::string s;

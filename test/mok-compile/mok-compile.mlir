@@ -12,7 +12,14 @@
 
 // META: "cooperative": true
 // META: "kernel": "qwen3_30b_a3b_moe_forward"
-// META: "mok_metadata_version": 1
+// META: "mok_metadata_version": 2
+// Inputs say how the kernel reads them: the weights only through maps.
+// META: "access": "pointer",
+// META-NEXT: "dtype": "bf16",
+// META-NEXT: "name": "x",
+// META: "access": "tensor_maps",
+// META-NEXT: "dtype": "bf16",
+// META-NEXT: "name": "gate_weights",
 // META: "name": "tensor_maps"
 // META-NEXT: "role": "tensor_maps"
 // META: "tensor_maps": [
@@ -20,7 +27,15 @@
 // META-NEXT: "box_cols": 64,
 // META-NEXT: "box_rows": 64,
 // META-NEXT: "buffer": "routed_x",
+// META-NEXT: "cols": 2048,
+// META-NEXT: "experts": 1,
+// A routed weight: one map per expert (128 of [I, H] = [768, 2048]).
+// META: "buffer": "gate_weights",
+// META-NEXT: "cols": 2048,
+// META-NEXT: "experts": 128,
+// META-NEXT: "row_stride": 2048,
+// META-NEXT: "rows": 768
 
-// EP: deepseek-v3.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-moe-to-gpu: expert parallelism (ep = 8) is not supported yet
+// EP: deepseek-v3.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-moe-to-mk: expert parallelism (ep = 8) is not supported yet
 // USAGE: mok-compile: an input file and -o OUTDIR are required
-// CHIP: convert-moe-to-gpu: chip 'sm_80' is not supported
+// CHIP: convert-moe-to-mk: chip 'sm_80' is not supported

@@ -2,8 +2,10 @@
 #ifndef MOK_CONVERSION_PASSES_H
 #define MOK_CONVERSION_PASSES_H
 
+#include "mok/Conversion/MKToGPU/MKToGPU.h"
 #include "mok/Conversion/MoEToCPU/MoEToCPU.h"
-#include "mok/Conversion/MoEToGPU/MoEToGPU.h"
+#include "mok/Conversion/MoEToMK/MoEToMK.h"
+#include "mok/Conversion/MoEToPTX/MoEToPTX.h"
 
 namespace mok {
 

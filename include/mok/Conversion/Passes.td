@@ -43,49 +43,48 @@ def ConvertMoEToCPU : Pass<"convert-moe-to-cpu", "::mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
-// MoEToGPU
+// MoEToMK
 //===----------------------------------------------------------------------===//
 
-def ConvertMoEToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
-  let summary = "Lower a fused forward MoE layer to one persistent GPU kernel";
+def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
+  let summary = "Plan a fused forward MoE layer as one persistent megakernel";
   let description = [{
     For every function whose body is one fused forward `moe.layer`, adds a
     `gpu.module @<name>_kernels` holding `gpu.func @<name>_forward`: one
-    persistent kernel, launched cooperatively with one CTA per SM, that runs
-    the whole layer in phases separated by grid-wide barriers:
+    persistent kernel, launched cooperatively with one CTA per SM, whose
+    body is the layer's schedule in the `mk` dialect, in phases separated by
+    `mk.grid_barrier`:
 
-    1. the routing plan on the device (per-expert counts, padded offsets,
-       deterministic row assignment: token order within each expert), so
+    1. the routing plan on the device (`mk.fill`, `mk.count_routes`,
+       `mk.pad_offsets`, `mk.assign_rows`: per-expert counts, padded offsets,
+       deterministic row assignment in route order within each expert), so
        no host synchronization is needed;
-    2. the dispatch gather of routed rows;
-    3. gate/up with the (clamped) SwiGLU, and the shared expert's gate/up;
-    4. the down projections;
-    5. the router-weighted combine with the shared expert's output.
+    2. the dispatch gather of routed rows (`mk.gather`);
+    3. gate/up with the (clamped) SwiGLU, routed and shared (`mk.gemm ...
+       swiglu`);
+    4. the down projections (`mk.gemm ... store`);
+    5. the router-weighted combine with the shared expert's output
+       (`mk.combine`).
 
-    The numerics are the CPU reference's (same emitters, same rounding
-    points). Phases 3 and 4 are scalar FMA loops (same reduction order as
-    the CPU), except for an *eligible* layer (H % 64 == 0, I % 128 == 0,
-    I_s % 128 == 0 with a shared expert, padding % 64 == 0), where they are
-    persistent TMA + mbarrier tensor-core tile loops (64x128 output tiles,
-    k-tiles of 64 in a 4-stage shared-memory ring, fp32 accumulation in
-    another order, gate/up rounded to bf16 before the SwiGLU as on the CPU)
-    run by the first warpgroup of each CTA; such a kernel has 256 threads
-    per CTA, whatever `block-size` says. The MMA layer is per chip: on
-    sm_90a, wgmma with accumulators in registers; on sm_100a, tcgen05.mma
-    (kind::f16, M = 64, N = 128) issued by one thread, with accumulators in
-    Tensor Memory (256 columns allocated once per CTA) read back with
-    tcgen05.ld. Everything else (tasks, tensor maps, pipeline, epilogue,
-    kernel interface) is shared. The sm_100a code is checked by ptxas and
-    FileCheck only: no sm_100a GPU has run it.
+    The plan: a layer whose shapes fit the tensor-core tiles (H % 64 == 0,
+    I % 128 == 0, I_s % 128 == 0 with a shared expert, padding % 64 == 0,
+    TMA's 32-bit coordinates) gets tensor-core GEMMs for the chip (`wgmma` on
+    sm_90a, `tcgen05` on sm_100a) with tile [64, 128, 64], 4 stages and 256
+    threads per CTA (the first warpgroup computes the tiles); otherwise, or
+    with `tensor-cores=false`, `simt` GEMMs with `block-size` threads.
 
     The kernel takes bare pointers: the inputs and output of the layer, then
     the workspace buffers, each described in the `mok.kernel` attribute
-    (name, element type, shape) that the runtime reads. A tensor-core kernel
-    takes one more, last parameter, `tensor_maps` (role "tensor_maps",
-    `memref<16n x i64>`): n 64-byte aligned CUtensorMaps that the runtime
-    encodes as `mok.kernel`'s `tensor_maps` list describes (buffer, rows,
-    cols, row_stride, box_rows, box_cols; bf16, SWIZZLE_128B, OOB zero), and
-    `dynamic_shared_memory` gives the bytes to launch with.
+    (name, role, element type, shape, and `access`: "tensor_maps" for inputs
+    the kernel reads only through tensor maps, which is what lets the
+    runtime bind weight views to them) that the runtime reads. A tensor-core
+    kernel takes one more, last parameter, `tensor_maps` (role
+    "tensor_maps", `memref<16n x i64>`): n CUtensorMap slots that the
+    runtime encodes as `mok.kernel`'s `tensor_maps` list describes (buffer,
+    rows, cols, row_stride, box_rows, box_cols, experts; bf16,
+    SWIZZLE_128B, OOB zero). A routed weight's entry has one slot per
+    expert (its [rows, cols] matrix), so any weight view (one tensor, the
+    halves of a fused FC1, one allocation per expert) is read the same way.
 
     Not supported yet, and rejected with an error: expert parallelism
     (ep > 1), a dynamic token count, the saved context and `moe.layer_grad`.
@@ -94,12 +93,41 @@ def ConvertMoEToGPU : Pass<"convert-moe-to-gpu", "::mlir::ModuleOp"> {
     Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
            "GPU target: sm_90a (Hopper) or sm_100a (Blackwell)">,
     Option<"blockSize", "block-size", "unsigned", /*default=*/"256",
-           "Threads per CTA of the scalar kernels">,
+           "Threads per CTA of the kernels with simt GEMMs">,
     Option<"tensorCores", "tensor-cores", "bool", /*default=*/"true",
-           "Use the TMA + tensor-core GEMM phases (wgmma on sm_90a, tcgen05 "
-           "on sm_100a) when the layer is eligible (false: scalar GEMM "
-           "phases everywhere)">,
+           "Use tensor-core GEMMs (wgmma on sm_90a, tcgen05 on sm_100a) "
+           "when the layer's shapes fit (false: simt GEMMs everywhere)">,
   ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect",
+                           "::mok::mk::MKDialect"];
+}
+
+//===----------------------------------------------------------------------===//
+// MKToGPU
+//===----------------------------------------------------------------------===//
+
+def ConvertMKToGPU : Pass<"convert-mk-to-gpu", "::mlir::ModuleOp"> {
+  let summary = "Expand megakernel schedules into gpu, nvgpu and NVVM ops";
+  let description = [{
+    Checks, then expands every `gpu.func` whose body holds `mk` ops:
+
+    * barrier intervals: within one interval (between two
+      `mk.grid_barrier`s) no buffer written by one op is read or written by
+      another; the error names both ops and the buffer;
+    * a kernel's tensor-core GEMMs use one engine, which matches the chip of
+      `mok.kernel` (`wgmma`: sm_90a, `tcgen05`: sm_100a), with the tile
+      [64, 128, 64] and 4 stages (the only ones implemented), in a kernel of
+      256 threads;
+
+    then lowers each op in place: grid-stride SIMT loops for the plan,
+    gather, simt GEMMs and combine (the CPU reference's emitters and
+    rounding points); for tensor-core GEMMs, the persistent TMA + mbarrier
+    tile loop with the chip's MMA layer (wgmma with register accumulators;
+    tcgen05.mma issued by one thread into Tensor Memory, read back with
+    tcgen05.ld); `mk.grid_barrier` as a generation barrier on its state
+    buffer. The sm_100a code is checked by ptxas and FileCheck only: no
+    sm_100a GPU has run it.
+  }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::gpu::GPUDialect",
                            "::mlir::math::MathDialect",

@@ -95,7 +95,7 @@ constexpr int8_t kDescSwizzle128B = 2;
 class Tcgen05Emitter final : public GemmEmitter {
 public:
   Tcgen05Emitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-                 ArrayRef<TensorMapSpec> maps);
+                 ArrayRef<std::pair<int64_t, int64_t>> prefetch);
 
   void finish() override;
 
@@ -107,8 +107,8 @@ private:
   Value isWarp0;
 
   void acquire(Value g) override;
-  SmallVector<Value> accumulate(const GemmPhase &p, Value it, Value m0,
-                                Value bRow) override;
+  SmallVector<Value> accumulate(const GemmPhase &p, Value it,
+                                const Task &t) override;
 
   Value i32(int64_t v) {
     return arith::ConstantIntOp::create(e.b, e.loc, v, 32);
@@ -139,8 +139,8 @@ private:
 } // namespace
 
 Tcgen05Emitter::Tcgen05Emitter(Emitter &e, gpu::GPUModuleOp module,
-                               Value tensorMaps, ArrayRef<TensorMapSpec> maps)
-    : GemmEmitter(e, module, tensorMaps, maps) {
+                               Value tensorMaps, ArrayRef<std::pair<int64_t, int64_t>> prefetch)
+    : GemmEmitter(e, module, tensorMaps, prefetch) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
@@ -288,7 +288,7 @@ void Tcgen05Emitter::acquire(Value g) {
 }
 
 SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
-                                              Value m0, Value bRow) {
+                                              const Task &t) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
@@ -335,7 +335,7 @@ SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
         e.ifThen(refill, [&] {
           Value gNext = e.add(g, e.index(kStages - 1));
           acquire(gNext);
-          load(p, gNext, next, m0, bRow);
+          load(p, gNext, next, t);
         });
       }
     });
@@ -405,8 +405,8 @@ SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
 std::unique_ptr<GemmEmitter> createGemmEmitter(Emitter &e,
                                                gpu::GPUModuleOp module,
                                                Value tensorMaps,
-                                               ArrayRef<TensorMapSpec> maps) {
-  return std::make_unique<Tcgen05Emitter>(e, module, tensorMaps, maps);
+                                               ArrayRef<std::pair<int64_t, int64_t>> prefetch) {
+  return std::make_unique<Tcgen05Emitter>(e, module, tensorMaps, prefetch);
 }
 
 } // namespace mok::conversion::sm100

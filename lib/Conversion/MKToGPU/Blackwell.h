@@ -7,8 +7,8 @@
 // No sm_100a GPU is available to this project: this layer is validated by
 // `ptxas -arch=sm_100a` and FileCheck tests only, never run.
 //
-#ifndef MOK_LIB_CONVERSION_MOETOGPU_BLACKWELL_H
-#define MOK_LIB_CONVERSION_MOETOGPU_BLACKWELL_H
+#ifndef MOK_LIB_CONVERSION_MKTOGPU_BLACKWELL_H
+#define MOK_LIB_CONVERSION_MKTOGPU_BLACKWELL_H
 
 #include "GemmPipeline.h"
 
@@ -24,8 +24,8 @@ constexpr int32_t kTmemColumns = 256;
 /// CTA-wide barrier): it frees the Tensor Memory.
 std::unique_ptr<gemm::GemmEmitter>
 createGemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-                  ArrayRef<gemm::TensorMapSpec> maps);
+                  ArrayRef<std::pair<int64_t, int64_t>> prefetch);
 
 } // namespace mok::conversion::sm100
 
-#endif // MOK_LIB_CONVERSION_MOETOGPU_BLACKWELL_H
+#endif // MOK_LIB_CONVERSION_MKTOGPU_BLACKWELL_H

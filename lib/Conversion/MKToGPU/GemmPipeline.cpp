@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
-// The GEMM phases above the MMA layer, shared by sm_90a and sm_100a (the
+// The tensor-core mk.gemm above the MMA layer, shared by sm_90a and sm_100a (the
 // shape of the H200-verified probe, scripts/probe/gemm_sm90.mlir, made
 // persistent):
 //
@@ -44,18 +44,14 @@ static_assert(kBlock % kThreads == 0 && kBlock >= kThreads,
 constexpr int32_t kNamedBarrier = 1; // 0 is gpu.barrier's
 } // namespace
 
-int64_t dynamicSharedMemoryBytes() { return kStages * kStageBytes + kAlign; }
+static_assert(kStageBytes == kBytesA + 2 * kBytesB &&
+                  kDynamicSharedMemory == kStages * kStageBytes + kAlign,
+              "the planned shared memory is the ring's");
+int64_t dynamicSharedMemoryBytes() { return kDynamicSharedMemory; }
 
 void insertDialects(DialectRegistry &registry) {
   registry.insert<nvgpu::NVGPUDialect, NVVM::NVVMDialect,
                   LLVM::LLVMDialect>();
-}
-
-TensorMapSpec operandA(StringRef buffer, int64_t rows, int64_t cols) {
-  return {buffer.str(), rows, cols, cols, kTileM, kTileK};
-}
-TensorMapSpec operandB(StringRef buffer, int64_t rows, int64_t cols) {
-  return {buffer.str(), rows, cols, cols, kTileN, kTileK};
 }
 
 static Attribute workgroup(MLIRContext *ctx) {
@@ -78,7 +74,7 @@ static nvgpu::TensorMapDescriptorType tensorMapType(MLIRContext *ctx,
 GemmEmitter::~GemmEmitter() = default;
 
 GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-                         ArrayRef<TensorMapSpec> specs)
+                         ArrayRef<std::pair<int64_t, int64_t>> prefetch)
     : e(e) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
@@ -116,21 +112,12 @@ GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
       b, loc, nvgpu::MBarrierGroupType::get(ctx, workgroup(ctx), kStages));
 
   // The tensor maps: 128-byte CUtensorMaps, back to back in global memory.
-  Value mapsBase = arith::IndexCastOp::create(
+  mapsBase = arith::IndexCastOp::create(
       b, loc, i64,
       memref::ExtractAlignedPointerAsIndexOp::create(b, loc, tensorMaps));
-  auto ptrType = LLVM::LLVMPointerType::get(ctx);
-  for (auto [i, spec] : llvm::enumerate(specs)) {
-    Value offset = arith::ConstantIntOp::create(b, loc, 128 * i, 64);
-    Value ptr = LLVM::IntToPtrOp::create(
-        b, loc, ptrType, arith::AddIOp::create(b, loc, mapsBase, offset),
-        LLVM::DereferenceableAttr());
-    maps.push_back(UnrealizedConversionCastOp::create(
-                       b, loc, TypeRange{tensorMapType(ctx, spec.boxRows)},
-                       ValueRange{ptr})
-                       .getResult(0));
-    boxRows.push_back(spec.boxRows);
-  }
+  SmallVector<Value> prefetched;
+  for (auto [slot, rows] : prefetch)
+    prefetched.push_back(mapAt(e.index(slot), rows));
 
   tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
   isThread0 = e.cmp(arith::CmpIPredicate::eq, tid, e.index(0));
@@ -139,11 +126,27 @@ GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
       nvgpu::MBarrierInitOp::create(b, loc, barriers, e.index(1), e.index(s),
                                     Value());
     NVVM::FenceMbarrierInitOp::create(b, loc);
-    for (Value map : maps)
+    for (Value map : prefetched)
       nvgpu::TmaPrefetchOp::create(b, loc, map, Value());
   });
   gpu::BarrierOp::create(b, loc);
   iteration = e.index(0);
+}
+
+Value GemmEmitter::mapAt(Value slot, int64_t boxRows) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  MLIRContext *ctx = b.getContext();
+  Value offset = arith::MulIOp::create(
+      b, loc, arith::IndexCastOp::create(b, loc, b.getI64Type(), slot),
+      arith::ConstantIntOp::create(b, loc, 128, 64));
+  Value ptr = LLVM::IntToPtrOp::create(
+      b, loc, LLVM::LLVMPointerType::get(ctx),
+      arith::AddIOp::create(b, loc, mapsBase, offset),
+      LLVM::DereferenceableAttr());
+  return UnrealizedConversionCastOp::create(
+             b, loc, TypeRange{tensorMapType(ctx, boxRows)}, ValueRange{ptr})
+      .getResult(0);
 }
 
 Value GemmEmitter::view(Value byteOffset, MemRefType type) {
@@ -161,8 +164,8 @@ Value GemmEmitter::phaseParity(Value g) {
                e.rem(e.div(g, e.index(kStages)), e.index(2)), e.index(0));
 }
 
-void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile, Value m0,
-                       Value bRow) {
+void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
+                       const Task &t) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
@@ -173,15 +176,15 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile, Value m0,
   nvgpu::MBarrierArriveExpectTxOp::create(
       b, loc, barriers, e.index(kBytesA + numB * kBytesB), stage, Value());
   Value kc = e.mul(kTile, e.index(kTileK));
-  auto tma = [&](unsigned map, Value offset, Value row) {
+  auto tma = [&](Value map, int64_t boxRows, Value offset, Value row) {
     nvgpu::TmaAsyncLoadOp::create(
-        b, loc, view(offset, smemType(ctx, {boxRows[map], kTileK}, bf16)),
-        barriers, maps[map], ValueRange{kc, row}, stage, Value(), Value());
+        b, loc, view(offset, smemType(ctx, {boxRows, kTileK}, bf16)),
+        barriers, map, ValueRange{kc, row}, stage, Value(), Value());
   };
-  tma(p.a, base, m0);
-  tma(p.b0, e.add(base, e.index(kBytesA)), bRow);
+  tma(t.mapA, kTileM, base, t.m0);
+  tma(t.mapB0, kTileN, e.add(base, e.index(kBytesA)), t.n0);
   if (p.b1)
-    tma(*p.b1, e.add(base, e.index(kBytesA + kBytesB)), bRow);
+    tma(t.mapB1, kTileN, e.add(base, e.index(kBytesA + kBytesB)), t.n0);
 }
 
 void GemmEmitter::syncWarpgroup() {
@@ -225,7 +228,6 @@ void GemmEmitter::tasks(const GemmPhase &p) {
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
   assert(p.k % kTileK == 0 && "k must be a multiple of kTileK");
-  assert(boxRows[p.a] == kTileM && boxRows[p.b0] == kTileN);
   int64_t kTiles = p.k / kTileK;
   int64_t nTiles = (p.n + kTileN - 1) / kTileN;
   int64_t numAcc = p.b1 ? 2 : 1;
@@ -246,7 +248,11 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     carried.assign(args.begin(), args.end());
     Value m0 = e.mul(e.div(task, e.index(nTiles)), e.index(kTileM));
     Value n0 = e.mul(e.rem(task, e.index(nTiles)), e.index(kTileN));
-    Value bRow = e.add(p.bRowBase(m0), n0);
+    // Grouped: the m-tile's expert picks the B maps' slots.
+    Value expert = p.expertOf ? p.expertOf(m0) : e.index(0);
+    Task t{m0, n0, mapAt(e.index(p.a), kTileM),
+           mapAt(e.add(e.index(p.b0), expert), kTileN),
+           p.b1 ? mapAt(e.add(e.index(*p.b1), expert), kTileN) : Value()};
 
     // Prologue: the first stages of the task. The previous task consumed
     // all the k-tiles it loaded and its epilogue ended with a warpgroup
@@ -256,12 +262,12 @@ void GemmEmitter::tasks(const GemmPhase &p) {
         Value kTile = e.index(kt);
         Value g = e.add(it, e.index(kt));
         acquire(g);
-        load(p, g, kTile, m0, bRow);
+        load(p, g, kTile, t);
       }
     });
 
     // The MMA layer: accumulators into shared memory.
-    SmallVector<Value> tiles = accumulate(p, it, m0, bRow);
+    SmallVector<Value> tiles = accumulate(p, it, t);
     assert(static_cast<int64_t>(tiles.size()) == numAcc);
 
     // Epilogue through shared memory: each thread a column, rows in turn.

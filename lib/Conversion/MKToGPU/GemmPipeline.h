@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
-// The tensor-core GEMM phases of the persistent MoE kernel, everything above
-// the MMA/accumulator layer: tiles and tasks, the TMA tensor maps, the
-// shared-memory stage ring filled by TMA and completed by mbarriers, and the
-// shared-memory epilogue. The MMA layer under it is per chip: wgmma on
-// sm_90a (Hopper.h), tcgen05 with accumulators in Tensor Memory on sm_100a
-// (Blackwell.h). Private to MoEToGPU; kept out of MoEToGPU.cpp so that only
-// these translation units pay for the NVGPU and NVVM headers.
+// The tensor-core lowering of mk.gemm, everything above the MMA/accumulator
+// layer: tiles and tasks, the TMA tensor maps, the shared-memory stage ring
+// filled by TMA and completed by mbarriers, and the shared-memory epilogue.
+// The MMA layer under it is per chip: wgmma on sm_90a (Hopper.h), tcgen05
+// with accumulators in Tensor Memory on sm_100a (Blackwell.h). Private to
+// MKToGPU; kept out of MKToGPU.cpp so that only these translation units pay
+// for the NVGPU and NVVM headers.
 //
-#ifndef MOK_LIB_CONVERSION_MOETOGPU_GEMMPIPELINE_H
-#define MOK_LIB_CONVERSION_MOETOGPU_GEMMPIPELINE_H
+#ifndef MOK_LIB_CONVERSION_MKTOGPU_GEMMPIPELINE_H
+#define MOK_LIB_CONVERSION_MKTOGPU_GEMMPIPELINE_H
 
 #include "mok/Conversion/Common/ScalarEmitter.h"
+#include "mok/Conversion/MKToGPU/MKToGPU.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
@@ -25,26 +26,16 @@ class DialectRegistry;
 
 namespace mok::conversion::gemm {
 
-/// The tile of one task: kTileM rows of A (the tokens / routed rows) by
-/// kTileN output columns, reduced in steps of kTileK (64 bf16 = one 128-byte
-/// swizzle row). One warpgroup (kThreads threads, the CTA's first) computes
-/// a task.
-constexpr int64_t kTileM = 64, kTileN = 128, kTileK = 64;
-constexpr unsigned kThreads = 128;
-/// Threads per CTA of a kernel with GEMM phases: the SIMT phases (plan,
-/// dispatch, combine) use them all; the second warpgroup idles in the GEMM
-/// phases. (On an H200, the SIMT phases of the Qwen3-30B-A3B layer took
-/// 9.7 ms with 128 threads per CTA and 6.9 ms with 256.)
-constexpr unsigned kBlock = 256;
-/// TMA pipeline depth (k-tiles in flight per CTA).
-constexpr int64_t kStages = 4;
+// The schedule (tile, stages, threads) is the one convert-moe-to-mk plans
+// with (mok/Conversion/MKToGPU/MKToGPU.h); convert-mk-to-gpu refuses others.
+using namespace mok::mk_schedule;
+constexpr unsigned kThreads = kWarpgroup;
 
 /// The shared-memory stage ring: per stage [A 64x64 | B_0 128x64 | B_1
 /// 128x64] bf16, each part 1024-aligned (the 128-byte swizzle atom).
 constexpr int64_t kBf16 = 2, kF32 = 4;
 constexpr int64_t kBytesA = kTileM * kTileK * kBf16; // 8 KiB
 constexpr int64_t kBytesB = kTileN * kTileK * kBf16; // 16 KiB
-constexpr int64_t kStageBytes = kBytesA + 2 * kBytesB;
 constexpr int64_t kAccBytes = kTileM * kTileN * kF32; // one accumulator tile
 constexpr int64_t kAlign = 1024;                      // 128B-swizzle atom
 /// One MMA k-step (16 bf16) along a 128-byte swizzled row, in bytes.
@@ -57,35 +48,34 @@ int64_t dynamicSharedMemoryBytes();
 /// The dialects the GEMM phases (of either chip) create ops of.
 void insertDialects(DialectRegistry &registry);
 
-/// A 2-D bf16 view of a kernel buffer, as the runtime encodes it with
-/// cuTensorMapEncodeTiled (SWIZZLE_128B, OOB zero fill).
-struct TensorMapSpec {
-  std::string buffer;
-  int64_t rows, cols, rowStride, boxRows, boxCols;
-};
-
-/// An A operand map: boxes of kTileM rows; a B operand map: kTileN rows.
-TensorMapSpec operandA(StringRef buffer, int64_t rows, int64_t cols);
-TensorMapSpec operandB(StringRef buffer, int64_t rows, int64_t cols);
-
 /// A memref in shared memory (workgroup address space).
 MemRefType smemType(MLIRContext *ctx, ArrayRef<int64_t> shape, Type elt);
 
-/// One GEMM phase: for each task (m-tile, n-tile),
-///   acc_j[r, c] = sum_k A[m0 + r, k] * B_j[bRow0(m0) + n0 + c, k]
-/// over k in [0, k), in fp32, for B_0 and, when given, B_1 (same rows); then
-/// `store(row, col, acc_0, acc_1)` for every row < rows, col < n.
+/// One tensor-core mk.gemm: for each task (m-tile, n-tile),
+///   acc_j[r, c] = sum_k A[m0 + r, k] * B_j[n0 + c, k]
+/// over k in [0, k), in fp32, for B_0 and, when given, B_1; then
+/// `store(row, col, acc_0, acc_1)` for every row < rows, col < n. Operands
+/// are read through the CUtensorMap slots of the `tensor_maps` buffer: A at
+/// slot `a`; B_j at slot `b_j`, or, grouped, at `b_j + expertOf(m0)` (one
+/// slot per expert, each viewing that expert's [N, K] matrix).
 struct GemmPhase {
-  unsigned a;                 // map index of A ([*, k], rows >= `rows`)
-  unsigned b0;                // map index of B_0 ([*, k])
-  std::optional<unsigned> b1; // map index of B_1, same rows as B_0
-  int64_t k;                  // a multiple of kTileK
-  int64_t n;                  // output columns; n-tiles of kTileN
-  Value rows;                 // A rows to compute (index)
-  /// The first B row of the tile at A row m0 (uniform in the tile), index.
-  function_ref<Value(Value m0)> bRowBase;
+  int64_t a;                 // slot of A ([*, k], rows >= `rows`)
+  int64_t b0;                // (first) slot of B_0
+  std::optional<int64_t> b1; // (first) slot of B_1
+  int64_t k;                 // a multiple of kTileK
+  int64_t n;                 // output columns; n-tiles of kTileN
+  Value rows;                // A rows to compute (index)
+  /// Grouped GEMMs: the expert of the m-tile at A row m0 (uniform in the
+  /// tile), index; null otherwise.
+  function_ref<Value(Value m0)> expertOf;
   /// Stores one result element (acc_1 is null without B_1).
   function_ref<void(Value row, Value col, Value acc0, Value acc1)> store;
+};
+
+/// One task of a phase: its tile origin and its operands' tensor maps.
+struct Task {
+  Value m0, n0;
+  Value mapA, mapB0, mapB1; // !nvgpu.tensormap.descriptor (mapB1 may be null)
 };
 
 /// Emits the GEMM phases of one kernel. Construction (through a chip's
@@ -116,12 +106,12 @@ public:
   virtual void finish() {}
 
 protected:
+  /// `prefetch`: (slot, box rows) of the maps to prefetch once.
   GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-              ArrayRef<TensorMapSpec> maps);
+              ArrayRef<std::pair<int64_t, int64_t>> prefetch);
 
   Emitter &e;
-  SmallVector<Value> maps;    // !nvgpu.tensormap.descriptor, one a map
-  SmallVector<int64_t> boxRows;
+  Value mapsBase;             // address of the tensor map slots (i64)
   Value smem;                 // the dynamic shared memory, i8
   Value smemBase;             // its shared-window address (index)
   Value pad;                  // bytes from smemBase to the 1024-aligned ring
@@ -132,9 +122,11 @@ protected:
   /// `iteration` (yielded by the task loops and the warpgroup's scf.if).
   SmallVector<Value> carried;
 
+  /// The tensor map in slot `slot` (index), typed for boxes of `boxRows`.
+  Value mapAt(Value slot, int64_t boxRows);
   /// Thread 0: k-tile `kTile` of the task into the stage of k-tile number
   /// `g` (arrive.expect_tx on its full barrier, then the TMA loads).
-  void load(const GemmPhase &p, Value g, Value kTile, Value m0, Value bRow);
+  void load(const GemmPhase &p, Value g, Value kTile, const Task &t);
   /// bar.sync on named barrier 1 for the first warpgroup.
   void syncWarpgroup();
   /// A view of the dynamic shared memory at `byteOffset` (from smem).
@@ -150,15 +142,15 @@ protected:
   /// stage it consumed free).
   virtual void acquire(Value g) {}
 
-  /// The MMA/accumulator layer: run by the whole warpgroup for the task at
-  /// (m0, B row bRow), whose k-tiles are numbered from `it` and whose first
+  /// The MMA/accumulator layer: run by the whole warpgroup for task `t`,
+  /// whose k-tiles are numbered from `it` and whose first
   /// min(kStages, k-tiles) k-tiles thread 0 has already started loading.
   /// It must consume every k-tile (loading the rest), leave the fp32
   /// accumulators of B_0 (and B_1) in shared-memory tiles [kTileM][kTileN]
   /// at byte pad + j * kAccBytes, returned, and end with the warpgroup
   /// synchronized. It may update `carried`.
   virtual SmallVector<Value> accumulate(const GemmPhase &p, Value it,
-                                        Value m0, Value bRow) = 0;
+                                        const Task &t) = 0;
 
 private:
   void tasks(const GemmPhase &p);
@@ -166,4 +158,4 @@ private:
 
 } // namespace mok::conversion::gemm
 
-#endif // MOK_LIB_CONVERSION_MOETOGPU_GEMMPIPELINE_H
+#endif // MOK_LIB_CONVERSION_MKTOGPU_GEMMPIPELINE_H

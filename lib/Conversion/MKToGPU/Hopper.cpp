@@ -29,12 +29,12 @@ namespace {
 class WgmmaEmitter final : public GemmEmitter {
 public:
   WgmmaEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-               ArrayRef<TensorMapSpec> maps)
-      : GemmEmitter(e, module, tensorMaps, maps) {}
+               ArrayRef<std::pair<int64_t, int64_t>> prefetch)
+      : GemmEmitter(e, module, tensorMaps, prefetch) {}
 
 private:
-  SmallVector<Value> accumulate(const GemmPhase &p, Value it, Value m0,
-                                Value bRow) override;
+  SmallVector<Value> accumulate(const GemmPhase &p, Value it,
+                                const Task &t) override;
 };
 
 } // namespace
@@ -42,7 +42,7 @@ private:
 /// The k-loop of one task: fp32 accumulators in registers (loop-carried),
 /// then stored to the shared-memory tiles.
 SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
-                                            Value m0, Value bRow) {
+                                            const Task &t) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
@@ -82,13 +82,13 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     for (int64_t ks = 0; ks < kTileK / 16; ++ks) {
       Value offA = e.add(base, e.index(ks * kK16Bytes));
       Value descA = nvgpu::WarpgroupGenerateDescriptorOp::create(
-          b, loc, aDesc, view(offA, aStep), maps[p.a]);
+          b, loc, aDesc, view(offA, aStep), t.mapA);
       for (int64_t j = 0; j < numAcc; ++j) {
-        unsigned map = j == 0 ? p.b0 : *p.b1;
+        Value map = j == 0 ? t.mapB0 : t.mapB1;
         Value offB =
             e.add(base, e.index(kBytesA + j * kBytesB + ks * kK16Bytes));
         Value descB = nvgpu::WarpgroupGenerateDescriptorOp::create(
-            b, loc, bDesc, view(offB, bStep), maps[map]);
+            b, loc, bDesc, view(offB, bStep), map);
         acc[j] = nvgpu::WarpgroupMmaOp::create(
             b, loc, accType, descA, descB, /*waitGroup=*/IntegerAttr(),
             /*transposeA=*/UnitAttr(), /*transposeB=*/UnitAttr(), acc[j]);
@@ -102,7 +102,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     Value refill = arith::AndIOp::create(
         b, loc, isThread0,
         e.cmp(arith::CmpIPredicate::slt, next, e.index(kTiles)));
-    e.ifThen(refill, [&] { load(p, e.add(g, stageCount), next, m0, bRow); });
+    e.ifThen(refill, [&] { load(p, e.add(g, stageCount), next, t); });
     scf::YieldOp::create(b, loc, acc);
   }
 
@@ -121,8 +121,8 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
 std::unique_ptr<GemmEmitter> createGemmEmitter(Emitter &e,
                                                gpu::GPUModuleOp module,
                                                Value tensorMaps,
-                                               ArrayRef<TensorMapSpec> maps) {
-  return std::make_unique<WgmmaEmitter>(e, module, tensorMaps, maps);
+                                               ArrayRef<std::pair<int64_t, int64_t>> prefetch) {
+  return std::make_unique<WgmmaEmitter>(e, module, tensorMaps, prefetch);
 }
 
 } // namespace mok::conversion::sm90

@@ -4,8 +4,8 @@
 // first warpgroup, fp32 accumulators in registers, emitted with the nvgpu
 // dialect. Private to MoEToGPU.
 //
-#ifndef MOK_LIB_CONVERSION_MOETOGPU_HOPPER_H
-#define MOK_LIB_CONVERSION_MOETOGPU_HOPPER_H
+#ifndef MOK_LIB_CONVERSION_MKTOGPU_HOPPER_H
+#define MOK_LIB_CONVERSION_MKTOGPU_HOPPER_H
 
 #include "GemmPipeline.h"
 
@@ -15,8 +15,8 @@ namespace mok::conversion::sm90 {
 /// builder's insertion point (see gemm::GemmEmitter).
 std::unique_ptr<gemm::GemmEmitter>
 createGemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-                  ArrayRef<gemm::TensorMapSpec> maps);
+                  ArrayRef<std::pair<int64_t, int64_t>> prefetch);
 
 } // namespace mok::conversion::sm90
 
-#endif // MOK_LIB_CONVERSION_MOETOGPU_HOPPER_H
+#endif // MOK_LIB_CONVERSION_MKTOGPU_HOPPER_H

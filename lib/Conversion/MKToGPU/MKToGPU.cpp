@@ -1,133 +1,442 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
-// convert-moe-to-gpu: a fused forward moe.layer → one persistent kernel in
-// a gpu.module, run in phases separated by grid-wide barriers.
+// convert-mk-to-gpu: checks a megakernel's schedule (barrier intervals, one
+// MMA engine that matches the chip, the implemented tile), then expands each
+// mk op in place.
 //
-// Every phase distributes its outermost iterations over all threads of the
-// grid (grid-stride loops) and computes each element exactly as the CPU
-// reference does, with the same scalar emitter; the plan is built on the
-// device, so a forward needs no host synchronization. The GEMM phases of an
-// eligible layer are TMA + tensor-core tile loops instead (GemmPipeline.h),
-// with the same rounding points: wgmma on sm_90a (Hopper.h), tcgen05 on
-// sm_100a (Blackwell.h).
+// The SIMT steps distribute their outermost iterations over all threads of
+// the grid (grid-stride loops) and compute each element exactly as the CPU
+// reference does, with the same scalar emitter. Tensor-core mk.gemm ops are
+// TMA + tensor-core tile loops (GemmPipeline.h) with the same rounding
+// points: wgmma on sm_90a (Hopper.h), tcgen05 on sm_100a (Blackwell.h).
 //
 #include "Blackwell.h"
 #include "GemmPipeline.h"
 #include "Hopper.h"
 #include "mok/Conversion/Common/ScalarEmitter.h"
-#include "mok/Conversion/MoEToGPU/MoEToGPU.h"
-#include "mok/Dialect/MoE/IR/MoEOps.h"
+#include "mok/Conversion/MKToGPU/MKToGPU.h"
+#include "mok/Dialect/MK/IR/MKOps.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 namespace mok {
-#define GEN_PASS_DEF_CONVERTMOETOGPU
+#define GEN_PASS_DEF_CONVERTMKTOGPU
 #include "mok/Conversion/Passes.h.inc"
 } // namespace mok
 
 using namespace mlir;
-using namespace mok::moe;
+using namespace mok;
 using namespace mok::conversion;
+namespace sched = mok::mk_schedule;
 
 namespace {
 
-/// One kernel parameter: a buffer of static shape, passed as a bare pointer.
-struct Param {
-  std::string name;
-  std::string role; // "input", "output", "workspace" or "tensor_maps"
-  MemRefType type;
-};
+//===----------------------------------------------------------------------===//
+// Checks
+//===----------------------------------------------------------------------===//
 
-/// The sizes of the layer, all static.
-struct Sizes {
-  int64_t tokens, hidden, inter, experts, topK, padding, sharedInter = 0;
-  int64_t routedCapacity() const {
-    return tokens * topK + experts * (padding - 1);
-  }
-  bool hasShared() const { return sharedInter > 0; }
-  /// Whether the tensor-core GEMM phases (TMA + wgmma on sm_90a, TMA +
-  /// tcgen05 on sm_100a) apply: K and N fit the tiles (H, the down GEMMs' N,
-  /// may be a multiple of 64: the last n-tile's extra columns are computed
-  /// and dropped), and every expert segment of the plan is a whole number of
-  /// 64-row m-tiles. TMA coordinates are 32-bit.
-  bool tensorCoreEligible() const {
-    using namespace gemm;
-    int64_t maxRows = std::max({routedCapacity(), experts * inter,
-                                experts * hidden, tokens, hidden,
-                                sharedInter});
-    return hidden % kTileK == 0 && inter % kTileN == 0 &&
-           (!hasShared() || sharedInter % kTileN == 0) &&
-           padding % kTileM == 0 && maxRows < (int64_t(1) << 31);
-  }
-};
+/// How the diagnostics name a kernel buffer: its parameter name from
+/// `mok.kernel` when there is one.
+std::string bufferName(gpu::GPUFuncOp func, Value v) {
+  auto arg = dyn_cast<BlockArgument>(v);
+  if (!arg || arg.getOwner() != &func.getBody().front())
+    return "a buffer";
+  if (auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel"))
+    if (auto params = desc.getAs<ArrayAttr>("params"))
+      if (arg.getArgNumber() < params.size())
+        if (auto p = dyn_cast<DictionaryAttr>(params[arg.getArgNumber()]))
+          if (auto name = p.getAs<StringAttr>("name"))
+            return ("'" + name.getValue() + "'").str();
+  return "argument #" + std::to_string(arg.getArgNumber());
+}
 
-class KernelBuilder {
+/// Within one barrier interval, a buffer written by one op may not be read
+/// or written by another: other CTAs see the writes only after the barrier.
+LogicalResult checkBarrierIntervals(gpu::GPUFuncOp func) {
+  DenseMap<Value, Operation *> writer, accessor;
+  for (Operation &op : func.getBody().front()) {
+    if (isa<mk::GridBarrierOp>(op)) {
+      writer.clear();
+      accessor.clear();
+      continue;
+    }
+    if (!isa<mk::MKDialect>(op.getDialect()))
+      continue;
+    SmallVector<MemoryEffects::EffectInstance> effects;
+    cast<MemoryEffectOpInterface>(op).getEffects(effects);
+    for (auto &effect : effects) {
+      Value v = effect.getValue();
+      if (!v)
+        continue;
+      auto it = writer.find(v);
+      if (it != writer.end() && it->second != &op) {
+        InFlightDiagnostic d = op.emitOpError()
+                               << "accesses " << bufferName(func, v)
+                               << ", which '" << it->second->getName()
+                               << "' writes in the same barrier interval "
+                                  "(add an mk.grid_barrier between them)";
+        d.attachNote(it->second->getLoc()) << "written here";
+        return d;
+      }
+      if (isa<MemoryEffects::Write>(effect.getEffect())) {
+        auto acc = accessor.find(v);
+        if (acc != accessor.end() && acc->second != &op) {
+          InFlightDiagnostic d = op.emitOpError()
+                                 << "writes " << bufferName(func, v)
+                                 << ", which '" << acc->second->getName()
+                                 << "' accesses in the same barrier interval "
+                                    "(add an mk.grid_barrier between them)";
+          d.attachNote(acc->second->getLoc()) << "accessed here";
+          return d;
+        }
+        writer[v] = &op;
+      }
+      accessor.try_emplace(v, &op);
+    }
+  }
+  return success();
+}
+
+/// The kernel's tensor-core GEMMs: one engine, the chip's, the implemented
+/// tile and stages, one tensor-map buffer, a kBlock-thread CTA.
+FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
+  std::optional<mk::Engine> engine;
+  Value maps;
+  StringRef chip;
+  if (auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel"))
+    if (auto c = desc.getAs<StringAttr>("chip"))
+      chip = c.getValue();
+  for (auto gemm : func.getBody().front().getOps<mk::GemmOp>()) {
+    if (!gemm.usesTensorCores())
+      continue;
+    mk::Engine e = gemm.getEngine();
+    StringRef want = e == mk::Engine::wgmma ? "sm_90a" : "sm_100a";
+    if (chip != want)
+      return gemm.emitOpError()
+             << "the " << mk::stringifyEngine(e) << " engine needs a " << want
+             << " kernel (mok.kernel chip = \"" << want << "\"), got "
+             << (chip.empty() ? "none" : "\"" + chip.str() + "\"");
+    if (engine && *engine != e)
+      return gemm.emitOpError("a kernel's tensor-core GEMMs must use one "
+                              "engine");
+    engine = e;
+    ArrayRef<int64_t> tile = *gemm.getTile();
+    if (tile[0] != sched::kTileM || tile[1] != sched::kTileN ||
+        tile[2] != sched::kTileK || *gemm.getStages() != sched::kStages)
+      return gemm.emitOpError()
+             << "tile [" << tile[0] << ", " << tile[1] << ", " << tile[2]
+             << "] with " << *gemm.getStages()
+             << " stages is not implemented; the lowering supports tile ["
+             << sched::kTileM << ", " << sched::kTileN << ", "
+             << sched::kTileK << "] with " << sched::kStages << " stages";
+    if (maps && maps != gemm.getTensorMaps())
+      return gemm.emitOpError("a kernel's tensor-core GEMMs must read one "
+                              "tensor_maps buffer");
+    maps = gemm.getTensorMaps();
+    std::optional<DenseI32ArrayAttr> block = func.getKnownBlockSizeAttr();
+    if (!block || (*block)[0] != static_cast<int32_t>(sched::kBlock) ||
+        (*block)[1] != 1 || (*block)[2] != 1)
+      return gemm.emitOpError() << "tensor-core GEMMs need a kernel with "
+                                   "known_block_size = ["
+                                << sched::kBlock << ", 1, 1]";
+  }
+  return engine;
+}
+
+//===----------------------------------------------------------------------===//
+// Lowering
+//===----------------------------------------------------------------------===//
+
+class KernelLowering {
 public:
-  KernelBuilder(LayerOp layer, const Sizes &s) : layer(layer), s(s) {}
+  KernelLowering(gpu::GPUFuncOp func, Emitter &e) : func(func), e(e) {}
 
-  /// Emits the kernel into `gpuModule`; returns its parameters. With
-  /// `tensorMaps` non-empty (eligible layer), the GEMM phases are tensor-core
-  /// tile loops for `chip` reading those maps, and blockSize is
-  /// gemm::kBlock.
-  SmallVector<Param> build(gpu::GPUModuleOp gpuModule, StringRef name,
-                           StringRef chip, unsigned blockSize,
-                           ArrayRef<gemm::TensorMapSpec> tensorMaps);
+  void run(std::optional<mk::Engine> engine);
 
 private:
-  LayerOp layer;
-  Sizes s;
-  DenseMap<StringRef, Value> buf;
+  gpu::GPUFuncOp func;
+  Emitter &e;
   Value gridThreads, globalId, numBlocks;
+  std::unique_ptr<gemm::GemmEmitter> gemm;
 
-  void forAll(Emitter &e, Value n, function_ref<void(Value)> body) {
+  void forAll(Value n, function_ref<void(Value)> body) {
     e.loop(globalId, n, gridThreads, body);
   }
   /// for (r, c) in [0, rows) x [0, cols), distributed over the grid.
-  void forAll2(Emitter &e, Value rows, int64_t cols,
-               function_ref<void(Value, Value)> body) {
+  void forAll2(Value rows, int64_t cols, function_ref<void(Value, Value)> body) {
     Value c = e.index(cols);
-    forAll(e, e.mul(rows, c), [&](Value i) { body(e.div(i, c), e.rem(i, c)); });
+    forAll(e.mul(rows, c), [&](Value i) { body(e.div(i, c), e.rem(i, c)); });
   }
-  void gridBarrier(Emitter &e);
-  /// Phases 3 (gate/up + SwiGLU) and 4 (down), each ending with a grid
-  /// barrier: scalar FMA loops, or tensor-core tile loops.
-  void scalarGemms(Emitter &e, Limit limit);
-  void tensorCoreGemms(Emitter &e, gemm::GemmEmitter &gemm, Limit limit);
-  Value rows(Emitter &e) { // R, the padded routed row count of the plan
-    return e.toIndex(e.load(buf["offsets"], {e.index(s.experts)}));
+  Value i64Of(Value index) {
+    return arith::IndexCastOp::create(e.b, e.loc, e.b.getI64Type(), index);
   }
+  /// R, the padded routed row count of the plan.
+  Value routedRows(Value offsets) {
+    int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0) - 1;
+    return e.toIndex(e.load(offsets, {e.index(experts)}));
+  }
+  /// The expert of route q of `top` [T, k] in [0, experts), or -1.
+  Value expertOf(Value top, Value q, int64_t experts) {
+    Value k = e.index(cast<MemRefType>(top.getType()).getDimSize(1));
+    Value id = e.toIndex(e.load(top, {e.div(q, k), e.rem(q, k)}));
+    Value valid = arith::AndIOp::create(
+        e.b, e.loc, e.cmp(arith::CmpIPredicate::sge, id, e.index(0)),
+        e.cmp(arith::CmpIPredicate::slt, id, e.index(experts)));
+    return e.select(valid, id, e.index(-1));
+  }
+  static int64_t size(Value v, unsigned i) {
+    return cast<MemRefType>(v.getType()).getDimSize(i);
+  }
+
+  void lower(mk::FillOp op);
+  void lower(mk::CountRoutesOp op);
+  void lower(mk::PadOffsetsOp op);
+  void lower(mk::AssignRowsOp op);
+  void lower(mk::GatherOp op);
+  void lower(mk::GemmOp op);
+  void lowerSimt(mk::GemmOp op);
+  void lowerTensorCores(mk::GemmOp op);
+  void lower(mk::CombineOp op);
+  void lower(mk::GridBarrierOp op);
 };
 
-/// The tensor maps of the tensor-core GEMM phases, in index order (MapIndex).
-enum MapIndex : unsigned {
-  kRoutedX, kGate, kUp, kHidden, kDown, // routed experts
-  kX, kSharedGate, kSharedUp, kSharedHidden, kSharedDown, // shared expert
-};
+void KernelLowering::run(std::optional<mk::Engine> engine) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Block &body = func.getBody().front();
+  b.setInsertionPointToStart(&body);
+  Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+  Value bdim = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
+  Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  numBlocks = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
+  globalId = e.add(e.mul(bid, bdim), tid);
+  gridThreads = e.mul(numBlocks, bdim);
 
-static SmallVector<gemm::TensorMapSpec> tensorMapsFor(const Sizes &s) {
-  using namespace gemm;
-  int64_t rc = s.routedCapacity(), h = s.hidden, in = s.inter, e = s.experts;
-  SmallVector<TensorMapSpec> maps = {
-      operandA("routed_x", rc, h),        // gate/up A: [Rcap, H]
-      operandB("gate_weights", e * in, h), // [E, I, H] as [E*I, H]
-      operandB("up_weights", e * in, h),
-      operandA("hidden", rc, in),          // down A: [Rcap, I]
-      operandB("down_weights", e * h, in), // [E, H, I] as [E*H, I]
-  };
-  if (s.hasShared()) {
-    int64_t is = s.sharedInter, t = s.tokens;
-    maps.append({operandA("x", t, h), operandB("shared_gate_weights", is, h),
-                 operandB("shared_up_weights", is, h),
-                 operandA("shared_hidden", t, is),
-                 operandB("shared_down_weights", h, is)});
+  SmallVector<Operation *> ops;
+  Operation *lastTensorCoreGemm = nullptr;
+  for (Operation &op : body)
+    if (isa<mk::MKDialect>(op.getDialect())) {
+      ops.push_back(&op);
+      if (auto g = dyn_cast<mk::GemmOp>(op); g && g.usesTensorCores())
+        lastTensorCoreGemm = &op;
+    }
+
+  // The tensor-core GEMMs' one-time setup (mbarriers, the prefetch of the
+  // maps every task reads; sm_100a: Tensor Memory), in uniform control flow
+  // at the start of the kernel.
+  if (engine) {
+    SmallVector<std::pair<int64_t, int64_t>> prefetch;
+    Value maps;
+    for (auto g : body.getOps<mk::GemmOp>()) {
+      if (!g.usesTensorCores())
+        continue;
+      maps = g.getTensorMaps();
+      ArrayRef<int64_t> slots = *g.getMaps();
+      prefetch.push_back({slots[0], sched::kTileM});
+      if (!g.isGrouped())
+        for (int64_t s : slots.drop_front())
+          prefetch.push_back({s, sched::kTileN});
+    }
+    auto module = func->getParentOfType<gpu::GPUModuleOp>();
+    gemm = *engine == mk::Engine::tcgen05
+               ? sm100::createGemmEmitter(e, module, maps, prefetch)
+               : sm90::createGemmEmitter(e, module, maps, prefetch);
   }
-  return maps;
+
+  bool finished = !engine;
+  bool afterLastGemm = false;
+  for (Operation *op : ops) {
+    b.setInsertionPoint(op);
+    TypeSwitch<Operation *>(op)
+        .Case<mk::FillOp, mk::CountRoutesOp, mk::PadOffsetsOp,
+              mk::AssignRowsOp, mk::GatherOp, mk::GemmOp, mk::CombineOp,
+              mk::GridBarrierOp>([&](auto typed) { lower(typed); });
+    if (op == lastTensorCoreGemm)
+      afterLastGemm = true;
+    // What follows the last tensor-core GEMM and a CTA-wide barrier
+    // (sm_100a: frees Tensor Memory): after the next grid barrier.
+    if (!finished && afterLastGemm && isa<mk::GridBarrierOp>(op)) {
+      gemm->finish();
+      finished = true;
+    }
+    op->erase();
+  }
+  if (!finished) {
+    b.setInsertionPoint(body.getTerminator());
+    gpu::BarrierOp::create(b, loc);
+    gemm->finish();
+  }
 }
 
-void KernelBuilder::gridBarrier(Emitter &e) {
+void KernelLowering::lower(mk::FillOp op) {
+  Value v = arith::ConstantIntOp::create(e.b, e.loc, op.getValue(), 64);
+  Value buffer = op.getBuffer();
+  forAll(e.index(size(buffer, 0)), [&](Value i) { e.store(v, buffer, {i}); });
+}
+
+void KernelLowering::lower(mk::CountRoutesOp op) {
+  Value top = op.getTopExperts(), counts = op.getCounts();
+  int64_t experts = size(counts, 0);
+  forAll(e.index(size(top, 0) * size(top, 1)), [&](Value q) {
+    Value ex = expertOf(top, q, experts);
+    e.ifThen(e.isValid(ex), [&] {
+      Value one = arith::ConstantIntOp::create(e.b, e.loc, 1, 64);
+      memref::AtomicRMWOp::create(e.b, e.loc, arith::AtomicRMWKind::addi, one,
+                                  counts, ValueRange{ex});
+    });
+  });
+}
+
+void KernelLowering::lower(mk::PadOffsetsOp op) {
+  Value counts = op.getCounts(), offsets = op.getOffsets();
+  int64_t experts = size(counts, 0), padding = op.getPadding();
+  e.ifThen(e.cmp(arith::CmpIPredicate::eq, globalId, e.index(0)), [&] {
+    Value pad = e.index(padding);
+    Value total = e.fold(e.index(0), e.index(experts), e.index(0),
+                         [&](Value ex, Value start) {
+                           e.store(i64Of(start), offsets, {ex});
+                           Value c = e.toIndex(e.load(counts, {ex}));
+                           Value padded = e.mul(
+                               e.div(e.add(c, e.index(padding - 1)), pad), pad);
+                           return e.add(start, padded);
+                         });
+    e.store(i64Of(total), offsets, {e.index(experts)});
+  });
+}
+
+void KernelLowering::lower(mk::AssignRowsOp op) {
+  Value top = op.getTopExperts(), offsets = op.getOffsets();
+  Value routeRow = op.getRouteRow(), rowRoute = op.getRowRoute(),
+        rowExpert = op.getRowExpert();
+  int64_t experts = size(offsets, 0) - 1;
+  Value routes = e.index(size(routeRow, 0));
+  // Rows in route order within each expert: one thread an expert scans the
+  // routes in order, so the assignment is deterministic.
+  forAll(e.index(experts), [&](Value ex) {
+    Value start = e.toIndex(e.load(offsets, {ex}));
+    e.fold(e.index(0), routes, start, [&](Value q, Value cursor) {
+      Value match =
+          e.cmp(arith::CmpIPredicate::eq, expertOf(top, q, experts), ex);
+      e.ifThen(match, [&] {
+        e.store(i64Of(cursor), routeRow, {q});
+        e.store(i64Of(q), rowRoute, {cursor});
+      });
+      return e.select(match, e.add(cursor, e.index(1)), cursor);
+    });
+    Value end = e.toIndex(e.load(offsets, {e.add(ex, e.index(1))}));
+    e.loop(start, end, [&](Value r) { e.store(i64Of(ex), rowExpert, {r}); });
+  });
+  Value none = arith::ConstantIntOp::create(e.b, e.loc, -1, 64);
+  forAll(routes, [&](Value q) {
+    e.ifThen(e.cmp(arith::CmpIPredicate::slt, expertOf(top, q, experts),
+                   e.index(0)),
+             [&] { e.store(none, routeRow, {q}); });
+  });
+}
+
+void KernelLowering::lower(mk::GatherOp op) {
+  Value x = op.getX(), rowRoute = op.getRowRoute(), out = op.getRoutedX();
+  Value k = e.index(op.getTopK());
+  forAll2(routedRows(op.getOffsets()), size(out, 1), [&](Value r, Value j) {
+    Value route = e.toIndex(e.load(rowRoute, {r}));
+    Value v = e.ifValue(
+        e.isValid(route), [&] { return e.loadF32(x, {e.div(route, k), j}); },
+        [&] { return e.f32(0.0f); });
+    e.storeRounded(v, out, {r, j});
+  });
+}
+
+void KernelLowering::lower(mk::GemmOp op) {
+  if (op.usesTensorCores())
+    lowerTensorCores(op);
+  else
+    lowerSimt(op);
+}
+
+void KernelLowering::lowerSimt(mk::GemmOp op) {
+  Value a = op.getA(), out = op.getOut();
+  ValueRange bs = op.getB();
+  int64_t k = size(a, 1), n = size(out, 1);
+  Value rows = op.isGrouped() ? routedRows(op.getOffsets())
+                              : e.index(size(a, 0));
+  Limit limit = getLimit(op.getSwigluLimitAttr());
+  bool swigluEpilogue = op.getEpilogue() == mk::Epilogue::swiglu;
+  forAll2(rows, n, [&](Value r, Value c) {
+    // Grouped: the row's expert (padding rows have their segment's: their
+    // A row is zero, so they compute zeros, as on the CPU).
+    SmallVector<Value> prefix;
+    if (op.isGrouped())
+      prefix.push_back(e.toIndex(e.load(op.getRowExpert(), {r})));
+    auto dot = [&](Value w) {
+      return e.sum(k, [&](Value j) {
+        SmallVector<Value> widx(prefix);
+        widx.append({c, j});
+        return e.mul(e.loadF32(a, {r, j}), e.loadF32(w, widx));
+      });
+    };
+    Value v = swigluEpilogue ? swiglu(e, e.roundBF16(dot(bs[0])),
+                                      e.roundBF16(dot(bs[1])), limit)
+                             : dot(bs[0]);
+    e.storeRounded(v, out, {r, c});
+  });
+}
+
+void KernelLowering::lowerTensorCores(mk::GemmOp op) {
+  Value out = op.getOut();
+  ArrayRef<int64_t> slots = *op.getMaps();
+  Limit limit = getLimit(op.getSwigluLimitAttr());
+  Value rows = op.isGrouped() ? routedRows(op.getOffsets())
+                              : e.index(size(op.getA(), 0));
+  // An m-tile lies in one expert's segment (segments are whole multiples of
+  // the padding, itself a multiple of the tile): its first row's expert.
+  auto expertOf = [&](Value m0) {
+    return e.toIndex(e.load(op.getRowExpert(), {m0}));
+  };
+  auto storeSwiglu = [&](Value row, Value col, Value g, Value u) {
+    // gate and up are each rounded to bf16, then the SwiGLU in f32.
+    e.storeRounded(swiglu(e, e.roundBF16(g), e.roundBF16(u), limit), out,
+                   {row, col});
+  };
+  auto storePlain = [&](Value row, Value col, Value y, Value) {
+    e.storeRounded(y, out, {row, col});
+  };
+  bool swigluEpilogue = op.getEpilogue() == mk::Epilogue::swiglu;
+  gemm::GemmPhase phase{
+      slots[0],
+      slots[1],
+      swigluEpilogue ? std::optional<int64_t>(slots[2]) : std::nullopt,
+      size(op.getA(), 1),
+      size(out, 1),
+      rows,
+      op.isGrouped() ? function_ref<Value(Value)>(expertOf) : nullptr,
+      swigluEpilogue
+          ? function_ref<void(Value, Value, Value, Value)>(storeSwiglu)
+          : function_ref<void(Value, Value, Value, Value)>(storePlain)};
+  gemm->emit(phase);
+}
+
+void KernelLowering::lower(mk::CombineOp op) {
+  Value out = op.getOut(), w = op.getRouterWeights(), y = op.getRoutedY();
+  Value routeRow = op.getRouteRow(), shared = op.getSharedOut();
+  Value k = e.index(size(w, 1));
+  forAll2(e.index(size(out, 0)), size(out, 1), [&](Value t, Value j) {
+    Value init = shared ? e.loadF32(shared, {t, j}) : e.f32(0.0f);
+    Value acc = e.fold(e.index(0), k, init, [&](Value kk, Value acc) {
+      Value row = e.toIndex(e.load(routeRow, {e.add(e.mul(t, k), kk)}));
+      Value term = e.ifValue(
+          e.isValid(row),
+          [&] { return e.mul(e.load(w, {t, kk}), e.loadF32(y, {row, j})); },
+          [&] { return e.f32(0.0f); });
+      return e.add(acc, term);
+    });
+    e.storeRounded(acc, out, {t, j});
+  });
+}
+
+void KernelLowering::lower(mk::GridBarrierOp op) {
   // Sense-free generation barrier: the last CTA to arrive resets the count
   // and bumps the generation the others spin on. Thread 0 of each CTA
   // arrives after a CTA barrier, with release/acquire fences at system
@@ -135,7 +444,7 @@ void KernelBuilder::gridBarrier(Emitter &e) {
   // every thread of the next.
   OpBuilder &b = e.b;
   Location loc = e.loc;
-  Value bar = buf["grid_barrier"];
+  Value bar = op.getState();
   gpu::BarrierOp::create(b, loc);
   Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
   e.ifThen(e.cmp(arith::CmpIPredicate::eq, tid, e.index(0)), [&] {
@@ -183,442 +492,44 @@ void KernelBuilder::gridBarrier(Emitter &e) {
   gpu::BarrierOp::create(b, loc);
 }
 
-void KernelBuilder::scalarGemms(Emitter &e, Limit limit) {
-  // Phase 3: gate/up + SwiGLU, routed and shared.
-  auto gateUp = [&](Value in, Value row, Value wg, Value wu,
-                    SmallVector<Value> prefix, Value i, Value out) {
-    auto dot = [&](Value w) {
-      return e.roundBF16(e.sum(s.hidden, [&](Value j) {
-        SmallVector<Value> widx(prefix);
-        widx.append({i, j});
-        return e.mul(e.loadF32(in, {row, j}), e.loadF32(w, widx));
-      }));
-    };
-    e.storeRounded(swiglu(e, dot(wg), dot(wu), limit), out, {row, i});
-  };
-  forAll2(e, rows(e), s.inter, [&](Value r, Value i) {
-    Value ex = e.toIndex(e.load(buf["row_expert"], {r}));
-    // Padding rows have an expert too (their segment's): their routed_x is
-    // zero, so they compute zeros, as on the CPU.
-    gateUp(buf["routed_x"], r, buf["gate_weights"], buf["up_weights"], {ex}, i,
-           buf["hidden"]);
-  });
-  if (layer.hasSharedExpert())
-    forAll2(e, e.index(s.tokens), s.sharedInter, [&](Value t, Value i) {
-      gateUp(buf["x"], t, buf["shared_gate_weights"], buf["shared_up_weights"],
-             {}, i, buf["shared_hidden"]);
-    });
-  gridBarrier(e);
-
-  // Phase 4: down projections.
-  auto down = [&](Value in, Value row, Value w, SmallVector<Value> prefix,
-                  Value j, int64_t inner, Value out) {
-    Value acc = e.sum(inner, [&](Value i) {
-      SmallVector<Value> widx(prefix);
-      widx.append({j, i});
-      return e.mul(e.loadF32(in, {row, i}), e.loadF32(w, widx));
-    });
-    e.storeRounded(acc, out, {row, j});
-  };
-  forAll2(e, rows(e), s.hidden, [&](Value r, Value j) {
-    Value ex = e.toIndex(e.load(buf["row_expert"], {r}));
-    down(buf["hidden"], r, buf["down_weights"], {ex}, j, s.inter,
-         buf["routed_y"]);
-  });
-  if (layer.hasSharedExpert())
-    forAll2(e, e.index(s.tokens), s.hidden, [&](Value t, Value j) {
-      down(buf["shared_hidden"], t, buf["shared_down_weights"], {}, j,
-           s.sharedInter, buf["shared_out"]);
-    });
-  gridBarrier(e);
-}
-
-void KernelBuilder::tensorCoreGemms(Emitter &e, gemm::GemmEmitter &gemm,
-                                    Limit limit) {
-  Value routed = rows(e), tokens = e.index(s.tokens);
-  // An m-tile lies in one expert's segment (segments are whole multiples of
-  // the padding, itself a multiple of the tile), so its weights are that
-  // expert's rows of the [E*N, K] view. Padding rows compute zeros, as on
-  // the CPU.
-  auto expertRows = [&](int64_t n) {
-    return [&, n](Value m0) {
-      Value ex = e.toIndex(e.load(buf["row_expert"], {m0}));
-      return e.mul(ex, e.index(n));
-    };
-  };
-  auto gateUpRows = expertRows(s.inter), downRows = expertRows(s.hidden);
-  auto firstRow = [&](Value) { return e.index(0); };
-  // gate and up are each rounded to bf16, then the SwiGLU in f32.
-  auto storeSwiglu = [&](StringRef out) {
-    return [&, out](Value row, Value col, Value g, Value u) {
-      e.storeRounded(swiglu(e, e.roundBF16(g), e.roundBF16(u), limit),
-                     buf[out], {row, col});
-    };
-  };
-  auto storeDown = [&](StringRef out) {
-    return [&, out](Value row, Value col, Value y, Value) {
-      e.storeRounded(y, buf[out], {row, col});
-    };
-  };
-  auto routedHidden = storeSwiglu("hidden"),
-       sharedHidden = storeSwiglu("shared_hidden");
-  auto routedY = storeDown("routed_y"), sharedOut = storeDown("shared_out");
-
-  // Phase 3: gate/up + SwiGLU, routed and shared.
-  gemm.emit({kRoutedX, kGate, kUp, s.hidden, s.inter, routed, gateUpRows,
-             routedHidden});
-  if (s.hasShared())
-    gemm.emit({kX, kSharedGate, kSharedUp, s.hidden, s.sharedInter, tokens,
-               firstRow, sharedHidden});
-  gridBarrier(e);
-
-  // Phase 4: down projections.
-  gemm.emit({kHidden, kDown, std::nullopt, s.inter, s.hidden, routed,
-             downRows, routedY});
-  if (s.hasShared())
-    gemm.emit({kSharedHidden, kSharedDown, std::nullopt, s.sharedInter,
-               s.hidden, tokens, firstRow, sharedOut});
-  gridBarrier(e);
-  // After the grid barrier's CTA barrier (sm_100a: frees Tensor Memory).
-  gemm.finish();
-}
-
-SmallVector<Param>
-KernelBuilder::build(gpu::GPUModuleOp gpuModule, StringRef name,
-                     StringRef chip, unsigned blockSize,
-                     ArrayRef<gemm::TensorMapSpec> tensorMaps) {
-  MLIRContext *ctx = layer.getContext();
-  Builder tb(ctx);
-  Type bf16 = tb.getBF16Type(), i64 = tb.getI64Type();
-  auto ty = [&](ArrayRef<int64_t> shape, Type elt) {
-    return MemRefType::get(shape, elt);
-  };
-  auto tensorType = [&](Value v) {
-    auto t = cast<RankedTensorType>(v.getType());
-    return ty(t.getShape(), t.getElementType());
-  };
-  int64_t rc = s.routedCapacity();
-  SmallVector<Param> params = {
-      {"x", "input", tensorType(layer.getX())},
-      {"top_experts", "input", tensorType(layer.getTopExperts())},
-      {"router_weights", "input", tensorType(layer.getRouterWeights())},
-      {"gate_weights", "input", tensorType(layer.getGateWeights())},
-      {"up_weights", "input", tensorType(layer.getUpWeights())},
-      {"down_weights", "input", tensorType(layer.getDownWeights())}};
-  if (layer.hasSharedExpert()) {
-    params.push_back({"shared_gate_weights", "input",
-                      tensorType(layer.getSharedGate())});
-    params.push_back(
-        {"shared_up_weights", "input", tensorType(layer.getSharedUp())});
-    params.push_back(
-        {"shared_down_weights", "input", tensorType(layer.getSharedDown())});
-  }
-  params.push_back({"out", "output", tensorType(layer.getOut())});
-  params.push_back({"counts", "workspace", ty({s.experts}, i64)});
-  params.push_back({"offsets", "workspace", ty({s.experts + 1}, i64)});
-  params.push_back({"route_row", "workspace", ty({s.tokens * s.topK}, i64)});
-  params.push_back({"row_route", "workspace", ty({rc}, i64)});
-  params.push_back({"row_expert", "workspace", ty({rc}, i64)});
-  params.push_back({"routed_x", "workspace", ty({rc, s.hidden}, bf16)});
-  params.push_back({"hidden", "workspace", ty({rc, s.inter}, bf16)});
-  params.push_back({"routed_y", "workspace", ty({rc, s.hidden}, bf16)});
-  if (layer.hasSharedExpert()) {
-    params.push_back(
-        {"shared_hidden", "workspace", ty({s.tokens, s.sharedInter}, bf16)});
-    params.push_back({"shared_out", "workspace", ty({s.tokens, s.hidden}, bf16)});
-  }
-  // [arrived CTAs, generation]; zero before the first launch, and left
-  // reusable by every launch.
-  params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
-  // The CUtensorMaps (128 bytes each) the runtime encodes from the
-  // `tensor_maps` description; last, so the other parameters keep their
-  // positions.
-  if (!tensorMaps.empty())
-    params.push_back({"tensor_maps", "tensor_maps",
-                      ty({16 * static_cast<int64_t>(tensorMaps.size())}, i64)});
-
-  SmallVector<Type> argTypes;
-  for (const Param &p : params)
-    argTypes.push_back(p.type);
-  OpBuilder b = OpBuilder::atBlockEnd(gpuModule.getBody());
-  auto func = gpu::GPUFuncOp::create(b, layer.getLoc(), name,
-                                     b.getFunctionType(argTypes, {}));
-  func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
-  func.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr(
-      {static_cast<int32_t>(blockSize), 1, 1}));
-  // Keys point into `params`, which outlives the map's use in this call.
-  for (auto [i, p] : llvm::enumerate(params))
-    buf[p.name] = func.getArgument(i);
-  b.setInsertionPointToStart(&func.getBody().front());
-  Location loc = layer.getLoc();
-  Emitter e(b, loc);
-  Limit limit = getLimit(layer.getSwigluLimitAttr());
-
-  Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
-  Value bdim = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
-  Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
-  numBlocks = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
-  globalId = e.add(e.mul(bid, bdim), tid);
-  gridThreads = e.mul(numBlocks, bdim);
-  // The tensor-core phases' one-time setup (mbarriers, tensor map pointers;
-  // sm_100a: Tensor Memory).
-  std::unique_ptr<gemm::GemmEmitter> gemm;
-  if (!tensorMaps.empty())
-    gemm = chip == "sm_100a"
-               ? sm100::createGemmEmitter(e, gpuModule, buf["tensor_maps"],
-                                          tensorMaps)
-               : sm90::createGemmEmitter(e, gpuModule, buf["tensor_maps"],
-                                         tensorMaps);
-
-  Value k = e.index(s.topK), numExperts = e.index(s.experts);
-  Value routes = e.index(s.tokens * s.topK);
-  Value none = arith::ConstantIntOp::create(b, loc, -1, 64);
-  auto i64Of = [&](Value index) {
-    return arith::IndexCastOp::create(b, loc, b.getI64Type(), index);
-  };
-  // The local expert of route q, or -1.
-  auto expertOf = [&](Value q) {
-    Value id = e.toIndex(e.load(buf["top_experts"], {e.div(q, k), e.rem(q, k)}));
-    Value valid = arith::AndIOp::create(
-        b, loc, e.cmp(arith::CmpIPredicate::sge, id, e.index(0)),
-        e.cmp(arith::CmpIPredicate::slt, id, numExperts));
-    return e.select(valid, id, e.index(-1));
-  };
-
-  // Phase 1: the routing plan.
-  forAll(e, numExperts, [&](Value ex) {
-    e.store(i64Of(e.index(0)), buf["counts"], {ex});
-  });
-  forAll(e, e.index(rc), [&](Value r) {
-    e.store(none, buf["row_route"], {r});
-    e.store(none, buf["row_expert"], {r});
-  });
-  gridBarrier(e);
-  forAll(e, routes, [&](Value q) {
-    Value ex = expertOf(q);
-    e.ifThen(e.isValid(ex), [&] {
-      Value one = arith::ConstantIntOp::create(b, loc, 1, 64);
-      memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi, one,
-                                  buf["counts"], ValueRange{ex});
-    });
-  });
-  gridBarrier(e);
-  e.ifThen(e.cmp(arith::CmpIPredicate::eq, globalId, e.index(0)), [&] {
-    Value pad = e.index(s.padding);
-    Value total = e.fold(e.index(0), numExperts, e.index(0),
-                         [&](Value ex, Value start) {
-                           e.store(i64Of(start), buf["offsets"], {ex});
-                           Value c = e.toIndex(e.load(buf["counts"], {ex}));
-                           Value padded = e.mul(
-                               e.div(e.add(c, e.index(s.padding - 1)), pad), pad);
-                           return e.add(start, padded);
-                         });
-    e.store(i64Of(total), buf["offsets"], {numExperts});
-  });
-  gridBarrier(e);
-  // Rows in route order within each expert: one thread an expert scans the
-  // routes in order, so the assignment is deterministic.
-  forAll(e, numExperts, [&](Value ex) {
-    Value start = e.toIndex(e.load(buf["offsets"], {ex}));
-    e.fold(e.index(0), routes, start, [&](Value q, Value cursor) {
-      Value match = e.cmp(arith::CmpIPredicate::eq, expertOf(q), ex);
-      e.ifThen(match, [&] {
-        e.store(i64Of(cursor), buf["route_row"], {q});
-        e.store(i64Of(q), buf["row_route"], {cursor});
-      });
-      return e.select(match, e.add(cursor, e.index(1)), cursor);
-    });
-    Value end = e.toIndex(e.load(buf["offsets"], {e.add(ex, e.index(1))}));
-    e.loop(start, end, [&](Value r) {
-      e.store(i64Of(ex), buf["row_expert"], {r});
-    });
-  });
-  forAll(e, routes, [&](Value q) {
-    e.ifThen(e.cmp(arith::CmpIPredicate::slt, expertOf(q), e.index(0)),
-             [&] { e.store(none, buf["route_row"], {q}); });
-  });
-  gridBarrier(e);
-
-  // Phase 2: dispatch.
-  forAll2(e, rows(e), s.hidden, [&](Value r, Value j) {
-    Value route = e.toIndex(e.load(buf["row_route"], {r}));
-    Value v = e.ifValue(
-        e.isValid(route),
-        [&] { return e.loadF32(buf["x"], {e.div(route, k), j}); },
-        [&] { return e.f32(0.0f); });
-    e.storeRounded(v, buf["routed_x"], {r, j});
-  });
-  gridBarrier(e);
-
-  // Phase 3: gate/up + SwiGLU, routed and shared; phase 4: down.
-  if (gemm)
-    tensorCoreGemms(e, *gemm, limit);
-  else
-    scalarGemms(e, limit);
-
-  // Phase 5: combine.
-  forAll2(e, e.index(s.tokens), s.hidden, [&](Value t, Value j) {
-    Value init = layer.hasSharedExpert() ? e.loadF32(buf["shared_out"], {t, j})
-                                         : e.f32(0.0f);
-    Value acc = e.fold(e.index(0), k, init, [&](Value kk, Value acc) {
-      Value row = e.toIndex(
-          e.load(buf["route_row"], {e.add(e.mul(t, k), kk)}));
-      Value term = e.ifValue(
-          e.isValid(row),
-          [&] {
-            return e.mul(e.load(buf["router_weights"], {t, kk}),
-                         e.loadF32(buf["routed_y"], {row, j}));
-          },
-          [&] { return e.f32(0.0f); });
-      return e.add(acc, term);
-    });
-    e.storeRounded(acc, buf["out"], {t, j});
-  });
-  gpu::ReturnOp::create(b, loc);
-  return params;
-}
-
-/// The kernel's description for the runtime, on the gpu.func.
-static DictionaryAttr
-describeKernel(MLIRContext *ctx, ArrayRef<Param> params, const Sizes &s,
-               StringRef chip, unsigned blockSize,
-               ArrayRef<gemm::TensorMapSpec> tensorMaps) {
-  Builder b(ctx);
-  SmallVector<Attribute> ps;
-  for (const Param &p : params) {
-    std::string dtype;
-    llvm::raw_string_ostream(dtype) << p.type.getElementType();
-    ps.push_back(b.getDictionaryAttr({
-        b.getNamedAttr("name", b.getStringAttr(p.name)),
-        b.getNamedAttr("role", b.getStringAttr(p.role)),
-        b.getNamedAttr("dtype", b.getStringAttr(dtype)),
-        b.getNamedAttr("shape", b.getDenseI64ArrayAttr(p.type.getShape())),
-    }));
-  }
-  int64_t smem = tensorMaps.empty() ? 0 : gemm::dynamicSharedMemoryBytes();
-  SmallVector<NamedAttribute> entries = {
-      b.getNamedAttr("chip", b.getStringAttr(chip)),
-      b.getNamedAttr("block", b.getI64IntegerAttr(blockSize)),
-      b.getNamedAttr("grid", b.getStringAttr("persistent: one CTA per SM")),
-      b.getNamedAttr("cooperative", b.getBoolAttr(true)),
-      b.getNamedAttr("dynamic_shared_memory", b.getI64IntegerAttr(smem)),
-      b.getNamedAttr("zero_before_first_launch",
-                     b.getArrayAttr({b.getStringAttr("grid_barrier")})),
-      b.getNamedAttr("routed_capacity", b.getI64IntegerAttr(s.routedCapacity())),
-      b.getNamedAttr("params", b.getArrayAttr(ps)),
-  };
-  // Map i is the CUtensorMap at byte 128*i of the `tensor_maps` parameter:
-  // bf16, 2-D {cols, rows} with a row stride of row_stride elements, box
-  // {box_cols, box_rows}, SWIZZLE_128B, no interleave, OOB zero fill.
-  if (!tensorMaps.empty()) {
-    SmallVector<Attribute> maps;
-    for (const gemm::TensorMapSpec &m : tensorMaps)
-      maps.push_back(b.getDictionaryAttr({
-          b.getNamedAttr("buffer", b.getStringAttr(m.buffer)),
-          b.getNamedAttr("rows", b.getI64IntegerAttr(m.rows)),
-          b.getNamedAttr("cols", b.getI64IntegerAttr(m.cols)),
-          b.getNamedAttr("row_stride", b.getI64IntegerAttr(m.rowStride)),
-          b.getNamedAttr("box_rows", b.getI64IntegerAttr(m.boxRows)),
-          b.getNamedAttr("box_cols", b.getI64IntegerAttr(m.boxCols)),
-      }));
-    entries.push_back(b.getNamedAttr("tensor_maps", b.getArrayAttr(maps)));
-  }
-  return b.getDictionaryAttr(entries);
-}
-
-struct ConvertMoEToGPUPass
-    : public mok::impl::ConvertMoEToGPUBase<ConvertMoEToGPUPass> {
-  using ConvertMoEToGPUBase::ConvertMoEToGPUBase;
+struct ConvertMKToGPUPass
+    : public mok::impl::ConvertMKToGPUBase<ConvertMKToGPUPass> {
+  using ConvertMKToGPUBase::ConvertMKToGPUBase;
 
   void getDependentDialects(DialectRegistry &registry) const override {
-    ConvertMoEToGPUBase::getDependentDialects(registry);
+    ConvertMKToGPUBase::getDependentDialects(registry);
     gemm::insertDialects(registry);
   }
 
   void runOnOperation() override {
-    ModuleOp module = getOperation();
-    if (chip != "sm_90a" && chip != "sm_100a") {
-      module.emitError() << "convert-moe-to-gpu: chip '" << chip
-                         << "' is not supported; expected sm_90a or sm_100a";
-      return signalPassFailure();
-    }
-    if (blockSize < 32 || blockSize > 1024 || blockSize % 32) {
-      module.emitError() << "convert-moe-to-gpu: block-size must be a "
-                            "multiple of 32 in [32, 1024], got "
-                         << blockSize;
-      return signalPassFailure();
-    }
-    SmallVector<std::pair<func::FuncOp, LayerOp>> layers;
-    WalkResult walk = module.walk([&](Operation *op) {
-      if (isa<LayerGradOp>(op)) {
-        op->emitError("convert-moe-to-gpu: moe.layer_grad (backward) is not "
-                      "supported on the GPU yet");
-        return WalkResult::interrupt();
-      }
-      if (isa<MoEDialect>(op->getDialect()) && !isa<LayerOp>(op)) {
-        op->emitError() << "convert-moe-to-gpu: '" << op->getName()
-                        << "' must be fused first (run --moe-fuse-layer)";
-        return WalkResult::interrupt();
-      }
-      auto layer = dyn_cast<LayerOp>(op);
-      if (!layer)
+    SmallVector<std::pair<gpu::GPUFuncOp, std::optional<mk::Engine>>> kernels;
+    WalkResult walk = getOperation().walk([&](gpu::GPUFuncOp func) {
+      bool hasMK = false;
+      for (Block &block : func.getBody())
+        for (Operation &op : block)
+          if (isa<mk::MKDialect>(op.getDialect())) {
+            if (&block != &func.getBody().front()) {
+              op.emitOpError("must be in the entry block of its kernel");
+              return WalkResult::interrupt();
+            }
+            hasMK = true;
+          }
+      if (!hasMK)
         return WalkResult::advance();
-      PlanType plan = layer.getPlanType();
-      if (plan.getEp() != 1) {
-        layer.emitError() << "convert-moe-to-gpu: expert parallelism (ep = "
-                          << plan.getEp() << ") is not supported yet";
+      if (failed(checkBarrierIntervals(func)))
         return WalkResult::interrupt();
-      }
-      if (!plan.hasStaticTokens()) {
-        layer.emitError("convert-moe-to-gpu: a dynamic token count is not "
-                        "supported yet; the GPU kernel is compiled for one T");
+      FailureOr<std::optional<mk::Engine>> engine = checkEngines(func);
+      if (failed(engine))
         return WalkResult::interrupt();
-      }
-      if (layer.savesContext()) {
-        layer.emitError("convert-moe-to-gpu: the saved context (training "
-                        "forward) is not supported on the GPU yet");
-        return WalkResult::interrupt();
-      }
-      auto func = layer->getParentOfType<func::FuncOp>();
-      layers.push_back({func, layer});
+      kernels.push_back({func, *engine});
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())
       return signalPassFailure();
-
-    MLIRContext *ctx = &getContext();
-    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
-                    UnitAttr::get(ctx));
-    for (auto [func, layer] : layers) {
-      PlanType plan = layer.getPlanType();
-      auto x = cast<RankedTensorType>(layer.getX().getType());
-      auto wg = cast<RankedTensorType>(layer.getGateWeights().getType());
-      Sizes s{plan.getTokens(), x.getDimSize(1),     wg.getDimSize(1),
-              plan.getLocalExperts(), plan.getTopK(), plan.getPadding()};
-      if (layer.hasSharedExpert())
-        s.sharedInter =
-            cast<RankedTensorType>(layer.getSharedGate().getType()).getDimSize(0);
-      OpBuilder b(module.getBodyRegion());
-      b.setInsertionPointToEnd(module.getBody());
-      std::string name = func.getSymName().str();
-      auto gpuModule =
-          gpu::GPUModuleOp::create(b, layer.getLoc(), name + "_kernels");
-      // TMA + tensor-core GEMM phases (wgmma on sm_90a, tcgen05 on sm_100a)
-      // when the shapes fit the tiles, run by the first warpgroup of each
-      // CTA; the same maps, metadata and block size on both chips.
-      SmallVector<gemm::TensorMapSpec> maps;
-      unsigned block = blockSize;
-      if (tensorCores && s.tensorCoreEligible()) {
-        maps = tensorMapsFor(s);
-        block = gemm::kBlock;
-      }
-      KernelBuilder builder(layer, s);
-      std::string kernel = name + "_forward";
-      SmallVector<Param> params =
-          builder.build(gpuModule, kernel, chip, block, maps);
-      auto gpuFunc = cast<gpu::GPUFuncOp>(gpuModule.lookupSymbol(kernel));
-      gpuFunc->setAttr("mok.kernel",
-                       describeKernel(ctx, params, s, chip, block, maps));
+    for (auto [func, engine] : kernels) {
+      OpBuilder b(func.getContext());
+      Emitter e(b, func.getLoc());
+      KernelLowering(func, e).run(engine);
     }
   }
 };

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
-// The moe-to-ptx pipeline: moe → persistent kernel → NVVM → PTX, in
-// process through LLVM's NVPTX backend (MLIR's NVVM target).
+// The moe-to-ptx pipeline: moe → megakernel schedule (mk) → gpu/nvgpu →
+// NVVM → PTX, in process through LLVM's NVPTX backend (MLIR's NVVM target).
 //
-#include "mok/Conversion/MoEToGPU/MoEToGPU.h"
+#include "mok/Conversion/MKToGPU/MKToGPU.h"
+#include "mok/Conversion/MoEToMK/MoEToMK.h"
+#include "mok/Conversion/MoEToPTX/MoEToPTX.h"
 #include "mok/Dialect/MoE/Transforms/Passes.h"
 
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
@@ -28,13 +30,19 @@ void mok::buildMoEToPTXPipeline(OpPassManager &pm, const std::string &chip,
   buildGPUToPTXPipeline(pm, chip, toolkit);
 }
 
+void mok::buildMoEToMKPipeline(OpPassManager &pm, const std::string &chip,
+                               bool tensorCores) {
+  pm.addPass(moe::createMoEFuseLayer());
+  ConvertMoEToMKOptions options;
+  options.chip = chip;
+  options.tensorCores = tensorCores;
+  pm.addPass(createConvertMoEToMK(options));
+}
+
 void mok::buildMoEToGPUPipeline(OpPassManager &pm, const std::string &chip,
                                 bool tensorCores) {
-  pm.addPass(moe::createMoEFuseLayer());
-  ConvertMoEToGPUOptions gpuOptions;
-  gpuOptions.chip = chip;
-  gpuOptions.tensorCores = tensorCores;
-  pm.addPass(createConvertMoEToGPU(gpuOptions));
+  buildMoEToMKPipeline(pm, chip, tensorCores);
+  pm.addPass(createConvertMKToGPU());
 }
 
 void mok::buildGPUToPTXPipeline(OpPassManager &pm, const std::string &chip,

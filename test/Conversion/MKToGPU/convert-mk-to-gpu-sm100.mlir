@@ -1,15 +1,15 @@
-// The layers of convert-moe-to-gpu-sm90.mlir on sm_100a: the eligible one
+// The layers of convert-mk-to-gpu-sm90.mlir on sm_100a: the eligible one
 // gets TMA + mbarrier + tcgen05 GEMM phases (accumulators in Tensor Memory),
 // the other two, and tensor-cores=false, keep the scalar FMA phases.
-// RUN: mok-opt %S/convert-moe-to-gpu-sm90.mlir --convert-moe-to-gpu=chip=sm_100a | FileCheck %s
-// RUN: mok-opt %S/convert-moe-to-gpu-sm90.mlir --convert-moe-to-gpu="chip=sm_100a tensor-cores=false" | FileCheck %s --check-prefix=SCALAR \
+// RUN: mok-opt %S/convert-mk-to-gpu-sm90.mlir --convert-moe-to-mk=chip=sm_100a --convert-mk-to-gpu | FileCheck %s
+// RUN: mok-opt %S/convert-mk-to-gpu-sm90.mlir --convert-moe-to-mk="chip=sm_100a tensor-cores=false" --convert-mk-to-gpu | FileCheck %s --check-prefix=SCALAR \
 // RUN:   --implicit-check-not=nvgpu. --implicit-check-not=tcgen05 --implicit-check-not=tensor_maps --implicit-check-not=mok_dyn_smem
 //
 // The kernel interface is the sm_90a one, but for the chip: same parameters
 // (tensor_maps last), same block, same dynamic shared memory, same tensor
 // map descriptions, so the runtime needs no change.
-// RUN: mok-opt %S/convert-moe-to-gpu-sm90.mlir --convert-moe-to-gpu=chip=sm_90a | grep "gpu.func @" | sed -e 's/sm_90a/CHIP/' > %t.sm90
-// RUN: mok-opt %S/convert-moe-to-gpu-sm90.mlir --convert-moe-to-gpu=chip=sm_100a | grep "gpu.func @" | sed -e 's/sm_100a/CHIP/' > %t.sm100
+// RUN: mok-opt %S/convert-mk-to-gpu-sm90.mlir --convert-moe-to-mk=chip=sm_90a --convert-mk-to-gpu | grep "gpu.func @" | sed -e 's/sm_90a/CHIP/' > %t.sm90
+// RUN: mok-opt %S/convert-mk-to-gpu-sm90.mlir --convert-moe-to-mk=chip=sm_100a --convert-mk-to-gpu | grep "gpu.func @" | sed -e 's/sm_100a/CHIP/' > %t.sm100
 // RUN: diff %t.sm90 %t.sm100
 
 // CHECK-LABEL: gpu.module @eligible_kernels
@@ -17,19 +17,19 @@
 // CHECK: memref.global "private" @mok_tmem_base : memref<1xi32, #gpu.address_space<workgroup>> {alignment = 4 : i64}
 // CHECK: memref.global "public" @mok_dyn_smem : memref<0xi8, #gpu.address_space<workgroup>> {alignment = 1024 : i64}
 // CHECK: gpu.func @eligible_forward(
-// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %[[MAPS:[^:]*]]: memref<160xi64>) kernel
+// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %[[MAPS:[^:]*]]: memref<304xi64>) kernel
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
 // CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_100a", cooperative = true, dynamic_shared_memory = 164864 : i64
-// CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 160>}]
+// CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 304>}]
 // CHECK-SAME: tensor_maps = [
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "routed_x", cols = 64 : i64, row_stride = 64 : i64, rows = 332 : i64}
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_down_weights", cols = 128 : i64, row_stride = 128 : i64, rows = 64 : i64}]
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "routed_x", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 332 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_down_weights", cols = 128 : i64, experts = 1 : i64, row_stride = 128 : i64, rows = 64 : i64}]
 
 // The shared setup: stage buffers, one full barrier per stage, the maps.
 // CHECK: memref.reinterpret_cast {{.*}} sizes: [164864]
 // CHECK: %[[SMEM:.*]] = memref.extract_aligned_pointer_as_index %reinterpret_cast
 // CHECK: %[[FULL:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 4>
-// CHECK: memref.extract_aligned_pointer_as_index %[[MAPS]] : memref<160xi64>
+// CHECK: memref.extract_aligned_pointer_as_index %[[MAPS]] : memref<304xi64>
 // CHECK: %[[RX:.*]] = builtin.unrealized_conversion_cast {{.*}} : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<64x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
 // CHECK: %[[TID:.*]] = gpu.thread_id x
 // CHECK: %[[T0:.*]] = arith.cmpi eq, %[[TID]], %{{.*}} : index
@@ -68,7 +68,7 @@
 // CHECK: arith.cmpi sge
 // CHECK: nvgpu.mbarrier.try_wait.parity %[[MMA]][
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %[[FULL]][%{{.*}}], %c40960
-// CHECK: nvgpu.tma.async.load %[[RX]][
+// CHECK: nvgpu.tma.async.load %{{.*}}[%{{.*}}, %{{.*}}], %[[FULL]][%{{.*}}] to %{{.*}} : <tensor = memref<64x64xbf16
 // CHECK: nvgpu.tma.async.load
 // CHECK: nvgpu.tma.async.load
 // The MMA issuer (thread 0): per k-tile, wait for the full barrier, then

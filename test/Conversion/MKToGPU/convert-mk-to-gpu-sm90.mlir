@@ -1,11 +1,11 @@
-// RUN: mok-opt %s --convert-moe-to-gpu=chip=sm_90a | FileCheck %s
-// RUN: mok-opt %s --convert-moe-to-gpu="chip=sm_90a tensor-cores=false" | FileCheck %s --check-prefix=SCALAR \
+// RUN: mok-opt %s --convert-moe-to-mk=chip=sm_90a --convert-mk-to-gpu | FileCheck %s
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a tensor-cores=false" --convert-mk-to-gpu | FileCheck %s --check-prefix=SCALAR \
 // RUN:   --implicit-check-not=nvgpu. --implicit-check-not=tensor_maps --implicit-check-not=mok_dyn_smem
 
 // On sm_90a, a layer whose shapes fit the tiles (H % 64, I % 128, I_s % 128,
 // padding % 64) gets TMA + mbarrier + wgmma GEMM phases; the others and
 // tensor-cores=false keep the scalar FMA phases. (The same layers on sm_100a:
-// convert-moe-to-gpu-sm100.mlir.)
+// convert-mk-to-gpu-sm100.mlir.)
 
 // The eligible layer: one extra, last parameter holding the tensor maps, 10
 // maps (5 routed, 5 shared) of 128 bytes = 160 x i64; 256 threads (the first
@@ -14,45 +14,44 @@
 // CHECK-LABEL: gpu.module @eligible_kernels
 // CHECK: memref.global "public" @mok_dyn_smem : memref<0xi8, #gpu.address_space<workgroup>> {alignment = 1024 : i64}
 // CHECK: gpu.func @eligible_forward(
-// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %[[MAPS:[^:]*]]: memref<160xi64>) kernel
+// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %[[MAPS:[^:]*]]: memref<304xi64>) kernel
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
 // CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_90a", cooperative = true, dynamic_shared_memory = 164864 : i64
 // The existing parameters are unchanged; tensor_maps comes last.
-// CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 160>}]
-// Map i views a kernel buffer as 2-D bf16 [rows, cols]: A operands in boxes
-// of 64 rows (routed_x is [Rcap = 40*2 + 4*63 = 332, H]), B operands (the
-// weights, experts stacked: gate [E*I, H], down [E*H, I]) in boxes of 128.
+// CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 304>}]
+// Map entry i views a kernel buffer as 2-D bf16 [rows, cols]: A operands in
+// boxes of 64 rows (routed_x is [Rcap = 40*2 + 4*63 = 332, H]), B operands
+// in boxes of 128; a routed weight's entry is one map per expert (gate: 4
+// maps of [I, H], down: 4 of [H, I]), 19 slots in all (1+4+4+1+4 + 5).
 // CHECK-SAME: tensor_maps = [
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "routed_x", cols = 64 : i64, row_stride = 64 : i64, rows = 332 : i64}
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "gate_weights", cols = 64 : i64, row_stride = 64 : i64, rows = 512 : i64}
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "up_weights", cols = 64 : i64, row_stride = 64 : i64, rows = 512 : i64}
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "hidden", cols = 128 : i64, row_stride = 128 : i64, rows = 332 : i64}
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "down_weights", cols = 128 : i64, row_stride = 128 : i64, rows = 256 : i64}
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "x", cols = 64 : i64, row_stride = 64 : i64, rows = 40 : i64}
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_gate_weights", cols = 64 : i64, row_stride = 64 : i64, rows = 128 : i64}
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_up_weights", cols = 64 : i64, row_stride = 64 : i64, rows = 128 : i64}
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "shared_hidden", cols = 128 : i64, row_stride = 128 : i64, rows = 40 : i64}
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_down_weights", cols = 128 : i64, row_stride = 128 : i64, rows = 64 : i64}]
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "routed_x", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 332 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "gate_weights", cols = 64 : i64, experts = 4 : i64, row_stride = 64 : i64, rows = 128 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "up_weights", cols = 64 : i64, experts = 4 : i64, row_stride = 64 : i64, rows = 128 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "hidden", cols = 128 : i64, experts = 1 : i64, row_stride = 128 : i64, rows = 332 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "down_weights", cols = 128 : i64, experts = 4 : i64, row_stride = 128 : i64, rows = 64 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "x", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 40 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_gate_weights", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 128 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_up_weights", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 128 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "shared_hidden", cols = 128 : i64, experts = 1 : i64, row_stride = 128 : i64, rows = 40 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_down_weights", cols = 128 : i64, experts = 1 : i64, row_stride = 128 : i64, rows = 64 : i64}]
 // Setup: the stage buffers in the extern shared array, one mbarrier per
-// stage, map i at byte 128*i of the tensor_maps buffer.
+// stage, slot s at byte 128*s of the tensor_maps buffer; the maps every task
+// reads (A operands, the shared expert's weights) are prefetched once.
 // CHECK: memref.get_global @mok_dyn_smem
 // CHECK: memref.reinterpret_cast {{.*}} sizes: [164864]
 // CHECK: %[[BARS:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 4>
-// CHECK: %[[BASE:.*]] = memref.extract_aligned_pointer_as_index %[[MAPS]] : memref<160xi64>
+// CHECK: %[[BASE:.*]] = memref.extract_aligned_pointer_as_index %[[MAPS]] : memref<304xi64>
 // CHECK: %[[BASE64:.*]] = arith.index_cast %[[BASE]] : index to i64
 // CHECK: %[[P0:.*]] = llvm.inttoptr
 // CHECK: %[[RX:.*]] = builtin.unrealized_conversion_cast %[[P0]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<64x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b, l2promo = none, oob = zero, interleave = none>
-// CHECK: %[[OFF1:.*]] = arith.constant 128 : i64
-// CHECK: %[[A1:.*]] = arith.addi %[[BASE64]], %[[OFF1]]
-// CHECK: %[[P1:.*]] = llvm.inttoptr %[[A1]]
-// CHECK: %[[GATE:.*]] = builtin.unrealized_conversion_cast %[[P1]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<128x64xbf16, #gpu.address_space<workgroup>>, swizzle = swizzle_128b
-// CHECK: %[[UP:.*]] = builtin.unrealized_conversion_cast
-// CHECK-COUNT-7: builtin.unrealized_conversion_cast {{.*}} to !nvgpu.tensormap.descriptor
+// CHECK-COUNT-6: builtin.unrealized_conversion_cast {{.*}} to !nvgpu.tensormap.descriptor
 // Thread 0 initializes the barriers once per kernel.
 // CHECK: scf.if
 // CHECK-COUNT-4: nvgpu.mbarrier.init %[[BARS]]
 // CHECK-NEXT: nvvm.fence.mbarrier.init
 // CHECK-NEXT: nvgpu.tma.prefetch.descriptor %[[RX]]
+// CHECK-COUNT-6: nvgpu.tma.prefetch.descriptor
+// CHECK-NOT: nvgpu.tma.prefetch.descriptor
 // CHECK: gpu.barrier
 // The plan and the dispatch are unchanged.
 // CHECK: memref.atomic_rmw addi
@@ -61,8 +60,23 @@
 // CHECK: %[[WG0:.*]] = arith.cmpi ult, %{{.*}}, %c128{{.*}} : index
 // CHECK: scf.if %[[WG0]] -> (index)
 // CHECK: scf.for
+// The m-tile's expert (row_expert of its first row) picks the B maps: gate
+// at slot 1 + e, up at slot 5 + e.
+// CHECK: %[[EX:.*]] = memref.load %{{.*}} : memref<332xi64>
+// CHECK: %[[EXI:.*]] = arith.index_cast %[[EX]] : i64 to index
+// CHECK: %[[TRX:.*]] = builtin.unrealized_conversion_cast {{.*}} to !nvgpu.tensormap.descriptor<tensor = memref<64x64xbf16
+// CHECK: %[[C1:.*]] = arith.constant 1 : index
+// CHECK: %[[GSLOT:.*]] = arith.addi %[[C1]], %[[EXI]] : index
+// CHECK: %[[GSLOT64:.*]] = arith.index_cast %[[GSLOT]] : index to i64
+// CHECK: %[[GOFF:.*]] = arith.muli %[[GSLOT64]], %{{.*}} : i64
+// CHECK: %[[GADDR:.*]] = arith.addi %[[BASE64]], %[[GOFF]] : i64
+// CHECK: %[[GPTR:.*]] = llvm.inttoptr %[[GADDR]]
+// CHECK: %[[GATE:.*]] = builtin.unrealized_conversion_cast %[[GPTR]] : !llvm.ptr to !nvgpu.tensormap.descriptor<tensor = memref<128x64xbf16
+// CHECK: %[[C5:.*]] = arith.constant 5 : index
+// CHECK: arith.addi %[[C5]], %[[EXI]] : index
+// CHECK: %[[UP:.*]] = builtin.unrealized_conversion_cast {{.*}} to !nvgpu.tensormap.descriptor<tensor = memref<128x64xbf16
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c40960
-// CHECK: nvgpu.tma.async.load %[[RX]][
+// CHECK: nvgpu.tma.async.load %[[TRX]][
 // CHECK: nvgpu.tma.async.load %[[GATE]][
 // CHECK: nvgpu.tma.async.load %[[UP]][
 // ... and the warpgroup waits for a stage, then runs one m64n128k16 wgmma per

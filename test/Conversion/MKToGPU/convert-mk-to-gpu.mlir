@@ -1,4 +1,4 @@
-// RUN: mok-opt %s --convert-moe-to-gpu=chip=sm_90a | FileCheck %s
+// RUN: mok-opt %s --convert-moe-to-mk=chip=sm_90a --convert-mk-to-gpu | FileCheck %s
 
 // One persistent kernel per layer, in a gpu.module: bare buffers for the
 // inputs, the output and the workspace, described for the runtime.

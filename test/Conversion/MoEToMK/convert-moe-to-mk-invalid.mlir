@@ -1,10 +1,10 @@
-// RUN: mok-opt %s --split-input-file --convert-moe-to-gpu --verify-diagnostics
+// RUN: mok-opt %s --split-input-file --convert-moe-to-mk --verify-diagnostics
 
 // What the GPU lowering does not support yet is rejected by name.
 
 func.func @dynamic_tokens(%x: tensor<?x64xbf16>, %top: tensor<?x2xi32>, %rw: tensor<?x2xf32>,
                           %wg: tensor<4x32x64xbf16>, %wd: tensor<4x64x32xbf16>) -> tensor<?x64xbf16> {
-  // expected-error @+1 {{convert-moe-to-gpu: a dynamic token count is not supported yet; the GPU kernel is compiled for one T}}
+  // expected-error @+1 {{convert-moe-to-mk: a dynamic token count is not supported yet; the GPU kernel is compiled for one T}}
   %o = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd
       plan !moe.plan<tokens = ?, top_k = 2, experts = 4, ep = 1, padding = 8>
       : (tensor<?x64xbf16>, tensor<?x2xi32>, tensor<?x2xf32>, tensor<4x32x64xbf16>,
@@ -16,7 +16,7 @@ func.func @dynamic_tokens(%x: tensor<?x64xbf16>, %top: tensor<?x2xi32>, %rw: ten
 
 func.func @expert_parallel(%x: tensor<8x64xbf16>, %top: tensor<8x2xi32>, %rw: tensor<8x2xf32>,
                            %wg: tensor<2x32x64xbf16>, %wd: tensor<2x64x32xbf16>) -> tensor<8x64xbf16> {
-  // expected-error @+1 {{convert-moe-to-gpu: expert parallelism (ep = 2) is not supported yet}}
+  // expected-error @+1 {{convert-moe-to-mk: expert parallelism (ep = 2) is not supported yet}}
   %o = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd
       plan !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 2, padding = 8>
       : (tensor<8x64xbf16>, tensor<8x2xi32>, tensor<8x2xf32>, tensor<2x32x64xbf16>,
@@ -27,7 +27,7 @@ func.func @expert_parallel(%x: tensor<8x64xbf16>, %top: tensor<8x2xi32>, %rw: te
 // -----
 
 func.func @unfused(%x: tensor<8x64xbf16>, %top: tensor<8x2xi32>) -> !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 1, padding = 8> {
-  // expected-error @+1 {{convert-moe-to-gpu: 'moe.plan' must be fused first (run --moe-fuse-layer)}}
+  // expected-error @+1 {{convert-moe-to-mk: 'moe.plan' must be fused first (run --moe-fuse-layer)}}
   %p = moe.plan %top : tensor<8x2xi32> -> !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 1, padding = 8>
   return %p : !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 1, padding = 8>
 }
@@ -36,7 +36,7 @@ func.func @unfused(%x: tensor<8x64xbf16>, %top: tensor<8x2xi32>) -> !moe.plan<to
 
 func.func @backward(%d: tensor<8x64xbf16>, %x: tensor<8x64xbf16>, %top: tensor<8x2xi32>,
                     %rw: tensor<8x2xf32>, %wg: tensor<4x32x64xbf16>, %wd: tensor<4x64x32xbf16>) {
-  // expected-error @+1 {{convert-moe-to-gpu: moe.layer_grad (backward) is not supported on the GPU yet}}
+  // expected-error @+1 {{convert-moe-to-mk: moe.layer_grad (backward) is not supported on the GPU yet}}
   %g:5 = moe.layer_grad %d, %x, %top, %rw, gate %wg, up %wg, down %wd
       plan !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 1, padding = 8>
       : (tensor<8x64xbf16>, tensor<8x64xbf16>, tensor<8x2xi32>, tensor<8x2xf32>,

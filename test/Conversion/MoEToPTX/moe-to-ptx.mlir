@@ -12,9 +12,9 @@
 // RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/sm90-shared/shared_layer_kernels.ptx
 // RUN: grep wgmma.mma_async %t/sm90-shared/shared_layer_kernels.ptx | count 24
 // RUN: ptxas -arch=sm_90a -v %t/sm90-shared/shared_layer_kernels.ptx -o %t/sm90-shared.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
-// The small layers of convert-moe-to-gpu-sm90.mlir: one eligible (with a
+// The small layers of convert-mk-to-gpu-sm90.mlir: one eligible (with a
 // shared expert, T = 40 < one 64-row tile, clamped SwiGLU), two not.
-// RUN: mok-opt %S/convert-moe-to-gpu-sm90.mlir --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-small
+// RUN: mok-opt %S/../MKToGPU/convert-mk-to-gpu-sm90.mlir --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-small
 // RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/sm90-small/eligible_kernels.ptx
 // RUN: ptxas -arch=sm_90a %t/sm90-small/eligible_kernels.ptx -o %t/sm90-small.cubin
 // RUN: FileCheck %s --check-prefix=SCALAR --input-file %t/sm90-small/padding8_kernels.ptx
@@ -28,7 +28,7 @@
 // RUN: FileCheck %s --check-prefix=TCGEN05 --input-file %t/sm100-qwen/qwen3_30b_a3b_moe_kernels.ptx
 // RUN: grep tcgen05.mma %t/sm100-qwen/qwen3_30b_a3b_moe_kernels.ptx | count 12
 // RUN: ptxas -arch=sm_100a -v %t/sm100-qwen/qwen3_30b_a3b_moe_kernels.ptx -o %t/sm100-qwen.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
-// RUN: mok-opt %S/convert-moe-to-gpu-sm90.mlir --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/sm100-small
+// RUN: mok-opt %S/../MKToGPU/convert-mk-to-gpu-sm90.mlir --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/sm100-small
 // RUN: FileCheck %s --check-prefix=TCGEN05 --input-file %t/sm100-small/eligible_kernels.ptx
 // RUN: ptxas -arch=sm_100a %t/sm100-small/eligible_kernels.ptx -o %t/sm100-small.cubin
 // RUN: FileCheck %s --check-prefix=SCALAR --input-file %t/sm100-small/padding8_kernels.ptx
@@ -121,7 +121,7 @@
 // SM100: gpu.binary @shared_layer_kernels [#gpu.object<#nvvm.target<O = 3, chip = "sm_100a", features = "+ptx88">
 // SM100-SAME: .target sm_100a
 // SM100-SAME: .visible .entry shared_layer_forward(
-// CHIP: convert-moe-to-gpu: chip 'sm_80' is not supported; expected sm_90a or sm_100a
+// CHIP: convert-moe-to-mk: chip 'sm_80' is not supported; expected sm_90a or sm_100a
 
 // A DeepSeek-V3-shaped layer on one GPU (the example is EP = 8, which the GPU
 // lowering does not support yet), fewer tokens.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-#ifndef MOK_CONVERSION_MOETOGPU_MOETOGPU_H
-#define MOK_CONVERSION_MOETOGPU_MOETOGPU_H
+#ifndef MOK_CONVERSION_MOETOPTX_MOETOPTX_H
+#define MOK_CONVERSION_MOETOPTX_MOETOPTX_H
 
 #include "mlir/Pass/Pass.h"
 
@@ -12,18 +12,18 @@ class OpPassManager;
 
 namespace mok {
 
-#define GEN_PASS_DECL_CONVERTMOETOGPU
-#include "mok/Conversion/Passes.h.inc"
-
-/// moe → one persistent kernel → NVVM → PTX (in a gpu.binary), for `chip`
+/// moe → one persistent megakernel (mk) → gpu/nvgpu → NVVM → PTX (in a gpu.binary), for `chip`
 /// ("sm_90a" or "sm_100a"). `toolkit` is the CUDA toolkit holding libdevice.
 /// `tensorCores`: TMA + tensor-core GEMM phases for eligible layers (wgmma
 /// on sm_90a, tcgen05 on sm_100a).
 void buildMoEToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
                            const std::string &toolkit, bool tensorCores = true);
 
-/// Its two halves: fuse + convert-moe-to-gpu (the kernels, with their
-/// `mok.kernel` descriptions), then NVVM lowering and PTX emission.
+/// Its halves: fuse + convert-moe-to-mk + convert-mk-to-gpu (the kernels,
+/// with their `mok.kernel` descriptions), then NVVM lowering and PTX
+/// emission; buildMoEToMKPipeline stops at the megakernel schedule.
+void buildMoEToMKPipeline(mlir::OpPassManager &pm, const std::string &chip,
+                          bool tensorCores = true);
 void buildMoEToGPUPipeline(mlir::OpPassManager &pm, const std::string &chip,
                            bool tensorCores = true);
 void buildGPUToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
@@ -34,4 +34,4 @@ void registerMoEToPTXPipeline();
 
 } // namespace mok
 
-#endif // MOK_CONVERSION_MOETOGPU_MOETOGPU_H
+#endif // MOK_CONVERSION_MOETOPTX_MOETOPTX_H

@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#ifndef MOK_CONVERSION_MKTOGPU_MKTOGPU_H
+#define MOK_CONVERSION_MKTOGPU_MKTOGPU_H
+
+#include "mlir/Pass/Pass.h"
+
+#include <cstdint>
+
+namespace mok {
+
+#define GEN_PASS_DECL_CONVERTMKTOGPU
+#include "mok/Conversion/Passes.h.inc"
+
+/// The tensor-core GEMM schedule convert-mk-to-gpu implements, which
+/// convert-moe-to-mk plans with: output tiles of kTileM rows (tokens /
+/// routed rows) by kTileN columns, reduced in k-tiles of kTileK (64 bf16 =
+/// one 128-byte swizzle row) through a ring of kStages shared-memory stages,
+/// computed by one warpgroup (kWarpgroup threads, the CTA's first) of a
+/// kBlock-thread CTA (the others take part in the SIMT phases).
+namespace mk_schedule {
+constexpr int64_t kTileM = 64, kTileN = 128, kTileK = 64;
+constexpr int64_t kStages = 4;
+constexpr unsigned kWarpgroup = 128;
+/// (On an H200, the SIMT phases of the Qwen3-30B-A3B layer took 9.7 ms with
+/// 128 threads per CTA and 6.9 ms with 256.)
+constexpr unsigned kBlock = 256;
+/// Dynamic shared memory of a kernel with tensor-core GEMMs, in bytes: the
+/// stage ring ([A 64x64 | B_0 128x64 | B_1 128x64] bf16 a stage) plus 1 KiB
+/// to align it to the 128-byte-swizzle atom.
+constexpr int64_t kStageBytes = (kTileM + 2 * kTileN) * kTileK * 2;
+constexpr int64_t kDynamicSharedMemory = kStages * kStageBytes + 1024;
+} // namespace mk_schedule
+
+} // namespace mok
+
+#endif // MOK_CONVERSION_MKTOGPU_MKTOGPU_H

@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#ifndef MOK_DIALECT_MK_IR_MKOPS_TD
+#define MOK_DIALECT_MK_IR_MKOPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/EnumAttr.td"
+include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Dialect
+//===----------------------------------------------------------------------===//
+
+def MK_Dialect : Dialect {
+  let name = "mk";
+  let cppNamespace = "::mok::mk";
+  let summary = "The megakernel: one persistent kernel's schedule, explicit";
+  let description = [{
+    The `mk` dialect is the kernel level between the fused `moe.layer` and
+    NVVM. A megakernel is a `gpu.func` (launched cooperatively, one CTA per
+    SM) whose body is a straight sequence of `mk` ops over its buffer
+    parameters. Each op is a *grid-wide step*: every thread of the grid takes
+    part, and the op says how the work is split (grid-stride loops over
+    elements, or a persistent loop over output tiles assigned to CTAs
+    round-robin). What an op writes is visible to other CTAs only after the
+    next `mk.grid_barrier`: within one barrier interval, a buffer written by
+    one op may not be read or written by another (`convert-mk-to-gpu`
+    checks this and reports the pair of ops).
+
+    So the schedule is printed and tested here, without a GPU: the phases
+    (routing plan, dispatch gather, grouped GEMMs with their epilogues,
+    combine), the barriers between them, and for every GEMM its engine
+    (`simt` scalar FMAs; `wgmma` on sm_90a or `tcgen05` on sm_100a, both fed
+    by TMA through an mbarrier-completed shared-memory ring), tile, stage
+    count and tensor-map slots. `convert-moe-to-mk` chooses them;
+    `convert-mk-to-gpu` expands each op into gpu/scf/memref/nvgpu/nvvm ops.
+
+    ```mlir
+    gpu.func @layer_forward(...) kernel {
+      mk.fill %counts, 0 : memref<32xi64>
+      mk.grid_barrier %bar : memref<2xi32>
+      mk.count_routes %top_experts into %counts : memref<4096x8xi32>, memref<32xi64>
+      ...
+      mk.gemm wgmma swiglu %routed_x, %gate, %up into %hidden
+          grouped(%row_expert, %offsets : memref<34784xi64>, memref<33xi64>)
+          maps(%tensor_maps : memref<...xi64>)
+          {maps = array<i64: 0, 1, 33>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+          : memref<34784x7168xbf16>, memref<32x2048x7168xbf16>, memref<32x2048x7168xbf16>
+            -> memref<34784x2048xbf16>
+      mk.grid_barrier %bar : memref<2xi32>
+      ...
+    }
+    ```
+  }];
+}
+
+class MK_Op<string mnemonic, list<Trait> traits = []>
+    : Op<MK_Dialect, mnemonic,
+         !listconcat(traits, [HasParent<"::mlir::gpu::GPUFuncOp">])>;
+
+//===----------------------------------------------------------------------===//
+// Enums
+//===----------------------------------------------------------------------===//
+
+def MK_Engine : I32EnumAttr<"Engine", "how a GEMM's output tiles are computed", [
+    I32EnumAttrCase<"simt", 0>,
+    I32EnumAttrCase<"wgmma", 1>,
+    I32EnumAttrCase<"tcgen05", 2>]> {
+  let cppNamespace = "::mok::mk";
+}
+
+def MK_Epilogue : I32EnumAttr<"Epilogue", "what a GEMM does with its accumulators", [
+    I32EnumAttrCase<"store", 0>,
+    I32EnumAttrCase<"swiglu", 1>]> {
+  let cppNamespace = "::mok::mk";
+}
+
+//===----------------------------------------------------------------------===//
+// Buffer types
+//===----------------------------------------------------------------------===//
+
+def MK_I64Vector : MemRefRankOf<[I64], [1]>;
+def MK_Ids : MemRefRankOf<[I32, I64], [2]>;
+def MK_Bf16Matrix : MemRefRankOf<[BF16], [2]>;
+
+//===----------------------------------------------------------------------===//
+// The routing plan
+//===----------------------------------------------------------------------===//
+
+def MK_FillOp : MK_Op<"fill"> {
+  let summary = "Sets every element of an i64 buffer, grid-stride";
+  let description = [{
+    ```mlir
+    mk.fill %row_route, -1 : memref<332xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MK_I64Vector, "", [MemWrite]>:$buffer,
+                       I64Attr:$value);
+  let assemblyFormat = "$buffer `,` $value attr-dict `:` type($buffer)";
+}
+
+def MK_CountRoutesOp : MK_Op<"count_routes"> {
+  let summary = "Adds each valid route to its expert's count (atomics)";
+  let description = [{
+    For every route `q` of `top_experts [T, k]` whose expert id `e` is in
+    `[0, E)` (E = the size of `counts`), `counts[e] += 1`, with atomics over
+    the grid. `counts` must have been zeroed before the last barrier.
+
+    ```mlir
+    mk.count_routes %top into %counts : memref<40x2xi32>, memref<4xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MK_Ids, "", [MemRead]>:$top_experts,
+                       Arg<MK_I64Vector, "", [MemRead, MemWrite]>:$counts);
+  let assemblyFormat = [{
+    $top_experts `into` $counts attr-dict `:` type($top_experts) `,` type($counts)
+  }];
+}
+
+def MK_PadOffsetsOp : MK_Op<"pad_offsets"> {
+  let summary = "Exclusive scan of the counts rounded up to the padding";
+  let description = [{
+    `offsets[e] = sum_{i<e} ceil(counts[i] / padding) * padding`, and
+    `offsets[E]` is the padded routed row count R. One thread computes it.
+
+    ```mlir
+    mk.pad_offsets %counts into %offsets {padding = 64 : i64} : memref<4xi64>, memref<5xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MK_I64Vector, "", [MemRead]>:$counts,
+                       Arg<MK_I64Vector, "", [MemWrite]>:$offsets,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$padding);
+  let assemblyFormat = [{
+    $counts `into` $offsets attr-dict `:` type($counts) `,` type($offsets)
+  }];
+  let hasVerifier = 1;
+}
+
+def MK_AssignRowsOp : MK_Op<"assign_rows"> {
+  let summary = "Gives every valid route a row of its expert's segment";
+  let description = [{
+    Expert `e`'s routes take rows `offsets[e], offsets[e] + 1, ...` in route
+    order (one thread an expert scans the routes, so the assignment is
+    deterministic). Writes `route_row [T*k]` (-1 for invalid routes),
+    `row_route [Rcap]` (the route of a row, -1 for padding rows) and
+    `row_expert [Rcap]` (the expert of every row of a segment, padding rows
+    included; rows past R are left as they are).
+
+    ```mlir
+    mk.assign_rows %top, %offsets into %route_row, %row_route, %row_expert
+        : memref<40x2xi32>, memref<5xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MK_Ids, "", [MemRead]>:$top_experts,
+                       Arg<MK_I64Vector, "", [MemRead]>:$offsets,
+                       Arg<MK_I64Vector, "", [MemWrite]>:$route_row,
+                       Arg<MK_I64Vector, "", [MemWrite]>:$row_route,
+                       Arg<MK_I64Vector, "", [MemWrite]>:$row_expert);
+  let assemblyFormat = [{
+    $top_experts `,` $offsets `into` $route_row `,` $row_route `,` $row_expert
+    attr-dict `:` type($top_experts) `,` type($offsets) `->` type($route_row)
+    `,` type($row_route) `,` type($row_expert)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Dispatch, GEMMs, combine
+//===----------------------------------------------------------------------===//
+
+def MK_GatherOp : MK_Op<"gather"> {
+  let summary = "Dispatch: copies each routed row's token row";
+  let description = [{
+    For every row `r < R = offsets[E]`: `routed_x[r] = x[row_route[r] / k]`,
+    or zeros for a padding row (`row_route[r] = -1`). Grid-stride over
+    elements.
+
+    ```mlir
+    mk.gather %x, %row_route, %offsets into %routed_x {top_k = 2 : i64}
+        : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
+    ```
+  }];
+  let arguments = (ins Arg<MK_Bf16Matrix, "", [MemRead]>:$x,
+                       Arg<MK_I64Vector, "", [MemRead]>:$row_route,
+                       Arg<MK_I64Vector, "", [MemRead]>:$offsets,
+                       Arg<MK_Bf16Matrix, "", [MemWrite]>:$routed_x,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$top_k);
+  let assemblyFormat = [{
+    $x `,` $row_route `,` $offsets `into` $routed_x attr-dict `:` type($x)
+    `,` type($row_route) `,` type($offsets) `->` type($routed_x)
+  }];
+  let hasVerifier = 1;
+}
+
+def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
+  let summary = "A (grouped) GEMM over output tiles, with its epilogue";
+  let description = [{
+    `acc_j[r, c] = sum_k a[r, k] * b_j[c, k]` in fp32 for each of the one
+    (`store`) or two (`swiglu`) B operands, then the epilogue per element:
+    `store` writes `bf16(acc_0)`; `swiglu` writes
+    `bf16(swiglu(bf16(acc_0), bf16(acc_1)))`, clamped by `swiglu_limit` when
+    present (the rounding points of `moe.layer`).
+
+    *Grouped* (`grouped(%row_expert, %offsets)`): the B operands are
+    `[E, N, K]`, the rows computed are `r < offsets[E]`, and row `r` uses
+    expert `row_expert[r]`'s matrix. Otherwise B is `[N, K]` and every row of
+    `a` is computed.
+
+    The engine says how:
+    * `simt`: grid-stride over output elements, fp32 FMAs in k order;
+    * `wgmma` (sm_90a) and `tcgen05` (sm_100a): a persistent loop over
+      `tile = [M, N, K]` output tiles (m-tiles of one expert each: grouped
+      segments are multiples of M), assigned to CTAs round-robin and computed
+      by each CTA's first warpgroup; TMA loads k-tiles into a ring of
+      `stages` shared-memory stages completed by mbarriers; accumulators in
+      registers (wgmma) or Tensor Memory (tcgen05). The operands are read
+      through the CUtensorMaps in `%tensor_maps`: `maps` gives the slot of
+      `a` and the first slot of each B operand (grouped: one slot per
+      expert, expert `e` at first + e).
+
+    ```mlir
+    mk.gemm simt store %hidden, %down into %routed_y
+        grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
+        : memref<108x32xbf16>, memref<4x64x32xbf16> -> memref<108x64xbf16>
+    ```
+  }];
+  let arguments = (ins
+      MK_Engine:$engine,
+      MK_Epilogue:$epilogue,
+      Arg<MK_Bf16Matrix, "", [MemRead]>:$a,
+      Arg<Variadic<MemRefOf<[BF16]>>, "", [MemRead]>:$b,
+      Arg<MK_Bf16Matrix, "", [MemWrite]>:$out,
+      Arg<Optional<MK_I64Vector>, "", [MemRead]>:$row_expert,
+      Arg<Optional<MK_I64Vector>, "", [MemRead]>:$offsets,
+      Arg<Optional<MK_I64Vector>, "", [MemRead]>:$tensor_maps,
+      OptionalAttr<F32Attr>:$swiglu_limit,
+      OptionalAttr<DenseI64ArrayAttr>:$tile,
+      OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$stages,
+      OptionalAttr<DenseI64ArrayAttr>:$maps);
+  let assemblyFormat = [{
+    $engine $epilogue $a `,` $b `into` $out
+    (`grouped` `(` $row_expert^ `,` $offsets `:` type($row_expert) `,`
+                   type($offsets) `)`)?
+    (`maps` `(` $tensor_maps^ `:` type($tensor_maps) `)`)?
+    attr-dict `:` type($a) `,` type($b) `->` type($out)
+  }];
+  let extraClassDeclaration = [{
+    bool isGrouped() { return getRowExpert() != nullptr; }
+    bool usesTensorCores() { return getEngine() != Engine::simt; }
+  }];
+  let hasVerifier = 1;
+}
+
+def MK_CombineOp : MK_Op<"combine"> {
+  let summary = "Router-weighted sum of each token's routed rows";
+  let description = [{
+    `out[t] = bf16(f32(shared_out[t]) + sum_k w[t,k] * f32(routed_y[route_row[t*K + k]]))`,
+    skipping routes whose row is -1; without `shared` the sum starts at 0.
+    Grid-stride over output elements.
+
+    ```mlir
+    mk.combine %routed_y, %route_row, %router_weights shared(%shared_out : memref<40x64xbf16>)
+        into %out : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
+    ```
+  }];
+  let arguments = (ins Arg<MK_Bf16Matrix, "", [MemRead]>:$routed_y,
+                       Arg<MK_I64Vector, "", [MemRead]>:$route_row,
+                       Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$router_weights,
+                       Arg<Optional<MK_Bf16Matrix>, "", [MemRead]>:$shared_out,
+                       Arg<MK_Bf16Matrix, "", [MemWrite]>:$out);
+  let assemblyFormat = [{
+    $routed_y `,` $route_row `,` $router_weights
+    (`shared` `(` $shared_out^ `:` type($shared_out) `)`)?
+    `into` $out attr-dict `:` type($routed_y) `,` type($route_row) `,`
+    type($router_weights) `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Synchronization
+//===----------------------------------------------------------------------===//
+
+def MK_GridBarrierOp : MK_Op<"grid_barrier"> {
+  let summary = "Every thread of the grid waits for all the others";
+  let description = [{
+    A generation barrier over `state = [arrived CTAs, generation]` (zero
+    before the first launch; left reusable): a CTA barrier, then thread 0 of
+    each CTA arrives with release/acquire fences, the last arrival bumps the
+    generation the others spin on, and a CTA barrier again. Everything any
+    thread wrote before it is visible to every thread after it.
+
+    ```mlir
+    mk.grid_barrier %bar : memref<2xi32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[I32], [1]>, "",
+                           [MemRead, MemWrite]>:$state);
+  let assemblyFormat = "$state attr-dict `:` type($state)";
+  let hasVerifier = 1;
+}
+
+#endif // MOK_DIALECT_MK_IR_MKOPS_TD

@@ -1,0 +1,408 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// convert-moe-to-mk: plans a fused forward moe.layer as one persistent
+// megakernel, a gpu.func whose body is the schedule in the mk dialect, and
+// describes the kernel's interface for the runtime (the `mok.kernel`
+// attribute, which mok-compile writes out as the metadata JSON).
+//
+// The plan is small today: tensor-core GEMMs (the chip's engine, the one
+// tile and stage count convert-mk-to-gpu implements) when the shapes fit,
+// simt GEMMs otherwise. It is the place where a cost model chooses tiles,
+// stages and task order per shape.
+//
+#include "mok/Conversion/MKToGPU/MKToGPU.h"
+#include "mok/Conversion/MoEToMK/MoEToMK.h"
+#include "mok/Dialect/MK/IR/MKOps.h"
+#include "mok/Dialect/MoE/IR/MoEOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace mok {
+#define GEN_PASS_DEF_CONVERTMOETOMK
+#include "mok/Conversion/Passes.h.inc"
+} // namespace mok
+
+using namespace mlir;
+using namespace mok;
+using namespace mok::moe;
+namespace sched = mok::mk_schedule;
+
+namespace {
+
+/// One kernel parameter: a buffer of static shape, passed as a bare pointer.
+struct Param {
+  std::string name;
+  std::string role; // "input", "output", "workspace" or "tensor_maps"
+  MemRefType type;
+  /// Inputs only: "tensor_maps" when the kernel never dereferences the
+  /// pointer (it reads the buffer through tensor maps), else "pointer".
+  std::string access = "pointer";
+};
+
+/// A 2-D bf16 view of a kernel buffer that the runtime encodes with
+/// cuTensorMapEncodeTiled (SWIZZLE_128B, OOB zero fill). With experts > 1,
+/// `experts` consecutive slots, slot e viewing expert e's [rows, cols].
+struct TensorMapSpec {
+  std::string buffer;
+  int64_t rows, cols, rowStride, boxRows, boxCols, experts = 1;
+};
+
+/// The sizes of the layer, all static.
+struct Sizes {
+  int64_t tokens, hidden, inter, experts, topK, padding, sharedInter = 0;
+  int64_t routedCapacity() const {
+    return tokens * topK + experts * (padding - 1);
+  }
+  bool hasShared() const { return sharedInter > 0; }
+  /// Whether the tensor-core GEMMs apply: K and N fit the tiles (H, the
+  /// down GEMMs' N, may be a multiple of 64: the last n-tile's extra columns
+  /// are computed and dropped), and every expert segment of the plan is a
+  /// whole number of m-tiles. TMA coordinates are 32-bit.
+  bool tensorCoreEligible() const {
+    int64_t maxRows = std::max({routedCapacity(), inter, hidden, tokens,
+                                sharedInter});
+    return hidden % sched::kTileK == 0 && inter % sched::kTileN == 0 &&
+           (!hasShared() || sharedInter % sched::kTileN == 0) &&
+           padding % sched::kTileM == 0 && maxRows < (int64_t(1) << 31);
+  }
+};
+
+/// The slots of the tensor maps of a tensor-core kernel.
+struct MapSlots {
+  int64_t routedX, gate, up, hidden, down;               // routed
+  int64_t x = -1, sharedGate, sharedUp, sharedHidden, sharedDown; // shared
+};
+
+SmallVector<TensorMapSpec> tensorMapsFor(const Sizes &s, MapSlots &slots) {
+  int64_t rc = s.routedCapacity(), h = s.hidden, in = s.inter, e = s.experts;
+  auto a = [](StringRef buffer, int64_t rows, int64_t cols) {
+    return TensorMapSpec{buffer.str(), rows, cols, cols, sched::kTileM,
+                         sched::kTileK};
+  };
+  auto b = [](StringRef buffer, int64_t rows, int64_t cols,
+              int64_t experts = 1) {
+    return TensorMapSpec{buffer.str(),  rows,          cols,   cols,
+                         sched::kTileN, sched::kTileK, experts};
+  };
+  SmallVector<TensorMapSpec> maps;
+  int64_t next = 0;
+  auto add = [&](TensorMapSpec spec) {
+    maps.push_back(spec);
+    int64_t slot = next;
+    next += spec.experts;
+    return slot;
+  };
+  slots.routedX = add(a("routed_x", rc, h));               // gate/up A
+  slots.gate = add(b("gate_weights", in, h, e));           // [I, H] each
+  slots.up = add(b("up_weights", in, h, e));
+  slots.hidden = add(a("hidden", rc, in));                 // down A
+  slots.down = add(b("down_weights", h, in, e));           // [H, I] each
+  if (s.hasShared()) {
+    int64_t is = s.sharedInter, t = s.tokens;
+    slots.x = add(a("x", t, h));
+    slots.sharedGate = add(b("shared_gate_weights", is, h));
+    slots.sharedUp = add(b("shared_up_weights", is, h));
+    slots.sharedHidden = add(a("shared_hidden", t, is));
+    slots.sharedDown = add(b("shared_down_weights", h, is));
+  }
+  return maps;
+}
+
+int64_t slotCount(ArrayRef<TensorMapSpec> maps) {
+  int64_t n = 0;
+  for (const TensorMapSpec &m : maps)
+    n += m.experts;
+  return n;
+}
+
+/// The kernel's parameters: the layer's inputs and output, the workspace,
+/// and (tensor-core kernels) the tensor maps, last.
+SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
+                             ArrayRef<TensorMapSpec> maps) {
+  Builder tb(layer.getContext());
+  Type bf16 = tb.getBF16Type(), i64 = tb.getI64Type();
+  auto ty = [&](ArrayRef<int64_t> shape, Type elt) {
+    return MemRefType::get(shape, elt);
+  };
+  auto tensorType = [&](Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    return ty(t.getShape(), t.getElementType());
+  };
+  // With tensor-core GEMMs, the kernel reads the weights only through
+  // their tensor maps: the runtime may bind weight views to them.
+  std::string weights = maps.empty() ? "pointer" : "tensor_maps";
+  int64_t rc = s.routedCapacity();
+  SmallVector<Param> params = {
+      {"x", "input", tensorType(layer.getX())},
+      {"top_experts", "input", tensorType(layer.getTopExperts())},
+      {"router_weights", "input", tensorType(layer.getRouterWeights())},
+      {"gate_weights", "input", tensorType(layer.getGateWeights()), weights},
+      {"up_weights", "input", tensorType(layer.getUpWeights()), weights},
+      {"down_weights", "input", tensorType(layer.getDownWeights()), weights}};
+  if (layer.hasSharedExpert()) {
+    params.push_back({"shared_gate_weights", "input",
+                      tensorType(layer.getSharedGate()), weights});
+    params.push_back({"shared_up_weights", "input",
+                      tensorType(layer.getSharedUp()), weights});
+    params.push_back({"shared_down_weights", "input",
+                      tensorType(layer.getSharedDown()), weights});
+  }
+  params.push_back({"out", "output", tensorType(layer.getOut())});
+  params.push_back({"counts", "workspace", ty({s.experts}, i64)});
+  params.push_back({"offsets", "workspace", ty({s.experts + 1}, i64)});
+  params.push_back({"route_row", "workspace", ty({s.tokens * s.topK}, i64)});
+  params.push_back({"row_route", "workspace", ty({rc}, i64)});
+  params.push_back({"row_expert", "workspace", ty({rc}, i64)});
+  params.push_back({"routed_x", "workspace", ty({rc, s.hidden}, bf16)});
+  params.push_back({"hidden", "workspace", ty({rc, s.inter}, bf16)});
+  params.push_back({"routed_y", "workspace", ty({rc, s.hidden}, bf16)});
+  if (layer.hasSharedExpert()) {
+    params.push_back(
+        {"shared_hidden", "workspace", ty({s.tokens, s.sharedInter}, bf16)});
+    params.push_back({"shared_out", "workspace", ty({s.tokens, s.hidden}, bf16)});
+  }
+  // [arrived CTAs, generation]; zero before the first launch, and left
+  // reusable by every launch.
+  params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
+  // 128-byte CUtensorMaps; last, so the other parameters keep their
+  // positions.
+  if (!maps.empty())
+    params.push_back(
+        {"tensor_maps", "tensor_maps", ty({16 * slotCount(maps)}, i64)});
+  return params;
+}
+
+/// The kernel's description for the runtime, on the gpu.func.
+DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
+                              const Sizes &s, StringRef chip,
+                              unsigned blockSize,
+                              ArrayRef<TensorMapSpec> tensorMaps) {
+  Builder b(ctx);
+  SmallVector<Attribute> ps;
+  for (const Param &p : params) {
+    std::string dtype;
+    llvm::raw_string_ostream(dtype) << p.type.getElementType();
+    SmallVector<NamedAttribute> entry = {
+        b.getNamedAttr("name", b.getStringAttr(p.name)),
+        b.getNamedAttr("role", b.getStringAttr(p.role)),
+        b.getNamedAttr("dtype", b.getStringAttr(dtype)),
+        b.getNamedAttr("shape", b.getDenseI64ArrayAttr(p.type.getShape())),
+    };
+    if (p.role == "input")
+      entry.push_back(b.getNamedAttr("access", b.getStringAttr(p.access)));
+    ps.push_back(b.getDictionaryAttr(entry));
+  }
+  int64_t smem = tensorMaps.empty() ? 0 : sched::kDynamicSharedMemory;
+  SmallVector<NamedAttribute> entries = {
+      b.getNamedAttr("chip", b.getStringAttr(chip)),
+      b.getNamedAttr("block", b.getI64IntegerAttr(blockSize)),
+      b.getNamedAttr("grid", b.getStringAttr("persistent: one CTA per SM")),
+      b.getNamedAttr("cooperative", b.getBoolAttr(true)),
+      b.getNamedAttr("dynamic_shared_memory", b.getI64IntegerAttr(smem)),
+      b.getNamedAttr("zero_before_first_launch",
+                     b.getArrayAttr({b.getStringAttr("grid_barrier")})),
+      b.getNamedAttr("routed_capacity", b.getI64IntegerAttr(s.routedCapacity())),
+      b.getNamedAttr("params", b.getArrayAttr(ps)),
+  };
+  // Entry i covers `experts` consecutive CUtensorMaps in the `tensor_maps`
+  // parameter (128 bytes each): bf16, 2-D {cols, rows} with a row stride of
+  // row_stride elements, box {box_cols, box_rows}, SWIZZLE_128B, no
+  // interleave, OOB zero fill; slot e of a per-expert entry views expert
+  // e's matrix.
+  if (!tensorMaps.empty()) {
+    SmallVector<Attribute> maps;
+    for (const TensorMapSpec &m : tensorMaps)
+      maps.push_back(b.getDictionaryAttr({
+          b.getNamedAttr("buffer", b.getStringAttr(m.buffer)),
+          b.getNamedAttr("rows", b.getI64IntegerAttr(m.rows)),
+          b.getNamedAttr("cols", b.getI64IntegerAttr(m.cols)),
+          b.getNamedAttr("row_stride", b.getI64IntegerAttr(m.rowStride)),
+          b.getNamedAttr("box_rows", b.getI64IntegerAttr(m.boxRows)),
+          b.getNamedAttr("box_cols", b.getI64IntegerAttr(m.boxCols)),
+          b.getNamedAttr("experts", b.getI64IntegerAttr(m.experts)),
+      }));
+    entries.push_back(b.getNamedAttr("tensor_maps", b.getArrayAttr(maps)));
+  }
+  return b.getDictionaryAttr(entries);
+}
+
+/// Emits the schedule of `layer` into the body of `func`, whose arguments
+/// are `params`.
+void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
+                  ArrayRef<Param> params, gpu::GPUFuncOp func,
+                  std::optional<mk::Engine> engine, const MapSlots &slots) {
+  Location loc = layer.getLoc();
+  llvm::StringMap<Value> buf;
+  for (auto [i, p] : llvm::enumerate(params))
+    buf[p.name] = func.getArgument(i);
+  auto barrier = [&] { mk::GridBarrierOp::create(b, loc, buf["grid_barrier"]); };
+
+  // Phase 1: the routing plan.
+  mk::FillOp::create(b, loc, buf["counts"], 0);
+  mk::FillOp::create(b, loc, buf["row_route"], -1);
+  mk::FillOp::create(b, loc, buf["row_expert"], -1);
+  barrier();
+  mk::CountRoutesOp::create(b, loc, buf["top_experts"], buf["counts"]);
+  barrier();
+  mk::PadOffsetsOp::create(b, loc, buf["counts"], buf["offsets"], s.padding);
+  barrier();
+  mk::AssignRowsOp::create(b, loc, buf["top_experts"], buf["offsets"],
+                           buf["route_row"], buf["row_route"],
+                           buf["row_expert"]);
+  barrier();
+
+  // Phase 2: dispatch.
+  mk::GatherOp::create(b, loc, buf["x"], buf["row_route"], buf["offsets"],
+                       buf["routed_x"], s.topK);
+  barrier();
+
+  // Phases 3 (gate/up + SwiGLU) and 4 (down), routed and shared.
+  FloatAttr limit = layer.getSwigluLimitAttr();
+  auto gemm = [&](mk::Epilogue epilogue, StringRef a, ArrayRef<StringRef> bs,
+                  StringRef out, bool grouped, ArrayRef<int64_t> mapSlots) {
+    SmallVector<Value> bValues;
+    for (StringRef name : bs)
+      bValues.push_back(buf[name]);
+    Value rowExpert = grouped ? buf["row_expert"] : Value();
+    Value offsets = grouped ? buf["offsets"] : Value();
+    mk::Engine e = engine.value_or(mk::Engine::simt);
+    bool tc = engine.has_value();
+    mk::GemmOp::create(
+        b, loc, e, epilogue, buf[a], bValues, buf[out], rowExpert, offsets,
+        tc ? buf["tensor_maps"] : Value(),
+        epilogue == mk::Epilogue::swiglu ? limit : FloatAttr(),
+        tc ? b.getDenseI64ArrayAttr(
+                 {sched::kTileM, sched::kTileN, sched::kTileK})
+           : DenseI64ArrayAttr(),
+        tc ? b.getI64IntegerAttr(sched::kStages) : IntegerAttr(),
+        tc ? b.getDenseI64ArrayAttr(mapSlots) : DenseI64ArrayAttr());
+  };
+  gemm(mk::Epilogue::swiglu, "routed_x", {"gate_weights", "up_weights"},
+       "hidden", /*grouped=*/true, {slots.routedX, slots.gate, slots.up});
+  if (s.hasShared())
+    gemm(mk::Epilogue::swiglu, "x",
+         {"shared_gate_weights", "shared_up_weights"}, "shared_hidden",
+         /*grouped=*/false, {slots.x, slots.sharedGate, slots.sharedUp});
+  barrier();
+  gemm(mk::Epilogue::store, "hidden", {"down_weights"}, "routed_y",
+       /*grouped=*/true, {slots.hidden, slots.down});
+  if (s.hasShared())
+    gemm(mk::Epilogue::store, "shared_hidden", {"shared_down_weights"},
+         "shared_out", /*grouped=*/false,
+         {slots.sharedHidden, slots.sharedDown});
+  barrier();
+
+  // Phase 5: combine.
+  mk::CombineOp::create(b, loc, buf["routed_y"], buf["route_row"],
+                        buf["router_weights"],
+                        s.hasShared() ? buf["shared_out"] : Value(),
+                        buf["out"]);
+  gpu::ReturnOp::create(b, loc);
+}
+
+struct ConvertMoEToMKPass
+    : public mok::impl::ConvertMoEToMKBase<ConvertMoEToMKPass> {
+  using ConvertMoEToMKBase::ConvertMoEToMKBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (chip != "sm_90a" && chip != "sm_100a") {
+      module.emitError() << "convert-moe-to-mk: chip '" << chip
+                         << "' is not supported; expected sm_90a or sm_100a";
+      return signalPassFailure();
+    }
+    if (blockSize < 32 || blockSize > 1024 || blockSize % 32) {
+      module.emitError() << "convert-moe-to-mk: block-size must be a "
+                            "multiple of 32 in [32, 1024], got "
+                         << blockSize;
+      return signalPassFailure();
+    }
+    SmallVector<std::pair<func::FuncOp, LayerOp>> layers;
+    WalkResult walk = module.walk([&](Operation *op) {
+      if (isa<LayerGradOp>(op)) {
+        op->emitError("convert-moe-to-mk: moe.layer_grad (backward) is not "
+                      "supported on the GPU yet");
+        return WalkResult::interrupt();
+      }
+      if (isa<MoEDialect>(op->getDialect()) && !isa<LayerOp>(op)) {
+        op->emitError() << "convert-moe-to-mk: '" << op->getName()
+                        << "' must be fused first (run --moe-fuse-layer)";
+        return WalkResult::interrupt();
+      }
+      auto layer = dyn_cast<LayerOp>(op);
+      if (!layer)
+        return WalkResult::advance();
+      PlanType plan = layer.getPlanType();
+      if (plan.getEp() != 1) {
+        layer.emitError() << "convert-moe-to-mk: expert parallelism (ep = "
+                          << plan.getEp() << ") is not supported yet";
+        return WalkResult::interrupt();
+      }
+      if (!plan.hasStaticTokens()) {
+        layer.emitError("convert-moe-to-mk: a dynamic token count is not "
+                        "supported yet; the GPU kernel is compiled for one T");
+        return WalkResult::interrupt();
+      }
+      if (layer.savesContext()) {
+        layer.emitError("convert-moe-to-mk: the saved context (training "
+                        "forward) is not supported on the GPU yet");
+        return WalkResult::interrupt();
+      }
+      layers.push_back({layer->getParentOfType<func::FuncOp>(), layer});
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return signalPassFailure();
+
+    MLIRContext *ctx = &getContext();
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                    UnitAttr::get(ctx));
+    for (auto [func, layer] : layers) {
+      PlanType plan = layer.getPlanType();
+      auto x = cast<RankedTensorType>(layer.getX().getType());
+      auto wg = cast<RankedTensorType>(layer.getGateWeights().getType());
+      Sizes s{plan.getTokens(), x.getDimSize(1),     wg.getDimSize(1),
+              plan.getLocalExperts(), plan.getTopK(), plan.getPadding()};
+      if (layer.hasSharedExpert())
+        s.sharedInter =
+            cast<RankedTensorType>(layer.getSharedGate().getType()).getDimSize(0);
+
+      // The plan: tensor-core GEMMs for the chip when the shapes fit.
+      std::optional<mk::Engine> engine;
+      SmallVector<TensorMapSpec> maps;
+      MapSlots slots{};
+      unsigned block = blockSize;
+      if (tensorCores && s.tensorCoreEligible()) {
+        engine = chip == "sm_100a" ? mk::Engine::tcgen05 : mk::Engine::wgmma;
+        maps = tensorMapsFor(s, slots);
+        block = sched::kBlock;
+      }
+      SmallVector<Param> params = paramsFor(layer, s, maps);
+
+      OpBuilder b(ctx);
+      b.setInsertionPointToEnd(module.getBody());
+      std::string name = func.getSymName().str();
+      auto gpuModule =
+          gpu::GPUModuleOp::create(b, layer.getLoc(), name + "_kernels");
+      b.setInsertionPointToEnd(gpuModule.getBody());
+      SmallVector<Type> argTypes;
+      for (const Param &p : params)
+        argTypes.push_back(p.type);
+      auto kernel = gpu::GPUFuncOp::create(b, layer.getLoc(), name + "_forward",
+                                           b.getFunctionType(argTypes, {}));
+      kernel->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
+                      b.getUnitAttr());
+      kernel.setKnownBlockSizeAttr(
+          b.getDenseI32ArrayAttr({static_cast<int32_t>(block), 1, 1}));
+      kernel->setAttr("mok.kernel",
+                      describeKernel(ctx, params, s, chip, block, maps));
+      b.setInsertionPointToStart(&kernel.getBody().front());
+      emitSchedule(b, layer, s, params, kernel, engine, slots);
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// The mk dialect: verifiers of the cross-operand shape rules. The checks that
+// need the whole kernel (barrier intervals, one MMA engine per kernel, what
+// the lowering supports) are convert-mk-to-gpu's.
+//
+#include "mok/Dialect/MK/IR/MKDialect.h"
+#include "mok/Dialect/MK/IR/MKOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace mok::mk;
+
+#include "mok/Dialect/MK/IR/MKDialect.cpp.inc"
+#include "mok/Dialect/MK/IR/MKEnums.cpp.inc"
+
+void MKDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "mok/Dialect/MK/IR/MKOps.cpp.inc"
+      >();
+}
+
+#define GET_OP_CLASSES
+#include "mok/Dialect/MK/IR/MKOps.cpp.inc"
+
+namespace {
+int64_t dim(Value v, unsigned i) {
+  return cast<MemRefType>(v.getType()).getDimSize(i);
+}
+/// Checks that operand `what`'s dimension `i` is `expected` (both static),
+/// naming what it should match.
+LogicalResult expectDim(Operation *op, Value v, StringRef what, unsigned i,
+                        int64_t expected, StringRef meaning) {
+  int64_t got = dim(v, i);
+  if (ShapedType::isDynamic(got) || ShapedType::isDynamic(expected) ||
+      got == expected)
+    return success();
+  return op->emitOpError() << what << " dimension " << i << " must be "
+                           << expected << " (" << meaning << "), got " << got;
+}
+} // namespace
+
+LogicalResult PadOffsetsOp::verify() {
+  return expectDim(*this, getOffsets(), "offsets", 0,
+                   dim(getCounts(), 0) + 1, "experts + 1");
+}
+
+LogicalResult AssignRowsOp::verify() {
+  Value top = getTopExperts();
+  if (failed(expectDim(*this, getRouteRow(), "route_row", 0,
+                       dim(top, 0) * dim(top, 1), "tokens * top_k")) ||
+      failed(expectDim(*this, getRowExpert(), "row_expert", 0,
+                       dim(getRowRoute(), 0), "the size of row_route")))
+    return failure();
+  if (dim(getOffsets(), 0) < 2)
+    return emitOpError("offsets must hold experts + 1 >= 2 entries");
+  return success();
+}
+
+LogicalResult GatherOp::verify() {
+  return failure(
+      failed(expectDim(*this, getRoutedX(), "routed_x", 1, dim(getX(), 1),
+                       "the hidden size of x")) ||
+      failed(expectDim(*this, getRoutedX(), "routed_x", 0,
+                       dim(getRowRoute(), 0), "the size of row_route")));
+}
+
+LogicalResult GemmOp::verify() {
+  unsigned numB = getB().size();
+  unsigned wantB = getEpilogue() == Epilogue::swiglu ? 2 : 1;
+  if (numB != wantB)
+    return emitOpError() << "the " << stringifyEpilogue(getEpilogue())
+                         << " epilogue takes " << wantB
+                         << " B operand(s), got " << numB;
+  if (getSwigluLimit() && getEpilogue() != Epilogue::swiglu)
+    return emitOpError("swiglu_limit needs the swiglu epilogue");
+  if (static_cast<bool>(getRowExpert()) != static_cast<bool>(getOffsets()))
+    return emitOpError("grouped needs both row_expert and offsets");
+  Value a = getA(), out = getOut();
+  int64_t k = dim(a, 1);
+  unsigned bRank = isGrouped() ? 3 : 2;
+  int64_t n = dim(getB()[0], bRank - 2);
+  for (Value b : getB()) {
+    if (cast<MemRefType>(b.getType()).getRank() != bRank)
+      return emitOpError() << "B operands must be "
+                           << (isGrouped() ? "[E, N, K] (grouped)" : "[N, K]")
+                           << ", got rank "
+                           << cast<MemRefType>(b.getType()).getRank();
+    if (b.getType() != getB()[0].getType())
+      return emitOpError("B operands must have one type");
+    if (failed(expectDim(*this, b, "B", bRank - 1, k, "K, a's columns")))
+      return failure();
+  }
+  if (failed(expectDim(*this, out, "out", 1, n, "N, B's rows")) ||
+      failed(expectDim(*this, out, "out", 0, dim(a, 0), "a's rows")))
+    return failure();
+  if (isGrouped()) {
+    int64_t experts = dim(getB()[0], 0);
+    if (failed(expectDim(*this, getOffsets(), "offsets", 0, experts + 1,
+                         "experts + 1")) ||
+        failed(expectDim(*this, getRowExpert(), "row_expert", 0, dim(a, 0),
+                         "a's rows")))
+      return failure();
+  }
+
+  bool tc = usesTensorCores();
+  if (!tc) {
+    if (getTile() || getStages() || getMaps() || getTensorMaps())
+      return emitOpError("the simt engine takes no tile, stages, maps or "
+                         "tensor_maps");
+    return success();
+  }
+  if (!getTile() || !getStages() || !getMaps() || !getTensorMaps())
+    return emitOpError() << "the " << stringifyEngine(getEngine())
+                         << " engine needs tile, stages, maps and tensor_maps";
+  ArrayRef<int64_t> tile = *getTile();
+  if (tile.size() != 3 || llvm::any_of(tile, [](int64_t t) { return t <= 0; }))
+    return emitOpError("tile must be [M, N, K], all positive");
+  if (!ShapedType::isDynamic(k) && k % tile[2])
+    return emitOpError() << "K = " << k << " must be a multiple of the tile's K ("
+                         << tile[2] << ")";
+  if (getMaps()->size() != 1 + numB)
+    return emitOpError() << "maps must give " << 1 + numB
+                         << " slots (a, then each B), got "
+                         << getMaps()->size();
+  if (llvm::any_of(*getMaps(), [](int64_t s) { return s < 0; }))
+    return emitOpError("map slots must be >= 0");
+  return success();
+}
+
+LogicalResult CombineOp::verify() {
+  Value out = getOut(), w = getRouterWeights();
+  if (failed(expectDim(*this, w, "router_weights", 0, dim(out, 0),
+                       "tokens, out's rows")) ||
+      failed(expectDim(*this, getRouteRow(), "route_row", 0,
+                       dim(w, 0) * dim(w, 1), "tokens * top_k")) ||
+      failed(expectDim(*this, getRoutedY(), "routed_y", 1, dim(out, 1),
+                       "the hidden size of out")))
+    return failure();
+  if (Value shared = getSharedOut())
+    if (shared.getType() != out.getType())
+      return emitOpError("shared must have out's type");
+  return success();
+}
+
+LogicalResult GridBarrierOp::verify() {
+  return expectDim(*this, getState(), "state", 0, 2,
+                   "[arrived CTAs, generation]");
+}

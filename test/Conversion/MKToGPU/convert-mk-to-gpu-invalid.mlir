@@ -1,0 +1,115 @@
+// RUN: mok-opt %s --split-input-file --convert-mk-to-gpu --verify-diagnostics
+
+// What convert-mk-to-gpu checks before it lowers a schedule: barrier
+// intervals, and that tensor-core GEMMs are what the lowering implements.
+
+// A read of what another op wrote in the same barrier interval: other CTAs
+// may not have written it yet.
+gpu.module @k {
+  gpu.func @read_after_write(%c: memref<4xi64>, %o: memref<5xi64>, %bar: memref<2xi32>) kernel
+      attributes {mok.kernel = {params = [{name = "counts"}, {name = "offsets"}, {name = "grid_barrier"}]}} {
+    // expected-note @+1 {{written here}}
+    mk.fill %c, 0 : memref<4xi64>
+    // expected-error @+1 {{'mk.pad_offsets' op accesses 'counts', which 'mk.fill' writes in the same barrier interval (add an mk.grid_barrier between them)}}
+    mk.pad_offsets %c into %o {padding = 8 : i64} : memref<4xi64>, memref<5xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+// A write of what another op read in the same interval (without names in
+// mok.kernel, the buffer is an argument number).
+gpu.module @k {
+  gpu.func @write_after_read(%c: memref<4xi64>, %o: memref<5xi64>, %bar: memref<2xi32>) kernel {
+    mk.fill %c, 0 : memref<4xi64>
+    mk.grid_barrier %bar : memref<2xi32>
+    // expected-note @+1 {{accessed here}}
+    mk.pad_offsets %c into %o {padding = 8 : i64} : memref<4xi64>, memref<5xi64>
+    // expected-error @+1 {{'mk.fill' op writes argument #0, which 'mk.pad_offsets' accesses in the same barrier interval}}
+    mk.fill %c, 1 : memref<4xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+// Two writers of one buffer in one interval.
+gpu.module @k {
+  gpu.func @write_after_write(%c: memref<4xi64>, %bar: memref<2xi32>) kernel {
+    // expected-note @+1 {{written here}}
+    mk.fill %c, 0 : memref<4xi64>
+    // expected-error @+1 {{'mk.fill' op accesses argument #0, which 'mk.fill' writes in the same barrier interval}}
+    mk.fill %c, 1 : memref<4xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @engine_chip(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a"}} {
+    // expected-error @+1 {{the wgmma engine needs a sm_90a kernel (mok.kernel chip = "sm_90a"), got "sm_100a"}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @no_chip(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    // expected-error @+1 {{the tcgen05 engine needs a sm_100a kernel (mok.kernel chip = "sm_100a"), got none}}
+    mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @tile(%a: memref<128x64xbf16>, %b: memref<256x64xbf16>, %o: memref<128x256xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    // expected-error @+1 {{tile [128, 256, 64] with 3 stages is not implemented; the lowering supports tile [64, 128, 64] with 4 stages}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 3 : i64, tile = array<i64: 128, 256, 64>}
+        : memref<128x64xbf16>, memref<256x64xbf16> -> memref<128x256xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @block(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 128, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    // expected-error @+1 {{tensor-core GEMMs need a kernel with known_block_size = [256, 1, 1]}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @two_map_buffers(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>,
+                            %o2: memref<64x128xbf16>, %m: memref<32xi64>, %m2: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    // expected-error @+1 {{a kernel's tensor-core GEMMs must read one tensor_maps buffer}}
+    mk.gemm wgmma store %a, %b into %o2 maps(%m2 : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}

@@ -1,0 +1,69 @@
+// RUN: mok-opt %s | FileCheck %s
+// RUN: mok-opt %s | mok-opt | FileCheck %s
+// RUN: mok-opt %s --mlir-print-op-generic | mok-opt | FileCheck %s
+
+// Every mk op round-trips, in the custom and the generic form.
+
+// CHECK-LABEL: gpu.func @schedule
+// CHECK: mk.fill %[[COUNTS:.*]], 0 : memref<4xi64>
+// CHECK: mk.fill %{{.*}}, -1 : memref<108xi64>
+// CHECK: mk.grid_barrier %[[BAR:.*]] : memref<2xi32>
+// CHECK: mk.count_routes %{{.*}} into %[[COUNTS]] : memref<40x2xi32>, memref<4xi64>
+// CHECK: mk.pad_offsets %[[COUNTS]] into %{{.*}} {padding = 8 : i64} : memref<4xi64>, memref<5xi64>
+// CHECK: mk.assign_rows %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}}, %{{.*}} : memref<40x2xi32>, memref<5xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
+// CHECK: mk.gather %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} {top_k = 2 : i64} : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
+// CHECK: mk.gemm simt swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<108xi64>, memref<5xi64>) {swiglu_limit = 7.000000e+00 : f32} : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
+// CHECK: mk.gemm simt store %{{.*}}, %{{.*}} into %{{.*}} : memref<40x16xbf16>, memref<64x16xbf16> -> memref<40x64xbf16>
+// CHECK: mk.combine %{{.*}}, %{{.*}}, %{{.*}} shared(%{{.*}} : memref<40x64xbf16>) into %{{.*}} : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
+// CHECK: mk.combine %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
+// CHECK-LABEL: gpu.func @tensor_cores
+// CHECK: mk.gemm wgmma swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+// CHECK: mk.gemm tcgen05 store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 17, 18>, stages = 4 : i64, tile = array<i64: 64, 128, 64>} : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
+
+module attributes {gpu.container_module} {
+gpu.module @kernels {
+  gpu.func @schedule(%x: memref<40x64xbf16>, %top: memref<40x2xi32>, %rw: memref<40x2xf32>,
+                     %wg: memref<4x32x64xbf16>, %wu: memref<4x32x64xbf16>,
+                     %sd: memref<64x16xbf16>, %out: memref<40x64xbf16>,
+                     %counts: memref<4xi64>, %offsets: memref<5xi64>, %route_row: memref<80xi64>,
+                     %row_route: memref<108xi64>, %row_expert: memref<108xi64>,
+                     %routed_x: memref<108x64xbf16>, %hidden: memref<108x32xbf16>,
+                     %routed_y: memref<108x64xbf16>, %shared_hidden: memref<40x16xbf16>,
+                     %shared_out: memref<40x64xbf16>, %bar: memref<2xi32>) kernel {
+    mk.fill %counts, 0 : memref<4xi64>
+    mk.fill %row_route, -1 : memref<108xi64>
+    mk.grid_barrier %bar : memref<2xi32>
+    mk.count_routes %top into %counts : memref<40x2xi32>, memref<4xi64>
+    mk.pad_offsets %counts into %offsets {padding = 8 : i64} : memref<4xi64>, memref<5xi64>
+    mk.assign_rows %top, %offsets into %route_row, %row_route, %row_expert
+        : memref<40x2xi32>, memref<5xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
+    mk.gather %x, %row_route, %offsets into %routed_x {top_k = 2 : i64}
+        : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
+    mk.gemm simt swiglu %routed_x, %wg, %wu into %hidden
+        grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>) {swiglu_limit = 7.0 : f32}
+        : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
+    mk.gemm simt store %shared_hidden, %sd into %shared_out
+        : memref<40x16xbf16>, memref<64x16xbf16> -> memref<40x64xbf16>
+    mk.combine %routed_y, %route_row, %rw shared(%shared_out : memref<40x64xbf16>) into %out
+        : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
+    mk.combine %routed_y, %route_row, %rw into %out
+        : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
+    gpu.return
+  }
+
+  gpu.func @tensor_cores(%routed_x: memref<332x64xbf16>, %wg: memref<4x128x64xbf16>,
+                         %wu: memref<4x128x64xbf16>, %hidden: memref<332x128xbf16>,
+                         %row_expert: memref<332xi64>, %offsets: memref<5xi64>,
+                         %sh: memref<40x128xbf16>, %sd: memref<64x128xbf16>,
+                         %so: memref<40x64xbf16>, %maps: memref<304xi64>) kernel {
+    mk.gemm wgmma swiglu %routed_x, %wg, %wu into %hidden
+        grouped(%row_expert, %offsets : memref<332xi64>, memref<5xi64>) maps(%maps : memref<304xi64>)
+        {maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<332x64xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
+    mk.gemm tcgen05 store %sh, %sd into %so maps(%maps : memref<304xi64>)
+        {maps = array<i64: 17, 18>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
+    gpu.return
+  }
+}
+}
