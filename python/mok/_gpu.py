@@ -20,7 +20,7 @@ except ImportError:  # the package without its runtime extension
         the argument (or the driver call), `status` is the mok_status name."""
 
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
 # What the runtime reads (version 2 adds params' "access" and tensor maps'

@@ -193,6 +193,7 @@ private:
 
   void lower(mk::FillOp op);
   void lower(mk::CountRoutesOp op);
+  void lower(mk::ScanChunksOp op);
   void lower(mk::PadOffsetsOp op);
   void lower(mk::AssignRowsOp op);
   void lower(mk::GatherOp op);
@@ -251,7 +252,8 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
   for (Operation *op : ops) {
     b.setInsertionPoint(op);
     TypeSwitch<Operation *>(op)
-        .Case<mk::FillOp, mk::CountRoutesOp, mk::PadOffsetsOp,
+        .Case<mk::FillOp, mk::CountRoutesOp, mk::ScanChunksOp,
+              mk::PadOffsetsOp,
               mk::AssignRowsOp, mk::GatherOp, mk::GemmOp, mk::CombineOp,
               mk::GridBarrierOp>([&](auto typed) { lower(typed); });
     if (op == lastTensorCoreGemm)
@@ -278,15 +280,42 @@ void KernelLowering::lower(mk::FillOp op) {
 }
 
 void KernelLowering::lower(mk::CountRoutesOp op) {
-  Value top = op.getTopExperts(), counts = op.getCounts();
-  int64_t experts = size(counts, 0);
-  forAll(e.index(size(top, 0) * size(top, 1)), [&](Value q) {
-    Value ex = expertOf(top, q, experts);
-    e.ifThen(e.isValid(ex), [&] {
-      Value one = arith::ConstantIntOp::create(e.b, e.loc, 1, 64);
-      memref::AtomicRMWOp::create(e.b, e.loc, arith::AtomicRMWKind::addi, one,
-                                  counts, ValueRange{ex});
+  Value top = op.getTopExperts(), cc = op.getChunkCounts();
+  int64_t experts = size(cc, 1), chunk = op.getChunk();
+  int64_t routes = size(top, 0) * size(top, 1);
+  Value zero = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
+  Value one = arith::ConstantIntOp::create(e.b, e.loc, 1, 64);
+  // One thread a chunk: zero its row, then count its routes in order.
+  forAll(e.index(size(cc, 0)), [&](Value c) {
+    e.loop(e.index(0), e.index(experts),
+           [&](Value ex) { e.store(zero, cc, {c, ex}); });
+    Value first = e.mul(c, e.index(chunk));
+    Value end = e.add(first, e.index(chunk));
+    if (routes % chunk)
+      end = arith::MinSIOp::create(e.b, e.loc, end, e.index(routes));
+    e.loop(first, end, [&](Value q) {
+      Value ex = expertOf(top, q, experts);
+      e.ifThen(e.isValid(ex), [&] {
+        Value n = e.load(cc, {c, ex});
+        e.store(arith::AddIOp::create(e.b, e.loc, n, one), cc, {c, ex});
+      });
     });
+  });
+}
+
+void KernelLowering::lower(mk::ScanChunksOp op) {
+  Value cc = op.getChunkCounts(), counts = op.getCounts();
+  Value zero = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
+  // One thread an expert: exclusive prefix over the chunks, then the total.
+  forAll(e.index(size(cc, 1)), [&](Value ex) {
+    Value total = e.fold(e.index(0), e.index(size(cc, 0)), zero,
+                         [&](Value c, Value running) {
+                           Value n = e.load(cc, {c, ex});
+                           e.store(running, cc, {c, ex});
+                           return arith::AddIOp::create(e.b, e.loc, running, n)
+                               .getResult();
+                         });
+    e.store(total, counts, {ex});
   });
 }
 
@@ -308,32 +337,41 @@ void KernelLowering::lower(mk::PadOffsetsOp op) {
 }
 
 void KernelLowering::lower(mk::AssignRowsOp op) {
-  Value top = op.getTopExperts(), offsets = op.getOffsets();
+  Value top = op.getTopExperts(), offsets = op.getOffsets(),
+        cc = op.getChunkCounts();
   Value routeRow = op.getRouteRow(), rowRoute = op.getRowRoute(),
         rowExpert = op.getRowExpert();
-  int64_t experts = size(offsets, 0) - 1;
-  Value routes = e.index(size(routeRow, 0));
-  // Rows in route order within each expert: one thread an expert scans the
-  // routes in order, so the assignment is deterministic.
+  int64_t experts = size(offsets, 0) - 1, chunk = op.getChunk();
+  int64_t routes = size(routeRow, 0);
+  Value none = arith::ConstantIntOp::create(e.b, e.loc, -1, 64);
+  Value one = arith::ConstantIntOp::create(e.b, e.loc, 1, 64);
+  // One thread a chunk walks its routes in order; chunk_counts holds the
+  // rank of the chunk's next route to each expert.
+  forAll(e.index(size(cc, 0)), [&](Value c) {
+    Value first = e.mul(c, e.index(chunk));
+    Value end = e.add(first, e.index(chunk));
+    if (routes % chunk)
+      end = arith::MinSIOp::create(e.b, e.loc, end, e.index(routes));
+    e.loop(first, end, [&](Value q) {
+      Value ex = expertOf(top, q, experts);
+      e.ifThen(
+          e.isValid(ex),
+          [&] {
+            Value rank = e.load(cc, {c, ex});
+            e.store(arith::AddIOp::create(e.b, e.loc, rank, one), cc, {c, ex});
+            Value row = arith::AddIOp::create(e.b, e.loc,
+                                              e.load(offsets, {ex}), rank);
+            e.store(row, routeRow, {q});
+            e.store(i64Of(q), rowRoute, {e.toIndex(row)});
+          },
+          [&] { e.store(none, routeRow, {q}); });
+    });
+  });
+  // One thread an expert labels its segment, padding rows included.
   forAll(e.index(experts), [&](Value ex) {
     Value start = e.toIndex(e.load(offsets, {ex}));
-    e.fold(e.index(0), routes, start, [&](Value q, Value cursor) {
-      Value match =
-          e.cmp(arith::CmpIPredicate::eq, expertOf(top, q, experts), ex);
-      e.ifThen(match, [&] {
-        e.store(i64Of(cursor), routeRow, {q});
-        e.store(i64Of(q), rowRoute, {cursor});
-      });
-      return e.select(match, e.add(cursor, e.index(1)), cursor);
-    });
     Value end = e.toIndex(e.load(offsets, {e.add(ex, e.index(1))}));
     e.loop(start, end, [&](Value r) { e.store(i64Of(ex), rowExpert, {r}); });
-  });
-  Value none = arith::ConstantIntOp::create(e.b, e.loc, -1, 64);
-  forAll(routes, [&](Value q) {
-    e.ifThen(e.cmp(arith::CmpIPredicate::slt, expertOf(top, q, experts),
-                   e.index(0)),
-             [&] { e.store(none, routeRow, {q}); });
   });
 }
 

@@ -56,6 +56,13 @@ struct Sizes {
   int64_t routedCapacity() const {
     return tokens * topK + experts * (padding - 1);
   }
+  /// Routes a thread of the routing plan walks: at least 64, and few
+  /// enough chunks (<= 1024) that one thread an expert scans them quickly.
+  int64_t chunk() const {
+    int64_t routes = tokens * topK;
+    return std::max<int64_t>(64, (routes + 1023) / 1024);
+  }
+  int64_t chunks() const { return (tokens * topK + chunk() - 1) / chunk(); }
   bool hasShared() const { return sharedInter > 0; }
   /// Whether the tensor-core GEMMs apply: K and N fit the tiles (H, the
   /// down GEMMs' N, may be a multiple of 64: the last n-tile's extra columns
@@ -152,6 +159,8 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   }
   params.push_back({"out", "output", tensorType(layer.getOut())});
   params.push_back({"counts", "workspace", ty({s.experts}, i64)});
+  params.push_back(
+      {"chunk_counts", "workspace", ty({s.chunks(), s.experts}, i64)});
   params.push_back({"offsets", "workspace", ty({s.experts + 1}, i64)});
   params.push_back({"route_row", "workspace", ty({s.tokens * s.topK}, i64)});
   params.push_back({"row_route", "workspace", ty({rc}, i64)});
@@ -240,18 +249,20 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
     buf[p.name] = func.getArgument(i);
   auto barrier = [&] { mk::GridBarrierOp::create(b, loc, buf["grid_barrier"]); };
 
-  // Phase 1: the routing plan.
-  mk::FillOp::create(b, loc, buf["counts"], 0);
+  // Phase 1: the routing plan, parallel over chunks of routes and over
+  // experts, and deterministic (rows in route order within each expert).
   mk::FillOp::create(b, loc, buf["row_route"], -1);
   mk::FillOp::create(b, loc, buf["row_expert"], -1);
+  mk::CountRoutesOp::create(b, loc, buf["top_experts"], buf["chunk_counts"],
+                            s.chunk());
   barrier();
-  mk::CountRoutesOp::create(b, loc, buf["top_experts"], buf["counts"]);
+  mk::ScanChunksOp::create(b, loc, buf["chunk_counts"], buf["counts"]);
   barrier();
   mk::PadOffsetsOp::create(b, loc, buf["counts"], buf["offsets"], s.padding);
   barrier();
   mk::AssignRowsOp::create(b, loc, buf["top_experts"], buf["offsets"],
-                           buf["route_row"], buf["row_route"],
-                           buf["row_expert"]);
+                           buf["chunk_counts"], buf["route_row"],
+                           buf["row_route"], buf["row_expert"], s.chunk());
   barrier();
 
   // Phase 2: dispatch.
@@ -397,6 +408,10 @@ struct ConvertMoEToMKPass
                       b.getUnitAttr());
       kernel.setKnownBlockSizeAttr(
           b.getDenseI32ArrayAttr({static_cast<int32_t>(block), 1, 1}));
+      // Persistent: one CTA per SM. Said to ptxas (.minnctapersm 1), whose
+      // default is to aim for more CTAs per SM and so fewer registers (on
+      // sm_100a it capped a layer at 80 registers and spilled).
+      kernel->setAttr("nvvm.minctasm", b.getI32IntegerAttr(1));
       kernel->setAttr("mok.kernel",
                       describeKernel(ctx, params, s, chip, block, maps));
       b.setInsertionPointToStart(&kernel.getBody().front());

@@ -47,6 +47,7 @@
 // WGMMA: .extern .shared .align 1024 .b8 mok_dyn_smem[];
 // WGMMA: .entry {{[a-z0-9_]+}}_forward(
 // WGMMA: .maxntid 256, 1, 1
+// WGMMA-NEXT: .minnctapersm 1
 // WGMMA: .shared .align 8 .b8 __mbarrier[32];
 // WGMMA-COUNT-4: mbarrier.init.shared.b64
 // WGMMA: fence.mbarrier_init.release.cluster
@@ -76,6 +77,7 @@
 // TCGEN05: .extern .shared .align 1024 .b8 mok_dyn_smem[];
 // TCGEN05: .entry {{[a-z0-9_]+}}_forward(
 // TCGEN05: .maxntid 256, 1, 1
+// TCGEN05-NEXT: .minnctapersm 1
 // TCGEN05: .shared .align 8 .b8 __mbarrier{{[_0-9]*}}[40];
 // TCGEN05: .shared .align 8 .b8 __mbarrier{{[_0-9]*}}[32];
 // TCGEN05: .shared .align 4 .b8 mok_tmem_base[4];

@@ -31,9 +31,9 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
-  gpu.func @route_row(%t: memref<40x2xi32>, %o: memref<5xi64>, %rr: memref<81xi64>, %r: memref<108xi64>) kernel {
+  gpu.func @route_row(%t: memref<40x2xi32>, %o: memref<5xi64>, %cc: memref<2x4xi64>, %rr: memref<81xi64>, %r: memref<108xi64>) kernel {
     // expected-error @+1 {{route_row dimension 0 must be 80 (tokens * top_k), got 81}}
-    mk.assign_rows %t, %o into %rr, %r, %r : memref<40x2xi32>, memref<5xi64> -> memref<81xi64>, memref<108xi64>, memref<108xi64>
+    mk.assign_rows %t, %o, %cc into %rr, %r, %r {chunk = 64 : i64} : memref<40x2xi32>, memref<5xi64>, memref<2x4xi64> -> memref<81xi64>, memref<108xi64>, memref<108xi64>
     gpu.return
   }
 }
@@ -41,9 +41,49 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
-  gpu.func @row_expert(%t: memref<40x2xi32>, %o: memref<5xi64>, %rr: memref<80xi64>, %r: memref<108xi64>, %re: memref<100xi64>) kernel {
+  gpu.func @row_expert(%t: memref<40x2xi32>, %o: memref<5xi64>, %cc: memref<2x4xi64>, %rr: memref<80xi64>, %r: memref<108xi64>, %re: memref<100xi64>) kernel {
     // expected-error @+1 {{row_expert dimension 0 must be 108 (the size of row_route), got 100}}
-    mk.assign_rows %t, %o into %rr, %r, %re : memref<40x2xi32>, memref<5xi64> -> memref<80xi64>, memref<108xi64>, memref<100xi64>
+    mk.assign_rows %t, %o, %cc into %rr, %r, %re {chunk = 64 : i64} : memref<40x2xi32>, memref<5xi64>, memref<2x4xi64> -> memref<80xi64>, memref<108xi64>, memref<100xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @assign_chunks(%t: memref<40x2xi32>, %o: memref<5xi64>, %cc: memref<2x4xi64>, %rr: memref<80xi64>, %r: memref<108xi64>) kernel {
+    // expected-error @+1 {{chunk_counts dimension 0 must be 3 (ceil(tokens * top_k / chunk)), got 2}}
+    mk.assign_rows %t, %o, %cc into %rr, %r, %r {chunk = 32 : i64} : memref<40x2xi32>, memref<5xi64>, memref<2x4xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @assign_experts(%t: memref<40x2xi32>, %o: memref<5xi64>, %cc: memref<2x3xi64>, %rr: memref<80xi64>, %r: memref<108xi64>) kernel {
+    // expected-error @+1 {{chunk_counts dimension 1 must be 4 (experts, offsets - 1), got 3}}
+    mk.assign_rows %t, %o, %cc into %rr, %r, %r {chunk = 64 : i64} : memref<40x2xi32>, memref<5xi64>, memref<2x3xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @count_chunks(%t: memref<40x2xi32>, %cc: memref<1x4xi64>) kernel {
+    // expected-error @+1 {{chunk_counts dimension 0 must be 2 (ceil(tokens * top_k / chunk)), got 1}}
+    mk.count_routes %t into %cc {chunk = 64 : i64} : memref<40x2xi32>, memref<1x4xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @scan_experts(%cc: memref<2x4xi64>, %c: memref<5xi64>) kernel {
+    // expected-error @+1 {{chunk_counts dimension 1 must be 5 (experts, the size of counts), got 4}}
+    mk.scan_chunks %cc into %c : memref<2x4xi64>, memref<5xi64>
     gpu.return
   }
 }

@@ -5,12 +5,12 @@
 // Every mk op round-trips, in the custom and the generic form.
 
 // CHECK-LABEL: gpu.func @schedule
-// CHECK: mk.fill %[[COUNTS:.*]], 0 : memref<4xi64>
 // CHECK: mk.fill %{{.*}}, -1 : memref<108xi64>
+// CHECK: mk.count_routes %{{.*}} into %[[CC:.*]] {chunk = 64 : i64} : memref<40x2xi32>, memref<2x4xi64>
 // CHECK: mk.grid_barrier %[[BAR:.*]] : memref<2xi32>
-// CHECK: mk.count_routes %{{.*}} into %[[COUNTS]] : memref<40x2xi32>, memref<4xi64>
+// CHECK: mk.scan_chunks %[[CC]] into %[[COUNTS:.*]] : memref<2x4xi64>, memref<4xi64>
 // CHECK: mk.pad_offsets %[[COUNTS]] into %{{.*}} {padding = 8 : i64} : memref<4xi64>, memref<5xi64>
-// CHECK: mk.assign_rows %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}}, %{{.*}} : memref<40x2xi32>, memref<5xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
+// CHECK: mk.assign_rows %{{.*}}, %{{.*}}, %[[CC]] into %{{.*}}, %{{.*}}, %{{.*}} {chunk = 64 : i64} : memref<40x2xi32>, memref<5xi64>, memref<2x4xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
 // CHECK: mk.gather %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} {top_k = 2 : i64} : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
 // CHECK: mk.gemm simt swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<108xi64>, memref<5xi64>) {swiglu_limit = 7.000000e+00 : f32} : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
 // CHECK: mk.gemm simt store %{{.*}}, %{{.*}} into %{{.*}} : memref<40x16xbf16>, memref<64x16xbf16> -> memref<40x64xbf16>
@@ -25,18 +25,18 @@ gpu.module @kernels {
   gpu.func @schedule(%x: memref<40x64xbf16>, %top: memref<40x2xi32>, %rw: memref<40x2xf32>,
                      %wg: memref<4x32x64xbf16>, %wu: memref<4x32x64xbf16>,
                      %sd: memref<64x16xbf16>, %out: memref<40x64xbf16>,
-                     %counts: memref<4xi64>, %offsets: memref<5xi64>, %route_row: memref<80xi64>,
+                     %counts: memref<4xi64>, %cc: memref<2x4xi64>, %offsets: memref<5xi64>, %route_row: memref<80xi64>,
                      %row_route: memref<108xi64>, %row_expert: memref<108xi64>,
                      %routed_x: memref<108x64xbf16>, %hidden: memref<108x32xbf16>,
                      %routed_y: memref<108x64xbf16>, %shared_hidden: memref<40x16xbf16>,
                      %shared_out: memref<40x64xbf16>, %bar: memref<2xi32>) kernel {
-    mk.fill %counts, 0 : memref<4xi64>
     mk.fill %row_route, -1 : memref<108xi64>
+    mk.count_routes %top into %cc {chunk = 64 : i64} : memref<40x2xi32>, memref<2x4xi64>
     mk.grid_barrier %bar : memref<2xi32>
-    mk.count_routes %top into %counts : memref<40x2xi32>, memref<4xi64>
+    mk.scan_chunks %cc into %counts : memref<2x4xi64>, memref<4xi64>
     mk.pad_offsets %counts into %offsets {padding = 8 : i64} : memref<4xi64>, memref<5xi64>
-    mk.assign_rows %top, %offsets into %route_row, %row_route, %row_expert
-        : memref<40x2xi32>, memref<5xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
+    mk.assign_rows %top, %offsets, %cc into %route_row, %row_route, %row_expert {chunk = 64 : i64}
+        : memref<40x2xi32>, memref<5xi64>, memref<2x4xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
     mk.gather %x, %row_route, %offsets into %routed_x {top_k = 2 : i64}
         : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
     mk.gemm simt swiglu %routed_x, %wg, %wu into %hidden

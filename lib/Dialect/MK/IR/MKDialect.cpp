@@ -48,12 +48,35 @@ LogicalResult PadOffsetsOp::verify() {
                    dim(getCounts(), 0) + 1, "experts + 1");
 }
 
+/// chunk_counts must be [ceil(routes / chunk), experts].
+static LogicalResult checkChunks(Operation *op, Value top, Value chunkCounts,
+                                 int64_t chunk) {
+  int64_t routes = dim(top, 0) * dim(top, 1);
+  if (ShapedType::isDynamic(dim(top, 0)))
+    return success();
+  return expectDim(op, chunkCounts, "chunk_counts", 0,
+                   (routes + chunk - 1) / chunk,
+                   "ceil(tokens * top_k / chunk)");
+}
+
+LogicalResult CountRoutesOp::verify() {
+  return checkChunks(*this, getTopExperts(), getChunkCounts(), getChunk());
+}
+
+LogicalResult ScanChunksOp::verify() {
+  return expectDim(*this, getChunkCounts(), "chunk_counts", 1,
+                   dim(getCounts(), 0), "experts, the size of counts");
+}
+
 LogicalResult AssignRowsOp::verify() {
   Value top = getTopExperts();
   if (failed(expectDim(*this, getRouteRow(), "route_row", 0,
                        dim(top, 0) * dim(top, 1), "tokens * top_k")) ||
       failed(expectDim(*this, getRowExpert(), "row_expert", 0,
-                       dim(getRowRoute(), 0), "the size of row_route")))
+                       dim(getRowRoute(), 0), "the size of row_route")) ||
+      failed(checkChunks(*this, top, getChunkCounts(), getChunk())) ||
+      failed(expectDim(*this, getChunkCounts(), "chunk_counts", 1,
+                       dim(getOffsets(), 0) - 1, "experts, offsets - 1")))
     return failure();
   if (dim(getOffsets(), 0) < 2)
     return emitOpError("offsets must hold experts + 1 >= 2 entries");

@@ -37,9 +37,10 @@ def MK_Dialect : Dialect {
 
     ```mlir
     gpu.func @layer_forward(...) kernel {
-      mk.fill %counts, 0 : memref<32xi64>
+      mk.fill %row_route, -1 : memref<34784xi64>
+      mk.count_routes %top_experts into %chunk_counts {chunk = 64 : i64}
+          : memref<4096x8xi32>, memref<512x32xi64>
       mk.grid_barrier %bar : memref<2xi32>
-      mk.count_routes %top_experts into %counts : memref<4096x8xi32>, memref<32xi64>
       ...
       mk.gemm wgmma swiglu %routed_x, %gate, %up into %hidden
           grouped(%row_expert, %offsets : memref<34784xi64>, memref<33xi64>)
@@ -100,21 +101,48 @@ def MK_FillOp : MK_Op<"fill"> {
 }
 
 def MK_CountRoutesOp : MK_Op<"count_routes"> {
-  let summary = "Adds each valid route to its expert's count (atomics)";
+  let summary = "Counts each chunk's valid routes per expert";
   let description = [{
-    For every route `q` of `top_experts [T, k]` whose expert id `e` is in
-    `[0, E)` (E = the size of `counts`), `counts[e] += 1`, with atomics over
-    the grid. `counts` must have been zeroed before the last barrier.
+    The routes of `top_experts [T, k]` (route `q` = token `q / k`, slot
+    `q % k`) are cut into chunks of `chunk` consecutive routes; chunk `c`'s
+    row of `chunk_counts [C, E]` (C = ceil(T*k / chunk)) becomes the number
+    of its routes to each expert `e` in `[0, E)`; other ids are no route. One
+    thread a chunk writes its own row, so nothing needs zeroing first.
 
     ```mlir
-    mk.count_routes %top into %counts : memref<40x2xi32>, memref<4xi64>
+    mk.count_routes %top into %chunk_counts {chunk = 64 : i64} : memref<40x2xi32>, memref<2x4xi64>
     ```
   }];
   let arguments = (ins Arg<MK_Ids, "", [MemRead]>:$top_experts,
-                       Arg<MK_I64Vector, "", [MemRead, MemWrite]>:$counts);
+                       Arg<MemRefRankOf<[I64], [2]>, "", [MemWrite]>:$chunk_counts,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$chunk);
   let assemblyFormat = [{
-    $top_experts `into` $counts attr-dict `:` type($top_experts) `,` type($counts)
+    $top_experts `into` $chunk_counts attr-dict `:` type($top_experts) `,`
+    type($chunk_counts)
   }];
+  let hasVerifier = 1;
+}
+
+def MK_ScanChunksOp : MK_Op<"scan_chunks"> {
+  let summary = "Per expert, each chunk's first rank and the total count";
+  let description = [{
+    For every expert `e` (one thread each): replaces `chunk_counts[c][e]` by
+    the exclusive prefix sum over the chunks before `c`, and writes the total
+    to `counts[e]`. Afterwards chunk `c`'s routes to `e` rank from
+    `chunk_counts[c][e]` within the expert, in route order.
+
+    ```mlir
+    mk.scan_chunks %chunk_counts into %counts : memref<2x4xi64>, memref<4xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[I64], [2]>, "",
+                           [MemRead, MemWrite]>:$chunk_counts,
+                       Arg<MK_I64Vector, "", [MemWrite]>:$counts);
+  let assemblyFormat = [{
+    $chunk_counts `into` $counts attr-dict `:` type($chunk_counts) `,`
+    type($counts)
+  }];
+  let hasVerifier = 1;
 }
 
 def MK_PadOffsetsOp : MK_Op<"pad_offsets"> {
@@ -140,26 +168,34 @@ def MK_AssignRowsOp : MK_Op<"assign_rows"> {
   let summary = "Gives every valid route a row of its expert's segment";
   let description = [{
     Expert `e`'s routes take rows `offsets[e], offsets[e] + 1, ...` in route
-    order (one thread an expert scans the routes, so the assignment is
-    deterministic). Writes `route_row [T*k]` (-1 for invalid routes),
-    `row_route [Rcap]` (the route of a row, -1 for padding rows) and
-    `row_expert [Rcap]` (the expert of every row of a segment, padding rows
-    included; rows past R are left as they are).
+    order: one thread a chunk (of `chunk` routes, as in `mk.count_routes`)
+    walks its routes in order from the chunk's first ranks in
+    `chunk_counts` (as `mk.scan_chunks` leaves them, and advanced here), so
+    the assignment is deterministic. Writes `route_row [T*k]` (-1 for
+    invalid routes), `row_route [Rcap]` (the route of a row; padding rows
+    keep what they held, -1 from an `mk.fill`) and `row_expert [Rcap]` (the
+    expert of every row of a segment, padding rows included, one thread an
+    expert; rows past R are left as they are).
 
     ```mlir
-    mk.assign_rows %top, %offsets into %route_row, %row_route, %row_expert
-        : memref<40x2xi32>, memref<5xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
+    mk.assign_rows %top, %offsets, %chunk_counts into %route_row, %row_route, %row_expert
+        {chunk = 64 : i64} : memref<40x2xi32>, memref<5xi64>, memref<2x4xi64>
+        -> memref<80xi64>, memref<108xi64>, memref<108xi64>
     ```
   }];
   let arguments = (ins Arg<MK_Ids, "", [MemRead]>:$top_experts,
                        Arg<MK_I64Vector, "", [MemRead]>:$offsets,
+                       Arg<MemRefRankOf<[I64], [2]>, "",
+                           [MemRead, MemWrite]>:$chunk_counts,
                        Arg<MK_I64Vector, "", [MemWrite]>:$route_row,
                        Arg<MK_I64Vector, "", [MemWrite]>:$row_route,
-                       Arg<MK_I64Vector, "", [MemWrite]>:$row_expert);
+                       Arg<MK_I64Vector, "", [MemWrite]>:$row_expert,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$chunk);
   let assemblyFormat = [{
-    $top_experts `,` $offsets `into` $route_row `,` $row_route `,` $row_expert
-    attr-dict `:` type($top_experts) `,` type($offsets) `->` type($route_row)
-    `,` type($row_route) `,` type($row_expert)
+    $top_experts `,` $offsets `,` $chunk_counts `into` $route_row `,`
+    $row_route `,` $row_expert attr-dict `:` type($top_experts) `,`
+    type($offsets) `,` type($chunk_counts) `->` type($route_row) `,`
+    type($row_route) `,` type($row_expert)
   }];
   let hasVerifier = 1;
 }
