@@ -10,7 +10,8 @@ combine, shared expert) with CUDA events (median after warm-up), and an
 8192^3 bf16 torch.matmul for the ceiling. FLOPs = 6 (T k + T_shared) H I.
 Writes <out>/moe_forward.json and .png; prints a table last.
 
-    MOK_RUNTIME_LIBRARY=... PYTHONPATH=python python3 bench/moe_forward.py \\
+    # on the GPU machine, after scripts/gpu/run_h200.sh built build-gpu/
+    PYTHONPATH=build-gpu/python python3 bench/moe_forward.py \\
         --artifacts bench-artifacts --out /tmp/bench
 """
 import argparse
