@@ -599,7 +599,7 @@ static mok_status checkViewForTMA(const mok_expert_weights &w,
       if (!a || a % 16)
         return Fail(MOK_ERROR_INVALID_ARGUMENT)
                << n << ": expert " << e << "'s base must be non-NULL and "
-               << "16-byte aligned (TMA), got 0x" << std::hex << a;
+               << "16-byte aligned (TMA), got 0x" << Hex{static_cast<uint64_t>(a)};
     }
     return MOK_OK;
   }
@@ -607,7 +607,7 @@ static mok_status checkViewForTMA(const mok_expert_weights &w,
   if (!a || a % 16)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << n << ": the base (expert 0's) must be non-NULL and 16-byte "
-           << "aligned (TMA), got 0x" << std::hex << a;
+           << "aligned (TMA), got 0x" << Hex{static_cast<uint64_t>(a)};
   // Expert e's base is base + e*expert_stride elements.
   if (w.experts > 1 && (w.expert_stride * elt) % 16)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)

@@ -145,7 +145,7 @@ mok_status mok::runtime::checkTensor(const mok_tensor *t, const char *name,
   if (reinterpret_cast<uintptr_t>(t->data) % align)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << n << ": data must be " << align << "-byte aligned, got address 0x"
-           << std::hex << reinterpret_cast<uintptr_t>(t->data);
+           << Hex{static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t->data))};
   if (tma)
     for (int32_t d = 0; d + 1 < rank; ++d)
       if (t->shape[d] > 1 && (t->strides[d] * elt) % 16)
@@ -239,7 +239,7 @@ extern "C" mok_status mok_weights_per_expert(void *const *pointers,
     if (!p || p % 16)
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
              << n << ": expert " << e << "'s pointer must be non-NULL and "
-             << "16-byte aligned, got 0x" << std::hex << p;
+             << "16-byte aligned, got 0x" << Hex{static_cast<uint64_t>(p)};
   }
   if (!out)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "out: is NULL";
@@ -436,7 +436,7 @@ extern "C" mok_status mok_module_launch(mok_module m, const char *kernel,
              << " bytes refused by the device: " << d->describe(r);
   if (flags & ~uint32_t(MOK_LAUNCH_COOPERATIVE))
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "flags: unknown bits 0x"
-                                            << std::hex << flags;
+                                            << Hex{static_cast<uint64_t>(flags)};
   CUresult r =
       (flags & MOK_LAUNCH_COOPERATIVE)
           ? d->launchCooperativeKernel(f, grid[0], grid[1], grid[2], block[0],
