@@ -426,6 +426,35 @@ struct Layer {
     bound.erase(name);
   }
 
+  /// The workspace buffer `name`, copied to host memory after the runtime
+  /// checked the name (before the loaded-ness, as the runtime orders them).
+  /// Synchronous; the caller synchronizes the stream the layer ran on.
+  nb::bytes readWorkspace(const std::string &name) {
+    size_t size = 0;
+    check(mok_layer_workspace_size(handle, name.c_str(), &size));
+    if (device < 0)
+      invalid("layer: not loaded (call load(device, ptx) first)");
+    PyObject *raw = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(size));
+    if (!raw)
+      throw nb::python_error();
+    nb::bytes data = nb::steal<nb::bytes>(raw);
+    mok_status status;
+    std::string message;
+    {
+      // The copy waits for the device: let other Python threads run. The
+      // bytes object is not shared yet, so filling it without the GIL is
+      // safe.
+      nb::gil_scoped_release release;
+      status = mok_layer_read_workspace(handle, name.c_str(),
+                                        PyBytes_AS_STRING(raw), size);
+      if (status != MOK_OK)
+        message = mok_last_error(); // this thread's, read before Python runs
+    }
+    if (status != MOK_OK)
+      raise(status, message);
+    return data;
+  }
+
   nb::dict boundWeights() const {
     nb::dict d;
     for (const auto &[name, view] : bound)
@@ -566,5 +595,17 @@ NB_MODULE(_runtime, m) {
            "(gate_weights, up_weights, down_weights): forwards then take it "
            "from the view and refuse it among the operands. None unbinds.")
       .def("unbind_weights", &Layer::unbindWeights, "name"_a,
-           "Unbinds `name` (nothing happens if it is not bound).");
+           "Unbinds `name` (nothing happens if it is not bound).")
+      .def("workspace_size", [](const Layer &l, const std::string &name) {
+             size_t size = 0;
+             check(mok_layer_workspace_size(l.handle, name.c_str(), &size));
+             return size;
+           }, "name"_a,
+           "The size in bytes of the workspace buffer `name` (a metadata "
+           "param of role \"workspace\"); no driver needed.")
+      .def("read_workspace", &Layer::readWorkspace, "name"_a,
+           "A copy of the workspace buffer `name` (role \"workspace\", e.g. "
+           "a profiling kernel's \"phase_clock\") as bytes, synchronously. "
+           "The copy is ordered only against the legacy default stream: "
+           "synchronize the stream the layer ran on first.");
 }

@@ -140,6 +140,28 @@ def _runtime():
 
 
 _ROUTED_WEIGHTS = ("gate_weights", "up_weights", "down_weights")
+_NOT_PROFILED = ("this layer was not compiled with profiling "
+                 "(mok.compile(..., profile=True))")
+
+
+def _profile_phases(meta):
+    """The phase names of a profiling layer's metadata (a top-level "phases"
+    list, one name per interval between consecutive "phase_clock"
+    timestamps), checked against its phase_clock workspace buffer."""
+    phases = meta.get("phases")
+    clock = next((p for p in meta.get("params", ())
+                  if p.get("name") == "phase_clock" and p.get("role") == "workspace"),
+                 None)
+    if not isinstance(phases, list) or clock is None:
+        raise ValueError(_NOT_PROFILED)
+    stamps = 1
+    for d in clock["shape"]:
+        stamps *= d
+    if clock["dtype"] != "i64" or stamps != len(phases) + 1:
+        raise ValueError(f"metadata: {len(phases)} phases need {len(phases) + 1} i64 "
+                         f"phase_clock timestamps, the buffer is {clock['dtype']} "
+                         f"{clock['shape']}")
+    return [str(p) for p in phases]
 
 
 class GpuLayer:
@@ -158,7 +180,10 @@ class GpuLayer:
     stride, the gate and up halves of a fused FC1 [E, 2I, H] tensor, or one
     tensor per expert. Bound operands are then not passed to calls. Only
     layers whose kernel reads the weights through per-expert tensor maps (the
-    tensor-core path; metadata "access": "tensor_maps") accept views."""
+    tensor-core path; metadata "access": "tensor_maps") accept views.
+
+    A layer compiled with mok.compile(..., profile=True) times its phases:
+    phase_times() reads the timestamps its kernel wrote (read_workspace)."""
 
     def __init__(self, artifact, device=0):
         import torch
@@ -172,6 +197,7 @@ class GpuLayer:
         params = self.meta["params"]
         self.inputs = [p for p in params if p["role"] == "input"]
         self.output = next(p for p in params if p["role"] == "output")
+        self._forwards = 0  # launched (a CUDA graph's replays are not counted)
 
     def _param(self, name):
         for p in self.inputs:
@@ -266,6 +292,35 @@ class GpuLayer:
             self._param(n)
             self._layer.unbind_weights(n)
 
+    def read_workspace(self, name):
+        """A CPU copy of the workspace buffer `name` (a metadata param of role
+        "workspace": "phase_clock", "grid_barrier", ...) as a torch tensor of
+        its dtype and shape. Synchronizes torch's current stream first, so
+        that the forwards launched on it have written the buffer; a forward
+        on another stream must be synchronized by the caller."""
+        torch = self.torch
+        torch.cuda.current_stream(self.device).synchronize()
+        data = self._layer.read_workspace(name)  # names a wrong `name`
+        p = next(p for p in self.meta["params"] if p["name"] == name)
+        dtype = getattr(torch, _DTYPES[p["dtype"]])
+        if not data:
+            return torch.empty(p["shape"], dtype=dtype)
+        return torch.frombuffer(bytearray(data), dtype=dtype).reshape(p["shape"])
+
+    def phase_times(self):
+        """[(phase, milliseconds)] of the last forward, for a layer compiled
+        with mok.compile(..., profile=True): the differences of consecutive
+        %globaltimer timestamps the kernel wrote to its "phase_clock"
+        workspace buffer, named by the metadata's "phases". Synchronizes
+        torch's current stream (read_workspace). ValueError for a layer
+        compiled without profiling, or before its first forward."""
+        phases = _profile_phases(self.meta)
+        if not getattr(self, "_forwards", 0):
+            raise ValueError("phase_times: no forward has run on this layer yet")
+        stamps = self.read_workspace("phase_clock").reshape(-1).tolist()
+        return [(name, (end - start) / 1e6)
+                for name, start, end in zip(phases, stamps, stamps[1:])]
+
     def __call__(self, *args, **kwargs):
         """The output, for the inputs by name or by position (the inputs'
         order, without the operands bound to weight views)."""
@@ -294,4 +349,5 @@ class GpuLayer:
         stream = torch.cuda.current_stream(self.device).cuda_stream
         self._layer.forward({n: self._export(t) for n, t in given.items()},
                             out=self._export(out), stream=stream)
+        self._forwards += 1
         return out

@@ -454,3 +454,95 @@ def test_binding_views_to_a_tensor_map_kernel(tensor_core):
     del layer
     gc.collect()
     assert sys.getrefcount(down) == refs
+
+
+#===----------------------------------------------------------------------===#
+# Reading the workspace back (profiling)
+#===----------------------------------------------------------------------===#
+
+PHASES = ["route", "fc1", "fc2"]
+NOT_PROFILED = "this layer was not compiled with profiling (mok.compile(..., profile=True))"
+
+
+def with_profiling(meta, phases=PHASES, stamps=None):
+    """The metadata of a profiling kernel as the compiler emits it: a
+    "phase_clock" workspace buffer of i64 timestamps and a top-level
+    "phases" key (one name per interval)."""
+    m = json.loads(json.dumps(meta))
+    m["params"].append({"name": "phase_clock", "role": "workspace", "dtype": "i64",
+                        "shape": [len(phases) + 1 if stamps is None else stamps]})
+    m["phases"] = list(phases)
+    return m
+
+
+def layer_meta_params(artifact, role):
+    return [p for p in artifact.metadata["params"] if p["role"] == role]
+
+
+def test_read_workspace_checks_the_name_before_the_loading(scalar):
+    """The runtime ignores the top-level keys it does not know ("phases");
+    names and sizes come from the metadata, so a wrong name is reported on a
+    layer that is not loaded, before that it is not loaded."""
+    layer = rt.Layer(json.dumps(with_profiling(scalar.metadata)))
+    assert layer.input_names == [p["name"] for p in scalar.metadata["params"]
+                                 if p["role"] == "input"]
+    assert layer.workspace_size("phase_clock") == 8 * (len(PHASES) + 1)
+    assert layer.workspace_size("grid_barrier") == 4 * 2
+    assert layer.workspace_size("routed_x") == 2 * 108 * 64
+    workspace = ", ".join(p["name"] for p in layer_meta_params(scalar, "workspace")
+                          + [{"name": "phase_clock"}])
+    for name, message in [
+            ("clock", f"name: unknown workspace buffer 'clock' (workspace buffers: "
+                      f"{workspace})"),
+            ("x", f"name: 'x' is an input, not a workspace buffer (workspace buffers: "
+                  f"{workspace})"),
+            ("out", "name: 'out' is the output, not a workspace buffer")]:
+        for call in (layer.read_workspace, layer.workspace_size):
+            with raises(mok.MokRuntimeError, message) as info:
+                call(name)
+            assert info.value.status == "MOK_ERROR_INVALID_ARGUMENT"
+    with raises(mok.MokRuntimeError, "layer: not loaded (call load(device, ptx) first)"):
+        layer.read_workspace("phase_clock")
+    with pytest.raises(TypeError):
+        layer.read_workspace(None)
+
+
+def test_read_workspace_of_a_tensor_core_layer_refuses_the_tensor_maps(tensor_core):
+    layer = layer_of(tensor_core)
+    storage = layer_meta_params(tensor_core, "tensor_maps")[0]["name"]
+    with raises(mok.MokRuntimeError, f"name: '{storage}' is the tensor-map storage "
+                "(role tensor_maps), not a workspace buffer"):
+        layer.read_workspace(storage)
+    with raises(mok.MokRuntimeError, "name: unknown workspace buffer 'phase_clock'"):
+        layer.read_workspace("phase_clock")
+
+
+def _unloaded_gpu_layer(meta):
+    """A GpuLayer over `meta` that was never loaded (no torch, no GPU): what
+    phase_times checks before it reads anything."""
+    layer = object.__new__(mok.GpuLayer)
+    layer.meta = meta
+    return layer
+
+
+def test_phase_times_of_a_layer_compiled_without_profiling(scalar):
+    with raises(ValueError, NOT_PROFILED):
+        _unloaded_gpu_layer(scalar.metadata).phase_times()
+    # Both the phases and the phase_clock buffer are needed.
+    profiled = with_profiling(scalar.metadata)
+    no_phases = {k: v for k, v in profiled.items() if k != "phases"}
+    no_clock = dict(profiled, params=scalar.metadata["params"])
+    for meta in (no_phases, no_clock):
+        with raises(ValueError, NOT_PROFILED):
+            _unloaded_gpu_layer(meta).phase_times()
+
+
+def test_phase_times_checks_the_profiling_metadata(scalar):
+    from mok._gpu import _profile_phases
+    assert _profile_phases(with_profiling(scalar.metadata)) == PHASES
+    with raises(ValueError, "metadata: 3 phases need 4 i64 phase_clock timestamps, "
+                "the buffer is i64 [3]"):
+        _profile_phases(with_profiling(scalar.metadata, stamps=3))
+    # A layer that is profiled but never ran has no timestamps to read.
+    with raises(ValueError, "phase_times: no forward has run on this layer yet"):
+        _unloaded_gpu_layer(with_profiling(scalar.metadata)).phase_times()

@@ -78,6 +78,7 @@ Loaded load() {
   get(d.memFree, "cuMemFree");
   get(d.memsetD8, "cuMemsetD8");
   get(d.memcpyHtoD, "cuMemcpyHtoD");
+  get(d.memcpyDtoH, "cuMemcpyDtoH");
   get(d.tensorMapEncodeTiled, "cuTensorMapEncodeTiled");
   if (missing)
     return l;

@@ -31,6 +31,7 @@ struct Driver {
   decltype(&::cuMemFree) memFree;
   decltype(&::cuMemsetD8) memsetD8;
   decltype(&::cuMemcpyHtoD) memcpyHtoD;
+  decltype(&::cuMemcpyDtoH) memcpyDtoH;
   decltype(&::cuTensorMapEncodeTiled) tensorMapEncodeTiled;
 
   /// "CUDA_ERROR_X: description" for `r`.

@@ -666,3 +666,100 @@ extern "C" mok_status mok_layer_bind_weights(mok_layer layer, const char *name,
   binding = std::move(next);
   return ok();
 }
+
+//===----------------------------------------------------------------------===//
+// Reading the workspace back
+//===----------------------------------------------------------------------===//
+
+/// What a param of role `role` is, in a sentence ("'x' is <this>").
+static const char *roleWords(const std::string &role) {
+  if (role == "input")
+    return "an input";
+  if (role == "output")
+    return "the output";
+  if (role == "tensor_maps")
+    return "the tensor-map storage (role tensor_maps)";
+  return "not a workspace buffer";
+}
+
+/// The index of the workspace buffer `name` (role "workspace"), or an error
+/// naming it that lists the layer's workspace buffers.
+static mok_status findWorkspace(mok_layer layer, const char *name,
+                                int &index) {
+  std::string list;
+  for (const Param &p : layer->params)
+    if (p.role == "workspace")
+      list += (list.empty() ? "" : ", ") + p.name;
+  std::string known =
+      list.empty() ? "this layer has none" : "workspace buffers: " + list;
+  for (size_t i = 0; i < layer->params.size(); ++i) {
+    const Param &p = layer->params[i];
+    if (p.name != name)
+      continue;
+    if (p.role != "workspace")
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "name: '" << name << "' is " << roleWords(p.role)
+             << ", not a workspace buffer (" << known << ")";
+    index = static_cast<int>(i);
+    return MOK_OK;
+  }
+  return Fail(MOK_ERROR_INVALID_ARGUMENT)
+         << "name: unknown workspace buffer '" << name << "' (" << known
+         << ")";
+}
+
+static size_t byteSize(const Param &p) {
+  return static_cast<size_t>(p.elements()) * mok_dtype_size(p.dtype);
+}
+
+extern "C" mok_status mok_layer_workspace_size(mok_layer layer,
+                                               const char *name,
+                                               size_t *bytes) {
+  if (!layer)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (!name)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "name: is NULL";
+  if (!bytes)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "bytes: is NULL";
+  int index = -1;
+  if (mok_status s = findWorkspace(layer, name, index))
+    return s;
+  *bytes = byteSize(layer->params[index]);
+  return ok();
+}
+
+extern "C" mok_status mok_layer_read_workspace(mok_layer layer,
+                                               const char *name, void *host,
+                                               size_t bytes) {
+  if (!layer)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (!name)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "name: is NULL";
+  if (!host)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "host: is NULL";
+  int index = -1;
+  if (mok_status s = findWorkspace(layer, name, index))
+    return s;
+  const Param &p = layer->params[index];
+  size_t size = byteSize(p);
+  if (bytes != size) {
+    Fail f(MOK_ERROR_INVALID_ARGUMENT);
+    f << "bytes: expected " << size << ", the size of '" << p.name << "' ("
+      << mok_dtype_name(p.dtype) << " [";
+    for (size_t d = 0; d < p.shape.size(); ++d)
+      f << (d ? ", " : "") << p.shape[d];
+    return f << "]), got " << bytes;
+  }
+  if (!layer->module)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "layer: not loaded (call mok_layer_load first)";
+  if (!size) // nothing was allocated for an empty buffer
+    return ok();
+  const Driver *d = layer->module->driver;
+  d->ctxSetCurrent(layer->module->context);
+  if (CUresult r = d->memcpyDtoH(host, layer->workspace[index], size);
+      r != CUDA_SUCCESS)
+    return Fail(MOK_ERROR_CUDA) << "copying the workspace buffer '" << p.name
+                                << "' to the host: " << d->describe(r);
+  return ok();
+}

@@ -558,6 +558,101 @@ static void testBindWeights() {
   mok_layer_destroy(layer);
 }
 
+// Reading a workspace buffer back (the phase_clock timestamps of a profiling
+// kernel): every check that needs no driver, in the documented order —
+// NULL arguments, the name against the metadata, the size, then loading.
+static void testReadWorkspace() {
+  // A profiling layer's metadata: a "phase_clock" workspace of 4 i64
+  // timestamps and a top-level "phases" key, which the runtime ignores (as
+  // any key it does not know).
+  const char *profiling = R"({
+    "mok_metadata_version": 2, "kernel": "moe_layer_forward", "block": 256,
+    "cooperative": true, "dynamic_shared_memory": 0,
+    "zero_before_first_launch": ["grid_barrier"],
+    "phases": ["route", "fc1", "fc2"],
+    "some_future_key": {"nested": [1, 2, {"a": null}]},
+    "params": [
+      {"name": "x", "role": "input", "dtype": "bf16", "shape": [4, 64]},
+      {"name": "out", "role": "output", "dtype": "bf16", "shape": [4, 64]},
+      {"name": "grid_barrier", "role": "workspace", "dtype": "i32", "shape": [2]},
+      {"name": "empty", "role": "workspace", "dtype": "f32", "shape": [0, 8]},
+      {"name": "phase_clock", "role": "workspace", "dtype": "i64", "shape": [4]},
+      {"name": "tensor_maps", "role": "tensor_maps", "dtype": "i64", "shape": [16]}],
+    "tensor_maps": [{"buffer": "x", "rows": 4, "cols": 64, "row_stride": 64,
+                     "box_rows": 64, "box_cols": 64}]
+  })";
+  mok_layer layer = nullptr;
+  CHECK(mok_layer_create(profiling, &layer) == MOK_OK);
+  CHECK(mok_layer_input_count(layer) == 1);
+
+  size_t size = 0;
+  CHECK(mok_layer_workspace_size(layer, "phase_clock", &size) == MOK_OK && size == 32);
+  CHECK(mok_layer_workspace_size(layer, "grid_barrier", &size) == MOK_OK && size == 8);
+  CHECK(mok_layer_workspace_size(layer, "empty", &size) == MOK_OK && size == 0);
+  CHECK_FAILS(mok_layer_workspace_size(nullptr, "phase_clock", &size),
+              MOK_ERROR_INVALID_ARGUMENT, "layer: is NULL");
+  CHECK_FAILS(mok_layer_workspace_size(layer, nullptr, &size),
+              MOK_ERROR_INVALID_ARGUMENT, "name: is NULL");
+  CHECK_FAILS(mok_layer_workspace_size(layer, "phase_clock", nullptr),
+              MOK_ERROR_INVALID_ARGUMENT, "bytes: is NULL");
+  CHECK_FAILS(mok_layer_workspace_size(layer, "x", &size), MOK_ERROR_INVALID_ARGUMENT,
+              "name: 'x' is an input, not a workspace buffer");
+
+  alignas(16) int64_t stamps[4] = {7, 7, 7, 7};
+  CHECK_FAILS(mok_layer_read_workspace(nullptr, "phase_clock", stamps, 32),
+              MOK_ERROR_INVALID_ARGUMENT, "layer: is NULL");
+  CHECK_FAILS(mok_layer_read_workspace(layer, nullptr, stamps, 32),
+              MOK_ERROR_INVALID_ARGUMENT, "name: is NULL");
+  CHECK_FAILS(mok_layer_read_workspace(layer, "phase_clock", nullptr, 32),
+              MOK_ERROR_INVALID_ARGUMENT, "host: is NULL");
+  // NULL host comes before the name.
+  CHECK_FAILS(mok_layer_read_workspace(layer, "clock", nullptr, 32),
+              MOK_ERROR_INVALID_ARGUMENT, "host: is NULL");
+  CHECK_FAILS(mok_layer_read_workspace(layer, "clock", stamps, 32), MOK_ERROR_INVALID_ARGUMENT,
+              "name: unknown workspace buffer 'clock' (workspace buffers: grid_barrier, "
+              "empty, phase_clock)");
+  CHECK_FAILS(mok_layer_read_workspace(layer, "x", stamps, 32), MOK_ERROR_INVALID_ARGUMENT,
+              "name: 'x' is an input, not a workspace buffer (workspace buffers: "
+              "grid_barrier, empty, phase_clock)");
+  CHECK_FAILS(mok_layer_read_workspace(layer, "out", stamps, 32), MOK_ERROR_INVALID_ARGUMENT,
+              "name: 'out' is the output, not a workspace buffer");
+  CHECK_FAILS(mok_layer_read_workspace(layer, "tensor_maps", stamps, 32),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "name: 'tensor_maps' is the tensor-map storage (role tensor_maps), not a "
+              "workspace buffer");
+  // The name before the size, the size before loading.
+  CHECK_FAILS(mok_layer_read_workspace(layer, "x", stamps, 3), MOK_ERROR_INVALID_ARGUMENT,
+              "name: 'x' is an input");
+  CHECK_FAILS(mok_layer_read_workspace(layer, "phase_clock", stamps, 24),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "bytes: expected 32, the size of 'phase_clock' (i64 [4]), got 24");
+  CHECK_FAILS(mok_layer_read_workspace(layer, "empty", stamps, 8), MOK_ERROR_INVALID_ARGUMENT,
+              "bytes: expected 0, the size of 'empty' (f32 [0, 8]), got 8");
+  CHECK_FAILS(mok_layer_read_workspace(layer, "phase_clock", stamps, 32),
+              MOK_ERROR_INVALID_ARGUMENT, "layer: not loaded (call mok_layer_load first)");
+  CHECK_FAILS(mok_layer_read_workspace(layer, "empty", stamps, 0),
+              MOK_ERROR_INVALID_ARGUMENT, "layer: not loaded");
+  CHECK(stamps[0] == 7 && stamps[3] == 7); // nothing was written
+  // Without a driver, loading fails and the layer stays unloaded.
+  CHECK_FAILS(mok_layer_load(layer, 0, ".version 8.0\n"), MOK_ERROR_DRIVER_UNAVAILABLE,
+              "the CUDA driver could not be loaded");
+  CHECK_FAILS(mok_layer_read_workspace(layer, "phase_clock", stamps, 32),
+              MOK_ERROR_INVALID_ARGUMENT, "layer: not loaded");
+  mok_layer_destroy(layer);
+
+  // A layer without workspace buffers says so.
+  layer = nullptr;
+  CHECK(mok_layer_create(R"({"mok_metadata_version": 1, "kernel": "k", "block": 32,
+      "cooperative": false, "dynamic_shared_memory": 0, "params": [
+        {"name": "o", "role": "output", "dtype": "f32", "shape": [4]}]})", &layer) == MOK_OK);
+  CHECK_FAILS(mok_layer_read_workspace(layer, "phase_clock", stamps, 32),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "name: unknown workspace buffer 'phase_clock' (this layer has none)");
+  CHECK_FAILS(mok_layer_read_workspace(layer, "o", stamps, 16), MOK_ERROR_INVALID_ARGUMENT,
+              "name: 'o' is the output, not a workspace buffer (this layer has none)");
+  mok_layer_destroy(layer);
+}
+
 int main() {
   setenv("MOK_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
   testTensorChecks();
@@ -568,6 +663,7 @@ int main() {
   testTensorMapSlots();
   testWeightMetadata();
   testBindWeights();
+  testReadWorkspace();
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

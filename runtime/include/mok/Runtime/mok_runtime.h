@@ -225,6 +225,20 @@ MOK_API mok_status mok_layer_forward(mok_layer layer,
                                      const mok_named_tensor *inputs,
                                      size_t count, const mok_tensor *out,
                                      void *stream);
+/* The size in bytes of the workspace buffer `name` (a param of role
+ * "workspace"): its elements times its dtype's size. No driver needed. */
+MOK_API mok_status mok_layer_workspace_size(mok_layer layer, const char *name,
+                                            size_t *bytes);
+/* Copies the whole workspace buffer `name` (a param of role "workspace",
+ * e.g. the "phase_clock" timestamps of a profiling kernel) of a loaded layer
+ * to `host`, synchronously (cuMemcpyDtoH); `bytes` must be the buffer's size
+ * (mok_layer_workspace_size). The copy is ordered only against the legacy
+ * default stream: the caller must first synchronize the stream the layer ran
+ * on. The arguments are checked in this order: layer, name and host not
+ * NULL, `name` against the metadata, `bytes`, then that the layer is
+ * loaded — so a wrong name or size is reported without a driver. */
+MOK_API mok_status mok_layer_read_workspace(mok_layer layer, const char *name,
+                                            void *host, size_t bytes);
 
 #ifdef __cplusplus
 } /* extern "C" */
