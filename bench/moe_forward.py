@@ -8,7 +8,11 @@ mok's forward and the PyTorch layer (routes sorted by expert, gather,
 torch._grouped_mm for gate+up and down, clamped SwiGLU, weighted index_add_
 combine, shared expert) with CUDA events (median after warm-up), and an
 8192^3 bf16 torch.matmul for the ceiling. FLOPs = 6 (T k + T_shared) H I.
-Writes <out>/moe_forward.json and .png; prints a table last.
+When <artifacts>/<shape>-profile exists (bench/prepare.py compiles it), also
+a phase breakdown: the same layer compiled to record the global timer after
+each grid barrier, median milliseconds per phase over the timed runs
+(profiling adds one barrier; its total is close to, not equal to, mok ms).
+Writes <out>/moe_forward.json and .png; prints the tables last.
 
     # on the GPU machine, after scripts/gpu/run_h200.sh built build-gpu/
     PYTHONPATH=build-gpu/python python3 bench/moe_forward.py \\
@@ -80,6 +84,19 @@ def time_ms(fn, budget_s, min_iters=3, max_iters=50):
     return statistics.median(times), iters
 
 
+def phase_breakdown(path, a, iters):
+    """Median ms per phase of the profiling kernel at `path` on inputs `a`."""
+    layer = mok.GpuArtifact.from_files(path).load()
+    for _ in range(3):
+        layer(**a)
+    samples = []
+    for _ in range(iters):
+        layer(**a)
+        samples.append(layer.phase_times())
+    names = [n for n, _ in samples[0]]
+    return {n: statistics.median(s[i][1] for s in samples) for i, n in enumerate(names)}
+
+
 def matmul_ceiling():
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -109,6 +126,8 @@ def main():
         del ref
         ms_mok, n_mok = time_ms(lambda: layer(**a), args.budget)
         ms_torch, n_torch = time_ms(lambda: torch_layer(a), args.budget)
+        prof = os.path.join(args.artifacts, name + "-profile", "moe_layer")
+        phases = phase_breakdown(prof, a, 20) if os.path.exists(prof + ".json") else None
         t_shared = s["tokens"] if s.get("shared_intermediate") else 0
         flops = 6 * (s["tokens"] * s["top_k"] + t_shared) * s["hidden"] * s["intermediate"]
         rows.append(dict(shape=name, **{k: s[k] for k in ("tokens", "hidden", "intermediate",
@@ -119,7 +138,7 @@ def main():
                          mok_tflops=flops / (ms_mok * 1e-3) / 1e12,
                          torch_tflops=flops / (ms_torch * 1e-3) / 1e12,
                          speedup=ms_torch / ms_mok, mok_rel_err=err_mok,
-                         torch_rel_err=err_torch))
+                         torch_rel_err=err_torch, phases_ms=phases))
         del a, layer
         torch.cuda.empty_cache()
     result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
@@ -144,6 +163,15 @@ def main():
         fig.savefig(os.path.join(args.out, "moe_forward.png"), dpi=120)
     except ImportError:
         pass
+    with_phases = [r for r in rows if r["phases_ms"]]
+    if with_phases:
+        names = list(with_phases[0]["phases_ms"])
+        print("\nmok phases (ms, median; profiling kernel)")
+        print(f"{'shape':18s} " + " ".join(f"{n[:12]:>12s}" for n in names) + f" {'sum':>8s}")
+        for r in with_phases:
+            ph = r["phases_ms"]
+            print(f"{r['shape']:18s} " + " ".join(f"{ph[n]:12.3f}" for n in names)
+                  + f" {sum(ph.values()):8.3f}")
     print(f"\n{result['gpu']}  torch {result['torch']}  8192^3 bf16 matmul: {ceiling:.0f} TFLOP/s")
     print(f"{'shape':18s} {'T':>5s} {'mok ms':>9s} {'torch ms':>9s} {'mok TF/s':>9s} "
           f"{'torch TF/s':>10s} {'%ceil':>6s} {'speedup':>8s} {'mok err':>8s} {'torch err':>9s}")

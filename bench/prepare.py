@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""Compiles the benchmark shapes for a GPU target (needs the compiler):
+"""Compiles the benchmark shapes for a GPU target (needs the compiler), each
+also as a profiling kernel (<name>-profile) that times its phases:
 
     PYTHONPATH=build/python python3 bench/prepare.py bench-artifacts [sm_90a]
 """
@@ -20,3 +21,7 @@ for name, shape in SHAPES.items():
     spec = mok.LayerSpec(**{k: v for k, v in shape.items() if k in FIELDS})
     art = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"))
     print(name, art.save(os.path.join(out, name)))
+    # The same layer timing its phases (moe_forward.py's phase breakdown).
+    prof = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"),
+                       profile=True)
+    print(name + "-profile", prof.save(os.path.join(out, name + "-profile")))

@@ -40,10 +40,11 @@ void runPipeline(mok::Module &m, const std::string &pipeline) {
 
 std::vector<mok::GpuKernel> compileGPU(const mok::Module &m,
                                        const std::string &chip,
-                                       const std::string &toolkit) {
+                                       const std::string &toolkit,
+                                       bool profile) {
   std::string error;
   std::vector<mok::GpuKernel> kernels;
-  if (!m.compileGPU(chip, toolkit, kernels, error))
+  if (!m.compileGPU(chip, toolkit, kernels, error, profile))
     raise(error);
   return kernels;
 }
@@ -129,7 +130,9 @@ NB_MODULE(_mok, m) {
       .def("functions", &mok::Module::functions,
            "The func.func signatures, with layer operand names and roles.")
       .def("compile_gpu", &compileGPU, nb::arg("chip"), nb::arg("toolkit"),
-           "PTX and runtime metadata of every fused forward layer.")
+           nb::arg("profile") = false,
+           "PTX and runtime metadata of every fused forward layer (profile: "
+           "kernels that time their phases).")
       .def("__str__", &mok::Module::print);
 
   nb::class_<mok::HostExecutable>(m, "HostExecutable")

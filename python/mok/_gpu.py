@@ -70,10 +70,11 @@ class GpuArtifact:
         return GpuLayer(self, device)
 
 
-def _compile_with_extension(source, name, target, function, toolkit):
+def _compile_with_extension(source, name, target, function, toolkit, profile):
     from . import _mok
     module = _mok.Module.parse(source, name)
-    kernels = [k for k in module.compile_gpu(target, toolkit) if k.function == function]
+    kernels = [k for k in module.compile_gpu(target, toolkit, profile)
+               if k.function == function]
     if not kernels:
         raise ValueError(f"no fused forward layer in @{function}")
     return GpuArtifact(kernels[0].ptx, json.loads(kernels[0].metadata))
@@ -89,7 +90,7 @@ def _find_compiler():
     return None
 
 
-def _compile_with_tool(tool, source, target, function, toolkit):
+def _compile_with_tool(tool, source, target, function, toolkit, profile):
     """The same through the mok-compile binary (e.g. the static one carried
     to a GPU machine without MLIR)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,7 +98,8 @@ def _compile_with_tool(tool, source, target, function, toolkit):
         with open(path, "w") as f:
             f.write(source)
         proc = subprocess.run([tool, path, "--chip", target, "--toolkit", toolkit,
-                               "-o", tmp], capture_output=True, text=True)
+                               "-o", tmp] + (["--profile"] if profile else []),
+                              capture_output=True, text=True)
         if proc.returncode:
             raise ValueError(proc.stderr.strip() or f"{tool} failed")
         base = os.path.join(tmp, function)
@@ -106,22 +108,24 @@ def _compile_with_tool(tool, source, target, function, toolkit):
         return GpuArtifact.from_files(base)
 
 
-def compile_gpu(source, name, target, function, cache_dir):
-    key = hashlib.sha256("\0".join([source, target, function, __version__]).encode())
+def compile_gpu(source, name, target, function, cache_dir, profile=False):
+    key = hashlib.sha256("\0".join([source, target, function, __version__]
+                                   + (["profile"] if profile else [])).encode())
     directory = os.path.join(_cache_dir(cache_dir), key.hexdigest()[:24])
     base = os.path.join(directory, function)
     if os.path.exists(base + ".json") and os.path.exists(base + ".ptx"):
         return GpuArtifact.from_files(base)
     toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
     try:
-        artifact = _compile_with_extension(source, name, target, function, toolkit)
+        artifact = _compile_with_extension(source, name, target, function, toolkit,
+                                           profile)
     except ImportError:
         tool = _find_compiler()
         if tool is None:
             raise ImportError("compiling for a GPU needs the compiler: the mok._mok "
                               "extension (build/python) or the mok-compile binary "
                               "(set MOK_COMPILER)") from None
-        artifact = _compile_with_tool(tool, source, target, function, toolkit)
+        artifact = _compile_with_tool(tool, source, target, function, toolkit, profile)
     artifact.path = artifact.save(directory)
     return artifact
 

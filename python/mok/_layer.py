@@ -231,7 +231,8 @@ class CompiledLayer:
 GPU_TARGETS = ("sm_90a", "sm_100a")
 
 
-def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_dir=None):
+def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_dir=None,
+            profile=False):
     """Compiles a layer for `target`.
 
     layer: a LayerSpec, or moe IR text holding `function` (one MoE layer,
@@ -247,7 +248,9 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
     kernel. Returns a GpuArtifact (PTX + runtime metadata), cached on disk by
     IR, target and compiler version (cache_dir, or $MOK_CACHE_DIR, or
     ~/.cache/mok); `GpuArtifact.load()` runs it on a CUDA device with torch.
-    The training forward and backward are CPU-only for now.
+    `profile=True`: a kernel that records the global timer after each phase
+    (GpuLayer.phase_times()). The training forward and backward are CPU-only
+    for now.
     """
     if target != "cpu" and target not in GPU_TARGETS:
         raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")
@@ -263,7 +266,9 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
             raise ValueError("recompute: the GPU target compiles the forward layer "
                              "only; training on the GPU is not supported yet")
         from ._gpu import compile_gpu
-        return compile_gpu(source, name, target, function, cache_dir)
+        return compile_gpu(source, name, target, function, cache_dir, profile)
+    if profile:
+        raise ValueError("profile: only GPU targets time their phases")
     from . import _mok
     module = _mok.Module.parse(source, name)
     stages = {"moe": str(module)}

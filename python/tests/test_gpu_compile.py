@@ -32,6 +32,21 @@ def test_compile_emits_ptx_and_metadata(target, tmp_path):
                        check=True)
 
 
+def test_profile_kernels_time_their_phases(tmp_path):
+    plain = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path))
+    prof = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path), profile=True)
+    # Cached apart: the profiling kernel is another kernel.
+    assert prof.ptx != plain.ptx and "phases" not in plain.metadata
+    phases = prof.metadata["phases"]
+    assert phases[0] == "plan: count" and phases[-1] == "combine"
+    clock = [p for p in prof.metadata["params"] if p["name"] == "phase_clock"]
+    assert clock == [{"name": "phase_clock", "role": "workspace", "dtype": "i64",
+                      "shape": [len(phases) + 1]}]
+    assert prof.ptx.count("%globaltimer") == len(phases) + 1
+    with pytest.raises(ValueError, match="profile: only GPU targets"):
+        mok.compile(SPEC, target="cpu", profile=True)
+
+
 def test_artifacts_are_cached_and_reloadable(tmp_path):
     a = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path))
     assert os.path.exists(a.path + ".ptx") and os.path.exists(a.path + ".json")

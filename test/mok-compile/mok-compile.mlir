@@ -3,6 +3,8 @@
 // RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_90a -o %t/sm90 | FileCheck %s --check-prefix=FILES
 // RUN: FileCheck %s --check-prefix=META < %t/sm90/qwen3_30b_a3b_moe.json
 // RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_100a -o %t/sm100 | FileCheck %s --check-prefix=FILES
+// RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_90a --profile -o %t/prof | FileCheck %s --check-prefix=FILES
+// RUN: FileCheck %s --check-prefix=PROFILE < %t/prof/qwen3_30b_a3b_moe.json
 // RUN: not mok-compile %mok_src_root/examples/deepseek-v3.mlir -o %t/ep 2>&1 | FileCheck %s --check-prefix=EP
 // RUN: not mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir 2>&1 | FileCheck %s --check-prefix=USAGE
 // RUN: not mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_80 -o %t/x 2>&1 | FileCheck %s --check-prefix=CHIP
@@ -35,6 +37,14 @@
 // META-NEXT: "experts": 128,
 // META-NEXT: "row_stride": 2048,
 // META-NEXT: "rows": 768
+
+// --profile: the phase clock and the phase names.
+// PROFILE: "name": "phase_clock",
+// PROFILE-NEXT: "role": "workspace",
+// PROFILE-NEXT: "shape": [
+// PROFILE-NEXT: 9
+// PROFILE: "phases": [
+// PROFILE-NEXT: "plan: count",
 
 // EP: deepseek-v3.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-moe-to-mk: expert parallelism (ep = 8) is not supported yet
 // USAGE: mok-compile: an input file and -o OUTDIR are required

@@ -19,7 +19,7 @@
 static int usage(const char *why) {
   std::fprintf(stderr,
                "mok-compile: %s\n"
-               "usage: mok-compile INPUT.mlir [--chip sm_90a|sm_100a] -o OUTDIR\n"
+               "usage: mok-compile INPUT.mlir [--chip sm_90a|sm_100a] [--profile] -o OUTDIR\n"
                "       [--toolkit CUDA_DIR]  (libdevice; default $CUDA_HOME or "
                "/usr/local/cuda)\n",
                why);
@@ -28,6 +28,7 @@ static int usage(const char *why) {
 
 int main(int argc, char **argv) {
   std::string input, out, chip = "sm_90a";
+  bool profile = false;
   const char *home = std::getenv("CUDA_HOME");
   std::string toolkit = home && *home ? home : "/usr/local/cuda";
   for (int i = 1; i < argc; ++i) {
@@ -41,6 +42,10 @@ int main(int argc, char **argv) {
     if ((a == "-o" && value(out)) || (a == "--chip" && value(chip)) ||
         (a == "--toolkit" && value(toolkit)))
       continue;
+    if (a == "--profile") {
+      profile = true;
+      continue;
+    }
     if (a == "-h" || a == "--help")
       return usage("compile MoE layers to PTX + runtime metadata"), 0;
     if (!a.empty() && a[0] != '-' && input.empty()) {
@@ -62,7 +67,7 @@ int main(int argc, char **argv) {
   if (!module)
     return std::fprintf(stderr, "%s", error.c_str()), 1;
   std::vector<mok::GpuKernel> kernels;
-  if (!module->compileGPU(chip, toolkit, kernels, error))
+  if (!module->compileGPU(chip, toolkit, kernels, error, profile))
     return std::fprintf(stderr, "%s\n", error.c_str()), 1;
   std::error_code ec;
   std::filesystem::create_directories(out, ec);

@@ -78,9 +78,12 @@ public:
   std::vector<FunctionInfo> functions() const;
 
   /// Compiles every fused forward layer of (a copy of) the module for `chip`
-  /// ("sm_90a" or "sm_100a"); `toolkit` holds libdevice.
+  /// ("sm_90a" or "sm_100a"); `toolkit` holds libdevice. `profile`: kernels
+  /// that record the global timer after each phase (convert-moe-to-mk's
+  /// profile option).
   bool compileGPU(const std::string &chip, const std::string &toolkit,
-                  std::vector<GpuKernel> &kernels, std::string &error) const;
+                  std::vector<GpuKernel> &kernels, std::string &error,
+                  bool profile = false) const;
 
 private:
   Module();

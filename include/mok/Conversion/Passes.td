@@ -97,6 +97,11 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
     Option<"tensorCores", "tensor-cores", "bool", /*default=*/"true",
            "Use tensor-core GEMMs (wgmma on sm_90a, tcgen05 on sm_100a) "
            "when the layer's shapes fit (false: simt GEMMs everywhere)">,
+    Option<"profile", "profile", "bool", /*default=*/"false",
+           "Record the global timer at the start, after every grid barrier "
+           "and at the end (one more barrier) into a `phase_clock` "
+           "workspace buffer, with the phases named in mok.kernel's "
+           "`phases`">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mok::mk::MKDialect"];

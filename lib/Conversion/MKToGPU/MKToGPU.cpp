@@ -19,6 +19,7 @@
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -191,6 +192,46 @@ private:
     return cast<MemRefType>(v.getType()).getDimSize(i);
   }
 
+  // 16-byte accesses (ld/st.global.v4) for the memory-bound SIMT steps.
+  /// The global address (i64) of a buffer's first element.
+  Value base(Value m) {
+    return arith::IndexCastOp::create(
+        e.b, e.loc, e.b.getI64Type(),
+        memref::ExtractAlignedPointerAsIndexOp::create(e.b, e.loc, m));
+  }
+  /// A global pointer `elements` (index) bf16 elements past `base`.
+  Value at(Value base, Value elements) {
+    Value bytes = arith::MulIOp::create(
+        e.b, e.loc,
+        arith::IndexCastOp::create(e.b, e.loc, e.b.getI64Type(), elements),
+        arith::ConstantIntOp::create(e.b, e.loc, 2, 64));
+    return LLVM::IntToPtrOp::create(
+        e.b, e.loc, LLVM::LLVMPointerType::get(e.b.getContext(), 1),
+        arith::AddIOp::create(e.b, e.loc, base, bytes),
+        LLVM::DereferenceableAttr());
+  }
+  Value load16(Type type, Value ptr) {
+    return LLVM::LoadOp::create(e.b, e.loc, type, ptr, /*alignment=*/16);
+  }
+  void store16(Value v, Value ptr) {
+    LLVM::StoreOp::create(e.b, e.loc, v, ptr, /*alignment=*/16);
+  }
+  /// Whether all of `buffers` start 16-byte aligned (uniform over the grid;
+  /// the runtime's workspace is, caller tensors usually are).
+  Value aligned16(ArrayRef<Value> buffers) {
+    Value bits = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
+    for (Value m : buffers)
+      bits = arith::OrIOp::create(e.b, e.loc, bits, base(m));
+    Value low = arith::AndIOp::create(
+        e.b, e.loc, bits, arith::ConstantIntOp::create(e.b, e.loc, 15, 64));
+    return e.cmp(arith::CmpIPredicate::eq, low,
+                 arith::ConstantIntOp::create(e.b, e.loc, 0, 64));
+  }
+  void gatherScalar(mk::GatherOp op);
+  void gatherVector(mk::GatherOp op);
+  void combineScalar(mk::CombineOp op);
+  void combineVector(mk::CombineOp op);
+
   void lower(mk::FillOp op);
   void lower(mk::CountRoutesOp op);
   void lower(mk::ScanChunksOp op);
@@ -202,6 +243,7 @@ private:
   void lowerTensorCores(mk::GemmOp op);
   void lower(mk::CombineOp op);
   void lower(mk::GridBarrierOp op);
+  void lower(mk::TimestampOp op);
 };
 
 void KernelLowering::run(std::optional<mk::Engine> engine) {
@@ -255,7 +297,8 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
         .Case<mk::FillOp, mk::CountRoutesOp, mk::ScanChunksOp,
               mk::PadOffsetsOp,
               mk::AssignRowsOp, mk::GatherOp, mk::GemmOp, mk::CombineOp,
-              mk::GridBarrierOp>([&](auto typed) { lower(typed); });
+              mk::GridBarrierOp, mk::TimestampOp>(
+            [&](auto typed) { lower(typed); });
     if (op == lastTensorCoreGemm)
       afterLastGemm = true;
     // What follows the last tensor-core GEMM and a CTA-wide barrier
@@ -376,6 +419,16 @@ void KernelLowering::lower(mk::AssignRowsOp op) {
 }
 
 void KernelLowering::lower(mk::GatherOp op) {
+  // Rows of 8 bf16 multiples are copied 16 bytes at a time when every
+  // buffer is 16-byte aligned (a copy: the same bits either way).
+  if (size(op.getX(), 1) % 8)
+    return gatherScalar(op);
+  e.ifThen(
+      aligned16({op.getX(), op.getRoutedX()}), [&] { gatherVector(op); },
+      [&] { gatherScalar(op); });
+}
+
+void KernelLowering::gatherScalar(mk::GatherOp op) {
   Value x = op.getX(), rowRoute = op.getRowRoute(), out = op.getRoutedX();
   Value k = e.index(op.getTopK());
   forAll2(routedRows(op.getOffsets()), size(out, 1), [&](Value r, Value j) {
@@ -384,6 +437,30 @@ void KernelLowering::lower(mk::GatherOp op) {
         e.isValid(route), [&] { return e.loadF32(x, {e.div(route, k), j}); },
         [&] { return e.f32(0.0f); });
     e.storeRounded(v, out, {r, j});
+  });
+}
+
+void KernelLowering::gatherVector(mk::GatherOp op) {
+  Value rowRoute = op.getRowRoute();
+  Value k = e.index(op.getTopK());
+  int64_t h = size(op.getX(), 1);
+  Value xBase = base(op.getX()), outBase = base(op.getRoutedX());
+  auto v4 = VectorType::get({4}, e.b.getI32Type());
+  forAll2(routedRows(op.getOffsets()), h / 8, [&](Value r, Value c8) {
+    Value col = e.mul(c8, e.index(8));
+    Value route = e.toIndex(e.load(rowRoute, {r}));
+    Value dst = at(outBase, e.add(e.mul(r, e.index(h)), col));
+    e.ifThen(
+        e.isValid(route),
+        [&] {
+          Value src = at(xBase, e.add(e.mul(e.div(route, k), e.index(h)), col));
+          store16(load16(v4, src), dst);
+        },
+        [&] {
+          store16(arith::ConstantOp::create(
+                      e.b, e.loc, v4, DenseElementsAttr::get(v4, int32_t(0))),
+                  dst);
+        });
   });
 }
 
@@ -457,6 +534,17 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
 }
 
 void KernelLowering::lower(mk::CombineOp op) {
+  if (size(op.getOut(), 1) % 8)
+    return combineScalar(op);
+  SmallVector<Value> buffers = {op.getRoutedY(), op.getOut()};
+  if (Value shared = op.getSharedOut())
+    buffers.push_back(shared);
+  e.ifThen(
+      aligned16(buffers), [&] { combineVector(op); },
+      [&] { combineScalar(op); });
+}
+
+void KernelLowering::combineScalar(mk::CombineOp op) {
   Value out = op.getOut(), w = op.getRouterWeights(), y = op.getRoutedY();
   Value routeRow = op.getRouteRow(), shared = op.getSharedOut();
   Value k = e.index(size(w, 1));
@@ -471,6 +559,69 @@ void KernelLowering::lower(mk::CombineOp op) {
       return e.add(acc, term);
     });
     e.storeRounded(acc, out, {t, j});
+  });
+}
+
+void KernelLowering::combineVector(mk::CombineOp op) {
+  // The scalar combine, 8 columns a thread: the same operations in the same
+  // order per element, with 16-byte loads and stores.
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value w = op.getRouterWeights(), routeRow = op.getRouteRow();
+  Value shared = op.getSharedOut();
+  int64_t h = size(op.getOut(), 1), topK = size(w, 1);
+  Value k = e.index(topK);
+  Value yBase = base(op.getRoutedY()), outBase = base(op.getOut());
+  Value sharedBase = shared ? base(shared) : Value();
+  Type bf16 = b.getBF16Type(), f32 = b.getF32Type();
+  auto v8 = VectorType::get({8}, bf16);
+  auto unpack = [&](Value vec) {
+    SmallVector<Value> xs;
+    for (int64_t i = 0; i < 8; ++i) {
+      Value lane = arith::ConstantIntOp::create(b, loc, i, 32);
+      Value x = LLVM::ExtractElementOp::create(b, loc, vec, lane);
+      xs.push_back(arith::ExtFOp::create(b, loc, f32, x));
+    }
+    return xs;
+  };
+  forAll2(e.index(size(op.getOut(), 0)), h / 8, [&](Value t, Value c8) {
+    Value offset = e.add(e.mul(t, e.index(h)), e.mul(c8, e.index(8)));
+    SmallVector<Value> init =
+        shared ? unpack(load16(v8, at(sharedBase, offset)))
+               : SmallVector<Value>(8, e.f32(0.0f));
+    auto loop = scf::ForOp::create(b, loc, e.index(0), k, e.index(1), init);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value kk = loop.getInductionVar();
+      ValueRange acc = loop.getRegionIterArgs();
+      Value row = e.toIndex(e.load(routeRow, {e.add(e.mul(t, k), kk)}));
+      auto ifOp = scf::IfOp::create(b, loc, TypeRange(acc), e.isValid(row),
+                                    /*withElseRegion=*/true);
+      b.setInsertionPointToStart(ifOp.thenBlock());
+      Value weight = e.load(w, {t, kk});
+      SmallVector<Value> ys = unpack(load16(
+          v8, at(yBase, e.add(e.mul(row, e.index(h)), e.mul(c8, e.index(8))))));
+      SmallVector<Value> next;
+      for (int64_t i = 0; i < 8; ++i)
+        next.push_back(e.add(acc[i], e.mul(weight, ys[i])));
+      scf::YieldOp::create(b, loc, next);
+      // No route: the scalar combine adds +0.0.
+      b.setInsertionPointToStart(ifOp.elseBlock());
+      SmallVector<Value> same;
+      for (int64_t i = 0; i < 8; ++i)
+        same.push_back(e.add(acc[i], e.f32(0.0f)));
+      scf::YieldOp::create(b, loc, same);
+      b.setInsertionPointAfter(ifOp);
+      scf::YieldOp::create(b, loc, ifOp.getResults());
+    }
+    Value packed = LLVM::UndefOp::create(b, loc, v8);
+    for (int64_t i = 0; i < 8; ++i) {
+      Value lane = arith::ConstantIntOp::create(b, loc, i, 32);
+      Value r = arith::TruncFOp::create(b, loc, bf16, loop.getResult(i));
+      packed = LLVM::InsertElementOp::create(b, loc, packed, r, lane);
+    }
+    store16(packed, at(outBase, offset));
   });
 }
 
@@ -528,6 +679,13 @@ void KernelLowering::lower(mk::GridBarrierOp op) {
     LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::acq_rel);
   });
   gpu::BarrierOp::create(b, loc);
+}
+
+void KernelLowering::lower(mk::TimestampOp op) {
+  e.ifThen(e.cmp(arith::CmpIPredicate::eq, globalId, e.index(0)), [&] {
+    Value now = NVVM::GlobalTimerOp::create(e.b, e.loc, e.b.getI64Type());
+    e.store(now, op.getClock(), {e.index(op.getIndex())});
+  });
 }
 
 struct ConvertMKToGPUPass

@@ -127,8 +127,17 @@ int64_t slotCount(ArrayRef<TensorMapSpec> maps) {
 
 /// The kernel's parameters: the layer's inputs and output, the workspace,
 /// and (tensor-core kernels) the tensor maps, last.
+/// The phases of the schedule, in order: what lies between two barriers
+/// (profiling names them; emitSchedule checks it emits that many).
+ArrayRef<StringRef> phaseNames() {
+  static const StringRef names[] = {
+      "plan: count",     "plan: scan", "plan: offsets", "plan: assign",
+      "dispatch",        "gate/up + SwiGLU", "down", "combine"};
+  return names;
+}
+
 SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
-                             ArrayRef<TensorMapSpec> maps) {
+                             ArrayRef<TensorMapSpec> maps, bool profile) {
   Builder tb(layer.getContext());
   Type bf16 = tb.getBF16Type(), i64 = tb.getI64Type();
   auto ty = [&](ArrayRef<int64_t> shape, Type elt) {
@@ -176,6 +185,10 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   // [arrived CTAs, generation]; zero before the first launch, and left
   // reusable by every launch.
   params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
+  // Profiling: %globaltimer at the start and after each phase.
+  if (profile)
+    params.push_back({"phase_clock", "workspace",
+                      ty({static_cast<int64_t>(phaseNames().size()) + 1}, i64)});
   // 128-byte CUtensorMaps; last, so the other parameters keep their
   // positions.
   if (!maps.empty())
@@ -188,7 +201,8 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
 DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
                               const Sizes &s, StringRef chip,
                               unsigned blockSize,
-                              ArrayRef<TensorMapSpec> tensorMaps) {
+                              ArrayRef<TensorMapSpec> tensorMaps,
+                              bool profile) {
   Builder b(ctx);
   SmallVector<Attribute> ps;
   for (const Param &p : params) {
@@ -235,6 +249,12 @@ DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
       }));
     entries.push_back(b.getNamedAttr("tensor_maps", b.getArrayAttr(maps)));
   }
+  if (profile) {
+    SmallVector<Attribute> names;
+    for (StringRef n : phaseNames())
+      names.push_back(b.getStringAttr(n));
+    entries.push_back(b.getNamedAttr("phases", b.getArrayAttr(names)));
+  }
   return b.getDictionaryAttr(entries);
 }
 
@@ -247,7 +267,17 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   llvm::StringMap<Value> buf;
   for (auto [i, p] : llvm::enumerate(params))
     buf[p.name] = func.getArgument(i);
-  auto barrier = [&] { mk::GridBarrierOp::create(b, loc, buf["grid_barrier"]); };
+  Value clock = buf.lookup("phase_clock");
+  int64_t stamps = 0;
+  auto timestamp = [&] {
+    if (clock)
+      mk::TimestampOp::create(b, loc, clock, stamps++);
+  };
+  auto barrier = [&] {
+    mk::GridBarrierOp::create(b, loc, buf["grid_barrier"]);
+    timestamp();
+  };
+  timestamp();
 
   // Phase 1: the routing plan, parallel over chunks of routes and over
   // experts, and deterministic (rows in route order within each expert).
@@ -311,6 +341,11 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
                         buf["router_weights"],
                         s.hasShared() ? buf["shared_out"] : Value(),
                         buf["out"]);
+  // Profiling: one more barrier, so the last stamp follows every CTA.
+  if (clock)
+    barrier();
+  assert((!clock || stamps == static_cast<int64_t>(phaseNames().size()) + 1) &&
+         "phaseNames() must name every phase");
   gpu::ReturnOp::create(b, loc);
 }
 
@@ -391,7 +426,7 @@ struct ConvertMoEToMKPass
         maps = tensorMapsFor(s, slots);
         block = sched::kBlock;
       }
-      SmallVector<Param> params = paramsFor(layer, s, maps);
+      SmallVector<Param> params = paramsFor(layer, s, maps, profile);
 
       OpBuilder b(ctx);
       b.setInsertionPointToEnd(module.getBody());
@@ -413,7 +448,7 @@ struct ConvertMoEToMKPass
       // sm_100a it capped a layer at 80 registers and spilled).
       kernel->setAttr("nvvm.minctasm", b.getI32IntegerAttr(1));
       kernel->setAttr("mok.kernel",
-                      describeKernel(ctx, params, s, chip, block, maps));
+                      describeKernel(ctx, params, s, chip, block, maps, profile));
       b.setInsertionPointToStart(&kernel.getBody().front());
       emitSchedule(b, layer, s, params, kernel, engine, slots);
     }

@@ -31,17 +31,18 @@ void mok::buildMoEToPTXPipeline(OpPassManager &pm, const std::string &chip,
 }
 
 void mok::buildMoEToMKPipeline(OpPassManager &pm, const std::string &chip,
-                               bool tensorCores) {
+                               bool tensorCores, bool profile) {
   pm.addPass(moe::createMoEFuseLayer());
   ConvertMoEToMKOptions options;
   options.chip = chip;
   options.tensorCores = tensorCores;
+  options.profile = profile;
   pm.addPass(createConvertMoEToMK(options));
 }
 
 void mok::buildMoEToGPUPipeline(OpPassManager &pm, const std::string &chip,
-                                bool tensorCores) {
-  buildMoEToMKPipeline(pm, chip, tensorCores);
+                                bool tensorCores, bool profile) {
+  buildMoEToMKPipeline(pm, chip, tensorCores, profile);
   pm.addPass(createConvertMKToGPU());
 }
 

@@ -4,7 +4,7 @@
 // the elements, the barrier as CTA barriers around thread 0's arrival.
 
 // CHECK-LABEL: gpu.func @separated(
-// CHECK-SAME: %[[C:[^:]*]]: memref<4xi64>, %[[O:[^:]*]]: memref<5xi64>, %[[BAR:[^:]*]]: memref<2xi32>)
+// CHECK-SAME: %[[C:[^:]*]]: memref<4xi64>, %[[O:[^:]*]]: memref<5xi64>, %[[BAR:[^:]*]]: memref<2xi32>, %[[CLOCK:[^:]*]]: memref<2xi64>)
 // mk.fill: thread g of the grid stores elements g, g + grid, ...
 // CHECK: %[[GID:.*]] = arith.addi %{{.*}}, %{{.*}} : index
 // CHECK: %[[STRIDE:.*]] = arith.muli %{{.*}}, %{{.*}} : index
@@ -21,12 +21,18 @@
 // CHECK: scf.for
 // CHECK: memref.load %[[C]]
 // CHECK: memref.store %{{.*}}, %[[O]]
+// mk.timestamp: thread 0 of the grid stores the global timer.
+// CHECK: arith.cmpi eq, %[[GID]], %{{.*}} : index
+// CHECK-NEXT: scf.if
+// CHECK-NEXT: %[[NOW:.*]] = nvvm.read.ptx.sreg.globaltimer : i64
+// CHECK: memref.store %[[NOW]], %[[CLOCK]][%{{.*}}] : memref<2xi64>
 // CHECK: gpu.return
 gpu.module @k {
-  gpu.func @separated(%c: memref<4xi64>, %o: memref<5xi64>, %bar: memref<2xi32>) kernel {
+  gpu.func @separated(%c: memref<4xi64>, %o: memref<5xi64>, %bar: memref<2xi32>, %clock: memref<2xi64>) kernel {
     mk.fill %c, 0 : memref<4xi64>
     mk.grid_barrier %bar : memref<2xi32>
     mk.pad_offsets %c into %o {padding = 8 : i64} : memref<4xi64>, memref<5xi64>
+    mk.timestamp %clock[1] : memref<2xi64>
     gpu.return
   }
 }

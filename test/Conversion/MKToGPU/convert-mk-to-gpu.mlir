@@ -12,14 +12,30 @@
 // CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_90a", cooperative = true
 // CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}
 // CHECK-SAME: routed_capacity = 108 : i64, zero_before_first_launch = ["grid_barrier"]
-// The plan is counted with atomics, then phases are separated by grid
-// barriers (CTA barrier, fence, arrival on the counter).
-// CHECK: memref.atomic_rmw addi
+// Phases are separated by grid barriers (CTA barrier, fence, arrival on
+// the counter).
 // CHECK: gpu.barrier
 // CHECK: llvm.fence acq_rel
 // CHECK: memref.atomic_rmw addi {{.*}} %[[BAR]]
+// The gather (H = 64, a multiple of 8) copies 16 bytes a thread when x and
+// routed_x are 16-byte aligned, else element by element.
+// CHECK: %[[LOW:.*]] = arith.andi %{{.*}}, %c15_i64 : i64
+// CHECK: %[[ALIGNED:.*]] = arith.cmpi eq, %[[LOW]]
+// CHECK: scf.if %[[ALIGNED]] {
+// CHECK: %[[V:.*]] = llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xi32>
+// CHECK-NEXT: llvm.store %[[V]], %{{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
+// CHECK: } else {
+// CHECK: memref.store {{.*}} : memref<108x64xbf16>
 // The activation, as on the CPU.
 // CHECK: math.exp
+// The combine: 8 columns a thread, 16-byte loads of the shared output and
+// of each routed row, f32 accumulation, one 16-byte store.
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-COUNT-8: llvm.extractelement
+// CHECK: scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32)
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-COUNT-8: llvm.insertelement
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
 // CHECK: gpu.return
 !plan = !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 8>
 func.func @layer(%x: tensor<40x64xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>,

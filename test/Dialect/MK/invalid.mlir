@@ -257,3 +257,13 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @timestamp_index(%c: memref<9xi64>) kernel {
+    // expected-error @+1 {{index 9 is out of the clock buffer's 9 entries}}
+    mk.timestamp %c[9] : memref<9xi64>
+    gpu.return
+  }
+}

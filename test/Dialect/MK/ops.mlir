@@ -16,6 +16,7 @@
 // CHECK: mk.gemm simt store %{{.*}}, %{{.*}} into %{{.*}} : memref<40x16xbf16>, memref<64x16xbf16> -> memref<40x64xbf16>
 // CHECK: mk.combine %{{.*}}, %{{.*}}, %{{.*}} shared(%{{.*}} : memref<40x64xbf16>) into %{{.*}} : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
 // CHECK: mk.combine %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
+// CHECK: mk.timestamp %{{.*}}[3] : memref<9xi64>
 // CHECK-LABEL: gpu.func @tensor_cores
 // CHECK: mk.gemm wgmma swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
 // CHECK: mk.gemm tcgen05 store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 17, 18>, stages = 4 : i64, tile = array<i64: 64, 128, 64>} : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
@@ -29,7 +30,8 @@ gpu.module @kernels {
                      %row_route: memref<108xi64>, %row_expert: memref<108xi64>,
                      %routed_x: memref<108x64xbf16>, %hidden: memref<108x32xbf16>,
                      %routed_y: memref<108x64xbf16>, %shared_hidden: memref<40x16xbf16>,
-                     %shared_out: memref<40x64xbf16>, %bar: memref<2xi32>) kernel {
+                     %shared_out: memref<40x64xbf16>, %bar: memref<2xi32>,
+                     %clock: memref<9xi64>) kernel {
     mk.fill %row_route, -1 : memref<108xi64>
     mk.count_routes %top into %cc {chunk = 64 : i64} : memref<40x2xi32>, memref<2x4xi64>
     mk.grid_barrier %bar : memref<2xi32>
@@ -48,6 +50,7 @@ gpu.module @kernels {
         : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
     mk.combine %routed_y, %route_row, %rw into %out
         : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
+    mk.timestamp %clock[3] : memref<9xi64>
     gpu.return
   }
 

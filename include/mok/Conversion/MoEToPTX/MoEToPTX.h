@@ -23,9 +23,9 @@ void buildMoEToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
 /// with their `mok.kernel` descriptions), then NVVM lowering and PTX
 /// emission; buildMoEToMKPipeline stops at the megakernel schedule.
 void buildMoEToMKPipeline(mlir::OpPassManager &pm, const std::string &chip,
-                          bool tensorCores = true);
+                          bool tensorCores = true, bool profile = false);
 void buildMoEToGPUPipeline(mlir::OpPassManager &pm, const std::string &chip,
-                           bool tensorCores = true);
+                           bool tensorCores = true, bool profile = false);
 void buildGPUToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
                            const std::string &toolkit);
 

@@ -173,3 +173,11 @@ LogicalResult GridBarrierOp::verify() {
   return expectDim(*this, getState(), "state", 0, 2,
                    "[arrived CTAs, generation]");
 }
+
+LogicalResult TimestampOp::verify() {
+  int64_t n = dim(getClock(), 0);
+  if (!ShapedType::isDynamic(n) && getIndex() >= n)
+    return emitOpError() << "index " << getIndex()
+                         << " is out of the clock buffer's " << n << " entries";
+  return success();
+}

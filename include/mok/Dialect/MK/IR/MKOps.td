@@ -336,4 +336,22 @@ def MK_GridBarrierOp : MK_Op<"grid_barrier"> {
   let hasVerifier = 1;
 }
 
+def MK_TimestampOp : MK_Op<"timestamp"> {
+  let summary = "Thread 0 of the grid records the global timer";
+  let description = [{
+    Profiling: the first thread of the grid writes `%globaltimer`
+    (nanoseconds) to `clock[index]`. After an `mk.grid_barrier`, that is
+    about when the last CTA finished the phase before it; the runtime reads
+    the buffer back (`mok_layer_read_workspace`).
+
+    ```mlir
+    mk.timestamp %clock[3] : memref<12xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MK_I64Vector, "", [MemWrite]>:$clock,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$index);
+  let assemblyFormat = "$clock `[` $index `]` attr-dict `:` type($clock)";
+  let hasVerifier = 1;
+}
+
 #endif // MOK_DIALECT_MK_IR_MKOPS_TD
