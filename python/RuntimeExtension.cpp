@@ -455,6 +455,27 @@ struct Layer {
     return data;
   }
 
+  /// The expert-parallel group, checked and refused by the runtime (size > 1
+  /// by name until expert parallelism exists). `ncclComm` is an ncclComm_t
+  /// as an integer (0: none).
+  void setEpGroup(int32_t size, int32_t rank, uintptr_t ncclComm) {
+    mok_ep_group group{size, rank, reinterpret_cast<void *>(ncclComm)};
+    check(mok_layer_set_ep_group(handle, &group));
+  }
+
+  nb::tuple epGroup() const {
+    mok_ep_group group{};
+    check(mok_layer_ep_group(handle, &group));
+    return nb::make_tuple(group.size, group.rank,
+                          reinterpret_cast<uintptr_t>(group.nccl_comm));
+  }
+
+  int32_t epSize() const {
+    int32_t size = 0;
+    check(mok_layer_ep_size(handle, &size));
+    return size;
+  }
+
   nb::dict boundWeights() const {
     nb::dict d;
     for (const auto &[name, view] : bound)
@@ -596,6 +617,21 @@ NB_MODULE(_runtime, m) {
            "from the view and refuse it among the operands. None unbinds.")
       .def("unbind_weights", &Layer::unbindWeights, "name"_a,
            "Unbinds `name` (nothing happens if it is not bound).")
+      .def("set_ep_group", &Layer::setEpGroup, "size"_a = 1, "rank"_a = 0,
+           "nccl_comm"_a = 0,
+           "Sets the expert-parallel group the layer runs in: its size, this "
+           "process's rank in it, and its NCCL communicator (an ncclComm_t "
+           "as an int, 0 = none). The default is (1, 0, 0). Checked by the "
+           "runtime: 0 <= rank < size, a communicator for size > 1; size > 1 "
+           "is refused by name until expert parallelism is supported, and a "
+           "size other than the compiled one (ep_size) naming both. A "
+           "refused group leaves the previous one. No driver needed.")
+      .def_prop_ro("ep_group", &Layer::epGroup,
+                   "(size, rank, nccl_comm) of the layer's expert-parallel "
+                   "group; (1, 0, 0) until set_ep_group.")
+      .def_prop_ro("ep_size", &Layer::epSize,
+                   "The expert-parallel size the layer was compiled for (the "
+                   "metadata's \"ep\"; 1 without it).")
       .def("workspace_size", [](const Layer &l, const std::string &name) {
              size_t size = 0;
              check(mok_layer_workspace_size(l.handle, name.c_str(), &size));

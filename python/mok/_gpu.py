@@ -65,9 +65,11 @@ class GpuArtifact:
                              f"{metadata.get('mok_metadata_version')!r}")
         return GpuArtifact(ptx, metadata, base)
 
-    def load(self, device=0):
-        """A callable GpuLayer on CUDA `device`."""
-        return GpuLayer(self, device)
+    def load(self, device=None, ep_group=None):
+        """A callable GpuLayer on CUDA `device` (None: torch's current
+        device), in the expert-parallel group `ep_group` (None: EP = 1; see
+        GpuLayer)."""
+        return GpuLayer(self, device, ep_group)
 
 
 def _compile_with_extension(source, name, target, function, toolkit, profile):
@@ -143,6 +145,36 @@ def _runtime():
     return rt
 
 
+def _ep_group_args(ep_group):
+    """(size, rank, nccl_comm) for Layer.set_ep_group from what a trainer
+    has: None (EP = 1: (1, 0, 0)), a tuple (size, rank, nccl_comm) with
+    nccl_comm an ncclComm_t as an int (0 or None: none), or a process group
+    with .size() and .rank() methods (torch.distributed.ProcessGroup; torch
+    is not imported), whose NCCL communicator is not reachable from here:
+    nccl_comm 0, so the runtime refuses a size > 1 naming expert
+    parallelism. The runtime checks the values."""
+    if ep_group is None:
+        return 1, 0, 0
+    if isinstance(ep_group, (tuple, list)):
+        if len(ep_group) != 3:
+            raise TypeError("ep_group: expected (size, rank, nccl_comm), got "
+                            f"{len(ep_group)} values")
+        size, rank, comm = ep_group
+        values = [("size", size), ("rank", rank), ("nccl_comm", 0 if comm is None else comm)]
+    elif callable(getattr(ep_group, "size", None)) and callable(getattr(ep_group, "rank", None)):
+        values = [("size", ep_group.size()), ("rank", ep_group.rank()), ("nccl_comm", 0)]
+    else:
+        raise TypeError("ep_group: expected None, (size, rank, nccl_comm) or a process "
+                        "group with size() and rank() (torch.distributed.ProcessGroup), "
+                        f"got {type(ep_group).__name__}")
+    out = []
+    for name, v in values:
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise TypeError(f"ep_group: {name} must be an int, got {type(v).__name__}")
+        out.append(v.__index__())
+    return tuple(out)
+
+
 _ROUTED_WEIGHTS = ("gate_weights", "up_weights", "down_weights")
 _NOT_PROFILED = ("this layer was not compiled with profiling "
                  "(mok.compile(..., profile=True))")
@@ -187,16 +219,26 @@ class GpuLayer:
     tensor-core path; metadata "access": "tensor_maps") accept views.
 
     A layer compiled with mok.compile(..., profile=True) times its phases:
-    phase_times() reads the timestamps its kernel wrote (read_workspace)."""
+    phase_times() reads the timestamps its kernel wrote (read_workspace).
 
-    def __init__(self, artifact, device=0):
+    It runs in an expert-parallel group, `ep_group`: None (EP = 1), a tuple
+    (size, rank, nccl_comm) with an ncclComm_t as an int, or a process group
+    with .size() and .rank() (torch.distributed.ProcessGroup; its NCCL
+    communicator is not passed). Only size 1 runs today: a larger group is
+    refused by the runtime (MokRuntimeError naming expert parallelism), before
+    anything is loaded."""
+
+    def __init__(self, artifact, device=None, ep_group=None):
         import torch
         rt = _runtime()
         self.torch = torch
         self.meta = artifact.metadata
-        self.device = torch.device("cuda", device)
-        torch.cuda.init()  # the runtime uses the primary context torch uses
         self._layer = rt.Layer(json.dumps(self.meta))
+        self._layer.set_ep_group(*_ep_group_args(ep_group))
+        torch.cuda.init()  # the runtime uses the primary context torch uses
+        if device is None:
+            device = torch.cuda.current_device()
+        self.device = torch.device("cuda", device)
         self._layer.load(device, artifact.ptx)
         params = self.meta["params"]
         self.inputs = [p for p in params if p["role"] == "input"]
@@ -238,6 +280,11 @@ class GpuLayer:
         # current stream, which torch's own work is ordered on already (and
         # an export that synchronizes would break CUDA-graph capture).
         return t.__dlpack__(stream=-1)
+
+    @property
+    def ep_group(self):
+        """(size, rank, nccl_comm) of the layer's expert-parallel group."""
+        return self._layer.ep_group
 
     @property
     def bound_weights(self):

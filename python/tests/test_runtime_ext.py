@@ -3,7 +3,8 @@
 probe, layers created from compiled metadata, every argument check (through
 NumPy arrays, and DLPack producers that claim bf16 or a CUDA device over
 NumPy memory — never read by a kernel), weight views and their addresses,
-binding views to layers. The GPU runs are in gpu/test_gpu_views.py."""
+binding views to layers, a layer's expert-parallel group. The GPU runs are in
+gpu/test_gpu_views.py."""
 import ctypes
 import gc
 import json
@@ -546,3 +547,126 @@ def test_phase_times_checks_the_profiling_metadata(scalar):
     # A layer that is profiled but never ran has no timestamps to read.
     with raises(ValueError, "phase_times: no forward has run on this layer yet"):
         _unloaded_gpu_layer(with_profiling(scalar.metadata)).phase_times()
+
+
+#===----------------------------------------------------------------------===#
+# Expert-parallel group
+#===----------------------------------------------------------------------===#
+
+COMM = 0x7F00DEAD0000  # stands for an ncclComm_t: never dereferenced
+
+
+def test_ep_group_defaults_and_size_one(scalar):
+    layer = layer_of(scalar)
+    assert layer.ep_group == (1, 0, 0) and layer.ep_size == 1
+    assert layer.set_ep_group() is None
+    layer.set_ep_group(1, 0, COMM)  # size 1 with a communicator: kept
+    assert layer.ep_group == (1, 0, COMM)
+    assert layer.check(good_inputs(scalar.metadata), out=output_of(scalar.metadata)) is None
+    layer.set_ep_group(size=1, rank=0)
+    assert layer.ep_group == (1, 0, 0)
+
+
+@pytest.mark.parametrize("group,status,message", [
+    ((2, 0, COMM), "MOK_ERROR_UNSUPPORTED",
+     "ep_group: expert parallelism (size 2) is not supported yet; this layer was "
+     "compiled for ep = 1: use size 1 (the default)"),
+    ((8, 7, COMM), "MOK_ERROR_UNSUPPORTED", "expert parallelism (size 8) is not supported yet"),
+    ((2, 0, 0), "MOK_ERROR_INVALID_ARGUMENT",
+     "ep_group: expert parallelism (size 2) needs an NCCL communicator, got nccl_comm "
+     "NULL (and it is not supported yet: use size 1)"),
+    ((2, 2, COMM), "MOK_ERROR_INVALID_ARGUMENT",
+     "ep_group: expected 0 <= rank < size, got rank 2 of size 2"),
+    ((1, -1, 0), "MOK_ERROR_INVALID_ARGUMENT",
+     "ep_group: expected 0 <= rank < size, got rank -1 of size 1"),
+    ((0, 0, 0), "MOK_ERROR_INVALID_ARGUMENT", "got rank 0 of size 0"),
+])
+def test_ep_group_refusals_name_it(scalar, group, status, message):
+    layer = layer_of(scalar)
+    layer.set_ep_group(1, 0, COMM)
+    with raises(mok.MokRuntimeError, message) as info:
+        layer.set_ep_group(*group)
+    assert info.value.status == status
+    assert layer.ep_group == (1, 0, COMM)  # a refused group leaves the previous one
+
+
+def test_ep_group_must_match_the_compiled_ep(scalar):
+    """The compiler does not emit "ep" yet: hand-written metadata."""
+    assert layer_of(scalar, dict(scalar.metadata, ep=1)).ep_size == 1
+    layer = layer_of(scalar, dict(scalar.metadata, ep=4))
+    assert layer.ep_size == 4 and layer.ep_group == (1, 0, 0)
+    with raises(mok.MokRuntimeError, "ep_group: size 1, but this layer was compiled for "
+                "ep = 4 (the metadata's \"ep\"); the group's size must be the compiled "
+                "one") as info:
+        layer.set_ep_group()
+    assert info.value.status == "MOK_ERROR_INVALID_ARGUMENT"
+    with raises(mok.MokRuntimeError, "ep_group: expert parallelism (size 4) is not "
+                "supported yet; this layer was compiled for ep = 4, which this runtime "
+                "cannot run yet") as info:
+        layer.set_ep_group(4, 1, COMM)
+    assert info.value.status == "MOK_ERROR_UNSUPPORTED"
+    with raises(mok.MokRuntimeError, "layer: compiled for ep = 4 (expert parallelism), "
+                "but its ep_group has size 1"):
+        layer.check(good_inputs(scalar.metadata), out=output_of(scalar.metadata))
+    for ep, message in [(0, "metadata: 'ep' must be an integer >= 1"),
+                        ("4", "metadata: missing or mistyped 'ep'")]:
+        with raises(mok.MokRuntimeError, message):
+            layer_of(scalar, dict(scalar.metadata, ep=ep))
+
+
+class _ProcessGroup:
+    """What torch.distributed.ProcessGroup offers that GpuLayer reads."""
+
+    def __init__(self, size, rank):
+        self._size, self._rank = size, rank
+
+    def size(self):
+        return self._size
+
+    def rank(self):
+        return self._rank
+
+
+def test_gpu_layer_ep_group_arguments(scalar):
+    """GpuLayer/GpuArtifact.load(ep_group=...) as set_ep_group's arguments,
+    without torch: None, a tuple, or a process group (no communicator)."""
+    from mok._gpu import _ep_group_args
+    assert _ep_group_args(None) == (1, 0, 0)
+    assert _ep_group_args((1, 0, COMM)) == (1, 0, COMM)
+    assert _ep_group_args((1, 0, None)) == (1, 0, 0)
+    assert _ep_group_args(_ProcessGroup(1, 0)) == (1, 0, 0)
+    assert _ep_group_args(_ProcessGroup(np.int32(8), np.int64(3))) == (8, 3, 0)
+    for bad, message in [((1, 0), "ep_group: expected (size, rank, nccl_comm), got 2 values"),
+                         ("ep", "ep_group: expected None, (size, rank, nccl_comm) or a "
+                                "process group with size() and rank()"),
+                         ((1.0, 0, 0), "ep_group: size must be an int, got float"),
+                         ((1, True, 0), "ep_group: rank must be an int, got bool")]:
+        with raises(TypeError, message):
+            _ep_group_args(bad)
+    layer = layer_of(scalar)
+    layer.set_ep_group(*_ep_group_args(_ProcessGroup(1, 0)))
+    assert layer.ep_group == (1, 0, 0)
+    # A process group of 8: its communicator is unknown, refused naming expert
+    # parallelism all the same.
+    with raises(mok.MokRuntimeError, "ep_group: expert parallelism (size 8) needs an "
+                "NCCL communicator, got nccl_comm NULL (and it is not supported yet"):
+        layer.set_ep_group(*_ep_group_args(_ProcessGroup(8, 3)))
+    with raises(mok.MokRuntimeError, "expert parallelism (size 8) is not supported yet"):
+        layer.set_ep_group(*_ep_group_args((8, 3, COMM)))
+    assert layer.ep_group == (1, 0, 0)
+
+
+def test_gpu_artifact_load_refuses_the_ep_group_before_loading(scalar, monkeypatch):
+    """The group is set before torch.cuda or the driver is touched: a stub
+    torch without `cuda` is enough to see the refusal."""
+    import types
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    for group in [(2, 1, COMM), _ProcessGroup(4, 0)]:
+        with raises(mok.MokRuntimeError, "expert parallelism (size") as info:
+            scalar.load(ep_group=group)
+        assert "not supported yet" in str(info.value)
+    with raises(TypeError, "ep_group: expected (size, rank, nccl_comm)"):
+        scalar.load(device=0, ep_group=(2, 1))
+    # EP = 1 gets past the group, to torch.cuda (absent from the stub).
+    with pytest.raises(AttributeError, match="cuda"):
+        scalar.load(ep_group=(1, 0, 0))

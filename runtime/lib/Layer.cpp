@@ -10,6 +10,7 @@
 #include "Module.h"
 #include "TensorMaps.h"
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -64,6 +65,10 @@ struct mok_layer_s {
   std::vector<int> inputs; // indices of the input params, in order
   int output = -1;
   std::vector<Binding> views; // per param; bound only for inputs
+  // Expert parallelism: the size the kernel was compiled for (metadata
+  // "ep", 1 without it) and the group it runs in (mok_layer_set_ep_group).
+  int32_t epSize = 1;
+  mok_ep_group group{1, 0, nullptr};
 
   // After mok_layer_load:
   mok_module module = nullptr;
@@ -174,6 +179,13 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
   if (const json::Value *c = r.member(root, "cooperative", json::Value::Bool,
                                       "metadata"))
     layer->cooperative = c->boolean;
+  // Optional: the compiler emits it once it compiles expert-parallel layers.
+  if (root.get("ep")) {
+    int64_t ep = r.integer(root, "ep", "metadata", 1);
+    if (r.ok() && ep > INT32_MAX)
+      r.error = "metadata: 'ep' must be at most " + std::to_string(INT32_MAX);
+    layer->epSize = static_cast<int32_t>(ep);
+  }
   if (const json::Value *z = root.get("zero_before_first_launch"))
     for (const json::Value &v : z->array)
       layer->zeroFirst.push_back(v.string);
@@ -406,11 +418,24 @@ static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
   return MOK_OK;
 }
 
+/// A layer runs only in a group of the size it was compiled for: one
+/// compiled for ep > 1 and left in the default group is refused here.
+static mok_status checkGroupSize(mok_layer layer) {
+  if (layer->group.size == layer->epSize)
+    return MOK_OK;
+  return Fail(MOK_ERROR_INVALID_ARGUMENT)
+         << "layer: compiled for ep = " << layer->epSize
+         << " (expert parallelism), but its ep_group has size "
+         << layer->group.size << " (set the group with mok_layer_set_ep_group)";
+}
+
 extern "C" mok_status mok_layer_check(mok_layer layer,
                                       const mok_named_tensor *inputs,
                                       size_t count, const mok_tensor *out) {
   if (!layer)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (mok_status s = checkGroupSize(layer))
+    return s;
   std::vector<void *> pointers;
   if (mok_status s = bindInputs(layer, inputs, count, out, pointers))
     return s;
@@ -526,6 +551,8 @@ extern "C" mok_status mok_layer_forward(mok_layer layer,
   if (!layer->module)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "layer: not loaded (call mok_layer_load first)";
+  if (mok_status s = checkGroupSize(layer))
+    return s;
   std::vector<void *> pointers;
   if (mok_status s = bindInputs(layer, inputs, count, out, pointers))
     return s;
@@ -664,6 +691,55 @@ extern "C" mok_status mok_layer_bind_weights(mok_layer layer, const char *name,
   // The table's heap storage moves with the vector, so the pointer into it
   // stays valid.
   binding = std::move(next);
+  return ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Expert parallelism
+//===----------------------------------------------------------------------===//
+
+extern "C" mok_status mok_layer_set_ep_group(mok_layer layer,
+                                             const mok_ep_group *group) {
+  if (!layer)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  const mok_ep_group defaultGroup{1, 0, nullptr};
+  const mok_ep_group &g = group ? *group : defaultGroup;
+  if (mok_status s = checkEpGroup(&g))
+    return s;
+  if (g.size > 1) {
+    Fail f(MOK_ERROR_UNSUPPORTED);
+    f << "ep_group: expert parallelism (size " << g.size
+      << ") is not supported yet; this layer was compiled for ep = "
+      << layer->epSize;
+    return layer->epSize == 1 ? f << ": use size 1 (the default)"
+                              : f << ", which this runtime cannot run yet";
+  }
+  if (g.size != layer->epSize)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "ep_group: size " << g.size << ", but this layer was compiled "
+           << "for ep = " << layer->epSize
+           << " (the metadata's \"ep\"); the group's size must be the "
+              "compiled one";
+  layer->group = g;
+  return ok();
+}
+
+extern "C" mok_status mok_layer_ep_group(mok_layer layer,
+                                         mok_ep_group *group) {
+  if (!layer)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (!group)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "group: is NULL";
+  *group = layer->group;
+  return ok();
+}
+
+extern "C" mok_status mok_layer_ep_size(mok_layer layer, int32_t *size) {
+  if (!layer)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (!size)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "size: is NULL";
+  *size = layer->epSize;
   return ok();
 }
 

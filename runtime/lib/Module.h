@@ -22,6 +22,11 @@ mok_status driverOrFail(const Driver *&d);
 /// for tensors read element by element, alignment to the element size only.
 mok_status checkTensor(const mok_tensor *t, const char *name, mok_dtype dtype,
                        int32_t rank, const int64_t *shape, bool tma);
+
+/// mok_ep_group_check's argument checks (not NULL, 0 <= rank < size, a
+/// communicator for size > 1), without refusing size > 1: the caller says
+/// why it cannot run one.
+mok_status checkEpGroup(const mok_ep_group *g);
 } // namespace mok::runtime
 
 #endif // MOK_RUNTIME_MODULE_H

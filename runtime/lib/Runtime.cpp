@@ -302,13 +302,27 @@ extern "C" mok_status mok_weights_check(const mok_expert_weights *w,
 // Expert parallelism
 //===----------------------------------------------------------------------===//
 
-extern "C" mok_status mok_ep_group_check(const mok_ep_group *g) {
+mok_status mok::runtime::checkEpGroup(const mok_ep_group *g) {
   if (!g)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "ep_group: is NULL";
   if (g->size < 1 || g->rank < 0 || g->rank >= g->size)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "ep_group: expected 0 <= rank < size, got rank " << g->rank
            << " of size " << g->size;
+  // Said even while expert parallelism is refused: a caller that has no
+  // communicator to give (a process group whose NCCL communicator it cannot
+  // reach) learns both what is missing and that size 1 is what runs.
+  if (g->size > 1 && !g->nccl_comm)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "ep_group: expert parallelism (size " << g->size
+           << ") needs an NCCL communicator, got nccl_comm NULL (and it is "
+              "not supported yet: use size 1)";
+  return MOK_OK;
+}
+
+extern "C" mok_status mok_ep_group_check(const mok_ep_group *g) {
+  if (mok_status s = checkEpGroup(g))
+    return s;
   if (g->size > 1)
     return Fail(MOK_ERROR_UNSUPPORTED)
            << "ep_group: expert parallelism (size " << g->size

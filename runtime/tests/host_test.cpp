@@ -127,15 +127,30 @@ static void testWeightViews() {
               MOK_ERROR_INVALID_ARGUMENT, "down: row_stride must be a multiple of 16 bytes");
 }
 
+// Stands for an ncclComm_t: the runtime never dereferences it (yet).
+static void *const kComm = memory + 4096;
+
 static void testExpertParallelGroup() {
   mok_ep_group one{1, 0, nullptr};
   CHECK(mok_ep_group_check(&one) == MOK_OK);
-  mok_ep_group eight{8, 3, nullptr};
+  mok_ep_group eight{8, 3, kComm};
   CHECK_FAILS(mok_ep_group_check(&eight), MOK_ERROR_UNSUPPORTED,
-              "expert parallelism (size 8) is not supported yet");
-  mok_ep_group bad{2, 2, nullptr};
+              "ep_group: expert parallelism (size 8) is not supported yet; use size 1");
+  mok_ep_group noComm{8, 3, nullptr};
+  CHECK_FAILS(mok_ep_group_check(&noComm), MOK_ERROR_INVALID_ARGUMENT,
+              "ep_group: expert parallelism (size 8) needs an NCCL communicator, "
+              "got nccl_comm NULL (and it is not supported yet: use size 1)");
+  mok_ep_group bad{2, 2, kComm};
   CHECK_FAILS(mok_ep_group_check(&bad), MOK_ERROR_INVALID_ARGUMENT,
               "expected 0 <= rank < size, got rank 2 of size 2");
+  mok_ep_group empty{0, 0, nullptr};
+  CHECK_FAILS(mok_ep_group_check(&empty), MOK_ERROR_INVALID_ARGUMENT,
+              "ep_group: expected 0 <= rank < size, got rank 0 of size 0");
+  mok_ep_group negative{4, -1, kComm};
+  CHECK_FAILS(mok_ep_group_check(&negative), MOK_ERROR_INVALID_ARGUMENT,
+              "got rank -1 of size 4");
+  CHECK_FAILS(mok_ep_group_check(nullptr), MOK_ERROR_INVALID_ARGUMENT,
+              "ep_group: is NULL");
 }
 
 static void testWithoutDriver() {
@@ -246,6 +261,137 @@ static void testLayerMetadata() {
   for (auto &b : bad) {
     mok_layer l = nullptr;
     CHECK_FAILS(mok_layer_create(b.json, &l), MOK_ERROR_INVALID_ARGUMENT, "");
+    check(std::strstr(mok_last_error(), b.message) != nullptr, b.message, __LINE__);
+    CHECK(l == nullptr);
+  }
+}
+
+// kMetadata with a top-level "ep" (what the compiler will emit for an
+// expert-parallel layer), `ep` as JSON text.
+static std::string withEp(const std::string &ep) {
+  return "{\"ep\": " + ep + "," + std::string(kMetadata).substr(1);
+}
+
+static bool sameGroup(mok_layer layer, int32_t size, int32_t rank, void *comm) {
+  mok_ep_group g{-1, -1, nullptr};
+  return mok_layer_ep_group(layer, &g) == MOK_OK && g.size == size &&
+         g.rank == rank && g.nccl_comm == comm;
+}
+
+// A layer's expert-parallel group: the default, what is refused and how,
+// and a compiled "ep" the group must match.
+static void testLayerExpertParallelGroup() {
+  alignas(64) static unsigned char x[4 * 64 * 2], out[4 * 64 * 2], ids[32], rw[32];
+  int64_t sx[2] = {4, 64}, sk[2] = {4, 2};
+  mok_named_tensor in[3] = {
+      {"x", mok_tensor_contiguous(x, MOK_DTYPE_BF16, 2, sx)},
+      {"top_experts", mok_tensor_contiguous(ids, MOK_DTYPE_I32, 2, sk)},
+      {"router_weights", mok_tensor_contiguous(rw, MOK_DTYPE_F32, 2, sk)}};
+  mok_tensor o = mok_tensor_contiguous(out, MOK_DTYPE_BF16, 2, sx);
+
+  // Metadata without "ep": compiled for ep = 1, in the default group.
+  mok_layer layer = nullptr;
+  CHECK(mok_layer_create(kMetadata, &layer) == MOK_OK);
+  int32_t ep = -1;
+  CHECK(mok_layer_ep_size(layer, &ep) == MOK_OK && ep == 1);
+  CHECK(sameGroup(layer, 1, 0, nullptr));
+  mok_ep_group one{1, 0, nullptr};
+  CHECK(mok_layer_set_ep_group(layer, &one) == MOK_OK);
+  CHECK(std::string(mok_last_error()).empty());
+  // Size 1 with a communicator: accepted, kept (nothing to exchange).
+  mok_ep_group oneWithComm{1, 0, kComm};
+  CHECK(mok_layer_set_ep_group(layer, &oneWithComm) == MOK_OK);
+  CHECK(sameGroup(layer, 1, 0, kComm));
+  CHECK(mok_layer_check(layer, in, 3, &o) == MOK_OK);
+
+  // Size > 1: refused by name, naming the layer's compiled ep; a refused
+  // group leaves the previous one.
+  mok_ep_group eight{8, 3, kComm};
+  CHECK_FAILS(mok_layer_set_ep_group(layer, &eight), MOK_ERROR_UNSUPPORTED,
+              "ep_group: expert parallelism (size 8) is not supported yet; this "
+              "layer was compiled for ep = 1: use size 1 (the default)");
+  CHECK(sameGroup(layer, 1, 0, kComm));
+  mok_ep_group two{2, 1, kComm};
+  CHECK_FAILS(mok_layer_set_ep_group(layer, &two), MOK_ERROR_UNSUPPORTED,
+              "expert parallelism (size 2) is not supported yet");
+  // Argument errors come first, as mok_ep_group_check reports them.
+  mok_ep_group noComm{2, 0, nullptr};
+  CHECK_FAILS(mok_layer_set_ep_group(layer, &noComm), MOK_ERROR_INVALID_ARGUMENT,
+              "ep_group: expert parallelism (size 2) needs an NCCL communicator, "
+              "got nccl_comm NULL");
+  mok_ep_group badRank{2, 2, kComm};
+  CHECK_FAILS(mok_layer_set_ep_group(layer, &badRank), MOK_ERROR_INVALID_ARGUMENT,
+              "ep_group: expected 0 <= rank < size, got rank 2 of size 2");
+  mok_ep_group badRankOne{1, 1, nullptr};
+  CHECK_FAILS(mok_layer_set_ep_group(layer, &badRankOne), MOK_ERROR_INVALID_ARGUMENT,
+              "ep_group: expected 0 <= rank < size, got rank 1 of size 1");
+  mok_ep_group zero{0, 0, nullptr};
+  CHECK_FAILS(mok_layer_set_ep_group(layer, &zero), MOK_ERROR_INVALID_ARGUMENT,
+              "got rank 0 of size 0");
+  CHECK(sameGroup(layer, 1, 0, kComm));
+  // NULL: back to the default group.
+  CHECK(mok_layer_set_ep_group(layer, nullptr) == MOK_OK);
+  CHECK(sameGroup(layer, 1, 0, nullptr));
+
+  // NULL arguments.
+  CHECK_FAILS(mok_layer_set_ep_group(nullptr, &one), MOK_ERROR_INVALID_ARGUMENT,
+              "layer: is NULL");
+  CHECK_FAILS(mok_layer_ep_group(nullptr, &one), MOK_ERROR_INVALID_ARGUMENT,
+              "layer: is NULL");
+  CHECK_FAILS(mok_layer_ep_group(layer, nullptr), MOK_ERROR_INVALID_ARGUMENT,
+              "group: is NULL");
+  CHECK_FAILS(mok_layer_ep_size(nullptr, &ep), MOK_ERROR_INVALID_ARGUMENT,
+              "layer: is NULL");
+  CHECK_FAILS(mok_layer_ep_size(layer, nullptr), MOK_ERROR_INVALID_ARGUMENT,
+              "size: is NULL");
+  mok_layer_destroy(layer);
+
+  // "ep": 1 is the same as no "ep".
+  layer = nullptr;
+  CHECK(mok_layer_create(withEp("1").c_str(), &layer) == MOK_OK);
+  CHECK(mok_layer_ep_size(layer, &ep) == MOK_OK && ep == 1);
+  CHECK(mok_layer_set_ep_group(layer, &one) == MOK_OK);
+  CHECK(mok_layer_check(layer, in, 3, &o) == MOK_OK);
+  mok_layer_destroy(layer);
+
+  // Compiled for ep = 4 (hand-written: the compiler does not emit "ep" yet).
+  // The default group does not match: setting size 1 is refused naming both
+  // sizes, and so are checks and forwards of the layer as it stands.
+  layer = nullptr;
+  CHECK(mok_layer_create(withEp("4").c_str(), &layer) == MOK_OK);
+  CHECK(mok_layer_ep_size(layer, &ep) == MOK_OK && ep == 4);
+  CHECK(sameGroup(layer, 1, 0, nullptr));
+  CHECK_FAILS(mok_layer_set_ep_group(layer, &one), MOK_ERROR_INVALID_ARGUMENT,
+              "ep_group: size 1, but this layer was compiled for ep = 4 (the "
+              "metadata's \"ep\"); the group's size must be the compiled one");
+  CHECK_FAILS(mok_layer_set_ep_group(layer, nullptr), MOK_ERROR_INVALID_ARGUMENT,
+              "ep_group: size 1, but this layer was compiled for ep = 4");
+  mok_ep_group four{4, 2, kComm};
+  CHECK_FAILS(mok_layer_set_ep_group(layer, &four), MOK_ERROR_UNSUPPORTED,
+              "ep_group: expert parallelism (size 4) is not supported yet; this "
+              "layer was compiled for ep = 4, which this runtime cannot run yet");
+  CHECK_FAILS(mok_layer_set_ep_group(layer, &two), MOK_ERROR_UNSUPPORTED,
+              "(size 2) is not supported yet; this layer was compiled for ep = 4,");
+  CHECK(sameGroup(layer, 1, 0, nullptr));
+  CHECK_FAILS(mok_layer_check(layer, in, 3, &o), MOK_ERROR_INVALID_ARGUMENT,
+              "layer: compiled for ep = 4 (expert parallelism), but its ep_group "
+              "has size 1 (set the group with mok_layer_set_ep_group)");
+  CHECK_FAILS(mok_layer_forward(layer, in, 3, &o, nullptr), MOK_ERROR_INVALID_ARGUMENT,
+              "layer: not loaded (call mok_layer_load first)");
+  mok_layer_destroy(layer);
+
+  // A malformed "ep" is a metadata error.
+  struct { std::string ep; const char *message; } bad[] = {
+      {"0", "metadata: 'ep' must be an integer >= 1"},
+      {"-2", "metadata: 'ep' must be an integer >= 1"},
+      {"1.5", "metadata: 'ep' must be an integer >= 1"},
+      {"\"8\"", "metadata: missing or mistyped 'ep'"},
+      {"4294967296", "metadata: 'ep' must be at most 2147483647"},
+  };
+  for (auto &b : bad) {
+    mok_layer l = nullptr;
+    CHECK_FAILS(mok_layer_create(withEp(b.ep).c_str(), &l),
+                MOK_ERROR_INVALID_ARGUMENT, "");
     check(std::strstr(mok_last_error(), b.message) != nullptr, b.message, __LINE__);
     CHECK(l == nullptr);
   }
@@ -660,6 +806,7 @@ int main() {
   testExpertParallelGroup();
   testWithoutDriver();
   testLayerMetadata();
+  testLayerExpertParallelGroup();
   testTensorMapSlots();
   testWeightMetadata();
   testBindWeights();

@@ -129,8 +129,10 @@ typedef struct mok_ep_group {
   void *nccl_comm; /* ncclComm_t for size > 1 */
 } mok_ep_group;
 
-/* Checks a group; size > 1 is refused until the expert-parallel backend
- * exists (MOK_ERROR_UNSUPPORTED, naming it). */
+/* Checks a group: 0 <= rank < size, and a communicator when size > 1
+ * (MOK_ERROR_INVALID_ARGUMENT); then size > 1 is refused until the
+ * expert-parallel backend exists (MOK_ERROR_UNSUPPORTED, naming it). A
+ * layer's group is set with mok_layer_set_ep_group. */
 MOK_API mok_status mok_ep_group_check(const mok_ep_group *group);
 
 /*---------------------------------------------------------------------------
@@ -225,6 +227,26 @@ MOK_API mok_status mok_layer_forward(mok_layer layer,
                                      const mok_named_tensor *inputs,
                                      size_t count, const mok_tensor *out,
                                      void *stream);
+/* The expert-parallel group the layer runs in (what its forwards will
+ * exchange tokens over). A layer starts in {size 1, rank 0, nccl_comm NULL};
+ * group = NULL sets that default, checked like any group. The group is
+ * checked as mok_ep_group_check does (0 <= rank < size; a communicator for
+ * size > 1: MOK_ERROR_INVALID_ARGUMENT), then size > 1 is refused
+ * (MOK_ERROR_UNSUPPORTED, naming expert parallelism, the size and the
+ * layer's compiled ep) until the expert-parallel backend exists, then a size
+ * other than the layer's compiled one (mok_layer_ep_size) is refused naming
+ * both (MOK_ERROR_INVALID_ARGUMENT). The group is copied; the communicator
+ * stays the caller's. A refused group leaves the previous one. No driver
+ * needed: before or after mok_layer_load. mok_layer_check and
+ * mok_layer_forward refuse a layer whose group's size is not its compiled
+ * one (a layer compiled for ep > 1 left in the default group). */
+MOK_API mok_status mok_layer_set_ep_group(mok_layer layer,
+                                          const mok_ep_group *group);
+/* The layer's current group: the last one set, or the default. */
+MOK_API mok_status mok_layer_ep_group(mok_layer layer, mok_ep_group *group);
+/* The expert-parallel size the layer was compiled for: the metadata's "ep",
+ * 1 when the metadata has none. */
+MOK_API mok_status mok_layer_ep_size(mok_layer layer, int32_t *size);
 /* The size in bytes of the workspace buffer `name` (a param of role
  * "workspace"): its elements times its dtype's size. No driver needed. */
 MOK_API mok_status mok_layer_workspace_size(mok_layer layer, const char *name,
