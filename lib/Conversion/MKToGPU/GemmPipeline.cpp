@@ -246,8 +246,21 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     Value it = taskLoop.getRegionIterArgs()[0];
     ValueRange args = taskLoop.getRegionIterArgs().drop_front();
     carried.assign(args.begin(), args.end());
-    Value m0 = e.mul(e.div(task, e.index(nTiles)), e.index(kTileM));
-    Value n0 = e.mul(e.rem(task, e.index(nTiles)), e.index(kTileN));
+    // Grouped raster (kGroupM m-tiles at a time, n-tiles outer within the
+    // group): the CTAs running at once share each weight tile across the
+    // group's m-tiles (a group of 16 is about one expert's rows) and the
+    // group's A tiles stay in L2 across n-tiles. Row-major order re-read
+    // every expert's weights from HBM once per m-tile.
+    Value groupSize = e.index(kGroupM * nTiles);
+    Value group = e.div(task, groupSize);
+    Value inGroup = e.rem(task, groupSize);
+    Value firstM = e.mul(group, e.index(kGroupM));
+    Value groupRows = arith::MinSIOp::create(
+        b, loc, e.index(kGroupM), e.sub(mTiles, firstM)); // the last is short
+    Value mTile = e.add(firstM, e.rem(inGroup, groupRows));
+    Value nTile = e.div(inGroup, groupRows);
+    Value m0 = e.mul(mTile, e.index(kTileM));
+    Value n0 = e.mul(nTile, e.index(kTileN));
     // Grouped: the m-tile's expert picks the B maps' slots.
     Value expert = p.expertOf ? p.expertOf(m0) : e.index(0);
     Task t{m0, n0, mapAt(e.index(p.a), kTileM),
@@ -266,26 +279,29 @@ void GemmEmitter::tasks(const GemmPhase &p) {
       }
     });
 
-    // The MMA layer: accumulators into shared memory.
+    // The MMA layer: accumulators into shared memory, or (empty result) the
+    // epilogue done from registers.
     SmallVector<Value> tiles = accumulate(p, it, t);
-    assert(static_cast<int64_t>(tiles.size()) == numAcc);
+    assert(tiles.empty() || static_cast<int64_t>(tiles.size()) == numAcc);
 
     // Epilogue through shared memory: each thread a column, rows in turn.
-    Value col = e.add(n0, tid);
-    auto body = [&] {
-      e.loop(kTileM, [&](Value r) {
-        Value row = e.add(m0, r);
-        e.ifThen(e.cmp(arith::CmpIPredicate::slt, row, p.rows), [&] {
-          Value v0 = e.load(tiles[0], {r, tid});
-          Value v1 = numAcc > 1 ? e.load(tiles[1], {r, tid}) : Value();
-          p.store(row, col, v0, v1);
+    if (!tiles.empty()) {
+      Value col = e.add(n0, tid);
+      auto body = [&] {
+        e.loop(kTileM, [&](Value r) {
+          Value row = e.add(m0, r);
+          e.ifThen(e.cmp(arith::CmpIPredicate::slt, row, p.rows), [&] {
+            Value v0 = e.load(tiles[0], {r, tid});
+            Value v1 = numAcc > 1 ? e.load(tiles[1], {r, tid}) : Value();
+            p.store(row, col, v0, v1);
+          });
         });
-      });
-    };
-    if (p.n % kTileN)
-      e.ifThen(e.cmp(arith::CmpIPredicate::slt, col, e.index(p.n)), body);
-    else
-      body();
+      };
+      if (p.n % kTileN)
+        e.ifThen(e.cmp(arith::CmpIPredicate::slt, col, e.index(p.n)), body);
+      else
+        body();
+    }
     // The next task's TMA (async proxy) overwrites what this epilogue wrote
     // and read through the generic proxy.
     NVVM::FenceProxyOp::create(

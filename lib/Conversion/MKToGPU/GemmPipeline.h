@@ -145,10 +145,12 @@ protected:
   /// The MMA/accumulator layer: run by the whole warpgroup for task `t`,
   /// whose k-tiles are numbered from `it` and whose first
   /// min(kStages, k-tiles) k-tiles thread 0 has already started loading.
-  /// It must consume every k-tile (loading the rest), leave the fp32
-  /// accumulators of B_0 (and B_1) in shared-memory tiles [kTileM][kTileN]
-  /// at byte pad + j * kAccBytes, returned, and end with the warpgroup
-  /// synchronized. It may update `carried`.
+  /// It must consume every k-tile (loading the rest), and either leave the
+  /// fp32 accumulators of B_0 (and B_1) in shared-memory tiles
+  /// [kTileM][kTileN] at byte pad + j * kAccBytes, returned, with the
+  /// warpgroup synchronized (the shared epilogue follows), or call
+  /// `p.store` for every element itself and return nothing. It may update
+  /// `carried`.
   virtual SmallVector<Value> accumulate(const GemmPhase &p, Value it,
                                         const Task &t) = 0;
 

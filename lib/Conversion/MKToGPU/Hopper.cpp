@@ -1,21 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
-// sm_90a MMA layer: wgmma (bf16 x bf16 -> f32) on one warpgroup, in the
-// nvgpu dialect, under the shared TMA + mbarrier pipeline (GemmPipeline.cpp):
+// sm_90a MMA layer: wgmma (bf16 x bf16 -> f32) on one warpgroup, under the
+// shared TMA + mbarrier pipeline (GemmPipeline.cpp):
 //
 //   * every thread of the warpgroup waits for a stage's full barrier;
-//   * one nvgpu.warpgroup.mma per m64n128k16 instruction with hand-made
-//     descriptor offsets (+32 bytes per k16 step inside the swizzled row;
-//     nvgpu's own multi-step B iteration is only right for MN-major B),
-//     each followed by nvgpu's default wait (at most 1 group in flight);
-//   * every wgmma reading the stage completes (wgmma.wait_group 0) and the
-//     warpgroup syncs before thread 0 refills the stage, so the pipeline
-//     needs no "empty" barriers;
-//   * the register accumulators go to shared memory (nvgpu.warpgroup.mma.store)
-//     for the shared epilogue.
+//   * a k-tile is one wgmma group: wgmma.fence, one nvvm.wgmma.mma_async
+//     per m64n128k16 step and operand (descriptors from nvgpu's generator,
+//     +32 bytes per k16 step inside the 128-byte swizzled row), one
+//     commit_group; then wait_group 1, so the tensor cores run k-tile kt
+//     while the warpgroup confirms that k-tile kt-1 is done;
+//   * after that wait (and a warpgroup barrier), no wgmma reads the stage
+//     of k-tile kt-1 any more: thread 0 refills it with k-tile
+//     kt-1+kStages, so the pipeline needs no "empty" barriers;
+//   * the SwiGLU epilogue reads both fp32 accumulators from registers (the
+//     wgmma D fragment layout); a single accumulator (the down projections)
+//     goes to shared memory for the shared, row-coalesced epilogue.
 //
 #include "Hopper.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 
@@ -39,31 +42,47 @@ private:
 
 } // namespace
 
-/// The k-loop of one task: fp32 accumulators in registers (loop-carried),
-/// then stored to the shared-memory tiles.
+/// The k-loop of one task: fp32 accumulators in registers (an LLVM struct
+/// of kTileN / 2 floats a thread, loop-carried), then the epilogue from
+/// registers.
 SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
                                             const Task &t) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
-  Type bf16 = b.getBF16Type(), f32 = b.getF32Type();
+  Type bf16 = b.getBF16Type(), f32 = b.getF32Type(), i64 = b.getI64Type();
   int64_t kTiles = p.k / kTileK;
   int64_t numAcc = p.b1 ? 2 : 1;
+  constexpr int64_t kFragment = kTileM * kTileN / kThreads; // 64 floats
 
-  auto accType = nvgpu::WarpgroupAccumulatorType::get(
-      ctx, VectorType::get({kTileM, kTileN}, f32));
+  auto accType = LLVM::LLVMStructType::getLiteral(
+      ctx, SmallVector<Type>(kFragment, f32));
   MemRefType aStep = smemType(ctx, {kTileM, 16}, bf16);
-  // K-major B, spelled [K][N] as nvgpu's verifier wants (A.dim1 == B.dim0);
-  // without transposeB the instruction reads it K-major.
+  // K-major B, spelled [K][N] as nvgpu's descriptor generator wants. In
+  // NVVM's terms A is "row" and a K-major B is "col" (imm-trans-a = 0,
+  // imm-trans-b = 0 in PTX: what the verified probe's nvgpu path emits).
   MemRefType bStep = smemType(ctx, {16, kTileN}, bf16);
   auto aDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, aStep);
   auto bDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, bStep);
-  MemRefType accTile = smemType(ctx, {kTileM, kTileN}, f32);
+  auto descriptor = [&](nvgpu::WarpgroupMatrixDescriptorType type,
+                        Value offset, MemRefType step, Value map) {
+    Value d = nvgpu::WarpgroupGenerateDescriptorOp::create(
+        b, loc, type, view(offset, step), map);
+    return UnrealizedConversionCastOp::create(b, loc, TypeRange{i64},
+                                              ValueRange{d})
+        .getResult(0);
+  };
+  auto shape = NVVM::MMAShapeAttr::get(ctx, kTileM, kTileN, 16);
+  auto bf16Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::bf16);
+  auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
+  auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
+  auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
+  auto row = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
+  auto col = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
 
   SmallVector<Value> init;
   for (int64_t j = 0; j < numAcc; ++j)
-    init.push_back(
-        nvgpu::WarpgroupMmaInitAccumulatorOp::create(b, loc, accType));
+    init.push_back(LLVM::ZeroOp::create(b, loc, accType));
   auto kLoop = scf::ForOp::create(b, loc, e.index(0), e.index(kTiles),
                                   e.index(1), init);
   {
@@ -74,48 +93,89 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     Value g = e.add(it, kt);
     Value stageCount = e.index(kStages);
     Value stage = e.rem(g, stageCount);
-    Value parity = e.cmp(arith::CmpIPredicate::ne,
-                         e.rem(e.div(g, stageCount), e.index(2)), e.index(0));
-    nvgpu::MBarrierTryWaitParityOp::create(b, loc, barriers, parity,
+    nvgpu::MBarrierTryWaitParityOp::create(b, loc, barriers, phaseParity(g),
                                            e.index(10000000), stage);
     Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
+    NVVM::WgmmaFenceAlignedOp::create(b, loc);
     for (int64_t ks = 0; ks < kTileK / 16; ++ks) {
-      Value offA = e.add(base, e.index(ks * kK16Bytes));
-      Value descA = nvgpu::WarpgroupGenerateDescriptorOp::create(
-          b, loc, aDesc, view(offA, aStep), t.mapA);
+      Value descA = descriptor(aDesc, e.add(base, e.index(ks * kK16Bytes)),
+                               aStep, t.mapA);
       for (int64_t j = 0; j < numAcc; ++j) {
-        Value map = j == 0 ? t.mapB0 : t.mapB1;
-        Value offB =
-            e.add(base, e.index(kBytesA + j * kBytesB + ks * kK16Bytes));
-        Value descB = nvgpu::WarpgroupGenerateDescriptorOp::create(
-            b, loc, bDesc, view(offB, bStep), map);
-        acc[j] = nvgpu::WarpgroupMmaOp::create(
-            b, loc, accType, descA, descB, /*waitGroup=*/IntegerAttr(),
-            /*transposeA=*/UnitAttr(), /*transposeB=*/UnitAttr(), acc[j]);
+        Value descB = descriptor(
+            bDesc, e.add(base, e.index(kBytesA + j * kBytesB + ks * kK16Bytes)),
+            bStep, j == 0 ? t.mapB0 : t.mapB1);
+        acc[j] = NVVM::WgmmaMmaAsyncOp::create(
+            b, loc, accType, acc[j], descA, descB, shape, bf16Type, bf16Type,
+            f32Type, scaleD, scaleIn, scaleIn, row, col,
+            NVVM::MMAIntOverflowAttr());
       }
     }
-    // Every wgmma reading the stage is done (and every thread is past its
-    // wait) before thread 0 refills it.
-    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+    // k-tile kt-1's group is complete (kt's may still run): every thread is
+    // past that point before thread 0 refills kt-1's stage.
+    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
     syncWarpgroup();
-    Value next = e.add(kt, stageCount);
+    Value prev = e.sub(kt, e.index(1));
+    Value next = e.add(prev, stageCount);
     Value refill = arith::AndIOp::create(
         b, loc, isThread0,
-        e.cmp(arith::CmpIPredicate::slt, next, e.index(kTiles)));
-    e.ifThen(refill, [&] { load(p, e.add(g, stageCount), next, t); });
+        arith::AndIOp::create(
+            b, loc, e.cmp(arith::CmpIPredicate::sge, prev, e.index(0)),
+            e.cmp(arith::CmpIPredicate::slt, next, e.index(kTiles))));
+    e.ifThen(refill,
+             [&] { load(p, e.add(e.sub(g, e.index(1)), stageCount), next, t); });
     scf::YieldOp::create(b, loc, acc);
   }
+  NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
 
-  // All loads of the task have completed (each was waited for), so the
-  // stage buffers are free for the accumulators.
-  SmallVector<Value> tiles;
-  for (int64_t j = 0; j < numAcc; ++j) {
-    tiles.push_back(view(e.add(pad, e.index(j * kAccBytes)), accTile));
-    nvgpu::WarpgroupMmaStoreOp::create(b, loc, kLoop.getResult(j),
-                                       tiles.back());
+  // Thread t of the warpgroup (warp w = t / 32, lane l) holds, for every
+  // 8-column block c, rows 16w + l/4 and +8, columns 8c + 2(l%4) and +1:
+  // element 4c + 2h + v of the fragment is (16w + l/4 + 8h, 8c + 2(l%4) + v).
+  Value lane = e.rem(tid, e.index(32));
+  Value warp = e.rem(e.div(tid, e.index(32)), e.index(4));
+  Value row0 = e.add(e.mul(warp, e.index(16)), e.div(lane, e.index(4)));
+  Value col0 = e.mul(e.rem(lane, e.index(4)), e.index(2));
+  auto element = [&](int64_t j, int64_t index) {
+    return LLVM::ExtractValueOp::create(b, loc, kLoop.getResult(j), index)
+        .getResult();
+  };
+
+  // One operand (the down projections): the accumulators go through shared
+  // memory, so that the shared epilogue writes whole rows (coalesced).
+  if (!p.b1) {
+    MemRefType accTile = smemType(ctx, {kTileM, kTileN}, f32);
+    Value tile = view(pad, accTile);
+    for (int64_t c = 0; c < kTileN / 8; ++c)
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t v = 0; v < 2; ++v)
+          e.store(element(0, 4 * c + 2 * h + v), tile,
+                  {e.add(row0, e.index(8 * h)), e.add(col0, e.index(8 * c + v))});
+    syncWarpgroup();
+    return {tile};
   }
-  syncWarpgroup();
-  return tiles;
+
+  // Gate and up (the same element of both fragments): the SwiGLU epilogue
+  // straight from registers.
+  for (int64_t c = 0; c < kTileN / 8; ++c)
+    for (int64_t h = 0; h < 2; ++h) {
+      Value r = e.add(t.m0, e.add(row0, e.index(8 * h)));
+      Value inRows = e.cmp(arith::CmpIPredicate::slt, r, p.rows);
+      e.ifThen(inRows, [&] {
+        for (int64_t v = 0; v < 2; ++v) {
+          int64_t index = 4 * c + 2 * h + v;
+          Value col = e.add(t.n0, e.add(col0, e.index(8 * c + v)));
+          auto store = [&] {
+            p.store(r, col, element(0, index), element(1, index));
+          };
+          if (p.n % kTileN)
+            e.ifThen(e.cmp(arith::CmpIPredicate::slt, col, e.index(p.n)),
+                     store);
+          else
+            store();
+        }
+      });
+    }
+  return {};
 }
 
 std::unique_ptr<GemmEmitter> createGemmEmitter(Emitter &e,

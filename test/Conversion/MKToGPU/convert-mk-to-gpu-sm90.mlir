@@ -79,25 +79,30 @@
 // CHECK: nvgpu.tma.async.load %[[TRX]][
 // CHECK: nvgpu.tma.async.load %[[GATE]][
 // CHECK: nvgpu.tma.async.load %[[UP]][
-// ... and the warpgroup waits for a stage, then runs one m64n128k16 wgmma per
-// k16 step and operand (K-major B: no transposeB).
-// CHECK: scf.for {{.*}} iter_args({{.*}}) -> (!nvgpu.warpgroup.accumulator<fragmented = vector<64x128xf32>>, !nvgpu.warpgroup.accumulator<fragmented = vector<64x128xf32>>)
+// ... and the warpgroup waits for a stage, then issues the k-tile as one
+// wgmma group: a fence, one m64n128k16 wgmma per k16 step and operand
+// (A "row", K-major B "col": no transposition in PTX), accumulators in registers (64 f32 a
+// thread), one commit.
+// CHECK: scf.for {{.*}} iter_args({{.*}}) -> (!llvm.struct<([[F64:(f32, ){63}f32]])>, !llvm.struct<([[F64]])>)
 // CHECK: nvgpu.mbarrier.try_wait.parity %[[BARS]][
+// CHECK: nvvm.wgmma.fence.aligned
 // CHECK: nvgpu.warpgroup.generate.descriptor {{.*}} : memref<64x16xbf16, #gpu.address_space<workgroup>>
 // CHECK: nvgpu.warpgroup.generate.descriptor {{.*}} : memref<16x128xbf16, #gpu.address_space<workgroup>>
-// CHECK: nvgpu.warpgroup.mma {{.*}} : <tensor = memref<64x16xbf16, #gpu.address_space<workgroup>>>, <tensor = memref<16x128xbf16, #gpu.address_space<workgroup>>>, <fragmented = vector<64x128xf32>> -> <fragmented = vector<64x128xf32>>
-// CHECK-NOT: transposeB
-// Before thread 0 refills the stage, the warpgroup (only) syncs on named
-// barrier 1.
-// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: nvvm.wgmma.mma_async {{.*}}, <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK-COUNT-7: nvvm.wgmma.mma_async
+// CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// The previous k-tile's group is complete (this one may still run); the
+// warpgroup (only) syncs on named barrier 1, then thread 0 refills the
+// previous k-tile's stage.
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
 // CHECK-NEXT: %[[N128:.*]] = arith.constant 128 : i32
 // CHECK-NEXT: %[[ID1:.*]] = arith.constant 1 : i32
 // CHECK-NEXT: nvvm.barrier id = %[[ID1]] number_of_threads = %[[N128]]
 // CHECK: nvgpu.tma.async.load
-// Epilogue: accumulators through shared memory; gate and up rounded to bf16,
-// the SwiGLU (clamped at 7) in f32, stored as bf16.
-// CHECK: nvgpu.warpgroup.mma.store {{.*}} to memref<64x128xf32, #gpu.address_space<workgroup>>
-// CHECK: nvgpu.warpgroup.mma.store
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// Epilogue from registers: gate and up (same fragment element) rounded to
+// bf16, the SwiGLU (clamped at 7) in f32, stored as bf16.
+// CHECK: llvm.extractvalue
 // CHECK: arith.truncf {{.*}} : f32 to bf16
 // CHECK: arith.extf {{.*}} : bf16 to f32
 // CHECK: arith.minimumf
@@ -110,7 +115,7 @@
 // CHECK: memref.store {{.*}} : memref<40x128xbf16>
 // CHECK: memref.atomic_rmw addi
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c24576
-// CHECK: scf.for {{.*}} -> (!nvgpu.warpgroup.accumulator<fragmented = vector<64x128xf32>>) {
+// CHECK: scf.for {{.*}} -> (!llvm.struct<([[F64]])>) {
 // CHECK: memref.store {{.*}} : memref<332x64xbf16>
 // CHECK: memref.store {{.*}} : memref<40x64xbf16>
 // CHECK: gpu.return

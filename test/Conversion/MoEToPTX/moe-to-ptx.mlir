@@ -55,10 +55,15 @@
 // WGMMA: mbarrier.arrive.expect_tx.shared.b64
 // WGMMA: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
 // WGMMA: mbarrier.try_wait.parity.shared.b64
-// WGMMA-COUNT-8: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+// A k-tile is one wgmma group (8 = 4 k16 steps x gate, up); the group of
+// the k-tile before is waited for (wait_group 1) before its stage is
+// refilled.
+// WGMMA: wgmma.fence.sync.aligned;
+// WGMMA-COUNT-8: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 0, 0;
+// WGMMA: wgmma.commit_group.sync.aligned;
+// WGMMA-NEXT: wgmma.wait_group.sync.aligned 1;
+// WGMMA-NEXT: bar.sync 1, 128;
 // WGMMA: wgmma.wait_group.sync.aligned 0;
-// WGMMA: bar.sync 1, 128;
-// WGMMA: fence.proxy.async.shared::cta;
 
 // PTXAS: Function properties for {{[a-z0-9_]+}}_forward
 // PTXAS-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

@@ -20,6 +20,8 @@ namespace mok {
 namespace mk_schedule {
 constexpr int64_t kTileM = 64, kTileN = 128, kTileK = 64;
 constexpr int64_t kStages = 4;
+/// Task order: groups of kGroupM m-tiles, n-tiles outer within a group.
+constexpr int64_t kGroupM = 16;
 constexpr unsigned kWarpgroup = 128;
 /// (On an H200, the SIMT phases of the Qwen3-30B-A3B layer took 9.7 ms with
 /// 128 threads per CTA and 6.9 ms with 256.)
