@@ -289,6 +289,7 @@ void Tcgen05Emitter::acquire(Value g) {
 
 SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
                                               const Task &t) {
+  assert(p.tileN == kTileN && "tcgen05: tiles of kTileN columns only");
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();

@@ -38,7 +38,7 @@ static_assert(kBytesA % kAlign == 0 && kBytesB % kAlign == 0,
               "stage parts must stay 1024-aligned");
 static_assert(2 * kAccBytes <= kStages * kStageBytes,
               "the epilogue reuses the stage buffers");
-static_assert(kTileN == kThreads, "the epilogue gives each thread a column");
+static_assert(kTileN % kThreads == 0, "the epilogue gives threads columns");
 static_assert(kBlock % kThreads == 0 && kBlock >= kThreads,
               "the computing warpgroup is the CTA's first");
 constexpr int32_t kNamedBarrier = 1; // 0 is gpu.barrier's
@@ -174,7 +174,7 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
   Value stage = e.rem(g, e.index(kStages));
   Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
   nvgpu::MBarrierArriveExpectTxOp::create(
-      b, loc, barriers, e.index(kBytesA + numB * kBytesB), stage, Value());
+      b, loc, barriers, e.index(kBytesA + numB * p.bytesB()), stage, Value());
   Value kc = e.mul(kTile, e.index(kTileK));
   auto tma = [&](Value map, int64_t boxRows, Value offset, Value row) {
     nvgpu::TmaAsyncLoadOp::create(
@@ -182,9 +182,9 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
         barriers, map, ValueRange{kc, row}, stage, Value(), Value());
   };
   tma(t.mapA, kTileM, base, t.m0);
-  tma(t.mapB0, kTileN, e.add(base, e.index(kBytesA)), t.n0);
+  tma(t.mapB0, p.tileN, e.add(base, e.index(kBytesA)), t.n0);
   if (p.b1)
-    tma(t.mapB1, kTileN, e.add(base, e.index(kBytesA + kBytesB)), t.n0);
+    tma(t.mapB1, p.tileN, e.add(base, e.index(kBytesA + p.bytesB())), t.n0);
 }
 
 void GemmEmitter::syncWarpgroup() {
@@ -229,7 +229,10 @@ void GemmEmitter::tasks(const GemmPhase &p) {
   MLIRContext *ctx = b.getContext();
   assert(p.k % kTileK == 0 && "k must be a multiple of kTileK");
   int64_t kTiles = p.k / kTileK;
-  int64_t nTiles = (p.n + kTileN - 1) / kTileN;
+  assert(p.tileN % kThreads == 0 && kBytesA + (p.b1 ? 2 : 1) * p.bytesB() <=
+                                         kStageBytes &&
+         "the tile's B boxes must fit a stage");
+  int64_t nTiles = (p.n + p.tileN - 1) / p.tileN;
   int64_t numAcc = p.b1 ? 2 : 1;
 
   Value mTiles = e.div(e.add(p.rows, e.index(kTileM - 1)), e.index(kTileM));
@@ -260,12 +263,12 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     Value mTile = e.add(firstM, e.rem(inGroup, groupRows));
     Value nTile = e.div(inGroup, groupRows);
     Value m0 = e.mul(mTile, e.index(kTileM));
-    Value n0 = e.mul(nTile, e.index(kTileN));
+    Value n0 = e.mul(nTile, e.index(p.tileN));
     // Grouped: the m-tile's expert picks the B maps' slots.
     Value expert = p.expertOf ? p.expertOf(m0) : e.index(0);
     Task t{m0, n0, mapAt(e.index(p.a), kTileM),
-           mapAt(e.add(e.index(p.b0), expert), kTileN),
-           p.b1 ? mapAt(e.add(e.index(*p.b1), expert), kTileN) : Value()};
+           mapAt(e.add(e.index(p.b0), expert), p.tileN),
+           p.b1 ? mapAt(e.add(e.index(*p.b1), expert), p.tileN) : Value()};
 
     // Prologue: the first stages of the task. The previous task consumed
     // all the k-tiles it loaded and its epilogue ended with a warpgroup
@@ -284,20 +287,22 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     SmallVector<Value> tiles = accumulate(p, it, t);
     assert(tiles.empty() || static_cast<int64_t>(tiles.size()) == numAcc);
 
-    // Epilogue through shared memory: each thread a column, rows in turn.
-    if (!tiles.empty()) {
-      Value col = e.add(n0, tid);
+    // Epilogue through shared memory: each thread a column (tileN / 128
+    // of them), rows in turn, so each row is written whole.
+    for (int64_t cc = 0; !tiles.empty() && cc < p.tileN / kThreads; ++cc) {
+      Value local = e.add(tid, e.index(cc * kThreads));
+      Value col = e.add(n0, local);
       auto body = [&] {
         e.loop(kTileM, [&](Value r) {
           Value row = e.add(m0, r);
           e.ifThen(e.cmp(arith::CmpIPredicate::slt, row, p.rows), [&] {
-            Value v0 = e.load(tiles[0], {r, tid});
-            Value v1 = numAcc > 1 ? e.load(tiles[1], {r, tid}) : Value();
+            Value v0 = e.load(tiles[0], {r, local});
+            Value v1 = numAcc > 1 ? e.load(tiles[1], {r, local}) : Value();
             p.store(row, col, v0, v1);
           });
         });
       };
-      if (p.n % kTileN)
+      if (p.n % p.tileN)
         e.ifThen(e.cmp(arith::CmpIPredicate::slt, col, e.index(p.n)), body);
       else
         body();

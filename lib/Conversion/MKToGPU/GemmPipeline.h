@@ -63,13 +63,18 @@ struct GemmPhase {
   int64_t b0;                // (first) slot of B_0
   std::optional<int64_t> b1; // (first) slot of B_1
   int64_t k;                 // a multiple of kTileK
-  int64_t n;                 // output columns; n-tiles of kTileN
+  int64_t n;                 // output columns; n-tiles of tileN
   Value rows;                // A rows to compute (index)
   /// Grouped GEMMs: the expert of the m-tile at A row m0 (uniform in the
   /// tile), index; null otherwise.
   function_ref<Value(Value m0)> expertOf;
   /// Stores one result element (acc_1 is null without B_1).
   function_ref<void(Value row, Value col, Value acc0, Value acc1)> store;
+  /// Output columns of a tile: kTileN, or 2 * kTileN with one B operand
+  /// (the same stage bytes; sm_90a only).
+  int64_t tileN = kTileN;
+  /// Bytes of one B box in a stage.
+  int64_t bytesB() const { return tileN * kTileK * kBf16; }
 };
 
 /// One task of a phase: its tile origin and its operands' tensor maps.

@@ -43,7 +43,7 @@ private:
 } // namespace
 
 /// The k-loop of one task: fp32 accumulators in registers (an LLVM struct
-/// of kTileN / 2 floats a thread, loop-carried), then the epilogue from
+/// of tileN / 2 floats a thread, loop-carried), then the epilogue from
 /// registers.
 SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
                                             const Task &t) {
@@ -53,15 +53,16 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   Type bf16 = b.getBF16Type(), f32 = b.getF32Type(), i64 = b.getI64Type();
   int64_t kTiles = p.k / kTileK;
   int64_t numAcc = p.b1 ? 2 : 1;
-  constexpr int64_t kFragment = kTileM * kTileN / kThreads; // 64 floats
+  const int64_t tileN = p.tileN;
+  const int64_t fragment = kTileM * tileN / kThreads; // 64 or 128 floats
 
   auto accType = LLVM::LLVMStructType::getLiteral(
-      ctx, SmallVector<Type>(kFragment, f32));
+      ctx, SmallVector<Type>(fragment, f32));
   MemRefType aStep = smemType(ctx, {kTileM, 16}, bf16);
   // K-major B, spelled [K][N] as nvgpu's descriptor generator wants. In
   // NVVM's terms A is "row" and a K-major B is "col" (imm-trans-a = 0,
   // imm-trans-b = 0 in PTX: what the verified probe's nvgpu path emits).
-  MemRefType bStep = smemType(ctx, {16, kTileN}, bf16);
+  MemRefType bStep = smemType(ctx, {16, tileN}, bf16);
   auto aDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, aStep);
   auto bDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, bStep);
   auto descriptor = [&](nvgpu::WarpgroupMatrixDescriptorType type,
@@ -72,7 +73,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
                                               ValueRange{d})
         .getResult(0);
   };
-  auto shape = NVVM::MMAShapeAttr::get(ctx, kTileM, kTileN, 16);
+  auto shape = NVVM::MMAShapeAttr::get(ctx, kTileM, tileN, 16);
   auto bf16Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::bf16);
   auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
   auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
@@ -102,7 +103,8 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
                                aStep, t.mapA);
       for (int64_t j = 0; j < numAcc; ++j) {
         Value descB = descriptor(
-            bDesc, e.add(base, e.index(kBytesA + j * kBytesB + ks * kK16Bytes)),
+            bDesc,
+            e.add(base, e.index(kBytesA + j * p.bytesB() + ks * kK16Bytes)),
             bStep, j == 0 ? t.mapB0 : t.mapB1);
         acc[j] = NVVM::WgmmaMmaAsyncOp::create(
             b, loc, accType, acc[j], descA, descB, shape, bf16Type, bf16Type,
@@ -143,9 +145,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   // One operand (the down projections): the accumulators go through shared
   // memory, so that the shared epilogue writes whole rows (coalesced).
   if (!p.b1) {
-    MemRefType accTile = smemType(ctx, {kTileM, kTileN}, f32);
+    MemRefType accTile = smemType(ctx, {kTileM, tileN}, f32);
     Value tile = view(pad, accTile);
-    for (int64_t c = 0; c < kTileN / 8; ++c)
+    for (int64_t c = 0; c < tileN / 8; ++c)
       for (int64_t h = 0; h < 2; ++h)
         for (int64_t v = 0; v < 2; ++v)
           e.store(element(0, 4 * c + 2 * h + v), tile,
@@ -156,7 +158,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
 
   // Gate and up (the same element of both fragments): the SwiGLU epilogue
   // straight from registers.
-  for (int64_t c = 0; c < kTileN / 8; ++c)
+  for (int64_t c = 0; c < tileN / 8; ++c)
     for (int64_t h = 0; h < 2; ++h) {
       Value r = e.add(t.m0, e.add(row0, e.index(8 * h)));
       Value inRows = e.cmp(arith::CmpIPredicate::slt, r, p.rows);
@@ -167,7 +169,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
           auto store = [&] {
             p.store(r, col, element(0, index), element(1, index));
           };
-          if (p.n % kTileN)
+          if (p.n % tileN)
             e.ifThen(e.cmp(arith::CmpIPredicate::slt, col, e.index(p.n)),
                      store);
           else

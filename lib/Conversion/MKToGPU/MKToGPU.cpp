@@ -124,15 +124,21 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
       return gemm.emitOpError("a kernel's tensor-core GEMMs must use one "
                               "engine");
     engine = e;
+    // The tiles implemented: [64, 128, 64] with 4 stages; on sm_90a with
+    // one B operand also [64, 256, 64] (the same stage bytes).
     ArrayRef<int64_t> tile = *gemm.getTile();
-    if (tile[0] != sched::kTileM || tile[1] != sched::kTileN ||
+    bool wide = tile[1] == 2 * sched::kTileN && e == mk::Engine::wgmma &&
+                gemm.getB().size() == 1;
+    if (tile[0] != sched::kTileM || (tile[1] != sched::kTileN && !wide) ||
         tile[2] != sched::kTileK || *gemm.getStages() != sched::kStages)
       return gemm.emitOpError()
              << "tile [" << tile[0] << ", " << tile[1] << ", " << tile[2]
              << "] with " << *gemm.getStages()
              << " stages is not implemented; the lowering supports tile ["
              << sched::kTileM << ", " << sched::kTileN << ", "
-             << sched::kTileK << "] with " << sched::kStages << " stages";
+             << sched::kTileK << "] with " << sched::kStages
+             << " stages (and N = " << 2 * sched::kTileN
+             << " for a wgmma GEMM with one B operand)";
     if (maps && maps != gemm.getTensorMaps())
       return gemm.emitOpError("a kernel's tensor-core GEMMs must read one "
                               "tensor_maps buffer");
@@ -281,7 +287,7 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
       prefetch.push_back({slots[0], sched::kTileM});
       if (!g.isGrouped())
         for (int64_t s : slots.drop_front())
-          prefetch.push_back({s, sched::kTileN});
+          prefetch.push_back({s, (*g.getTile())[1]});
     }
     auto module = func->getParentOfType<gpu::GPUModuleOp>();
     gemm = *engine == mk::Engine::tcgen05
@@ -529,7 +535,8 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
       op.isGrouped() ? function_ref<Value(Value)>(expertOf) : nullptr,
       swigluEpilogue
           ? function_ref<void(Value, Value, Value, Value)>(storeSwiglu)
-          : function_ref<void(Value, Value, Value, Value)>(storePlain)};
+          : function_ref<void(Value, Value, Value, Value)>(storePlain),
+      (*op.getTile())[1]};
   gemm->emit(phase);
 }
 

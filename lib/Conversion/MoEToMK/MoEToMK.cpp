@@ -83,16 +83,19 @@ struct MapSlots {
   int64_t x = -1, sharedGate, sharedUp, sharedHidden, sharedDown; // shared
 };
 
-SmallVector<TensorMapSpec> tensorMapsFor(const Sizes &s, MapSlots &slots) {
+/// `storeTileN`: the output columns of the tiles of the GEMMs with one B
+/// operand (the down projections), whose B boxes have that many rows.
+SmallVector<TensorMapSpec> tensorMapsFor(const Sizes &s, MapSlots &slots,
+                                         int64_t storeTileN) {
   int64_t rc = s.routedCapacity(), h = s.hidden, in = s.inter, e = s.experts;
   auto a = [](StringRef buffer, int64_t rows, int64_t cols) {
     return TensorMapSpec{buffer.str(), rows, cols, cols, sched::kTileM,
                          sched::kTileK};
   };
   auto b = [](StringRef buffer, int64_t rows, int64_t cols,
-              int64_t experts = 1) {
-    return TensorMapSpec{buffer.str(),  rows,          cols,   cols,
-                         sched::kTileN, sched::kTileK, experts};
+              int64_t experts = 1, int64_t box = sched::kTileN) {
+    return TensorMapSpec{buffer.str(), rows,          cols,   cols,
+                         box,          sched::kTileK, experts};
   };
   SmallVector<TensorMapSpec> maps;
   int64_t next = 0;
@@ -106,14 +109,14 @@ SmallVector<TensorMapSpec> tensorMapsFor(const Sizes &s, MapSlots &slots) {
   slots.gate = add(b("gate_weights", in, h, e));           // [I, H] each
   slots.up = add(b("up_weights", in, h, e));
   slots.hidden = add(a("hidden", rc, in));                 // down A
-  slots.down = add(b("down_weights", h, in, e));           // [H, I] each
+  slots.down = add(b("down_weights", h, in, e, storeTileN)); // [H, I] each
   if (s.hasShared()) {
     int64_t is = s.sharedInter, t = s.tokens;
     slots.x = add(a("x", t, h));
     slots.sharedGate = add(b("shared_gate_weights", is, h));
     slots.sharedUp = add(b("shared_up_weights", is, h));
     slots.sharedHidden = add(a("shared_hidden", t, is));
-    slots.sharedDown = add(b("shared_down_weights", h, is));
+    slots.sharedDown = add(b("shared_down_weights", h, is, 1, storeTileN));
   }
   return maps;
 }
@@ -262,7 +265,8 @@ DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
 /// are `params`.
 void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
                   ArrayRef<Param> params, gpu::GPUFuncOp func,
-                  std::optional<mk::Engine> engine, const MapSlots &slots) {
+                  std::optional<mk::Engine> engine, const MapSlots &slots,
+                  int64_t storeTileN) {
   Location loc = layer.getLoc();
   llvm::StringMap<Value> buf;
   for (auto [i, p] : llvm::enumerate(params))
@@ -316,7 +320,9 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
         tc ? buf["tensor_maps"] : Value(),
         epilogue == mk::Epilogue::swiglu ? limit : FloatAttr(),
         tc ? b.getDenseI64ArrayAttr(
-                 {sched::kTileM, sched::kTileN, sched::kTileK})
+                 {sched::kTileM,
+                  epilogue == mk::Epilogue::store ? storeTileN : sched::kTileN,
+                  sched::kTileK})
            : DenseI64ArrayAttr(),
         tc ? b.getI64IntegerAttr(sched::kStages) : IntegerAttr(),
         tc ? b.getDenseI64ArrayAttr(mapSlots) : DenseI64ArrayAttr());
@@ -421,9 +427,15 @@ struct ConvertMoEToMKPass
       SmallVector<TensorMapSpec> maps;
       MapSlots slots{};
       unsigned block = blockSize;
+      // The down projections (one B operand) take 256-column tiles on
+      // sm_90a: twice the work per A tile and per k-tile sync, the same
+      // stage bytes as gate + up.
+      int64_t storeTileN = sched::kTileN;
       if (tensorCores && s.tensorCoreEligible()) {
         engine = chip == "sm_100a" ? mk::Engine::tcgen05 : mk::Engine::wgmma;
-        maps = tensorMapsFor(s, slots);
+        if (*engine == mk::Engine::wgmma)
+          storeTileN = 2 * sched::kTileN;
+        maps = tensorMapsFor(s, slots, storeTileN);
         block = sched::kBlock;
       }
       SmallVector<Param> params = paramsFor(layer, s, maps, profile);
@@ -450,7 +462,7 @@ struct ConvertMoEToMKPass
       kernel->setAttr("mok.kernel",
                       describeKernel(ctx, params, s, chip, block, maps, profile));
       b.setInsertionPointToStart(&kernel.getBody().front());
-      emitSchedule(b, layer, s, params, kernel, engine, slots);
+      emitSchedule(b, layer, s, params, kernel, engine, slots, storeTileN);
     }
   }
 };

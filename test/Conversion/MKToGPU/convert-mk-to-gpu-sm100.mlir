@@ -5,10 +5,11 @@
 // RUN: mok-opt %S/convert-mk-to-gpu-sm90.mlir --convert-moe-to-mk="chip=sm_100a tensor-cores=false" --convert-mk-to-gpu | FileCheck %s --check-prefix=SCALAR \
 // RUN:   --implicit-check-not=nvgpu. --implicit-check-not=tcgen05 --implicit-check-not=tensor_maps --implicit-check-not=mok_dyn_smem
 //
-// The kernel interface is the sm_90a one, but for the chip: same parameters
-// (tensor_maps last), same block, same dynamic shared memory, same tensor
-// map descriptions, so the runtime needs no change.
-// RUN: mok-opt %S/convert-mk-to-gpu-sm90.mlir --convert-moe-to-mk=chip=sm_90a --convert-mk-to-gpu | grep "gpu.func @" | sed -e 's/sm_90a/CHIP/' > %t.sm90
+// The kernel interface is the sm_90a one, but for the chip and the box of
+// the down weights' maps (256 rows on sm_90a, whose down GEMMs take
+// 256-column tiles; 128 here): same parameters (tensor_maps last), same
+// block, same dynamic shared memory, so the runtime does the same for both.
+// RUN: mok-opt %S/convert-mk-to-gpu-sm90.mlir --convert-moe-to-mk=chip=sm_90a --convert-mk-to-gpu | grep "gpu.func @" | sed -e 's/sm_90a/CHIP/' -e 's/box_rows = 256/box_rows = 128/g' > %t.sm90
 // RUN: mok-opt %S/convert-mk-to-gpu-sm90.mlir --convert-moe-to-mk=chip=sm_100a --convert-mk-to-gpu | grep "gpu.func @" | sed -e 's/sm_100a/CHIP/' > %t.sm100
 // RUN: diff %t.sm90 %t.sm100
 

@@ -21,19 +21,20 @@
 // CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 304>}]
 // Map entry i views a kernel buffer as 2-D bf16 [rows, cols]: A operands in
 // boxes of 64 rows (routed_x is [Rcap = 40*2 + 4*63 = 332, H]), B operands
-// in boxes of 128; a routed weight's entry is one map per expert (gate: 4
+// in boxes of 128 (gate, up) or 256 (down: 256-column tiles on sm_90a); a
+// routed weight's entry is one map per expert (gate: 4
 // maps of [I, H], down: 4 of [H, I]), 19 slots in all (1+4+4+1+4 + 5).
 // CHECK-SAME: tensor_maps = [
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "routed_x", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 332 : i64}
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "gate_weights", cols = 64 : i64, experts = 4 : i64, row_stride = 64 : i64, rows = 128 : i64}
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "up_weights", cols = 64 : i64, experts = 4 : i64, row_stride = 64 : i64, rows = 128 : i64}
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "hidden", cols = 128 : i64, experts = 1 : i64, row_stride = 128 : i64, rows = 332 : i64}
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "down_weights", cols = 128 : i64, experts = 4 : i64, row_stride = 128 : i64, rows = 64 : i64}
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 256 : i64, buffer = "down_weights", cols = 128 : i64, experts = 4 : i64, row_stride = 128 : i64, rows = 64 : i64}
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "x", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 40 : i64}
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_gate_weights", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 128 : i64}
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_up_weights", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 128 : i64}
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "shared_hidden", cols = 128 : i64, experts = 1 : i64, row_stride = 128 : i64, rows = 40 : i64}
-// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_down_weights", cols = 128 : i64, experts = 1 : i64, row_stride = 128 : i64, rows = 64 : i64}]
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 256 : i64, buffer = "shared_down_weights", cols = 128 : i64, experts = 1 : i64, row_stride = 128 : i64, rows = 64 : i64}]
 // Setup: the stage buffers in the extern shared array, one mbarrier per
 // stage, slot s at byte 128*s of the tensor_maps buffer; the maps every task
 // reads (A operands, the shared expert's weights) are prefetched once.
@@ -110,12 +111,14 @@
 // CHECK: memref.store {{.*}} : memref<332x128xbf16>
 // CHECK: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
 // Shared gate/up (x is A: rows >= T = 40 are zero-filled by TMA and not
-// stored), then a grid barrier, then the down GEMMs (A + B = 24 KiB a stage).
+// stored), then a grid barrier, then the down GEMMs: 64x256 tiles, A + B =
+// 8 + 32 KiB a stage, one m64n256k16 wgmma per k16 step.
 // CHECK: nvgpu.tma.async.load %{{.*}}[%{{.*}}, %{{.*}}], %[[BARS]]
 // CHECK: memref.store {{.*}} : memref<40x128xbf16>
 // CHECK: memref.atomic_rmw addi
-// CHECK: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c24576
-// CHECK: scf.for {{.*}} -> (!llvm.struct<([[F64]])>) {
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c40960
+// CHECK: scf.for {{.*}} -> (!llvm.struct<({{(f32, ){127}f32}})>) {
+// CHECK: nvvm.wgmma.mma_async {{.*}}, <m = 64, n = 256, k = 16>
 // CHECK: memref.store {{.*}} : memref<332x64xbf16>
 // CHECK: memref.store {{.*}} : memref<40x64xbf16>
 // CHECK: gpu.return
