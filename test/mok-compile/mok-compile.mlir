@@ -24,10 +24,11 @@
 // META-NEXT: "name": "gate_weights",
 // META: "name": "tensor_maps"
 // META-NEXT: "role": "tensor_maps"
+// 128-row tiles on sm_90a (padding 128): A boxes of 128 rows.
 // META: "tensor_maps": [
 // META-NEXT: {
 // META-NEXT: "box_cols": 64,
-// META-NEXT: "box_rows": 64,
+// META-NEXT: "box_rows": 128,
 // META-NEXT: "buffer": "routed_x",
 // META-NEXT: "cols": 2048,
 // META-NEXT: "experts": 1,

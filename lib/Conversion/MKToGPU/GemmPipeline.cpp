@@ -44,7 +44,7 @@ static_assert(kBlock % kThreads == 0 && kBlock >= kThreads,
 constexpr int32_t kNamedBarrier = 1; // 0 is gpu.barrier's
 } // namespace
 
-static_assert(kStageBytes == kBytesA + 2 * kBytesB &&
+static_assert(kStageBytes == kMaxConsumers * kBytesA + 2 * kBytesB &&
                   kDynamicSharedMemory == kStages * kStageBytes + kAlign,
               "the planned shared memory is the ring's");
 int64_t dynamicSharedMemoryBytes() { return kDynamicSharedMemory; }
@@ -174,25 +174,27 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
   Value stage = e.rem(g, e.index(kStages));
   Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
   nvgpu::MBarrierArriveExpectTxOp::create(
-      b, loc, barriers, e.index(kBytesA + numB * p.bytesB()), stage, Value());
+      b, loc, barriers, e.index(p.bytesA() + numB * p.bytesB()), stage,
+      Value());
   Value kc = e.mul(kTile, e.index(kTileK));
   auto tma = [&](Value map, int64_t boxRows, Value offset, Value row) {
     nvgpu::TmaAsyncLoadOp::create(
         b, loc, view(offset, smemType(ctx, {boxRows, kTileK}, bf16)),
         barriers, map, ValueRange{kc, row}, stage, Value(), Value());
   };
-  tma(t.mapA, kTileM, base, t.m0);
-  tma(t.mapB0, p.tileN, e.add(base, e.index(kBytesA)), t.n0);
+  tma(t.mapA, p.tileM, base, t.m0);
+  tma(t.mapB0, p.tileN, e.add(base, e.index(p.bytesA())), t.n0);
   if (p.b1)
-    tma(t.mapB1, p.tileN, e.add(base, e.index(kBytesA + p.bytesB())), t.n0);
+    tma(t.mapB1, p.tileN, e.add(base, e.index(p.bytesA() + p.bytesB())),
+        t.n0);
 }
 
-void GemmEmitter::syncWarpgroup() {
+void GemmEmitter::syncWarpgroup(int64_t warpgroups) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   NVVM::BarrierOp::create(
       b, loc, Type(), arith::ConstantIntOp::create(b, loc, kNamedBarrier, 32),
-      arith::ConstantIntOp::create(b, loc, kThreads, 32),
+      arith::ConstantIntOp::create(b, loc, kThreads * warpgroups, 32),
       NVVM::BarrierReductionAttr(), Value());
 }
 
@@ -201,7 +203,8 @@ void GemmEmitter::emit(const GemmPhase &p) {
   Location loc = e.loc;
   SmallVector<Value> state = {iteration};
   state.append(carried);
-  Value inGroup = e.cmp(arith::CmpIPredicate::ult, tid, e.index(kThreads));
+  Value inGroup = e.cmp(arith::CmpIPredicate::ult, tid,
+                        e.index(kThreads * p.consumers()));
   SmallVector<Type> types;
   for (Value v : state)
     types.push_back(v.getType());
@@ -229,13 +232,15 @@ void GemmEmitter::tasks(const GemmPhase &p) {
   MLIRContext *ctx = b.getContext();
   assert(p.k % kTileK == 0 && "k must be a multiple of kTileK");
   int64_t kTiles = p.k / kTileK;
-  assert(p.tileN % kThreads == 0 && kBytesA + (p.b1 ? 2 : 1) * p.bytesB() <=
-                                         kStageBytes &&
-         "the tile's B boxes must fit a stage");
+  assert(p.tileN % kThreads == 0 &&
+         p.bytesA() + (p.b1 ? 2 : 1) * p.bytesB() <= kStageBytes &&
+         p.consumers() * kThreads <= kBlock &&
+         "the tile's boxes must fit a stage, its warpgroups the CTA");
   int64_t nTiles = (p.n + p.tileN - 1) / p.tileN;
   int64_t numAcc = p.b1 ? 2 : 1;
 
-  Value mTiles = e.div(e.add(p.rows, e.index(kTileM - 1)), e.index(kTileM));
+  Value mTiles =
+      e.div(e.add(p.rows, e.index(p.tileM - 1)), e.index(p.tileM));
   Value tasks = e.mul(mTiles, e.index(nTiles));
   Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
   Value grid = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
@@ -262,11 +267,11 @@ void GemmEmitter::tasks(const GemmPhase &p) {
         b, loc, e.index(kGroupM), e.sub(mTiles, firstM)); // the last is short
     Value mTile = e.add(firstM, e.rem(inGroup, groupRows));
     Value nTile = e.div(inGroup, groupRows);
-    Value m0 = e.mul(mTile, e.index(kTileM));
+    Value m0 = e.mul(mTile, e.index(p.tileM));
     Value n0 = e.mul(nTile, e.index(p.tileN));
     // Grouped: the m-tile's expert picks the B maps' slots.
     Value expert = p.expertOf ? p.expertOf(m0) : e.index(0);
-    Task t{m0, n0, mapAt(e.index(p.a), kTileM),
+    Task t{m0, n0, mapAt(e.index(p.a), p.tileM),
            mapAt(e.add(e.index(p.b0), expert), p.tileN),
            p.b1 ? mapAt(e.add(e.index(*p.b1), expert), p.tileN) : Value()};
 
@@ -287,13 +292,17 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     SmallVector<Value> tiles = accumulate(p, it, t);
     assert(tiles.empty() || static_cast<int64_t>(tiles.size()) == numAcc);
 
-    // Epilogue through shared memory: each thread a column (tileN / 128
-    // of them), rows in turn, so each row is written whole.
+    // Epilogue through shared memory: each warpgroup its 64 rows, each
+    // thread a column (tileN / 128 of them), rows in turn, so each row is
+    // written whole.
+    Value wgRow = e.mul(e.div(tid, e.index(kThreads)), e.index(kTileM));
+    Value wgTid = e.rem(tid, e.index(kThreads));
     for (int64_t cc = 0; !tiles.empty() && cc < p.tileN / kThreads; ++cc) {
-      Value local = e.add(tid, e.index(cc * kThreads));
+      Value local = e.add(wgTid, e.index(cc * kThreads));
       Value col = e.add(n0, local);
       auto body = [&] {
-        e.loop(kTileM, [&](Value r) {
+        e.loop(kTileM, [&](Value rr) {
+          Value r = e.add(wgRow, rr);
           Value row = e.add(m0, r);
           e.ifThen(e.cmp(arith::CmpIPredicate::slt, row, p.rows), [&] {
             Value v0 = e.load(tiles[0], {r, local});
@@ -312,7 +321,7 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     NVVM::FenceProxyOp::create(
         b, loc, NVVM::ProxyKind::async_shared,
         NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
-    syncWarpgroup();
+    syncWarpgroup(p.consumers());
     SmallVector<Value> next = {e.add(it, e.index(kTiles))};
     next.append(carried);
     scf::YieldOp::create(b, loc, next);

@@ -73,8 +73,14 @@ struct GemmPhase {
   /// Output columns of a tile: kTileN, or 2 * kTileN with one B operand
   /// (the same stage bytes; sm_90a only).
   int64_t tileN = kTileN;
-  /// Bytes of one B box in a stage.
+  /// Rows of a tile: kTileM (one warpgroup computes it), or 2 * kTileM (two
+  /// consumer warpgroups, one half each, sharing the B boxes; sm_90a only).
+  int64_t tileM = kTileM;
+  /// Bytes of one B box / of the A box in a stage.
   int64_t bytesB() const { return tileN * kTileK * kBf16; }
+  int64_t bytesA() const { return tileM * kTileK * kBf16; }
+  /// Warpgroups computing a tile (the CTA's first ones).
+  int64_t consumers() const { return tileM / kTileM; }
 };
 
 /// One task of a phase: its tile origin and its operands' tensor maps.
@@ -132,8 +138,8 @@ protected:
   /// Thread 0: k-tile `kTile` of the task into the stage of k-tile number
   /// `g` (arrive.expect_tx on its full barrier, then the TMA loads).
   void load(const GemmPhase &p, Value g, Value kTile, const Task &t);
-  /// bar.sync on named barrier 1 for the first warpgroup.
-  void syncWarpgroup();
+  /// bar.sync on named barrier 1 for the first `warpgroups` warpgroups.
+  void syncWarpgroup(int64_t warpgroups = 1);
   /// A view of the dynamic shared memory at `byteOffset` (from smem).
   Value view(Value byteOffset, MemRefType type);
   /// The byte offset of the stage of k-tile number `g` (from smem).

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
-// sm_90a MMA layer: wgmma (bf16 x bf16 -> f32) on one warpgroup, under the
+// sm_90a MMA layer: wgmma (bf16 x bf16 -> f32) on one warpgroup, or two
+// sharing each stage's B boxes (a 128-row tile, 64 rows each), under the
 // shared TMA + mbarrier pipeline (GemmPipeline.cpp):
 //
 //   * every thread of the warpgroup waits for a stage's full barrier;
@@ -81,6 +82,8 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   auto row = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
   auto col = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
 
+  // The warpgroup of this thread: its half of a two-warpgroup tile.
+  Value wg = e.div(tid, e.index(kThreads));
   SmallVector<Value> init;
   for (int64_t j = 0; j < numAcc; ++j)
     init.push_back(LLVM::ZeroOp::create(b, loc, accType));
@@ -97,14 +100,17 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     nvgpu::MBarrierTryWaitParityOp::create(b, loc, barriers, phaseParity(g),
                                            e.index(10000000), stage);
     Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
+    // This warpgroup's 64 rows of the A box (128-byte rows).
+    Value baseA = e.add(base, e.mul(wg, e.index(kBytesA)));
     NVVM::WgmmaFenceAlignedOp::create(b, loc);
     for (int64_t ks = 0; ks < kTileK / 16; ++ks) {
-      Value descA = descriptor(aDesc, e.add(base, e.index(ks * kK16Bytes)),
+      Value descA = descriptor(aDesc, e.add(baseA, e.index(ks * kK16Bytes)),
                                aStep, t.mapA);
       for (int64_t j = 0; j < numAcc; ++j) {
         Value descB = descriptor(
             bDesc,
-            e.add(base, e.index(kBytesA + j * p.bytesB() + ks * kK16Bytes)),
+            e.add(base,
+                  e.index(p.bytesA() + j * p.bytesB() + ks * kK16Bytes)),
             bStep, j == 0 ? t.mapB0 : t.mapB1);
         acc[j] = NVVM::WgmmaMmaAsyncOp::create(
             b, loc, accType, acc[j], descA, descB, shape, bf16Type, bf16Type,
@@ -116,7 +122,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     // k-tile kt-1's group is complete (kt's may still run): every thread is
     // past that point before thread 0 refills kt-1's stage.
     NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
-    syncWarpgroup();
+    syncWarpgroup(p.consumers());
     Value prev = e.sub(kt, e.index(1));
     Value next = e.add(prev, stageCount);
     Value refill = arith::AndIOp::create(
@@ -135,7 +141,8 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   // element 4c + 2h + v of the fragment is (16w + l/4 + 8h, 8c + 2(l%4) + v).
   Value lane = e.rem(tid, e.index(32));
   Value warp = e.rem(e.div(tid, e.index(32)), e.index(4));
-  Value row0 = e.add(e.mul(warp, e.index(16)), e.div(lane, e.index(4)));
+  Value row0 = e.add(e.add(e.mul(wg, e.index(kTileM)), e.mul(warp, e.index(16))),
+                     e.div(lane, e.index(4)));
   Value col0 = e.mul(e.rem(lane, e.index(4)), e.index(2));
   auto element = [&](int64_t j, int64_t index) {
     return LLVM::ExtractValueOp::create(b, loc, kLoop.getResult(j), index)
@@ -145,14 +152,14 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   // One operand (the down projections): the accumulators go through shared
   // memory, so that the shared epilogue writes whole rows (coalesced).
   if (!p.b1) {
-    MemRefType accTile = smemType(ctx, {kTileM, tileN}, f32);
+    MemRefType accTile = smemType(ctx, {p.tileM, tileN}, f32);
     Value tile = view(pad, accTile);
     for (int64_t c = 0; c < tileN / 8; ++c)
       for (int64_t h = 0; h < 2; ++h)
         for (int64_t v = 0; v < 2; ++v)
           e.store(element(0, 4 * c + 2 * h + v), tile,
                   {e.add(row0, e.index(8 * h)), e.add(col0, e.index(8 * c + v))});
-    syncWarpgroup();
+    syncWarpgroup(p.consumers());
     return {tile};
   }
 

@@ -124,12 +124,15 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
       return gemm.emitOpError("a kernel's tensor-core GEMMs must use one "
                               "engine");
     engine = e;
-    // The tiles implemented: [64, 128, 64] with 4 stages; on sm_90a with
-    // one B operand also [64, 256, 64] (the same stage bytes).
+    // The tiles implemented: [64, 128, 64] with 4 stages; on sm_90a also
+    // 128 rows (two consumer warpgroups) and, with one B operand, 256
+    // columns (the same stage bytes).
     ArrayRef<int64_t> tile = *gemm.getTile();
-    bool wide = tile[1] == 2 * sched::kTileN && e == mk::Engine::wgmma &&
-                gemm.getB().size() == 1;
-    if (tile[0] != sched::kTileM || (tile[1] != sched::kTileN && !wide) ||
+    bool wgmma = e == mk::Engine::wgmma;
+    bool wide = tile[1] == 2 * sched::kTileN && wgmma && gemm.getB().size() == 1;
+    bool tall = tile[0] == sched::kMaxConsumers * sched::kTileM && wgmma;
+    if ((tile[0] != sched::kTileM && !tall) ||
+        (tile[1] != sched::kTileN && !wide) ||
         tile[2] != sched::kTileK || *gemm.getStages() != sched::kStages)
       return gemm.emitOpError()
              << "tile [" << tile[0] << ", " << tile[1] << ", " << tile[2]
@@ -137,8 +140,9 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
              << " stages is not implemented; the lowering supports tile ["
              << sched::kTileM << ", " << sched::kTileN << ", "
              << sched::kTileK << "] with " << sched::kStages
-             << " stages (and N = " << 2 * sched::kTileN
-             << " for a wgmma GEMM with one B operand)";
+             << " stages (and, for wgmma, M = "
+             << sched::kMaxConsumers * sched::kTileM << ", and N = "
+             << 2 * sched::kTileN << " with one B operand)";
     if (maps && maps != gemm.getTensorMaps())
       return gemm.emitOpError("a kernel's tensor-core GEMMs must read one "
                               "tensor_maps buffer");
@@ -284,7 +288,7 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
         continue;
       maps = g.getTensorMaps();
       ArrayRef<int64_t> slots = *g.getMaps();
-      prefetch.push_back({slots[0], sched::kTileM});
+      prefetch.push_back({slots[0], (*g.getTile())[0]});
       if (!g.isGrouped())
         for (int64_t s : slots.drop_front())
           prefetch.push_back({s, (*g.getTile())[1]});
@@ -536,7 +540,7 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
       swigluEpilogue
           ? function_ref<void(Value, Value, Value, Value)>(storeSwiglu)
           : function_ref<void(Value, Value, Value, Value)>(storePlain),
-      (*op.getTile())[1]};
+      (*op.getTile())[1], (*op.getTile())[0]};
   gemm->emit(phase);
 }
 

@@ -83,13 +83,14 @@ struct MapSlots {
   int64_t x = -1, sharedGate, sharedUp, sharedHidden, sharedDown; // shared
 };
 
-/// `storeTileN`: the output columns of the tiles of the GEMMs with one B
-/// operand (the down projections), whose B boxes have that many rows.
+/// `tileM`: the rows of every tile (the A boxes); `storeTileN`: the output
+/// columns of the tiles of the GEMMs with one B operand (the down
+/// projections), whose B boxes have that many rows.
 SmallVector<TensorMapSpec> tensorMapsFor(const Sizes &s, MapSlots &slots,
-                                         int64_t storeTileN) {
+                                         int64_t tileM, int64_t storeTileN) {
   int64_t rc = s.routedCapacity(), h = s.hidden, in = s.inter, e = s.experts;
-  auto a = [](StringRef buffer, int64_t rows, int64_t cols) {
-    return TensorMapSpec{buffer.str(), rows, cols, cols, sched::kTileM,
+  auto a = [tileM](StringRef buffer, int64_t rows, int64_t cols) {
+    return TensorMapSpec{buffer.str(), rows, cols, cols, tileM,
                          sched::kTileK};
   };
   auto b = [](StringRef buffer, int64_t rows, int64_t cols,
@@ -266,7 +267,7 @@ DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
 void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
                   ArrayRef<Param> params, gpu::GPUFuncOp func,
                   std::optional<mk::Engine> engine, const MapSlots &slots,
-                  int64_t storeTileN) {
+                  int64_t tileM, int64_t storeTileN) {
   Location loc = layer.getLoc();
   llvm::StringMap<Value> buf;
   for (auto [i, p] : llvm::enumerate(params))
@@ -320,7 +321,7 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
         tc ? buf["tensor_maps"] : Value(),
         epilogue == mk::Epilogue::swiglu ? limit : FloatAttr(),
         tc ? b.getDenseI64ArrayAttr(
-                 {sched::kTileM,
+                 {tileM,
                   epilogue == mk::Epilogue::store ? storeTileN : sched::kTileN,
                   sched::kTileK})
            : DenseI64ArrayAttr(),
@@ -427,15 +428,20 @@ struct ConvertMoEToMKPass
       SmallVector<TensorMapSpec> maps;
       MapSlots slots{};
       unsigned block = blockSize;
-      // The down projections (one B operand) take 256-column tiles on
-      // sm_90a: twice the work per A tile and per k-tile sync, the same
-      // stage bytes as gate + up.
-      int64_t storeTileN = sched::kTileN;
+      // On sm_90a the down projections (one B operand) take 256-column
+      // tiles (twice the work per A tile and per k-tile sync, the same
+      // stage bytes as gate + up), and when the expert segments are whole
+      // 128-row tiles every GEMM takes 128-row tiles: both warpgroups of
+      // the CTA compute, sharing each B box.
+      int64_t tileM = sched::kTileM, storeTileN = sched::kTileN;
       if (tensorCores && s.tensorCoreEligible()) {
         engine = chip == "sm_100a" ? mk::Engine::tcgen05 : mk::Engine::wgmma;
-        if (*engine == mk::Engine::wgmma)
+        if (*engine == mk::Engine::wgmma) {
           storeTileN = 2 * sched::kTileN;
-        maps = tensorMapsFor(s, slots, storeTileN);
+          if (s.padding % (sched::kMaxConsumers * sched::kTileM) == 0)
+            tileM = sched::kMaxConsumers * sched::kTileM;
+        }
+        maps = tensorMapsFor(s, slots, tileM, storeTileN);
         block = sched::kBlock;
       }
       SmallVector<Param> params = paramsFor(layer, s, maps, profile);
@@ -462,7 +468,8 @@ struct ConvertMoEToMKPass
       kernel->setAttr("mok.kernel",
                       describeKernel(ctx, params, s, chip, block, maps, profile));
       b.setInsertionPointToStart(&kernel.getBody().front());
-      emitSchedule(b, layer, s, params, kernel, engine, slots, storeTileN);
+      emitSchedule(b, layer, s, params, kernel, engine, slots, tileM,
+                   storeTileN);
     }
   }
 };

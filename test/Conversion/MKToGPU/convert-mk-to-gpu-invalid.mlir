@@ -116,11 +116,12 @@ gpu.module @k {
 
 // -----
 
-// 256-column tiles are a wgmma (sm_90a) tile with one B operand only.
+// 128-row and 256-column tiles are wgmma (sm_90a) tiles only, 256 columns
+// with one B operand.
 gpu.module @k {
   gpu.func @wide_tcgen05(%a: memref<64x64xbf16>, %b: memref<256x64xbf16>, %o: memref<64x256xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a"}} {
-    // expected-error @+1 {{tile [64, 256, 64] with 4 stages is not implemented; the lowering supports tile [64, 128, 64] with 4 stages (and N = 256 for a wgmma GEMM with one B operand)}}
+    // expected-error @+1 {{tile [64, 256, 64] with 4 stages is not implemented; the lowering supports tile [64, 128, 64] with 4 stages (and, for wgmma, M = 128, and N = 256 with one B operand)}}
     mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 256, 64>}
         : memref<64x64xbf16>, memref<256x64xbf16> -> memref<64x256xbf16>

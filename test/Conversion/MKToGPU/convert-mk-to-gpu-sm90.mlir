@@ -7,16 +7,17 @@
 // tensor-cores=false keep the scalar FMA phases. (The same layers on sm_100a:
 // convert-mk-to-gpu-sm100.mlir.)
 
-// The eligible layer: one extra, last parameter holding the tensor maps, 10
-// maps (5 routed, 5 shared) of 128 bytes = 160 x i64; 256 threads (the first
-// warpgroup computes the GEMMs) and 4 stages x 40 KiB + 1 KiB of dynamic
+// The eligible layer: one extra, last parameter holding the tensor maps, 19
+// slots (1+4+4+1+4 routed, 5 shared) of 128 bytes = 304 x i64; 256 threads (the first
+// warpgroup computes the GEMMs: padding 64 gives 64-row tiles) and 4 stages x
+// 48 KiB (room for a 128-row A box) + 1 KiB of dynamic
 // shared memory.
 // CHECK-LABEL: gpu.module @eligible_kernels
 // CHECK: memref.global "public" @mok_dyn_smem : memref<0xi8, #gpu.address_space<workgroup>> {alignment = 1024 : i64}
 // CHECK: gpu.func @eligible_forward(
 // CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %[[MAPS:[^:]*]]: memref<304xi64>) kernel
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
-// CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_90a", cooperative = true, dynamic_shared_memory = 164864 : i64
+// CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_90a", cooperative = true, dynamic_shared_memory = 197632 : i64
 // The existing parameters are unchanged; tensor_maps comes last.
 // CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 304>}]
 // Map entry i views a kernel buffer as 2-D bf16 [rows, cols]: A operands in
@@ -39,7 +40,7 @@
 // stage, slot s at byte 128*s of the tensor_maps buffer; the maps every task
 // reads (A operands, the shared expert's weights) are prefetched once.
 // CHECK: memref.get_global @mok_dyn_smem
-// CHECK: memref.reinterpret_cast {{.*}} sizes: [164864]
+// CHECK: memref.reinterpret_cast {{.*}} sizes: [197632]
 // CHECK: %[[BARS:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 4>
 // CHECK: %[[BASE:.*]] = memref.extract_aligned_pointer_as_index %[[MAPS]] : memref<304xi64>
 // CHECK: %[[BASE64:.*]] = arith.index_cast %[[BASE]] : index to i64

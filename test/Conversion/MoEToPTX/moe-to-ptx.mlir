@@ -62,7 +62,7 @@
 // WGMMA-COUNT-8: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 0, 0;
 // WGMMA: wgmma.commit_group.sync.aligned;
 // WGMMA-NEXT: wgmma.wait_group.sync.aligned 1;
-// WGMMA-NEXT: bar.sync 1, 128;
+// WGMMA-NEXT: bar.sync 1, {{128|256}};
 // WGMMA: wgmma.wait_group.sync.aligned 0;
 
 // PTXAS: Function properties for {{[a-z0-9_]+}}_forward

@@ -26,10 +26,15 @@ constexpr unsigned kWarpgroup = 128;
 /// (On an H200, the SIMT phases of the Qwen3-30B-A3B layer took 9.7 ms with
 /// 128 threads per CTA and 6.9 ms with 256.)
 constexpr unsigned kBlock = 256;
+/// On sm_90a a tile may also have 2 * kTileM rows: two consumer warpgroups,
+/// one 64-row half each, sharing every B box of a stage.
+constexpr int64_t kMaxConsumers = 2;
 /// Dynamic shared memory of a kernel with tensor-core GEMMs, in bytes: the
-/// stage ring ([A 64x64 | B_0 128x64 | B_1 128x64] bf16 a stage) plus 1 KiB
-/// to align it to the 128-byte-swizzle atom.
-constexpr int64_t kStageBytes = (kTileM + 2 * kTileN) * kTileK * 2;
+/// stage ring (room for [A 128x64 | B_0 128x64 | B_1 128x64] bf16 a stage,
+/// or [A 128x64 | B 256x64]) plus 1 KiB to align it to the 128-byte-swizzle
+/// atom.
+constexpr int64_t kStageBytes =
+    (kMaxConsumers * kTileM + 2 * kTileN) * kTileK * 2;
 constexpr int64_t kDynamicSharedMemory = kStages * kStageBytes + 1024;
 } // namespace mk_schedule
 
