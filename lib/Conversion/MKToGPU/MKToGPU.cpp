@@ -451,26 +451,31 @@ void KernelLowering::gatherScalar(mk::GatherOp op) {
 }
 
 void KernelLowering::gatherVector(mk::GatherOp op) {
+  // A thread copies `per` 16-byte pieces of a row: all loads first, then
+  // all stores, so that several loads are in flight (the compiler may not
+  // move a load above a store to another buffer it cannot tell apart).
   Value rowRoute = op.getRowRoute();
   Value k = e.index(op.getTopK());
   int64_t h = size(op.getX(), 1);
+  int64_t pieces = h / 8, per = pieces % 4 == 0 ? 4 : 1;
   Value xBase = base(op.getX()), outBase = base(op.getRoutedX());
   auto v4 = VectorType::get({4}, e.b.getI32Type());
-  forAll2(routedRows(op.getOffsets()), h / 8, [&](Value r, Value c8) {
-    Value col = e.mul(c8, e.index(8));
+  Value zero = arith::ConstantOp::create(
+      e.b, e.loc, v4, DenseElementsAttr::get(v4, int32_t(0)));
+  forAll2(routedRows(op.getOffsets()), pieces / per, [&](Value r, Value c) {
+    Value col = e.mul(c, e.index(8 * per));
     Value route = e.toIndex(e.load(rowRoute, {r}));
-    Value dst = at(outBase, e.add(e.mul(r, e.index(h)), col));
-    e.ifThen(
-        e.isValid(route),
-        [&] {
-          Value src = at(xBase, e.add(e.mul(e.div(route, k), e.index(h)), col));
-          store16(load16(v4, src), dst);
-        },
-        [&] {
-          store16(arith::ConstantOp::create(
-                      e.b, e.loc, v4, DenseElementsAttr::get(v4, int32_t(0))),
-                  dst);
-        });
+    Value valid = e.isValid(route);
+    // Padding rows (no route) read row 0 of x and store zeros instead.
+    Value token = e.select(valid, e.div(route, k), e.index(0));
+    Value src = e.add(e.mul(token, e.index(h)), col);
+    Value dst = e.add(e.mul(r, e.index(h)), col);
+    SmallVector<Value> values;
+    for (int64_t i = 0; i < per; ++i)
+      values.push_back(e.select(
+          valid, load16(v4, at(xBase, e.add(src, e.index(8 * i)))), zero));
+    for (int64_t i = 0; i < per; ++i)
+      store16(values[i], at(outBase, e.add(dst, e.index(8 * i))));
   });
 }
 
@@ -575,13 +580,15 @@ void KernelLowering::combineScalar(mk::CombineOp op) {
 
 void KernelLowering::combineVector(mk::CombineOp op) {
   // The scalar combine, 8 columns a thread: the same operations in the same
-  // order per element, with 16-byte loads and stores.
+  // order per element (a route without a row adds +0.0), with 16-byte
+  // loads and stores. Straight-line over the k routes, with selects instead
+  // of branches, so that all the row loads are in flight at once; a route
+  // without a row loads row 0 and selects the value away.
   OpBuilder &b = e.b;
   Location loc = e.loc;
   Value w = op.getRouterWeights(), routeRow = op.getRouteRow();
   Value shared = op.getSharedOut();
   int64_t h = size(op.getOut(), 1), topK = size(w, 1);
-  Value k = e.index(topK);
   Value yBase = base(op.getRoutedY()), outBase = base(op.getOut());
   Value sharedBase = shared ? base(shared) : Value();
   Type bf16 = b.getBF16Type(), f32 = b.getF32Type();
@@ -596,40 +603,34 @@ void KernelLowering::combineVector(mk::CombineOp op) {
     return xs;
   };
   forAll2(e.index(size(op.getOut(), 0)), h / 8, [&](Value t, Value c8) {
-    Value offset = e.add(e.mul(t, e.index(h)), e.mul(c8, e.index(8)));
-    SmallVector<Value> init =
+    Value col = e.mul(c8, e.index(8));
+    Value offset = e.add(e.mul(t, e.index(h)), col);
+    SmallVector<Value> valid, weights, rows;
+    for (int64_t kk = 0; kk < topK; ++kk) {
+      Value row = e.toIndex(e.load(routeRow, {e.add(e.mul(t, e.index(topK)),
+                                                    e.index(kk))}));
+      valid.push_back(e.isValid(row));
+      rows.push_back(e.select(valid.back(), row, e.index(0)));
+      weights.push_back(e.load(w, {t, e.index(kk)}));
+    }
+    SmallVector<Value> loaded;
+    for (int64_t kk = 0; kk < topK; ++kk)
+      loaded.push_back(
+          load16(v8, at(yBase, e.add(e.mul(rows[kk], e.index(h)), col))));
+    SmallVector<Value> acc =
         shared ? unpack(load16(v8, at(sharedBase, offset)))
                : SmallVector<Value>(8, e.f32(0.0f));
-    auto loop = scf::ForOp::create(b, loc, e.index(0), k, e.index(1), init);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(loop.getBody());
-      Value kk = loop.getInductionVar();
-      ValueRange acc = loop.getRegionIterArgs();
-      Value row = e.toIndex(e.load(routeRow, {e.add(e.mul(t, k), kk)}));
-      auto ifOp = scf::IfOp::create(b, loc, TypeRange(acc), e.isValid(row),
-                                    /*withElseRegion=*/true);
-      b.setInsertionPointToStart(ifOp.thenBlock());
-      Value weight = e.load(w, {t, kk});
-      SmallVector<Value> ys = unpack(load16(
-          v8, at(yBase, e.add(e.mul(row, e.index(h)), e.mul(c8, e.index(8))))));
-      SmallVector<Value> next;
-      for (int64_t i = 0; i < 8; ++i)
-        next.push_back(e.add(acc[i], e.mul(weight, ys[i])));
-      scf::YieldOp::create(b, loc, next);
-      // No route: the scalar combine adds +0.0.
-      b.setInsertionPointToStart(ifOp.elseBlock());
-      SmallVector<Value> same;
-      for (int64_t i = 0; i < 8; ++i)
-        same.push_back(e.add(acc[i], e.f32(0.0f)));
-      scf::YieldOp::create(b, loc, same);
-      b.setInsertionPointAfter(ifOp);
-      scf::YieldOp::create(b, loc, ifOp.getResults());
+    for (int64_t kk = 0; kk < topK; ++kk) {
+      SmallVector<Value> ys = unpack(loaded[kk]);
+      for (int64_t i = 0; i < 8; ++i) {
+        Value term = e.select(valid[kk], e.mul(weights[kk], ys[i]), e.f32(0.0f));
+        acc[i] = e.add(acc[i], term);
+      }
     }
     Value packed = LLVM::UndefOp::create(b, loc, v8);
     for (int64_t i = 0; i < 8; ++i) {
       Value lane = arith::ConstantIntOp::create(b, loc, i, 32);
-      Value r = arith::TruncFOp::create(b, loc, bf16, loop.getResult(i));
+      Value r = arith::TruncFOp::create(b, loc, bf16, acc[i]);
       packed = LLVM::InsertElementOp::create(b, loc, packed, r, lane);
     }
     store16(packed, at(outBase, offset));

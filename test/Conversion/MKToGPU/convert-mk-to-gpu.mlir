@@ -17,23 +17,26 @@
 // CHECK: gpu.barrier
 // CHECK: llvm.fence acq_rel
 // CHECK: memref.atomic_rmw addi {{.*}} %[[BAR]]
-// The gather (H = 64, a multiple of 8) copies 16 bytes a thread when x and
-// routed_x are 16-byte aligned, else element by element.
+// The gather (H = 64: 8 pieces of 16 bytes a row) copies 4 pieces a thread,
+// loads first, when x and routed_x are 16-byte aligned, else element by
+// element; a padding row stores zeros (selected, not branched).
 // CHECK: %[[LOW:.*]] = arith.andi %{{.*}}, %c15_i64 : i64
 // CHECK: %[[ALIGNED:.*]] = arith.cmpi eq, %[[LOW]]
 // CHECK: scf.if %[[ALIGNED]] {
-// CHECK: %[[V:.*]] = llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xi32>
-// CHECK-NEXT: llvm.store %[[V]], %{{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
+// CHECK-COUNT-4: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xi32>
+// CHECK-COUNT-4: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
 // CHECK: } else {
 // CHECK: memref.store {{.*}} : memref<108x64xbf16>
 // The activation, as on the CPU.
 // CHECK: math.exp
-// The combine: 8 columns a thread, 16-byte loads of the shared output and
-// of each routed row, f32 accumulation, one 16-byte store.
+// The combine: 8 columns a thread, straight-line over the k = 2 routes: the
+// routed rows' 16-byte loads, then the shared output's, f32 accumulation
+// with selects for routes without a row, one 16-byte store.
+// CHECK-COUNT-2: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK-COUNT-8: llvm.extractelement
-// CHECK: scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32)
-// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK: arith.select
+// CHECK: arith.addf
 // CHECK-COUNT-8: llvm.insertelement
 // CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
 // CHECK: gpu.return
