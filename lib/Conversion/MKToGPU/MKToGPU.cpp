@@ -170,9 +170,16 @@ public:
 private:
   gpu::GPUFuncOp func;
   Emitter &e;
-  Value gridThreads, globalId, numBlocks;
+  Value gridThreads, globalId, spreadId, numBlocks;
   std::unique_ptr<gemm::GemmEmitter> gemm;
 
+  /// for i in [0, n) over the grid, spread CTA-first (thread t of CTA b
+  /// takes i = t * CTAs + b, ...): for loops of few, long iterations (one a
+  /// chunk of routes or an expert), which would otherwise all land on the
+  /// first CTAs' SMs.
+  void forAllSpread(Value n, function_ref<void(Value)> body) {
+    e.loop(spreadId, n, gridThreads, body);
+  }
   void forAll(Value n, function_ref<void(Value)> body) {
     e.loop(globalId, n, gridThreads, body);
   }
@@ -266,6 +273,7 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
   Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
   numBlocks = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
   globalId = e.add(e.mul(bid, bdim), tid);
+  spreadId = e.add(e.mul(tid, numBlocks), bid);
   gridThreads = e.mul(numBlocks, bdim);
 
   SmallVector<Operation *> ops;
@@ -339,7 +347,7 @@ void KernelLowering::lower(mk::CountRoutesOp op) {
   Value zero = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
   Value one = arith::ConstantIntOp::create(e.b, e.loc, 1, 64);
   // One thread a chunk: zero its row, then count its routes in order.
-  forAll(e.index(size(cc, 0)), [&](Value c) {
+  forAllSpread(e.index(size(cc, 0)), [&](Value c) {
     e.loop(e.index(0), e.index(experts),
            [&](Value ex) { e.store(zero, cc, {c, ex}); });
     Value first = e.mul(c, e.index(chunk));
@@ -360,7 +368,7 @@ void KernelLowering::lower(mk::ScanChunksOp op) {
   Value cc = op.getChunkCounts(), counts = op.getCounts();
   Value zero = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
   // One thread an expert: exclusive prefix over the chunks, then the total.
-  forAll(e.index(size(cc, 1)), [&](Value ex) {
+  forAllSpread(e.index(size(cc, 1)), [&](Value ex) {
     Value total = e.fold(e.index(0), e.index(size(cc, 0)), zero,
                          [&](Value c, Value running) {
                            Value n = e.load(cc, {c, ex});
@@ -400,7 +408,7 @@ void KernelLowering::lower(mk::AssignRowsOp op) {
   Value one = arith::ConstantIntOp::create(e.b, e.loc, 1, 64);
   // One thread a chunk walks its routes in order; chunk_counts holds the
   // rank of the chunk's next route to each expert.
-  forAll(e.index(size(cc, 0)), [&](Value c) {
+  forAllSpread(e.index(size(cc, 0)), [&](Value c) {
     Value first = e.mul(c, e.index(chunk));
     Value end = e.add(first, e.index(chunk));
     if (routes % chunk)
@@ -421,7 +429,7 @@ void KernelLowering::lower(mk::AssignRowsOp op) {
     });
   });
   // One thread an expert labels its segment, padding rows included.
-  forAll(e.index(experts), [&](Value ex) {
+  forAllSpread(e.index(experts), [&](Value ex) {
     Value start = e.toIndex(e.load(offsets, {ex}));
     Value end = e.toIndex(e.load(offsets, {e.add(ex, e.index(1))}));
     e.loop(start, end, [&](Value r) { e.store(i64Of(ex), rowExpert, {r}); });

@@ -6,8 +6,10 @@
 // CHECK-LABEL: gpu.func @separated(
 // CHECK-SAME: %[[C:[^:]*]]: memref<4xi64>, %[[O:[^:]*]]: memref<5xi64>, %[[BAR:[^:]*]]: memref<2xi32>, %[[CLOCK:[^:]*]]: memref<2xi64>)
 // mk.fill: thread g of the grid stores elements g, g + grid, ...
-// CHECK: %[[GID:.*]] = arith.addi %{{.*}}, %{{.*}} : index
-// CHECK: %[[STRIDE:.*]] = arith.muli %{{.*}}, %{{.*}} : index
+// CHECK: %[[GID:.*]] = arith.addi %{{.*}}, %thread_id_x : index
+// (the CTA-first index that loops over chunks and experts use)
+// CHECK: arith.muli %thread_id_x, %grid_dim_x : index
+// CHECK: %[[STRIDE:.*]] = arith.muli %grid_dim_x, %block_dim_x : index
 // CHECK: scf.for %[[I:.*]] = %[[GID]] to %{{.*}} step %[[STRIDE]] {
 // CHECK-NEXT: memref.store %{{.*}}, %[[C]][%[[I]]] : memref<4xi64>
 // mk.grid_barrier.
