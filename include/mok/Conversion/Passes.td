@@ -68,10 +68,13 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
 
     The plan: a layer whose shapes fit the tensor-core tiles (H % 64 == 0,
     I % 128 == 0, I_s % 128 == 0 with a shared expert, padding % 64 == 0,
-    TMA's 32-bit coordinates) gets tensor-core GEMMs for the chip (`wgmma` on
-    sm_90a, `tcgen05` on sm_100a) with tile [64, 128, 64], 4 stages and 256
-    threads per CTA (the first warpgroup computes the tiles); otherwise, or
-    with `tensor-cores=false`, `simt` GEMMs with `block-size` threads.
+    TMA's 32-bit coordinates) gets tensor-core GEMMs for the chip, 4 stages
+    and 256 threads per CTA. On sm_100a: `tcgen05`, tile [64, 128, 64], the
+    first warpgroup computes. On sm_90a: `wgmma`, with 128-row tiles (both
+    warpgroups compute, one 64-row half each, sharing the B boxes) when
+    padding % 128 == 0, else 64-row tiles; gate/up tiles are 128 columns
+    per operand, down tiles 256 columns. Otherwise, or with
+    `tensor-cores=false`, `simt` GEMMs with `block-size` threads.
 
     The kernel takes bare pointers: the inputs and output of the layer, then
     the workspace buffers, each described in the `mok.kernel` attribute
@@ -120,16 +123,18 @@ def ConvertMKToGPU : Pass<"convert-mk-to-gpu", "::mlir::ModuleOp"> {
       `mk.grid_barrier`s) no buffer written by one op is read or written by
       another; the error names both ops and the buffer;
     * a kernel's tensor-core GEMMs use one engine, which matches the chip of
-      `mok.kernel` (`wgmma`: sm_90a, `tcgen05`: sm_100a), with the tile
-      [64, 128, 64] and 4 stages (the only ones implemented), in a kernel of
-      256 threads;
+      `mok.kernel` (`wgmma`: sm_90a, `tcgen05`: sm_100a), with 4 stages and
+      a tile it implements — [64, 128, 64]; for wgmma also 128 rows, and
+      256 columns with one B operand — in a kernel of 256 threads;
 
     then lowers each op in place: grid-stride SIMT loops for the plan,
     gather, simt GEMMs and combine (the CPU reference's emitters and
     rounding points); for tensor-core GEMMs, the persistent TMA + mbarrier
-    tile loop with the chip's MMA layer (wgmma with register accumulators;
-    tcgen05.mma issued by one thread into Tensor Memory, read back with
-    tcgen05.ld); `mk.grid_barrier` as a generation barrier on its state
+    tile loop (tasks in groups of 16 m-tiles, n-tiles outer, for L2 reuse)
+    with the chip's MMA layer (wgmma: one wgmma group per k-tile with one
+    group in flight, register accumulators, the SwiGLU epilogue from
+    registers; tcgen05.mma issued by one thread into Tensor Memory, read
+    back with tcgen05.ld); `mk.grid_barrier` as a generation barrier on its state
     buffer. The sm_100a code is checked by ptxas and FileCheck only: no
     sm_100a GPU has run it.
   }];

@@ -246,8 +246,9 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     * `simt`: grid-stride over output elements, fp32 FMAs in k order;
     * `wgmma` (sm_90a) and `tcgen05` (sm_100a): a persistent loop over
       `tile = [M, N, K]` output tiles (m-tiles of one expert each: grouped
-      segments are multiples of M), assigned to CTAs round-robin and computed
-      by each CTA's first warpgroup; TMA loads k-tiles into a ring of
+      segments are multiples of M), assigned to CTAs round-robin in groups of
+      16 m-tiles (n-tiles outer) and computed by each CTA's first M / 64
+      warpgroups (one 64-row half each); TMA loads k-tiles into a ring of
       `stages` shared-memory stages completed by mbarriers; accumulators in
       registers (wgmma) or Tensor Memory (tcgen05). The operands are read
       through the CUtensorMaps in `%tensor_maps`: `maps` gives the slot of
