@@ -60,11 +60,11 @@ constexpr int64_t kLdColumns = 32;       // columns per tcgen05.ld (.x32)
 /// A and B K-major (not transposed), N >> 3 in bits 17-22, M >> 4 in bits
 /// 24-28; no shift (bits 30-31, .ws only).
 constexpr uint32_t instrDescF16(int64_t m, int64_t n) {
-  return (1u << 4)                          // bits 4-5: D type, F32 = 1
-         | (1u << 7)                        // bits 7-9: A type, BF16 = 1
-         | (1u << 10)                       // bits 10-12: B type, BF16 = 1
-         | (static_cast<uint32_t>(n >> 3) << 17)
-         | (static_cast<uint32_t>(m >> 4) << 24);
+  return (1u << 4)    // bits 4-5: D type, F32 = 1
+         | (1u << 7)  // bits 7-9: A type, BF16 = 1
+         | (1u << 10) // bits 10-12: B type, BF16 = 1
+         | (static_cast<uint32_t>(n >> 3) << 17) |
+         (static_cast<uint32_t>(m >> 4) << 24);
 }
 static_assert(instrDescF16(64, 128) == 0x04200490u);
 // M = 64 needs N % 8 == 0, 8 <= N <= 256 (cta_group::1, dense, kind::f16).
@@ -103,7 +103,7 @@ private:
   /// kStages "empty" barriers (stage s at index s), then the accumulator
   /// barrier (index kStages); arrival count 1, arrived on by tcgen05.commit.
   Value mmaBarriers;
-  Value tmem;     // the Tensor Memory base address (i32: lane << 16 | column)
+  Value tmem; // the Tensor Memory base address (i32: lane << 16 | column)
   Value isWarp0;
 
   void acquire(Value g) override;
@@ -139,7 +139,8 @@ private:
 } // namespace
 
 Tcgen05Emitter::Tcgen05Emitter(Emitter &e, gpu::GPUModuleOp module,
-                               Value tensorMaps, ArrayRef<std::pair<int64_t, int64_t>> prefetch)
+                               Value tensorMaps,
+                               ArrayRef<std::pair<int64_t, int64_t>> prefetch)
     : GemmEmitter(e, module, tensorMaps, prefetch) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
@@ -166,13 +167,12 @@ Tcgen05Emitter::Tcgen05Emitter(Emitter &e, gpu::GPUModuleOp module,
   mmaBarriers = nvgpu::MBarrierCreateOp::create(
       b, loc,
       nvgpu::MBarrierGroupType::get(
-          ctx,
-          gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup),
+          ctx, gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup),
           kStages + 1));
   e.ifThen(isThread0, [&] {
     for (int64_t s = 0; s <= kStages; ++s)
-      nvgpu::MBarrierInitOp::create(b, loc, mmaBarriers, e.index(1),
-                                    e.index(s), Value());
+      nvgpu::MBarrierInitOp::create(b, loc, mmaBarriers, e.index(1), e.index(s),
+                                    Value());
     // fence.mbarrier_init: the inits are visible to the async proxy that
     // tcgen05.commit arrives through.
     NVVM::FenceMbarrierInitOp::create(b, loc);
@@ -208,16 +208,15 @@ void Tcgen05Emitter::finish() {
     Value columns = i32(kTmemColumns);
     NVVM::Tcgen05DeallocOp::create(
         b, loc, pointer, columns,
-        NVVM::CTAGroupKindAttr::get(b.getContext(),
-                                    NVVM::CTAGroupKind::CTA_1));
+        NVVM::CTAGroupKindAttr::get(b.getContext(), NVVM::CTAGroupKind::CTA_1));
   });
 }
 
 Value Tcgen05Emitter::tmemPointer(Value address) {
   return LLVM::IntToPtrOp::create(
-      e.b, e.loc, LLVM::LLVMPointerType::get(e.b.getContext(),
-                                             kTmemAddressSpace),
-      address, LLVM::DereferenceableAttr());
+      e.b, e.loc,
+      LLVM::LLVMPointerType::get(e.b.getContext(), kTmemAddressSpace), address,
+      LLVM::DereferenceableAttr());
 }
 
 Value Tcgen05Emitter::mmaBarrierPointer(Value index) {
@@ -272,8 +271,7 @@ void Tcgen05Emitter::mma(Value d, Value aDesc, Value bDesc, Value accumulate) {
 void Tcgen05Emitter::commit(Value index) {
   NVVM::Tcgen05CommitOp::create(
       e.b, e.loc, mmaBarrierPointer(index), /*multicastMask=*/Value(),
-      NVVM::CTAGroupKindAttr::get(e.b.getContext(),
-                                  NVVM::CTAGroupKind::CTA_1));
+      NVVM::CTAGroupKindAttr::get(e.b.getContext(), NVVM::CTAGroupKind::CTA_1));
 }
 
 /// Thread 0, before loading k-tile number g: the MMAs of k-tile g - kStages
@@ -347,8 +345,8 @@ SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
   // The warpgroup: wait for the accumulators, then each warp reads its TMEM
   // lanes (tcgen05.ld.sync.aligned.32x32b.x32.b32) into the shared-memory
   // tiles; Layout F puts tile row 16w + i in lane 32w + i, i < 16.
-  Value accParity = e.cmp(arith::CmpIPredicate::ne,
-                         e.rem(tasksDone, e.index(2)), e.index(0));
+  Value accParity =
+      e.cmp(arith::CmpIPredicate::ne, e.rem(tasksDone, e.index(2)), e.index(0));
   waitMmaBarrier(accBarrier, accParity);
   fence(NVVM::Tcgen05FenceKind::AFTER_THREAD_SYNC);
   Value warp = e.div(tid, e.index(32)), lane = e.rem(tid, e.index(32));
@@ -371,13 +369,11 @@ SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
     tiles.push_back(view(e.add(pad, e.index(j * kAccBytes)), accTile));
     Value tile = tiles.back();
     Value accBase = arith::AddIOp::create(
-        b, loc, arith::AddIOp::create(b, loc, tmem, laneBase),
-        i32(j * kTileN));
+        b, loc, arith::AddIOp::create(b, loc, tmem, laneBase), i32(j * kTileN));
     e.loop(kTileN / kLdColumns, [&](Value chunk) {
       Value column = e.mul(chunk, e.index(kLdColumns));
       Value address = arith::AddIOp::create(
-          b, loc, accBase,
-          arith::IndexCastOp::create(b, loc, i32Type, column));
+          b, loc, accBase, arith::IndexCastOp::create(b, loc, i32Type, column));
       Value bits = NVVM::Tcgen05LdOp::create(b, loc, ldType, UnitAttr(),
                                              ldShape, tmemPointer(address),
                                              /*offset=*/Value());
@@ -403,10 +399,9 @@ SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
   return tiles;
 }
 
-std::unique_ptr<GemmEmitter> createGemmEmitter(Emitter &e,
-                                               gpu::GPUModuleOp module,
-                                               Value tensorMaps,
-                                               ArrayRef<std::pair<int64_t, int64_t>> prefetch) {
+std::unique_ptr<GemmEmitter>
+createGemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
+                  ArrayRef<std::pair<int64_t, int64_t>> prefetch) {
   return std::make_unique<Tcgen05Emitter>(e, module, tensorMaps, prefetch);
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
-// The tensor-core mk.gemm above the MMA layer, shared by sm_90a and sm_100a (the
-// shape of the H200-verified probe, scripts/probe/gemm_sm90.mlir, made
+// The tensor-core mk.gemm above the MMA layer, shared by sm_90a and sm_100a
+// (the shape of the H200-verified probe, scripts/probe/gemm_sm90.mlir, made
 // persistent):
 //
 //   * the first warpgroup of each CTA computes; tasks (m-tile, n-tile) are
@@ -50,8 +50,7 @@ static_assert(kStageBytes == kMaxConsumers * kBytesA + 2 * kBytesB &&
 int64_t dynamicSharedMemoryBytes() { return kDynamicSharedMemory; }
 
 void insertDialects(DialectRegistry &registry) {
-  registry.insert<nvgpu::NVGPUDialect, NVVM::NVVMDialect,
-                  LLVM::LLVMDialect>();
+  registry.insert<nvgpu::NVGPUDialect, NVVM::NVVMDialect, LLVM::LLVMDialect>();
 }
 
 static Attribute workgroup(MLIRContext *ctx) {
@@ -90,8 +89,8 @@ GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
   if (!module.lookupSymbol(kDynSmem)) {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(module.getBody());
-    memref::GlobalOp::create(b, loc, kDynSmem, b.getStringAttr("public"),
-                             empty, Attribute(), /*constant=*/false,
+    memref::GlobalOp::create(b, loc, kDynSmem, b.getStringAttr("public"), empty,
+                             Attribute(), /*constant=*/false,
                              b.getI64IntegerAttr(kAlign));
   }
   int64_t bytes = dynamicSharedMemoryBytes();
@@ -140,10 +139,10 @@ Value GemmEmitter::mapAt(Value slot, int64_t boxRows) {
   Value offset = arith::MulIOp::create(
       b, loc, arith::IndexCastOp::create(b, loc, b.getI64Type(), slot),
       arith::ConstantIntOp::create(b, loc, 128, 64));
-  Value ptr = LLVM::IntToPtrOp::create(
-      b, loc, LLVM::LLVMPointerType::get(ctx),
-      arith::AddIOp::create(b, loc, mapsBase, offset),
-      LLVM::DereferenceableAttr());
+  Value ptr =
+      LLVM::IntToPtrOp::create(b, loc, LLVM::LLVMPointerType::get(ctx),
+                               arith::AddIOp::create(b, loc, mapsBase, offset),
+                               LLVM::DereferenceableAttr());
   return UnrealizedConversionCastOp::create(
              b, loc, TypeRange{tensorMapType(ctx, boxRows)}, ValueRange{ptr})
       .getResult(0);
@@ -155,8 +154,7 @@ Value GemmEmitter::view(Value byteOffset, MemRefType type) {
 }
 
 Value GemmEmitter::stageOffset(Value g) {
-  return e.add(pad,
-               e.mul(e.rem(g, e.index(kStages)), e.index(kStageBytes)));
+  return e.add(pad, e.mul(e.rem(g, e.index(kStages)), e.index(kStageBytes)));
 }
 
 Value GemmEmitter::phaseParity(Value g) {
@@ -179,14 +177,13 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
   Value kc = e.mul(kTile, e.index(kTileK));
   auto tma = [&](Value map, int64_t boxRows, Value offset, Value row) {
     nvgpu::TmaAsyncLoadOp::create(
-        b, loc, view(offset, smemType(ctx, {boxRows, kTileK}, bf16)),
-        barriers, map, ValueRange{kc, row}, stage, Value(), Value());
+        b, loc, view(offset, smemType(ctx, {boxRows, kTileK}, bf16)), barriers,
+        map, ValueRange{kc, row}, stage, Value(), Value());
   };
   tma(t.mapA, p.tileM, base, t.m0);
   tma(t.mapB0, p.tileN, e.add(base, e.index(p.bytesA())), t.n0);
   if (p.b1)
-    tma(t.mapB1, p.tileN, e.add(base, e.index(p.bytesA() + p.bytesB())),
-        t.n0);
+    tma(t.mapB1, p.tileN, e.add(base, e.index(p.bytesA() + p.bytesB())), t.n0);
 }
 
 void GemmEmitter::syncWarpgroup(int64_t warpgroups) {
@@ -203,8 +200,8 @@ void GemmEmitter::emit(const GemmPhase &p) {
   Location loc = e.loc;
   SmallVector<Value> state = {iteration};
   state.append(carried);
-  Value inGroup = e.cmp(arith::CmpIPredicate::ult, tid,
-                        e.index(kThreads * p.consumers()));
+  Value inGroup =
+      e.cmp(arith::CmpIPredicate::ult, tid, e.index(kThreads * p.consumers()));
   SmallVector<Type> types;
   for (Value v : state)
     types.push_back(v.getType());
@@ -239,8 +236,7 @@ void GemmEmitter::tasks(const GemmPhase &p) {
   int64_t nTiles = (p.n + p.tileN - 1) / p.tileN;
   int64_t numAcc = p.b1 ? 2 : 1;
 
-  Value mTiles =
-      e.div(e.add(p.rows, e.index(p.tileM - 1)), e.index(p.tileM));
+  Value mTiles = e.div(e.add(p.rows, e.index(p.tileM - 1)), e.index(p.tileM));
   Value tasks = e.mul(mTiles, e.index(nTiles));
   Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
   Value grid = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);

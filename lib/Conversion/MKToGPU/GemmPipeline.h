@@ -34,8 +34,8 @@ constexpr unsigned kThreads = kWarpgroup;
 /// The shared-memory stage ring: per stage [A 64x64 | B_0 128x64 | B_1
 /// 128x64] bf16, each part 1024-aligned (the 128-byte swizzle atom).
 constexpr int64_t kBf16 = 2, kF32 = 4;
-constexpr int64_t kBytesA = kTileM * kTileK * kBf16; // 8 KiB
-constexpr int64_t kBytesB = kTileN * kTileK * kBf16; // 16 KiB
+constexpr int64_t kBytesA = kTileM * kTileK * kBf16;  // 8 KiB
+constexpr int64_t kBytesB = kTileN * kTileK * kBf16;  // 16 KiB
 constexpr int64_t kAccBytes = kTileM * kTileN * kF32; // one accumulator tile
 constexpr int64_t kAlign = 1024;                      // 128B-swizzle atom
 /// One MMA k-step (16 bf16) along a 128-byte swizzled row, in bytes.
@@ -122,13 +122,13 @@ protected:
               ArrayRef<std::pair<int64_t, int64_t>> prefetch);
 
   Emitter &e;
-  Value mapsBase;             // address of the tensor map slots (i64)
-  Value smem;                 // the dynamic shared memory, i8
-  Value smemBase;             // its shared-window address (index)
-  Value pad;                  // bytes from smemBase to the 1024-aligned ring
-  Value barriers;             // the full barriers, one per stage
+  Value mapsBase; // address of the tensor map slots (i64)
+  Value smem;     // the dynamic shared memory, i8
+  Value smemBase; // its shared-window address (index)
+  Value pad;      // bytes from smemBase to the 1024-aligned ring
+  Value barriers; // the full barriers, one per stage
   Value tid, isThread0;
-  Value iteration;            // k-tiles this CTA has consumed so far
+  Value iteration; // k-tiles this CTA has consumed so far
   /// Values of the MMA layer carried across tasks and phases along with
   /// `iteration` (yielded by the task loops and the warpgroup's scf.if).
   SmallVector<Value> carried;

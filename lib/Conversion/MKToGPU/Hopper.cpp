@@ -57,8 +57,8 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   const int64_t tileN = p.tileN;
   const int64_t fragment = kTileM * tileN / kThreads; // 64 or 128 floats
 
-  auto accType = LLVM::LLVMStructType::getLiteral(
-      ctx, SmallVector<Type>(fragment, f32));
+  auto accType =
+      LLVM::LLVMStructType::getLiteral(ctx, SmallVector<Type>(fragment, f32));
   MemRefType aStep = smemType(ctx, {kTileM, 16}, bf16);
   // K-major B, spelled [K][N] as nvgpu's descriptor generator wants. In
   // NVVM's terms A is "row" and a K-major B is "col" (imm-trans-a = 0,
@@ -66,8 +66,8 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   MemRefType bStep = smemType(ctx, {16, tileN}, bf16);
   auto aDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, aStep);
   auto bDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, bStep);
-  auto descriptor = [&](nvgpu::WarpgroupMatrixDescriptorType type,
-                        Value offset, MemRefType step, Value map) {
+  auto descriptor = [&](nvgpu::WarpgroupMatrixDescriptorType type, Value offset,
+                        MemRefType step, Value map) {
     Value d = nvgpu::WarpgroupGenerateDescriptorOp::create(
         b, loc, type, view(offset, step), map);
     return UnrealizedConversionCastOp::create(b, loc, TypeRange{i64},
@@ -87,8 +87,8 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   SmallVector<Value> init;
   for (int64_t j = 0; j < numAcc; ++j)
     init.push_back(LLVM::ZeroOp::create(b, loc, accType));
-  auto kLoop = scf::ForOp::create(b, loc, e.index(0), e.index(kTiles),
-                                  e.index(1), init);
+  auto kLoop =
+      scf::ForOp::create(b, loc, e.index(0), e.index(kTiles), e.index(1), init);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(kLoop.getBody());
@@ -109,8 +109,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       for (int64_t j = 0; j < numAcc; ++j) {
         Value descB = descriptor(
             bDesc,
-            e.add(base,
-                  e.index(p.bytesA() + j * p.bytesB() + ks * kK16Bytes)),
+            e.add(base, e.index(p.bytesA() + j * p.bytesB() + ks * kK16Bytes)),
             bStep, j == 0 ? t.mapB0 : t.mapB1);
         acc[j] = NVVM::WgmmaMmaAsyncOp::create(
             b, loc, accType, acc[j], descA, descB, shape, bf16Type, bf16Type,
@@ -130,8 +129,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
         arith::AndIOp::create(
             b, loc, e.cmp(arith::CmpIPredicate::sge, prev, e.index(0)),
             e.cmp(arith::CmpIPredicate::slt, next, e.index(kTiles))));
-    e.ifThen(refill,
-             [&] { load(p, e.add(e.sub(g, e.index(1)), stageCount), next, t); });
+    e.ifThen(refill, [&] {
+      load(p, e.add(e.sub(g, e.index(1)), stageCount), next, t);
+    });
     scf::YieldOp::create(b, loc, acc);
   }
   NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
@@ -141,8 +141,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   // element 4c + 2h + v of the fragment is (16w + l/4 + 8h, 8c + 2(l%4) + v).
   Value lane = e.rem(tid, e.index(32));
   Value warp = e.rem(e.div(tid, e.index(32)), e.index(4));
-  Value row0 = e.add(e.add(e.mul(wg, e.index(kTileM)), e.mul(warp, e.index(16))),
-                     e.div(lane, e.index(4)));
+  Value row0 =
+      e.add(e.add(e.mul(wg, e.index(kTileM)), e.mul(warp, e.index(16))),
+            e.div(lane, e.index(4)));
   Value col0 = e.mul(e.rem(lane, e.index(4)), e.index(2));
   auto element = [&](int64_t j, int64_t index) {
     return LLVM::ExtractValueOp::create(b, loc, kLoop.getResult(j), index)
@@ -157,8 +158,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     for (int64_t c = 0; c < tileN / 8; ++c)
       for (int64_t h = 0; h < 2; ++h)
         for (int64_t v = 0; v < 2; ++v)
-          e.store(element(0, 4 * c + 2 * h + v), tile,
-                  {e.add(row0, e.index(8 * h)), e.add(col0, e.index(8 * c + v))});
+          e.store(
+              element(0, 4 * c + 2 * h + v), tile,
+              {e.add(row0, e.index(8 * h)), e.add(col0, e.index(8 * c + v))});
     syncWarpgroup(p.consumers());
     return {tile};
   }
@@ -187,10 +189,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   return {};
 }
 
-std::unique_ptr<GemmEmitter> createGemmEmitter(Emitter &e,
-                                               gpu::GPUModuleOp module,
-                                               Value tensorMaps,
-                                               ArrayRef<std::pair<int64_t, int64_t>> prefetch) {
+std::unique_ptr<GemmEmitter>
+createGemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
+                  ArrayRef<std::pair<int64_t, int64_t>> prefetch) {
   return std::make_unique<WgmmaEmitter>(e, module, tensorMaps, prefetch);
 }
 

@@ -10,11 +10,11 @@
 // TMA + tensor-core tile loops (GemmPipeline.h) with the same rounding
 // points: wgmma on sm_90a (Hopper.h), tcgen05 on sm_100a (Blackwell.h).
 //
+#include "mok/Conversion/MKToGPU/MKToGPU.h"
 #include "Blackwell.h"
 #include "GemmPipeline.h"
 #include "Hopper.h"
 #include "mok/Conversion/Common/ScalarEmitter.h"
-#include "mok/Conversion/MKToGPU/MKToGPU.h"
 #include "mok/Dialect/MK/IR/MKOps.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -72,27 +72,24 @@ LogicalResult checkBarrierIntervals(gpu::GPUFuncOp func) {
       Value v = effect.getValue();
       if (!v)
         continue;
-      auto it = writer.find(v);
-      if (it != writer.end() && it->second != &op) {
-        InFlightDiagnostic d = op.emitOpError()
-                               << "accesses " << bufferName(func, v)
-                               << ", which '" << it->second->getName()
-                               << "' writes in the same barrier interval "
-                                  "(add an mk.grid_barrier between them)";
-        d.attachNote(it->second->getLoc()) << "written here";
+      // `other` already did `what` to v in this interval.
+      auto conflict = [&](Operation *other, StringRef doing, StringRef what,
+                          StringRef note) {
+        InFlightDiagnostic d =
+            op.emitOpError() << doing << " " << bufferName(func, v)
+                             << ", which '" << other->getName() << "' " << what
+                             << " in the same barrier interval (add an "
+                                "mk.grid_barrier between them)";
+        d.attachNote(other->getLoc()) << note;
         return d;
-      }
+      };
+      auto it = writer.find(v);
+      if (it != writer.end() && it->second != &op)
+        return conflict(it->second, "accesses", "writes", "written here");
       if (isa<MemoryEffects::Write>(effect.getEffect())) {
         auto acc = accessor.find(v);
-        if (acc != accessor.end() && acc->second != &op) {
-          InFlightDiagnostic d = op.emitOpError()
-                                 << "writes " << bufferName(func, v)
-                                 << ", which '" << acc->second->getName()
-                                 << "' accesses in the same barrier interval "
-                                    "(add an mk.grid_barrier between them)";
-          d.attachNote(acc->second->getLoc()) << "accessed here";
-          return d;
-        }
+        if (acc != accessor.end() && acc->second != &op)
+          return conflict(acc->second, "writes", "accesses", "accessed here");
         writer[v] = &op;
       }
       accessor.try_emplace(v, &op);
@@ -129,20 +126,20 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
     // columns (the same stage bytes).
     ArrayRef<int64_t> tile = *gemm.getTile();
     bool wgmma = e == mk::Engine::wgmma;
-    bool wide = tile[1] == 2 * sched::kTileN && wgmma && gemm.getB().size() == 1;
+    bool wide =
+        tile[1] == 2 * sched::kTileN && wgmma && gemm.getB().size() == 1;
     bool tall = tile[0] == sched::kMaxConsumers * sched::kTileM && wgmma;
     if ((tile[0] != sched::kTileM && !tall) ||
-        (tile[1] != sched::kTileN && !wide) ||
-        tile[2] != sched::kTileK || *gemm.getStages() != sched::kStages)
+        (tile[1] != sched::kTileN && !wide) || tile[2] != sched::kTileK ||
+        *gemm.getStages() != sched::kStages)
       return gemm.emitOpError()
              << "tile [" << tile[0] << ", " << tile[1] << ", " << tile[2]
              << "] with " << *gemm.getStages()
              << " stages is not implemented; the lowering supports tile ["
-             << sched::kTileM << ", " << sched::kTileN << ", "
-             << sched::kTileK << "] with " << sched::kStages
-             << " stages (and, for wgmma, M = "
-             << sched::kMaxConsumers * sched::kTileM << ", and N = "
-             << 2 * sched::kTileN << " with one B operand)";
+             << sched::kTileM << ", " << sched::kTileN << ", " << sched::kTileK
+             << "] with " << sched::kStages << " stages (and, for wgmma, M = "
+             << sched::kMaxConsumers * sched::kTileM
+             << ", and N = " << 2 * sched::kTileN << " with one B operand)";
     if (maps && maps != gemm.getTensorMaps())
       return gemm.emitOpError("a kernel's tensor-core GEMMs must read one "
                               "tensor_maps buffer");
@@ -184,7 +181,8 @@ private:
     e.loop(globalId, n, gridThreads, body);
   }
   /// for (r, c) in [0, rows) x [0, cols), distributed over the grid.
-  void forAll2(Value rows, int64_t cols, function_ref<void(Value, Value)> body) {
+  void forAll2(Value rows, int64_t cols,
+               function_ref<void(Value, Value)> body) {
     Value c = e.index(cols);
     forAll(e.mul(rows, c), [&](Value i) { body(e.div(i, c), e.rem(i, c)); });
   }
@@ -312,8 +310,7 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
   for (Operation *op : ops) {
     b.setInsertionPoint(op);
     TypeSwitch<Operation *>(op)
-        .Case<mk::FillOp, mk::CountRoutesOp, mk::ScanChunksOp,
-              mk::PadOffsetsOp,
+        .Case<mk::FillOp, mk::CountRoutesOp, mk::ScanChunksOp, mk::PadOffsetsOp,
               mk::AssignRowsOp, mk::GatherOp, mk::GemmOp, mk::CombineOp,
               mk::GridBarrierOp, mk::TimestampOp>(
             [&](auto typed) { lower(typed); });
@@ -348,8 +345,9 @@ void KernelLowering::lower(mk::CountRoutesOp op) {
   Value one = arith::ConstantIntOp::create(e.b, e.loc, 1, 64);
   // One thread a chunk: zero its row, then count its routes in order.
   forAllSpread(e.index(size(cc, 0)), [&](Value c) {
-    e.loop(e.index(0), e.index(experts),
-           [&](Value ex) { e.store(zero, cc, {c, ex}); });
+    e.loop(e.index(0), e.index(experts), [&](Value ex) {
+      e.store(zero, cc, {c, ex});
+    });
     Value first = e.mul(c, e.index(chunk));
     Value end = e.add(first, e.index(chunk));
     if (routes % chunk)
@@ -369,13 +367,12 @@ void KernelLowering::lower(mk::ScanChunksOp op) {
   Value zero = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
   // One thread an expert: exclusive prefix over the chunks, then the total.
   forAllSpread(e.index(size(cc, 1)), [&](Value ex) {
-    Value total = e.fold(e.index(0), e.index(size(cc, 0)), zero,
-                         [&](Value c, Value running) {
-                           Value n = e.load(cc, {c, ex});
-                           e.store(running, cc, {c, ex});
-                           return arith::AddIOp::create(e.b, e.loc, running, n)
-                               .getResult();
-                         });
+    Value total = e.fold(
+        e.index(0), e.index(size(cc, 0)), zero, [&](Value c, Value running) {
+          Value n = e.load(cc, {c, ex});
+          e.store(running, cc, {c, ex});
+          return arith::AddIOp::create(e.b, e.loc, running, n).getResult();
+        });
     e.store(total, counts, {ex});
   });
 }
@@ -385,14 +382,13 @@ void KernelLowering::lower(mk::PadOffsetsOp op) {
   int64_t experts = size(counts, 0), padding = op.getPadding();
   e.ifThen(e.cmp(arith::CmpIPredicate::eq, globalId, e.index(0)), [&] {
     Value pad = e.index(padding);
-    Value total = e.fold(e.index(0), e.index(experts), e.index(0),
-                         [&](Value ex, Value start) {
-                           e.store(i64Of(start), offsets, {ex});
-                           Value c = e.toIndex(e.load(counts, {ex}));
-                           Value padded = e.mul(
-                               e.div(e.add(c, e.index(padding - 1)), pad), pad);
-                           return e.add(start, padded);
-                         });
+    Value total = e.fold(
+        e.index(0), e.index(experts), e.index(0), [&](Value ex, Value start) {
+          e.store(i64Of(start), offsets, {ex});
+          Value c = e.toIndex(e.load(counts, {ex}));
+          Value padded = e.mul(e.div(e.add(c, e.index(padding - 1)), pad), pad);
+          return e.add(start, padded);
+        });
     e.store(i64Of(total), offsets, {e.index(experts)});
   });
 }
@@ -420,8 +416,8 @@ void KernelLowering::lower(mk::AssignRowsOp op) {
           [&] {
             Value rank = e.load(cc, {c, ex});
             e.store(arith::AddIOp::create(e.b, e.loc, rank, one), cc, {c, ex});
-            Value row = arith::AddIOp::create(e.b, e.loc,
-                                              e.load(offsets, {ex}), rank);
+            Value row =
+                arith::AddIOp::create(e.b, e.loc, e.load(offsets, {ex}), rank);
             e.store(row, routeRow, {q});
             e.store(i64Of(q), rowRoute, {e.toIndex(row)});
           },
@@ -452,7 +448,10 @@ void KernelLowering::gatherScalar(mk::GatherOp op) {
   forAll2(routedRows(op.getOffsets()), size(out, 1), [&](Value r, Value j) {
     Value route = e.toIndex(e.load(rowRoute, {r}));
     Value v = e.ifValue(
-        e.isValid(route), [&] { return e.loadF32(x, {e.div(route, k), j}); },
+        e.isValid(route),
+        [&] {
+          return e.loadF32(x, {e.div(route, k), j});
+        },
         [&] { return e.f32(0.0f); });
     e.storeRounded(v, out, {r, j});
   });
@@ -498,8 +497,8 @@ void KernelLowering::lowerSimt(mk::GemmOp op) {
   Value a = op.getA(), out = op.getOut();
   ValueRange bs = op.getB();
   int64_t k = size(a, 1), n = size(out, 1);
-  Value rows = op.isGrouped() ? routedRows(op.getOffsets())
-                              : e.index(size(a, 0));
+  Value rows =
+      op.isGrouped() ? routedRows(op.getOffsets()) : e.index(size(a, 0));
   Limit limit = getLimit(op.getSwigluLimitAttr());
   bool swigluEpilogue = op.getEpilogue() == mk::Epilogue::swiglu;
   forAll2(rows, n, [&](Value r, Value c) {
@@ -553,7 +552,8 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
       swigluEpilogue
           ? function_ref<void(Value, Value, Value, Value)>(storeSwiglu)
           : function_ref<void(Value, Value, Value, Value)>(storePlain),
-      (*op.getTile())[1], (*op.getTile())[0]};
+      (*op.getTile())[1],
+      (*op.getTile())[0]};
   gemm->emit(phase);
 }
 
@@ -578,7 +578,9 @@ void KernelLowering::combineScalar(mk::CombineOp op) {
       Value row = e.toIndex(e.load(routeRow, {e.add(e.mul(t, k), kk)}));
       Value term = e.ifValue(
           e.isValid(row),
-          [&] { return e.mul(e.load(w, {t, kk}), e.loadF32(y, {row, j})); },
+          [&] {
+            return e.mul(e.load(w, {t, kk}), e.loadF32(y, {row, j}));
+          },
           [&] { return e.f32(0.0f); });
       return e.add(acc, term);
     });
@@ -615,8 +617,8 @@ void KernelLowering::combineVector(mk::CombineOp op) {
     Value offset = e.add(e.mul(t, e.index(h)), col);
     SmallVector<Value> valid, weights, rows;
     for (int64_t kk = 0; kk < topK; ++kk) {
-      Value row = e.toIndex(e.load(routeRow, {e.add(e.mul(t, e.index(topK)),
-                                                    e.index(kk))}));
+      Value row = e.toIndex(
+          e.load(routeRow, {e.add(e.mul(t, e.index(topK)), e.index(kk))}));
       valid.push_back(e.isValid(row));
       rows.push_back(e.select(valid.back(), row, e.index(0)));
       weights.push_back(e.load(w, {t, e.index(kk)}));
@@ -625,13 +627,13 @@ void KernelLowering::combineVector(mk::CombineOp op) {
     for (int64_t kk = 0; kk < topK; ++kk)
       loaded.push_back(
           load16(v8, at(yBase, e.add(e.mul(rows[kk], e.index(h)), col))));
-    SmallVector<Value> acc =
-        shared ? unpack(load16(v8, at(sharedBase, offset)))
-               : SmallVector<Value>(8, e.f32(0.0f));
+    SmallVector<Value> acc = shared ? unpack(load16(v8, at(sharedBase, offset)))
+                                    : SmallVector<Value>(8, e.f32(0.0f));
     for (int64_t kk = 0; kk < topK; ++kk) {
       SmallVector<Value> ys = unpack(loaded[kk]);
       for (int64_t i = 0; i < 8; ++i) {
-        Value term = e.select(valid[kk], e.mul(weights[kk], ys[i]), e.f32(0.0f));
+        Value term =
+            e.select(valid[kk], e.mul(weights[kk], ys[i]), e.f32(0.0f));
         acc[i] = e.add(acc[i], term);
       }
     }
@@ -665,7 +667,8 @@ void KernelLowering::lower(mk::GridBarrierOp op) {
                                             zero, bar, ValueRange{c1});
     Value arrived = memref::AtomicRMWOp::create(
         b, loc, arith::AtomicRMWKind::addi, one, bar, ValueRange{c0});
-    Value blocks = arith::IndexCastOp::create(b, loc, b.getI32Type(), numBlocks);
+    Value blocks =
+        arith::IndexCastOp::create(b, loc, b.getI32Type(), numBlocks);
     Value last = e.cmp(arith::CmpIPredicate::eq,
                        arith::AddIOp::create(b, loc, arrived, one), blocks);
     e.ifThen(

@@ -10,8 +10,8 @@
 // simt GEMMs otherwise. It is the place where a cost model chooses tiles,
 // stages and task order per shape.
 //
-#include "mok/Conversion/MKToGPU/MKToGPU.h"
 #include "mok/Conversion/MoEToMK/MoEToMK.h"
+#include "mok/Conversion/MKToGPU/MKToGPU.h"
 #include "mok/Dialect/MK/IR/MKOps.h"
 #include "mok/Dialect/MoE/IR/MoEOps.h"
 
@@ -69,8 +69,8 @@ struct Sizes {
   /// are computed and dropped), and every expert segment of the plan is a
   /// whole number of m-tiles. TMA coordinates are 32-bit.
   bool tensorCoreEligible() const {
-    int64_t maxRows = std::max({routedCapacity(), inter, hidden, tokens,
-                                sharedInter});
+    int64_t maxRows =
+        std::max({routedCapacity(), inter, hidden, tokens, sharedInter});
     return hidden % sched::kTileK == 0 && inter % sched::kTileN == 0 &&
            (!hasShared() || sharedInter % sched::kTileN == 0) &&
            padding % sched::kTileM == 0 && maxRows < (int64_t(1) << 31);
@@ -79,7 +79,7 @@ struct Sizes {
 
 /// The slots of the tensor maps of a tensor-core kernel.
 struct MapSlots {
-  int64_t routedX, gate, up, hidden, down;               // routed
+  int64_t routedX, gate, up, hidden, down;                        // routed
   int64_t x = -1, sharedGate, sharedUp, sharedHidden, sharedDown; // shared
 };
 
@@ -90,11 +90,10 @@ SmallVector<TensorMapSpec> tensorMapsFor(const Sizes &s, MapSlots &slots,
                                          int64_t tileM, int64_t storeTileN) {
   int64_t rc = s.routedCapacity(), h = s.hidden, in = s.inter, e = s.experts;
   auto a = [tileM](StringRef buffer, int64_t rows, int64_t cols) {
-    return TensorMapSpec{buffer.str(), rows, cols, cols, tileM,
-                         sched::kTileK};
+    return TensorMapSpec{buffer.str(), rows, cols, cols, tileM, sched::kTileK};
   };
-  auto b = [](StringRef buffer, int64_t rows, int64_t cols,
-              int64_t experts = 1, int64_t box = sched::kTileN) {
+  auto b = [](StringRef buffer, int64_t rows, int64_t cols, int64_t experts = 1,
+              int64_t box = sched::kTileN) {
     return TensorMapSpec{buffer.str(), rows,          cols,   cols,
                          box,          sched::kTileK, experts};
   };
@@ -106,10 +105,10 @@ SmallVector<TensorMapSpec> tensorMapsFor(const Sizes &s, MapSlots &slots,
     next += spec.experts;
     return slot;
   };
-  slots.routedX = add(a("routed_x", rc, h));               // gate/up A
-  slots.gate = add(b("gate_weights", in, h, e));           // [I, H] each
+  slots.routedX = add(a("routed_x", rc, h));     // gate/up A
+  slots.gate = add(b("gate_weights", in, h, e)); // [I, H] each
   slots.up = add(b("up_weights", in, h, e));
-  slots.hidden = add(a("hidden", rc, in));                 // down A
+  slots.hidden = add(a("hidden", rc, in));                   // down A
   slots.down = add(b("down_weights", h, in, e, storeTileN)); // [H, I] each
   if (s.hasShared()) {
     int64_t is = s.sharedInter, t = s.tokens;
@@ -135,8 +134,8 @@ int64_t slotCount(ArrayRef<TensorMapSpec> maps) {
 /// (profiling names them; emitSchedule checks it emits that many).
 ArrayRef<StringRef> phaseNames() {
   static const StringRef names[] = {
-      "plan: count",     "plan: scan", "plan: offsets", "plan: assign",
-      "dispatch",        "gate/up + SwiGLU", "down", "combine"};
+      "plan: count", "plan: scan",       "plan: offsets", "plan: assign",
+      "dispatch",    "gate/up + SwiGLU", "down",          "combine"};
   return names;
 }
 
@@ -184,15 +183,17 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   if (layer.hasSharedExpert()) {
     params.push_back(
         {"shared_hidden", "workspace", ty({s.tokens, s.sharedInter}, bf16)});
-    params.push_back({"shared_out", "workspace", ty({s.tokens, s.hidden}, bf16)});
+    params.push_back(
+        {"shared_out", "workspace", ty({s.tokens, s.hidden}, bf16)});
   }
   // [arrived CTAs, generation]; zero before the first launch, and left
   // reusable by every launch.
   params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
   // Profiling: %globaltimer at the start and after each phase.
   if (profile)
-    params.push_back({"phase_clock", "workspace",
-                      ty({static_cast<int64_t>(phaseNames().size()) + 1}, i64)});
+    params.push_back(
+        {"phase_clock", "workspace",
+         ty({static_cast<int64_t>(phaseNames().size()) + 1}, i64)});
   // 128-byte CUtensorMaps; last, so the other parameters keep their
   // positions.
   if (!maps.empty())
@@ -231,7 +232,8 @@ DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
       b.getNamedAttr("dynamic_shared_memory", b.getI64IntegerAttr(smem)),
       b.getNamedAttr("zero_before_first_launch",
                      b.getArrayAttr({b.getStringAttr("grid_barrier")})),
-      b.getNamedAttr("routed_capacity", b.getI64IntegerAttr(s.routedCapacity())),
+      b.getNamedAttr("routed_capacity",
+                     b.getI64IntegerAttr(s.routedCapacity())),
       b.getNamedAttr("params", b.getArrayAttr(ps)),
   };
   // Entry i covers `experts` consecutive CUtensorMaps in the `tensor_maps`
@@ -344,10 +346,9 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   barrier();
 
   // Phase 5: combine.
-  mk::CombineOp::create(b, loc, buf["routed_y"], buf["route_row"],
-                        buf["router_weights"],
-                        s.hasShared() ? buf["shared_out"] : Value(),
-                        buf["out"]);
+  mk::CombineOp::create(
+      b, loc, buf["routed_y"], buf["route_row"], buf["router_weights"],
+      s.hasShared() ? buf["shared_out"] : Value(), buf["out"]);
   // Profiling: one more barrier, so the last stamp follows every CTA.
   if (clock)
     barrier();
@@ -417,11 +418,11 @@ struct ConvertMoEToMKPass
       PlanType plan = layer.getPlanType();
       auto x = cast<RankedTensorType>(layer.getX().getType());
       auto wg = cast<RankedTensorType>(layer.getGateWeights().getType());
-      Sizes s{plan.getTokens(), x.getDimSize(1),     wg.getDimSize(1),
-              plan.getLocalExperts(), plan.getTopK(), plan.getPadding()};
+      Sizes s{plan.getTokens(),       x.getDimSize(1), wg.getDimSize(1),
+              plan.getLocalExperts(), plan.getTopK(),  plan.getPadding()};
       if (layer.hasSharedExpert())
-        s.sharedInter =
-            cast<RankedTensorType>(layer.getSharedGate().getType()).getDimSize(0);
+        s.sharedInter = cast<RankedTensorType>(layer.getSharedGate().getType())
+                            .getDimSize(0);
 
       // The plan: tensor-core GEMMs for the chip when the shapes fit.
       std::optional<mk::Engine> engine;
@@ -465,8 +466,8 @@ struct ConvertMoEToMKPass
       // default is to aim for more CTAs per SM and so fewer registers (on
       // sm_100a it capped a layer at 80 registers and spilled).
       kernel->setAttr("nvvm.minctasm", b.getI32IntegerAttr(1));
-      kernel->setAttr("mok.kernel",
-                      describeKernel(ctx, params, s, chip, block, maps, profile));
+      kernel->setAttr("mok.kernel", describeKernel(ctx, params, s, chip, block,
+                                                   maps, profile));
       b.setInsertionPointToStart(&kernel.getBody().front());
       emitSchedule(b, layer, s, params, kernel, engine, slots, tileM,
                    storeTileN);

@@ -44,8 +44,8 @@ LogicalResult expectDim(Operation *op, Value v, StringRef what, unsigned i,
 } // namespace
 
 LogicalResult PadOffsetsOp::verify() {
-  return expectDim(*this, getOffsets(), "offsets", 0,
-                   dim(getCounts(), 0) + 1, "experts + 1");
+  return expectDim(*this, getOffsets(), "offsets", 0, dim(getCounts(), 0) + 1,
+                   "experts + 1");
 }
 
 /// chunk_counts must be [ceil(routes / chunk), experts].
@@ -96,8 +96,8 @@ LogicalResult GemmOp::verify() {
   unsigned wantB = getEpilogue() == Epilogue::swiglu ? 2 : 1;
   if (numB != wantB)
     return emitOpError() << "the " << stringifyEpilogue(getEpilogue())
-                         << " epilogue takes " << wantB
-                         << " B operand(s), got " << numB;
+                         << " epilogue takes " << wantB << " B operand(s), got "
+                         << numB;
   if (getSwigluLimit() && getEpilogue() != Epilogue::swiglu)
     return emitOpError("swiglu_limit needs the swiglu epilogue");
   if (static_cast<bool>(getRowExpert()) != static_cast<bool>(getOffsets()))
@@ -143,8 +143,9 @@ LogicalResult GemmOp::verify() {
   if (tile.size() != 3 || llvm::any_of(tile, [](int64_t t) { return t <= 0; }))
     return emitOpError("tile must be [M, N, K], all positive");
   if (!ShapedType::isDynamic(k) && k % tile[2])
-    return emitOpError() << "K = " << k << " must be a multiple of the tile's K ("
-                         << tile[2] << ")";
+    return emitOpError() << "K = " << k
+                         << " must be a multiple of the tile's K (" << tile[2]
+                         << ")";
   if (getMaps()->size() != 1 + numB)
     return emitOpError() << "maps must give " << 1 + numB
                          << " slots (a, then each B), got "
