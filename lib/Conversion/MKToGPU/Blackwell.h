@@ -2,7 +2,7 @@
 //
 // The sm_100a MMA layer of the GEMM phases (GemmPipeline.h): tcgen05.mma
 // issued by one thread, fp32 accumulators in Tensor Memory, read back with
-// tcgen05.ld, in the NVVM dialect. Private to MoEToGPU.
+// tcgen05.ld, in the NVVM dialect. Private to MKToGPU.
 //
 // No sm_100a GPU is available to this project: this layer is validated by
 // `ptxas -arch=sm_100a` and FileCheck tests only, never run.

@@ -2,7 +2,7 @@
 //
 // The sm_90a MMA layer of the GEMM phases (GemmPipeline.h): wgmma on the
 // first warpgroup, fp32 accumulators in registers, emitted with the nvgpu
-// dialect. Private to MoEToGPU.
+// dialect. Private to MKToGPU.
 //
 #ifndef MOK_LIB_CONVERSION_MKTOGPU_HOPPER_H
 #define MOK_LIB_CONVERSION_MKTOGPU_HOPPER_H
