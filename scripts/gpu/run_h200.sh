@@ -15,7 +15,17 @@
 # a summary table last.
 # Without carry-tools/, it uses layers compiled beforehand into
 # gpu-artifacts/ (scripts/gpu/prepare_artifacts.py).
+#   bash scripts/gpu/run_h200.sh --bench
+# also runs the forward benchmark after the tests (bench/prepare.py with the
+# carried compiler, or bench-artifacts/ compiled beforehand; then
+# bench/moe_forward.py, JSON + PNG in $OUT or /tmp/bench), its tables last.
 set -uo pipefail
+bench=0
+case "${1:-}" in
+  --bench) bench=1 ;;
+  "") ;;
+  *) echo "usage: bash scripts/gpu/run_h200.sh [--bench]" >&2; exit 2 ;;
+esac
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 log=${OUT:-/tmp}/gpu-run.log
@@ -68,5 +78,19 @@ python3 -m pytest -q -p no:cacheprovider python/tests/gpu 2>&1 | tee -a "$log" |
 if [[ -f scripts/probe/run_on_h200.sh ]]; then
   step "probe: TMA + mbarrier + wgmma GEMM tile generated from MLIR"
   bash scripts/probe/run_on_h200.sh 2>&1 | tail -15 | tee -a "$log" || status=1
+fi
+
+if (( bench )); then
+  artifacts=$root/bench-artifacts
+  if [[ -n ${MOK_COMPILER:-} ]]; then
+    step "benchmark: compiling the shapes here (plain and profile=True)"
+    artifacts=/tmp/bench-artifacts-here
+    rm -rf "$artifacts"
+    python3 bench/prepare.py "$artifacts" 2>&1 | tee -a "$log" | tail -2 || status=1
+  fi
+  step "benchmark: mok against plain PyTorch, same run ($artifacts)"
+  python3 bench/moe_forward.py --artifacts "$artifacts" --out "${OUT:-/tmp/bench}" 2>&1 |
+    tee -a "$log" | tail -16
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 exit $status
