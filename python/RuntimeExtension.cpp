@@ -350,8 +350,10 @@ std::unique_ptr<WeightView> weightsPerExpert(nb::handle list,
 struct Layer {
   mok_layer handle = nullptr;
   int device = -1; // after load
-  // The bound views (WeightView objects), which keep their arrays alive for
-  // as long as the kernel may read them.
+  // The bound views (WeightView objects), which keep their arrays alive
+  // while bound. Unbinding or rebinding drops the reference at once, without
+  // waiting for forwards in flight that still read the arrays (documented in
+  // bind_weights/unbind_weights).
   std::map<std::string, nb::object> bound;
 
   explicit Layer(const std::string &metadata) {
@@ -614,9 +616,19 @@ NB_MODULE(_runtime, m) {
       .def("bind_weights", &Layer::bindWeights, "name"_a, "view"_a.none(),
            "Binds a WeightView to the routed weight operand `name` "
            "(gate_weights, up_weights, down_weights): forwards then take it "
-           "from the view and refuse it among the operands. None unbinds.")
+           "from the view and refuse it among the operands. None unbinds. "
+           "The layer keeps the view (and its arrays) referenced while "
+           "bound; replacing or unbinding it drops that reference at once, "
+           "as unbind_weights says.")
       .def("unbind_weights", &Layer::unbindWeights, "name"_a,
-           "Unbinds `name` (nothing happens if it is not bound).")
+           "Unbinds `name` (nothing happens if it is not bound). The layer "
+           "drops its reference to the view at once, without waiting for "
+           "forwards in flight: the device memory must stay valid (not "
+           "freed or reused) until the last forward that reads it has "
+           "finished on the GPU: keep a reference, or synchronize the "
+           "forwards' stream first. (torch's caching allocator reuses freed "
+           "memory in the order of the stream it was allocated on, so "
+           "forwards on that stream need neither.)")
       .def("set_ep_group", &Layer::setEpGroup, "size"_a = 1, "rank"_a = 0,
            "nccl_comm"_a = 0,
            "Sets the expert-parallel group the layer runs in: its size, this "

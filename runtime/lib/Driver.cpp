@@ -77,7 +77,9 @@ Loaded load() {
   get(d.memAlloc, "cuMemAlloc");
   get(d.memFree, "cuMemFree");
   get(d.memsetD8, "cuMemsetD8");
-  get(d.memcpyHtoD, "cuMemcpyHtoD");
+  // cuMemcpyHtoDAsync_v2, looked up with the same flags as cuLaunchKernel:
+  // a NULL stream means the same stream to both.
+  get(d.memcpyHtoDAsync, "cuMemcpyHtoDAsync");
   get(d.memcpyDtoH, "cuMemcpyDtoH");
   get(d.tensorMapEncodeTiled, "cuTensorMapEncodeTiled");
   if (missing)

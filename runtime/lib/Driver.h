@@ -30,7 +30,7 @@ struct Driver {
   decltype(&::cuMemAlloc) memAlloc;
   decltype(&::cuMemFree) memFree;
   decltype(&::cuMemsetD8) memsetD8;
-  decltype(&::cuMemcpyHtoD) memcpyHtoD;
+  decltype(&::cuMemcpyHtoDAsync) memcpyHtoDAsync;
   decltype(&::cuMemcpyDtoH) memcpyDtoH;
   decltype(&::cuTensorMapEncodeTiled) tensorMapEncodeTiled;
 

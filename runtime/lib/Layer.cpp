@@ -458,14 +458,20 @@ extern "C" mok_status mok_layer_load(mok_layer layer, int device,
   mok_module module = nullptr;
   if (mok_status s = mok_module_load_ptx(device, ptx, &module))
     return s;
-  layer->module = module;
-  layer->device = device;
-  // Persistent: one CTA per multiprocessor (the kernel is compiled so that
-  // one fits; a cooperative launch refuses the grid otherwise).
-  layer->grid = static_cast<uint32_t>(sms);
   const Driver *d = module->driver;
   d->ctxSetCurrent(module->context);
-  layer->workspace.assign(layer->params.size(), 0);
+  // The workspace is allocated into a local vector and the layer's fields
+  // are set only once all of it is: a failed load frees what it allocated
+  // and unloads the module, leaving the layer as it was (not loaded, so a
+  // later load may try again). (Not yet run on a GPU: the failure paths
+  // need a driver, so the host tests cannot reach them.)
+  std::vector<CUdeviceptr> workspace(layer->params.size(), 0);
+  auto undo = [&] {
+    for (CUdeviceptr p : workspace)
+      if (p)
+        d->memFree(p);
+    mok_module_destroy(module);
+  };
   for (size_t i = 0; i < layer->params.size(); ++i) {
     const Param &p = layer->params[i];
     if (p.role != "workspace" && p.role != "tensor_maps")
@@ -473,26 +479,42 @@ extern "C" mok_status mok_layer_load(mok_layer layer, int device,
     size_t bytes = static_cast<size_t>(p.elements()) * mok_dtype_size(p.dtype);
     if (!bytes)
       continue;
-    if (CUresult r = d->memAlloc(&layer->workspace[i], bytes); r != CUDA_SUCCESS)
-      return Fail(r == CUDA_ERROR_OUT_OF_MEMORY ? MOK_ERROR_OUT_OF_MEMORY
-                                                : MOK_ERROR_CUDA)
-             << "allocating the workspace buffer '" << p.name << "' ("
-             << bytes << " bytes): " << d->describe(r);
+    if (CUresult r = d->memAlloc(&workspace[i], bytes); r != CUDA_SUCCESS) {
+      workspace[i] = 0;
+      mok_status s =
+          Fail(r == CUDA_ERROR_OUT_OF_MEMORY ? MOK_ERROR_OUT_OF_MEMORY
+                                             : MOK_ERROR_CUDA)
+          << "allocating the workspace buffer '" << p.name << "' (" << bytes
+          << " bytes): " << d->describe(r);
+      undo();
+      return s;
+    }
     for (const std::string &z : layer->zeroFirst)
       if (z == p.name)
-        if (CUresult r = d->memsetD8(layer->workspace[i], 0, bytes);
-            r != CUDA_SUCCESS)
-          return Fail(MOK_ERROR_CUDA)
-                 << "zeroing '" << p.name << "': " << d->describe(r);
+        if (CUresult r = d->memsetD8(workspace[i], 0, bytes);
+            r != CUDA_SUCCESS) {
+          mok_status s = Fail(MOK_ERROR_CUDA)
+                         << "zeroing '" << p.name << "': " << d->describe(r);
+          undo();
+          return s;
+        }
   }
+  layer->module = module;
+  layer->device = device;
+  // Persistent: one CTA per multiprocessor (the kernel is compiled so that
+  // one fits; a cooperative launch refuses the grid otherwise).
+  layer->grid = static_cast<uint32_t>(sms);
+  layer->workspace = std::move(workspace);
   layer->mapHost.assign(128 * layer->slots + 64, 0);
   return ok();
 }
 
 /// Rebuilds the TMA descriptors when what a slot reads moved (a buffer's
-/// address, or a newly bound or unbound weight view).
+/// address, or a newly bound or unbound weight view), and uploads them on
+/// `stream`, the stream the forward launches on.
 static mok_status updateTensorMaps(mok_layer layer,
-                                   const std::vector<void *> &pointers) {
+                                   const std::vector<void *> &pointers,
+                                   CUstream stream) {
   if (layer->maps.empty())
     return MOK_OK;
   std::vector<MapSlot> key;
@@ -530,10 +552,26 @@ static mok_status updateTensorMaps(mok_layer layer,
         return f << " of '" << m.buffer << "': " << mok_last_error();
       }
   }
+  // The upload is ordered on the forward's stream: after the kernels of
+  // earlier forwards on it (which may still read the old maps) and before
+  // this forward's kernel. A synchronous cuMemcpyHtoD would be ordered only
+  // against the legacy default stream, not against a non-blocking stream
+  // (torch's side streams). Forwards of one layer on different streams
+  // without ordering between them are not supported: they share the maps.
+  //
+  // The source is mapHost, pageable memory that the next rebuild rewrites.
+  // For a copy from pageable memory the driver stages the data in its pinned
+  // memory before the call returns (CUDA's "API synchronization behavior";
+  // it may first wait for the stream's earlier work to do so), so the
+  // buffer may be rewritten afterwards. A pinned buffer would instead be
+  // read when the copy runs, racing with the next rebuild. An async copy
+  // from pageable memory cannot be captured in a CUDA graph: during capture
+  // the driver refuses it, hence the message's advice. (Written without a
+  // GPU at hand: not yet run on one.)
   const Driver *d = layer->module->driver;
   d->ctxSetCurrent(layer->module->context);
-  if (CUresult r = d->memcpyHtoD(layer->workspace[layer->mapStorage], base,
-                                 128 * layer->slots);
+  if (CUresult r = d->memcpyHtoDAsync(layer->workspace[layer->mapStorage], base,
+                                      128 * layer->slots, stream);
       r != CUDA_SUCCESS)
     return Fail(MOK_ERROR_CUDA)
            << "copying the tensor maps to the device: " << d->describe(r)
@@ -556,7 +594,8 @@ extern "C" mok_status mok_layer_forward(mok_layer layer,
   std::vector<void *> pointers;
   if (mok_status s = bindInputs(layer, inputs, count, out, pointers))
     return s;
-  if (mok_status s = updateTensorMaps(layer, pointers))
+  if (mok_status s =
+          updateTensorMaps(layer, pointers, static_cast<CUstream>(stream)))
     return s;
   // Every parameter is one pointer.
   std::vector<uint64_t> values(layer->params.size());

@@ -200,7 +200,9 @@ MOK_API mok_status mok_layer_check(mok_layer layer,
                                    const mok_named_tensor *inputs,
                                    size_t count, const mok_tensor *out);
 /* Loads the PTX on `device` and allocates the workspace, zeroing what the
- * metadata says must start at zero. */
+ * metadata says must start at zero. A failed load frees what it allocated
+ * and unloads the module: the layer stays not loaded, and may be loaded
+ * again. */
 MOK_API mok_status mok_layer_load(mok_layer layer, int device, const char *ptx);
 /* Binds a weight view to a routed weight operand ("gate_weights",
  * "up_weights" or "down_weights") of a layer whose kernel reads that operand
@@ -213,7 +215,9 @@ MOK_API mok_status mok_layer_load(mok_layer layer, int device, const char *ptx);
  * view = NULL unbinds (a no-op for an input that is not bound). The view is
  * copied, with the pointer table of a MOK_WEIGHTS_PER_EXPERT view, so neither
  * need outlive the call; the device memory stays the caller's and must
- * outlive the binding. The TMA descriptors are rebuilt by the next forward
+ * stay valid until the last forward that reads it has finished on the GPU,
+ * not just while bound: unbinding or rebinding does not wait for forwards
+ * in flight. The TMA descriptors are rebuilt by the next forward
  * (so bind before capturing a CUDA graph, not during). No driver needed:
  * works before or after mok_layer_load. A refused view leaves the previous
  * binding in place. */
@@ -222,7 +226,12 @@ MOK_API mok_status mok_layer_bind_weights(mok_layer layer, const char *name,
 /* Checks the arguments, rebuilds the TMA descriptors when a buffer's address
  * changed since the last call (never during CUDA-graph replay, where the
  * buffers stay put), and launches on `stream` (a CUstream, NULL = legacy
- * default). Asynchronous; no host synchronization. */
+ * default). Asynchronous; no host synchronization, except that a forward
+ * that rebuilds the descriptors uploads them with cuMemcpyHtoDAsync on
+ * `stream` from pageable host memory, which the driver may do by first
+ * waiting for `stream`'s earlier work. The upload is ordered on `stream`:
+ * forwards of one layer must be ordered among themselves (one stream, or
+ * streams the caller orders), since they share the descriptors. */
 MOK_API mok_status mok_layer_forward(mok_layer layer,
                                      const mok_named_tensor *inputs,
                                      size_t count, const mok_tensor *out,
