@@ -298,9 +298,11 @@ class GpuLayer:
         (cols contiguous; any row and expert strides that are multiples of
         16 bytes), a list of E [rows, cols] tensors (one allocation per
         expert, one row stride), or a mok._runtime.WeightView. The storage
-        stays referenced while bound; calls then take the operand from it and
-        refuse it among their arguments. The weights are read in stream
-        order: update them on the stream the layer runs on."""
+        stays referenced while bound (not after: unbinding does not wait for
+        forwards still running, so keep the memory valid until the last
+        forward that reads it has finished); calls then take the operand
+        from it and refuse it among their arguments. The weights are read in
+        stream order: update them on the stream the layer runs on."""
         rt = _runtime()
         if name not in _ROUTED_WEIGHTS:
             raise ValueError(f"{name}: only the routed weights "

@@ -56,9 +56,10 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
     `mk.grid_barrier`:
 
     1. the routing plan on the device (`mk.fill`, `mk.count_routes`,
-       `mk.pad_offsets`, `mk.assign_rows`: per-expert counts, padded offsets,
-       deterministic row assignment in route order within each expert), so
-       no host synchronization is needed;
+       `mk.scan_chunks`, `mk.pad_offsets`, `mk.assign_rows`: per-chunk
+       counts, a per-expert scan, padded offsets, deterministic row
+       assignment in route order within each expert), so no host
+       synchronization is needed;
     2. the dispatch gather of routed rows (`mk.gather`);
     3. gate/up with the (clamped) SwiGLU, routed and shared (`mk.gemm ...
        swiglu`);

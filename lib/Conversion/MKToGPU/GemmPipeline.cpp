@@ -4,9 +4,11 @@
 // (the shape of the H200-verified probe, scripts/probe/gemm_sm90.mlir, made
 // persistent):
 //
-//   * the first warpgroup of each CTA computes; tasks (m-tile, n-tile) are
-//     assigned to CTAs round-robin; the warpgroup syncs on named barrier 1;
-//   * kStages stage buffers, each [A 64x64 | B_0 128x64 | B_1 128x64] bf16,
+//   * the first one or two warpgroups of each CTA compute (one 64-row half
+//     of a tile each); tasks (m-tile, n-tile) are assigned to CTAs
+//     round-robin in groups of kGroupM m-tiles, n-tiles outer; the
+//     consumers sync on named barrier 1;
+//   * kStages stage buffers, each [A tileM x 64 | B_0 tileN x 64 | B_1] bf16,
 //     each part 1024-aligned (the swizzle atom), filled by thread 0's TMA
 //     loads and completed by a per-stage mbarrier (arrival count 1 +
 //     expect_tx). The warpgroup counts the k-tiles it consumed over all tasks
@@ -16,8 +18,9 @@
 //   * both operands are K-major (A rows and W rows are contiguous in K), as
 //     the TMA boxes (128-byte swizzled rows of 64 bf16) leave them;
 //   * the MMA layer (GemmEmitter::accumulate, per chip) consumes the stages
-//     and leaves the fp32 accumulators in shared memory (over the stage
-//     buffers, whose loads have all completed);
+//     and either leaves the fp32 accumulators in shared memory (over the
+//     stage buffers, whose loads have all completed) or stores the results
+//     itself from registers (sm_90a's SwiGLU epilogue);
 //   * epilogue: a SIMT loop hands each element to the caller, which rounds
 //     and stores it as the scalar path does.
 //
@@ -36,8 +39,11 @@ namespace {
 constexpr const char *kDynSmem = "mok_dyn_smem";
 static_assert(kBytesA % kAlign == 0 && kBytesB % kAlign == 0,
               "stage parts must stay 1024-aligned");
-static_assert(2 * kAccBytes <= kStages * kStageBytes,
-              "the epilogue reuses the stage buffers");
+static_assert(2 * kAccBytes <= kStages * kStageBytes &&
+                  kMaxConsumers * kTileM * 2 * kTileN * kF32 <=
+                      kStages * kStageBytes,
+              "the epilogue's accumulator tiles (at most 128 x 256 f32 or "
+              "2 x 64 x 128 f32) reuse the stage buffers");
 static_assert(kTileN % kThreads == 0, "the epilogue gives threads columns");
 static_assert(kBlock % kThreads == 0 && kBlock >= kThreads,
               "the computing warpgroup is the CTA's first");
@@ -222,7 +228,8 @@ void GemmEmitter::emit(const GemmPhase &p) {
   carried.assign(rest.begin(), rest.end());
 }
 
-/// The first warpgroup's task loop; advances `iteration` (and `carried`).
+/// The consumer warpgroups' task loop; advances `iteration` (and
+/// `carried`).
 void GemmEmitter::tasks(const GemmPhase &p) {
   OpBuilder &b = e.b;
   Location loc = e.loc;

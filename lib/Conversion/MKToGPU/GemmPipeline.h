@@ -31,8 +31,10 @@ namespace mok::conversion::gemm {
 using namespace mok::mk_schedule;
 constexpr unsigned kThreads = kWarpgroup;
 
-/// The shared-memory stage ring: per stage [A 64x64 | B_0 128x64 | B_1
-/// 128x64] bf16, each part 1024-aligned (the 128-byte swizzle atom).
+/// The shared-memory stage ring: per stage [A tileM x 64 | B_0 tileN x 64 |
+/// B_1 tileN x 64] bf16 (at most 48 KiB, kStageBytes), each part
+/// 1024-aligned (the 128-byte swizzle atom). kBytesA is one warpgroup's
+/// 64 rows of A.
 constexpr int64_t kBf16 = 2, kF32 = 4;
 constexpr int64_t kBytesA = kTileM * kTileK * kBf16;  // 8 KiB
 constexpr int64_t kBytesB = kTileN * kTileK * kBf16;  // 16 KiB
@@ -105,10 +107,12 @@ public:
   virtual ~GemmEmitter();
 
   /// Emits a persistent loop over the phase's tasks, round-robin over the
-  /// CTAs of the grid, run by the CTA's first warpgroup, at the builder's
-  /// insertion point (uniform control flow, every thread of the CTA). The
-  /// warpgroup synchronizes on its own named barrier, so the other threads
-  /// go on (to the grid barrier that ends the phase).
+  /// CTAs of the grid, run by the CTA's first p.consumers() warpgroups, at
+  /// the builder's insertion point (uniform control flow, every thread of
+  /// the CTA). They synchronize on their own named barrier, so the other
+  /// threads go on (to the grid barrier that ends the phase). Every
+  /// tensor-core GEMM of a kernel must have the same consumers (the threads
+  /// that count k-tiles; convert-mk-to-gpu checks it).
   void emit(const GemmPhase &phase);
 
   /// Emits what must follow the last GEMM phase, right after a CTA-wide
@@ -153,13 +157,13 @@ protected:
   /// stage it consumed free).
   virtual void acquire(Value g) {}
 
-  /// The MMA/accumulator layer: run by the whole warpgroup for task `t`,
+  /// The MMA/accumulator layer: run by the consumer warpgroups for task `t`,
   /// whose k-tiles are numbered from `it` and whose first
   /// min(kStages, k-tiles) k-tiles thread 0 has already started loading.
   /// It must consume every k-tile (loading the rest), and either leave the
   /// fp32 accumulators of B_0 (and B_1) in shared-memory tiles
-  /// [kTileM][kTileN] at byte pad + j * kAccBytes, returned, with the
-  /// warpgroup synchronized (the shared epilogue follows), or call
+  /// [tileM][tileN] at byte pad + j * tileM * tileN * 4, returned, with the
+  /// consumers synchronized (the shared epilogue follows), or call
   /// `p.store` for every element itself and return nothing. It may update
   /// `carried`.
   virtual SmallVector<Value> accumulate(const GemmPhase &p, Value it,

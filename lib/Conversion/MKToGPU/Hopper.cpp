@@ -153,6 +153,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   // One operand (the down projections): the accumulators go through shared
   // memory, so that the shared epilogue writes whole rows (coalesced).
   if (!p.b1) {
+    // Every warp's wgmmas of the task are complete first: the other warps'
+    // (and the other warpgroup's) may still read the stages this reuses.
+    syncWarpgroup(p.consumers());
     MemRefType accTile = smemType(ctx, {p.tileM, tileN}, f32);
     Value tile = view(pad, accTile);
     for (int64_t c = 0; c < tileN / 8; ++c)

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
-// The sm_90a MMA layer of the GEMM phases (GemmPipeline.h): wgmma on the
-// first warpgroup, fp32 accumulators in registers, emitted with the nvgpu
-// dialect. Private to MKToGPU.
+// The sm_90a MMA layer of the GEMM phases (GemmPipeline.h): wgmma on one or
+// two warpgroups, fp32 accumulators in registers, emitted with NVVM's wgmma
+// ops (descriptors from nvgpu's generator). Private to MKToGPU.
 //
 #ifndef MOK_LIB_CONVERSION_MKTOGPU_HOPPER_H
 #define MOK_LIB_CONVERSION_MKTOGPU_HOPPER_H

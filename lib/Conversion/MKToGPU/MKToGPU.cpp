@@ -102,6 +102,7 @@ LogicalResult checkBarrierIntervals(gpu::GPUFuncOp func) {
 /// tile and stages, one tensor-map buffer, a kBlock-thread CTA.
 FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
   std::optional<mk::Engine> engine;
+  std::optional<int64_t> tileM;
   Value maps;
   StringRef chip;
   if (auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel"))
@@ -140,10 +141,48 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
              << "] with " << sched::kStages << " stages (and, for wgmma, M = "
              << sched::kMaxConsumers * sched::kTileM
              << ", and N = " << 2 * sched::kTileN << " with one B operand)";
+    // Threads outside a tile's warpgroups skip its task loop: every tensor-
+    // core GEMM of a kernel must keep the same threads counting k-tiles.
+    if (tileM && *tileM != tile[0])
+      return gemm.emitOpError() << "a kernel's tensor-core GEMMs must have "
+                                   "one tile height; got "
+                                << tile[0] << " after " << *tileM;
+    tileM = tile[0];
     if (maps && maps != gemm.getTensorMaps())
       return gemm.emitOpError("a kernel's tensor-core GEMMs must read one "
                               "tensor_maps buffer");
     maps = gemm.getTensorMaps();
+    // The map slots the GEMM reads (grouped B operands: one per expert)
+    // must lie in the buffer (16 i64 a CUtensorMap).
+    int64_t slots = cast<MemRefType>(maps.getType()).getDimSize(0) / 16;
+    ArrayRef<int64_t> mapSlots = *gemm.getMaps();
+    int64_t perB =
+        gemm.isGrouped()
+            ? cast<MemRefType>(gemm.getB()[0].getType()).getDimSize(0)
+            : 1;
+    for (auto [i, slot] : llvm::enumerate(mapSlots))
+      if (slot + (i == 0 ? 1 : perB) > slots)
+        return gemm.emitOpError()
+               << "map slot " << slot << " (+" << (i == 0 ? 1 : perB)
+               << ") is out of the tensor_maps buffer's " << slots
+               << " slots";
+    // Grouped: an m-tile must lie in one expert's segment, so the padding
+    // of the plan that made the offsets must be a multiple of the tile
+    // height.
+    if (gemm.isGrouped()) {
+      mk::PadOffsetsOp plan;
+      for (auto pad : func.getBody().front().getOps<mk::PadOffsetsOp>())
+        if (pad.getOffsets() == gemm.getOffsets())
+          plan = pad;
+      if (!plan)
+        return gemm.emitOpError("a grouped tensor-core GEMM needs offsets "
+                                "made by an mk.pad_offsets of its kernel");
+      if (plan.getPadding() % tile[0])
+        return gemm.emitOpError()
+               << "expert segments are padded to " << plan.getPadding()
+               << " rows, not a multiple of the tile's " << tile[0]
+               << ": a tile would span two experts";
+    }
     std::optional<DenseI32ArrayAttr> block = func.getKnownBlockSizeAttr();
     if (!block || (*block)[0] != static_cast<int32_t>(sched::kBlock) ||
         (*block)[1] != 1 || (*block)[2] != 1)
@@ -656,6 +695,12 @@ void KernelLowering::lower(mk::GridBarrierOp op) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   Value bar = op.getState();
+  // What this thread wrote with ordinary stores may be read by TMA (the
+  // async proxy) after the barrier: order it for that proxy first.
+  if (gemm)
+    NVVM::FenceProxyOp::create(
+        b, loc, NVVM::ProxyKind::async_global,
+        NVVM::SharedSpaceAttr());
   gpu::BarrierOp::create(b, loc);
   Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
   e.ifThen(e.cmp(arith::CmpIPredicate::eq, tid, e.index(0)), [&] {

@@ -128,3 +128,73 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+// A tile shape no lowering implements (K = 32).
+gpu.module @k {
+  gpu.func @tile_k(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    // expected-error @+1 {{tile [64, 128, 32] with 4 stages is not implemented}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 32>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// 64-row and 128-row tiles in one kernel: the threads that count k-tiles
+// would differ between the two task loops.
+gpu.module @k {
+  gpu.func @mixed_heights(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>,
+                          %o2: memref<128x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
+    // expected-error @+1 {{a kernel's tensor-core GEMMs must have one tile height; got 128 after 64}}
+    mk.gemm wgmma store %a, %b into %o2 maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+        : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// A grouped B operand takes one map slot per expert: 4 experts from slot 1
+// need slots 1..4, the buffer has 2.
+gpu.module @k {
+  gpu.func @slots(%a: memref<64x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<64x128xbf16>,
+                  %re: memref<64xi64>, %off: memref<5xi64>, %c: memref<4xi64>, %m: memref<32xi64>,
+                  %bar: memref<2xi32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    mk.pad_offsets %c into %off {padding = 64 : i64} : memref<4xi64>, memref<5xi64>
+    mk.grid_barrier %bar : memref<2xi32>
+    // expected-error @+1 {{map slot 1 (+4) is out of the tensor_maps buffer's 2 slots}}
+    mk.gemm wgmma store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x64xbf16>, memref<4x128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// Segments padded to 64 rows cannot be cut into 128-row tiles.
+gpu.module @k {
+  gpu.func @padding(%a: memref<128x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<128x128xbf16>,
+                    %re: memref<128xi64>, %off: memref<5xi64>, %c: memref<4xi64>, %m: memref<96xi64>,
+                    %bar: memref<2xi32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    mk.pad_offsets %c into %off {padding = 64 : i64} : memref<4xi64>, memref<5xi64>
+    mk.grid_barrier %bar : memref<2xi32>
+    // expected-error @+1 {{expert segments are padded to 64 rows, not a multiple of the tile's 128: a tile would span two experts}}
+    mk.gemm wgmma store %a, %b into %o grouped(%re, %off : memref<128xi64>, memref<5xi64>) maps(%m : memref<96xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+        : memref<128x64xbf16>, memref<4x128x64xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}

@@ -41,9 +41,10 @@
 
 // The wgmma kernel: 256 threads, dynamic shared memory as an extern array
 // aligned to the 128-byte swizzle atom, one mbarrier per stage, TMA loads
-// completing on them, m64n128k16 bf16 wgmma with fp32 accumulators (one per
-// k16 step and operand: 8 for gate/up, 4 for down, so 12 without and 24
-// with a shared expert), named barrier 1 for the computing warpgroup.
+// completing on them, bf16 wgmma with fp32 accumulators (one per k16 step
+// and operand: 8 m64n128k16 for gate/up, 4 m64n256k16 for down, so 12
+// without and 24 with a shared expert), named barrier 1 for the computing
+// warpgroups (256 threads with 128-row tiles, 128 with 64-row ones).
 // WGMMA: .extern .shared .align 1024 .b8 mok_dyn_smem[];
 // WGMMA: .entry {{[a-z0-9_]+}}_forward(
 // WGMMA: .maxntid 256, 1, 1

@@ -16,7 +16,9 @@ namespace mok {
 /// routed rows) by kTileN columns, reduced in k-tiles of kTileK (64 bf16 =
 /// one 128-byte swizzle row) through a ring of kStages shared-memory stages,
 /// computed by one warpgroup (kWarpgroup threads, the CTA's first) of a
-/// kBlock-thread CTA (the others take part in the SIMT phases).
+/// kBlock-thread CTA (the others take part in the SIMT phases); sm_90a also
+/// has 2 * kTileM-row tiles (both warpgroups) and, with one B operand,
+/// 2 * kTileN-column tiles.
 namespace mk_schedule {
 constexpr int64_t kTileM = 64, kTileN = 128, kTileK = 64;
 constexpr int64_t kStages = 4;

@@ -209,7 +209,8 @@ def MK_GatherOp : MK_Op<"gather"> {
   let description = [{
     For every row `r < R = offsets[E]`: `routed_x[r] = x[row_route[r] / k]`,
     or zeros for a padding row (`row_route[r] = -1`). Grid-stride over
-    elements.
+    elements (16-byte pieces when the hidden size is a multiple of 8 and
+    the buffers are 16-byte aligned).
 
     ```mlir
     mk.gather %x, %row_route, %offsets into %routed_x {top_k = 2 : i64}

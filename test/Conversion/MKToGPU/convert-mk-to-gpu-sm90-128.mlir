@@ -1,0 +1,48 @@
+// RUN: mok-opt %s --convert-moe-to-mk=chip=sm_90a | FileCheck %s --check-prefix=PLAN
+// RUN: mok-opt %s --convert-moe-to-mk=chip=sm_90a --convert-mk-to-gpu | FileCheck %s
+
+// Padding 128: every tensor-core GEMM on sm_90a takes 128-row tiles, both
+// warpgroups of the CTA computing one 64-row half each from the same B
+// boxes; the down projections take 256 columns.
+// PLAN: mk.gemm wgmma swiglu {{.*}} tile = array<i64: 128, 128, 64>
+// PLAN: mk.gemm wgmma store {{.*}} tile = array<i64: 128, 256, 64>
+// A boxes of 128 rows.
+// CHECK: gpu.func @tall_forward(
+// CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "routed_x"
+// The grid barriers order each thread's ordinary stores before later TMA
+// reads (async proxy).
+// CHECK: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.global>}
+// CHECK-NEXT: gpu.barrier
+// Both warpgroups run the task loops (all 256 threads).
+// CHECK: %[[IN:.*]] = arith.cmpi ult, %{{.*}}, %c256{{.*}} : index
+// CHECK: scf.if %[[IN]] -> (index)
+// Thread 0 fills a stage: A (128 x 64) + gate + up (128 x 64 each) = 48 KiB.
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c49152
+// Each warpgroup reads its half of the A box: 64 rows of 128 bytes further.
+// CHECK: %[[WG:.*]] = arith.divsi %{{.*}}, %c128{{.*}} : index
+// CHECK: arith.muli %[[WG]], %c8192{{.*}} : index
+// CHECK: nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK-NEXT: %[[N256:.*]] = arith.constant 256 : i32
+// CHECK-NEXT: %[[ID:.*]] = arith.constant 1 : i32
+// CHECK-NEXT: nvvm.barrier id = %[[ID]] number_of_threads = %[[N256]]
+// The down GEMM: A (16 KiB) + B (256 x 64, 32 KiB); after the last wgmma
+// group, both warpgroups synchronize before the shared-memory epilogue
+// reuses the stages.
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c49152
+// CHECK: nvvm.wgmma.mma_async {{.*}}, <m = 64, n = 256, k = 16>
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK-NOT: memref.store
+// CHECK: %[[M256:.*]] = arith.constant 256 : i32
+// CHECK-NEXT: %[[ID2:.*]] = arith.constant 1 : i32
+// CHECK-NEXT: nvvm.barrier id = %[[ID2]] number_of_threads = %[[M256]]
+// CHECK: memref.store {{.*}} : memref<128x256xf32, #gpu.address_space<workgroup>>
+!plan = !moe.plan<tokens = 64, top_k = 2, experts = 4, ep = 1, padding = 128>
+func.func @tall(%x: tensor<64x128xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
+                %wg: tensor<4x128x128xbf16>, %wu: tensor<4x128x128xbf16>, %wd: tensor<4x128x128xbf16>)
+    -> tensor<64x128xbf16> {
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd plan !plan
+      : (tensor<64x128xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x128x128xbf16>,
+         tensor<4x128x128xbf16>, tensor<4x128x128xbf16>) -> tensor<64x128xbf16>
+  return %o : tensor<64x128xbf16>
+}
