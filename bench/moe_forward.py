@@ -111,6 +111,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--budget", type=float, default=4.0, help="seconds per timing")
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
+    ap.add_argument("--commit", default=os.environ.get("MOK_COMMIT", "unknown"),
+                    help="the commit the kernels were compiled from (recorded)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     ceiling = matmul_ceiling()
@@ -142,6 +144,7 @@ def main():
         del a, layer
         torch.cuda.empty_cache()
     result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                  commit=args.commit,
                   date=time.strftime("%Y-%m-%d"), matmul_8192_tflops=ceiling, rows=rows)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "moe_forward.json"), "w") as f:

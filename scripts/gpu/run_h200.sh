@@ -89,7 +89,8 @@ if (( bench )); then
     python3 bench/prepare.py "$artifacts" 2>&1 | tee -a "$log" | tail -2 || status=1
   fi
   step "benchmark: mok against plain PyTorch, same run ($artifacts)"
-  python3 bench/moe_forward.py --artifacts "$artifacts" --out "${OUT:-/tmp/bench}" 2>&1 |
+  python3 bench/moe_forward.py --artifacts "$artifacts" --out "${OUT:-/tmp/bench}" \
+      --commit "${MOK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" 2>&1 |
     tee -a "$log" | tail -16
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
