@@ -216,6 +216,16 @@ private:
   void forAllSpread(Value n, function_ref<void(Value)> body) {
     e.loop(spreadId, n, gridThreads, body);
   }
+  /// for q over chunk `c`'s routes [c * chunk, min((c + 1) * chunk,
+  /// routes)), in order, on this thread.
+  void forChunk(Value c, int64_t chunk, int64_t routes,
+                function_ref<void(Value)> body) {
+    Value first = e.mul(c, e.index(chunk));
+    Value end = e.add(first, e.index(chunk));
+    if (routes % chunk)
+      end = arith::MinSIOp::create(e.b, e.loc, end, e.index(routes));
+    e.loop(first, end, body);
+  }
   void forAll(Value n, function_ref<void(Value)> body) {
     e.loop(globalId, n, gridThreads, body);
   }
@@ -387,11 +397,7 @@ void KernelLowering::lower(mk::CountRoutesOp op) {
     e.loop(e.index(0), e.index(experts), [&](Value ex) {
       e.store(zero, cc, {c, ex});
     });
-    Value first = e.mul(c, e.index(chunk));
-    Value end = e.add(first, e.index(chunk));
-    if (routes % chunk)
-      end = arith::MinSIOp::create(e.b, e.loc, end, e.index(routes));
-    e.loop(first, end, [&](Value q) {
+    forChunk(c, chunk, routes, [&](Value q) {
       Value ex = expertOf(top, q, experts);
       e.ifThen(e.isValid(ex), [&] {
         Value n = e.load(cc, {c, ex});
@@ -444,11 +450,7 @@ void KernelLowering::lower(mk::AssignRowsOp op) {
   // One thread a chunk walks its routes in order; chunk_counts holds the
   // rank of the chunk's next route to each expert.
   forAllSpread(e.index(size(cc, 0)), [&](Value c) {
-    Value first = e.mul(c, e.index(chunk));
-    Value end = e.add(first, e.index(chunk));
-    if (routes % chunk)
-      end = arith::MinSIOp::create(e.b, e.loc, end, e.index(routes));
-    e.loop(first, end, [&](Value q) {
+    forChunk(c, chunk, routes, [&](Value q) {
       Value ex = expertOf(top, q, experts);
       e.ifThen(
           e.isValid(ex),
