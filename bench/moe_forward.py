@@ -73,14 +73,19 @@ def time_ms(fn, budget_s, min_iters=3, max_iters=50):
     torch.cuda.synchronize()
     one = time.perf_counter() - t0
     iters = max(min_iters, min(max_iters, int(budget_s / max(one, 1e-6))))
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    # Events around each call, the calls enqueued back to back and one
+    # synchronization at the end (as triton.testing.do_bench): the GPU time
+    # of a layer in a running model, where the host is ahead of the GPU.
+    # (Synchronizing after every call also timed the host's Python work
+    # before the first kernel reached the idle GPU.)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(iters)]
+    for a, b in events:
         a.record()
         fn()
         b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
+    torch.cuda.synchronize()
+    times = [a.elapsed_time(b) for a, b in events]
     return statistics.median(times), iters
 
 

@@ -72,7 +72,8 @@ if python3 -c "import numpy" 2>/dev/null; then
 fi
 
 step "GPU forward tests ($MOK_GPU_ARTIFACTS)"
-python3 -m pytest -q -p no:cacheprovider python/tests/gpu 2>&1 | tee -a "$log" | tail -25 || status=1
+# A kernel that hangs must not eat the machine's time: bounded.
+timeout "${MOK_GPU_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider python/tests/gpu 2>&1 | tee -a "$log" | tail -25 || status=1
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
 if [[ -f scripts/probe/run_on_h200.sh ]]; then
@@ -89,7 +90,7 @@ if (( bench )); then
     python3 bench/prepare.py "$artifacts" 2>&1 | tee -a "$log" | tail -2 || status=1
   fi
   step "benchmark: mok against plain PyTorch, same run ($artifacts)"
-  python3 bench/moe_forward.py --artifacts "$artifacts" --out "${OUT:-/tmp/bench}" \
+  timeout "${MOK_GPU_TIMEOUT:-420}" python3 bench/moe_forward.py --artifacts "$artifacts" --out "${OUT:-/tmp/bench}" \
       --commit "${MOK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" 2>&1 |
     tee -a "$log" | tail -16
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
