@@ -19,9 +19,11 @@ out = sys.argv[1] if len(sys.argv) > 1 else "bench-artifacts"
 target = sys.argv[2] if len(sys.argv) > 2 else "sm_90a"
 for name, shape in SHAPES.items():
     spec = mok.LayerSpec(**{k: v for k, v in shape.items() if k in FIELDS})
-    art = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"))
+    ws = shape.get("warp_specialize", False)
+    art = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"),
+                      warp_specialize=ws)
     print(name, art.save(os.path.join(out, name)))
     # The same layer timing its phases (moe_forward.py's phase breakdown).
     prof = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"),
-                       profile=True)
+                       profile=True, warp_specialize=ws)
     print(name + "-profile", prof.save(os.path.join(out, name + "-profile")))

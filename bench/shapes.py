@@ -12,3 +12,9 @@ SHAPES = {
     "small-top2": dict(tokens=2048, hidden=1024, intermediate=512, experts=16, top_k=2,
                        padding=128, routing="uniform"),
 }
+
+# The two target shapes again with warp-specialized GEMMs (a TMA producer
+# warpgroup; mok.compile(..., warp_specialize=True)), timed side by side.
+for _name in ("dsv3-shard", "qwen3-30b"):
+    SHAPES[_name + "-ws"] = dict(SHAPES[_name], warp_specialize=True)
+del _name

@@ -40,11 +40,11 @@ void runPipeline(mok::Module &m, const std::string &pipeline) {
 
 std::vector<mok::GpuKernel> compileGPU(const mok::Module &m,
                                        const std::string &chip,
-                                       const std::string &toolkit,
-                                       bool profile) {
+                                       const std::string &toolkit, bool profile,
+                                       bool warpSpecialize) {
   std::string error;
   std::vector<mok::GpuKernel> kernels;
-  if (!m.compileGPU(chip, toolkit, kernels, error, profile))
+  if (!m.compileGPU(chip, toolkit, kernels, error, profile, warpSpecialize))
     raise(error);
   return kernels;
 }
@@ -130,9 +130,10 @@ NB_MODULE(_mok, m) {
       .def("functions", &mok::Module::functions,
            "The func.func signatures, with layer operand names and roles.")
       .def("compile_gpu", &compileGPU, nb::arg("chip"), nb::arg("toolkit"),
-           nb::arg("profile") = false,
+           nb::arg("profile") = false, nb::arg("warp_specialize") = false,
            "PTX and runtime metadata of every fused forward layer (profile: "
-           "kernels that time their phases).")
+           "kernels that time their phases; warp_specialize: sm_90a GEMMs "
+           "with a TMA producer warpgroup).")
       .def("__str__", &mok::Module::print);
 
   nb::class_<mok::HostExecutable>(m, "HostExecutable")

@@ -20,7 +20,7 @@ except ImportError:  # the package without its runtime extension
         the argument (or the driver call), `status` is the mok_status name."""
 
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
 # What the runtime reads (version 2 adds params' "access" and tensor maps'
@@ -72,10 +72,11 @@ class GpuArtifact:
         return GpuLayer(self, device, ep_group)
 
 
-def _compile_with_extension(source, name, target, function, toolkit, profile):
+def _compile_with_extension(source, name, target, function, toolkit, profile,
+                            warp_specialize):
     from . import _mok
     module = _mok.Module.parse(source, name)
-    kernels = [k for k in module.compile_gpu(target, toolkit, profile)
+    kernels = [k for k in module.compile_gpu(target, toolkit, profile, warp_specialize)
                if k.function == function]
     if not kernels:
         raise ValueError(f"no fused forward layer in @{function}")
@@ -92,7 +93,7 @@ def _find_compiler():
     return None
 
 
-def _compile_with_tool(tool, source, target, function, toolkit, profile):
+def _compile_with_tool(tool, source, target, function, toolkit, profile, warp_specialize):
     """The same through the mok-compile binary (e.g. the static one carried
     to a GPU machine without MLIR)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,7 +101,8 @@ def _compile_with_tool(tool, source, target, function, toolkit, profile):
         with open(path, "w") as f:
             f.write(source)
         proc = subprocess.run([tool, path, "--chip", target, "--toolkit", toolkit,
-                               "-o", tmp] + (["--profile"] if profile else []),
+                               "-o", tmp] + (["--profile"] if profile else [])
+                              + (["--warp-specialize"] if warp_specialize else []),
                               capture_output=True, text=True)
         if proc.returncode:
             raise ValueError(proc.stderr.strip() or f"{tool} failed")
@@ -110,9 +112,12 @@ def _compile_with_tool(tool, source, target, function, toolkit, profile):
         return GpuArtifact.from_files(base)
 
 
-def compile_gpu(source, name, target, function, cache_dir, profile=False):
+def compile_gpu(source, name, target, function, cache_dir, profile=False,
+                warp_specialize=False):
     key = hashlib.sha256("\0".join([source, target, function, __version__]
-                                   + (["profile"] if profile else [])).encode())
+                                   + (["profile"] if profile else [])
+                                   + (["warp_specialize"] if warp_specialize else [])
+                                   ).encode())
     directory = os.path.join(_cache_dir(cache_dir), key.hexdigest()[:24])
     base = os.path.join(directory, function)
     if os.path.exists(base + ".json") and os.path.exists(base + ".ptx"):
@@ -120,14 +125,15 @@ def compile_gpu(source, name, target, function, cache_dir, profile=False):
     toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
     try:
         artifact = _compile_with_extension(source, name, target, function, toolkit,
-                                           profile)
+                                           profile, warp_specialize)
     except ImportError:
         tool = _find_compiler()
         if tool is None:
             raise ImportError("compiling for a GPU needs the compiler: the mok._mok "
                               "extension (build/python) or the mok-compile binary "
                               "(set MOK_COMPILER)") from None
-        artifact = _compile_with_tool(tool, source, target, function, toolkit, profile)
+        artifact = _compile_with_tool(tool, source, target, function, toolkit, profile,
+                                      warp_specialize)
     artifact.path = artifact.save(directory)
     return artifact
 

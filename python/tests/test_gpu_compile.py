@@ -47,6 +47,26 @@ def test_profile_kernels_time_their_phases(tmp_path):
         mok.compile(SPEC, target="cpu", profile=True)
 
 
+TC_SPEC = mok.LayerSpec(hidden=128, intermediate=128, experts=4, top_k=2, tokens=64,
+                        padding=128)
+
+
+def test_warp_specialized_kernels(tmp_path):
+    plain = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path))
+    ws = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), warp_specialize=True)
+    # Cached apart; two consumer warpgroups and a producer warpgroup, with
+    # registers moved between them.
+    assert ws.path != plain.path
+    assert plain.metadata["block"] == 256 and ws.metadata["block"] == 384
+    assert "setmaxnreg" not in plain.ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 \t224;" in ws.ptx
+    assert ".maxnreg 168" in ws.ptx
+    with pytest.raises(ValueError, match="warp-specialize is implemented for sm_90a"):
+        mok.compile(TC_SPEC, target="sm_100a", cache_dir=str(tmp_path), warp_specialize=True)
+    with pytest.raises(ValueError, match="warp_specialize: only the sm_90a target"):
+        mok.compile(TC_SPEC, target="cpu", warp_specialize=True)
+
+
 def test_artifacts_are_cached_and_reloadable(tmp_path):
     a = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path))
     assert os.path.exists(a.path + ".ptx") and os.path.exists(a.path + ".json")

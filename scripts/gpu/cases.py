@@ -34,9 +34,22 @@ CASES = {
                            top_k=8, padding=32),
 }
 
+# The tensor-core cases again with warp-specialized GEMMs (a TMA producer
+# warpgroup; mok.compile(..., warp_specialize=True)): 128-row tiles with
+# setmaxnreg (qwen3_ragged; dsv3_shared, two GEMMs in one barrier interval)
+# and 64-row tiles (top1_clamp, qwen3_top2_clamp).
+for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp"):
+    CASES["ws_" + _name] = dict(CASES[_name], warp_specialize=True)
+del _name
+
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
                "shared_intermediate", "swiglu_limit", "expert_id_dtype")
 
 
 def spec_kwargs(case):
     return {k: v for k, v in case.items() if k in SPEC_FIELDS}
+
+
+def compile_kwargs(case):
+    """mok.compile's options of a case (besides the spec and target)."""
+    return {"warp_specialize": case.get("warp_specialize", False)}

@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 import mok  # noqa: E402
-from cases import CASES, spec_kwargs  # noqa: E402
+from cases import CASES, compile_kwargs, spec_kwargs  # noqa: E402
 
 
 def main():
@@ -18,7 +18,7 @@ def main():
     target = sys.argv[2] if len(sys.argv) > 2 else "sm_90a"
     for name, case in CASES.items():
         art = mok.compile(mok.LayerSpec(**spec_kwargs(case)), target=target,
-                          cache_dir=os.path.join(out, ".cache"))
+                          cache_dir=os.path.join(out, ".cache"), **compile_kwargs(case))
         base = art.save(os.path.join(out, name))
         print(f"{name}: {base}.ptx ({len(art.ptx)} bytes)")
 

@@ -11,24 +11,26 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <filesystem>
 #include <string>
 
 static int usage(const char *why) {
-  std::fprintf(stderr,
-               "mok-compile: %s\n"
-               "usage: mok-compile INPUT.mlir [--chip sm_90a|sm_100a] [--profile] -o OUTDIR\n"
-               "       [--toolkit CUDA_DIR]  (libdevice; default $CUDA_HOME or "
-               "/usr/local/cuda)\n",
-               why);
+  std::fprintf(
+      stderr,
+      "mok-compile: %s\n"
+      "usage: mok-compile INPUT.mlir [--chip sm_90a|sm_100a] [--profile] -o "
+      "OUTDIR\n"
+      "       [--warp-specialize] [--toolkit CUDA_DIR]  (libdevice; default "
+      "$CUDA_HOME or /usr/local/cuda)\n",
+      why);
   return 2;
 }
 
 int main(int argc, char **argv) {
   std::string input, out, chip = "sm_90a";
-  bool profile = false;
+  bool profile = false, warpSpecialize = false;
   const char *home = std::getenv("CUDA_HOME");
   std::string toolkit = home && *home ? home : "/usr/local/cuda";
   for (int i = 1; i < argc; ++i) {
@@ -46,6 +48,10 @@ int main(int argc, char **argv) {
       profile = true;
       continue;
     }
+    if (a == "--warp-specialize") {
+      warpSpecialize = true;
+      continue;
+    }
     if (a == "-h" || a == "--help")
       return usage("compile MoE layers to PTX + runtime metadata"), 0;
     if (!a.empty() && a[0] != '-' && input.empty()) {
@@ -59,7 +65,9 @@ int main(int argc, char **argv) {
 
   std::ifstream file(input);
   if (!file)
-    return std::fprintf(stderr, "mok-compile: cannot open '%s'\n", input.c_str()), 1;
+    return std::fprintf(stderr, "mok-compile: cannot open '%s'\n",
+                        input.c_str()),
+           1;
   std::stringstream source;
   source << file.rdbuf();
   std::string error;
@@ -67,21 +75,26 @@ int main(int argc, char **argv) {
   if (!module)
     return std::fprintf(stderr, "%s", error.c_str()), 1;
   std::vector<mok::GpuKernel> kernels;
-  if (!module->compileGPU(chip, toolkit, kernels, error, profile))
+  if (!module->compileGPU(chip, toolkit, kernels, error, profile,
+                          warpSpecialize))
     return std::fprintf(stderr, "%s\n", error.c_str()), 1;
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   if (ec)
     return std::fprintf(stderr, "mok-compile: cannot create '%s': %s\n",
-                        out.c_str(), ec.message().c_str()), 1;
+                        out.c_str(), ec.message().c_str()),
+           1;
   for (const mok::GpuKernel &k : kernels) {
-    for (auto [ext, text] : {std::pair<const char *, const std::string *>{".ptx", &k.ptx},
-                             {".json", &k.metadata}}) {
+    for (auto [ext, text] :
+         {std::pair<const char *, const std::string *>{".ptx", &k.ptx},
+          {".json", &k.metadata}}) {
       std::string path = out + "/" + k.function + ext;
       std::ofstream f(path);
       f << *text;
       if (!f)
-        return std::fprintf(stderr, "mok-compile: cannot write '%s'\n", path.c_str()), 1;
+        return std::fprintf(stderr, "mok-compile: cannot write '%s'\n",
+                            path.c_str()),
+               1;
       std::printf("%s\n", path.c_str());
     }
   }

@@ -63,9 +63,8 @@ public:
   Module &operator=(Module &&) noexcept;
 
   /// Parses and verifies `source`; `name` is the buffer name in diagnostics.
-  static std::unique_ptr<Module> parse(const std::string &source,
-                                       const std::string &name,
-                                       std::string &error);
+  static std::unique_ptr<Module>
+  parse(const std::string &source, const std::string &name, std::string &error);
 
   /// Runs a textual pass pipeline (as given to mok-opt, without
   /// `builtin.module(...)`), e.g. "moe-fuse-layer,moe-generate-backward".
@@ -80,10 +79,10 @@ public:
   /// Compiles every fused forward layer of (a copy of) the module for `chip`
   /// ("sm_90a" or "sm_100a"); `toolkit` holds libdevice. `profile`: kernels
   /// that record the global timer after each phase (convert-moe-to-mk's
-  /// profile option).
+  /// profile option); `warpSpecialize`: its warp-specialize option.
   bool compileGPU(const std::string &chip, const std::string &toolkit,
                   std::vector<GpuKernel> &kernels, std::string &error,
-                  bool profile = false) const;
+                  bool profile = false, bool warpSpecialize = false) const;
 
 private:
   Module();

@@ -106,6 +106,11 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
            "and at the end (one more barrier) into a `phase_clock` "
            "workspace buffer, with the phases named in mok.kernel's "
            "`phases`">,
+    Option<"warpSpecialize", "warp-specialize", "bool", /*default=*/"false",
+           "sm_90a: warp-specialized GEMMs (a TMA producer warpgroup after "
+           "the consumers, per-stage empty barriers, epilogues from "
+           "registers, setmaxnreg with two consumer warpgroups) instead of "
+           "the first consumer thread loading between its MMAs">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mok::mk::MKDialect"];

@@ -141,7 +141,7 @@ private:
 Tcgen05Emitter::Tcgen05Emitter(Emitter &e, gpu::GPUModuleOp module,
                                Value tensorMaps,
                                ArrayRef<std::pair<int64_t, int64_t>> prefetch)
-    : GemmEmitter(e, module, tensorMaps, prefetch) {
+    : GemmEmitter(e, module, tensorMaps, prefetch, WarpRoles{}) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();

@@ -48,6 +48,9 @@ static_assert(kTileN % kThreads == 0, "the epilogue gives threads columns");
 static_assert(kBlock % kThreads == 0 && kBlock >= kThreads,
               "the computing warpgroup is the CTA's first");
 constexpr int32_t kNamedBarrier = 1; // 0 is gpu.barrier's
+/// Warp roles: the consumers' register decrease before the producer
+/// warpgroup's increase.
+constexpr int32_t kRegisterBarrier = 2;
 } // namespace
 
 static_assert(kStageBytes == kMaxConsumers * kBytesA + 2 * kBytesB &&
@@ -79,8 +82,9 @@ static nvgpu::TensorMapDescriptorType tensorMapType(MLIRContext *ctx,
 GemmEmitter::~GemmEmitter() = default;
 
 GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-                         ArrayRef<std::pair<int64_t, int64_t>> prefetch)
-    : e(e) {
+                         ArrayRef<std::pair<int64_t, int64_t>> prefetch,
+                         const WarpRoles &roles)
+    : e(e), roles(roles) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
@@ -115,6 +119,9 @@ GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
 
   barriers = nvgpu::MBarrierCreateOp::create(
       b, loc, nvgpu::MBarrierGroupType::get(ctx, workgroup(ctx), kStages));
+  if (roles.producer)
+    emptyBarriers = nvgpu::MBarrierCreateOp::create(
+        b, loc, nvgpu::MBarrierGroupType::get(ctx, workgroup(ctx), kStages));
 
   // The tensor maps: 128-byte CUtensorMaps, back to back in global memory.
   mapsBase = arith::IndexCastOp::create(
@@ -127,9 +134,15 @@ GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
   tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
   isThread0 = e.cmp(arith::CmpIPredicate::eq, tid, e.index(0));
   e.ifThen(isThread0, [&] {
-    for (int64_t s = 0; s < kStages; ++s)
+    for (int64_t s = 0; s < kStages; ++s) {
       nvgpu::MBarrierInitOp::create(b, loc, barriers, e.index(1), e.index(s),
                                     Value());
+      // Empty: one arrival per consumer warp.
+      if (roles.producer)
+        nvgpu::MBarrierInitOp::create(b, loc, emptyBarriers,
+                                      e.index(4 * roles.consumers), e.index(s),
+                                      Value());
+    }
     NVVM::FenceMbarrierInitOp::create(b, loc);
     for (Value map : prefetched)
       nvgpu::TmaPrefetchOp::create(b, loc, map, Value());
@@ -201,7 +214,32 @@ void GemmEmitter::syncWarpgroup(int64_t warpgroups) {
       NVVM::BarrierReductionAttr(), Value());
 }
 
+void GemmEmitter::release(Value g) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value lane0 =
+      e.cmp(arith::CmpIPredicate::eq, e.rem(tid, e.index(32)), e.index(0));
+  e.ifThen(lane0, [&] {
+    nvgpu::MBarrierArriveOp::create(
+        b, loc, nvgpu::MBarrierTokenType::get(b.getContext()), emptyBarriers,
+        e.rem(e.add(g, e.index(kStages)), e.index(kStages)));
+  });
+}
+
+Value GemmEmitter::i32(int64_t v) {
+  return arith::ConstantIntOp::create(e.b, e.loc, v, 32);
+}
+
+void GemmEmitter::setRegisters(int64_t count, bool increase) {
+  NVVM::SetMaxRegisterOp::create(e.b, e.loc, static_cast<int32_t>(count),
+                                 increase
+                                     ? NVVM::SetMaxRegisterAction::increase
+                                     : NVVM::SetMaxRegisterAction::decrease);
+}
+
 void GemmEmitter::emit(const GemmPhase &p) {
+  if (roles.producer)
+    return emitWarpSpecialized(p);
   OpBuilder &b = e.b;
   Location loc = e.loc;
   SmallVector<Value> state = {iteration};
@@ -228,6 +266,167 @@ void GemmEmitter::emit(const GemmPhase &p) {
   carried.assign(rest.begin(), rest.end());
 }
 
+/// Warp roles: the consumer warpgroups run the task loop (MMAs and the
+/// epilogue from registers), the producer thread the same tasks' loads;
+/// the producer warpgroup's other threads go on to the grid barrier. With
+/// `registers`, each side moves to its share for the GEMM and back to the
+/// even share after it (the consumers give theirs back first; the producer
+/// warpgroup's increase waits for that on a named barrier). When another
+/// GEMM follows at
+/// once, a CTA barrier comes between: otherwise the consumers' increase
+/// for the next GEMM could take the registers the producer warpgroup's
+/// increase waits for, which then waits for the end of a GEMM whose loads
+/// it has yet to issue (a deadlock, seen on the H200). (Keeping the split
+/// over a run of GEMMs instead made ptxas ignore setmaxnreg and spill.)
+void GemmEmitter::emitWarpSpecialized(const GemmPhase &p) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  assert(p.consumers() == roles.consumers &&
+         "every GEMM of the kernel has the kernel's consumers");
+  SmallVector<Value> state = {iteration};
+  state.append(carried);
+  SmallVector<Type> types;
+  for (Value v : state)
+    types.push_back(v.getType());
+  Value isConsumer =
+      e.cmp(arith::CmpIPredicate::ult, tid, e.index(kThreads * p.consumers()));
+  auto ifOp = scf::IfOp::create(b, loc, types, isConsumer,
+                                /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    if (roles.registers)
+      setRegisters(roles.registers->first, /*increase=*/true);
+    tasks(p);
+    if (roles.registers) {
+      setRegisters(roles.evenRegisters, /*increase=*/false);
+      // Given back: the producer warpgroup may take its share back.
+      NVVM::BarrierArriveOp::create(b, loc, i32(kRegisterBarrier),
+                                    i32(kThreads * (p.consumers() + 1)));
+    }
+    SmallVector<Value> next = {iteration};
+    next.append(carried);
+    scf::YieldOp::create(b, loc, next);
+
+    // The producer branch starts from the same count.
+    iteration = state[0];
+    carried.assign(state.begin() + 1, state.end());
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    if (roles.registers)
+      setRegisters(roles.registers->second, /*increase=*/false);
+    Value isProducer =
+        e.cmp(arith::CmpIPredicate::eq, tid, e.index(kThreads * p.consumers()));
+    auto producer =
+        scf::IfOp::create(b, loc, TypeRange{iteration.getType()}, isProducer,
+                          /*withElseRegion=*/true);
+    Value before = iteration;
+    {
+      OpBuilder::InsertionGuard inner(b);
+      b.setInsertionPointToStart(producer.elseBlock());
+      scf::YieldOp::create(b, loc, before);
+      b.setInsertionPointToStart(producer.thenBlock());
+      producerTasks(p);
+      scf::YieldOp::create(b, loc, iteration);
+    }
+    if (roles.registers) {
+      // Every warp of the warpgroup waits for the consumers' decrease: an
+      // idle warp's increase could otherwise take registers from the
+      // pool before the producer warp's decrease, leaving too few for the
+      // consumers' increase (a deadlock, seen on the H200).
+      NVVM::BarrierOp::create(b, loc, Type(), i32(kRegisterBarrier),
+                              i32(kThreads * (p.consumers() + 1)),
+                              NVVM::BarrierReductionAttr(), Value());
+      setRegisters(roles.evenRegisters, /*increase=*/true);
+    }
+    // The producer thread counted the same k-tiles as the consumers; the
+    // rest of its warpgroup never uses the count.
+    SmallVector<Value> same = {producer.getResult(0)};
+    same.append(state.begin() + 1, state.end());
+    scf::YieldOp::create(b, loc, same);
+  }
+  iteration = ifOp.getResult(0);
+  ValueRange rest = ifOp.getResults().drop_front();
+  carried.assign(rest.begin(), rest.end());
+  // Another GEMM follows at once: every warpgroup is back to the even share
+  // before any moves again (see above).
+  if (roles.registers && !p.lastOfRun)
+    gpu::BarrierOp::create(b, loc);
+}
+
+Value GemmEmitter::taskCount(const GemmPhase &p) {
+  int64_t nTiles = (p.n + p.tileN - 1) / p.tileN;
+  Value mTiles = e.div(e.add(p.rows, e.index(p.tileM - 1)), e.index(p.tileM));
+  return e.mul(mTiles, e.index(nTiles));
+}
+
+Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  int64_t nTiles = (p.n + p.tileN - 1) / p.tileN;
+  Value mTiles = e.div(e.add(p.rows, e.index(p.tileM - 1)), e.index(p.tileM));
+  // Grouped raster (kGroupM m-tiles at a time, n-tiles outer within the
+  // group): the CTAs running at once share each weight tile across the
+  // group's m-tiles (a group of 16 is about one expert's rows) and the
+  // group's A tiles stay in L2 across n-tiles. Row-major order re-read
+  // every expert's weights from HBM once per m-tile.
+  Value groupSize = e.index(kGroupM * nTiles);
+  Value group = e.div(task, groupSize);
+  Value inGroup = e.rem(task, groupSize);
+  Value firstM = e.mul(group, e.index(kGroupM));
+  Value groupRows = arith::MinSIOp::create(
+      b, loc, e.index(kGroupM), e.sub(mTiles, firstM)); // the last is short
+  Value mTile = e.add(firstM, e.rem(inGroup, groupRows));
+  Value nTile = e.div(inGroup, groupRows);
+  Value m0 = e.mul(mTile, e.index(p.tileM));
+  Value n0 = e.mul(nTile, e.index(p.tileN));
+  // Grouped: the m-tile's expert picks the B maps' slots.
+  Value expert = p.expertOf ? p.expertOf(m0) : e.index(0);
+  return Task{m0, n0, mapAt(e.index(p.a), p.tileM),
+              mapAt(e.add(e.index(p.b0), expert), p.tileN),
+              p.b1 ? mapAt(e.add(e.index(*p.b1), expert), p.tileN) : Value()};
+}
+
+void GemmEmitter::producerTasks(const GemmPhase &p) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  int64_t kTiles = p.k / kTileK;
+  Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+  Value grid = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
+  auto taskLoop = scf::ForOp::create(b, loc, bid, taskCount(p), grid,
+                                     ValueRange{iteration});
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(taskLoop.getBody());
+    Value it = taskLoop.getRegionIterArgs()[0];
+    Task t = taskAt(p, taskLoop.getInductionVar());
+    e.loop(kTiles, [&](Value kt) {
+      Value g = e.add(it, kt);
+      // k-tile g reuses the stage s of k-tile g - kStages: wait until the
+      // consumers released it. They release k-tiles -1, 0, 1, ... in
+      // order (-1 virtual, in stage kStages - 1), so that takes
+      // c = g / kStages (+1 for the last stage) completions of the stage's
+      // empty barrier; the c-th completes its phase c - 1, of parity
+      // (c - 1) & 1. With c = 0 (the first round) the parity is 1, which a
+      // fresh barrier (in its phase 0) reports complete at once.
+      Value s = e.rem(g, e.index(kStages));
+      Value c =
+          e.add(e.div(g, e.index(kStages)),
+                arith::IndexCastOp::create(
+                    b, loc, b.getIndexType(),
+                    arith::ExtUIOp::create(b, loc, b.getI32Type(),
+                                           e.cmp(arith::CmpIPredicate::eq, s,
+                                                 e.index(kStages - 1)))));
+      Value parity =
+          e.cmp(arith::CmpIPredicate::eq, e.rem(c, e.index(2)), e.index(0));
+      nvgpu::MBarrierTryWaitParityOp::create(b, loc, emptyBarriers, parity,
+                                             e.index(10000000), s);
+      load(p, g, kt, t);
+    });
+    scf::YieldOp::create(b, loc, ValueRange{e.add(it, e.index(kTiles))});
+  }
+  iteration = taskLoop.getResult(0);
+}
+
 /// The consumer warpgroups' task loop; advances `iteration` (and
 /// `carried`).
 void GemmEmitter::tasks(const GemmPhase &p) {
@@ -240,11 +439,9 @@ void GemmEmitter::tasks(const GemmPhase &p) {
          p.bytesA() + (p.b1 ? 2 : 1) * p.bytesB() <= kStageBytes &&
          p.consumers() * kThreads <= kBlock &&
          "the tile's boxes must fit a stage, its warpgroups the CTA");
-  int64_t nTiles = (p.n + p.tileN - 1) / p.tileN;
   int64_t numAcc = p.b1 ? 2 : 1;
 
-  Value mTiles = e.div(e.add(p.rows, e.index(p.tileM - 1)), e.index(p.tileM));
-  Value tasks = e.mul(mTiles, e.index(nTiles));
+  Value tasks = taskCount(p);
   Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
   Value grid = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
   SmallVector<Value> init = {iteration};
@@ -257,38 +454,22 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     Value it = taskLoop.getRegionIterArgs()[0];
     ValueRange args = taskLoop.getRegionIterArgs().drop_front();
     carried.assign(args.begin(), args.end());
-    // Grouped raster (kGroupM m-tiles at a time, n-tiles outer within the
-    // group): the CTAs running at once share each weight tile across the
-    // group's m-tiles (a group of 16 is about one expert's rows) and the
-    // group's A tiles stay in L2 across n-tiles. Row-major order re-read
-    // every expert's weights from HBM once per m-tile.
-    Value groupSize = e.index(kGroupM * nTiles);
-    Value group = e.div(task, groupSize);
-    Value inGroup = e.rem(task, groupSize);
-    Value firstM = e.mul(group, e.index(kGroupM));
-    Value groupRows = arith::MinSIOp::create(
-        b, loc, e.index(kGroupM), e.sub(mTiles, firstM)); // the last is short
-    Value mTile = e.add(firstM, e.rem(inGroup, groupRows));
-    Value nTile = e.div(inGroup, groupRows);
-    Value m0 = e.mul(mTile, e.index(p.tileM));
-    Value n0 = e.mul(nTile, e.index(p.tileN));
-    // Grouped: the m-tile's expert picks the B maps' slots.
-    Value expert = p.expertOf ? p.expertOf(m0) : e.index(0);
-    Task t{m0, n0, mapAt(e.index(p.a), p.tileM),
-           mapAt(e.add(e.index(p.b0), expert), p.tileN),
-           p.b1 ? mapAt(e.add(e.index(*p.b1), expert), p.tileN) : Value()};
+    Task t = taskAt(p, task);
+    Value m0 = t.m0, n0 = t.n0;
 
-    // Prologue: the first stages of the task. The previous task consumed
-    // all the k-tiles it loaded and its epilogue ended with a warpgroup
-    // barrier; `acquire` waits for what the MMA layer may still read.
-    e.ifThen(isThread0, [&] {
-      for (int64_t kt = 0; kt < std::min(kStages, kTiles); ++kt) {
-        Value kTile = e.index(kt);
-        Value g = e.add(it, e.index(kt));
-        acquire(g);
-        load(p, g, kTile, t);
-      }
-    });
+    // Prologue (without a producer): the first stages of the task. The
+    // previous task consumed all the k-tiles it loaded and its epilogue
+    // ended with a warpgroup barrier; `acquire` waits for what the MMA
+    // layer may still read.
+    if (!roles.producer)
+      e.ifThen(isThread0, [&] {
+        for (int64_t kt = 0; kt < std::min(kStages, kTiles); ++kt) {
+          Value kTile = e.index(kt);
+          Value g = e.add(it, e.index(kt));
+          acquire(g);
+          load(p, g, kTile, t);
+        }
+      });
 
     // The MMA layer: accumulators into shared memory, or (empty result) the
     // epilogue done from registers.
@@ -320,11 +501,16 @@ void GemmEmitter::tasks(const GemmPhase &p) {
         body();
     }
     // The next task's TMA (async proxy) overwrites what this epilogue wrote
-    // and read through the generic proxy.
-    NVVM::FenceProxyOp::create(
-        b, loc, NVVM::ProxyKind::async_shared,
-        NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
-    syncWarpgroup(p.consumers());
+    // and read through the generic proxy. (A producer's stages are never
+    // written by the consumers: the epilogue is from registers.)
+    assert((!roles.producer || tiles.empty()) &&
+           "with a producer the epilogue leaves the stages alone");
+    if (!roles.producer) {
+      NVVM::FenceProxyOp::create(
+          b, loc, NVVM::ProxyKind::async_shared,
+          NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+      syncWarpgroup(p.consumers());
+    }
     SmallVector<Value> next = {e.add(it, e.index(kTiles))};
     next.append(carried);
     scf::YieldOp::create(b, loc, next);

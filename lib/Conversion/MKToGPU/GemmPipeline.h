@@ -72,6 +72,12 @@ struct GemmPhase {
   function_ref<Value(Value m0)> expertOf;
   /// Stores one result element (acc_1 is null without B_1).
   function_ref<void(Value row, Value col, Value acc0, Value acc1)> store;
+  /// Stores the result elements (row, col) and (row, col + 1), col even:
+  /// acc0 and acc1 hold their two values each (acc1 empty without B_1).
+  /// Used by the register epilogue when given (then n is even).
+  function_ref<void(Value row, Value col, ArrayRef<Value> acc0,
+                    ArrayRef<Value> acc1)>
+      storePair;
   /// Output columns of a tile: kTileN, or 2 * kTileN with one B operand
   /// (the same stage bytes; sm_90a only).
   int64_t tileN = kTileN;
@@ -81,8 +87,25 @@ struct GemmPhase {
   /// Bytes of one B box / of the A box in a stage.
   int64_t bytesB() const { return tileN * kTileK * kBf16; }
   int64_t bytesA() const { return tileM * kTileK * kBf16; }
+  /// Whether the GEMM starts / ends a run of tensor-core GEMMs with no
+  /// other step between them (where warp roles move registers).
+  bool firstOfRun = true, lastOfRun = true;
   /// Warpgroups computing a tile (the CTA's first ones).
   int64_t consumers() const { return tileM / kTileM; }
+};
+
+/// Who does what in a kernel's GEMM phases (the same for all of them).
+struct WarpRoles {
+  /// Warpgroups computing a tile (tile rows / 64).
+  int64_t consumers = 1;
+  /// One thread of the warpgroup after the consumers issues every TMA load
+  /// (per-stage empty barriers hand stages back); otherwise the first
+  /// thread loads between its MMAs.
+  bool producer = false;
+  /// setmaxnreg for the phases: [consumer, producer] registers, and the
+  /// even share the kernel is compiled for (restored after each phase).
+  std::optional<std::pair<int64_t, int64_t>> registers;
+  int64_t evenRegisters = 0;
 };
 
 /// One task of a phase: its tile origin and its operands' tensor maps.
@@ -123,14 +146,17 @@ public:
 protected:
   /// `prefetch`: (slot, box rows) of the maps to prefetch once.
   GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-              ArrayRef<std::pair<int64_t, int64_t>> prefetch);
+              ArrayRef<std::pair<int64_t, int64_t>> prefetch,
+              const WarpRoles &roles);
 
   Emitter &e;
-  Value mapsBase; // address of the tensor map slots (i64)
-  Value smem;     // the dynamic shared memory, i8
-  Value smemBase; // its shared-window address (index)
-  Value pad;      // bytes from smemBase to the 1024-aligned ring
-  Value barriers; // the full barriers, one per stage
+  WarpRoles roles;
+  Value emptyBarriers; // with a producer: one per stage, consumer warps arrive
+  Value mapsBase;      // address of the tensor map slots (i64)
+  Value smem;          // the dynamic shared memory, i8
+  Value smemBase;      // its shared-window address (index)
+  Value pad;           // bytes from smemBase to the 1024-aligned ring
+  Value barriers;      // the full barriers, one per stage
   Value tid, isThread0;
   Value iteration; // k-tiles this CTA has consumed so far
   /// Values of the MMA layer carried across tasks and phases along with
@@ -152,6 +178,13 @@ protected:
   /// completes (each stage barrier completes once per kStages k-tiles).
   Value phaseParity(Value g);
 
+  /// With a producer: lane 0 of each consumer warp hands the stage of
+  /// k-tile number `g` back (its MMAs reading it are complete). The
+  /// consumers release k-tile g - 1 after issuing k-tile g, every k-tile:
+  /// first a virtual k-tile -1 (stage kStages - 1, which the producer
+  /// counts), and the last k-tile of a task with the next task's first.
+  void release(Value g);
+
   /// Thread 0, before it loads k-tile number `g` into its stage: wait until
   /// the stage is free. The default does nothing (the MMA layer leaves every
   /// stage it consumed free).
@@ -171,6 +204,17 @@ protected:
 
 private:
   void tasks(const GemmPhase &p);
+  /// With a producer: the producer thread's loop over the same tasks,
+  /// loading every k-tile once its stage is free.
+  void producerTasks(const GemmPhase &p);
+  void emitWarpSpecialized(const GemmPhase &p);
+  /// The tasks' count for the phase.
+  Value taskCount(const GemmPhase &p);
+  /// Task number `task` of the phase (the grouped raster).
+  Task taskAt(const GemmPhase &p, Value task);
+  Value i32(int64_t v);
+  /// setmaxnreg (increase or decrease) to `count` registers.
+  void setRegisters(int64_t count, bool increase);
 };
 
 } // namespace mok::conversion::gemm

@@ -33,8 +33,9 @@ namespace {
 class WgmmaEmitter final : public GemmEmitter {
 public:
   WgmmaEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-               ArrayRef<std::pair<int64_t, int64_t>> prefetch)
-      : GemmEmitter(e, module, tensorMaps, prefetch) {}
+               ArrayRef<std::pair<int64_t, int64_t>> prefetch,
+               const WarpRoles &roles)
+      : GemmEmitter(e, module, tensorMaps, prefetch, roles) {}
 
 private:
   SmallVector<Value> accumulate(const GemmPhase &p, Value it,
@@ -78,22 +79,20 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   auto bf16Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::bf16);
   auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
   auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
+  auto zeroD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::zero);
   auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
   auto row = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
   auto col = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
 
   // The warpgroup of this thread: its half of a two-warpgroup tile.
   Value wg = e.div(tid, e.index(kThreads));
-  SmallVector<Value> init;
-  for (int64_t j = 0; j < numAcc; ++j)
-    init.push_back(LLVM::ZeroOp::create(b, loc, accType));
-  auto kLoop =
-      scf::ForOp::create(b, loc, e.index(0), e.index(kTiles), e.index(1), init);
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(kLoop.getBody());
-    Value kt = kLoop.getInductionVar();
-    SmallVector<Value> acc(kLoop.getRegionIterArgs());
+  // One k-tile: wait for its stage, one wgmma group over it, then hand
+  // back (or refill) the stage of the k-tile before. The first k-tile of a
+  // task is emitted apart, its first step with scale-d = 0 on undefined
+  // accumulators: zero-initialized ones were copies of one zero register
+  // that ptxas took for reads of in-flight accumulators (C7514, wgmmas
+  // serialized).
+  auto kTileStep = [&](Value kt, SmallVector<Value> acc, bool first) {
     Value g = e.add(it, kt);
     Value stageCount = e.index(kStages);
     Value stage = e.rem(g, stageCount);
@@ -113,25 +112,53 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
             bStep, j == 0 ? t.mapB0 : t.mapB1);
         acc[j] = NVVM::WgmmaMmaAsyncOp::create(
             b, loc, accType, acc[j], descA, descB, shape, bf16Type, bf16Type,
-            f32Type, scaleD, scaleIn, scaleIn, row, col,
-            NVVM::MMAIntOverflowAttr());
+            f32Type, first && ks == 0 ? zeroD : scaleD, scaleIn, scaleIn, row,
+            col, NVVM::MMAIntOverflowAttr());
       }
     }
     NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-    // k-tile kt-1's group is complete (kt's may still run): every thread is
-    // past that point before thread 0 refills kt-1's stage.
+    // k-tile kt-1's group is complete (kt's may still run).
     NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
-    syncWarpgroup(p.consumers());
     Value prev = e.sub(kt, e.index(1));
-    Value next = e.add(prev, stageCount);
-    Value refill = arith::AndIOp::create(
-        b, loc, isThread0,
-        arith::AndIOp::create(
-            b, loc, e.cmp(arith::CmpIPredicate::sge, prev, e.index(0)),
-            e.cmp(arith::CmpIPredicate::slt, next, e.index(kTiles))));
-    e.ifThen(refill, [&] {
-      load(p, e.add(e.sub(g, e.index(1)), stageCount), next, t);
-    });
+    if (roles.producer) {
+      // Hand k-tile g-1's stage back to the producer: at kt = 0 the
+      // previous task's last k-tile, at g = 0 a virtual k-tile -1 (see
+      // GemmEmitter::release). No branch on kt: LLVM peeled the loop's
+      // first iteration for one, and ptxas serialized that copy's wgmmas.
+      release(e.sub(g, e.index(1)));
+    } else {
+      // Every thread is past that point before thread 0 refills kt-1's
+      // stage.
+      syncWarpgroup(p.consumers());
+      Value next = e.add(prev, stageCount);
+      Value refill = arith::AndIOp::create(
+          b, loc, isThread0,
+          arith::AndIOp::create(
+              b, loc, e.cmp(arith::CmpIPredicate::sge, prev, e.index(0)),
+              e.cmp(arith::CmpIPredicate::slt, next, e.index(kTiles))));
+      e.ifThen(refill, [&] {
+        load(p, e.add(e.sub(g, e.index(1)), stageCount), next, t);
+      });
+    }
+    return acc;
+  };
+  // (Without a producer: zero accumulators and every k-tile in the loop,
+  // the form the H200 runs verified before the producer existed.)
+  SmallVector<Value> init;
+  for (int64_t j = 0; j < numAcc; ++j)
+    init.push_back(roles.producer
+                       ? Value(LLVM::UndefOp::create(b, loc, accType))
+                       : Value(LLVM::ZeroOp::create(b, loc, accType)));
+  if (roles.producer)
+    init = kTileStep(e.index(0), init, /*first=*/true);
+  auto kLoop = scf::ForOp::create(b, loc, e.index(roles.producer ? 1 : 0),
+                                  e.index(kTiles), e.index(1), init);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(kLoop.getBody());
+    SmallVector<Value> acc = kTileStep(
+        kLoop.getInductionVar(), SmallVector<Value>(kLoop.getRegionIterArgs()),
+        /*first=*/false);
     scf::YieldOp::create(b, loc, acc);
   }
   NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
@@ -149,6 +176,31 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     return LLVM::ExtractValueOp::create(b, loc, kLoop.getResult(j), index)
         .getResult();
   };
+
+  // With a producer, the stages may already hold the next task's k-tiles:
+  // both epilogues store from registers, two adjacent columns at a time.
+  if (roles.producer) {
+    assert(p.n % 2 == 0 && p.storePair && "pairs of columns");
+    for (int64_t c = 0; c < tileN / 8; ++c)
+      for (int64_t h = 0; h < 2; ++h) {
+        Value r = e.add(t.m0, e.add(row0, e.index(8 * h)));
+        Value col = e.add(t.n0, e.add(col0, e.index(8 * c)));
+        Value inside = e.cmp(arith::CmpIPredicate::slt, r, p.rows);
+        if (p.n % tileN)
+          inside = arith::AndIOp::create(
+              b, loc, inside,
+              e.cmp(arith::CmpIPredicate::slt, col, e.index(p.n)));
+        e.ifThen(inside, [&] {
+          int64_t index = 4 * c + 2 * h;
+          SmallVector<Value> acc0 = {element(0, index), element(0, index + 1)};
+          SmallVector<Value> acc1;
+          if (p.b1)
+            acc1 = {element(1, index), element(1, index + 1)};
+          p.storePair(r, col, acc0, acc1);
+        });
+      }
+    return {};
+  }
 
   // One operand (the down projections): the accumulators go through shared
   // memory, so that the shared epilogue writes whole rows (coalesced).
@@ -194,8 +246,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
 
 std::unique_ptr<GemmEmitter>
 createGemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-                  ArrayRef<std::pair<int64_t, int64_t>> prefetch) {
-  return std::make_unique<WgmmaEmitter>(e, module, tensorMaps, prefetch);
+                  ArrayRef<std::pair<int64_t, int64_t>> prefetch,
+                  const WarpRoles &roles) {
+  return std::make_unique<WgmmaEmitter>(e, module, tensorMaps, prefetch, roles);
 }
 
 } // namespace mok::conversion::sm90

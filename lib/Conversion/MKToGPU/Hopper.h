@@ -15,7 +15,8 @@ namespace mok::conversion::sm90 {
 /// builder's insertion point (see gemm::GemmEmitter).
 std::unique_ptr<gemm::GemmEmitter>
 createGemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-                  ArrayRef<std::pair<int64_t, int64_t>> prefetch);
+                  ArrayRef<std::pair<int64_t, int64_t>> prefetch,
+                  const gemm::WarpRoles &roles);
 
 } // namespace mok::conversion::sm90
 

@@ -103,6 +103,8 @@ LogicalResult checkBarrierIntervals(gpu::GPUFuncOp func) {
 FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
   std::optional<mk::Engine> engine;
   std::optional<int64_t> tileM;
+  std::optional<bool> producer;
+  DenseI64ArrayAttr registers;
   Value maps;
   StringRef chip;
   if (auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel"))
@@ -164,8 +166,7 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
       if (slot + (i == 0 ? 1 : perB) > slots)
         return gemm.emitOpError()
                << "map slot " << slot << " (+" << (i == 0 ? 1 : perB)
-               << ") is out of the tensor_maps buffer's " << slots
-               << " slots";
+               << ") is out of the tensor_maps buffer's " << slots << " slots";
     // Grouped: an m-tile must lie in one expert's segment, so the padding
     // of the plan that made the offsets must be a multiple of the tile
     // height.
@@ -183,12 +184,40 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
                << " rows, not a multiple of the tile's " << tile[0]
                << ": a tile would span two experts";
     }
+    // Warp roles: one kind per kernel (the threads counting k-tiles, the
+    // barriers and the register split are the kernel's).
+    if (producer && (*producer != gemm.getProducer() ||
+                     registers != gemm.getRegistersAttr()))
+      return gemm.emitOpError("a kernel's tensor-core GEMMs must have the "
+                              "same warp roles (producer, registers)");
+    producer = gemm.getProducer();
+    registers = gemm.getRegistersAttr();
+    if (*producer &&
+        cast<MemRefType>(gemm.getOut().getType()).getDimSize(1) % 2)
+      return gemm.emitOpError("with a producer the epilogue stores pairs of "
+                              "columns from registers: out needs an even "
+                              "number of columns");
+    unsigned threads =
+        *producer ? sched::producerBlock(tile[0]) : sched::kBlock;
     std::optional<DenseI32ArrayAttr> block = func.getKnownBlockSizeAttr();
-    if (!block || (*block)[0] != static_cast<int32_t>(sched::kBlock) ||
+    if (!block || (*block)[0] != static_cast<int32_t>(threads) ||
         (*block)[1] != 1 || (*block)[2] != 1)
-      return gemm.emitOpError() << "tensor-core GEMMs need a kernel with "
-                                   "known_block_size = ["
-                                << sched::kBlock << ", 1, 1]";
+      return gemm.emitOpError()
+             << "tensor-core GEMMs " << (*producer ? "with a producer " : "")
+             << "of " << tile[0] << "-row tiles need a kernel with "
+             << "known_block_size = [" << threads << ", 1, 1]";
+    if (registers) {
+      // Consumers and producer share the registers of the even split.
+      int64_t consumers = tile[0] / sched::kTileM;
+      int64_t even = sched::evenRegisters(threads);
+      ArrayRef<int64_t> r = registers.asArrayRef();
+      if (consumers * r[0] + r[1] > (consumers + 1) * even)
+        return gemm.emitOpError()
+               << "registers [" << r[0] << ", " << r[1] << "] for " << consumers
+               << " consumer warpgroup(s) and a producer exceed "
+               << "the register file (" << even << " a thread for " << threads
+               << " threads)";
+    }
   }
   return engine;
 }
@@ -208,6 +237,12 @@ private:
   Emitter &e;
   Value gridThreads, globalId, spreadId, numBlocks;
   std::unique_ptr<gemm::GemmEmitter> gemm;
+  /// Tensor-core GEMMs right after another one (no step between them).
+  llvm::SmallPtrSet<Operation *, 4> continuesRun;
+  static bool isTensorCoreGemm(Operation *op) {
+    auto g = dyn_cast<mk::GemmOp>(op);
+    return g && g.usesTensorCores();
+  }
 
   /// for i in [0, n) over the grid, spread CTA-first (thread t of CTA b
   /// takes i = t * CTAs + b, ...): for loops of few, long iterations (one a
@@ -328,8 +363,11 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
   for (Operation &op : body)
     if (isa<mk::MKDialect>(op.getDialect())) {
       ops.push_back(&op);
-      if (auto g = dyn_cast<mk::GemmOp>(op); g && g.usesTensorCores())
+      if (isTensorCoreGemm(&op)) {
         lastTensorCoreGemm = &op;
+        if (op.getPrevNode() && isTensorCoreGemm(op.getPrevNode()))
+          continuesRun.insert(&op);
+      }
     }
 
   // The tensor-core GEMMs' one-time setup (mbarriers, the prefetch of the
@@ -338,9 +376,18 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
   if (engine) {
     SmallVector<std::pair<int64_t, int64_t>> prefetch;
     Value maps;
+    gemm::WarpRoles roles;
     for (auto g : body.getOps<mk::GemmOp>()) {
       if (!g.usesTensorCores())
         continue;
+      // The same in every tensor-core GEMM (checkEngines).
+      roles.consumers = (*g.getTile())[0] / sched::kTileM;
+      roles.producer = g.getProducer();
+      if (std::optional<ArrayRef<int64_t>> r = g.getRegisters()) {
+        roles.registers = {(*r)[0], (*r)[1]};
+        roles.evenRegisters = sched::evenRegisters(
+            static_cast<unsigned>((*func.getKnownBlockSize())[0]));
+      }
       maps = g.getTensorMaps();
       ArrayRef<int64_t> slots = *g.getMaps();
       prefetch.push_back({slots[0], (*g.getTile())[0]});
@@ -351,7 +398,12 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
     auto module = func->getParentOfType<gpu::GPUModuleOp>();
     gemm = *engine == mk::Engine::tcgen05
                ? sm100::createGemmEmitter(e, module, maps, prefetch)
-               : sm90::createGemmEmitter(e, module, maps, prefetch);
+               : sm90::createGemmEmitter(e, module, maps, prefetch, roles);
+    // setmaxnreg needs the kernel's register count fixed (.maxnreg): the
+    // even share, which the phases move between the roles and restore.
+    if (roles.registers)
+      func->setAttr("nvvm.maxnreg", b.getI32IntegerAttr(static_cast<int32_t>(
+                                        roles.evenRegisters)));
   }
 
   bool finished = !engine;
@@ -581,6 +633,49 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   auto storePlain = [&](Value row, Value col, Value y, Value) {
     e.storeRounded(y, out, {row, col});
   };
+  // Two adjacent columns at once: one 4-byte store of both bf16 values
+  // when the buffer is 4-byte aligned (uniform; the runtime's workspace
+  // is), else the two scalar stores. The same rounding either way.
+  int64_t n = size(out, 1);
+  Value outBase = base(out);
+  Value aligned4 = e.cmp(
+      arith::CmpIPredicate::eq,
+      arith::AndIOp::create(e.b, e.loc, outBase,
+                            arith::ConstantIntOp::create(e.b, e.loc, 3, 64)),
+      arith::ConstantIntOp::create(e.b, e.loc, 0, 64));
+  auto storeTwo = [&](Value row, Value col, Value v0, Value v1) {
+    e.ifThen(
+        aligned4,
+        [&] {
+          Type bf16 = e.b.getBF16Type();
+          auto v2 = VectorType::get({2}, bf16);
+          Value packed = LLVM::UndefOp::create(e.b, e.loc, v2);
+          Value values[2] = {v0, v1};
+          for (int64_t i = 0; i < 2; ++i)
+            packed = LLVM::InsertElementOp::create(
+                e.b, e.loc, packed,
+                arith::TruncFOp::create(e.b, e.loc, bf16, values[i]),
+                arith::ConstantIntOp::create(e.b, e.loc, i, 32));
+          LLVM::StoreOp::create(e.b, e.loc, packed,
+                                at(outBase, e.add(e.mul(row, e.index(n)), col)),
+                                /*alignment=*/4);
+        },
+        [&] {
+          e.storeRounded(v0, out, {row, col});
+          e.storeRounded(v1, out, {row, e.add(col, e.index(1))});
+        });
+  };
+  auto pairSwiglu = [&](Value row, Value col, ArrayRef<Value> g,
+                        ArrayRef<Value> u) {
+    auto act = [&](int i) {
+      return swiglu(e, e.roundBF16(g[i]), e.roundBF16(u[i]), limit);
+    };
+    storeTwo(row, col, act(0), act(1));
+  };
+  auto pairPlain = [&](Value row, Value col, ArrayRef<Value> y,
+                       ArrayRef<Value>) { storeTwo(row, col, y[0], y[1]); };
+  using PairFn =
+      function_ref<void(Value, Value, ArrayRef<Value>, ArrayRef<Value>)>;
   bool swigluEpilogue = op.getEpilogue() == mk::Epilogue::swiglu;
   gemm::GemmPhase phase{
       slots[0],
@@ -593,8 +688,14 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
       swigluEpilogue
           ? function_ref<void(Value, Value, Value, Value)>(storeSwiglu)
           : function_ref<void(Value, Value, Value, Value)>(storePlain),
+      n % 2            ? PairFn()
+      : swigluEpilogue ? PairFn(pairSwiglu)
+                       : PairFn(pairPlain),
       (*op.getTile())[1],
       (*op.getTile())[0]};
+  // (The ops before this one are lowered already: runs were found first.)
+  phase.firstOfRun = !continuesRun.contains(op);
+  phase.lastOfRun = !op->getNextNode() || !isTensorCoreGemm(op->getNextNode());
   gemm->emit(phase);
 }
 
@@ -700,9 +801,8 @@ void KernelLowering::lower(mk::GridBarrierOp op) {
   // What this thread wrote with ordinary stores may be read by TMA (the
   // async proxy) after the barrier: order it for that proxy first.
   if (gemm)
-    NVVM::FenceProxyOp::create(
-        b, loc, NVVM::ProxyKind::async_global,
-        NVVM::SharedSpaceAttr());
+    NVVM::FenceProxyOp::create(b, loc, NVVM::ProxyKind::async_global,
+                               NVVM::SharedSpaceAttr());
   gpu::BarrierOp::create(b, loc);
   Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
   e.ifThen(e.cmp(arith::CmpIPredicate::eq, tid, e.index(0)), [&] {

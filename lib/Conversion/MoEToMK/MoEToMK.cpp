@@ -269,7 +269,7 @@ DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
 void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
                   ArrayRef<Param> params, gpu::GPUFuncOp func,
                   std::optional<mk::Engine> engine, const MapSlots &slots,
-                  int64_t tileM, int64_t storeTileN) {
+                  int64_t tileM, int64_t storeTileN, bool warpSpecialize) {
   Location loc = layer.getLoc();
   llvm::StringMap<Value> buf;
   for (auto [i, p] : llvm::enumerate(params))
@@ -285,6 +285,13 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
     timestamp();
   };
   timestamp();
+  // sm_90a: warp-specialized GEMMs (a producer warpgroup after the
+  // consumers); with two consumer warpgroups, registers move to them.
+  bool warpRoles = engine == mk::Engine::wgmma && warpSpecialize;
+  DenseI64ArrayAttr registers;
+  if (warpRoles && tileM == sched::kMaxConsumers * sched::kTileM)
+    registers = b.getDenseI64ArrayAttr(
+        {sched::kConsumerRegisters, sched::kProducerRegisters});
 
   // Phase 1: the routing plan, parallel over chunks of routes and over
   // experts, and deterministic (rows in route order within each expert).
@@ -328,7 +335,8 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
                   sched::kTileK})
            : DenseI64ArrayAttr(),
         tc ? b.getI64IntegerAttr(sched::kStages) : IntegerAttr(),
-        tc ? b.getDenseI64ArrayAttr(mapSlots) : DenseI64ArrayAttr());
+        tc ? b.getDenseI64ArrayAttr(mapSlots) : DenseI64ArrayAttr(),
+        /*producer=*/warpRoles, warpRoles ? registers : DenseI64ArrayAttr());
   };
   gemm(mk::Epilogue::swiglu, "routed_x", {"gate_weights", "up_weights"},
        "hidden", /*grouped=*/true, {slots.routedX, slots.gate, slots.up});
@@ -366,6 +374,12 @@ struct ConvertMoEToMKPass
     if (chip != "sm_90a" && chip != "sm_100a") {
       module.emitError() << "convert-moe-to-mk: chip '" << chip
                          << "' is not supported; expected sm_90a or sm_100a";
+      return signalPassFailure();
+    }
+    if (warpSpecialize && chip != "sm_90a") {
+      module.emitError() << "convert-moe-to-mk: warp-specialize is "
+                            "implemented for sm_90a (wgmma) only, not "
+                         << chip;
       return signalPassFailure();
     }
     if (blockSize < 32 || blockSize > 1024 || blockSize % 32) {
@@ -432,8 +446,9 @@ struct ConvertMoEToMKPass
       // On sm_90a the down projections (one B operand) take 256-column
       // tiles (twice the work per A tile and per k-tile sync, the same
       // stage bytes as gate + up), and when the expert segments are whole
-      // 128-row tiles every GEMM takes 128-row tiles: both warpgroups of
-      // the CTA compute, sharing each B box.
+      // 128-row tiles every GEMM takes 128-row tiles: two consumer
+      // warpgroups compute, sharing each B box, and a producer warpgroup
+      // after them loads (kernels of producerBlock(tileM) threads).
       int64_t tileM = sched::kTileM, storeTileN = sched::kTileN;
       if (tensorCores && s.tensorCoreEligible()) {
         engine = chip == "sm_100a" ? mk::Engine::tcgen05 : mk::Engine::wgmma;
@@ -443,7 +458,9 @@ struct ConvertMoEToMKPass
             tileM = sched::kMaxConsumers * sched::kTileM;
         }
         maps = tensorMapsFor(s, slots, tileM, storeTileN);
-        block = sched::kBlock;
+        block = *engine == mk::Engine::wgmma && warpSpecialize
+                    ? sched::producerBlock(tileM)
+                    : sched::kBlock;
       }
       SmallVector<Param> params = paramsFor(layer, s, maps, profile);
 
@@ -470,7 +487,7 @@ struct ConvertMoEToMKPass
                                                    maps, profile));
       b.setInsertionPointToStart(&kernel.getBody().front());
       emitSchedule(b, layer, s, params, kernel, engine, slots, tileM,
-                   storeTileN);
+                   storeTileN, warpSpecialize);
     }
   }
 };

@@ -25,24 +25,29 @@
 using namespace mlir;
 
 void mok::buildMoEToPTXPipeline(OpPassManager &pm, const std::string &chip,
-                                const std::string &toolkit, bool tensorCores) {
-  buildMoEToGPUPipeline(pm, chip, tensorCores);
+                                const std::string &toolkit, bool tensorCores,
+                                bool warpSpecialize) {
+  buildMoEToGPUPipeline(pm, chip, tensorCores, /*profile=*/false,
+                        warpSpecialize);
   buildGPUToPTXPipeline(pm, chip, toolkit);
 }
 
 void mok::buildMoEToMKPipeline(OpPassManager &pm, const std::string &chip,
-                               bool tensorCores, bool profile) {
+                               bool tensorCores, bool profile,
+                               bool warpSpecialize) {
   pm.addPass(moe::createMoEFuseLayer());
   ConvertMoEToMKOptions options;
   options.chip = chip;
   options.tensorCores = tensorCores;
   options.profile = profile;
+  options.warpSpecialize = warpSpecialize;
   pm.addPass(createConvertMoEToMK(options));
 }
 
 void mok::buildMoEToGPUPipeline(OpPassManager &pm, const std::string &chip,
-                                bool tensorCores, bool profile) {
-  buildMoEToMKPipeline(pm, chip, tensorCores, profile);
+                                bool tensorCores, bool profile,
+                                bool warpSpecialize) {
+  buildMoEToMKPipeline(pm, chip, tensorCores, profile, warpSpecialize);
   pm.addPass(createConvertMKToGPU());
 }
 
@@ -79,9 +84,9 @@ void mok::buildGPUToPTXPipeline(OpPassManager &pm, const std::string &chip,
 
 namespace {
 struct MoEToPTXOptions : public PassPipelineOptions<MoEToPTXOptions> {
-  Option<std::string> chip{*this, "chip",
-                           llvm::cl::desc("sm_90a (Hopper) or sm_100a (Blackwell)"),
-                           llvm::cl::init("sm_90a")};
+  Option<std::string> chip{
+      *this, "chip", llvm::cl::desc("sm_90a (Hopper) or sm_100a (Blackwell)"),
+      llvm::cl::init("sm_90a")};
   Option<std::string> toolkit{
       *this, "toolkit",
       llvm::cl::desc("CUDA toolkit with libdevice (default: $CUDA_HOME or "
@@ -92,6 +97,11 @@ struct MoEToPTXOptions : public PassPipelineOptions<MoEToPTXOptions> {
       llvm::cl::desc("TMA + tensor-core GEMM phases (wgmma on sm_90a, "
                      "tcgen05 on sm_100a) for eligible layers"),
       llvm::cl::init(true)};
+  Option<bool> warpSpecialize{
+      *this, "warp-specialize",
+      llvm::cl::desc("sm_90a: GEMMs with a TMA producer warpgroup "
+                     "(convert-moe-to-mk's warp-specialize)"),
+      llvm::cl::init(false)};
 };
 } // namespace
 
@@ -106,6 +116,7 @@ void mok::registerMoEToPTXPipeline() {
           const char *home = std::getenv("CUDA_HOME");
           toolkit = home && *home ? home : "/usr/local/cuda";
         }
-        buildMoEToPTXPipeline(pm, options.chip, toolkit, options.tensorCores);
+        buildMoEToPTXPipeline(pm, options.chip, toolkit, options.tensorCores,
+                              options.warpSpecialize);
       });
 }

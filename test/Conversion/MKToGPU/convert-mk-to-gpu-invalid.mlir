@@ -89,7 +89,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @block(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 128, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
-    // expected-error @+1 {{tensor-core GEMMs need a kernel with known_block_size = [256, 1, 1]}}
+    // expected-error @+1 {{tensor-core GEMMs of 64-row tiles need a kernel with known_block_size = [256, 1, 1]}}
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
@@ -195,6 +195,61 @@ gpu.module @k {
     mk.gemm wgmma store %a, %b into %o grouped(%re, %off : memref<128xi64>, memref<5xi64>) maps(%m : memref<96xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
         : memref<128x64xbf16>, memref<4x128x64xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @producer_block(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %o2: memref<128x127xbf16>, %b2: memref<127x64xbf16>, %o3: memref<128x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    // expected-error @+1 {{tensor-core GEMMs with a producer of 128-row tiles need a kernel with known_block_size = [384, 1, 1]}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>, producer}
+        : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @mixed_roles(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %o2: memref<128x127xbf16>, %b2: memref<127x64xbf16>, %o3: memref<128x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>, producer}
+        : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
+    // expected-error @+1 {{a kernel's tensor-core GEMMs must have the same warp roles (producer, registers)}}
+    mk.gemm wgmma store %a, %b into %o3 maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+        : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @odd_columns(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %o2: memref<128x127xbf16>, %b2: memref<127x64xbf16>, %o3: memref<128x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    // expected-error @+1 {{with a producer the epilogue stores pairs of columns from registers: out needs an even number of columns}}
+    mk.gemm wgmma store %a, %b2 into %o2 maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>, producer}
+        : memref<128x64xbf16>, memref<127x64xbf16> -> memref<128x127xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @too_many_registers(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %o2: memref<128x127xbf16>, %b2: memref<127x64xbf16>, %o3: memref<128x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    // expected-error @+1 {{registers [240, 56] for 2 consumer warpgroup(s) and a producer exceed the register file (168 a thread for 384 threads)}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>, producer, registers = array<i64: 240, 56>}
+        : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
     gpu.return
   }
 }

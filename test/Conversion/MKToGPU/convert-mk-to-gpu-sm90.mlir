@@ -97,7 +97,7 @@
 // warpgroup (only) syncs on named barrier 1, then thread 0 refills the
 // previous k-tile's stage.
 // CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
-// CHECK-NEXT: %[[N128:.*]] = arith.constant 128 : i32
+// CHECK: %[[N128:.*]] = arith.constant 128 : i32
 // CHECK-NEXT: %[[ID1:.*]] = arith.constant 1 : i32
 // CHECK-NEXT: nvvm.barrier id = %[[ID1]] number_of_threads = %[[N128]]
 // CHECK: nvgpu.tma.async.load

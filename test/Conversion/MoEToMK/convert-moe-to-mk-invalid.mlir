@@ -1,4 +1,7 @@
 // RUN: mok-opt %s --split-input-file --convert-moe-to-mk --verify-diagnostics
+// Warp roles exist for wgmma only:
+// RUN: not mok-opt %s --split-input-file --convert-moe-to-mk="chip=sm_100a warp-specialize=true" 2>&1 | FileCheck %s --check-prefix=WS
+// WS: error: convert-moe-to-mk: warp-specialize is implemented for sm_90a (wgmma) only, not sm_100a
 
 // What the GPU lowering does not support yet is rejected by name.
 

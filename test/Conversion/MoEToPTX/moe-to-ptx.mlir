@@ -19,6 +19,16 @@
 // RUN: ptxas -arch=sm_90a %t/sm90-small/eligible_kernels.ptx -o %t/sm90-small.cubin
 // RUN: FileCheck %s --check-prefix=SCALAR --input-file %t/sm90-small/padding8_kernels.ptx
 // RUN: ptxas -arch=sm_90a %t/sm90-small/padding8_kernels.ptx -o %t/sm90-small-scalar.cubin
+// Warp-specialized (a TMA producer warpgroup; with 128-row tiles, 384
+// threads and setmaxnreg 224 / 56; the first k-tile of a task apart, so
+// twice the wgmmas): assembled without spills, and without
+// ptxas serializing the wgmmas (C7514/C7520: it would say so).
+// RUN: mok-opt %s --moe-to-ptx="chip=sm_90a warp-specialize=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-ws
+// RUN: grep wgmma.mma_async %t/sm90-ws/shared_layer_kernels.ptx | count 48
+// RUN: ptxas -arch=sm_90a -v %t/sm90-ws/shared_layer_kernels.ptx -o %t/sm90-ws.cubin 2>&1 | FileCheck %s --check-prefix=WSPTXAS
+// RUN: mok-opt %mok_src_root/examples/dsv3-shard.mlir --moe-to-ptx="chip=sm_90a warp-specialize=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-ws-dsv3
+// RUN: FileCheck %s --check-prefix=WS --input-file %t/sm90-ws-dsv3/dsv3_shard_moe_kernels.ptx
+// RUN: ptxas -arch=sm_90a -v %t/sm90-ws-dsv3/dsv3_shard_moe_kernels.ptx -o %t/sm90-ws-dsv3.cubin 2>&1 | FileCheck %s --check-prefix=WSPTXAS
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | FileCheck %s --check-prefix=SM100
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/sm100
 // RUN: FileCheck %s --check-prefix=TCGEN05 --input-file %t/sm100/shared_layer_kernels.ptx
@@ -65,6 +75,20 @@
 // WGMMA-NEXT: wgmma.wait_group.sync.aligned 1;
 // WGMMA-NEXT: bar.sync 1, {{128|256}};
 // WGMMA: wgmma.wait_group.sync.aligned 0;
+
+// WS: .maxntid 384, 1, 1
+// WS: .maxnreg 168
+// WS: setmaxnreg.inc.sync.aligned.u32 224;
+// WS: setmaxnreg.dec.sync.aligned.u32 56;
+// WS: bar.sync 2, 384;
+// WS: setmaxnreg.inc.sync.aligned.u32 168;
+// WS: setmaxnreg.dec.sync.aligned.u32 168;
+// WS: bar.arrive 2, 384;
+// WSPTXAS-NOT: C75{{[0-9][0-9]}}
+// WSPTXAS: Function properties for {{[a-z0-9_]+}}_forward
+// WSPTXAS-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+// WSPTXAS-NEXT: Used 168 registers
+// WSPTXAS-NOT: C75{{[0-9][0-9]}}
 
 // PTXAS: Function properties for {{[a-z0-9_]+}}_forward
 // PTXAS-NEXT: 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads

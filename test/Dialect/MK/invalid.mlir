@@ -267,3 +267,51 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @producer_tcgen05(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
+    // expected-error @+1 {{a producer warp is implemented for the wgmma engine only, not tcgen05}}
+    mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, producer, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @registers_alone(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
+    // expected-error @+1 {{registers needs producer (they are moved between the consumer and producer warpgroups)}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @registers_bad(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
+    // expected-error @+1 {{registers must be [consumer, producer], each a multiple of 8 in [24, 256]}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, producer, registers = array<i64: 224, 20>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @registers_order(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
+    // expected-error @+1 {{registers: the consumers get at least the producer's count}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, producer, registers = array<i64: 56, 224>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}

@@ -20,6 +20,7 @@
 // CHECK-LABEL: gpu.func @tensor_cores
 // CHECK: mk.gemm wgmma swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
 // CHECK: mk.gemm tcgen05 store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 17, 18>, stages = 4 : i64, tile = array<i64: 64, 128, 64>} : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
+// CHECK: mk.gemm wgmma store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 17, 18>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
 
 module attributes {gpu.container_module} {
 gpu.module @kernels {
@@ -65,6 +66,11 @@ gpu.module @kernels {
         : memref<332x64xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
     mk.gemm tcgen05 store %sh, %sd into %so maps(%maps : memref<304xi64>)
         {maps = array<i64: 17, 18>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
+    // Warp roles: a producer warpgroup, registers moved to the consumers.
+    mk.gemm wgmma store %sh, %sd into %so maps(%maps : memref<304xi64>)
+        {maps = array<i64: 17, 18>, producer, registers = array<i64: 224, 56>,
+         stages = 4 : i64, tile = array<i64: 128, 128, 64>}
         : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
     gpu.return
   }

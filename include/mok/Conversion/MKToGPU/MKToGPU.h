@@ -38,6 +38,27 @@ constexpr int64_t kMaxConsumers = 2;
 constexpr int64_t kStageBytes =
     (kMaxConsumers * kTileM + 2 * kTileN) * kTileK * 2;
 constexpr int64_t kDynamicSharedMemory = kStages * kStageBytes + 1024;
+
+/// sm_90a warp roles: the consumer warpgroups (one per 64 tile rows) and,
+/// after them, one producer warpgroup whose first thread issues the TMA
+/// loads. A CTA of `tileM` rows has producerBlock(tileM) threads.
+constexpr unsigned producerBlock(int64_t tileM) {
+  return static_cast<unsigned>((tileM / kTileM + 1) * kWarpgroup);
+}
+/// The register file of an SM (32-bit registers); one CTA per SM.
+constexpr int64_t kRegisterFile = 65536;
+/// The even share of a thread of an n-thread CTA (what ptxas may give it:
+/// a multiple of 8, at most 255).
+constexpr int64_t evenRegisters(unsigned threads) {
+  int64_t r = kRegisterFile / threads / 8 * 8;
+  return r > 248 ? 248 : r;
+}
+/// With two consumer warpgroups (384 threads, 168 registers each), the
+/// GEMM phases move registers to the consumers (setmaxnreg): their
+/// accumulators take 128 of them (two 64 x 128 fp32 fragments, or one
+/// 64 x 256); the producer needs few (with 40, ptxas spilled its task
+/// raster and map addressing). 2 * 224 + 56 = 3 * 168.
+constexpr int64_t kConsumerRegisters = 224, kProducerRegisters = 56;
 } // namespace mk_schedule
 
 } // namespace mok

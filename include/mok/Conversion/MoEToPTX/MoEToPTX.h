@@ -12,20 +12,25 @@ class OpPassManager;
 
 namespace mok {
 
-/// moe → one persistent megakernel (mk) → gpu/nvgpu → NVVM → PTX (in a gpu.binary), for `chip`
+/// moe → one persistent megakernel (mk) → gpu/nvgpu → NVVM → PTX (in a
+/// gpu.binary), for `chip`
 /// ("sm_90a" or "sm_100a"). `toolkit` is the CUDA toolkit holding libdevice.
 /// `tensorCores`: TMA + tensor-core GEMM phases for eligible layers (wgmma
-/// on sm_90a, tcgen05 on sm_100a).
+/// on sm_90a, tcgen05 on sm_100a). `warpSpecialize`: sm_90a GEMMs with a TMA
+/// producer warpgroup (convert-moe-to-mk's warp-specialize).
 void buildMoEToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
-                           const std::string &toolkit, bool tensorCores = true);
+                           const std::string &toolkit, bool tensorCores = true,
+                           bool warpSpecialize = false);
 
 /// Its halves: fuse + convert-moe-to-mk + convert-mk-to-gpu (the kernels,
 /// with their `mok.kernel` descriptions), then NVVM lowering and PTX
 /// emission; buildMoEToMKPipeline stops at the megakernel schedule.
 void buildMoEToMKPipeline(mlir::OpPassManager &pm, const std::string &chip,
-                          bool tensorCores = true, bool profile = false);
+                          bool tensorCores = true, bool profile = false,
+                          bool warpSpecialize = false);
 void buildMoEToGPUPipeline(mlir::OpPassManager &pm, const std::string &chip,
-                           bool tensorCores = true, bool profile = false);
+                           bool tensorCores = true, bool profile = false,
+                           bool warpSpecialize = false);
 void buildGPUToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
                            const std::string &toolkit);
 

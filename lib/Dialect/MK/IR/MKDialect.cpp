@@ -129,6 +129,24 @@ LogicalResult GemmOp::verify() {
       return failure();
   }
 
+  if (getProducer() && getEngine() != Engine::wgmma)
+    return emitOpError() << "a producer warp is implemented for the wgmma "
+                            "engine only, not "
+                         << stringifyEngine(getEngine());
+  if (std::optional<ArrayRef<int64_t>> regs = getRegisters()) {
+    if (!getProducer())
+      return emitOpError("registers needs producer (they are moved between "
+                         "the consumer and producer warpgroups)");
+    if (regs->size() != 2 || llvm::any_of(*regs, [](int64_t r) {
+          return r < 24 || r > 256 || r % 8;
+        }))
+      return emitOpError("registers must be [consumer, producer], each a "
+                         "multiple of 8 in [24, 256]");
+    if ((*regs)[0] < (*regs)[1])
+      return emitOpError("registers: the consumers get at least the "
+                         "producer's count");
+  }
+
   bool tc = usesTensorCores();
   if (!tc) {
     if (getTile() || getStages() || getMaps() || getTensorMaps())

@@ -256,6 +256,17 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       `a` and the first slot of each B operand (grouped: one slot per
       expert, expert `e` at first + e).
 
+    Warp roles (`wgmma` only): with `producer`, one thread of an extra
+    warpgroup after the consumer warpgroups issues every TMA load, running
+    ahead across k-tiles and tasks; the consumers hand each stage back
+    through a per-stage "empty" mbarrier and store their results from
+    registers, so the next task's loads overlap their epilogue. The CTA then
+    has M / 64 + 1 warpgroups. `registers = [consumer, producer]` moves
+    registers between the roles for the phase (`setmaxnreg`): each consumer
+    thread gets `consumer` registers, each producer-warpgroup thread
+    `producer`; the kernel is compiled for the even share and gets it back
+    after the phase.
+
     ```mlir
     mk.gemm simt store %hidden, %down into %routed_y
         grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
@@ -274,7 +285,9 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       OptionalAttr<F32Attr>:$swiglu_limit,
       OptionalAttr<DenseI64ArrayAttr>:$tile,
       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$stages,
-      OptionalAttr<DenseI64ArrayAttr>:$maps);
+      OptionalAttr<DenseI64ArrayAttr>:$maps,
+      UnitAttr:$producer,
+      OptionalAttr<DenseI64ArrayAttr>:$registers);
   let assemblyFormat = [{
     $engine $epilogue $a `,` $b `into` $out
     (`grouped` `(` $row_expert^ `,` $offsets `:` type($row_expert) `,`
