@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#
+# Nsight Compute on one launch of each named shape's mok kernel (compiled
+# by bench/prepare.py into ARTIFACTS), e.g. the default and the
+# warp-specialized GEMMs side by side:
+#   bash bench/ncu.sh /tmp/b dsv3-shard dsv3-shard-ws
+# Writes OUT/ncu-<shape>.csv (OUT defaults to /tmp) and prints the
+# tensor-pipe, issue-stall and memory lines of each.
+set -euo pipefail
+artifacts=$1; shift
+out=${OUT:-/tmp}
+here=$(cd "$(dirname "$0")" && pwd)
+for shape in "$@"; do
+  # Each forward launches the NaN fill of its output, then the mok kernel:
+  # skip the first forwards' launches, catch a later mok kernel.
+  timeout 300 ncu --kernel-name regex:'_forward$' --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --csv --page details \
+      python3 "$here/ncu_forward.py" "$artifacts" "$shape" > "$out/ncu-$shape.csv" 2>"$out/ncu-$shape.err" ||
+    { echo "ncu failed for $shape:"; tail -5 "$out/ncu-$shape.err"; continue; }
+  echo "== $shape"
+  grep -E '"(Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Duration|Executed Ipc Active|Issue Slots Busy|Warp Cycles Per Issued Instruction|L2 Hit Rate|Registers Per Thread)"' \
+      "$out/ncu-$shape.csv" | awk -F'","' '{print "  " $(NF-2) " = " $NF " " $(NF-1)}' | tr -d '"' || true
+done
