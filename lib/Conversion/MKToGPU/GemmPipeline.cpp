@@ -10,11 +10,13 @@
 //     consumers sync on named barrier 1;
 //   * kStages stage buffers, each [A tileM x 64 | B_0 tileN x 64 | B_1] bf16,
 //     each part 1024-aligned (the swizzle atom), filled by thread 0's TMA
-//     loads and completed by a per-stage mbarrier (arrival count 1 +
-//     expect_tx). The warpgroup counts the k-tiles it consumed over all tasks
-//     and phases (`iteration`): k-tile g lives in stage g % kStages and
-//     completes phase (g / kStages) & 1 of that stage's barrier, so the
-//     barriers are initialized once per kernel;
+//     loads (with warp roles: by the producer thread, the first of the
+//     warpgroup after the consumers, which waits for a per-stage "empty"
+//     barrier the consumers release; emitWarpSpecialized) and completed by
+//     a per-stage mbarrier (arrival count 1 + expect_tx). The warpgroup counts
+//     the k-tiles it consumed over all tasks and phases (`iteration`): k-tile g
+//     lives in stage g % kStages and completes phase (g / kStages) & 1 of that
+//     stage's barrier, so the barriers are initialized once per kernel;
 //   * both operands are K-major (A rows and W rows are contiguous in K), as
 //     the TMA boxes (128-byte swizzled rows of 64 bf16) leave them;
 //   * the MMA layer (GemmEmitter::accumulate, per chip) consumes the stages
@@ -22,7 +24,8 @@
 //     stage buffers, whose loads have all completed) or stores the results
 //     itself from registers (sm_90a's SwiGLU epilogue);
 //   * epilogue: a SIMT loop hands each element to the caller, which rounds
-//     and stores it as the scalar path does.
+//     and stores it as the scalar path does (with warp roles the MMA layer
+//     stores every result from registers, in column pairs).
 //
 #include "GemmPipeline.h"
 
@@ -268,16 +271,18 @@ void GemmEmitter::emit(const GemmPhase &p) {
 
 /// Warp roles: the consumer warpgroups run the task loop (MMAs and the
 /// epilogue from registers), the producer thread the same tasks' loads;
-/// the producer warpgroup's other threads go on to the grid barrier. With
-/// `registers`, each side moves to its share for the GEMM and back to the
-/// even share after it (the consumers give theirs back first; the producer
-/// warpgroup's increase waits for that on a named barrier). When another
-/// GEMM follows at
-/// once, a CTA barrier comes between: otherwise the consumers' increase
-/// for the next GEMM could take the registers the producer warpgroup's
-/// increase waits for, which then waits for the end of a GEMM whose loads
-/// it has yet to issue (a deadlock, seen on the H200). (Keeping the split
-/// over a run of GEMMs instead made ptxas ignore setmaxnreg and spill.)
+/// the producer warpgroup's other threads go on (with `registers`, to
+/// named barrier 2). With `registers`, each side moves to its share for the
+/// GEMM and back to the even share after it: the consumers give theirs back
+/// first, and the whole producer warpgroup waits for that on named barrier
+/// 2 before it increases (an idle warp's early increase took registers the
+/// consumers' increase needed: a deadlock on the H200). Unless a grid
+/// barrier follows, a CTA barrier ends the GEMM: otherwise the consumers'
+/// increase for a next GEMM could take the registers the producer
+/// warpgroup's increase waits for, which then waits for the end of a GEMM
+/// whose loads it has yet to issue (also seen on the H200). (Keeping the
+/// split over a run of GEMMs instead made ptxas ignore setmaxnreg and
+/// spill.)
 void GemmEmitter::emitWarpSpecialized(const GemmPhase &p) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
@@ -299,6 +304,9 @@ void GemmEmitter::emitWarpSpecialized(const GemmPhase &p) {
       setRegisters(roles.registers->first, /*increase=*/true);
     tasks(p);
     if (roles.registers) {
+      // The warps of a warpgroup synchronize between two setmaxnreg (PTX
+      // ISA); the task loop has no barrier of its own with a producer.
+      syncWarpgroup(p.consumers());
       setRegisters(roles.evenRegisters, /*increase=*/false);
       // Given back: the producer warpgroup may take its share back.
       NVVM::BarrierArriveOp::create(b, loc, i32(kRegisterBarrier),
@@ -347,9 +355,9 @@ void GemmEmitter::emitWarpSpecialized(const GemmPhase &p) {
   iteration = ifOp.getResult(0);
   ValueRange rest = ifOp.getResults().drop_front();
   carried.assign(rest.begin(), rest.end());
-  // Another GEMM follows at once: every warpgroup is back to the even share
-  // before any moves again (see above).
-  if (roles.registers && !p.lastOfRun)
+  // Unless a grid barrier follows, every warpgroup is back to the even
+  // share before anything else runs (another GEMM's moves: see above).
+  if (roles.registers && !p.gridBarrierFollows)
     gpu::BarrierOp::create(b, loc);
 }
 

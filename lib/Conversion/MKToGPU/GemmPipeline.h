@@ -74,7 +74,8 @@ struct GemmPhase {
   function_ref<void(Value row, Value col, Value acc0, Value acc1)> store;
   /// Stores the result elements (row, col) and (row, col + 1), col even:
   /// acc0 and acc1 hold their two values each (acc1 empty without B_1).
-  /// Used by the register epilogue when given (then n is even).
+  /// The register epilogue uses it when given (then n is even); with a
+  /// producer it must be given.
   function_ref<void(Value row, Value col, ArrayRef<Value> acc0,
                     ArrayRef<Value> acc1)>
       storePair;
@@ -87,9 +88,9 @@ struct GemmPhase {
   /// Bytes of one B box / of the A box in a stage.
   int64_t bytesB() const { return tileN * kTileK * kBf16; }
   int64_t bytesA() const { return tileM * kTileK * kBf16; }
-  /// Whether the GEMM starts / ends a run of tensor-core GEMMs with no
-  /// other step between them (where warp roles move registers).
-  bool firstOfRun = true, lastOfRun = true;
+  /// Whether the kernel's next step is a grid barrier (else, with warp
+  /// roles that move registers, a CTA barrier ends the GEMM).
+  bool gridBarrierFollows = false;
   /// Warpgroups computing a tile (the CTA's first ones).
   int64_t consumers() const { return tileM / kTileM; }
 };

@@ -12,10 +12,15 @@
 //     while the warpgroup confirms that k-tile kt-1 is done;
 //   * after that wait (and a warpgroup barrier), no wgmma reads the stage
 //     of k-tile kt-1 any more: thread 0 refills it with k-tile
-//     kt-1+kStages, so the pipeline needs no "empty" barriers;
+//     kt-1+kStages, so the pipeline needs no "empty" barriers. With warp
+//     roles (a producer), lane 0 of each warp releases that stage to the
+//     producer through its "empty" barrier instead, and a task's first
+//     k-tile is emitted apart (scale-d = 0 on undefined accumulators);
 //   * the SwiGLU epilogue reads both fp32 accumulators from registers (the
 //     wgmma D fragment layout); a single accumulator (the down projections)
-//     goes to shared memory for the shared, row-coalesced epilogue.
+//     goes to shared memory for the shared, row-coalesced epilogue, except
+//     with warp roles, where both store column pairs from registers (the
+//     stages may already hold the next task's k-tiles).
 //
 #include "Hopper.h"
 

@@ -99,7 +99,8 @@ LogicalResult checkBarrierIntervals(gpu::GPUFuncOp func) {
 }
 
 /// The kernel's tensor-core GEMMs: one engine, the chip's, the implemented
-/// tile and stages, one tensor-map buffer, a kBlock-thread CTA.
+/// tile and stages, one tensor-map buffer, a kBlock-thread CTA (with warp
+/// roles, producerBlock(tile rows) threads).
 FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
   std::optional<mk::Engine> engine;
   std::optional<int64_t> tileM;
@@ -217,6 +218,14 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
                << " consumer warpgroup(s) and a producer exceed "
                << "the register file (" << even << " a thread for " << threads
                << " threads)";
+      // setmaxnreg increases the consumers and decreases the producer
+      // warpgroup from the even share the kernel is compiled for.
+      if (r[0] < even || r[1] > even)
+        return gemm.emitOpError()
+               << "registers [" << r[0] << ", " << r[1]
+               << "]: the consumers need at least and the producer at most "
+               << "the even share (" << even << " a thread for " << threads
+               << " threads)";
     }
   }
   return engine;
@@ -237,8 +246,8 @@ private:
   Emitter &e;
   Value gridThreads, globalId, spreadId, numBlocks;
   std::unique_ptr<gemm::GemmEmitter> gemm;
-  /// Tensor-core GEMMs right after another one (no step between them).
-  llvm::SmallPtrSet<Operation *, 4> continuesRun;
+  /// Tensor-core GEMMs whose next mk op is an mk.grid_barrier.
+  llvm::SmallPtrSet<Operation *, 4> beforeGridBarrier;
   static bool isTensorCoreGemm(Operation *op) {
     auto g = dyn_cast<mk::GemmOp>(op);
     return g && g.usesTensorCores();
@@ -362,12 +371,12 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
   Operation *lastTensorCoreGemm = nullptr;
   for (Operation &op : body)
     if (isa<mk::MKDialect>(op.getDialect())) {
+      if (isa<mk::GridBarrierOp>(op) && !ops.empty() &&
+          isTensorCoreGemm(ops.back()))
+        beforeGridBarrier.insert(ops.back());
       ops.push_back(&op);
-      if (isTensorCoreGemm(&op)) {
+      if (isTensorCoreGemm(&op))
         lastTensorCoreGemm = &op;
-        if (op.getPrevNode() && isTensorCoreGemm(op.getPrevNode()))
-          continuesRun.insert(&op);
-      }
     }
 
   // The tensor-core GEMMs' one-time setup (mbarriers, the prefetch of the
@@ -693,9 +702,7 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
                        : PairFn(pairPlain),
       (*op.getTile())[1],
       (*op.getTile())[0]};
-  // (The ops before this one are lowered already: runs were found first.)
-  phase.firstOfRun = !continuesRun.contains(op);
-  phase.lastOfRun = !op->getNextNode() || !isTensorCoreGemm(op->getNextNode());
+  phase.gridBarrierFollows = beforeGridBarrier.contains(op);
   gemm->emit(phase);
 }
 

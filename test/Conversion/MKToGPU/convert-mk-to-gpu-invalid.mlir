@@ -253,3 +253,16 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @registers_below_even(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    // expected-error @+1 {{registers [160, 160]: the consumers need at least and the producer at most the even share (168 a thread for 384 threads)}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, producer, registers = array<i64: 160, 160>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+        : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}

@@ -90,3 +90,29 @@ func.func @short(%x: tensor<64x128xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64
          tensor<4x128x128xbf16>, tensor<4x128x128xbf16>) -> tensor<64x128xbf16>
   return %o : tensor<64x128xbf16>
 }
+
+// Hand-written schedule: two register-moving GEMMs with another step (not a
+// grid barrier) between them. A CTA barrier ends the first GEMM, after the
+// producer warpgroup's increase, before the consumers' next increase.
+// RUN: mok-opt %s --split-input-file --convert-mk-to-gpu 2>&1 | FileCheck %s --check-prefix=BETWEEN
+// BETWEEN-LABEL: gpu.func @between
+// BETWEEN: nvvm.setmaxregister increase 224
+// BETWEEN: nvvm.setmaxregister decrease 168
+// BETWEEN: nvvm.setmaxregister increase 168
+// BETWEEN: gpu.barrier
+// BETWEEN: nvvm.setmaxregister increase 224
+// -----
+gpu.module @k {
+  gpu.func @between(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>,
+                    %o2: memref<128x128xbf16>, %f: memref<8xi64>, %m: memref<64xi64>) kernel
+      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<64xi64>)
+        {maps = array<i64: 0, 1>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+        : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
+    mk.fill %f, 0 : memref<8xi64>
+    mk.gemm wgmma store %a, %b into %o2 maps(%m : memref<64xi64>)
+        {maps = array<i64: 2, 3>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+        : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}

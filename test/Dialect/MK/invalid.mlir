@@ -315,3 +315,15 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @k_zero(%a: memref<64x0xbf16>, %b: memref<128x0xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
+    // expected-error @+1 {{K = 0 is less than the tile's K (64): nothing to accumulate}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x0xbf16>, memref<128x0xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}

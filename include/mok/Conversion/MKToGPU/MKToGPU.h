@@ -16,7 +16,8 @@ namespace mok {
 /// routed rows) by kTileN columns, reduced in k-tiles of kTileK (64 bf16 =
 /// one 128-byte swizzle row) through a ring of kStages shared-memory stages,
 /// computed by one warpgroup (kWarpgroup threads, the CTA's first) of a
-/// kBlock-thread CTA (the others take part in the SIMT phases); sm_90a also
+/// kBlock-thread CTA (the others take part in the SIMT phases; with warp
+/// roles the CTA has producerBlock(tileM) threads); sm_90a also
 /// has 2 * kTileM-row tiles (both warpgroups) and, with one B operand,
 /// 2 * kTileN-column tiles.
 namespace mk_schedule {
@@ -47,8 +48,8 @@ constexpr unsigned producerBlock(int64_t tileM) {
 }
 /// The register file of an SM (32-bit registers); one CTA per SM.
 constexpr int64_t kRegisterFile = 65536;
-/// The even share of a thread of an n-thread CTA (what ptxas may give it:
-/// a multiple of 8, at most 255).
+/// The even share of a thread of an n-thread CTA (a multiple of 8, as
+/// setmaxnreg counts; at most 248).
 constexpr int64_t evenRegisters(unsigned threads) {
   int64_t r = kRegisterFile / threads / 8 * 8;
   return r > 248 ? 248 : r;
