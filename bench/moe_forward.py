@@ -173,12 +173,17 @@ def main():
         pass
     with_phases = [r for r in rows if r["phases_ms"]]
     if with_phases:
-        names = list(with_phases[0]["phases_ms"])
+        # Every phase any kernel has, in order ("-": a kernel without it,
+        # e.g. no dispatch with fuse_dispatch).
+        names = []
+        for r in with_phases:
+            names += [n for n in r["phases_ms"] if n not in names]
         print("\nmok phases (ms, median; profiling kernel)")
         print(f"{'shape':18s} " + " ".join(f"{n[:12]:>12s}" for n in names) + f" {'sum':>8s}")
         for r in with_phases:
             ph = r["phases_ms"]
-            print(f"{r['shape']:18s} " + " ".join(f"{ph[n]:12.3f}" for n in names)
+            print(f"{r['shape']:18s} "
+                  + " ".join(f"{ph[n]:12.3f}" if n in ph else f"{'-':>12s}" for n in names)
                   + f" {sum(ph.values()):8.3f}")
     print(f"\n{result['gpu']}  torch {result['torch']}  8192^3 bf16 matmul: {ceiling:.0f} TFLOP/s")
     print(f"{'shape':18s} {'T':>5s} {'mok ms':>9s} {'torch ms':>9s} {'mok TF/s':>9s} "

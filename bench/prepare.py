@@ -19,11 +19,10 @@ out = sys.argv[1] if len(sys.argv) > 1 else "bench-artifacts"
 target = sys.argv[2] if len(sys.argv) > 2 else "sm_90a"
 for name, shape in SHAPES.items():
     spec = mok.LayerSpec(**{k: v for k, v in shape.items() if k in FIELDS})
-    ws = shape.get("warp_specialize", False)
-    art = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"),
-                      warp_specialize=ws)
+    options = {k: shape.get(k, False) for k in ("warp_specialize", "fuse_dispatch")}
+    art = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"), **options)
     print(name, art.save(os.path.join(out, name)))
     # The same layer timing its phases (moe_forward.py's phase breakdown).
     prof = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"),
-                       profile=True, warp_specialize=ws)
+                       profile=True, **options)
     print(name + "-profile", prof.save(os.path.join(out, name + "-profile")))

@@ -17,4 +17,7 @@ SHAPES = {
 # warpgroup; mok.compile(..., warp_specialize=True)), timed side by side.
 for _name in ("dsv3-shard", "qwen3-30b"):
     SHAPES[_name + "-ws"] = dict(SHAPES[_name], warp_specialize=True)
+# And with the dispatch fused into the gate/up GEMM (fuse_dispatch=True).
+for _name in ("dsv3-shard", "qwen3-30b"):
+    SHAPES[_name + "-fd"] = dict(SHAPES[_name], fuse_dispatch=True)
 del _name

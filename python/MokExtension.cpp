@@ -41,10 +41,11 @@ void runPipeline(mok::Module &m, const std::string &pipeline) {
 std::vector<mok::GpuKernel> compileGPU(const mok::Module &m,
                                        const std::string &chip,
                                        const std::string &toolkit, bool profile,
-                                       bool warpSpecialize) {
+                                       bool warpSpecialize, bool fuseDispatch) {
   std::string error;
   std::vector<mok::GpuKernel> kernels;
-  if (!m.compileGPU(chip, toolkit, kernels, error, profile, warpSpecialize))
+  if (!m.compileGPU(chip, toolkit, kernels, error, profile, warpSpecialize,
+                    fuseDispatch))
     raise(error);
   return kernels;
 }
@@ -131,6 +132,7 @@ NB_MODULE(_mok, m) {
            "The func.func signatures, with layer operand names and roles.")
       .def("compile_gpu", &compileGPU, nb::arg("chip"), nb::arg("toolkit"),
            nb::arg("profile") = false, nb::arg("warp_specialize") = false,
+           nb::arg("fuse_dispatch") = false,
            "PTX and runtime metadata of every fused forward layer (profile: "
            "kernels that time their phases; warp_specialize: sm_90a GEMMs "
            "with a TMA producer warpgroup).")

@@ -233,12 +233,13 @@ static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
 
 bool Module::compileGPU(const std::string &chip, const std::string &toolkit,
                         std::vector<GpuKernel> &kernels, std::string &error,
-                        bool profile, bool warpSpecialize) const {
+                        bool profile, bool warpSpecialize,
+                        bool fuseDispatch) const {
   DiagnosticCollector diags(impl->ctx.get());
   OwningOpRef<ModuleOp> copy = cast<ModuleOp>((*impl->module)->clone());
   PassManager toKernels(impl->ctx.get());
   buildMoEToGPUPipeline(toKernels, chip, /*tensorCores=*/true, profile,
-                        warpSpecialize);
+                        warpSpecialize, fuseDispatch);
   if (failed(toKernels.run(*copy))) {
     error = diags.take("lowering to GPU kernels failed");
     return false;

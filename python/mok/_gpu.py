@@ -73,10 +73,11 @@ class GpuArtifact:
 
 
 def _compile_with_extension(source, name, target, function, toolkit, profile,
-                            warp_specialize):
+                            warp_specialize, fuse_dispatch):
     from . import _mok
     module = _mok.Module.parse(source, name)
-    kernels = [k for k in module.compile_gpu(target, toolkit, profile, warp_specialize)
+    kernels = [k for k in module.compile_gpu(target, toolkit, profile, warp_specialize,
+                                             fuse_dispatch)
                if k.function == function]
     if not kernels:
         raise ValueError(f"no fused forward layer in @{function}")
@@ -93,7 +94,8 @@ def _find_compiler():
     return None
 
 
-def _compile_with_tool(tool, source, target, function, toolkit, profile, warp_specialize):
+def _compile_with_tool(tool, source, target, function, toolkit, profile, warp_specialize,
+                       fuse_dispatch):
     """The same through the mok-compile binary (e.g. the static one carried
     to a GPU machine without MLIR)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -102,7 +104,8 @@ def _compile_with_tool(tool, source, target, function, toolkit, profile, warp_sp
             f.write(source)
         proc = subprocess.run([tool, path, "--chip", target, "--toolkit", toolkit,
                                "-o", tmp] + (["--profile"] if profile else [])
-                              + (["--warp-specialize"] if warp_specialize else []),
+                              + (["--warp-specialize"] if warp_specialize else [])
+                              + (["--fuse-dispatch"] if fuse_dispatch else []),
                               capture_output=True, text=True)
         if proc.returncode:
             raise ValueError(proc.stderr.strip() or f"{tool} failed")
@@ -113,10 +116,11 @@ def _compile_with_tool(tool, source, target, function, toolkit, profile, warp_sp
 
 
 def compile_gpu(source, name, target, function, cache_dir, profile=False,
-                warp_specialize=False):
+                warp_specialize=False, fuse_dispatch=False):
     key = hashlib.sha256("\0".join([source, target, function, __version__]
                                    + (["profile"] if profile else [])
                                    + (["warp_specialize"] if warp_specialize else [])
+                                   + (["fuse_dispatch"] if fuse_dispatch else [])
                                    ).encode())
     directory = os.path.join(_cache_dir(cache_dir), key.hexdigest()[:24])
     base = os.path.join(directory, function)
@@ -125,7 +129,7 @@ def compile_gpu(source, name, target, function, cache_dir, profile=False,
     toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
     try:
         artifact = _compile_with_extension(source, name, target, function, toolkit,
-                                           profile, warp_specialize)
+                                           profile, warp_specialize, fuse_dispatch)
     except ImportError:
         tool = _find_compiler()
         if tool is None:
@@ -133,7 +137,7 @@ def compile_gpu(source, name, target, function, cache_dir, profile=False,
                               "extension (build/python) or the mok-compile binary "
                               "(set MOK_COMPILER)") from None
         artifact = _compile_with_tool(tool, source, target, function, toolkit, profile,
-                                      warp_specialize)
+                                      warp_specialize, fuse_dispatch)
     artifact.path = artifact.save(directory)
     return artifact
 

@@ -232,7 +232,7 @@ GPU_TARGETS = ("sm_90a", "sm_100a")
 
 
 def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_dir=None,
-            profile=False, warp_specialize=False):
+            profile=False, warp_specialize=False, fuse_dispatch=False):
     """Compiles a layer for `target`.
 
     layer: a LayerSpec, or moe IR text holding `function` (one MoE layer,
@@ -251,8 +251,10 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
     `profile=True`: a kernel that records the global timer after each phase
     (GpuLayer.phase_times()). `warp_specialize=True` (sm_90a): GEMMs with a
     TMA producer warpgroup (convert-moe-to-mk's warp-specialize option; see
-    docs/performance.md for when it is faster). The training forward and
-    backward are CPU-only for now.
+    docs/performance.md for when it is faster). `fuse_dispatch=True`
+    (sm_90a, not with warp_specialize): no dispatch copy; the gate/up GEMM
+    loads its A rows straight from x. The training forward and backward are
+    CPU-only for now.
     """
     if target != "cpu" and target not in GPU_TARGETS:
         raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")
@@ -269,11 +271,13 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
                              "only; training on the GPU is not supported yet")
         from ._gpu import compile_gpu
         return compile_gpu(source, name, target, function, cache_dir, profile,
-                           warp_specialize)
+                           warp_specialize, fuse_dispatch)
     if profile:
         raise ValueError("profile: only GPU targets time their phases")
     if warp_specialize:
         raise ValueError("warp_specialize: only the sm_90a target has warp roles")
+    if fuse_dispatch:
+        raise ValueError("fuse_dispatch: only the sm_90a target fuses the dispatch")
     from . import _mok
     module = _mok.Module.parse(source, name)
     stages = {"moe": str(module)}

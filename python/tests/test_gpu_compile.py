@@ -67,6 +67,26 @@ def test_warp_specialized_kernels(tmp_path):
         mok.compile(TC_SPEC, target="cpu", warp_specialize=True)
 
 
+def test_fused_dispatch_kernels(tmp_path):
+    plain = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), profile=True)
+    fd = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), profile=True,
+                     fuse_dispatch=True)
+    # No dispatch copy: no routed_x workspace, no dispatch phase; the
+    # gate/up GEMM reads x through a map of one-row boxes.
+    names = [p["name"] for p in fd.metadata["params"]]
+    assert "routed_x" in [p["name"] for p in plain.metadata["params"]]
+    assert "routed_x" not in names
+    assert "dispatch" in plain.metadata["phases"] and "dispatch" not in fd.metadata["phases"]
+    assert fd.metadata["phases"][-3:] == ["gate/up + SwiGLU", "down", "combine"]
+    x_maps = [m for m in fd.metadata["tensor_maps"] if m["buffer"] == "x"]
+    assert [m["box_rows"] for m in x_maps] == [1]
+    with pytest.raises(ValueError, match="fuse-dispatch is implemented for sm_90a"):
+        mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), fuse_dispatch=True,
+                    warp_specialize=True)
+    with pytest.raises(ValueError, match="fuse_dispatch: only the sm_90a target"):
+        mok.compile(TC_SPEC, target="cpu", fuse_dispatch=True)
+
+
 def test_artifacts_are_cached_and_reloadable(tmp_path):
     a = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path))
     assert os.path.exists(a.path + ".ptx") and os.path.exists(a.path + ".json")

@@ -40,6 +40,11 @@ CASES = {
 # and 64-row tiles (top1_clamp, qwen3_top2_clamp).
 for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp"):
     CASES["ws_" + _name] = dict(CASES[_name], warp_specialize=True)
+# And with the dispatch fused into the gate/up GEMM (mok.compile(...,
+# fuse_dispatch=True)): A rows loaded from x one TMA row box a thread;
+# padding rows and -1 routes (qwen3_top2_clamp) read zeros.
+for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp"):
+    CASES["fd_" + _name] = dict(CASES[_name], fuse_dispatch=True)
 del _name
 
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
@@ -52,4 +57,5 @@ def spec_kwargs(case):
 
 def compile_kwargs(case):
     """mok.compile's options of a case (besides the spec and target)."""
-    return {"warp_specialize": case.get("warp_specialize", False)}
+    return {"warp_specialize": case.get("warp_specialize", False),
+            "fuse_dispatch": case.get("fuse_dispatch", False)}

@@ -22,15 +22,15 @@ static int usage(const char *why) {
       "mok-compile: %s\n"
       "usage: mok-compile INPUT.mlir [--chip sm_90a|sm_100a] [--profile] -o "
       "OUTDIR\n"
-      "       [--warp-specialize] [--toolkit CUDA_DIR]  (libdevice; default "
-      "$CUDA_HOME or /usr/local/cuda)\n",
+      "       [--warp-specialize] [--fuse-dispatch] [--toolkit CUDA_DIR]\n"
+      "       (--toolkit: libdevice; default $CUDA_HOME or /usr/local/cuda)\n",
       why);
   return 2;
 }
 
 int main(int argc, char **argv) {
   std::string input, out, chip = "sm_90a";
-  bool profile = false, warpSpecialize = false;
+  bool profile = false, warpSpecialize = false, fuseDispatch = false;
   const char *home = std::getenv("CUDA_HOME");
   std::string toolkit = home && *home ? home : "/usr/local/cuda";
   for (int i = 1; i < argc; ++i) {
@@ -50,6 +50,10 @@ int main(int argc, char **argv) {
     }
     if (a == "--warp-specialize") {
       warpSpecialize = true;
+      continue;
+    }
+    if (a == "--fuse-dispatch") {
+      fuseDispatch = true;
       continue;
     }
     if (a == "-h" || a == "--help")
@@ -76,7 +80,7 @@ int main(int argc, char **argv) {
     return std::fprintf(stderr, "%s", error.c_str()), 1;
   std::vector<mok::GpuKernel> kernels;
   if (!module->compileGPU(chip, toolkit, kernels, error, profile,
-                          warpSpecialize))
+                          warpSpecialize, fuseDispatch))
     return std::fprintf(stderr, "%s\n", error.c_str()), 1;
   std::error_code ec;
   std::filesystem::create_directories(out, ec);

@@ -79,10 +79,12 @@ public:
   /// Compiles every fused forward layer of (a copy of) the module for `chip`
   /// ("sm_90a" or "sm_100a"); `toolkit` holds libdevice. `profile`: kernels
   /// that record the global timer after each phase (convert-moe-to-mk's
-  /// profile option); `warpSpecialize`: its warp-specialize option.
+  /// profile option); `warpSpecialize`, `fuseDispatch`: its warp-specialize
+  /// and fuse-dispatch options.
   bool compileGPU(const std::string &chip, const std::string &toolkit,
                   std::vector<GpuKernel> &kernels, std::string &error,
-                  bool profile = false, bool warpSpecialize = false) const;
+                  bool profile = false, bool warpSpecialize = false,
+                  bool fuseDispatch = false) const;
 
 private:
   Module();

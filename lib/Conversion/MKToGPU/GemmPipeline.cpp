@@ -202,10 +202,33 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
         b, loc, view(offset, smemType(ctx, {boxRows, kTileK}, bf16)), barriers,
         map, ValueRange{kc, row}, stage, Value(), Value());
   };
-  tma(t.mapA, p.tileM, base, t.m0);
+  // (Gathered A: the consumer threads load its rows; the expected bytes
+  // are the same, a whole A box.)
+  if (!p.gatherRows)
+    tma(t.mapA, p.tileM, base, t.m0);
   tma(t.mapB0, p.tileN, e.add(base, e.index(p.bytesA())), t.n0);
   if (p.b1)
     tma(t.mapB1, p.tileN, e.add(base, e.index(p.bytesA() + p.bytesB())), t.n0);
+}
+
+void GemmEmitter::loadGatheredRows(const GemmPhase &p, Value g, Value kTile,
+                                   const Task &t) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  MLIRContext *ctx = b.getContext();
+  Value stage = e.rem(g, e.index(kStages));
+  Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
+  // Row r of a 1024-aligned 128-byte-swizzled box starts at r * 128; TMA
+  // swizzles the row's 16-byte chunks by the destination address, as it
+  // does for a whole box.
+  e.ifThen(e.cmp(arith::CmpIPredicate::ult, tid, e.index(p.tileM)), [&] {
+    Value dst = view(e.add(base, e.mul(tid, e.index(kTileK * kBf16))),
+                     smemType(ctx, {1, kTileK}, b.getBF16Type()));
+    nvgpu::TmaAsyncLoadOp::create(
+        b, loc, dst, barriers, t.mapARow,
+        ValueRange{e.mul(kTile, e.index(kTileK)), t.aRow}, stage, Value(),
+        Value());
+  });
 }
 
 void GemmEmitter::syncWarpgroup(int64_t warpgroups) {
@@ -389,9 +412,24 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
   Value n0 = e.mul(nTile, e.index(p.tileN));
   // Grouped: the m-tile's expert picks the B maps' slots.
   Value expert = p.expertOf ? p.expertOf(m0) : e.index(0);
-  return Task{m0, n0, mapAt(e.index(p.a), p.tileM),
-              mapAt(e.add(e.index(p.b0), expert), p.tileN),
-              p.b1 ? mapAt(e.add(e.index(*p.b1), expert), p.tileN) : Value()};
+  Task t{m0,
+         n0,
+         mapAt(e.index(p.a), p.tileM),
+         mapAt(e.add(e.index(p.b0), expert), p.tileN),
+         p.b1 ? mapAt(e.add(e.index(*p.b1), expert), p.tileN) : Value(),
+         Value(),
+         Value()};
+  if (p.gatherRows) {
+    t.mapARow = mapAt(e.index(p.a), 1);
+    // This thread's row of the tile (threads past the tile's rows take the
+    // last one; they load nothing) and its source row.
+    Value r = arith::MinUIOp::create(b, loc, tid, e.index(p.tileM - 1));
+    Value q = e.toIndex(e.load(p.gatherRows, {e.add(m0, r)}));
+    Value valid = e.cmp(arith::CmpIPredicate::sge, q, e.index(0));
+    t.aRow = e.select(valid, e.div(q, e.index(p.gatherTopK)),
+                      e.index(p.gatherSourceRows));
+  }
+  return t;
 }
 
 void GemmEmitter::producerTasks(const GemmPhase &p) {
@@ -469,7 +507,7 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     // previous task consumed all the k-tiles it loaded and its epilogue
     // ended with a warpgroup barrier; `acquire` waits for what the MMA
     // layer may still read.
-    if (!roles.producer)
+    if (!roles.producer) {
       e.ifThen(isThread0, [&] {
         for (int64_t kt = 0; kt < std::min(kStages, kTiles); ++kt) {
           Value kTile = e.index(kt);
@@ -478,6 +516,10 @@ void GemmEmitter::tasks(const GemmPhase &p) {
           load(p, g, kTile, t);
         }
       });
+      if (p.gatherRows)
+        for (int64_t kt = 0; kt < std::min(kStages, kTiles); ++kt)
+          loadGatheredRows(p, e.add(it, e.index(kt)), e.index(kt), t);
+    }
 
     // The MMA layer: accumulators into shared memory, or (empty result) the
     // epilogue done from registers.

@@ -88,6 +88,13 @@ struct GemmPhase {
   /// Bytes of one B box / of the A box in a stage.
   int64_t bytesB() const { return tileN * kTileK * kBf16; }
   int64_t bytesA() const { return tileM * kTileK * kBf16; }
+  /// Gathered A (thread-0 design only): row r of A is row
+  /// gatherRows[r] / gatherTopK of the A map's matrix (gatherSourceRows
+  /// rows; a negative entry reads row gatherSourceRows, out of bounds:
+  /// zeros). The map at slot `a` has boxes of one row; consumer thread r
+  /// loads row r of each k-tile. Null otherwise.
+  Value gatherRows;
+  int64_t gatherTopK = 0, gatherSourceRows = 0;
   /// Whether the kernel's next step is a grid barrier (else, with warp
   /// roles that move registers, a CTA barrier ends the GEMM).
   bool gridBarrierFollows = false;
@@ -113,6 +120,10 @@ struct WarpRoles {
 struct Task {
   Value m0, n0;
   Value mapA, mapB0, mapB1; // !nvgpu.tensormap.descriptor (mapB1 may be null)
+  /// Gathered A: this thread's A row's source row (index), and the A map
+  /// typed for its one-row boxes (mapA keeps the whole box's type, which
+  /// the wgmma descriptors are generated from).
+  Value aRow, mapARow;
 };
 
 /// Emits the GEMM phases of one kernel. Construction (through a chip's
@@ -169,6 +180,12 @@ protected:
   /// Thread 0: k-tile `kTile` of the task into the stage of k-tile number
   /// `g` (arrive.expect_tx on its full barrier, then the TMA loads).
   void load(const GemmPhase &p, Value g, Value kTile, const Task &t);
+  /// Gathered A: consumer thread r < tileM loads row r of k-tile `kTile`
+  /// into the stage of k-tile number `g` (one 128-byte TMA box, at the
+  /// row's place in the 128-byte-swizzled A box). Call with every consumer
+  /// thread, after or before thread 0's `load` of the same k-tile.
+  void loadGatheredRows(const GemmPhase &p, Value g, Value kTile,
+                        const Task &t);
   /// bar.sync on named barrier 1 for the first `warpgroups` warpgroups.
   void syncWarpgroup(int64_t warpgroups = 1);
   /// A view of the dynamic shared memory at `byteOffset` (from smem).

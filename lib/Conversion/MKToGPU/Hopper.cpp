@@ -144,6 +144,15 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       e.ifThen(refill, [&] {
         load(p, e.add(e.sub(g, e.index(1)), stageCount), next, t);
       });
+      // Gathered A: every consumer thread its row.
+      if (p.gatherRows)
+        e.ifThen(arith::AndIOp::create(
+                     b, loc, e.cmp(arith::CmpIPredicate::sge, prev, e.index(0)),
+                     e.cmp(arith::CmpIPredicate::slt, next, e.index(kTiles))),
+                 [&] {
+                   loadGatheredRows(p, e.add(e.sub(g, e.index(1)), stageCount),
+                                    next, t);
+                 });
     }
     return acc;
   };

@@ -703,6 +703,11 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
       (*op.getTile())[1],
       (*op.getTile())[0]};
   phase.gridBarrierFollows = beforeGridBarrier.contains(op);
+  if (Value rows = op.getGatherRows()) {
+    phase.gatherRows = rows;
+    phase.gatherTopK = *op.getGatherTopK();
+    phase.gatherSourceRows = size(op.getA(), 0);
+  }
   gemm->emit(phase);
 }
 

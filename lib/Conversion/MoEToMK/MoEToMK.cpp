@@ -53,6 +53,9 @@ struct TensorMapSpec {
 /// The sizes of the layer, all static.
 struct Sizes {
   int64_t tokens, hidden, inter, experts, topK, padding, sharedInter = 0;
+  /// The dispatch copy fused into the gate/up GEMM's A loads (no mk.gather,
+  /// no routed_x): sm_90a tensor-core kernels with fuse-dispatch.
+  bool fusedDispatch = false;
   int64_t routedCapacity() const {
     return tokens * topK + experts * (padding - 1);
   }
@@ -105,7 +108,11 @@ SmallVector<TensorMapSpec> tensorMapsFor(const Sizes &s, MapSlots &slots,
     next += spec.experts;
     return slot;
   };
-  slots.routedX = add(a("routed_x", rc, h));     // gate/up A
+  // gate/up A: routed_x, or, with the dispatch fused, x one row a box.
+  slots.routedX =
+      s.fusedDispatch
+          ? add(TensorMapSpec{"x", s.tokens, h, h, 1, sched::kTileK})
+          : add(a("routed_x", rc, h));
   slots.gate = add(b("gate_weights", in, h, e)); // [I, H] each
   slots.up = add(b("up_weights", in, h, e));
   slots.hidden = add(a("hidden", rc, in));                   // down A
@@ -132,10 +139,15 @@ int64_t slotCount(ArrayRef<TensorMapSpec> maps) {
 /// and (tensor-core kernels) the tensor maps, last.
 /// The phases of the schedule, in order: what lies between two barriers
 /// (profiling names them; emitSchedule checks it emits that many).
-ArrayRef<StringRef> phaseNames() {
+ArrayRef<StringRef> phaseNames(bool fusedDispatch) {
   static const StringRef names[] = {
       "plan: count", "plan: scan",       "plan: offsets", "plan: assign",
       "dispatch",    "gate/up + SwiGLU", "down",          "combine"};
+  static const StringRef fused[] = {
+      "plan: count",      "plan: scan", "plan: offsets", "plan: assign",
+      "gate/up + SwiGLU", "down",       "combine"};
+  if (fusedDispatch)
+    return fused;
   return names;
 }
 
@@ -177,7 +189,8 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   params.push_back({"route_row", "workspace", ty({s.tokens * s.topK}, i64)});
   params.push_back({"row_route", "workspace", ty({rc}, i64)});
   params.push_back({"row_expert", "workspace", ty({rc}, i64)});
-  params.push_back({"routed_x", "workspace", ty({rc, s.hidden}, bf16)});
+  if (!s.fusedDispatch)
+    params.push_back({"routed_x", "workspace", ty({rc, s.hidden}, bf16)});
   params.push_back({"hidden", "workspace", ty({rc, s.inter}, bf16)});
   params.push_back({"routed_y", "workspace", ty({rc, s.hidden}, bf16)});
   if (layer.hasSharedExpert()) {
@@ -193,7 +206,8 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   if (profile)
     params.push_back(
         {"phase_clock", "workspace",
-         ty({static_cast<int64_t>(phaseNames().size()) + 1}, i64)});
+         ty({static_cast<int64_t>(phaseNames(s.fusedDispatch).size()) + 1},
+            i64)});
   // 128-byte CUtensorMaps; last, so the other parameters keep their
   // positions.
   if (!maps.empty())
@@ -257,7 +271,7 @@ DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
   }
   if (profile) {
     SmallVector<Attribute> names;
-    for (StringRef n : phaseNames())
+    for (StringRef n : phaseNames(s.fusedDispatch))
       names.push_back(b.getStringAttr(n));
     entries.push_back(b.getNamedAttr("phases", b.getArrayAttr(names)));
   }
@@ -309,15 +323,18 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
                            buf["row_route"], buf["row_expert"], s.chunk());
   barrier();
 
-  // Phase 2: dispatch.
-  mk::GatherOp::create(b, loc, buf["x"], buf["row_route"], buf["offsets"],
-                       buf["routed_x"], s.topK);
-  barrier();
+  // Phase 2: dispatch (or, fused, the gate/up GEMM's A loads gather).
+  if (!s.fusedDispatch) {
+    mk::GatherOp::create(b, loc, buf["x"], buf["row_route"], buf["offsets"],
+                         buf["routed_x"], s.topK);
+    barrier();
+  }
 
   // Phases 3 (gate/up + SwiGLU) and 4 (down), routed and shared.
   FloatAttr limit = layer.getSwigluLimitAttr();
   auto gemm = [&](mk::Epilogue epilogue, StringRef a, ArrayRef<StringRef> bs,
-                  StringRef out, bool grouped, ArrayRef<int64_t> mapSlots) {
+                  StringRef out, bool grouped, ArrayRef<int64_t> mapSlots,
+                  bool gathered = false) {
     SmallVector<Value> bValues;
     for (StringRef name : bs)
       bValues.push_back(buf[name]);
@@ -328,6 +345,7 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
     mk::GemmOp::create(
         b, loc, e, epilogue, buf[a], bValues, buf[out], rowExpert, offsets,
         tc ? buf["tensor_maps"] : Value(),
+        gathered ? buf["row_route"] : Value(),
         epilogue == mk::Epilogue::swiglu ? limit : FloatAttr(),
         tc ? b.getDenseI64ArrayAttr(
                  {tileM,
@@ -336,10 +354,16 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
            : DenseI64ArrayAttr(),
         tc ? b.getI64IntegerAttr(sched::kStages) : IntegerAttr(),
         tc ? b.getDenseI64ArrayAttr(mapSlots) : DenseI64ArrayAttr(),
-        /*producer=*/warpRoles, warpRoles ? registers : DenseI64ArrayAttr());
+        /*producer=*/warpRoles, warpRoles ? registers : DenseI64ArrayAttr(),
+        gathered ? b.getI64IntegerAttr(s.topK) : IntegerAttr());
   };
-  gemm(mk::Epilogue::swiglu, "routed_x", {"gate_weights", "up_weights"},
-       "hidden", /*grouped=*/true, {slots.routedX, slots.gate, slots.up});
+  if (s.fusedDispatch)
+    gemm(mk::Epilogue::swiglu, "x", {"gate_weights", "up_weights"}, "hidden",
+         /*grouped=*/true, {slots.routedX, slots.gate, slots.up},
+         /*gathered=*/true);
+  else
+    gemm(mk::Epilogue::swiglu, "routed_x", {"gate_weights", "up_weights"},
+         "hidden", /*grouped=*/true, {slots.routedX, slots.gate, slots.up});
   if (s.hasShared())
     gemm(mk::Epilogue::swiglu, "x",
          {"shared_gate_weights", "shared_up_weights"}, "shared_hidden",
@@ -360,7 +384,9 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   // Profiling: one more barrier, so the last stamp follows every CTA.
   if (clock)
     barrier();
-  assert((!clock || stamps == static_cast<int64_t>(phaseNames().size()) + 1) &&
+  assert((!clock ||
+          stamps ==
+              static_cast<int64_t>(phaseNames(s.fusedDispatch).size()) + 1) &&
          "phaseNames() must name every phase");
   gpu::ReturnOp::create(b, loc);
 }
@@ -374,6 +400,12 @@ struct ConvertMoEToMKPass
     if (chip != "sm_90a" && chip != "sm_100a") {
       module.emitError() << "convert-moe-to-mk: chip '" << chip
                          << "' is not supported; expected sm_90a or sm_100a";
+      return signalPassFailure();
+    }
+    if (fuseDispatch && (chip != "sm_90a" || warpSpecialize)) {
+      module.emitError() << "convert-moe-to-mk: fuse-dispatch is "
+                            "implemented for sm_90a without "
+                            "warp-specialize only";
       return signalPassFailure();
     }
     if (warpSpecialize && chip != "sm_90a") {
@@ -457,6 +489,7 @@ struct ConvertMoEToMKPass
           if (s.padding % (sched::kMaxConsumers * sched::kTileM) == 0)
             tileM = sched::kMaxConsumers * sched::kTileM;
         }
+        s.fusedDispatch = fuseDispatch && *engine == mk::Engine::wgmma;
         maps = tensorMapsFor(s, slots, tileM, storeTileN);
         block = *engine == mk::Engine::wgmma && warpSpecialize
                     ? sched::producerBlock(tileM)

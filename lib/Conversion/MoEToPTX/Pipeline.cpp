@@ -26,28 +26,30 @@ using namespace mlir;
 
 void mok::buildMoEToPTXPipeline(OpPassManager &pm, const std::string &chip,
                                 const std::string &toolkit, bool tensorCores,
-                                bool warpSpecialize) {
+                                bool warpSpecialize, bool fuseDispatch) {
   buildMoEToGPUPipeline(pm, chip, tensorCores, /*profile=*/false,
-                        warpSpecialize);
+                        warpSpecialize, fuseDispatch);
   buildGPUToPTXPipeline(pm, chip, toolkit);
 }
 
 void mok::buildMoEToMKPipeline(OpPassManager &pm, const std::string &chip,
                                bool tensorCores, bool profile,
-                               bool warpSpecialize) {
+                               bool warpSpecialize, bool fuseDispatch) {
   pm.addPass(moe::createMoEFuseLayer());
   ConvertMoEToMKOptions options;
   options.chip = chip;
   options.tensorCores = tensorCores;
   options.profile = profile;
   options.warpSpecialize = warpSpecialize;
+  options.fuseDispatch = fuseDispatch;
   pm.addPass(createConvertMoEToMK(options));
 }
 
 void mok::buildMoEToGPUPipeline(OpPassManager &pm, const std::string &chip,
                                 bool tensorCores, bool profile,
-                                bool warpSpecialize) {
-  buildMoEToMKPipeline(pm, chip, tensorCores, profile, warpSpecialize);
+                                bool warpSpecialize, bool fuseDispatch) {
+  buildMoEToMKPipeline(pm, chip, tensorCores, profile, warpSpecialize,
+                       fuseDispatch);
   pm.addPass(createConvertMKToGPU());
 }
 
@@ -102,6 +104,11 @@ struct MoEToPTXOptions : public PassPipelineOptions<MoEToPTXOptions> {
       llvm::cl::desc("sm_90a: GEMMs with a TMA producer warpgroup "
                      "(convert-moe-to-mk's warp-specialize)"),
       llvm::cl::init(false)};
+  Option<bool> fuseDispatch{
+      *this, "fuse-dispatch",
+      llvm::cl::desc("sm_90a: the gate/up GEMM loads its A rows straight "
+                     "from x (convert-moe-to-mk's fuse-dispatch)"),
+      llvm::cl::init(false)};
 };
 } // namespace
 
@@ -117,6 +124,6 @@ void mok::registerMoEToPTXPipeline() {
           toolkit = home && *home ? home : "/usr/local/cuda";
         }
         buildMoEToPTXPipeline(pm, options.chip, toolkit, options.tensorCores,
-                              options.warpSpecialize);
+                              options.warpSpecialize, options.fuseDispatch);
       });
 }

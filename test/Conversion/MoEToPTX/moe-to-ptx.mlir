@@ -29,6 +29,10 @@
 // RUN: mok-opt %mok_src_root/examples/dsv3-shard.mlir --moe-to-ptx="chip=sm_90a warp-specialize=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-ws-dsv3
 // RUN: FileCheck %s --check-prefix=WS --input-file %t/sm90-ws-dsv3/dsv3_shard_moe_kernels.ptx
 // RUN: ptxas -arch=sm_90a -v %t/sm90-ws-dsv3/dsv3_shard_moe_kernels.ptx -o %t/sm90-ws-dsv3.cubin 2>&1 | FileCheck %s --check-prefix=WSPTXAS
+// The dispatch fused into the gate/up GEMM (one TMA row box a thread):
+// RUN: mok-opt %mok_src_root/examples/dsv3-shard.mlir --moe-to-ptx="chip=sm_90a fuse-dispatch=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-fd-dsv3
+// RUN: FileCheck %s --check-prefix=FD --input-file %t/sm90-fd-dsv3/dsv3_shard_moe_kernels.ptx
+// RUN: ptxas -arch=sm_90a -v %t/sm90-fd-dsv3/dsv3_shard_moe_kernels.ptx -o %t/sm90-fd-dsv3.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | FileCheck %s --check-prefix=SM100
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/sm100
 // RUN: FileCheck %s --check-prefix=TCGEN05 --input-file %t/sm100/shared_layer_kernels.ptx
@@ -75,6 +79,10 @@
 // WGMMA-NEXT: wgmma.wait_group.sync.aligned 1;
 // WGMMA-NEXT: bar.sync 1, {{128|256}};
 // WGMMA: wgmma.wait_group.sync.aligned 0;
+
+// FD: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// FD-NOT: ld.global.v4
+// FD: wgmma.mma_async
 
 // WS: .maxntid 384, 1, 1
 // WS: .maxnreg 168

@@ -20,6 +20,7 @@
 // CHECK-LABEL: gpu.func @tensor_cores
 // CHECK: mk.gemm wgmma swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
 // CHECK: mk.gemm tcgen05 store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 17, 18>, stages = 4 : i64, tile = array<i64: 64, 128, 64>} : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
+// CHECK: mk.gemm wgmma swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) gather(%{{.*}} : memref<332xi64>) {gather_top_k = 2 : i64, maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>} : memref<40x64xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
 // CHECK: mk.gemm wgmma store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 17, 18>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
 
 module attributes {gpu.container_module} {
@@ -59,7 +60,8 @@ gpu.module @kernels {
                          %wu: memref<4x128x64xbf16>, %hidden: memref<332x128xbf16>,
                          %row_expert: memref<332xi64>, %offsets: memref<5xi64>,
                          %sh: memref<40x128xbf16>, %sd: memref<64x128xbf16>,
-                         %so: memref<40x64xbf16>, %maps: memref<304xi64>) kernel {
+                         %so: memref<40x64xbf16>, %maps: memref<304xi64>,
+                         %x: memref<40x64xbf16>) kernel {
     mk.gemm wgmma swiglu %routed_x, %wg, %wu into %hidden
         grouped(%row_expert, %offsets : memref<332xi64>, memref<5xi64>) maps(%maps : memref<304xi64>)
         {maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
@@ -67,6 +69,12 @@ gpu.module @kernels {
     mk.gemm tcgen05 store %sh, %sd into %so maps(%maps : memref<304xi64>)
         {maps = array<i64: 17, 18>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
         : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
+    // Gathered A: rows of %x picked by %row_expert (route / 2).
+    mk.gemm wgmma swiglu %x, %wg, %wu into %hidden
+        grouped(%row_expert, %offsets : memref<332xi64>, memref<5xi64>) maps(%maps : memref<304xi64>)
+        gather(%row_expert : memref<332xi64>)
+        {gather_top_k = 2 : i64, maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<40x64xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
     // Warp roles: a producer warpgroup, registers moved to the consumers.
     mk.gemm wgmma store %sh, %sd into %so maps(%maps : memref<304xi64>)
         {maps = array<i64: 17, 18>, producer, registers = array<i64: 224, 56>,

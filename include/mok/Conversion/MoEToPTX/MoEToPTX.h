@@ -20,17 +20,20 @@ namespace mok {
 /// producer warpgroup (convert-moe-to-mk's warp-specialize).
 void buildMoEToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
                            const std::string &toolkit, bool tensorCores = true,
-                           bool warpSpecialize = false);
+                           bool warpSpecialize = false,
+                           bool fuseDispatch = false);
 
 /// Its halves: fuse + convert-moe-to-mk + convert-mk-to-gpu (the kernels,
 /// with their `mok.kernel` descriptions), then NVVM lowering and PTX
 /// emission; buildMoEToMKPipeline stops at the megakernel schedule.
 void buildMoEToMKPipeline(mlir::OpPassManager &pm, const std::string &chip,
                           bool tensorCores = true, bool profile = false,
-                          bool warpSpecialize = false);
+                          bool warpSpecialize = false,
+                          bool fuseDispatch = false);
 void buildMoEToGPUPipeline(mlir::OpPassManager &pm, const std::string &chip,
                            bool tensorCores = true, bool profile = false,
-                           bool warpSpecialize = false);
+                           bool warpSpecialize = false,
+                           bool fuseDispatch = false);
 void buildGPUToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
                            const std::string &toolkit);
 

@@ -117,18 +117,34 @@ LogicalResult GemmOp::verify() {
     if (failed(expectDim(*this, b, "B", bRank - 1, k, "K, a's columns")))
       return failure();
   }
+  // Gathered, A's rows are out's (a holds the rows they are taken from).
+  bool gathered = static_cast<bool>(getGatherRows());
   if (failed(expectDim(*this, out, "out", 1, n, "N, B's rows")) ||
-      failed(expectDim(*this, out, "out", 0, dim(a, 0), "a's rows")))
+      (!gathered &&
+       failed(expectDim(*this, out, "out", 0, dim(a, 0), "a's rows"))))
     return failure();
   if (isGrouped()) {
     int64_t experts = dim(getB()[0], 0);
     if (failed(expectDim(*this, getOffsets(), "offsets", 0, experts + 1,
                          "experts + 1")) ||
-        failed(expectDim(*this, getRowExpert(), "row_expert", 0, dim(a, 0),
-                         "a's rows")))
+        failed(expectDim(*this, getRowExpert(), "row_expert", 0, dim(out, 0),
+                         "out's rows")))
       return failure();
   }
 
+  if (getGatherRows() || getGatherTopK()) {
+    if (!getGatherRows() || !getGatherTopK())
+      return emitOpError("gather needs both gather_rows and gather_top_k");
+    if (getEngine() != Engine::wgmma || getProducer())
+      return emitOpError("a gathered A operand is implemented for the wgmma "
+                         "engine without a producer only");
+    if (!isGrouped())
+      return emitOpError("a gathered A operand needs a grouped GEMM (its "
+                         "rows are routed rows)");
+    if (failed(expectDim(*this, getGatherRows(), "gather_rows", 0,
+                         dim(getOut(), 0), "out's rows")))
+      return failure();
+  }
   if (getProducer() && getEngine() != Engine::wgmma)
     return emitOpError() << "a producer warp is implemented for the wgmma "
                             "engine only, not "

@@ -256,6 +256,13 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       `a` and the first slot of each B operand (grouped: one slot per
       expert, expert `e` at first + e).
 
+    *Gathered A* (`gather(%row_route)`, `wgmma` without a producer only): row
+    `r` of the A operand is row `row_route[r] / gather_top_k` of `a` (the
+    layer's `x`), or zeros when `row_route[r] < 0`: the dispatch copy fused
+    into the GEMM's loads. Each A row of a k-tile is its own TMA box (1 x
+    64, through the map at `maps[0]`), issued by the consumer thread of that
+    row; `gather_rows` has out's rows.
+
     Warp roles (`wgmma` only): with `producer`, one thread of an extra
     warpgroup after the consumer warpgroups issues every TMA load, running
     ahead across k-tiles and tasks; the consumers hand each stage back
@@ -282,17 +289,20 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$row_expert,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$offsets,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$tensor_maps,
+      Arg<Optional<MK_I64Vector>, "", [MemRead]>:$gather_rows,
       OptionalAttr<F32Attr>:$swiglu_limit,
       OptionalAttr<DenseI64ArrayAttr>:$tile,
       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$stages,
       OptionalAttr<DenseI64ArrayAttr>:$maps,
       UnitAttr:$producer,
-      OptionalAttr<DenseI64ArrayAttr>:$registers);
+      OptionalAttr<DenseI64ArrayAttr>:$registers,
+      OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$gather_top_k);
   let assemblyFormat = [{
     $engine $epilogue $a `,` $b `into` $out
     (`grouped` `(` $row_expert^ `,` $offsets `:` type($row_expert) `,`
                    type($offsets) `)`)?
     (`maps` `(` $tensor_maps^ `:` type($tensor_maps) `)`)?
+    (`gather` `(` $gather_rows^ `:` type($gather_rows) `)`)?
     attr-dict `:` type($a) `,` type($b) `->` type($out)
   }];
   let extraClassDeclaration = [{
