@@ -425,9 +425,11 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
     // last one; they load nothing) and its source row.
     Value r = arith::MinUIOp::create(b, loc, tid, e.index(p.tileM - 1));
     Value q = e.toIndex(e.load(p.gatherRows, {e.add(m0, r)}));
+    // A padding row (no route) loads source row 0: a box wholly out of
+    // bounds might not complete its bytes, and padding rows' results are
+    // never read (mk.combine reads routed rows only).
     Value valid = e.cmp(arith::CmpIPredicate::sge, q, e.index(0));
-    t.aRow = e.select(valid, e.div(q, e.index(p.gatherTopK)),
-                      e.index(p.gatherSourceRows));
+    t.aRow = e.select(valid, e.div(q, e.index(p.gatherTopK)), e.index(0));
   }
   return t;
 }

@@ -89,12 +89,12 @@ struct GemmPhase {
   int64_t bytesB() const { return tileN * kTileK * kBf16; }
   int64_t bytesA() const { return tileM * kTileK * kBf16; }
   /// Gathered A (thread-0 design only): row r of A is row
-  /// gatherRows[r] / gatherTopK of the A map's matrix (gatherSourceRows
-  /// rows; a negative entry reads row gatherSourceRows, out of bounds:
-  /// zeros). The map at slot `a` has boxes of one row; consumer thread r
-  /// loads row r of each k-tile. Null otherwise.
+  /// gatherRows[r] / gatherTopK of the A map's matrix (a negative entry, a
+  /// padding row, reads row 0: its results are never read). The map at
+  /// slot `a` has boxes of one row; consumer thread r loads row r of each
+  /// k-tile. Null otherwise.
   Value gatherRows;
-  int64_t gatherTopK = 0, gatherSourceRows = 0;
+  int64_t gatherTopK = 0;
   /// Whether the kernel's next step is a grid barrier (else, with warp
   /// roles that move registers, a CTA barrier ends the GEMM).
   bool gridBarrierFollows = false;

@@ -98,6 +98,27 @@ LogicalResult checkBarrierIntervals(gpu::GPUFuncOp func) {
   return success();
 }
 
+/// The box rows of the CUtensorMap in `slot`, from the kernel's mok.kernel
+/// description (tensor_maps entries, `experts` slots each), if it has one.
+std::optional<int64_t> mapBoxRows(gpu::GPUFuncOp func, int64_t slot) {
+  auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel");
+  auto maps = desc ? desc.getAs<ArrayAttr>("tensor_maps") : ArrayAttr();
+  if (!maps)
+    return std::nullopt;
+  int64_t first = 0;
+  for (Attribute a : maps) {
+    auto m = dyn_cast<DictionaryAttr>(a);
+    auto experts = m ? m.getAs<IntegerAttr>("experts") : IntegerAttr();
+    auto rows = m ? m.getAs<IntegerAttr>("box_rows") : IntegerAttr();
+    if (!experts || !rows)
+      return std::nullopt;
+    if (slot < first + experts.getInt())
+      return rows.getInt();
+    first += experts.getInt();
+  }
+  return std::nullopt;
+}
+
 /// The kernel's tensor-core GEMMs: one engine, the chip's, the implemented
 /// tile and stages, one tensor-map buffer, a kBlock-thread CTA (with warp
 /// roles, producerBlock(tile rows) threads).
@@ -168,6 +189,16 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
         return gemm.emitOpError()
                << "map slot " << slot << " (+" << (i == 0 ? 1 : perB)
                << ") is out of the tensor_maps buffer's " << slots << " slots";
+    // Gathered A: the map at maps[0] must have one-row boxes (each thread
+    // loads one row; thread 0 expects a whole A box). Checked against the
+    // kernel's description when it has one.
+    if (gemm.getGatherRows())
+      if (std::optional<int64_t> rows = mapBoxRows(func, mapSlots[0]);
+          rows && *rows != 1)
+        return gemm.emitOpError()
+               << "a gathered A operand is read through one-row boxes, but "
+                  "map slot "
+               << mapSlots[0] << " has boxes of " << *rows << " rows";
     // Grouped: an m-tile must lie in one expert's segment, so the padding
     // of the plan that made the offsets must be a multiple of the tile
     // height.
@@ -706,7 +737,6 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   if (Value rows = op.getGatherRows()) {
     phase.gatherRows = rows;
     phase.gatherTopK = *op.getGatherTopK();
-    phase.gatherSourceRows = size(op.getA(), 0);
   }
   gemm->emit(phase);
 }

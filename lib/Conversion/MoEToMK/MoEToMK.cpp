@@ -495,6 +495,18 @@ struct ConvertMoEToMKPass
                     ? sched::producerBlock(tileM)
                     : sched::kBlock;
       }
+      // The options that change the tensor-core GEMMs are refused, not
+      // ignored, for a layer that runs scalar GEMMs.
+      if (!engine && (warpSpecialize || fuseDispatch)) {
+        layer.emitError()
+            << "convert-moe-to-mk: "
+            << (warpSpecialize ? "warp-specialize" : "fuse-dispatch")
+            << " needs tensor-core GEMMs, and this layer runs scalar ones "
+            << (tensorCores ? "(its shapes do not fit the tiles: H % 64, I "
+                              "and I_s % 128, padding % 64 must be 0)"
+                            : "(tensor-cores=false)");
+        return signalPassFailure();
+      }
       SmallVector<Param> params = paramsFor(layer, s, maps, profile);
 
       OpBuilder b(ctx);

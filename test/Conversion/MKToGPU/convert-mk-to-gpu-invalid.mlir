@@ -266,3 +266,22 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @gather_box(%x: memref<40x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<128x128xbf16>, %re: memref<128xi64>, %off: memref<5xi64>, %rr: memref<128xi64>, %m: memref<96xi64>, %cnt: memref<4xi64>, %bar: memref<2xi32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>,
+                  mok.kernel = {chip = "sm_90a", tensor_maps = [
+                    {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "x", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 40 : i64},
+                    {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "w", cols = 64 : i64, experts = 4 : i64, row_stride = 64 : i64, rows = 128 : i64}]}} {
+    mk.pad_offsets %cnt into %off {padding = 128 : i64} : memref<4xi64>, memref<5xi64>
+    mk.grid_barrier %bar : memref<2xi32>
+    // expected-error @+1 {{a gathered A operand is read through one-row boxes, but map slot 0 has boxes of 128 rows}}
+    mk.gemm wgmma store %x, %b into %o grouped(%re, %off : memref<128xi64>, memref<5xi64>) maps(%m : memref<96xi64>)
+        gather(%rr : memref<128xi64>)
+        {gather_top_k = 2 : i64, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+        : memref<40x64xbf16>, memref<4x128x64xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}

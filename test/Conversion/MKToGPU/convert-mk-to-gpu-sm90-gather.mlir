@@ -12,13 +12,13 @@
 // PLAN: mk.gemm wgmma store
 
 // Each consumer thread computes its tile row's source row once per task
-// (row_route[m0 + r] / 2, or 64 = T, out of bounds: zeros, for padding
-// rows); thread 0 expects the whole stage (A + gate + up = 48 KiB) and
+// (row_route[m0 + r] / 2, or row 0 for padding rows, whose results are not
+// read); thread 0 expects the whole stage (A + gate + up = 48 KiB) and
 // loads gate and up; threads r < 128 each load row r of A, one 1 x 64 box.
 // CHECK-LABEL: gpu.func @tall_forward
 // CHECK: arith.minui %{{.*}}, %c127
 // CHECK: arith.divsi %{{.*}}, %c2
-// CHECK: arith.select %{{.*}}, %{{.*}}, %c64
+// CHECK: arith.select %{{.*}}, %{{.*}}, %c0
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c49152
 // CHECK: nvgpu.tma.async.load {{.*}} -> memref<128x64xbf16
 // CHECK: arith.cmpi ult, %{{.*}}, %c128

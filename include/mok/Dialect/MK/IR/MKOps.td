@@ -258,8 +258,9 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
 
     *Gathered A* (`gather(%row_route)`, `wgmma` without a producer only): row
     `r` of the A operand is row `row_route[r] / gather_top_k` of `a` (the
-    layer's `x`), or zeros when `row_route[r] < 0`: the dispatch copy fused
-    into the GEMM's loads. Each A row of a k-tile is its own TMA box (1 x
+    layer's `x`); a padding row (`row_route[r] < 0`) reads row 0, and its
+    results are not to be read: the dispatch copy fused into the GEMM's
+    loads. Each A row of a k-tile is its own TMA box (1 x
     64, through the map at `maps[0]`), issued by the consumer thread of that
     row; `gather_rows` has out's rows.
 
