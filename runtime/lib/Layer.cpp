@@ -137,8 +137,8 @@ struct Reader {
       return 0;
     if (!v->isInteger() || v->number < min) {
       if (ok())
-        error = where + ": '" + key + "' must be an integer >= " +
-                std::to_string(min);
+        error = where + ": '" + key +
+                "' must be an integer >= " + std::to_string(min);
       return 0;
     }
     return static_cast<int64_t>(v->number);
@@ -158,8 +158,8 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
   json::Value root;
   std::string err;
   if (!json::parse(metadataJson, root, err))
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "metadata: not JSON (" << err
-                                            << ")";
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "metadata: not JSON (" << err << ")";
   if (root.kind != json::Value::Object)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "metadata: not a JSON object";
   Reader r;
@@ -176,8 +176,8 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
   layer->block = static_cast<uint32_t>(r.integer(root, "block", "metadata", 1));
   layer->dynamicSmem = static_cast<uint32_t>(
       r.integer(root, "dynamic_shared_memory", "metadata", 0));
-  if (const json::Value *c = r.member(root, "cooperative", json::Value::Bool,
-                                      "metadata"))
+  if (const json::Value *c =
+          r.member(root, "cooperative", json::Value::Bool, "metadata"))
     layer->cooperative = c->boolean;
   // Optional: the compiler emits it once it compiles expert-parallel layers.
   if (root.get("ep")) {
@@ -263,8 +263,8 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
     // A map past its buffer would have TMA read (or write) memory that is
     // not the operand's, silently: refuse such metadata here.
     const Param &p = layer->params[m.param];
-    std::string where = "metadata: tensor_maps[" + std::to_string(i) +
-                        "] ('" + m.buffer + "')";
+    std::string where =
+        "metadata: tensor_maps[" + std::to_string(i) + "] ('" + m.buffer + "')";
     if (p.dtype != MOK_DTYPE_BF16)
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
              << where << ": tensor maps are bf16, the buffer is "
@@ -276,10 +276,9 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
     int64_t end = (m.experts * m.rows - 1) * m.rowStride + m.cols;
     if (end > p.elements())
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
-             << where << ": " << m.experts << " x [" << m.rows << ", "
-             << m.cols << "] with row stride " << m.rowStride
-             << " ends at element " << end << ", past the buffer's "
-             << p.elements();
+             << where << ": " << m.experts << " x [" << m.rows << ", " << m.cols
+             << "] with row stride " << m.rowStride << " ends at element "
+             << end << ", past the buffer's " << p.elements();
     layer->slots += static_cast<size_t>(m.experts);
   }
   for (size_t i = 0; i < layer->params.size(); ++i) {
@@ -311,8 +310,8 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "metadata: the tensor_maps entries need " << layer->slots
            << " CUtensorMap slots (128 bytes, 16 i64 each), but the '" << p.name
-           << "' parameter holds " << p.elements() << " " << mok_dtype_name(p.dtype)
-           << " elements (" << storage << " bytes)";
+           << "' parameter holds " << p.elements() << " "
+           << mok_dtype_name(p.dtype) << " elements (" << storage << " bytes)";
   }
   for (const std::string &z : layer->zeroFirst)
     if (find(z) < 0 || layer->params[find(z)].role != "workspace")
@@ -345,9 +344,9 @@ extern "C" const char *mok_layer_input_name(mok_layer layer, int index) {
 /// kernel reads it through a TMA descriptor (`tma`).
 static mok_status checkDense(const mok_tensor *t, const Param &p, bool tma) {
   const std::vector<int64_t> &shape = p.shape;
-  if (mok_status s = checkTensor(t, p.name.c_str(), p.dtype,
-                                 static_cast<int32_t>(shape.size()),
-                                 shape.data(), tma))
+  if (mok_status s =
+          checkTensor(t, p.name.c_str(), p.dtype,
+                      static_cast<int32_t>(shape.size()), shape.data(), tma))
     return s;
   int64_t stride = 1;
   for (size_t d = shape.size(); d-- > 0;) {
@@ -386,8 +385,8 @@ static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
       for (int index : layer->inputs)
         expected += (expected.empty() ? "" : ", ") + layer->params[index].name;
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
-             << "inputs[" << i << "]: unknown input '" << (name ? name : "(null)")
-             << "'; expected " << expected;
+             << "inputs[" << i << "]: unknown input '"
+             << (name ? name : "(null)") << "'; expected " << expected;
     }
     if (layer->views[found].bound)
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
@@ -398,7 +397,8 @@ static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
              << "inputs: '" << name << "' is given twice";
     const Param &p = layer->params[found];
-    if (mok_status s = checkDense(&inputs[i].tensor, p, readByTMA(layer, p.name)))
+    if (mok_status s =
+            checkDense(&inputs[i].tensor, p, readByTMA(layer, p.name)))
       return s;
     pointers[found] = inputs[i].tensor.data;
   }
@@ -525,10 +525,9 @@ static mok_status updateTensorMaps(mok_layer layer,
       appendViewSlots(b.view, m.experts, key);
       continue;
     }
-    uintptr_t data =
-        pointers[m.param]
-            ? reinterpret_cast<uintptr_t>(pointers[m.param])
-            : static_cast<uintptr_t>(layer->workspace[m.param]);
+    uintptr_t data = pointers[m.param]
+                         ? reinterpret_cast<uintptr_t>(pointers[m.param])
+                         : static_cast<uintptr_t>(layer->workspace[m.param]);
     appendDenseSlots(data, mok_dtype_size(layer->params[m.param].dtype),
                      m.experts, m.rows, m.rowStride, key);
   }
@@ -626,8 +625,9 @@ static std::string whyNoView(mok_layer layer, const Param &p) {
     std::string shape;
     for (int64_t d : p.shape)
       shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-    return n + "not a routed expert weight operand (weight views stand in "
-               "for [E, rows, cols] weights; this input is " +
+    return n +
+           "not a routed expert weight operand (weight views stand in "
+           "for [E, rows, cols] weights; this input is " +
            mok_dtype_name(p.dtype) + " [" + shape + "])";
   }
   if (!p.tensorMapsOnly)
@@ -665,7 +665,8 @@ static mok_status checkViewForTMA(const mok_expert_weights &w,
       if (!a || a % 16)
         return Fail(MOK_ERROR_INVALID_ARGUMENT)
                << n << ": expert " << e << "'s base must be non-NULL and "
-               << "16-byte aligned (TMA), got 0x" << Hex{static_cast<uint64_t>(a)};
+               << "16-byte aligned (TMA), got 0x"
+               << Hex{static_cast<uint64_t>(a)};
     }
     return MOK_OK;
   }
@@ -763,8 +764,7 @@ extern "C" mok_status mok_layer_set_ep_group(mok_layer layer,
   return ok();
 }
 
-extern "C" mok_status mok_layer_ep_group(mok_layer layer,
-                                         mok_ep_group *group) {
+extern "C" mok_status mok_layer_ep_group(mok_layer layer, mok_ep_group *group) {
   if (!layer)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
   if (!group)
@@ -799,8 +799,7 @@ static const char *roleWords(const std::string &role) {
 
 /// The index of the workspace buffer `name` (role "workspace"), or an error
 /// naming it that lists the layer's workspace buffers.
-static mok_status findWorkspace(mok_layer layer, const char *name,
-                                int &index) {
+static mok_status findWorkspace(mok_layer layer, const char *name, int &index) {
   std::string list;
   for (const Param &p : layer->params)
     if (p.role == "workspace")
@@ -819,25 +818,31 @@ static mok_status findWorkspace(mok_layer layer, const char *name,
     return MOK_OK;
   }
   return Fail(MOK_ERROR_INVALID_ARGUMENT)
-         << "name: unknown workspace buffer '" << name << "' (" << known
-         << ")";
+         << "name: unknown workspace buffer '" << name << "' (" << known << ")";
 }
 
 static size_t byteSize(const Param &p) {
   return static_cast<size_t>(p.elements()) * mok_dtype_size(p.dtype);
 }
 
-extern "C" mok_status mok_layer_workspace_size(mok_layer layer,
-                                               const char *name,
-                                               size_t *bytes) {
+/// The arguments of the workspace entry points, checked in order (layer,
+/// name, the out pointer `what`), then the buffer named `name`.
+static mok_status lookupWorkspace(mok_layer layer, const char *name,
+                                  const void *out, const char *what,
+                                  int &index) {
   if (!layer)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
   if (!name)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "name: is NULL";
-  if (!bytes)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "bytes: is NULL";
+  if (!out)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << what << ": is NULL";
+  return findWorkspace(layer, name, index);
+}
+
+extern "C" mok_status
+mok_layer_workspace_size(mok_layer layer, const char *name, size_t *bytes) {
   int index = -1;
-  if (mok_status s = findWorkspace(layer, name, index))
+  if (mok_status s = lookupWorkspace(layer, name, bytes, "bytes", index))
     return s;
   *bytes = byteSize(layer->params[index]);
   return ok();
@@ -846,14 +851,8 @@ extern "C" mok_status mok_layer_workspace_size(mok_layer layer,
 extern "C" mok_status mok_layer_read_workspace(mok_layer layer,
                                                const char *name, void *host,
                                                size_t bytes) {
-  if (!layer)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
-  if (!name)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "name: is NULL";
-  if (!host)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "host: is NULL";
   int index = -1;
-  if (mok_status s = findWorkspace(layer, name, index))
+  if (mok_status s = lookupWorkspace(layer, name, host, "host", index))
     return s;
   const Param &p = layer->params[index];
   size_t size = byteSize(p);

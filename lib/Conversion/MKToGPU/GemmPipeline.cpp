@@ -384,17 +384,19 @@ void GemmEmitter::emitWarpSpecialized(const GemmPhase &p) {
     gpu::BarrierOp::create(b, loc);
 }
 
+Value GemmEmitter::mTiles(const GemmPhase &p) {
+  return e.div(e.add(p.rows, e.index(p.tileM - 1)), e.index(p.tileM));
+}
+
 Value GemmEmitter::taskCount(const GemmPhase &p) {
-  int64_t nTiles = (p.n + p.tileN - 1) / p.tileN;
-  Value mTiles = e.div(e.add(p.rows, e.index(p.tileM - 1)), e.index(p.tileM));
-  return e.mul(mTiles, e.index(nTiles));
+  return e.mul(mTiles(p), e.index(p.nTiles()));
 }
 
 Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
-  int64_t nTiles = (p.n + p.tileN - 1) / p.tileN;
-  Value mTiles = e.div(e.add(p.rows, e.index(p.tileM - 1)), e.index(p.tileM));
+  int64_t nTiles = p.nTiles();
+  Value mTiles = this->mTiles(p);
   // Grouped raster (kGroupM m-tiles at a time, n-tiles outer within the
   // group): the CTAs running at once share each weight tile across the
   // group's m-tiles (a group of 16 is about one expert's rows) and the

@@ -98,6 +98,8 @@ struct GemmPhase {
   /// Whether the kernel's next step is a grid barrier (else, with warp
   /// roles that move registers, a CTA barrier ends the GEMM).
   bool gridBarrierFollows = false;
+  /// n-tiles of the output.
+  int64_t nTiles() const { return (n + tileN - 1) / tileN; }
   /// Warpgroups computing a tile (the CTA's first ones).
   int64_t consumers() const { return tileM / kTileM; }
 };
@@ -226,7 +228,8 @@ private:
   /// loading every k-tile once its stage is free.
   void producerTasks(const GemmPhase &p);
   void emitWarpSpecialized(const GemmPhase &p);
-  /// The tasks' count for the phase.
+  /// The phase's m-tiles (index) and tasks (m-tiles x n-tiles).
+  Value mTiles(const GemmPhase &p);
   Value taskCount(const GemmPhase &p);
   /// Task number `task` of the phase (the grouped raster).
   Task taskAt(const GemmPhase &p, Value task);

@@ -136,23 +136,15 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       // stage.
       syncWarpgroup(p.consumers());
       Value next = e.add(prev, stageCount);
-      Value refill = arith::AndIOp::create(
-          b, loc, isThread0,
-          arith::AndIOp::create(
-              b, loc, e.cmp(arith::CmpIPredicate::sge, prev, e.index(0)),
-              e.cmp(arith::CmpIPredicate::slt, next, e.index(kTiles))));
-      e.ifThen(refill, [&] {
-        load(p, e.add(e.sub(g, e.index(1)), stageCount), next, t);
-      });
+      Value inRange = arith::AndIOp::create(
+          b, loc, e.cmp(arith::CmpIPredicate::sge, prev, e.index(0)),
+          e.cmp(arith::CmpIPredicate::slt, next, e.index(kTiles)));
+      Value stageOf = e.add(e.sub(g, e.index(1)), stageCount);
+      e.ifThen(arith::AndIOp::create(b, loc, isThread0, inRange),
+               [&] { load(p, stageOf, next, t); });
       // Gathered A: every consumer thread its row.
       if (p.gatherRows)
-        e.ifThen(arith::AndIOp::create(
-                     b, loc, e.cmp(arith::CmpIPredicate::sge, prev, e.index(0)),
-                     e.cmp(arith::CmpIPredicate::slt, next, e.index(kTiles))),
-                 [&] {
-                   loadGatheredRows(p, e.add(e.sub(g, e.index(1)), stageCount),
-                                    next, t);
-                 });
+        e.ifThen(inRange, [&] { loadGatheredRows(p, stageOf, next, t); });
     }
     return acc;
   };

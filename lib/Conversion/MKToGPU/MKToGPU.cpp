@@ -357,12 +357,15 @@ private:
   }
   /// Whether all of `buffers` start 16-byte aligned (uniform over the grid;
   /// the runtime's workspace is, caller tensors usually are).
-  Value aligned16(ArrayRef<Value> buffers) {
+  Value aligned16(ArrayRef<Value> buffers) { return aligned(buffers, 16); }
+  /// Whether all of `buffers` start `bytes`-aligned (a power of two).
+  Value aligned(ArrayRef<Value> buffers, int64_t bytes) {
     Value bits = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
     for (Value m : buffers)
       bits = arith::OrIOp::create(e.b, e.loc, bits, base(m));
     Value low = arith::AndIOp::create(
-        e.b, e.loc, bits, arith::ConstantIntOp::create(e.b, e.loc, 15, 64));
+        e.b, e.loc, bits,
+        arith::ConstantIntOp::create(e.b, e.loc, bytes - 1, 64));
     return e.cmp(arith::CmpIPredicate::eq, low,
                  arith::ConstantIntOp::create(e.b, e.loc, 0, 64));
   }
@@ -678,11 +681,7 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   // is), else the two scalar stores. The same rounding either way.
   int64_t n = size(out, 1);
   Value outBase = base(out);
-  Value aligned4 = e.cmp(
-      arith::CmpIPredicate::eq,
-      arith::AndIOp::create(e.b, e.loc, outBase,
-                            arith::ConstantIntOp::create(e.b, e.loc, 3, 64)),
-      arith::ConstantIntOp::create(e.b, e.loc, 0, 64));
+  Value aligned4 = aligned({out}, 4);
   auto storeTwo = [&](Value row, Value col, Value v0, Value v1) {
     e.ifThen(
         aligned4,
