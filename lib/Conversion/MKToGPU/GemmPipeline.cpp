@@ -193,17 +193,17 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
   int64_t numB = p.b1 ? 2 : 1;
   Value stage = e.rem(g, e.index(kStages));
   Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
-  nvgpu::MBarrierArriveExpectTxOp::create(
-      b, loc, barriers, e.index(p.bytesA() + numB * p.bytesB()), stage,
-      Value());
+  // (Gathered A: the consumer threads copy it with cp.async, which this
+  // barrier does not count.)
+  int64_t bytes = (p.gatherRows ? 0 : p.bytesA()) + numB * p.bytesB();
+  nvgpu::MBarrierArriveExpectTxOp::create(b, loc, barriers, e.index(bytes),
+                                          stage, Value());
   Value kc = e.mul(kTile, e.index(kTileK));
   auto tma = [&](Value map, int64_t boxRows, Value offset, Value row) {
     nvgpu::TmaAsyncLoadOp::create(
         b, loc, view(offset, smemType(ctx, {boxRows, kTileK}, bf16)), barriers,
         map, ValueRange{kc, row}, stage, Value(), Value());
   };
-  // (Gathered A: the consumer threads load its rows; the expected bytes
-  // are the same, a whole A box.)
   if (!p.gatherRows)
     tma(t.mapA, p.tileM, base, t.m0);
   tma(t.mapB0, p.tileN, e.add(base, e.index(p.bytesA())), t.n0);
@@ -216,19 +216,36 @@ void GemmEmitter::loadGatheredRows(const GemmPhase &p, Value g, Value kTile,
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
+  Type i64 = b.getI64Type();
   Value stage = e.rem(g, e.index(kStages));
-  Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
-  // Row r of a 1024-aligned 128-byte-swizzled box starts at r * 128; TMA
-  // swizzles the row's 16-byte chunks by the destination address, as it
-  // does for a whole box.
-  e.ifThen(e.cmp(arith::CmpIPredicate::ult, tid, e.index(p.tileM)), [&] {
-    Value dst = view(e.add(base, e.mul(tid, e.index(kTileK * kBf16))),
-                     smemType(ctx, {1, kTileK}, b.getBF16Type()));
-    nvgpu::TmaAsyncLoadOp::create(
-        b, loc, dst, barriers, t.mapARow,
-        ValueRange{e.mul(kTile, e.index(kTileK)), t.aRow}, stage, Value(),
-        Value());
-  });
+  Value box = e.add(e.add(smemBase, pad),
+                    e.mul(stage, e.index(kStageBytes))); // the A box
+  Value kBytes = arith::IndexCastOp::create(
+      b, loc, i64, e.mul(kTile, e.index(kTileK * kBf16)));
+  for (int64_t i = 0; i < kGatherPasses; ++i) {
+    Value dst = LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(ctx, 3),
+        arith::IndexCastOp::create(b, loc, b.getI32Type(),
+                                   e.add(box, t.gatherDst[i])),
+        LLVM::DereferenceableAttr());
+    Value src = LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(ctx, 1),
+        arith::AddIOp::create(b, loc, t.gatherSrc[i], kBytes),
+        LLVM::DereferenceableAttr());
+    NVVM::CpAsyncOp::create(b, loc, dst, src, 16,
+                            NVVM::LoadCacheModifierKind::CG, t.gatherBytes[i]);
+  }
+}
+
+void GemmEmitter::gatheredRowsLanded(int64_t pending) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  NVVM::CpAsyncWaitGroupOp::create(b, loc, static_cast<uint32_t>(pending));
+  // cp.async writes through the generic proxy; wgmma reads through the
+  // async proxy.
+  NVVM::FenceProxyOp::create(
+      b, loc, NVVM::ProxyKind::async_shared,
+      NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
 }
 
 void GemmEmitter::syncWarpgroup(int64_t warpgroups) {
@@ -419,19 +436,38 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
          mapAt(e.index(p.a), p.tileM),
          mapAt(e.add(e.index(p.b0), expert), p.tileN),
          p.b1 ? mapAt(e.add(e.index(*p.b1), expert), p.tileN) : Value(),
-         Value(),
-         Value()};
+         {},
+         {},
+         {}};
   if (p.gatherRows) {
-    t.mapARow = mapAt(e.index(p.a), 1);
-    // This thread's row of the tile (threads past the tile's rows take the
-    // last one; they load nothing) and its source row.
-    Value r = arith::MinUIOp::create(b, loc, tid, e.index(p.tileM - 1));
-    Value q = e.toIndex(e.load(p.gatherRows, {e.add(m0, r)}));
-    // A padding row (no route) loads source row 0: a box wholly out of
-    // bounds might not complete its bytes, and padding rows' results are
-    // never read (mk.combine reads routed rows only).
-    Value valid = e.cmp(arith::CmpIPredicate::sge, q, e.index(0));
-    t.aRow = e.select(valid, e.div(q, e.index(p.gatherTopK)), e.index(0));
+    // Consumer thread t copies chunk c = t % 8 of rows t / 8 + i * (threads
+    // / 8): a warp covers four whole 128-byte rows (coalesced). In the
+    // 128-byte-swizzled box (1024-aligned), chunk c of row r lies at
+    // r * 128 + (c ^ (r % 8)) * 16, where TMA would have put it.
+    Type i64 = b.getI64Type();
+    int64_t rowsPerPass = p.consumers() * kThreads / kGatherChunks;
+    Value chunk = e.rem(tid, e.index(kGatherChunks));
+    for (int64_t i = 0; i < kGatherPasses; ++i) {
+      Value r =
+          e.add(e.div(tid, e.index(kGatherChunks)), e.index(i * rowsPerPass));
+      Value q = e.toIndex(e.load(p.gatherRows, {e.add(m0, r)}));
+      // A padding row (no route) copies 0 bytes from row 0: zeros.
+      Value valid = e.cmp(arith::CmpIPredicate::sge, q, e.index(0));
+      Value src = e.select(valid, e.div(q, e.index(p.gatherTopK)), e.index(0));
+      Value offset = e.mul(e.add(e.mul(src, e.index(p.k)),
+                                 e.mul(chunk, e.index(kGatherChunks))),
+                           e.index(kBf16));
+      t.gatherSrc.push_back(arith::AddIOp::create(
+          b, loc, p.gatherSource,
+          arith::IndexCastOp::create(b, loc, i64, offset)));
+      t.gatherBytes.push_back(arith::SelectOp::create(
+          b, loc, valid, arith::ConstantIntOp::create(b, loc, 16, 32),
+          arith::ConstantIntOp::create(b, loc, 0, 32)));
+      Value swizzled =
+          arith::XOrIOp::create(b, loc, chunk, e.rem(r, e.index(8)));
+      t.gatherDst.push_back(
+          e.add(e.mul(r, e.index(kTileK * kBf16)), e.mul(swizzled, e.index(16))));
+    }
   }
   return t;
 }
@@ -494,6 +530,35 @@ void GemmEmitter::tasks(const GemmPhase &p) {
   Value tasks = taskCount(p);
   Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
   Value grid = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
+
+  // Prologue (without a producer): the first stages of task `t`, whose
+  // k-tiles are numbered from `it`: thread 0's TMA loads and, gathered,
+  // every consumer thread's cp.async copies (one group per k-tile).
+  int64_t first = std::min(kStages, kTiles);
+  auto prologue = [&](const Task &t, Value it) {
+    e.ifThen(isThread0, [&] {
+      for (int64_t kt = 0; kt < first; ++kt) {
+        Value g = e.add(it, e.index(kt));
+        acquire(g);
+        load(p, g, e.index(kt), t);
+      }
+    });
+    if (p.gatherRows)
+      for (int64_t kt = 0; kt < first; ++kt) {
+        loadGatheredRows(p, e.add(it, e.index(kt)), e.index(kt), t);
+        NVVM::CpAsyncCommitGroupOp::create(b, loc);
+      }
+  };
+  // Early prefetch: the MMA layer calls onStagesFree once the task's MMAs
+  // are complete and the consumers synchronized, before its epilogue (from
+  // registers, leaving the stages alone); the next task's prologue starts
+  // there, so its loads overlap this task's stores. (Otherwise each task
+  // loads its own first stages after the previous epilogue.)
+  bool early = !roles.producer && p.storePair && prefetchesEarly();
+  if (early)
+    e.ifThen(e.cmp(arith::CmpIPredicate::slt, bid, tasks),
+             [&] { prologue(taskAt(p, bid), iteration); });
+
   SmallVector<Value> init = {iteration};
   init.append(carried);
   auto taskLoop = scf::ForOp::create(b, loc, bid, tasks, grid, init);
@@ -507,27 +572,35 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     Task t = taskAt(p, task);
     Value m0 = t.m0, n0 = t.n0;
 
-    // Prologue (without a producer): the first stages of the task. The
-    // previous task consumed all the k-tiles it loaded and its epilogue
-    // ended with a warpgroup barrier; `acquire` waits for what the MMA
-    // layer may still read.
-    if (!roles.producer) {
-      e.ifThen(isThread0, [&] {
-        for (int64_t kt = 0; kt < std::min(kStages, kTiles); ++kt) {
-          Value kTile = e.index(kt);
-          Value g = e.add(it, e.index(kt));
-          acquire(g);
-          load(p, g, kTile, t);
-        }
-      });
-      if (p.gatherRows)
-        for (int64_t kt = 0; kt < std::min(kStages, kTiles); ++kt)
-          loadGatheredRows(p, e.add(it, e.index(kt)), e.index(kt), t);
+    // Prologue (without a producer, unless started early): the first
+    // stages of the task. The previous task consumed all the k-tiles it
+    // loaded and its epilogue ended with a warpgroup barrier; `acquire`
+    // waits for what the MMA layer may still read.
+    if (!roles.producer && !early)
+      prologue(t, it);
+    // Gathered A: k-tile 0's rows ready before the MMA layer starts (it
+    // waits for later k-tiles' itself; the prologue's groups are the last
+    // committed).
+    if (!roles.producer && p.gatherRows) {
+      gatheredRowsLanded(first - 1);
+      syncWarpgroup(p.consumers());
     }
 
     // The MMA layer: accumulators into shared memory, or (empty result) the
     // epilogue done from registers.
+    std::function<void()> startNext;
+    if (early)
+      startNext = [&, it, task] {
+        Value next = e.add(task, grid);
+        e.ifThen(e.cmp(arith::CmpIPredicate::slt, next, tasks), [&] {
+          prologue(taskAt(p, next), e.add(it, e.index(kTiles)));
+        });
+      };
+    onStagesFree = startNext;
     SmallVector<Value> tiles = accumulate(p, it, t);
+    onStagesFree = nullptr;
+    assert((!early || tiles.empty()) &&
+           "an early prefetch needs the epilogue from registers");
     assert(tiles.empty() || static_cast<int64_t>(tiles.size()) == numAcc);
 
     // Epilogue through shared memory: each warpgroup its 64 rows, each
@@ -559,7 +632,7 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     // written by the consumers: the epilogue is from registers.)
     assert((!roles.producer || tiles.empty()) &&
            "with a producer the epilogue leaves the stages alone");
-    if (!roles.producer) {
+    if (!roles.producer && !early) {
       NVVM::FenceProxyOp::create(
           b, loc, NVVM::ProxyKind::async_shared,
           NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));

@@ -16,6 +16,7 @@
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,11 +90,15 @@ struct GemmPhase {
   int64_t bytesB() const { return tileN * kTileK * kBf16; }
   int64_t bytesA() const { return tileM * kTileK * kBf16; }
   /// Gathered A (thread-0 design only): row r of A is row
-  /// gatherRows[r] / gatherTopK of the A map's matrix (a negative entry, a
-  /// padding row, reads row 0: its results are never read). The map at
-  /// slot `a` has boxes of one row; consumer thread r loads row r of each
-  /// k-tile. Null otherwise.
+  /// gatherRows[r] / gatherTopK of the bf16 matrix [*, k] at global address
+  /// gatherSource (i64); a negative entry (a padding row) is a row of
+  /// zeros. The consumer threads copy the rows with cp.async, 16 bytes at a
+  /// time, into the 128-byte-swizzled A box (the swizzle done by hand), so
+  /// rows must be 16-byte aligned (the map at slot `a`, of one-row boxes,
+  /// makes the runtime check it; only the wgmma descriptors use its type).
+  /// Null otherwise.
   Value gatherRows;
+  Value gatherSource;
   int64_t gatherTopK = 0;
   /// Whether the kernel's next step is a grid barrier (else, with warp
   /// roles that move registers, a CTA barrier ends the GEMM).
@@ -122,11 +127,17 @@ struct WarpRoles {
 struct Task {
   Value m0, n0;
   Value mapA, mapB0, mapB1; // !nvgpu.tensormap.descriptor (mapB1 may be null)
-  /// Gathered A: this thread's A row's source row (index), and the A map
-  /// typed for its one-row boxes (mapA keeps the whole box's type, which
-  /// the wgmma descriptors are generated from).
-  Value aRow, mapARow;
+  /// Gathered A: per pass i (kGatherPasses of them), this thread's 16-byte
+  /// chunk of its tile row: the source address at k-tile 0 (i64), the bytes
+  /// to copy (i32: 16, or 0 for a padding row, which cp.async fills with
+  /// zeros) and the destination's byte offset in the stage's A box (index).
+  SmallVector<Value, 4> gatherSrc, gatherBytes, gatherDst;
 };
+
+/// Gathered A: a tile row's k-tile is 128 bytes, 8 chunks of 16 bytes; the
+/// consumer threads (128 per 64 rows) copy a tile in 4 passes.
+constexpr int64_t kGatherChunks = kTileK * 2 / 16;
+constexpr int64_t kGatherPasses = kTileM * kGatherChunks / kWarpgroup;
 
 /// Emits the GEMM phases of one kernel. Construction (through a chip's
 /// factory, sm90::createGemmEmitter or sm100::createGemmEmitter) emits the
@@ -182,12 +193,16 @@ protected:
   /// Thread 0: k-tile `kTile` of the task into the stage of k-tile number
   /// `g` (arrive.expect_tx on its full barrier, then the TMA loads).
   void load(const GemmPhase &p, Value g, Value kTile, const Task &t);
-  /// Gathered A: consumer thread r < tileM loads row r of k-tile `kTile`
-  /// into the stage of k-tile number `g` (one 128-byte TMA box, at the
-  /// row's place in the 128-byte-swizzled A box). Call with every consumer
-  /// thread, after or before thread 0's `load` of the same k-tile.
+  /// Gathered A: every consumer thread starts copying its chunks of k-tile
+  /// `kTile` into the stage of k-tile number `g` (cp.async, not yet
+  /// committed). Thread 0's `load` of the same k-tile expects B's bytes
+  /// only; the copies are waited for with `gatheredRowsLanded`.
   void loadGatheredRows(const GemmPhase &p, Value g, Value kTile,
                         const Task &t);
+  /// Gathered A: this thread's copies are complete but for its `pending`
+  /// most recent cp.async groups, and visible to the async proxy (wgmma):
+  /// a consumer barrier after it makes every thread's rows ready.
+  void gatheredRowsLanded(int64_t pending);
   /// bar.sync on named barrier 1 for the first `warpgroups` warpgroups.
   void syncWarpgroup(int64_t warpgroups = 1);
   /// A view of the dynamic shared memory at `byteOffset` (from smem).
@@ -204,6 +219,14 @@ protected:
   /// first a virtual k-tile -1 (stage kStages - 1, which the producer
   /// counts), and the last k-tile of a task with the next task's first.
   void release(Value g);
+
+  /// Whether the MMA layer calls `onStagesFree` (when set) once a task's
+  /// MMAs are complete, all consumers past them, and then stores the
+  /// epilogue from registers (with p.storePair), leaving the stages alone.
+  virtual bool prefetchesEarly() const { return false; }
+  /// Set by the task loop around `accumulate` (empty otherwise): starts the
+  /// next task's loads into the free stages.
+  std::function<void()> onStagesFree;
 
   /// Thread 0, before it loads k-tile number `g` into its stage: wait until
   /// the stage is free. The default does nothing (the MMA layer leaves every

@@ -45,6 +45,7 @@ public:
 private:
   SmallVector<Value> accumulate(const GemmPhase &p, Value it,
                                 const Task &t) override;
+  bool prefetchesEarly() const override { return true; }
 };
 
 } // namespace
@@ -59,9 +60,16 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   MLIRContext *ctx = b.getContext();
   Type bf16 = b.getBF16Type(), f32 = b.getF32Type(), i64 = b.getI64Type();
   int64_t kTiles = p.k / kTileK;
-  int64_t numAcc = p.b1 ? 2 : 1;
   const int64_t tileN = p.tileN;
-  const int64_t fragment = kTileM * tileN / kThreads; // 64 or 128 floats
+  // Two B operands (gate and up) lie side by side in the stage (B_1's box
+  // right after B_0's, both 1024-aligned, so one 2 * tileN-row K-major
+  // box): one m64n(2 tileN) wgmma per k-step reads A once for both, into
+  // one accumulator whose first half is gate's columns and second half
+  // up's. (Two m64n(tileN) wgmmas read each A step twice.)
+  const bool wide = p.b1 && 2 * tileN <= 256;
+  const int64_t mmaN = wide ? 2 * tileN : tileN;
+  int64_t numAcc = p.b1 && !wide ? 2 : 1;
+  const int64_t fragment = kTileM * mmaN / kThreads; // 64 or 128 floats
 
   auto accType =
       LLVM::LLVMStructType::getLiteral(ctx, SmallVector<Type>(fragment, f32));
@@ -69,7 +77,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   // K-major B, spelled [K][N] as nvgpu's descriptor generator wants. In
   // NVVM's terms A is "row" and a K-major B is "col" (imm-trans-a = 0,
   // imm-trans-b = 0 in PTX: what the verified probe's nvgpu path emits).
-  MemRefType bStep = smemType(ctx, {16, tileN}, bf16);
+  MemRefType bStep = smemType(ctx, {16, mmaN}, bf16);
   auto aDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, aStep);
   auto bDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, bStep);
   auto descriptor = [&](nvgpu::WarpgroupMatrixDescriptorType type, Value offset,
@@ -80,7 +88,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
                                               ValueRange{d})
         .getResult(0);
   };
-  auto shape = NVVM::MMAShapeAttr::get(ctx, kTileM, tileN, 16);
+  auto shape = NVVM::MMAShapeAttr::get(ctx, kTileM, mmaN, 16);
   auto bf16Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::bf16);
   auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
   auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
@@ -132,6 +140,13 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       // first iteration for one, and ptxas serialized that copy's wgmmas.
       release(e.sub(g, e.index(1)));
     } else {
+      // Gathered A: this thread's rows of k-tile kt+1 have landed (copied
+      // two k-tiles ago; one cp.async group per k-tile, the prologue's and
+      // the refills', empty or not), so the barrier below makes them
+      // everyone's before kt+1's wgmmas.
+      if (p.gatherRows)
+        gatheredRowsLanded(
+            std::max<int64_t>(0, std::min<int64_t>(kStages - 3, kTiles - 2)));
       // Every thread is past that point before thread 0 refills kt-1's
       // stage.
       syncWarpgroup(p.consumers());
@@ -142,9 +157,11 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       Value stageOf = e.add(e.sub(g, e.index(1)), stageCount);
       e.ifThen(arith::AndIOp::create(b, loc, isThread0, inRange),
                [&] { load(p, stageOf, next, t); });
-      // Gathered A: every consumer thread its row.
-      if (p.gatherRows)
+      // Gathered A: every consumer thread its chunks.
+      if (p.gatherRows) {
         e.ifThen(inRange, [&] { loadGatheredRows(p, stageOf, next, t); });
+        NVVM::CpAsyncCommitGroupOp::create(b, loc);
+      }
     }
     return acc;
   };
@@ -178,14 +195,28 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       e.add(e.add(e.mul(wg, e.index(kTileM)), e.mul(warp, e.index(16))),
             e.div(lane, e.index(4)));
   Value col0 = e.mul(e.rem(lane, e.index(4)), e.index(2));
+  // Element `index` of B_j's fragment (the wgmma D layout of tileN columns).
   auto element = [&](int64_t j, int64_t index) {
+    if (wide)
+      return LLVM::ExtractValueOp::create(b, loc, kLoop.getResult(0),
+                                          index + j * fragment / 2)
+          .getResult();
     return LLVM::ExtractValueOp::create(b, loc, kLoop.getResult(j), index)
         .getResult();
   };
 
-  // With a producer, the stages may already hold the next task's k-tiles:
-  // both epilogues store from registers, two adjacent columns at a time.
-  if (roles.producer) {
+  // Without a producer, with an early prefetch: once every consumer warp's
+  // wgmmas are complete, the next task's first stages start loading, and
+  // the epilogue stores from registers.
+  if (onStagesFree) {
+    assert(!roles.producer && p.storePair && "an early prefetch");
+    syncWarpgroup(p.consumers());
+    onStagesFree();
+  }
+  // With a producer (or an early prefetch), the stages may already hold the
+  // next task's k-tiles: both epilogues store from registers, two adjacent
+  // columns at a time.
+  if (roles.producer || onStagesFree) {
     assert(p.n % 2 == 0 && p.storePair && "pairs of columns");
     for (int64_t c = 0; c < tileN / 8; ++c)
       for (int64_t h = 0; h < 2; ++h) {

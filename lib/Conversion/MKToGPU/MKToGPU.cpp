@@ -735,6 +735,7 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   phase.gridBarrierFollows = beforeGridBarrier.contains(op);
   if (Value rows = op.getGatherRows()) {
     phase.gatherRows = rows;
+    phase.gatherSource = base(op.getA());
     phase.gatherTopK = *op.getGatherTopK();
   }
   gemm->emit(phase);

@@ -16,27 +16,34 @@
 // Both warpgroups run the task loops (all 256 threads).
 // CHECK: %[[IN:.*]] = arith.cmpi ult, %{{.*}}, %c256{{.*}} : index
 // CHECK: scf.if %[[IN]] -> (index)
-// Thread 0 fills a stage: A (128 x 64) + gate + up (128 x 64 each) = 48 KiB.
+// Thread 0 fills the first task's first stages before the task loop:
+// A (128 x 64) + gate + up (128 x 64 each) = 48 KiB a stage.
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c49152
+// CHECK: scf.for
 // Each warpgroup reads its half of the A box: 64 rows of 128 bytes further.
-// CHECK: %[[WG:.*]] = arith.divsi %{{.*}}, %c128{{.*}} : index
+// CHECK: %[[WG:.*]] = arith.divsi %thread_id_x{{[_0-9]*}}, %c128{{.*}} : index
 // CHECK: arith.muli %[[WG]], %c8192{{.*}} : index
 // CHECK: nvvm.wgmma.commit.group.sync.aligned
 // CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 1
 // CHECK: %[[N256:.*]] = arith.constant 256 : i32
 // CHECK-NEXT: %[[ID:.*]] = arith.constant 1 : i32
 // CHECK-NEXT: nvvm.barrier id = %[[ID]] number_of_threads = %[[N256]]
-// The down GEMM: A (16 KiB) + B (256 x 64, 32 KiB); after the last wgmma
-// group, both warpgroups synchronize before the shared-memory epilogue
-// reuses the stages.
+// After the last wgmma group both warpgroups synchronize, thread 0 starts
+// the next task's first stages, then the SwiGLU epilogue stores column
+// pairs from registers (4-byte stores when aligned).
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c49152
+// CHECK: llvm.store {{.*}} {alignment = 4 : i64} : vector<2xbf16>, !llvm.ptr<1>
+// The down GEMM: A (16 KiB) + B (256 x 64, 32 KiB); the same early start
+// of the next task and register epilogue (no shared-memory tile).
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c49152
 // CHECK: nvvm.wgmma.mma_async {{.*}}, <m = 64, n = 256, k = 16>
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
-// CHECK-NOT: memref.store
-// CHECK: %[[M256:.*]] = arith.constant 256 : i32
-// CHECK-NEXT: %[[ID2:.*]] = arith.constant 1 : i32
-// CHECK-NEXT: nvvm.barrier id = %[[ID2]] number_of_threads = %[[M256]]
-// CHECK: memref.store {{.*}} : memref<128x256xf32, #gpu.address_space<workgroup>>
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c49152
+// CHECK-NOT: memref<128x256xf32, #gpu.address_space<workgroup>>
+// CHECK: llvm.store {{.*}} {alignment = 4 : i64} : vector<2xbf16>, !llvm.ptr<1>
 !plan = !moe.plan<tokens = 64, top_k = 2, experts = 4, ep = 1, padding = 128>
 func.func @tall(%x: tensor<64x128xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
                 %wg: tensor<4x128x128xbf16>, %wu: tensor<4x128x128xbf16>, %wd: tensor<4x128x128xbf16>)

@@ -2,8 +2,8 @@
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a fuse-dispatch=true" --convert-mk-to-gpu | FileCheck %s
 
 // The dispatch fused into the gate/up GEMM (convert-moe-to-mk's
-// fuse-dispatch): no mk.gather and no routed_x; the GEMM reads x through a
-// map of one-row boxes, row r of a tile being x[row_route[r] / top_k].
+// fuse-dispatch): no mk.gather and no routed_x; row r of a gate/up tile is
+// x[row_route[r] / top_k] (the map of one-row boxes types the descriptors).
 // PLAN-LABEL: gpu.func @tall_forward
 // PLAN-NOT: routed_x
 // PLAN-SAME: {box_cols = 64 : i64, box_rows = 1 : i64, buffer = "x"
@@ -11,22 +11,48 @@
 // PLAN: mk.gemm wgmma swiglu %arg0, %{{.*}}, %{{.*}} into %{{.*}} grouped({{.*}}) maps({{.*}}) gather(%[[ROWROUTE:.*]] : memref<{{[0-9]+}}xi64>) {gather_top_k = 2 : i64
 // PLAN: mk.gemm wgmma store
 
-// Each consumer thread computes its tile row's source row once per task
-// (row_route[m0 + r] / 2, or row 0 for padding rows, whose results are not
-// read); thread 0 expects the whole stage (A + gate + up = 48 KiB) and
-// loads gate and up; threads r < 128 each load row r of A, one 1 x 64 box.
+// Each consumer thread computes its four chunks' places once per task:
+// chunk t % 8 of rows t / 8 + 32 i, source row row_route[m0 + r] / 2 (a
+// padding row copies 0 bytes: zeros), destination swizzled by hand
+// (chunk ^ row % 8). Thread 0 expects B's bytes only (gate + up = 32 KiB)
+// and loads gate and up by TMA; every consumer thread copies its chunks of
+// A with cp.async, one group per k-tile.
 // CHECK-LABEL: gpu.func @tall_forward
-// CHECK: arith.minui %{{.*}}, %c127
 // CHECK: arith.divsi %{{.*}}, %c2
-// CHECK: arith.select %{{.*}}, %{{.*}}, %c0
-// CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c49152
+// CHECK: arith.select %{{.*}}, %c16{{.*}}, %c0
+// CHECK: arith.xori
+// CHECK-COUNT-3: arith.xori
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c32768
 // CHECK: nvgpu.tma.async.load {{.*}} -> memref<128x64xbf16
-// CHECK: arith.cmpi ult, %{{.*}}, %c128
-// CHECK: nvgpu.tma.async.load {{.*}} -> memref<1x64xbf16, #gpu.address_space<workgroup>>
-// The refill in the k-loop: thread 0's B boxes, every thread its row.
+// CHECK: nvgpu.tma.async.load {{.*}} -> memref<128x64xbf16
+// CHECK-NOT: memref<1x64xbf16
+// CHECK-COUNT-4: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache = cg, %{{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
+// CHECK: nvvm.cp.async.commit.group
+// K = 128: two k-tiles, both in the prologue (the first task's before the
+// task loop); at each task's start, k-tile 0's rows before the MMA layer.
+// CHECK: nvvm.cp.async.commit.group
+// CHECK: scf.for
+// CHECK: nvvm.cp.async.wait.group 1
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256
+// In the k-loop: k-tile kt+1's rows waited for (here no later group may
+// stay pending) before the consumers' barrier, then thread 0's B boxes and
+// every thread's chunks of the refill, committed (empty or not).
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 1
-// CHECK: nvgpu.tma.async.load {{.*}} -> memref<128x64xbf16
-// CHECK: nvgpu.tma.async.load {{.*}} -> memref<1x64xbf16, #gpu.address_space<workgroup>>
+// CHECK-NOT: nvvm.barrier
+// CHECK: nvvm.cp.async.wait.group 0
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c32768
+// CHECK-COUNT-4: nvvm.cp.async.shared.global
+// CHECK: nvvm.cp.async.commit.group
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// Then the next task's prologue (B boxes, rows), before the epilogue.
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256
+// CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c32768
+// CHECK-COUNT-4: nvvm.cp.async.shared.global
+// CHECK: nvvm.cp.async.commit.group
+// CHECK: llvm.store {{.*}} : vector<2xbf16>, !llvm.ptr<1>
 
 !plan = !moe.plan<tokens = 64, top_k = 2, experts = 4, ep = 1, padding = 128>
 func.func @tall(%x: tensor<64x128xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,

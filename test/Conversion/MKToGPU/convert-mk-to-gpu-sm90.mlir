@@ -58,10 +58,10 @@
 // The plan and the dispatch are unchanged.
 // CHECK: memref.atomic_rmw addi
 // Routed gate/up: the first warpgroup loops over its tasks; thread 0 fills
-// the stages (A + gate + up = 8 + 16 + 16 KiB) ...
+// the stages (A + gate + up = 8 + 16 + 16 KiB), the first task's before
+// the task loop ...
 // CHECK: %[[WG0:.*]] = arith.cmpi ult, %{{.*}}, %c128{{.*}} : index
 // CHECK: scf.if %[[WG0]] -> (index)
-// CHECK: scf.for
 // The m-tile's expert (row_expert of its first row) picks the B maps: gate
 // at slot 1 + e, up at slot 5 + e.
 // CHECK: %[[EX:.*]] = memref.load %{{.*}} : memref<332xi64>
@@ -81,17 +81,19 @@
 // CHECK: nvgpu.tma.async.load %[[TRX]][
 // CHECK: nvgpu.tma.async.load %[[GATE]][
 // CHECK: nvgpu.tma.async.load %[[UP]][
+// CHECK: scf.for
 // ... and the warpgroup waits for a stage, then issues the k-tile as one
-// wgmma group: a fence, one m64n128k16 wgmma per k16 step and operand
-// (A "row", K-major B "col": no transposition in PTX), accumulators in registers (64 f32 a
-// thread), one commit.
-// CHECK: scf.for {{.*}} iter_args({{.*}}) -> (!llvm.struct<([[F64:(f32, ){63}f32]])>, !llvm.struct<([[F64]])>)
+// wgmma group: a fence, one m64n256k16 wgmma per k16 step over A and the
+// gate and up boxes at once (adjacent in the stage: one 256-row K-major B),
+// A "row", K-major B "col" (no transposition in PTX), one accumulator in
+// registers (128 f32 a thread: gate's columns, then up's), one commit.
+// CHECK: scf.for {{.*}} iter_args({{.*}}) -> (!llvm.struct<({{(f32, ){127}f32}})>)
 // CHECK: nvgpu.mbarrier.try_wait.parity %[[BARS]][
 // CHECK: nvvm.wgmma.fence.aligned
 // CHECK: nvgpu.warpgroup.generate.descriptor {{.*}} : memref<64x16xbf16, #gpu.address_space<workgroup>>
-// CHECK: nvgpu.warpgroup.generate.descriptor {{.*}} : memref<16x128xbf16, #gpu.address_space<workgroup>>
-// CHECK: nvvm.wgmma.mma_async {{.*}}, <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
-// CHECK-COUNT-7: nvvm.wgmma.mma_async
+// CHECK: nvgpu.warpgroup.generate.descriptor {{.*}} : memref<16x256xbf16, #gpu.address_space<workgroup>>
+// CHECK: nvvm.wgmma.mma_async {{.*}}, <m = 64, n = 256, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// CHECK-COUNT-3: nvvm.wgmma.mma_async
 // CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
 // The previous k-tile's group is complete (this one may still run); the
 // warpgroup (only) syncs on named barrier 1, then thread 0 refills the
@@ -102,15 +104,23 @@
 // CHECK-NEXT: nvvm.barrier id = %[[ID1]] number_of_threads = %[[N128]]
 // CHECK: nvgpu.tma.async.load
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
-// Epilogue from registers: gate and up (same fragment element) rounded to
-// bf16, the SwiGLU (clamped at 7) in f32, stored as bf16.
-// CHECK: llvm.extractvalue
+// Once every warp's wgmmas are complete (the warpgroup's barrier), thread 0
+// starts the next task's first stages; meanwhile the epilogue runs from
+// registers: gate (element i) and up (element i + 64) rounded to bf16, the
+// SwiGLU (clamped at 7) in f32, two adjacent columns stored as bf16 at once
+// (4-byte aligned; else one at a time).
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c128
+// CHECK: nvgpu.mbarrier.arrive.expect_tx
+// CHECK: llvm.extractvalue %{{.*}}[0]
+// CHECK: llvm.extractvalue %{{.*}}[1]
+// CHECK: llvm.extractvalue %{{.*}}[64]
+// CHECK: llvm.extractvalue %{{.*}}[65]
 // CHECK: arith.truncf {{.*}} : f32 to bf16
 // CHECK: arith.extf {{.*}} : bf16 to f32
 // CHECK: arith.minimumf
 // CHECK: math.exp
+// CHECK: llvm.store {{.*}} {alignment = 4 : i64} : vector<2xbf16>, !llvm.ptr<1>
 // CHECK: memref.store {{.*}} : memref<332x128xbf16>
-// CHECK: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
 // Shared gate/up (x is A: rows >= T = 40 are zero-filled by TMA and not
 // stored), then a grid barrier, then the down GEMMs: 64x256 tiles, A + B =
 // 8 + 32 KiB a stage, one m64n256k16 wgmma per k16 step.

@@ -6,11 +6,11 @@
 // RUN: mok-opt %mok_src_root/examples/qwen3-30b-a3b.mlir --moe-to-ptx=chip=sm_90a | FileCheck %s --check-prefix=SM90
 // RUN: mok-opt %mok_src_root/examples/qwen3-30b-a3b.mlir --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90
 // RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/sm90/qwen3_30b_a3b_moe_kernels.ptx
-// RUN: grep wgmma.mma_async %t/sm90/qwen3_30b_a3b_moe_kernels.ptx | count 12
+// RUN: grep wgmma.mma_async %t/sm90/qwen3_30b_a3b_moe_kernels.ptx | count 8
 // RUN: ptxas -arch=sm_90a -v %t/sm90/qwen3_30b_a3b_moe_kernels.ptx -o %t/sm90.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-shared
 // RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/sm90-shared/shared_layer_kernels.ptx
-// RUN: grep wgmma.mma_async %t/sm90-shared/shared_layer_kernels.ptx | count 24
+// RUN: grep wgmma.mma_async %t/sm90-shared/shared_layer_kernels.ptx | count 16
 // RUN: ptxas -arch=sm_90a -v %t/sm90-shared/shared_layer_kernels.ptx -o %t/sm90-shared.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 // The small layers of convert-mk-to-gpu-sm90.mlir: one eligible (with a
 // shared expert, T = 40 < one 64-row tile, clamped SwiGLU), two not.
@@ -24,12 +24,12 @@
 // twice the wgmmas): assembled without spills, and without
 // ptxas serializing the wgmmas (C7514/C7520: it would say so).
 // RUN: mok-opt %s --moe-to-ptx="chip=sm_90a warp-specialize=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-ws
-// RUN: grep wgmma.mma_async %t/sm90-ws/shared_layer_kernels.ptx | count 48
+// RUN: grep wgmma.mma_async %t/sm90-ws/shared_layer_kernels.ptx | count 32
 // RUN: ptxas -arch=sm_90a -v %t/sm90-ws/shared_layer_kernels.ptx -o %t/sm90-ws.cubin 2>&1 | FileCheck %s --check-prefix=WSPTXAS
 // RUN: mok-opt %mok_src_root/examples/dsv3-shard.mlir --moe-to-ptx="chip=sm_90a warp-specialize=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-ws-dsv3
 // RUN: FileCheck %s --check-prefix=WS --input-file %t/sm90-ws-dsv3/dsv3_shard_moe_kernels.ptx
 // RUN: ptxas -arch=sm_90a -v %t/sm90-ws-dsv3/dsv3_shard_moe_kernels.ptx -o %t/sm90-ws-dsv3.cubin 2>&1 | FileCheck %s --check-prefix=WSPTXAS
-// The dispatch fused into the gate/up GEMM (one TMA row box a thread):
+// The dispatch fused into the gate/up GEMM (A rows by cp.async):
 // RUN: mok-opt %mok_src_root/examples/dsv3-shard.mlir --moe-to-ptx="chip=sm_90a fuse-dispatch=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-fd-dsv3
 // RUN: FileCheck %s --check-prefix=FD --input-file %t/sm90-fd-dsv3/dsv3_shard_moe_kernels.ptx
 // RUN: ptxas -arch=sm_90a -v %t/sm90-fd-dsv3/dsv3_shard_moe_kernels.ptx -o %t/sm90-fd-dsv3.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
@@ -56,8 +56,8 @@
 // The wgmma kernel: 256 threads, dynamic shared memory as an extern array
 // aligned to the 128-byte swizzle atom, one mbarrier per stage, TMA loads
 // completing on them, bf16 wgmma with fp32 accumulators (one per k16 step
-// and operand: 8 m64n128k16 for gate/up, 4 m64n256k16 for down, so 12
-// without and 24 with a shared expert), named barrier 1 for the computing
+// k16 step: 4 m64n256k16 for gate/up, whose two 128-row B boxes are
+// adjacent, 4 for down, so 8 without and 16 with a shared expert), named barrier 1 for the computing
 // warpgroups (256 threads with 128-row tiles, 128 with 64-row ones).
 // WGMMA: .extern .shared .align 1024 .b8 mok_dyn_smem[];
 // WGMMA: .entry {{[a-z0-9_]+}}_forward(
@@ -70,17 +70,19 @@
 // WGMMA: mbarrier.arrive.expect_tx.shared.b64
 // WGMMA: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
 // WGMMA: mbarrier.try_wait.parity.shared.b64
-// A k-tile is one wgmma group (8 = 4 k16 steps x gate, up); the group of
-// the k-tile before is waited for (wait_group 1) before its stage is
-// refilled.
+// A k-tile is one wgmma group (4 k16 steps, gate and up in one m64n256
+// wgmma); the group of the k-tile before is waited for (wait_group 1)
+// before its stage is refilled.
 // WGMMA: wgmma.fence.sync.aligned;
-// WGMMA-COUNT-8: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 0, 0;
+// WGMMA-COUNT-4: wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 0, 0;
 // WGMMA: wgmma.commit_group.sync.aligned;
 // WGMMA-NEXT: wgmma.wait_group.sync.aligned 1;
 // WGMMA-NEXT: bar.sync 1, {{128|256}};
 // WGMMA: wgmma.wait_group.sync.aligned 0;
 
 // FD: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// FD: cp.async.cg.shared.global [%{{.*}}], [%{{.*}}], 16, %r{{[0-9]+}};
+// FD: cp.async.wait_group
 // FD-NOT: ld.global.v4
 // FD: wgmma.mma_async
 
