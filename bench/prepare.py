@@ -3,7 +3,9 @@
 """Compiles the benchmark shapes for a GPU target (needs the compiler), each
 also as a profiling kernel (<name>-profile) that times its phases:
 
-    PYTHONPATH=build/python python3 bench/prepare.py bench-artifacts [sm_90a]
+    PYTHONPATH=build/python python3 bench/prepare.py bench-artifacts [sm_90a [SHAPE...]]
+
+(all shapes of bench/shapes.py unless some are named).
 """
 import os
 import sys
@@ -17,7 +19,12 @@ FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
 
 out = sys.argv[1] if len(sys.argv) > 1 else "bench-artifacts"
 target = sys.argv[2] if len(sys.argv) > 2 else "sm_90a"
-for name, shape in SHAPES.items():
+names = sys.argv[3:] or list(SHAPES)
+unknown = [n for n in names if n not in SHAPES]
+if unknown:
+    sys.exit(f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(SHAPES)}")
+for name in names:
+    shape = SHAPES[name]
     spec = mok.LayerSpec(**{k: v for k, v in shape.items() if k in FIELDS})
     options = {k: shape.get(k, False) for k in ("warp_specialize", "fuse_dispatch")}
     art = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"), **options)

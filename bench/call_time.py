@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""Where a layer call's time goes, for one benchmark shape (compiled by
+bench/prepare.py, with its -profile twin):
+
+    PYTHONPATH=build-gpu/python python3 bench/call_time.py ARTIFACTS SHAPE
+
+Prints median milliseconds (CUDA events) of: the call as moe_forward.py
+times it (back to back); the same with a synchronization after each call;
+the kernel launch alone (the runtime's forward into a preallocated
+output, back to back); the NaN fill of the output alone; and the profiling
+kernel's own span (its first to last %globaltimer stamp), after calls
+back to back and after an idle GPU. A gap between the kernel launch and
+the span is time the kernel spends outside its phases or the GPU spends
+between kernels; a gap between back-to-back and synchronized calls points
+at clocks (power) rather than at the kernel.
+"""
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
+import mok  # noqa: E402
+from shapes import SHAPES  # noqa: E402
+from torch_reference import make_inputs  # noqa: E402
+
+
+def events(fn, iters, sync_each):
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+             for _ in range(iters)]
+    for a, b in pairs:
+        a.record()
+        fn()
+        b.record()
+        if sync_each:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in pairs)
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[2] not in SHAPES:
+        sys.exit(f"usage: call_time.py ARTIFACTS SHAPE (one of {', '.join(SHAPES)})")
+    artifacts, name = sys.argv[1], sys.argv[2]
+    a = make_inputs(SHAPES[name], torch.Generator().manual_seed(7))
+    layer = mok.GpuArtifact.from_files(os.path.join(artifacts, name, "moe_layer")).load()
+    for _ in range(3):
+        layer(**a)
+    rows = [("call, back to back", events(lambda: layer(**a), 40, False)),
+            ("call, synchronized", events(lambda: layer(**a), 20, True))]
+    out = torch.empty(layer.output["shape"], dtype=torch.bfloat16, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    rows.append(("kernel launch alone", events(
+        lambda: layer._layer.forward(a, out=out, stream=stream), 40, False)))
+    rows.append(("NaN fill of the output", events(
+        lambda: torch.full(layer.output["shape"], float("nan"), dtype=torch.bfloat16,
+                           device="cuda"), 40, False)))
+    prof_path = os.path.join(artifacts, name + "-profile", "moe_layer")
+    if os.path.exists(prof_path + ".json"):
+        prof = mok.GpuArtifact.from_files(prof_path).load()
+        for _ in range(3):
+            prof(**a)
+        rows.append(("profiling kernel call, back to back",
+                     events(lambda: prof(**a), 40, False)))
+        spans = []
+        for _ in range(10):
+            for _ in range(5):
+                prof(**a)
+            spans.append(sum(ms for _, ms in prof.phase_times()))  # the 5th's
+        rows.append(("profiling kernel span after 5 back to back", statistics.median(spans)))
+        idle = []
+        for _ in range(10):
+            torch.cuda.synchronize()
+            time.sleep(0.05)  # an idle GPU
+            prof(**a)
+            idle.append(sum(ms for _, ms in prof.phase_times()))
+        rows.append(("profiling kernel span, one call after a pause", statistics.median(idle)))
+    print(f"\n{name}: median ms")
+    for label, ms in rows:
+        print(f"  {label:48s} {ms:8.3f}")
+
+
+if __name__ == "__main__":
+    main()
