@@ -72,7 +72,8 @@ def test_fused_dispatch_kernels(tmp_path):
     fd = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), profile=True,
                      fuse_dispatch=True)
     # No dispatch copy: no routed_x workspace, no dispatch phase; the
-    # gate/up GEMM reads x through a map of one-row boxes.
+    # gate/up GEMM copies x's rows with cp.async (its map of x, of one-row
+    # boxes, types the descriptors and has the runtime check x).
     names = [p["name"] for p in fd.metadata["params"]]
     assert "routed_x" in [p["name"] for p in plain.metadata["params"]]
     assert "routed_x" not in names
@@ -80,6 +81,7 @@ def test_fused_dispatch_kernels(tmp_path):
     assert fd.metadata["phases"][-3:] == ["gate/up + SwiGLU", "down", "combine"]
     x_maps = [m for m in fd.metadata["tensor_maps"] if m["buffer"] == "x"]
     assert [m["box_rows"] for m in x_maps] == [1]
+    assert "cp.async.cg.shared.global" in fd.ptx and "cp.async.cg" not in plain.ptx
     with pytest.raises(ValueError, match="fuse-dispatch is implemented for sm_90a"):
         mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), fuse_dispatch=True,
                     warp_specialize=True)

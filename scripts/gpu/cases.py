@@ -41,8 +41,9 @@ CASES = {
 for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp"):
     CASES["ws_" + _name] = dict(CASES[_name], warp_specialize=True)
 # And with the dispatch fused into the gate/up GEMM (mok.compile(...,
-# fuse_dispatch=True)): A rows loaded from x one TMA row box a thread;
-# padding rows and -1 routes (qwen3_top2_clamp) read zeros.
+# fuse_dispatch=True)): A rows copied from x by cp.async, 16 bytes a
+# thread at a time; padding rows and -1 routes (qwen3_top2_clamp) copy
+# zeros.
 for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp"):
     CASES["fd_" + _name] = dict(CASES[_name], fuse_dispatch=True)
 del _name

@@ -107,9 +107,9 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
            "workspace buffer, with the phases named in mok.kernel's "
            "`phases`">,
     Option<"fuseDispatch", "fuse-dispatch", "bool", /*default=*/"false",
-           "sm_90a: no dispatch copy; the routed gate/up GEMM loads its A "
-           "rows straight from x (one TMA box per row, issued by the "
-           "consumer threads; mk.gemm gather)">,
+           "sm_90a: no dispatch copy; the routed gate/up GEMM copies its A "
+           "rows straight from x (cp.async by the consumer threads; "
+           "mk.gemm gather)">,
     Option<"warpSpecialize", "warp-specialize", "bool", /*default=*/"false",
            "sm_90a: warp-specialized GEMMs (a TMA producer warpgroup after "
            "the consumers, per-stage empty barriers, epilogues from "

@@ -21,11 +21,15 @@
 //     the TMA boxes (128-byte swizzled rows of 64 bf16) leave them;
 //   * the MMA layer (GemmEmitter::accumulate, per chip) consumes the stages
 //     and either leaves the fp32 accumulators in shared memory (over the
-//     stage buffers, whose loads have all completed) or stores the results
-//     itself from registers (sm_90a's SwiGLU epilogue);
+//     stage buffers, whose loads have all completed; sm_100a) or stores
+//     the results itself from registers (sm_90a). On sm_90a the next
+//     task's first stages start loading as soon as the task's MMAs are
+//     complete (onStagesFree), before those stores;
 //   * epilogue: a SIMT loop hands each element to the caller, which rounds
-//     and stores it as the scalar path does (with warp roles the MMA layer
-//     stores every result from registers, in column pairs).
+//     and stores it as the scalar path does (from registers: column pairs,
+//     storePair);
+//   * a gathered A (fused dispatch, sm_90a): the consumer threads copy its
+//     rows with cp.async into the swizzled A box, one group per k-tile.
 //
 #include "GemmPipeline.h"
 

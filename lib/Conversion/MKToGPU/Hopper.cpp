@@ -6,8 +6,10 @@
 //
 //   * every thread of the warpgroup waits for a stage's full barrier;
 //   * a k-tile is one wgmma group: wgmma.fence, one nvvm.wgmma.mma_async
-//     per m64n128k16 step and operand (descriptors from nvgpu's generator,
-//     +32 bytes per k16 step inside the 128-byte swizzled row), one
+//     per k16 step (descriptors from nvgpu's generator, +32 bytes per k16
+//     step inside the 128-byte swizzled row): m64n256k16, over the down
+//     projections' 256-row B box or over gate's and up's adjacent 128-row
+//     boxes at once (one accumulator: gate's columns, then up's); one
 //     commit_group; then wait_group 1, so the tensor cores run k-tile kt
 //     while the warpgroup confirms that k-tile kt-1 is done;
 //   * after that wait (and a warpgroup barrier), no wgmma reads the stage
@@ -16,11 +18,13 @@
 //     roles (a producer), lane 0 of each warp releases that stage to the
 //     producer through its "empty" barrier instead, and a task's first
 //     k-tile is emitted apart (scale-d = 0 on undefined accumulators);
-//   * the SwiGLU epilogue reads both fp32 accumulators from registers (the
-//     wgmma D fragment layout); a single accumulator (the down projections)
-//     goes to shared memory for the shared, row-coalesced epilogue, except
-//     with warp roles, where both store column pairs from registers (the
-//     stages may already hold the next task's k-tiles).
+//   * after the last k-tile (wait_group 0 and a consumer barrier) thread 0
+//     starts the next task's first stages, and the epilogue stores column
+//     pairs from registers (the wgmma D fragment layout; the SwiGLU on gate
+//     and up elements i and i + 64), overlapping those loads. With warp
+//     roles the producer loads ahead anyway and the epilogue is the same.
+//     (Without a pair store — odd N — the down projections go through the
+//     shared-memory epilogue and the next task loads after it.)
 //
 #include "Hopper.h"
 
