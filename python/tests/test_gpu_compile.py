@@ -73,7 +73,7 @@ def test_fused_dispatch_kernels(tmp_path):
                      fuse_dispatch=True)
     # No dispatch copy: no routed_x workspace, no dispatch phase; the
     # gate/up GEMM copies x's rows with cp.async (its map of x, of one-row
-    # boxes, types the descriptors and has the runtime check x).
+    # boxes, is not read by the kernel: encoding it checks x's alignment).
     names = [p["name"] for p in fd.metadata["params"]]
     assert "routed_x" in [p["name"] for p in plain.metadata["params"]]
     assert "routed_x" not in names

@@ -21,10 +21,10 @@
 //     the TMA boxes (128-byte swizzled rows of 64 bf16) leave them;
 //   * the MMA layer (GemmEmitter::accumulate, per chip) consumes the stages
 //     and either leaves the fp32 accumulators in shared memory (over the
-//     stage buffers, whose loads have all completed; sm_100a) or stores
-//     the results itself from registers (sm_90a). On sm_90a the next
-//     task's first stages start loading as soon as the task's MMAs are
-//     complete (onStagesFree), before those stores;
+//     stage buffers, whose loads have all completed: sm_100a, and sm_90a
+//     with odd N) or stores the results itself from registers (sm_90a).
+//     On sm_90a the next task's first stages then start loading as soon as
+//     the task's MMAs are complete (onStagesFree), before those stores;
 //   * epilogue: a SIMT loop hands each element to the caller, which rounds
 //     and stores it as the scalar path does (from registers: column pairs,
 //     storePair);
@@ -249,7 +249,8 @@ void GemmEmitter::gatheredRowsLanded(int64_t pending) {
   // async proxy.
   NVVM::FenceProxyOp::create(
       b, loc, NVVM::ProxyKind::async_shared,
-      NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
+      NVVM::SharedSpaceAttr::get(b.getContext(),
+                                 NVVM::SharedSpace::shared_cta));
 }
 
 void GemmEmitter::syncWarpgroup(int64_t warpgroups) {
@@ -458,9 +459,10 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
       // A padding row (no route) copies 0 bytes from row 0: zeros.
       Value valid = e.cmp(arith::CmpIPredicate::sge, q, e.index(0));
       Value src = e.select(valid, e.div(q, e.index(p.gatherTopK)), e.index(0));
-      Value offset = e.mul(e.add(e.mul(src, e.index(p.k)),
-                                 e.mul(chunk, e.index(kGatherChunks))),
-                           e.index(kBf16));
+      Value offset =
+          e.mul(e.add(e.mul(src, e.index(p.k)),
+                      e.mul(chunk, e.index(kGatherChunkBytes / kBf16))),
+                e.index(kBf16));
       t.gatherSrc.push_back(arith::AddIOp::create(
           b, loc, p.gatherSource,
           arith::IndexCastOp::create(b, loc, i64, offset)));
@@ -469,8 +471,8 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
           arith::ConstantIntOp::create(b, loc, 0, 32)));
       Value swizzled =
           arith::XOrIOp::create(b, loc, chunk, e.rem(r, e.index(8)));
-      t.gatherDst.push_back(
-          e.add(e.mul(r, e.index(kTileK * kBf16)), e.mul(swizzled, e.index(16))));
+      t.gatherDst.push_back(e.add(e.mul(r, e.index(kTileK * kBf16)),
+                                  e.mul(swizzled, e.index(kGatherChunkBytes))));
     }
   }
   return t;

@@ -94,9 +94,9 @@ struct GemmPhase {
   /// gatherSource (i64); a negative entry (a padding row) is a row of
   /// zeros. The consumer threads copy the rows with cp.async, 16 bytes at a
   /// time, into the 128-byte-swizzled A box (the swizzle done by hand), so
-  /// rows must be 16-byte aligned (the map at slot `a`, of one-row boxes,
-  /// makes the runtime check it; only the wgmma descriptors use its type).
-  /// Null otherwise.
+  /// rows must be 16-byte aligned: the map at slot `a` (one-row boxes), never
+  /// read on the device, is there for the runtime to check that when it
+  /// encodes it. Null otherwise.
   Value gatherRows;
   Value gatherSource;
   int64_t gatherTopK = 0;
@@ -136,7 +136,8 @@ struct Task {
 
 /// Gathered A: a tile row's k-tile is 128 bytes, 8 chunks of 16 bytes; the
 /// consumer threads (128 per 64 rows) copy a tile in 4 passes.
-constexpr int64_t kGatherChunks = kTileK * 2 / 16;
+constexpr int64_t kGatherChunkBytes = 16;
+constexpr int64_t kGatherChunks = kTileK * kBf16 / kGatherChunkBytes;
 constexpr int64_t kGatherPasses = kTileM * kGatherChunks / kWarpgroup;
 
 /// Emits the GEMM phases of one kernel. Construction (through a chip's
@@ -235,13 +236,15 @@ protected:
 
   /// The MMA/accumulator layer: run by the consumer warpgroups for task `t`,
   /// whose k-tiles are numbered from `it` and whose first
-  /// min(kStages, k-tiles) k-tiles thread 0 has already started loading.
-  /// It must consume every k-tile (loading the rest), and either leave the
-  /// fp32 accumulators of B_0 (and B_1) in shared-memory tiles
-  /// [tileM][tileN] at byte pad + j * tileM * tileN * 4, returned, with the
-  /// consumers synchronized (the shared epilogue follows), or call
-  /// `p.store` for every element itself and return nothing. It may update
-  /// `carried`.
+  /// min(kStages, k-tiles) k-tiles thread 0 (and, gathered, every consumer
+  /// thread: `loadGatheredRows`) has already started loading; with a
+  /// gathered A, k-tile 0's rows have landed. It must consume every k-tile
+  /// (loading the rest), and either leave the fp32 accumulators of B_0
+  /// (and B_1) in shared-memory tiles [tileM][tileN] at byte pad + j *
+  /// tileM * tileN * 4, returned, with the consumers synchronized (the
+  /// shared epilogue follows), or store every element itself (`p.store` or
+  /// `p.storePair`; then call `onStagesFree` first when it is set) and
+  /// return nothing. It may update `carried`.
   virtual SmallVector<Value> accumulate(const GemmPhase &p, Value it,
                                         const Task &t) = 0;
 

@@ -54,8 +54,8 @@ private:
 
 } // namespace
 
-/// The k-loop of one task: fp32 accumulators in registers (an LLVM struct
-/// of tileN / 2 floats a thread, loop-carried), then the epilogue from
+/// The k-loop of one task: fp32 accumulators in registers (LLVM structs of
+/// mmaN / 2 floats a thread, loop-carried), then the epilogue from
 /// registers.
 SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
                                             const Task &t) {
@@ -148,6 +148,8 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       // two k-tiles ago; one cp.async group per k-tile, the prologue's and
       // the refills', empty or not), so the barrier below makes them
       // everyone's before kt+1's wgmmas.
+      static_assert(kStages >= 3, "k-tile kt+1's group must be committed "
+                                  "before iteration kt's wait");
       if (p.gatherRows)
         gatheredRowsLanded(
             std::max<int64_t>(0, std::min<int64_t>(kStages - 3, kTiles - 2)));
@@ -261,8 +263,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     return {tile};
   }
 
-  // Gate and up (the same element of both fragments): the SwiGLU epilogue
-  // straight from registers.
+  // Gate and up (element i of gate's fragment and of up's, `element`):
+  // the SwiGLU epilogue straight from registers, one column at a time
+  // (without a pair store: odd N).
   for (int64_t c = 0; c < tileN / 8; ++c)
     for (int64_t h = 0; h < 2; ++h) {
       Value r = e.add(t.m0, e.add(row0, e.index(8 * h)));

@@ -190,10 +190,10 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
                << "map slot " << slot << " (+" << (i == 0 ? 1 : perB)
                << ") is out of the tensor_maps buffer's " << slots << " slots";
     // Gathered A: the map at maps[0] must have one-row boxes (the
-    // planner's map of x for it: not loaded through, it types the wgmma
-    // descriptors and has the runtime check x's 16-byte alignment, which
-    // the cp.async copies rely on). Checked against the kernel's
-    // description when it has one.
+    // planner's map of x for it: never read on the device, it has the
+    // runtime check x's 16-byte alignment when it encodes it, which the
+    // cp.async copies rely on). Checked against the kernel's description
+    // when it has one.
     if (gemm.getGatherRows())
       if (std::optional<int64_t> rows = mapBoxRows(func, mapSlots[0]);
           rows && *rows != 1)

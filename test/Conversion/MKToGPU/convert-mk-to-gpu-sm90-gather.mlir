@@ -3,7 +3,8 @@
 
 // The dispatch fused into the gate/up GEMM (convert-moe-to-mk's
 // fuse-dispatch): no mk.gather and no routed_x; row r of a gate/up tile is
-// x[row_route[r] / top_k] (the map of one-row boxes types the descriptors).
+// x[row_route[r] / top_k] (the map of x, one-row boxes, is never read on
+// the device: encoding it makes the runtime check x's alignment).
 // PLAN-LABEL: gpu.func @tall_forward
 // PLAN-NOT: routed_x
 // PLAN-SAME: {box_cols = 64 : i64, box_rows = 1 : i64, buffer = "x"
@@ -62,4 +63,44 @@ func.func @tall(%x: tensor<64x128xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x
       : (tensor<64x128xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x128x128xbf16>,
          tensor<4x128x128xbf16>, tensor<4x128x128xbf16>) -> tensor<64x128xbf16>
   return %o : tensor<64x128xbf16>
+}
+
+// K = 384: six k-tiles, more than the four stages. At a task's start the
+// consumers wait for k-tile 0's group with the three later prologue groups
+// pending; in the k-loop for k-tile kt+1's with one group (kt+2's) pending;
+// the refill's group is committed whether or not the refill ran (outside
+// its scf.if), so the count holds at the last k-tiles. Chunk t % 8 goes
+// to the swizzled place chunk ^ (row % 8). The first task's prologue runs
+// before the task loop if the CTA has a task; the next task's (k-tiles
+// numbered from it + 6) after a task's MMAs if there is one.
+// CHECK-LABEL: gpu.func @deep_forward
+// CHECK: %[[HAS:.*]] = arith.cmpi slt, %block_id_x{{[_0-9]*}}, %{{.*}} : index
+// CHECK-NEXT: scf.if %[[HAS]] {
+// CHECK: %[[CHUNK:.*]] = arith.remsi %thread_id_x{{[_0-9]*}}, %c8{{[_0-9]*}} : index
+// CHECK: %[[ROW8:.*]] = arith.remsi %{{.*}}, %c8{{[_0-9]*}} : index
+// CHECK-NEXT: arith.xori %[[CHUNK]], %[[ROW8]] : index
+// CHECK: scf.for
+// CHECK: nvvm.cp.async.wait.group 3
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK: nvvm.cp.async.wait.group 1
+// CHECK-NEXT: nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256
+// CHECK-COUNT-4: nvvm.cp.async.shared.global
+// CHECK-NEXT: }
+// CHECK-NEXT: nvvm.cp.async.commit.group
+// CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256
+// CHECK-NEXT: %[[NEXT:.*]] = arith.addi %{{.*}}, %grid_dim_x{{[_0-9]*}} : index
+// CHECK-NEXT: %[[MORE:.*]] = arith.cmpi slt, %[[NEXT]], %{{.*}} : index
+// CHECK-NEXT: scf.if %[[MORE]] {
+// CHECK: arith.addi %{{.*}}, %c6{{[_0-9]*}} : index
+// CHECK: nvgpu.mbarrier.arrive.expect_tx
+func.func @deep(%x: tensor<64x384xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
+                %wg: tensor<4x128x384xbf16>, %wu: tensor<4x128x384xbf16>, %wd: tensor<4x384x128xbf16>)
+    -> tensor<64x384xbf16> {
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd plan !plan
+      : (tensor<64x384xbf16>, tensor<64x2xi32>, tensor<64x2xf32>, tensor<4x128x384xbf16>,
+         tensor<4x128x384xbf16>, tensor<4x384x128xbf16>) -> tensor<64x384xbf16>
+  return %o : tensor<64x384xbf16>
 }

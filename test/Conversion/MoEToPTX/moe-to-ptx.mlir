@@ -55,10 +55,11 @@
 
 // The wgmma kernel: 256 threads, dynamic shared memory as an extern array
 // aligned to the 128-byte swizzle atom, one mbarrier per stage, TMA loads
-// completing on them, bf16 wgmma with fp32 accumulators (one per k16 step
-// k16 step: 4 m64n256k16 for gate/up, whose two 128-row B boxes are
-// adjacent, 4 for down, so 8 without and 16 with a shared expert), named barrier 1 for the computing
-// warpgroups (256 threads with 128-row tiles, 128 with 64-row ones).
+// completing on them, bf16 wgmma with fp32 accumulators (one m64n256k16
+// per k16 step: over gate's and up's adjacent 128-row B boxes at once, or
+// over down's 256-row box; 8 without and 16 with a shared expert), named
+// barrier 1 for the computing warpgroups (256 threads with 128-row tiles,
+// 128 with 64-row ones).
 // WGMMA: .extern .shared .align 1024 .b8 mok_dyn_smem[];
 // WGMMA: .entry {{[a-z0-9_]+}}_forward(
 // WGMMA: .maxntid 256, 1, 1
