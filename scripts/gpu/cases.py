@@ -32,6 +32,12 @@ CASES = {
     # one token, top-8.
     "one_token_top8": dict(tokens=1, hidden=256, intermediate=128, experts=8,
                            top_k=8, padding=32),
+    # Tensor-core GEMMs with fewer k-tiles than stages (H = 192: 3 k-tiles
+    # for gate/up, I = 128: 2 for down), a shared expert (two GEMMs in one
+    # barrier interval): the prologue and the next task's early loads
+    # cover the whole K.
+    "short_k": dict(tokens=160, hidden=192, intermediate=128, experts=4, top_k=2,
+                    padding=128, shared_intermediate=128),
 }
 
 # The tensor-core cases again with warp-specialized GEMMs (a TMA producer
@@ -44,7 +50,7 @@ for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp"):
 # fuse_dispatch=True)): A rows copied from x by cp.async, 16 bytes a
 # thread at a time; padding rows and -1 routes (qwen3_top2_clamp) copy
 # zeros.
-for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp"):
+for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp", "short_k"):
     CASES["fd_" + _name] = dict(CASES[_name], fuse_dispatch=True)
 del _name
 
