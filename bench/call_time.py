@@ -25,21 +25,9 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
 import mok  # noqa: E402
+from moe_forward import median_event_ms as events  # noqa: E402
 from shapes import SHAPES  # noqa: E402
 from torch_reference import make_inputs  # noqa: E402
-
-
-def events(fn, iters, sync_each):
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-             for _ in range(iters)]
-    for a, b in pairs:
-        a.record()
-        fn()
-        b.record()
-        if sync_each:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in pairs)
 
 
 def main():

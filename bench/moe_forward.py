@@ -65,6 +65,22 @@ def torch_layer(a, limit=None):
     return out.to(torch.bfloat16)
 
 
+def median_event_ms(fn, iters, sync_each=False):
+    """Median milliseconds of `fn` over `iters` calls, CUDA events around
+    each call; the calls enqueued back to back with one synchronization at
+    the end, or (sync_each) a synchronization after every call."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(iters)]
+    for a, b in events:
+        a.record()
+        fn()
+        b.record()
+        if sync_each:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in events)
+
+
 def time_ms(fn, budget_s, min_iters=3, max_iters=50):
     fn()
     torch.cuda.synchronize()
@@ -78,15 +94,7 @@ def time_ms(fn, budget_s, min_iters=3, max_iters=50):
     # of a layer in a running model, where the host is ahead of the GPU.
     # (Synchronizing after every call also timed the host's Python work
     # before the first kernel reached the idle GPU.)
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(iters)]
-    for a, b in events:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    times = [a.elapsed_time(b) for a, b in events]
-    return statistics.median(times), iters
+    return median_event_ms(fn, iters), iters
 
 
 def phase_breakdown(path, a, iters):

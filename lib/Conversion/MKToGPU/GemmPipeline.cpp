@@ -196,7 +196,7 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
   Type bf16 = b.getBF16Type();
   int64_t numB = p.b1 ? 2 : 1;
   Value stage = e.rem(g, e.index(kStages));
-  Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
+  Value base = stageOffset(g);
   // (Gathered A: the consumer threads copy it with cp.async, which this
   // barrier does not count.)
   int64_t bytes = (p.gatherRows ? 0 : p.bytesA()) + numB * p.bytesB();
@@ -221,9 +221,7 @@ void GemmEmitter::loadGatheredRows(const GemmPhase &p, Value g, Value kTile,
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
   Type i64 = b.getI64Type();
-  Value stage = e.rem(g, e.index(kStages));
-  Value box = e.add(e.add(smemBase, pad),
-                    e.mul(stage, e.index(kStageBytes))); // the A box
+  Value box = e.add(smemBase, stageOffset(g)); // the A box
   Value kBytes = arith::IndexCastOp::create(
       b, loc, i64, e.mul(kTile, e.index(kTileK * kBf16)));
   for (int64_t i = 0; i < kGatherPasses; ++i) {
