@@ -25,6 +25,10 @@
 //     roles the producer loads ahead anyway and the epilogue is the same.
 //     (Without a pair store — odd N — the down projections go through the
 //     shared-memory epilogue and the next task loads after it.)
+//   * padding rows (mk.gemm's `padding`): in that early-prefetch form, the
+//     second warpgroup of a 128-row tile whose 64 rows are all padding
+//     runs the same k-loop without waits and MMAs (the consumer barriers,
+//     refills and gathered copies stay) and stores nothing.
 //
 #include "Hopper.h"
 
@@ -109,33 +113,43 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   // accumulators: zero-initialized ones were copies of one zero register
   // that ptxas took for reads of in-flight accumulators (C7514, wgmmas
   // serialized).
-  auto kTileStep = [&](Value kt, SmallVector<Value> acc, bool first) {
+  //
+  // `mma` false: a warpgroup whose half of the tile is all padding does
+  // its share of the pipeline (the consumer barriers, its gathered
+  // copies, its releases) without MMAs.
+  auto kTileStep = [&](Value kt, SmallVector<Value> acc, bool first, bool mma) {
     Value g = e.add(it, kt);
     Value stageCount = e.index(kStages);
     Value stage = e.rem(g, stageCount);
-    nvgpu::MBarrierTryWaitParityOp::create(b, loc, barriers, phaseParity(g),
-                                           e.index(10000000), stage);
-    Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
-    // This warpgroup's 64 rows of the A box (128-byte rows).
-    Value baseA = e.add(base, e.mul(wg, e.index(kBytesA)));
-    NVVM::WgmmaFenceAlignedOp::create(b, loc);
-    for (int64_t ks = 0; ks < kTileK / 16; ++ks) {
-      Value descA = descriptor(aDesc, e.add(baseA, e.index(ks * kK16Bytes)),
-                               aStep, t.mapA);
-      for (int64_t j = 0; j < numAcc; ++j) {
-        Value descB = descriptor(
-            bDesc,
-            e.add(base, e.index(p.bytesA() + j * p.bytesB() + ks * kK16Bytes)),
-            bStep, j == 0 ? t.mapB0 : t.mapB1);
-        acc[j] = NVVM::WgmmaMmaAsyncOp::create(
-            b, loc, accType, acc[j], descA, descB, shape, bf16Type, bf16Type,
-            f32Type, first && ks == 0 ? zeroD : scaleD, scaleIn, scaleIn, row,
-            col, NVVM::MMAIntOverflowAttr());
+    // (Without MMAs but with a producer, the wait keeps this warpgroup's
+    // releases in order with the other's: see GemmEmitter::release.)
+    if (mma || roles.producer)
+      nvgpu::MBarrierTryWaitParityOp::create(b, loc, barriers, phaseParity(g),
+                                             e.index(10000000), stage);
+    if (mma) {
+      Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
+      // This warpgroup's 64 rows of the A box (128-byte rows).
+      Value baseA = e.add(base, e.mul(wg, e.index(kBytesA)));
+      NVVM::WgmmaFenceAlignedOp::create(b, loc);
+      for (int64_t ks = 0; ks < kTileK / 16; ++ks) {
+        Value descA = descriptor(aDesc, e.add(baseA, e.index(ks * kK16Bytes)),
+                                 aStep, t.mapA);
+        for (int64_t j = 0; j < numAcc; ++j) {
+          Value descB =
+              descriptor(bDesc,
+                         e.add(base, e.index(p.bytesA() + j * p.bytesB() +
+                                             ks * kK16Bytes)),
+                         bStep, j == 0 ? t.mapB0 : t.mapB1);
+          acc[j] = NVVM::WgmmaMmaAsyncOp::create(
+              b, loc, accType, acc[j], descA, descB, shape, bf16Type, bf16Type,
+              f32Type, first && ks == 0 ? zeroD : scaleD, scaleIn, scaleIn, row,
+              col, NVVM::MMAIntOverflowAttr());
+        }
       }
+      NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+      // k-tile kt-1's group is complete (kt's may still run).
+      NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
     }
-    NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
-    // k-tile kt-1's group is complete (kt's may still run).
-    NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 1);
     Value prev = e.sub(kt, e.index(1));
     if (roles.producer) {
       // Hand k-tile g-1's stage back to the producer: at kt = 0 the
@@ -173,22 +187,49 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   };
   // (Without a producer: zero accumulators and every k-tile in the loop,
   // the form the H200 runs verified before the producer existed.)
-  SmallVector<Value> init;
-  for (int64_t j = 0; j < numAcc; ++j)
-    init.push_back(roles.producer
-                       ? Value(LLVM::UndefOp::create(b, loc, accType))
-                       : Value(LLVM::ZeroOp::create(b, loc, accType)));
-  if (roles.producer)
-    init = kTileStep(e.index(0), init, /*first=*/true);
-  auto kLoop = scf::ForOp::create(b, loc, e.index(roles.producer ? 1 : 0),
-                                  e.index(kTiles), e.index(1), init);
-  {
+  auto kLoop = [&](bool mma) {
+    SmallVector<Value> init;
+    for (int64_t j = 0; j < numAcc; ++j)
+      init.push_back(roles.producer || !mma
+                         ? Value(LLVM::UndefOp::create(b, loc, accType))
+                         : Value(LLVM::ZeroOp::create(b, loc, accType)));
+    if (roles.producer)
+      init = kTileStep(e.index(0), init, /*first=*/true, mma);
+    auto loop = scf::ForOp::create(b, loc, e.index(roles.producer ? 1 : 0),
+                                   e.index(kTiles), e.index(1), init);
     OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(kLoop.getBody());
+    b.setInsertionPointToStart(loop.getBody());
     SmallVector<Value> acc = kTileStep(
-        kLoop.getInductionVar(), SmallVector<Value>(kLoop.getRegionIterArgs()),
-        /*first=*/false);
+        loop.getInductionVar(), SmallVector<Value>(loop.getRegionIterArgs()),
+        /*first=*/false, mma);
     scf::YieldOp::create(b, loc, acc);
+    return SmallVector<Value>(loop.getResults());
+  };
+  // Padding rows: with two consumer warpgroups and the register epilogue
+  // after an early prefetch, the second one skips its MMAs and stores when
+  // its 64 rows are all padding (the first row of a tile is always a
+  // routed row; padding ends each segment). With uniform routing about
+  // half of the experts' last tiles have such a half. (Not with a
+  // producer: the second k-loop made ptxas spill there.)
+  Value live;
+  SmallVector<Value> accs;
+  if (p.paddingRows && p.consumers() == 2 && onStagesFree) {
+    Value firstRow = e.add(t.m0, e.mul(wg, e.index(kTileM)));
+    live = arith::OrIOp::create(
+        b, loc, e.cmp(arith::CmpIPredicate::eq, wg, e.index(0)),
+        e.cmp(arith::CmpIPredicate::sge,
+              e.toIndex(e.load(p.paddingRows, {firstRow})), e.index(0)));
+    auto ifOp =
+        scf::IfOp::create(b, loc, SmallVector<Type>(numAcc, accType), live,
+                          /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    scf::YieldOp::create(b, loc, kLoop(/*mma=*/true));
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    scf::YieldOp::create(b, loc, kLoop(/*mma=*/false));
+    accs.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+  } else {
+    accs = kLoop(/*mma=*/true);
   }
   NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
 
@@ -204,11 +245,10 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   // Element `index` of B_j's fragment (the wgmma D layout of tileN columns).
   auto element = [&](int64_t j, int64_t index) {
     if (wide)
-      return LLVM::ExtractValueOp::create(b, loc, kLoop.getResult(0),
+      return LLVM::ExtractValueOp::create(b, loc, accs[0],
                                           index + j * fragment / 2)
           .getResult();
-    return LLVM::ExtractValueOp::create(b, loc, kLoop.getResult(j), index)
-        .getResult();
+    return LLVM::ExtractValueOp::create(b, loc, accs[j], index).getResult();
   };
 
   // Without a producer, with an early prefetch: once every consumer warp's
@@ -224,24 +264,31 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   // columns at a time.
   if (roles.producer || onStagesFree) {
     assert(p.n % 2 == 0 && p.storePair && "pairs of columns");
-    for (int64_t c = 0; c < tileN / 8; ++c)
-      for (int64_t h = 0; h < 2; ++h) {
-        Value r = e.add(t.m0, e.add(row0, e.index(8 * h)));
-        Value col = e.add(t.n0, e.add(col0, e.index(8 * c)));
-        Value inside = e.cmp(arith::CmpIPredicate::slt, r, p.rows);
-        if (p.n % tileN)
-          inside = arith::AndIOp::create(
-              b, loc, inside,
-              e.cmp(arith::CmpIPredicate::slt, col, e.index(p.n)));
-        e.ifThen(inside, [&] {
-          int64_t index = 4 * c + 2 * h;
-          SmallVector<Value> acc0 = {element(0, index), element(0, index + 1)};
-          SmallVector<Value> acc1;
-          if (p.b1)
-            acc1 = {element(1, index), element(1, index + 1)};
-          p.storePair(r, col, acc0, acc1);
-        });
-      }
+    auto stores = [&] {
+      for (int64_t c = 0; c < tileN / 8; ++c)
+        for (int64_t h = 0; h < 2; ++h) {
+          Value r = e.add(t.m0, e.add(row0, e.index(8 * h)));
+          Value col = e.add(t.n0, e.add(col0, e.index(8 * c)));
+          Value inside = e.cmp(arith::CmpIPredicate::slt, r, p.rows);
+          if (p.n % tileN)
+            inside = arith::AndIOp::create(
+                b, loc, inside,
+                e.cmp(arith::CmpIPredicate::slt, col, e.index(p.n)));
+          e.ifThen(inside, [&] {
+            int64_t index = 4 * c + 2 * h;
+            SmallVector<Value> acc0 = {element(0, index),
+                                       element(0, index + 1)};
+            SmallVector<Value> acc1;
+            if (p.b1)
+              acc1 = {element(1, index), element(1, index + 1)};
+            p.storePair(r, col, acc0, acc1);
+          });
+        }
+    };
+    if (live)
+      e.ifThen(live, stores);
+    else
+      stores();
     return {};
   }
 

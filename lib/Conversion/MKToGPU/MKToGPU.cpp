@@ -735,6 +735,7 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
       (*op.getTile())[1],
       (*op.getTile())[0]};
   phase.gridBarrierFollows = beforeGridBarrier.contains(op);
+  phase.paddingRows = op.getPaddingRows();
   if (Value rows = op.getGatherRows()) {
     phase.gatherRows = rows;
     phase.gatherSource = base(op.getA());

@@ -382,3 +382,25 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @padding_dense(%x: memref<332x64xbf16>, %b: memref<128x64xbf16>, %o: memref<332x128xbf16>, %rr: memref<332xi64>, %m: memref<304xi64>) kernel {
+    // expected-error @+1 {{padding rows need a grouped GEMM (padding ends each expert's segment)}}
+    mk.gemm wgmma store %x, %b into %o maps(%m : memref<304xi64>) padding(%rr : memref<332xi64>) {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<332x64xbf16>, memref<128x64xbf16> -> memref<332x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @padding_rows(%x: memref<332x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<332x128xbf16>, %re: memref<332xi64>, %off: memref<5xi64>, %rr: memref<331xi64>, %m: memref<304xi64>) kernel {
+    // expected-error @+1 {{padding_rows dimension 0 must be 332 (out's rows), got 331}}
+    mk.gemm wgmma store %x, %b into %o grouped(%re, %off : memref<332xi64>, memref<5xi64>) maps(%m : memref<304xi64>) padding(%rr : memref<331xi64>) {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<332x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
+    gpu.return
+  }
+}

@@ -21,6 +21,7 @@
 // CHECK: mk.gemm wgmma swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
 // CHECK: mk.gemm tcgen05 store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 17, 18>, stages = 4 : i64, tile = array<i64: 64, 128, 64>} : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
 // CHECK: mk.gemm wgmma swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) gather(%{{.*}} : memref<332xi64>) {gather_top_k = 2 : i64, maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>} : memref<40x64xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
+// CHECK: mk.gemm wgmma store %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) padding(%{{.*}} : memref<332xi64>) {maps = array<i64: 9, 10>, stages = 4 : i64, tile = array<i64: 128, 256, 64>} : memref<332x128xbf16>, memref<4x64x128xbf16> -> memref<332x64xbf16>
 // CHECK: mk.gemm wgmma store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 17, 18>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
 
 module attributes {gpu.container_module} {
@@ -61,7 +62,8 @@ gpu.module @kernels {
                          %row_expert: memref<332xi64>, %offsets: memref<5xi64>,
                          %sh: memref<40x128xbf16>, %sd: memref<64x128xbf16>,
                          %so: memref<40x64xbf16>, %maps: memref<304xi64>,
-                         %x: memref<40x64xbf16>) kernel {
+                         %x: memref<40x64xbf16>, %wd: memref<4x64x128xbf16>,
+                         %ry: memref<332x64xbf16>) kernel {
     mk.gemm wgmma swiglu %routed_x, %wg, %wu into %hidden
         grouped(%row_expert, %offsets : memref<332xi64>, memref<5xi64>) maps(%maps : memref<304xi64>)
         {maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
@@ -75,6 +77,12 @@ gpu.module @kernels {
         gather(%row_expert : memref<332xi64>)
         {gather_top_k = 2 : i64, maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
         : memref<40x64xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
+    // Padding rows (row_route < 0) whose results nothing reads.
+    mk.gemm wgmma store %hidden, %wd into %ry
+        grouped(%row_expert, %offsets : memref<332xi64>, memref<5xi64>) maps(%maps : memref<304xi64>)
+        padding(%row_expert : memref<332xi64>)
+        {maps = array<i64: 9, 10>, stages = 4 : i64, tile = array<i64: 128, 256, 64>}
+        : memref<332x128xbf16>, memref<4x64x128xbf16> -> memref<332x64xbf16>
     // Warp roles: a producer warpgroup, registers moved to the consumers.
     mk.gemm wgmma store %sh, %sd into %so maps(%maps : memref<304xi64>)
         {maps = array<i64: 17, 18>, producer, registers = array<i64: 224, 56>,

@@ -145,6 +145,14 @@ LogicalResult GemmOp::verify() {
                          dim(getOut(), 0), "out's rows")))
       return failure();
   }
+  if (Value padding = getPaddingRows()) {
+    if (!isGrouped())
+      return emitOpError("padding rows need a grouped GEMM (padding ends "
+                         "each expert's segment)");
+    if (failed(expectDim(*this, padding, "padding_rows", 0, dim(getOut(), 0),
+                         "out's rows")))
+      return failure();
+  }
   if (getProducer() && getEngine() != Engine::wgmma)
     return emitOpError() << "a producer warp is implemented for the wgmma "
                             "engine only, not "

@@ -260,9 +260,18 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     `r` of the A operand is row `row_route[r] / gather_top_k` of `a` (the
     layer's `x`); a padding row (`row_route[r] < 0`) reads row 0, and its
     results are not to be read: the dispatch copy fused into the GEMM's
-    loads. Each A row of a k-tile is its own TMA box (1 x
-    64, through the map at `maps[0]`), issued by the consumer thread of that
-    row; `gather_rows` has out's rows.
+    loads. The consumer threads copy the rows with `cp.async` (16 bytes at
+    a time, swizzled as TMA would); the map at `maps[0]` has one-row boxes
+    and is only encoded (the runtime checks `a`'s alignment with it);
+    `gather_rows` has out's rows.
+
+    *Padding rows* (`padding(%row_route)`, grouped only): row `r` is a
+    padding row when `row_route[r] < 0`, and its results are unspecified
+    (nothing reads them). Padding rows end each grouped segment, so a tile
+    half whose first row is padding is all padding: `wgmma` with two
+    consumer warpgroups and a register epilogue skips that warpgroup's MMAs
+    and stores. The other engines compute padding rows like any other.
+    `padding_rows` has out's rows.
 
     Warp roles (`wgmma` only): with `producer`, one thread of an extra
     warpgroup after the consumer warpgroups issues every TMA load, running
@@ -291,6 +300,7 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$offsets,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$tensor_maps,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$gather_rows,
+      Arg<Optional<MK_I64Vector>, "", [MemRead]>:$padding_rows,
       OptionalAttr<F32Attr>:$swiglu_limit,
       OptionalAttr<DenseI64ArrayAttr>:$tile,
       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$stages,
@@ -304,6 +314,7 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
                    type($offsets) `)`)?
     (`maps` `(` $tensor_maps^ `:` type($tensor_maps) `)`)?
     (`gather` `(` $gather_rows^ `:` type($gather_rows) `)`)?
+    (`padding` `(` $padding_rows^ `:` type($padding_rows) `)`)?
     attr-dict `:` type($a) `,` type($b) `->` type($out)
   }];
   let extraClassDeclaration = [{
