@@ -103,8 +103,9 @@ struct GemmPhase {
   /// Grouped: row r is a padding row (results unspecified) when
   /// paddingRows[r] < 0 (i64); padding ends each segment, so a 64-row half
   /// of a tile is all padding when its first row is. The sm_90a MMA layer
-  /// skips such a half's MMAs and stores (two consumers, register
-  /// epilogue). Null: every row is computed.
+  /// skips such a half's MMAs and stores (one B operand, two consumers,
+  /// register epilogue after an early prefetch). Null: every row is
+  /// computed.
   Value paddingRows;
   /// Whether the kernel's next step is a grid barrier (else, with warp
   /// roles that move registers, a CTA barrier ends the GEMM).

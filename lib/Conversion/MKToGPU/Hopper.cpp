@@ -25,10 +25,10 @@
 //     roles the producer loads ahead anyway and the epilogue is the same.
 //     (Without a pair store — odd N — the down projections go through the
 //     shared-memory epilogue and the next task loads after it.)
-//   * padding rows (mk.gemm's `padding`): in that early-prefetch form, the
-//     second warpgroup of a 128-row tile whose 64 rows are all padding
-//     runs the same k-loop without waits and MMAs (the consumer barriers,
-//     refills and gathered copies stay) and stores nothing.
+//   * padding rows (mk.gemm's `padding`): in that early-prefetch form of
+//     the down projections, the second warpgroup of a 128-row tile whose
+//     64 rows are all padding runs the same k-loop without waits and MMAs
+//     (the consumer barriers and refills stay) and stores nothing.
 //
 #include "Hopper.h"
 
@@ -205,15 +205,18 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     scf::YieldOp::create(b, loc, acc);
     return SmallVector<Value>(loop.getResults());
   };
-  // Padding rows: with two consumer warpgroups and the register epilogue
-  // after an early prefetch, the second one skips its MMAs and stores when
-  // its 64 rows are all padding (the first row of a tile is always a
-  // routed row; padding ends each segment). With uniform routing about
-  // half of the experts' last tiles have such a half. (Not with a
-  // producer: the second k-loop made ptxas spill there.)
+  // Padding rows (the down projections, mk.gemm's `padding`): with two
+  // consumer warpgroups and the register epilogue after an early prefetch,
+  // the second one skips its MMAs and stores when its 64 rows are all
+  // padding (the first row of a tile is always a routed row; padding ends
+  // each segment). With uniform routing about half of the experts' last
+  // tiles have such a half. Not in the wide gate/up GEMM: the second
+  // k-loop slowed it on the H200 (dsv3-shard gate/up 3.29 -> 3.44 ms with
+  // the loop never taken, 3.56 ms with skips; down 2.02 -> 1.90-1.95 ms).
+  // Not with a producer: the second k-loop made ptxas spill there.
   Value live;
   SmallVector<Value> accs;
-  if (p.paddingRows && p.consumers() == 2 && onStagesFree) {
+  if (p.paddingRows && p.consumers() == 2 && onStagesFree && !p.b1) {
     Value firstRow = e.add(t.m0, e.mul(wg, e.index(kTileM)));
     live = arith::OrIOp::create(
         b, loc, e.cmp(arith::CmpIPredicate::eq, wg, e.index(0)),

@@ -346,8 +346,11 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
         b, loc, e, epilogue, buf[a], bValues, buf[out], rowExpert, offsets,
         tc ? buf["tensor_maps"] : Value(),
         gathered ? buf["row_route"] : Value(),
-        // wgmma skips the MMAs of a tile half that is all padding.
-        grouped && e == mk::Engine::wgmma ? buf["row_route"] : Value(),
+        // wgmma's down projections skip the MMAs of a tile half that is
+        // all padding.
+        grouped && e == mk::Engine::wgmma && epilogue == mk::Epilogue::store
+            ? buf["row_route"]
+            : Value(),
         epilogue == mk::Epilogue::swiglu ? limit : FloatAttr(),
         tc ? b.getDenseI64ArrayAttr(
                  {tileM,

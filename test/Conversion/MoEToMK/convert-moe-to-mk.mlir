@@ -42,7 +42,7 @@
 // CHECK-NEXT: mk.grid_barrier %[[BAR]]
 // Phase 3: routed gate/up grouped by expert, with the gate and up maps one
 // slot per expert (1 + e, 5 + e); the shared expert's gate/up beside it.
-// SM90-NEXT: mk.gemm wgmma swiglu %[[RX]], %[[WG]], %[[WU]] into %[[H]] grouped(%[[ROWE]], %[[OFF]] : memref<332xi64>, memref<5xi64>) maps(%[[MAPS]] : memref<304xi64>) padding(%[[ROWR]] : memref<332xi64>) {maps = array<i64: 0, 1, 5>, stages = 4 : i64, swiglu_limit = 7.000000e+00 : f32, tile = array<i64: 64, 128, 64>}
+// SM90-NEXT: mk.gemm wgmma swiglu %[[RX]], %[[WG]], %[[WU]] into %[[H]] grouped(%[[ROWE]], %[[OFF]] : memref<332xi64>, memref<5xi64>) maps(%[[MAPS]] : memref<304xi64>) {maps = array<i64: 0, 1, 5>, stages = 4 : i64, swiglu_limit = 7.000000e+00 : f32, tile = array<i64: 64, 128, 64>}
 // SM100-NEXT: mk.gemm tcgen05 swiglu %[[RX]], %[[WG]], %[[WU]] into %[[H]] grouped(%[[ROWE]], %[[OFF]] : memref<332xi64>, memref<5xi64>) maps(%[[MAPS]] : memref<304xi64>) {maps = array<i64: 0, 1, 5>, stages = 4 : i64, swiglu_limit = 7.000000e+00 : f32, tile = array<i64: 64, 128, 64>}
 // CHECK-NEXT: mk.gemm {{wgmma|tcgen05}} swiglu %[[X]], %[[SG]], %[[SU]] into %[[SH]] maps(%[[MAPS]] : memref<304xi64>) {maps = array<i64: 14, 15, 16>
 // CHECK-NEXT: mk.grid_barrier %[[BAR]]

@@ -268,9 +268,10 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     *Padding rows* (`padding(%row_route)`, grouped only): row `r` is a
     padding row when `row_route[r] < 0`, and its results are unspecified
     (nothing reads them). Padding rows end each grouped segment, so a tile
-    half whose first row is padding is all padding: `wgmma` with two
-    consumer warpgroups and a register epilogue skips that warpgroup's MMAs
-    and stores. The other engines compute padding rows like any other.
+    half whose first row is padding is all padding: `wgmma` with the
+    `store` epilogue, two consumer warpgroups and no producer skips that
+    warpgroup's MMAs and stores. Otherwise padding rows are computed like
+    any other.
     `padding_rows` has out's rows.
 
     Warp roles (`wgmma` only): with `producer`, one thread of an extra
