@@ -697,9 +697,23 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
                 e.b, e.loc, packed,
                 arith::TruncFOp::create(e.b, e.loc, bf16, values[i]),
                 arith::ConstantIntOp::create(e.b, e.loc, i, 32));
-          LLVM::StoreOp::create(e.b, e.loc, packed,
-                                at(outBase, e.add(e.mul(row, e.index(n)), col)),
-                                /*alignment=*/4);
+          // A streaming store (.cs: evict-first in L1 and L2). The
+          // GEMM outputs (hundreds of MB on the benchmark shapes) are read
+          // once, by the next phase, long after; with plain stores they
+          // displaced the A and weight tiles that the TMA loads re-read
+          // from L2 (on the H200 the epilogues then cost a third of
+          // the GEMM phases).
+          Value ptr = at(outBase, e.add(e.mul(row, e.index(n)), col));
+          LLVM::InlineAsmOp::create(
+              e.b, e.loc, TypeRange{},
+              ValueRange{
+                  LLVM::PtrToIntOp::create(e.b, e.loc, e.b.getI64Type(), ptr),
+                  LLVM::BitcastOp::create(e.b, e.loc, e.b.getI32Type(),
+                                          packed)},
+              "st.global.cs.b32 [$0], $1;", "l,r",
+              /*has_side_effects=*/true, /*is_align_stack=*/false,
+              LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(),
+              ArrayAttr());
         },
         [&] {
           e.storeRounded(v0, out, {row, col});

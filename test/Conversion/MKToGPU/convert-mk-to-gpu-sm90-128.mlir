@@ -30,11 +30,12 @@
 // CHECK-NEXT: nvvm.barrier id = %[[ID]] number_of_threads = %[[N256]]
 // After the last wgmma group both warpgroups synchronize, thread 0 starts
 // the next task's first stages, then the SwiGLU epilogue stores column
-// pairs from registers (4-byte stores when aligned).
+// pairs from registers (4-byte streaming stores, st.global.cs, when aligned).
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
 // CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c49152
-// CHECK: llvm.store {{.*}} {alignment = 4 : i64} : vector<2xbf16>, !llvm.ptr<1>
+// CHECK: llvm.bitcast %{{.*}} : vector<2xbf16> to i32
+// CHECK-NEXT: llvm.inline_asm has_side_effects "st.global.cs.b32 [$0], $1;", "l,r"
 // The down GEMM: A (16 KiB) + B (256 x 64, 32 KiB); the same early start
 // of the next task and register epilogue (no shared-memory tile).
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c49152
@@ -43,7 +44,8 @@
 // CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %{{.*}}, %c49152
 // CHECK-NOT: memref<128x256xf32, #gpu.address_space<workgroup>>
-// CHECK: llvm.store {{.*}} {alignment = 4 : i64} : vector<2xbf16>, !llvm.ptr<1>
+// CHECK: llvm.bitcast %{{.*}} : vector<2xbf16> to i32
+// CHECK-NEXT: llvm.inline_asm has_side_effects "st.global.cs.b32 [$0], $1;", "l,r"
 !plan = !moe.plan<tokens = 64, top_k = 2, experts = 4, ep = 1, padding = 128>
 func.func @tall(%x: tensor<64x128xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
                 %wg: tensor<4x128x128xbf16>, %wu: tensor<4x128x128xbf16>, %wd: tensor<4x128x128xbf16>)

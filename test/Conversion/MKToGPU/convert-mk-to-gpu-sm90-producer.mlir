@@ -45,7 +45,8 @@
 // CHECK: nvgpu.mbarrier.arrive %[[EMPTY]][
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
 // CHECK-NOT: memref.store {{.*}}#gpu.address_space<workgroup>
-// CHECK: llvm.store {{.*}} {alignment = 4 : i64} : vector<2xbf16>, !llvm.ptr<1>
+// CHECK: llvm.bitcast %{{.*}} : vector<2xbf16> to i32
+// CHECK-NEXT: llvm.inline_asm has_side_effects "st.global.cs.b32 [$0], $1;", "l,r"
 // Back to the even share, and a signal to the producer warpgroup.
 // CHECK: nvvm.setmaxregister decrease 168
 // CHECK: nvvm.barrier.arrive id = %{{.*}} number_of_threads = %{{.*}}

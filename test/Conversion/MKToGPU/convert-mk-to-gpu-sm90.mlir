@@ -108,7 +108,7 @@
 // starts the next task's first stages; meanwhile the epilogue runs from
 // registers: gate (element i) and up (element i + 64) rounded to bf16, the
 // SwiGLU (clamped at 7) in f32, two adjacent columns stored as bf16 at once
-// (4-byte aligned; else one at a time).
+// (4-byte aligned: one streaming store, st.global.cs; else one at a time).
 // CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c128
 // CHECK: nvgpu.mbarrier.arrive.expect_tx
 // CHECK: llvm.extractvalue %{{.*}}[0]
@@ -119,7 +119,8 @@
 // CHECK: arith.extf {{.*}} : bf16 to f32
 // CHECK: arith.minimumf
 // CHECK: math.exp
-// CHECK: llvm.store {{.*}} {alignment = 4 : i64} : vector<2xbf16>, !llvm.ptr<1>
+// CHECK: llvm.bitcast %{{.*}} : vector<2xbf16> to i32
+// CHECK-NEXT: llvm.inline_asm has_side_effects "st.global.cs.b32 [$0], $1;", "l,r"
 // CHECK: memref.store {{.*}} : memref<332x128xbf16>
 // Shared gate/up (x is A: rows >= T = 40 are zero-filled by TMA and not
 // stored), then a grid barrier, then the down GEMMs: 64x256 tiles, A + B =
