@@ -141,7 +141,8 @@ private:
 Tcgen05Emitter::Tcgen05Emitter(Emitter &e, gpu::GPUModuleOp module,
                                Value tensorMaps,
                                ArrayRef<std::pair<int64_t, int64_t>> prefetch)
-    : GemmEmitter(e, module, tensorMaps, prefetch, WarpRoles{}) {
+    : GemmEmitter(e, module, tensorMaps, prefetch, WarpRoles{},
+                  /*sm90=*/false) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();

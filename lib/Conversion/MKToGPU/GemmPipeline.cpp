@@ -63,7 +63,12 @@ constexpr int32_t kRegisterBarrier = 2;
 static_assert(kStageBytes == kMaxConsumers * kBytesA + 2 * kBytesB &&
                   kDynamicSharedMemory == kStages * kStageBytes + kAlign,
               "the planned shared memory is the ring's");
-int64_t dynamicSharedMemoryBytes() { return kDynamicSharedMemory; }
+static_assert(dynamicSharedMemory(true) ==
+                  kDynamicSharedMemory + kEpilogueStagingBytes,
+              "the sm_90a staging follows the ring");
+int64_t dynamicSharedMemoryBytes(bool sm90) {
+  return dynamicSharedMemory(sm90);
+}
 
 void insertDialects(DialectRegistry &registry) {
   registry.insert<nvgpu::NVGPUDialect, NVVM::NVVMDialect, LLVM::LLVMDialect>();
@@ -90,7 +95,7 @@ GemmEmitter::~GemmEmitter() = default;
 
 GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
                          ArrayRef<std::pair<int64_t, int64_t>> prefetch,
-                         const WarpRoles &roles)
+                         const WarpRoles &roles, bool sm90)
     : e(e), roles(roles) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
@@ -110,7 +115,7 @@ GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
                              Attribute(), /*constant=*/false,
                              b.getI64IntegerAttr(kAlign));
   }
-  int64_t bytes = dynamicSharedMemoryBytes();
+  int64_t bytes = dynamicSharedMemoryBytes(sm90);
   Value dyn0 = memref::GetGlobalOp::create(b, loc, empty, kDynSmem);
   smem = memref::ReinterpretCastOp::create(b, loc, smemType(ctx, {bytes}, i8),
                                            dyn0, /*offset=*/0,
@@ -123,6 +128,8 @@ GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
                         b, loc, e.add(smemBase, e.index(kAlign - 1)), align),
                     align),
               smemBase);
+  if (sm90)
+    staging = e.add(pad, e.index(kStages * kStageBytes));
 
   barriers = nvgpu::MBarrierCreateOp::create(
       b, loc, nvgpu::MBarrierGroupType::get(ctx, workgroup(ctx), kStages));

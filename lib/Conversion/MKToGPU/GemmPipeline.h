@@ -45,8 +45,9 @@ constexpr int64_t kAlign = 1024;                      // 128B-swizzle atom
 constexpr int64_t kK16Bytes = 16 * kBf16;
 
 /// Dynamic shared memory the GEMM phases use, in bytes (stage buffers, reused
-/// by the epilogue, plus slack to align them to 1024 bytes).
-int64_t dynamicSharedMemoryBytes();
+/// by the epilogue, plus slack to align them to 1024 bytes; on sm_90a then
+/// the register epilogue's staging, kEpilogueStagingBytes).
+int64_t dynamicSharedMemoryBytes(bool sm90);
 
 /// The dialects the GEMM phases (of either chip) create ops of.
 void insertDialects(DialectRegistry &registry);
@@ -107,6 +108,15 @@ struct GemmPhase {
   /// register epilogue after an early prefetch). Null: every row is
   /// computed.
   Value paddingRows;
+  /// The register epilogue's rounding: the results of columns (col, col +
+  /// 1) as storePair would store them, two bf16 packed in an i32 (col's in
+  /// the low half). With it, n % 8 == 0 and `outAligned16`, the sm_90a
+  /// register epilogue stages each warp's results in shared memory and
+  /// stores whole 16-byte row pieces (st.global.cs.v4) to the bf16 [*, n]
+  /// output at global address `outAddress` (i64); else storePair.
+  function_ref<Value(ArrayRef<Value> acc0, ArrayRef<Value> acc1)> packPair;
+  Value outAddress;
+  Value outAligned16; // i1, uniform
   /// Whether the kernel's next step is a grid barrier (else, with warp
   /// roles that move registers, a CTA barrier ends the GEMM).
   bool gridBarrierFollows = false;
@@ -180,7 +190,7 @@ protected:
   /// `prefetch`: (slot, box rows) of the maps to prefetch once.
   GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
               ArrayRef<std::pair<int64_t, int64_t>> prefetch,
-              const WarpRoles &roles);
+              const WarpRoles &roles, bool sm90);
 
   Emitter &e;
   WarpRoles roles;
@@ -189,7 +199,10 @@ protected:
   Value smem;          // the dynamic shared memory, i8
   Value smemBase;      // its shared-window address (index)
   Value pad;           // bytes from smemBase to the 1024-aligned ring
-  Value barriers;      // the full barriers, one per stage
+  /// sm_90a: byte offset (from smem) of the register epilogue's staging
+  /// (kEpilogueWarpBytes per consumer warp), after the ring.
+  Value staging;
+  Value barriers; // the full barriers, one per stage
   Value tid, isThread0;
   Value iteration; // k-tiles this CTA has consumed so far
   /// Values of the MMA layer carried across tasks and phases along with

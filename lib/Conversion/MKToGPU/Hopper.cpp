@@ -48,7 +48,7 @@ public:
   WgmmaEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
                ArrayRef<std::pair<int64_t, int64_t>> prefetch,
                const WarpRoles &roles)
-      : GemmEmitter(e, module, tensorMaps, prefetch, roles) {}
+      : GemmEmitter(e, module, tensorMaps, prefetch, roles, /*sm90=*/true) {}
 
 private:
   SmallVector<Value> accumulate(const GemmPhase &p, Value it,
@@ -288,10 +288,106 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
           });
         }
     };
+    // Staged: each warp puts 16 rows x 64 columns of its results at a time
+    // into its 2 KiB of shared memory (stmatrix: four 8 x 8 bf16 blocks a
+    // call, exactly the D fragment's pairs; 16-byte pieces swizzled by
+    // row so that neither side conflicts on banks) and reads them back as
+    // whole 16-byte row pieces: every global store instruction of a warp
+    // writes four 128-byte row segments (instead of 16-byte pieces of
+    // eight rows).
+    auto staged = [&] {
+      Type i32 = b.getI32Type();
+      Value lane8 = e.rem(lane, e.index(8)),
+            laneGroup = e.div(lane, e.index(8));
+      Value buf = e.add(
+          staging, e.mul(e.div(tid, e.index(32)), e.index(kEpilogueWarpBytes)));
+      Value mask = arith::ConstantIntOp::create(b, loc, -1, 32);
+      // Byte offset (from smem) of 16-byte piece `unit` of staged row `r`.
+      auto piece = [&](Value r, Value unit) {
+        return e.add(buf, e.add(e.mul(r, e.index(128)),
+                                e.mul(arith::XOrIOp::create(
+                                          b, loc, unit, e.rem(r, e.index(8))),
+                                      e.index(16))));
+      };
+      auto sharedPtr = [&](Value offset) {
+        return LLVM::IntToPtrOp::create(
+            b, loc, LLVM::LLVMPointerType::get(ctx, 3),
+            arith::IndexCastOp::create(b, loc, i32, e.add(smemBase, offset)),
+            LLVM::DereferenceableAttr());
+      };
+      Value firstRow = e.add(
+          t.m0, e.add(e.mul(wg, e.index(kTileM)), e.mul(warp, e.index(16))));
+      for (int64_t q = 0; q < tileN / 64; ++q) {
+        // This lane addresses row lane % 8 of block lane / 8 of each call:
+        // block m is (column block c = 8q + 2j + m / 2, row half m % 2).
+        Value stagedRow =
+            e.add(e.mul(e.rem(laneGroup, e.index(2)), e.index(8)), lane8);
+        for (int64_t j = 0; j < 4; ++j) {
+          SmallVector<Value> regs;
+          for (int64_t m = 0; m < 4; ++m) {
+            int64_t c = 8 * q + 2 * j + m / 2, h = m % 2;
+            int64_t index = 4 * c + 2 * h;
+            SmallVector<Value> acc0 = {element(0, index),
+                                       element(0, index + 1)};
+            SmallVector<Value> acc1;
+            if (p.b1)
+              acc1 = {element(1, index), element(1, index + 1)};
+            regs.push_back(p.packPair(acc0, acc1));
+          }
+          Value unit = e.add(e.index(2 * j), e.div(laneGroup, e.index(2)));
+          NVVM::StMatrixOp::create(
+              b, loc, sharedPtr(piece(stagedRow, unit)), regs,
+              NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row),
+              NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8),
+              NVVM::LdStMatrixEltTypeAttr::get(ctx,
+                                               NVVM::LdStMatrixEltType::B16));
+        }
+        NVVM::SyncWarpOp::create(b, loc, mask);
+        // Lane l: piece l % 8 of rows l / 8 + 4i.
+        for (int64_t i = 0; i < 4; ++i) {
+          Value r = e.add(laneGroup, e.index(4 * i));
+          Value v = LLVM::LoadOp::create(b, loc, VectorType::get({4}, i32),
+                                         sharedPtr(piece(r, lane8)), 16);
+          Value row = e.add(firstRow, r);
+          Value col =
+              e.add(t.n0, e.add(e.index(64 * q), e.mul(lane8, e.index(8))));
+          Value inside = e.cmp(arith::CmpIPredicate::slt, row, p.rows);
+          if (p.n % tileN)
+            inside = arith::AndIOp::create(
+                b, loc, inside,
+                e.cmp(arith::CmpIPredicate::slt, col, e.index(p.n)));
+          e.ifThen(inside, [&] {
+            Value offset = arith::IndexCastOp::create(
+                b, loc, i64,
+                e.mul(e.add(e.mul(row, e.index(p.n)), col), e.index(kBf16)));
+            SmallVector<Value> operands = {
+                arith::AddIOp::create(b, loc, p.outAddress, offset)};
+            for (int64_t w = 0; w < 4; ++w)
+              operands.push_back(LLVM::ExtractElementOp::create(
+                  b, loc, v, arith::ConstantIntOp::create(b, loc, w, 32)));
+            // Streaming (evict-first): read once, by the next phase.
+            LLVM::InlineAsmOp::create(
+                b, loc, TypeRange{}, operands,
+                "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r",
+                /*has_side_effects=*/true, /*is_align_stack=*/false,
+                LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(),
+                ArrayAttr());
+          });
+        }
+        // Every lane has read the staged rows before the next piece.
+        NVVM::SyncWarpOp::create(b, loc, mask);
+      }
+    };
+    auto epilogue = [&] {
+      if (p.packPair && p.n % 8 == 0 && staging)
+        e.ifThen(p.outAligned16, staged, stores);
+      else
+        stores();
+    };
     if (live)
-      e.ifThen(live, stores);
+      e.ifThen(live, epilogue);
     else
-      stores();
+      epilogue();
     return {};
   }
 

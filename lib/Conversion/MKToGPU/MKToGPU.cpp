@@ -142,6 +142,18 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
              << "the " << mk::stringifyEngine(e) << " engine needs a " << want
              << " kernel (mok.kernel chip = \"" << want << "\"), got "
              << (chip.empty() ? "none" : "\"" + chip.str() + "\"");
+    // The runtime launches with the description's dynamic shared memory:
+    // it must hold what the GEMM phases use (on sm_90a the ring and the
+    // epilogue staging).
+    int64_t need = sched::dynamicSharedMemory(e == mk::Engine::wgmma);
+    if (auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel"))
+      if (auto smem = desc.getAs<IntegerAttr>("dynamic_shared_memory");
+          smem && smem.getInt() < need)
+        return gemm.emitOpError()
+               << "the " << mk::stringifyEngine(e) << " engine uses " << need
+               << " bytes of dynamic shared memory, but mok.kernel "
+                  "dynamic_shared_memory is "
+               << smem.getInt();
     if (engine && *engine != e)
       return gemm.emitOpError("a kernel's tensor-core GEMMs must use one "
                               "engine");
@@ -729,6 +741,28 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   };
   auto pairPlain = [&](Value row, Value col, ArrayRef<Value> y,
                        ArrayRef<Value>) { storeTwo(row, col, y[0], y[1]); };
+  // The same two results rounded and packed (the staged epilogue's).
+  auto packTwo = [&](Value v0, Value v1) -> Value {
+    Type bf16 = e.b.getBF16Type();
+    auto v2 = VectorType::get({2}, bf16);
+    Value packed = LLVM::UndefOp::create(e.b, e.loc, v2);
+    Value values[2] = {v0, v1};
+    for (int64_t i = 0; i < 2; ++i)
+      packed = LLVM::InsertElementOp::create(
+          e.b, e.loc, packed,
+          arith::TruncFOp::create(e.b, e.loc, bf16, values[i]),
+          arith::ConstantIntOp::create(e.b, e.loc, i, 32));
+    return LLVM::BitcastOp::create(e.b, e.loc, e.b.getI32Type(), packed);
+  };
+  auto packSwiglu = [&](ArrayRef<Value> g, ArrayRef<Value> u) -> Value {
+    auto act = [&](int i) {
+      return swiglu(e, e.roundBF16(g[i]), e.roundBF16(u[i]), limit);
+    };
+    return packTwo(act(0), act(1));
+  };
+  auto packPlain = [&](ArrayRef<Value> y, ArrayRef<Value>) -> Value {
+    return packTwo(y[0], y[1]);
+  };
   using PairFn =
       function_ref<void(Value, Value, ArrayRef<Value>, ArrayRef<Value>)>;
   bool swigluEpilogue = op.getEpilogue() == mk::Epilogue::swiglu;
@@ -750,6 +784,14 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
       (*op.getTile())[0]};
   phase.gridBarrierFollows = beforeGridBarrier.contains(op);
   phase.paddingRows = op.getPaddingRows();
+  if (n % 8 == 0) {
+    phase.packPair =
+        swigluEpilogue
+            ? function_ref<Value(ArrayRef<Value>, ArrayRef<Value>)>(packSwiglu)
+            : function_ref<Value(ArrayRef<Value>, ArrayRef<Value>)>(packPlain);
+    phase.outAddress = outBase;
+    phase.outAligned16 = aligned({out}, 16);
+  }
   if (Value rows = op.getGatherRows()) {
     phase.gatherRows = rows;
     phase.gatherSource = base(op.getA());

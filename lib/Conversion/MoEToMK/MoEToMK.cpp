@@ -237,7 +237,8 @@ DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
       entry.push_back(b.getNamedAttr("access", b.getStringAttr(p.access)));
     ps.push_back(b.getDictionaryAttr(entry));
   }
-  int64_t smem = tensorMaps.empty() ? 0 : sched::kDynamicSharedMemory;
+  int64_t smem =
+      tensorMaps.empty() ? 0 : sched::dynamicSharedMemory(chip == "sm_90a");
   SmallVector<NamedAttribute> entries = {
       b.getNamedAttr("chip", b.getStringAttr(chip)),
       b.getNamedAttr("block", b.getI64IntegerAttr(blockSize)),

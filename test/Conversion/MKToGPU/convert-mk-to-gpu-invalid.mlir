@@ -61,6 +61,19 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
+  gpu.func @smem(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 197632 : i64}} {
+    // expected-error @+1 {{the wgmma engine uses 214016 bytes of dynamic shared memory, but mok.kernel dynamic_shared_memory is 197632}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
   gpu.func @no_chip(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>} {
     // expected-error @+1 {{the tcgen05 engine needs a sm_100a kernel (mok.kernel chip = "sm_100a"), got none}}

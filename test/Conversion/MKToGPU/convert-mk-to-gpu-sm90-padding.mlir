@@ -65,7 +65,10 @@
 // CHECK: nvgpu.mbarrier.arrive.expect_tx
 // CHECK: scf.if %[[LIVE]] {
 // CHECK: llvm.bitcast %{{.*}} : vector<2xbf16> to i32
-// CHECK-NEXT: llvm.inline_asm has_side_effects "st.global.cs.b32 [$0], $1;", "l,r"
+// CHECK: nvvm.stmatrix %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {eltType = #nvvm.ld_st_matrix_elt_type<b16>, layout = #nvvm.mma_layout<row>, shape = #nvvm.ld_st_matrix_shape<m = 8, n = 8>} : !llvm.ptr<3>, i32, i32, i32, i32
+// CHECK: nvvm.bar.warp.sync
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xi32>
+// CHECK: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r"
 !plan = !moe.plan<tokens = 64, top_k = 2, experts = 4, ep = 1, padding = 128>
 func.func @tall(%x: tensor<64x128xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
                 %wg: tensor<4x128x128xbf16>, %wu: tensor<4x128x128xbf16>, %wd: tensor<4x128x128xbf16>)

@@ -46,7 +46,10 @@
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 0
 // CHECK-NOT: memref.store {{.*}}#gpu.address_space<workgroup>
 // CHECK: llvm.bitcast %{{.*}} : vector<2xbf16> to i32
-// CHECK-NEXT: llvm.inline_asm has_side_effects "st.global.cs.b32 [$0], $1;", "l,r"
+// CHECK: nvvm.stmatrix %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {eltType = #nvvm.ld_st_matrix_elt_type<b16>, layout = #nvvm.mma_layout<row>, shape = #nvvm.ld_st_matrix_shape<m = 8, n = 8>} : !llvm.ptr<3>, i32, i32, i32, i32
+// CHECK: nvvm.bar.warp.sync
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xi32>
+// CHECK: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r"
 // Back to the even share, and a signal to the producer warpgroup.
 // CHECK: nvvm.setmaxregister decrease 168
 // CHECK: nvvm.barrier.arrive id = %{{.*}} number_of_threads = %{{.*}}

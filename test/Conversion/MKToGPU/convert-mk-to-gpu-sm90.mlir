@@ -17,7 +17,7 @@
 // CHECK: gpu.func @eligible_forward(
 // CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %[[MAPS:[^:]*]]: memref<304xi64>) kernel
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
-// CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_90a", cooperative = true, dynamic_shared_memory = 197632 : i64
+// CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_90a", cooperative = true, dynamic_shared_memory = 214016 : i64
 // The existing parameters are unchanged; tensor_maps comes last.
 // CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 304>}]
 // Map entry i views a kernel buffer as 2-D bf16 [rows, cols]: A operands in
@@ -40,7 +40,7 @@
 // stage, slot s at byte 128*s of the tensor_maps buffer; the maps every task
 // reads (A operands, the shared expert's weights) are prefetched once.
 // CHECK: memref.get_global @mok_dyn_smem
-// CHECK: memref.reinterpret_cast {{.*}} sizes: [197632]
+// CHECK: memref.reinterpret_cast {{.*}} sizes: [214016]
 // CHECK: %[[BARS:.*]] = nvgpu.mbarrier.create -> <memorySpace = #gpu.address_space<workgroup>, num_barriers = 4>
 // CHECK: %[[BASE:.*]] = memref.extract_aligned_pointer_as_index %[[MAPS]] : memref<304xi64>
 // CHECK: %[[BASE64:.*]] = arith.index_cast %[[BASE]] : index to i64
@@ -120,7 +120,10 @@
 // CHECK: arith.minimumf
 // CHECK: math.exp
 // CHECK: llvm.bitcast %{{.*}} : vector<2xbf16> to i32
-// CHECK-NEXT: llvm.inline_asm has_side_effects "st.global.cs.b32 [$0], $1;", "l,r"
+// CHECK: nvvm.stmatrix %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {eltType = #nvvm.ld_st_matrix_elt_type<b16>, layout = #nvvm.mma_layout<row>, shape = #nvvm.ld_st_matrix_shape<m = 8, n = 8>} : !llvm.ptr<3>, i32, i32, i32, i32
+// CHECK: nvvm.bar.warp.sync
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xi32>
+// CHECK: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r"
 // CHECK: memref.store {{.*}} : memref<332x128xbf16>
 // Shared gate/up (x is A: rows >= T = 40 are zero-filled by TMA and not
 // stored), then a grid barrier, then the down GEMMs: 64x256 tiles, A + B =

@@ -39,6 +39,16 @@ constexpr int64_t kMaxConsumers = 2;
 constexpr int64_t kStageBytes =
     (kMaxConsumers * kTileM + 2 * kTileN) * kTileK * 2;
 constexpr int64_t kDynamicSharedMemory = kStages * kStageBytes + 1024;
+/// sm_90a register epilogues: after the ring, each consumer warp stages 16
+/// rows x 64 bf16 columns (2 KiB) of its results at a time, so that the
+/// stores to global memory are whole 16-byte row pieces.
+constexpr int64_t kEpilogueWarpBytes = 16 * 64 * 2;
+constexpr int64_t kEpilogueStagingBytes =
+    kMaxConsumers * (kWarpgroup / 32) * kEpilogueWarpBytes;
+/// The dynamic shared memory of a kernel with tensor-core GEMMs for a chip.
+constexpr int64_t dynamicSharedMemory(bool sm90) {
+  return kDynamicSharedMemory + (sm90 ? kEpilogueStagingBytes : 0);
+}
 
 /// sm_90a warp roles: the consumer warpgroups (one per 64 tile rows) and,
 /// after them, one producer warpgroup whose first thread issues the TMA
