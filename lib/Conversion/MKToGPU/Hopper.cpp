@@ -19,10 +19,17 @@
 //     producer through its "empty" barrier instead, and a task's first
 //     k-tile is emitted apart (scale-d = 0 on undefined accumulators);
 //   * after the last k-tile (wait_group 0 and a consumer barrier) thread 0
-//     starts the next task's first stages, and the epilogue stores column
-//     pairs from registers (the wgmma D fragment layout; the SwiGLU on gate
-//     and up elements i and i + 64), overlapping those loads. With warp
-//     roles the producer loads ahead anyway and the epilogue is the same.
+//     starts the next task's first stages, and the epilogue runs from
+//     registers (the wgmma D fragment layout; the SwiGLU on gate and up
+//     elements i and i + 64), overlapping those loads: each warp rounds
+//     and packs its column pairs, puts 16 rows x 64 columns at a time into
+//     its 2 KiB of shared memory after the ring (stmatrix.x4, 16-byte
+//     pieces swizzled by row) and stores them back as whole 16-byte row
+//     pieces (st.global.cs.v4: four 128-byte row segments a warp store).
+//     On the H200 the column-pair stores (4 bytes, eight rows a warp
+//     store) cost about a third of each GEMM phase. (Unaligned outputs
+//     keep the column-pair stores.) With warp roles the producer loads
+//     ahead anyway and the epilogue is the same.
 //     (Without a pair store — odd N — the down projections go through the
 //     shared-memory epilogue and the next task loads after it.)
 //   * padding rows (mk.gemm's `padding`): in that early-prefetch form of
