@@ -269,10 +269,16 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     padding row when `row_route[r] < 0`, and its results are unspecified
     (nothing reads them). Padding rows end each grouped segment, so a tile
     half whose first row is padding is all padding: `wgmma` with the
-    `store` epilogue, two consumer warpgroups and no producer skips that
-    warpgroup's MMAs and stores. Otherwise padding rows are computed like
-    any other.
-    `padding_rows` has out's rows.
+    `store` epilogue, two consumer warpgroups, no producer and an even N
+    (the register epilogue) skips that warpgroup's MMAs and stores.
+    Otherwise padding rows are computed like any other. `padding_rows` has
+    out's rows.
+
+    Register epilogue (`wgmma`, even N): each warp stages 16 rows x 64
+    columns of its results at a time in shared memory after the stage ring
+    (16 KiB in all, which the kernel's dynamic shared memory must include)
+    and stores whole 16-byte row pieces when `out` is 16-byte aligned and
+    N a multiple of 8, else column pairs.
 
     Warp roles (`wgmma` only): with `producer`, one thread of an extra
     warpgroup after the consumer warpgroups issues every TMA load, running
