@@ -67,6 +67,19 @@ def test_warp_specialized_kernels(tmp_path):
         mok.compile(TC_SPEC, target="cpu", warp_specialize=True)
 
 
+def test_staged_register_epilogue(tmp_path):
+    # sm_90a: each consumer warp stages its results in 2 KiB of shared
+    # memory after the stage ring (stmatrix) and stores 16-byte row pieces
+    # (evict-first); the kernel asks for those 16 KiB. sm_100a keeps its
+    # shared-memory epilogue and the ring alone.
+    h = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path))
+    b = mok.compile(TC_SPEC, target="sm_100a", cache_dir=str(tmp_path))
+    assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in h.ptx
+    assert "st.global.cs.v4.b32" in h.ptx
+    assert "stmatrix" not in b.ptx and "st.global.cs" not in b.ptx
+    assert h.metadata["dynamic_shared_memory"] == b.metadata["dynamic_shared_memory"] + 16384
+
+
 def test_fused_dispatch_kernels(tmp_path):
     plain = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), profile=True)
     fd = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), profile=True,
