@@ -25,17 +25,11 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
 import mok  # noqa: E402
-from moe_forward import median_event_ms as events  # noqa: E402
-from shapes import SHAPES  # noqa: E402
-from torch_reference import make_inputs  # noqa: E402
+from moe_forward import layer_and_inputs, median_event_ms as events  # noqa: E402
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[2] not in SHAPES:
-        sys.exit(f"usage: call_time.py ARTIFACTS SHAPE (one of {', '.join(SHAPES)})")
-    artifacts, name = sys.argv[1], sys.argv[2]
-    a = make_inputs(SHAPES[name], torch.Generator().manual_seed(7))
-    layer = mok.GpuArtifact.from_files(os.path.join(artifacts, name, "moe_layer")).load()
+    artifacts, name, layer, a = layer_and_inputs("call_time.py", 7)
     for _ in range(3):
         layer(**a)
     rows = [("call, back to back", events(lambda: layer(**a), 40, False)),

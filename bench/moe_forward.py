@@ -110,6 +110,18 @@ def phase_breakdown(path, a, iters):
     return {n: statistics.median(s[i][1] for s in samples) for i, n in enumerate(names)}
 
 
+def layer_and_inputs(script, seed):
+    """For the one-shape tools (`SCRIPT ARTIFACTS SHAPE`): ARTIFACTS, SHAPE,
+    SHAPE's layer loaded from ARTIFACTS and its inputs (seeded), or the
+    usage message."""
+    if len(sys.argv) != 3 or sys.argv[2] not in SHAPES:
+        sys.exit(f"usage: {script} ARTIFACTS SHAPE (one of {', '.join(SHAPES)})")
+    artifacts, name = sys.argv[1], sys.argv[2]
+    a = make_inputs(SHAPES[name], torch.Generator().manual_seed(seed))
+    layer = mok.GpuArtifact.from_files(os.path.join(artifacts, name, "moe_layer")).load()
+    return artifacts, name, layer, a
+
+
 def matmul_ceiling():
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)

@@ -21,18 +21,11 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
-import mok  # noqa: E402
-from shapes import SHAPES  # noqa: E402
-from torch_reference import make_inputs  # noqa: E402
+from moe_forward import layer_and_inputs  # noqa: E402
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[2] not in SHAPES:
-        sys.exit(f"usage: ncu_forward.py ARTIFACTS SHAPE (one of {', '.join(SHAPES)})")
-    artifacts, name = sys.argv[1], sys.argv[2]
-    layer = mok.GpuArtifact.from_files(os.path.join(artifacts, name, "moe_layer")).load()
-    a = make_inputs(SHAPES[name], torch.Generator().manual_seed(1))
+    _, _, layer, a = layer_and_inputs("ncu_forward.py", 1)
     torch.cuda.synchronize()
     for _ in range(4):
         layer(**a)

@@ -232,11 +232,7 @@ void GemmEmitter::loadGatheredRows(const GemmPhase &p, Value g, Value kTile,
   Value kBytes = arith::IndexCastOp::create(
       b, loc, i64, e.mul(kTile, e.index(kTileK * kBf16)));
   for (int64_t i = 0; i < kGatherPasses; ++i) {
-    Value dst = LLVM::IntToPtrOp::create(
-        b, loc, LLVM::LLVMPointerType::get(ctx, 3),
-        arith::IndexCastOp::create(b, loc, b.getI32Type(),
-                                   e.add(box, t.gatherDst[i])),
-        LLVM::DereferenceableAttr());
+    Value dst = sharedPointer(e.add(box, t.gatherDst[i]));
     Value src = LLVM::IntToPtrOp::create(
         b, loc, LLVM::LLVMPointerType::get(ctx, 1),
         arith::AddIOp::create(b, loc, t.gatherSrc[i], kBytes),
@@ -256,6 +252,36 @@ void GemmEmitter::gatheredRowsLanded(int64_t pending) {
       b, loc, NVVM::ProxyKind::async_shared,
       NVVM::SharedSpaceAttr::get(b.getContext(),
                                  NVVM::SharedSpace::shared_cta));
+}
+
+Value GemmEmitter::sharedPointer(Value address) {
+  return LLVM::IntToPtrOp::create(
+      e.b, e.loc, LLVM::LLVMPointerType::get(e.b.getContext(), 3),
+      arith::IndexCastOp::create(e.b, e.loc, e.b.getI32Type(), address),
+      LLVM::DereferenceableAttr());
+}
+
+void storeGlobalStreaming(OpBuilder &b, Location loc, Value address,
+                          ValueRange words) {
+  assert((words.size() == 1 || words.size() == 2 || words.size() == 4) &&
+         "st.global takes 1, 2 or 4 words");
+  std::string vec =
+      words.size() == 1 ? "" : ".v" + std::to_string(words.size());
+  std::string list, constraints = "l";
+  for (size_t i = 0; i < words.size(); ++i) {
+    list += (i ? ", $" : "$") + std::to_string(i + 1);
+    constraints += ",r";
+  }
+  if (words.size() > 1)
+    list = "{" + list + "}";
+  SmallVector<Value> operands = {address};
+  operands.append(words.begin(), words.end());
+  LLVM::InlineAsmOp::create(b, loc, TypeRange{}, operands,
+                            "st.global.cs" + vec + ".b32 [$0], " + list + ";",
+                            constraints,
+                            /*has_side_effects=*/true, /*is_align_stack=*/false,
+                            LLVM::tailcallkind::TailCallKind::None,
+                            LLVM::AsmDialectAttr(), ArrayAttr());
 }
 
 void GemmEmitter::syncWarpgroup(int64_t warpgroups) {

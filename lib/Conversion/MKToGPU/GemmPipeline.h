@@ -55,6 +55,12 @@ void insertDialects(DialectRegistry &registry);
 /// A memref in shared memory (workgroup address space).
 MemRefType smemType(MLIRContext *ctx, ArrayRef<int64_t> shape, Type elt);
 
+/// A streaming store (st.global.cs: evict-first in L1 and L2) of one, two
+/// or four 32-bit `words` (i32) at global address `address` (i64, aligned
+/// to their size): for GEMM outputs, read once by a later phase.
+void storeGlobalStreaming(OpBuilder &b, Location loc, Value address,
+                          ValueRange words);
+
 /// One tensor-core mk.gemm: for each task (m-tile, n-tile),
 ///   acc_j[r, c] = sum_k A[m0 + r, k] * B_j[n0 + c, k]
 /// over k in [0, k), in fp32, for B_0 and, when given, B_1; then
@@ -224,6 +230,9 @@ protected:
   /// most recent cp.async groups, and visible to the async proxy (wgmma):
   /// a consumer barrier after it makes every thread's rows ready.
   void gatheredRowsLanded(int64_t pending);
+  /// An LLVM pointer (shared address space) to shared-window address
+  /// `address` (index; smemBase plus a byte offset).
+  Value sharedPointer(Value address);
   /// bar.sync on named barrier 1 for the first `warpgroups` warpgroups.
   void syncWarpgroup(int64_t warpgroups = 1);
   /// A view of the dynamic shared memory at `byteOffset` (from smem).

@@ -274,23 +274,33 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   // columns at a time.
   if (roles.producer || onStagesFree) {
     assert(p.n % 2 == 0 && p.storePair && "pairs of columns");
+    // The accumulators of the column pair at fragment element `index`
+    // (gate's, then up's with two B operands), as storePair and packPair
+    // take them.
+    auto pairAt = [&](int64_t index) {
+      std::pair<SmallVector<Value>, SmallVector<Value>> acc;
+      acc.first = {element(0, index), element(0, index + 1)};
+      if (p.b1)
+        acc.second = {element(1, index), element(1, index + 1)};
+      return acc;
+    };
+    // Whether output (row, col) is stored: a computed row, and (ragged N)
+    // a column inside.
+    auto stored = [&](Value row, Value col) {
+      Value inside = e.cmp(arith::CmpIPredicate::slt, row, p.rows);
+      if (p.n % tileN)
+        inside = arith::AndIOp::create(
+            b, loc, inside,
+            e.cmp(arith::CmpIPredicate::slt, col, e.index(p.n)));
+      return inside;
+    };
     auto stores = [&] {
       for (int64_t c = 0; c < tileN / 8; ++c)
         for (int64_t h = 0; h < 2; ++h) {
           Value r = e.add(t.m0, e.add(row0, e.index(8 * h)));
           Value col = e.add(t.n0, e.add(col0, e.index(8 * c)));
-          Value inside = e.cmp(arith::CmpIPredicate::slt, r, p.rows);
-          if (p.n % tileN)
-            inside = arith::AndIOp::create(
-                b, loc, inside,
-                e.cmp(arith::CmpIPredicate::slt, col, e.index(p.n)));
-          e.ifThen(inside, [&] {
-            int64_t index = 4 * c + 2 * h;
-            SmallVector<Value> acc0 = {element(0, index),
-                                       element(0, index + 1)};
-            SmallVector<Value> acc1;
-            if (p.b1)
-              acc1 = {element(1, index), element(1, index + 1)};
+          e.ifThen(stored(r, col), [&] {
+            auto [acc0, acc1] = pairAt(4 * c + 2 * h);
             p.storePair(r, col, acc0, acc1);
           });
         }
@@ -317,10 +327,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
                                       e.index(16))));
       };
       auto sharedPtr = [&](Value offset) {
-        return LLVM::IntToPtrOp::create(
-            b, loc, LLVM::LLVMPointerType::get(ctx, 3),
-            arith::IndexCastOp::create(b, loc, i32, e.add(smemBase, offset)),
-            LLVM::DereferenceableAttr());
+        return sharedPointer(e.add(smemBase, offset));
       };
       Value firstRow = e.add(
           t.m0, e.add(e.mul(wg, e.index(kTileM)), e.mul(warp, e.index(16))));
@@ -333,12 +340,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
           SmallVector<Value> regs;
           for (int64_t m = 0; m < 4; ++m) {
             int64_t c = 8 * q + 2 * j + m / 2, h = m % 2;
-            int64_t index = 4 * c + 2 * h;
-            SmallVector<Value> acc0 = {element(0, index),
-                                       element(0, index + 1)};
-            SmallVector<Value> acc1;
-            if (p.b1)
-              acc1 = {element(1, index), element(1, index + 1)};
+            auto [acc0, acc1] = pairAt(4 * c + 2 * h);
             regs.push_back(p.packPair(acc0, acc1));
           }
           Value unit = e.add(e.index(2 * j), e.div(laneGroup, e.index(2)));
@@ -358,27 +360,17 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
           Value row = e.add(firstRow, r);
           Value col =
               e.add(t.n0, e.add(e.index(64 * q), e.mul(lane8, e.index(8))));
-          Value inside = e.cmp(arith::CmpIPredicate::slt, row, p.rows);
-          if (p.n % tileN)
-            inside = arith::AndIOp::create(
-                b, loc, inside,
-                e.cmp(arith::CmpIPredicate::slt, col, e.index(p.n)));
-          e.ifThen(inside, [&] {
+          e.ifThen(stored(row, col), [&] {
             Value offset = arith::IndexCastOp::create(
                 b, loc, i64,
                 e.mul(e.add(e.mul(row, e.index(p.n)), col), e.index(kBf16)));
-            SmallVector<Value> operands = {
-                arith::AddIOp::create(b, loc, p.outAddress, offset)};
+            Value address = arith::AddIOp::create(b, loc, p.outAddress, offset);
+            SmallVector<Value> words;
             for (int64_t w = 0; w < 4; ++w)
-              operands.push_back(LLVM::ExtractElementOp::create(
+              words.push_back(LLVM::ExtractElementOp::create(
                   b, loc, v, arith::ConstantIntOp::create(b, loc, w, 32)));
             // Streaming (evict-first): read once, by the next phase.
-            LLVM::InlineAsmOp::create(
-                b, loc, TypeRange{}, operands,
-                "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r",
-                /*has_side_effects=*/true, /*is_align_stack=*/false,
-                LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(),
-                ArrayAttr());
+            storeGlobalStreaming(b, loc, address, words);
           });
         }
         // Every lane has read the staged rows before the next piece.
