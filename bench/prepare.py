@@ -26,7 +26,8 @@ if unknown:
 for name in names:
     shape = SHAPES[name]
     spec = mok.LayerSpec(**{k: v for k, v in shape.items() if k in FIELDS})
-    options = {k: shape.get(k, False) for k in ("warp_specialize", "fuse_dispatch")}
+    options = {"warp_specialize": shape.get("warp_specialize", False),
+               "fuse_dispatch": shape.get("fuse_dispatch")}
     art = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"), **options)
     print(name, art.save(os.path.join(out, name)))
     # The same layer timing its phases (moe_forward.py's phase breakdown).

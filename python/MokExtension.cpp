@@ -9,6 +9,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
@@ -41,7 +42,8 @@ void runPipeline(mok::Module &m, const std::string &pipeline) {
 std::vector<mok::GpuKernel> compileGPU(const mok::Module &m,
                                        const std::string &chip,
                                        const std::string &toolkit, bool profile,
-                                       bool warpSpecialize, bool fuseDispatch) {
+                                       bool warpSpecialize,
+                                       std::optional<bool> fuseDispatch) {
   std::string error;
   std::vector<mok::GpuKernel> kernels;
   if (!m.compileGPU(chip, toolkit, kernels, error, profile, warpSpecialize,
@@ -132,7 +134,7 @@ NB_MODULE(_mok, m) {
            "The func.func signatures, with layer operand names and roles.")
       .def("compile_gpu", &compileGPU, nb::arg("chip"), nb::arg("toolkit"),
            nb::arg("profile") = false, nb::arg("warp_specialize") = false,
-           nb::arg("fuse_dispatch") = false,
+           nb::arg("fuse_dispatch") = nb::none(),
            "PTX and runtime metadata of every fused forward layer (profile: "
            "kernels that time their phases; warp_specialize: sm_90a GEMMs "
            "with a TMA producer warpgroup).")

@@ -234,7 +234,7 @@ static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
 bool Module::compileGPU(const std::string &chip, const std::string &toolkit,
                         std::vector<GpuKernel> &kernels, std::string &error,
                         bool profile, bool warpSpecialize,
-                        bool fuseDispatch) const {
+                        std::optional<bool> fuseDispatch) const {
   DiagnosticCollector diags(impl->ctx.get());
   OwningOpRef<ModuleOp> copy = cast<ModuleOp>((*impl->module)->clone());
   PassManager toKernels(impl->ctx.get());

@@ -105,7 +105,8 @@ def _compile_with_tool(tool, source, target, function, toolkit, profile, warp_sp
         proc = subprocess.run([tool, path, "--chip", target, "--toolkit", toolkit,
                                "-o", tmp] + (["--profile"] if profile else [])
                               + (["--warp-specialize"] if warp_specialize else [])
-                              + (["--fuse-dispatch"] if fuse_dispatch else []),
+                              + {None: [], True: ["--fuse-dispatch"],
+                                 False: ["--copy-dispatch"]}[fuse_dispatch],
                               capture_output=True, text=True)
         if proc.returncode:
             raise ValueError(proc.stderr.strip() or f"{tool} failed")
@@ -116,11 +117,12 @@ def _compile_with_tool(tool, source, target, function, toolkit, profile, warp_sp
 
 
 def compile_gpu(source, name, target, function, cache_dir, profile=False,
-                warp_specialize=False, fuse_dispatch=False):
+                warp_specialize=False, fuse_dispatch=None):
     key = hashlib.sha256("\0".join([source, target, function, __version__]
                                    + (["profile"] if profile else [])
                                    + (["warp_specialize"] if warp_specialize else [])
-                                   + (["fuse_dispatch"] if fuse_dispatch else [])
+                                   + {None: [], True: ["fuse_dispatch"],
+                                      False: ["copy_dispatch"]}[fuse_dispatch]
                                    ).encode())
     directory = os.path.join(_cache_dir(cache_dir), key.hexdigest()[:24])
     base = os.path.join(directory, function)

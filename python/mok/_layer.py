@@ -232,7 +232,7 @@ GPU_TARGETS = ("sm_90a", "sm_100a")
 
 
 def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_dir=None,
-            profile=False, warp_specialize=False, fuse_dispatch=False):
+            profile=False, warp_specialize=False, fuse_dispatch=None):
     """Compiles a layer for `target`.
 
     layer: a LayerSpec, or moe IR text holding `function` (one MoE layer,
@@ -251,13 +251,17 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
     `profile=True`: a kernel that records the global timer after each phase
     (GpuLayer.phase_times()). `warp_specialize=True` (sm_90a): GEMMs with a
     TMA producer warpgroup (convert-moe-to-mk's warp-specialize option; see
-    docs/performance.md for when it is faster). `fuse_dispatch=True`
-    (sm_90a, not with warp_specialize): no dispatch copy; the gate/up GEMM
-    loads its A rows straight from x. The training forward and backward are
-    CPU-only for now.
+    docs/performance.md for when it is faster). `fuse_dispatch`: None
+    (default) fuses the dispatch into the gate/up GEMM wherever that is
+    implemented (sm_90a tensor-core GEMMs without warp_specialize: no
+    dispatch copy, the GEMM loads its A rows straight from x); True
+    requires it (an error where it is not implemented); False keeps the
+    dispatch copy. The training forward and backward are CPU-only for now.
     """
     if target != "cpu" and target not in GPU_TARGETS:
         raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")
+    if fuse_dispatch not in (None, True, False):
+        raise TypeError(f"fuse_dispatch: expected None, True or False, got {fuse_dispatch!r}")
     if isinstance(layer, LayerSpec):
         source, name = layer.to_mlir(function), "<LayerSpec>"
     elif isinstance(layer, str):
@@ -276,7 +280,7 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
         raise ValueError("profile: only GPU targets time their phases")
     if warp_specialize:
         raise ValueError("warp_specialize: only the sm_90a target has warp roles")
-    if fuse_dispatch:
+    if fuse_dispatch is not None:
         raise ValueError("fuse_dispatch: only the sm_90a target fuses the dispatch")
     from . import _mok
     module = _mok.Module.parse(source, name)

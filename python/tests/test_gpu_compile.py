@@ -81,9 +81,20 @@ def test_staged_register_epilogue(tmp_path):
 
 
 def test_fused_dispatch_kernels(tmp_path):
-    plain = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), profile=True)
+    plain = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), profile=True,
+                        fuse_dispatch=False)
     fd = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), profile=True,
                      fuse_dispatch=True)
+    # The default (None) fuses wherever it can: the same kernel as True on
+    # sm_90a without warp roles; with warp roles, and on sm_100a, the copy.
+    default = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), profile=True)
+    assert default.ptx == fd.ptx and default.path != fd.path
+    ws = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), warp_specialize=True)
+    assert "routed_x" in [p["name"] for p in ws.metadata["params"]]
+    b = mok.compile(TC_SPEC, target="sm_100a", cache_dir=str(tmp_path))
+    assert "routed_x" in [p["name"] for p in b.metadata["params"]]
+    with pytest.raises(TypeError, match="fuse_dispatch: expected None, True or False"):
+        mok.compile(TC_SPEC, target="sm_90a", fuse_dispatch="yes")
     # No dispatch copy: no routed_x workspace, no dispatch phase; the
     # gate/up GEMM copies x's rows with cp.async (its map of x, of one-row
     # boxes, is not read by the kernel: encoding it checks x's alignment).

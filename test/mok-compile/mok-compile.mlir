@@ -1,9 +1,12 @@
 // mok-compile writes the PTX and the runtime metadata of each layer, for
 // both targets; unsupported layers and bad arguments are errors.
-// RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_90a -o %t/sm90 | FileCheck %s --check-prefix=FILES
+// RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_90a --copy-dispatch -o %t/sm90 | FileCheck %s --check-prefix=FILES
+// RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_90a -o %t/fused | FileCheck %s --check-prefix=FILES
+// RUN: FileCheck %s --check-prefix=FUSED < %t/fused/qwen3_30b_a3b_moe.json
+// RUN: not mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --fuse-dispatch --copy-dispatch -o %t/x 2>&1 | FileCheck %s --check-prefix=BOTH
 // RUN: FileCheck %s --check-prefix=META < %t/sm90/qwen3_30b_a3b_moe.json
 // RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_100a -o %t/sm100 | FileCheck %s --check-prefix=FILES
-// RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_90a --profile -o %t/prof | FileCheck %s --check-prefix=FILES
+// RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_90a --profile --copy-dispatch -o %t/prof | FileCheck %s --check-prefix=FILES
 // RUN: FileCheck %s --check-prefix=PROFILE < %t/prof/qwen3_30b_a3b_moe.json
 // RUN: not mok-compile %mok_src_root/examples/deepseek-v3.mlir -o %t/ep 2>&1 | FileCheck %s --check-prefix=EP
 // RUN: not mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir 2>&1 | FileCheck %s --check-prefix=USAGE
@@ -50,3 +53,11 @@
 // EP: deepseek-v3.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-moe-to-mk: expert parallelism (ep = 8) is not supported yet
 // USAGE: mok-compile: an input file and -o OUTDIR are required
 // CHIP: convert-moe-to-mk: chip 'sm_80' is not supported
+
+// By default sm_90a fuses the dispatch into the gate/up GEMM: no routed_x
+// workspace; x is read through a map of one-row boxes.
+// FUSED-NOT: "routed_x"
+// FUSED: "box_rows": 1,
+// FUSED-NEXT: "buffer": "x",
+// FUSED-NOT: "routed_x"
+// BOTH: --fuse-dispatch and --copy-dispatch exclude each other

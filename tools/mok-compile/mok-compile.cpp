@@ -22,7 +22,8 @@ static int usage(const char *why) {
       "mok-compile: %s\n"
       "usage: mok-compile INPUT.mlir [--chip sm_90a|sm_100a] [--profile] -o "
       "OUTDIR\n"
-      "       [--warp-specialize] [--fuse-dispatch] [--toolkit CUDA_DIR]\n"
+      "       [--warp-specialize] [--fuse-dispatch | --copy-dispatch]\n"
+      "       [--toolkit CUDA_DIR]\n"
       "       (--toolkit: libdevice; default $CUDA_HOME or /usr/local/cuda)\n",
       why);
   return 2;
@@ -30,7 +31,8 @@ static int usage(const char *why) {
 
 int main(int argc, char **argv) {
   std::string input, out, chip = "sm_90a";
-  bool profile = false, warpSpecialize = false, fuseDispatch = false;
+  bool profile = false, warpSpecialize = false;
+  std::optional<bool> fuseDispatch; // unset: fused where implemented
   const char *home = std::getenv("CUDA_HOME");
   std::string toolkit = home && *home ? home : "/usr/local/cuda";
   for (int i = 1; i < argc; ++i) {
@@ -52,8 +54,11 @@ int main(int argc, char **argv) {
       warpSpecialize = true;
       continue;
     }
-    if (a == "--fuse-dispatch") {
-      fuseDispatch = true;
+    if (a == "--fuse-dispatch" || a == "--copy-dispatch") {
+      if (fuseDispatch)
+        return usage("--fuse-dispatch and --copy-dispatch exclude each other "
+                     "and are given once");
+      fuseDispatch = a == "--fuse-dispatch";
       continue;
     }
     if (a == "-h" || a == "--help")

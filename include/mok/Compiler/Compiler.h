@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,12 +80,14 @@ public:
   /// Compiles every fused forward layer of (a copy of) the module for `chip`
   /// ("sm_90a" or "sm_100a"); `toolkit` holds libdevice. `profile`: kernels
   /// that record the global timer after each phase (convert-moe-to-mk's
-  /// profile option); `warpSpecialize`, `fuseDispatch`: its warp-specialize
-  /// and fuse-dispatch options.
+  /// profile option); `warpSpecialize`: its warp-specialize option;
+  /// `fuseDispatch`: unset, the fused dispatch wherever it is implemented;
+  /// true, required (fuse-dispatch); false, the dispatch copy
+  /// (copy-dispatch).
   bool compileGPU(const std::string &chip, const std::string &toolkit,
                   std::vector<GpuKernel> &kernels, std::string &error,
                   bool profile = false, bool warpSpecialize = false,
-                  bool fuseDispatch = false) const;
+                  std::optional<bool> fuseDispatch = std::nullopt) const;
 
 private:
   Module();

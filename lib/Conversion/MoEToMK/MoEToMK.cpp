@@ -408,6 +408,11 @@ struct ConvertMoEToMKPass
                          << "' is not supported; expected sm_90a or sm_100a";
       return signalPassFailure();
     }
+    if (fuseDispatch && copyDispatch) {
+      module.emitError() << "convert-moe-to-mk: fuse-dispatch and "
+                            "copy-dispatch exclude each other";
+      return signalPassFailure();
+    }
     if (fuseDispatch && (chip != "sm_90a" || warpSpecialize)) {
       module.emitError() << "convert-moe-to-mk: fuse-dispatch is "
                             "implemented for sm_90a without "
@@ -495,7 +500,10 @@ struct ConvertMoEToMKPass
           if (s.padding % (sched::kMaxConsumers * sched::kTileM) == 0)
             tileM = sched::kMaxConsumers * sched::kTileM;
         }
-        s.fusedDispatch = fuseDispatch && *engine == mk::Engine::wgmma;
+        // The fused dispatch wherever it is implemented (wgmma without
+        // warp roles), unless the copy is asked for.
+        s.fusedDispatch =
+            !copyDispatch && *engine == mk::Engine::wgmma && !warpSpecialize;
         maps = tensorMapsFor(s, slots, tileM, storeTileN);
         block = *engine == mk::Engine::wgmma && warpSpecialize
                     ? sched::producerBlock(tileM)

@@ -26,28 +26,43 @@ using namespace mlir;
 
 void mok::buildMoEToPTXPipeline(OpPassManager &pm, const std::string &chip,
                                 const std::string &toolkit, bool tensorCores,
-                                bool warpSpecialize, bool fuseDispatch) {
+                                bool warpSpecialize,
+                                std::optional<bool> fuseDispatch) {
   buildMoEToGPUPipeline(pm, chip, tensorCores, /*profile=*/false,
                         warpSpecialize, fuseDispatch);
   buildGPUToPTXPipeline(pm, chip, toolkit);
 }
 
-void mok::buildMoEToMKPipeline(OpPassManager &pm, const std::string &chip,
-                               bool tensorCores, bool profile,
-                               bool warpSpecialize, bool fuseDispatch) {
-  pm.addPass(moe::createMoEFuseLayer());
-  ConvertMoEToMKOptions options;
+/// convert-moe-to-mk's dispatch options: neither set, fused wherever it is
+/// implemented; fuse-dispatch requires it; copy-dispatch keeps the copy
+/// (both set: the pass refuses them).
+static void addMoEToMK(OpPassManager &pm, const std::string &chip,
+                       bool tensorCores, bool profile, bool warpSpecialize,
+                       bool fuseDispatch, bool copyDispatch) {
+  pm.addPass(mok::moe::createMoEFuseLayer());
+  mok::ConvertMoEToMKOptions options;
   options.chip = chip;
   options.tensorCores = tensorCores;
   options.profile = profile;
   options.warpSpecialize = warpSpecialize;
   options.fuseDispatch = fuseDispatch;
-  pm.addPass(createConvertMoEToMK(options));
+  options.copyDispatch = copyDispatch;
+  pm.addPass(mok::createConvertMoEToMK(options));
+}
+
+void mok::buildMoEToMKPipeline(OpPassManager &pm, const std::string &chip,
+                               bool tensorCores, bool profile,
+                               bool warpSpecialize,
+                               std::optional<bool> fuseDispatch) {
+  addMoEToMK(pm, chip, tensorCores, profile, warpSpecialize,
+             fuseDispatch.value_or(false),
+             fuseDispatch.has_value() && !*fuseDispatch);
 }
 
 void mok::buildMoEToGPUPipeline(OpPassManager &pm, const std::string &chip,
                                 bool tensorCores, bool profile,
-                                bool warpSpecialize, bool fuseDispatch) {
+                                bool warpSpecialize,
+                                std::optional<bool> fuseDispatch) {
   buildMoEToMKPipeline(pm, chip, tensorCores, profile, warpSpecialize,
                        fuseDispatch);
   pm.addPass(createConvertMKToGPU());
@@ -106,8 +121,13 @@ struct MoEToPTXOptions : public PassPipelineOptions<MoEToPTXOptions> {
       llvm::cl::init(false)};
   Option<bool> fuseDispatch{
       *this, "fuse-dispatch",
-      llvm::cl::desc("sm_90a: the gate/up GEMM loads its A rows straight "
-                     "from x (convert-moe-to-mk's fuse-dispatch)"),
+      llvm::cl::desc("sm_90a: require the gate/up GEMM to load its A rows "
+                     "straight from x (convert-moe-to-mk's fuse-dispatch)"),
+      llvm::cl::init(false)};
+  Option<bool> copyDispatch{
+      *this, "copy-dispatch",
+      llvm::cl::desc("Keep the dispatch copy (convert-moe-to-mk's "
+                     "copy-dispatch)"),
       llvm::cl::init(false)};
 };
 } // namespace
@@ -123,7 +143,10 @@ void mok::registerMoEToPTXPipeline() {
           const char *home = std::getenv("CUDA_HOME");
           toolkit = home && *home ? home : "/usr/local/cuda";
         }
-        buildMoEToPTXPipeline(pm, options.chip, toolkit, options.tensorCores,
-                              options.warpSpecialize, options.fuseDispatch);
+        addMoEToMK(pm, options.chip, options.tensorCores, /*profile=*/false,
+                   options.warpSpecialize, options.fuseDispatch,
+                   options.copyDispatch);
+        pm.addPass(createConvertMKToGPU());
+        buildGPUToPTXPipeline(pm, options.chip, toolkit);
       });
 }

@@ -11,7 +11,7 @@
 // block and dynamic shared memory but for sm_90a's 16 KiB of epilogue
 // staging (214016 = 197632 + 16384 bytes), so the runtime does the same for
 // both.
-// RUN: mok-opt %S/convert-mk-to-gpu-sm90.mlir --convert-moe-to-mk=chip=sm_90a --convert-mk-to-gpu | grep "gpu.func @" | sed -e 's/sm_90a/CHIP/' -e 's/box_rows = 256/box_rows = 128/g' -e 's/dynamic_shared_memory = 214016/dynamic_shared_memory = 197632/' > %t.sm90
+// RUN: mok-opt %S/convert-mk-to-gpu-sm90.mlir --convert-moe-to-mk="chip=sm_90a copy-dispatch=true" --convert-mk-to-gpu | grep "gpu.func @" | sed -e 's/sm_90a/CHIP/' -e 's/box_rows = 256/box_rows = 128/g' -e 's/dynamic_shared_memory = 214016/dynamic_shared_memory = 197632/' > %t.sm90
 // RUN: mok-opt %S/convert-mk-to-gpu-sm90.mlir --convert-moe-to-mk=chip=sm_100a --convert-mk-to-gpu | grep "gpu.func @" | sed -e 's/sm_100a/CHIP/' > %t.sm100
 // RUN: diff %t.sm90 %t.sm100
 

@@ -1,5 +1,5 @@
-// RUN: mok-opt %s --convert-moe-to-mk=chip=sm_90a | FileCheck %s --check-prefix=PLAN
-// RUN: mok-opt %s --convert-moe-to-mk=chip=sm_90a --convert-mk-to-gpu | FileCheck %s
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a copy-dispatch=true" | FileCheck %s --check-prefix=PLAN
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a copy-dispatch=true" --convert-mk-to-gpu | FileCheck %s
 
 // Padding 128: every tensor-core GEMM on sm_90a takes 128-row tiles, both
 // warpgroups of the CTA computing one 64-row half each from the same B

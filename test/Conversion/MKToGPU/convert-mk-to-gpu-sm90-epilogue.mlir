@@ -1,4 +1,4 @@
-// RUN: mok-opt %s --convert-moe-to-mk=chip=sm_90a --convert-mk-to-gpu | FileCheck %s
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a copy-dispatch=true" --convert-mk-to-gpu | FileCheck %s
 
 // The sm_90a register epilogue through shared memory: each consumer warp
 // (tid / 32) owns 2 KiB after the stage ring (4 x 48 KiB + 1 KiB slack:

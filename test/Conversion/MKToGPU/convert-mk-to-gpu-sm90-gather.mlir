@@ -1,5 +1,14 @@
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a fuse-dispatch=true" | FileCheck %s --check-prefix=PLAN
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a fuse-dispatch=true" --convert-mk-to-gpu | FileCheck %s
+// The default plan on sm_90a (without fuse-dispatch or copy-dispatch) is
+// the same; copy-dispatch keeps the copy.
+// RUN: mok-opt %s --convert-moe-to-mk=chip=sm_90a | FileCheck %s --check-prefix=PLAN
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a copy-dispatch=true" | FileCheck %s --check-prefix=COPY
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a warp-specialize=true" | FileCheck %s --check-prefix=COPY
+// COPY: mk.gather %arg0
+// COPY: mk.gemm wgmma swiglu
+// COPY-NOT: gather(
+// COPY-SAME: : memref<{{[0-9]+}}x128xbf16>
 
 // The dispatch fused into the gate/up GEMM (convert-moe-to-mk's
 // fuse-dispatch): no mk.gather and no routed_x; row r of a gate/up tile is

@@ -1,4 +1,4 @@
-// RUN: mok-opt %s --convert-moe-to-mk=chip=sm_90a --convert-mk-to-gpu | FileCheck %s
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a copy-dispatch=true" --convert-mk-to-gpu | FileCheck %s
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a tensor-cores=false" --convert-mk-to-gpu | FileCheck %s --check-prefix=SCALAR \
 // RUN:   --implicit-check-not=nvgpu. --implicit-check-not=tensor_maps --implicit-check-not=mok_dyn_smem
 

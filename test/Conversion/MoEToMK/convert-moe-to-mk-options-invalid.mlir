@@ -5,6 +5,12 @@
 // RUN: not mok-opt %s --convert-moe-to-mk="chip=sm_90a tensor-cores=false fuse-dispatch=true" 2>&1 | FileCheck %s --check-prefix=OFF
 // WS: error: convert-moe-to-mk: warp-specialize needs tensor-core GEMMs, and this layer runs scalar ones (its shapes do not fit the tiles: H % 64, I and I_s % 128, padding % 64 must be 0)
 // FD: error: convert-moe-to-mk: fuse-dispatch needs tensor-core GEMMs, and this layer runs scalar ones (its shapes
+// RUN: not mok-opt %s --convert-moe-to-mk="chip=sm_90a fuse-dispatch=true copy-dispatch=true" 2>&1 | FileCheck %s --check-prefix=BOTH
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a copy-dispatch=true" | FileCheck %s --check-prefix=SCALAR
+// BOTH: error: convert-moe-to-mk: fuse-dispatch and copy-dispatch exclude each other
+// copy-dispatch asks for what scalar GEMMs do anyway.
+// SCALAR: mk.gather
+// SCALAR: mk.gemm simt swiglu
 // OFF: error: convert-moe-to-mk: fuse-dispatch needs tensor-core GEMMs, and this layer runs scalar ones (tensor-cores=false)
 
 !plan = !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 8>

@@ -1,7 +1,7 @@
-// RUN: mok-opt %s --convert-moe-to-mk=chip=sm_90a | FileCheck %s --check-prefixes=CHECK,SM90
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a copy-dispatch=true" | FileCheck %s --check-prefixes=CHECK,SM90
 // RUN: mok-opt %s --convert-moe-to-mk=chip=sm_100a | FileCheck %s --check-prefixes=CHECK,SM100
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a tensor-cores=false block-size=128" | FileCheck %s --check-prefix=SIMT
-// RUN: mok-opt %s --convert-moe-to-mk=chip=sm_90a | mok-opt | FileCheck %s --check-prefixes=CHECK,SM90
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a copy-dispatch=true" | mok-opt | FileCheck %s --check-prefixes=CHECK,SM90
 
 // The plan of a fused layer as one megakernel: the schedule in mk ops, the
 // barriers between its phases, and per GEMM the engine, tile, stages and
@@ -102,7 +102,7 @@ func.func @padding8(%x: tensor<40x64xbf16>, %top: tensor<40x2xi32>, %rw: tensor<
 // profile=true: a phase_clock workspace buffer (start + 8 phases), the
 // phases named in mok.kernel, a stamp at the start and after every barrier,
 // and one more barrier before the last stamp.
-// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a profile=true" | FileCheck %s --check-prefix=PROFILE
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a profile=true copy-dispatch=true" | FileCheck %s --check-prefix=PROFILE
 // PROFILE-LABEL: gpu.func @eligible_forward(
 // PROFILE-SAME: %[[BAR:[^:]*]]: memref<2xi32>, %[[CLOCK:[^:]*]]: memref<9xi64>, %{{[^:]*}}: memref<304xi64>) kernel
 // PROFILE-SAME: {dtype = "i64", name = "phase_clock", role = "workspace", shape = array<i64: 9>}

@@ -3,18 +3,18 @@
 // GEMM phases: wgmma on sm_90a, tcgen05 (accumulators in Tensor Memory) on
 // sm_100a. (No sm_100a GPU is available: ptxas is all that checks that code.)
 // REQUIRES: ptxas
-// RUN: mok-opt %mok_src_root/examples/qwen3-30b-a3b.mlir --moe-to-ptx=chip=sm_90a | FileCheck %s --check-prefix=SM90
-// RUN: mok-opt %mok_src_root/examples/qwen3-30b-a3b.mlir --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90
+// RUN: mok-opt %mok_src_root/examples/qwen3-30b-a3b.mlir --moe-to-ptx="chip=sm_90a copy-dispatch=true" | FileCheck %s --check-prefix=SM90
+// RUN: mok-opt %mok_src_root/examples/qwen3-30b-a3b.mlir --moe-to-ptx="chip=sm_90a copy-dispatch=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90
 // RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/sm90/qwen3_30b_a3b_moe_kernels.ptx
 // RUN: grep wgmma.mma_async %t/sm90/qwen3_30b_a3b_moe_kernels.ptx | count 8
 // RUN: ptxas -arch=sm_90a -v %t/sm90/qwen3_30b_a3b_moe_kernels.ptx -o %t/sm90.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
-// RUN: mok-opt %s --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-shared
+// RUN: mok-opt %s --moe-to-ptx="chip=sm_90a copy-dispatch=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-shared
 // RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/sm90-shared/shared_layer_kernels.ptx
 // RUN: grep wgmma.mma_async %t/sm90-shared/shared_layer_kernels.ptx | count 16
 // RUN: ptxas -arch=sm_90a -v %t/sm90-shared/shared_layer_kernels.ptx -o %t/sm90-shared.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 // The small layers of convert-mk-to-gpu-sm90.mlir: one eligible (with a
 // shared expert, T = 40 < one 64-row tile, clamped SwiGLU), two not.
-// RUN: mok-opt %S/../MKToGPU/convert-mk-to-gpu-sm90.mlir --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-small
+// RUN: mok-opt %S/../MKToGPU/convert-mk-to-gpu-sm90.mlir --moe-to-ptx="chip=sm_90a copy-dispatch=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-small
 // RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/sm90-small/eligible_kernels.ptx
 // RUN: ptxas -arch=sm_90a %t/sm90-small/eligible_kernels.ptx -o %t/sm90-small.cubin
 // RUN: FileCheck %s --check-prefix=SCALAR --input-file %t/sm90-small/padding8_kernels.ptx
@@ -30,7 +30,7 @@
 // RUN: FileCheck %s --check-prefix=WS --input-file %t/sm90-ws-dsv3/dsv3_shard_moe_kernels.ptx
 // RUN: ptxas -arch=sm_90a -v %t/sm90-ws-dsv3/dsv3_shard_moe_kernels.ptx -o %t/sm90-ws-dsv3.cubin 2>&1 | FileCheck %s --check-prefix=WSPTXAS
 // The dispatch fused into the gate/up GEMM (A rows by cp.async):
-// RUN: mok-opt %mok_src_root/examples/dsv3-shard.mlir --moe-to-ptx="chip=sm_90a fuse-dispatch=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-fd-dsv3
+// RUN: mok-opt %mok_src_root/examples/dsv3-shard.mlir --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-fd-dsv3
 // RUN: FileCheck %s --check-prefix=FD --input-file %t/sm90-fd-dsv3/dsv3_shard_moe_kernels.ptx
 // RUN: ptxas -arch=sm_90a -v %t/sm90-fd-dsv3/dsv3_shard_moe_kernels.ptx -o %t/sm90-fd-dsv3.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | FileCheck %s --check-prefix=SM100

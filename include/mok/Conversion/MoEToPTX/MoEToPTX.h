@@ -4,6 +4,7 @@
 
 #include "mlir/Pass/Pass.h"
 
+#include <optional>
 #include <string>
 
 namespace mlir {
@@ -21,7 +22,7 @@ namespace mok {
 void buildMoEToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
                            const std::string &toolkit, bool tensorCores = true,
                            bool warpSpecialize = false,
-                           bool fuseDispatch = false);
+                           std::optional<bool> fuseDispatch = std::nullopt);
 
 /// Its halves: fuse + convert-moe-to-mk + convert-mk-to-gpu (the kernels,
 /// with their `mok.kernel` descriptions), then NVVM lowering and PTX
@@ -29,11 +30,11 @@ void buildMoEToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
 void buildMoEToMKPipeline(mlir::OpPassManager &pm, const std::string &chip,
                           bool tensorCores = true, bool profile = false,
                           bool warpSpecialize = false,
-                          bool fuseDispatch = false);
+                          std::optional<bool> fuseDispatch = std::nullopt);
 void buildMoEToGPUPipeline(mlir::OpPassManager &pm, const std::string &chip,
                            bool tensorCores = true, bool profile = false,
                            bool warpSpecialize = false,
-                           bool fuseDispatch = false);
+                           std::optional<bool> fuseDispatch = std::nullopt);
 void buildGPUToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
                            const std::string &toolkit);
 
