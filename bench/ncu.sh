@@ -7,11 +7,29 @@
 #   bash bench/ncu.sh /tmp/b dsv3-shard dsv3-shard-ws
 # Writes OUT/ncu-<shape>.csv (OUT defaults to /tmp) and prints the
 # tensor-pipe, issue-stall and memory lines of each.
+# With --source first, it samples warp stalls per SASS instruction
+# instead (SourceCounters) and writes OUT/ncu-src-<shape>.csv (address,
+# instruction, samples by stall reason): where the warps wait.
+#   bash bench/ncu.sh --source /tmp/b dsv3-shard
 set -euo pipefail
+source_mode=0
+if [[ ${1:-} == --source ]]; then source_mode=1; shift; fi
 artifacts=$1; shift
 out=${OUT:-/tmp}
 here=$(cd "$(dirname "$0")" && pwd)
 for shape in "$@"; do
+  if (( source_mode )); then
+    rm -f "$out/ncu-src-$shape.ncu-rep"
+    timeout 300 ncu --kernel-name regex:'_forward$' --launch-skip 2 --launch-count 1 \
+        --section SourceCounters --section WarpStateStats -o "$out/ncu-src-$shape" \
+        python3 "$here/ncu_forward.py" "$artifacts" "$shape" > "$out/ncu-src-$shape.err" 2>&1 &&
+      ncu -i "$out/ncu-src-$shape.ncu-rep" --page source --print-source sass --csv \
+        > "$out/ncu-src-$shape.csv" 2>>"$out/ncu-src-$shape.err" ||
+      { echo "ncu --source failed for $shape:"; tail -5 "$out/ncu-src-$shape.err"; continue; }
+    rm -f "$out/ncu-src-$shape.ncu-rep"
+    echo "== $shape: $(wc -l < "$out/ncu-src-$shape.csv") SASS lines in $out/ncu-src-$shape.csv"
+    continue
+  fi
   # Each forward launches the NaN fill of its output, then the mok kernel:
   # skip the first forwards' launches, catch a later mok kernel.
   timeout 300 ncu --kernel-name regex:'_forward$' --launch-skip 2 --launch-count 1 \

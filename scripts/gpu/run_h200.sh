@@ -17,8 +17,10 @@
 # gpu-artifacts/ (scripts/gpu/prepare_artifacts.py).
 #   bash scripts/gpu/run_h200.sh --bench
 # also runs the forward benchmark after the tests (bench/prepare.py with the
-# carried compiler, or bench-artifacts/ compiled beforehand; then
-# bench/moe_forward.py, JSON + PNG in $OUT or /tmp/bench), its tables last.
+# carried compiler, or bench-artifacts/ compiled beforehand; their SASS
+# checked for HGMMA and their ptxas report for spills,
+# scripts/gpu/sass_check.sh; then bench/moe_forward.py, JSON + PNG in $OUT
+# or /tmp/bench), its tables last.
 set -uo pipefail
 bench=0
 case "${1:-}" in
@@ -89,6 +91,9 @@ if (( bench )); then
     rm -rf "$artifacts"
     python3 bench/prepare.py "$artifacts" 2>&1 | tee -a "$log" | tail -2 || status=1
   fi
+  step "benchmark: the kernels' SASS (HGMMA) and ptxas report (registers, spills)"
+  bash scripts/gpu/sass_check.sh "$artifacts" 2>&1 | tee -a "$log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   step "benchmark: mok against plain PyTorch, same run ($artifacts)"
   timeout "${MOK_GPU_TIMEOUT:-420}" python3 bench/moe_forward.py --artifacts "$artifacts" --out "${OUT:-/tmp/bench}" \
       --commit "${MOK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" 2>&1 |

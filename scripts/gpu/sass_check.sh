@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#
+# What the compiled kernels are on the chip: assembles each layer's PTX in
+# ARTIFACTS (bench/prepare.py's or scripts/gpu/prepare_artifacts.py's
+# folders, one per layer) for sm_90a and prints, per layer, the wgmma
+# instructions in the SASS (HGMMA, from cuobjdump --dump-sass), the
+# registers and the spill bytes (ptxas -v):
+#   bash scripts/gpu/sass_check.sh /tmp/bench-artifacts-here
+# Fails if a sm_90a layer has no HGMMA, spills, or ptxas warns.
+# Needs ptxas and cuobjdump (CUDA toolkit); profiling kernels are skipped.
+set -uo pipefail
+artifacts=${1:?usage: bash scripts/gpu/sass_check.sh ARTIFACTS}
+cuda=${CUDA_HOME:-/usr/local/cuda}
+ptxas=$cuda/bin/ptxas cuobjdump=$cuda/bin/cuobjdump
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+status=0 seen=0
+printf '%-22s %6s %9s %12s %11s\n' layer HGMMA registers "spill st (B)" "spill ld (B)"
+for ptx in "$artifacts"/*/*.ptx; do
+  layer=$(basename "$(dirname "$ptx")")
+  [[ $layer == *-profile ]] && continue
+  grep -q '^\.target sm_90a' "$ptx" || continue
+  seen=1
+  if ! "$ptxas" -arch=sm_90a -v -o "$work/k.cubin" "$ptx" 2> "$work/v.txt"; then
+    echo "$layer: ptxas failed"; cat "$work/v.txt"; status=1; continue
+  fi
+  hgmma=$("$cuobjdump" --dump-sass "$work/k.cubin" | grep -c 'HGMMA')
+  regs=$(grep -o 'Used [0-9]* registers' "$work/v.txt" | awk '{print $2}' | sort -n | tail -1)
+  stores=$(grep -o '[0-9]* bytes spill stores' "$work/v.txt" | awk '{s += $1} END {print s + 0}')
+  loads=$(grep -o '[0-9]* bytes spill loads' "$work/v.txt" | awk '{s += $1} END {print s + 0}')
+  printf '%-22s %6s %9s %12s %11s\n' "$layer" "$hgmma" "$regs" "$stores" "$loads"
+  if grep -qi 'warning' "$work/v.txt"; then
+    echo "$layer: ptxas warns:"; grep -i warning "$work/v.txt"; status=1
+  fi
+  if (( hgmma == 0 || stores > 0 || loads > 0 )); then status=1; fi
+done
+(( seen )) || { echo "no sm_90a layer under $artifacts"; status=1; }
+exit $status
