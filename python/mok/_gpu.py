@@ -65,11 +65,12 @@ class GpuArtifact:
                              f"{metadata.get('mok_metadata_version')!r}")
         return GpuArtifact(ptx, metadata, base)
 
-    def load(self, device=None, ep_group=None):
+    def load(self, device=None, ep_group=None, poison_outputs=False):
         """A callable GpuLayer on CUDA `device` (None: torch's current
         device), in the expert-parallel group `ep_group` (None: EP = 1; see
-        GpuLayer)."""
-        return GpuLayer(self, device, ep_group)
+        GpuLayer); `poison_outputs`: fill each output it allocates with NaN
+        before the launch (see GpuLayer)."""
+        return GpuLayer(self, device, ep_group, poison_outputs)
 
 
 def _compile_with_extension(source, name, target, function, toolkit, profile,
@@ -218,10 +219,14 @@ class GpuLayer:
     mok_layer (mok._runtime.Layer: it owns the module, the workspace and the
     TMA descriptors, and checks every argument against the metadata);
     torch-level checks (tensor type, dtype, shape, device) are made here,
-    each naming the argument. Outputs are allocated per call and poisoned
-    with NaN before the launch. Launches are asynchronous on torch's current
-    stream and need no host synchronization, so they can be captured in a
-    CUDA graph.
+    each naming the argument. The output is allocated per call (torch.empty:
+    the kernel writes every element), or passed as `out=` (a contiguous
+    bf16 tensor of the output's shape on the layer's device, written in
+    place). With `poison_outputs=True` an output the layer allocates is
+    filled with NaN before the launch, so that anything the kernel left
+    unwritten shows (the GPU tests run so; it costs a fill of the output
+    every call). Launches are asynchronous on torch's current stream and
+    need no host synchronization, so they can be captured in a CUDA graph.
 
     Routed weights can instead be bound once to trainer-owned storage, without
     a copy (bind_weights, bind_fc1): a [E, rows, cols] tensor with any row
@@ -240,10 +245,14 @@ class GpuLayer:
     refused by the runtime (MokRuntimeError naming expert parallelism), before
     anything is loaded."""
 
-    def __init__(self, artifact, device=None, ep_group=None):
+    def __init__(self, artifact, device=None, ep_group=None, poison_outputs=False):
         import torch
         rt = _runtime()
         self.torch = torch
+        if not isinstance(poison_outputs, bool):
+            raise TypeError(f"poison_outputs: expected a bool, got "
+                            f"{type(poison_outputs).__name__}")
+        self.poison_outputs = poison_outputs
         self.meta = artifact.metadata
         self._layer = rt.Layer(json.dumps(self.meta))
         self._layer.set_ep_group(*_ep_group_args(ep_group))
@@ -282,6 +291,9 @@ class GpuLayer:
         if t.device != self.device:
             raise ValueError(f"{name}: expected a tensor on {self.device}, got {t.device}")
         return t.detach()
+
+    def _dtype(self, p):
+        return getattr(self.torch, _DTYPES[p["dtype"]])
 
     def _validate(self, name, t, p):
         return self._tensor(name, t, p["dtype"], p["shape"])
@@ -386,9 +398,10 @@ class GpuLayer:
         return [(name, (end - start) / 1e6)
                 for name, start, end in zip(phases, stamps, stamps[1:])]
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args, out=None, **kwargs):
         """The output, for the inputs by name or by position (the inputs'
-        order, without the operands bound to weight views)."""
+        order, without the operands bound to weight views); written into
+        `out` if given (see the class)."""
         bound = self._layer.bound_weights
         names = [p["name"] for p in self.inputs if p["name"] not in bound]
         if len(args) > len(names):
@@ -409,10 +422,24 @@ class GpuLayer:
             if p["name"] in given:
                 given[p["name"]] = self._validate(p["name"], given[p["name"]], p)
         torch = self.torch
-        out = torch.full(self.output["shape"], float("nan"), dtype=torch.bfloat16,
-                         device=self.device)
+        result = out
+        if out is not None:
+            out = self._validate("out", out, self.output)
+            if not out.is_contiguous():
+                raise ValueError(f"out: expected a contiguous tensor "
+                                 f"{list(self.output['shape'])}, got strides {list(out.stride())}")
+        elif self.poison_outputs:
+            out = torch.full(self.output["shape"], float("nan"), dtype=self._dtype(self.output),
+                             device=self.device)
+            result = out
+        else:
+            # Every element is written by the kernel (the combine writes
+            # each token's row): no fill.
+            out = torch.empty(self.output["shape"], dtype=self._dtype(self.output),
+                              device=self.device)
+            result = out
         stream = torch.cuda.current_stream(self.device).cuda_stream
         self._layer.forward({n: self._export(t) for n, t in given.items()},
                             out=self._export(out), stream=stream)
         self._forwards += 1
-        return out
+        return result  # the caller's `out` itself, when given

@@ -18,11 +18,16 @@ ARTIFACTS = os.environ.get("MOK_GPU_ARTIFACTS", "gpu-artifacts")
 REL_BOUND = 1e-2
 
 
-def _layer(name):
+def layer_artifact(name):
     path = os.path.join(ARTIFACTS, name, "moe_layer")
     if not os.path.exists(path + ".ptx"):
         pytest.fail(f"{path}.ptx is missing: run scripts/gpu/prepare_artifacts.py")
-    return mok.GpuArtifact.from_files(path).load()
+    return mok.GpuArtifact.from_files(path)
+
+
+def _layer(name):
+    """The layer, every output it allocates poisoned (NaN) before the launch."""
+    return layer_artifact(name).load(poison_outputs=True)
 
 
 def _inputs(c, gen):
@@ -103,6 +108,36 @@ def test_argument_errors():
         layer(**bad)
     with pytest.raises(TypeError, match="missing argument"):
         layer(x=args["x"])
+    shape = list(layer.output["shape"])
+    with pytest.raises(TypeError, match="out: expected dtype torch.bfloat16, got torch.float32"):
+        layer(**args, out=torch.empty(shape, device="cuda"))
+    with pytest.raises(ValueError, match=r"out: expected shape \[1, 256\]"):
+        layer(**args, out=torch.empty(2, 256, dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(ValueError, match="out: expected a tensor on cuda:0, got cpu"):
+        layer(**args, out=torch.empty(shape, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="out: expected a contiguous tensor"):
+        layer(**args, out=torch.empty(256, 2, dtype=torch.bfloat16, device="cuda").t()[:1])
+    with pytest.raises(TypeError, match="poison_outputs: expected a bool"):
+        mok.GpuLayer(layer_artifact("one_token_top8"), poison_outputs=1)
+
+
+def test_out_argument_and_unpoisoned_outputs():
+    """out= is written in place (every element: it is poisoned first); a
+    layer loaded without poison_outputs gives the same bits."""
+    import torch
+    name = "top1_clamp"
+    c = CASES[name]
+    poisoned = _layer(name)
+    plain = layer_artifact(name).load()
+    assert not plain.poison_outputs and poisoned.poison_outputs
+    args = _inputs(c, torch.Generator().manual_seed(5))
+    out = torch.full(list(plain.output["shape"]), float("nan"), dtype=torch.bfloat16,
+                     device="cuda")
+    assert plain(**args, out=out) is out
+    torch.cuda.synchronize()
+    _compare("out_" + name, c, out, _reference(c, args), 0.0)
+    assert torch.equal(plain(**args), out)
+    assert torch.equal(poisoned(**args), out)
 
 
 def test_dlpack_arrays_are_taken_zero_copy():

@@ -90,7 +90,7 @@ def test_profiled_forward_times_its_phases(profiled):
     import torch
     c = CASES[CASE]
     phases = profiled.metadata["phases"]
-    layer = profiled.load()
+    layer = profiled.load(poison_outputs=True)
     with pytest.raises(ValueError, match="no forward has run"):
         layer.phase_times()
     args = _inputs(int.from_bytes(os.urandom(4), "little"))
@@ -130,7 +130,7 @@ def test_profiling_does_not_change_the_output(profiled, plain):
     import torch
     assert "phases" not in plain.metadata
     args = _inputs(11)
-    with_clock, without = profiled.load(), plain.load()
+    with_clock, without = profiled.load(poison_outputs=True), plain.load(poison_outputs=True)
     assert torch.equal(with_clock(**args), without(**args))
     with pytest.raises(ValueError, match=r"not compiled with profiling \(mok.compile\(\.\.\., "
                        r"profile=True\)\)"):
@@ -141,7 +141,7 @@ def test_read_workspace(profiled):
     """Every workspace buffer comes back as a CPU tensor of its metadata's
     dtype and shape; other names are refused by the runtime, naming them."""
     import torch
-    layer = profiled.load()
+    layer = profiled.load(poison_outputs=True)
     layer(**_inputs(12))
     dtypes = {"bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32,
               "i64": torch.int64}
@@ -161,7 +161,7 @@ def test_phase_times_after_cuda_graph_replay(profiled):
     """A replayed graph writes the timestamps too: phase_times reads what
     the last replay wrote (after synchronizing torch's current stream)."""
     import torch
-    layer = profiled.load()
+    layer = profiled.load(poison_outputs=True)
     static = _inputs(13)
     layer(**static)
     torch.cuda.synchronize()

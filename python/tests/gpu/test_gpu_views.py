@@ -76,7 +76,7 @@ def test_weight_views_match_dense_weights(name):
     args = torch_reference.make_inputs(c, gen)
     ref = _reference(c, args)
     rest = {k: v for k, v in args.items() if k not in ROUTED}
-    layer = art.load()
+    layer = art.load(poison_outputs=True)
 
     dense = layer(**args)
     _compare(f"dense {name}", c, dense, ref)
@@ -109,7 +109,7 @@ def test_a_bound_operand_is_not_passed_again():
     import torch
     name = "top1_clamp"
     c = CASES[name]
-    layer = _artifact(name).load()
+    layer = _artifact(name).load(poison_outputs=True)
     args = torch_reference.make_inputs(c, torch.Generator().manual_seed(5))
     expected = layer(**args)
     # A parameter (requires_grad) binds as well: the view takes its storage.
@@ -132,7 +132,7 @@ def test_weight_view_argument_errors():
     name = "top1_clamp"
     c = CASES[name]
     E, I, H = c["experts"], c["intermediate"], c["hidden"]
-    layer = _artifact(name).load()
+    layer = _artifact(name).load(poison_outputs=True)
     args = torch_reference.make_inputs(c, torch.Generator().manual_seed(6))
     with pytest.raises(ValueError, match=rf"gate_weights: expected {E} per-expert tensors"):
         layer.bind_weights("gate_weights", [args["gate_weights"][0]])
@@ -165,7 +165,7 @@ def _scalar_layer():
     path = os.path.join(ARTIFACTS, "one_token_top8", "moe_layer")
     if not os.path.exists(path + ".ptx"):
         pytest.fail(f"{path}.ptx is missing: run scripts/gpu/prepare_artifacts.py")
-    return mok.GpuArtifact.from_files(path).load()
+    return mok.GpuArtifact.from_files(path).load(poison_outputs=True)
 
 
 def test_views_in_a_cuda_graph():
@@ -174,7 +174,7 @@ def test_views_in_a_cuda_graph():
     import torch
     name = "top1_clamp"
     c = CASES[name]
-    layer = _artifact(name).load()
+    layer = _artifact(name).load(poison_outputs=True)
     static = torch_reference.make_inputs(c, torch.Generator().manual_seed(7))
     fc1 = torch.cat([static["gate_weights"], static["up_weights"]], dim=1)
     layer.bind_fc1(fc1)
