@@ -17,6 +17,16 @@
 // CHECK: gpu.barrier
 // CHECK: llvm.fence acq_rel
 // CHECK: memref.atomic_rmw addi {{.*}} %[[BAR]]
+// The scan of the chunk counts: one warp an expert, each lane's sum over
+// its chunks scanned across the lanes by shuffles (an i64 as two i32
+// halves, 5 steps), the total from lane 31; then a second pass writes the
+// exclusive prefixes.
+// CHECK: gpu.thread_id x
+// CHECK: scf.for
+// CHECK-COUNT-10: gpu.shuffle up
+// CHECK: arith.subi
+// CHECK: scf.for
+// CHECK-COUNT-2: gpu.shuffle idx
 // The gather (H = 64: 8 pieces of 16 bytes a row) copies 4 pieces a thread,
 // loads first, when x and routed_x are 16-byte aligned, else element by
 // element; a padding row stores zeros (selected, not branched).
@@ -29,11 +39,13 @@
 // CHECK: memref.store {{.*}} : memref<108x64xbf16>
 // The activation, as on the CPU.
 // CHECK: math.exp
-// The combine: 8 columns a thread, straight-line over the k = 2 routes: the
-// routed rows' 16-byte loads, then the shared output's, f32 accumulation
-// with selects for routes without a row, one 16-byte store.
-// CHECK-COUNT-2: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
-// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// The combine: 8 columns of a token an item, four items a thread at once,
+// straight-line over the k = 2 routes: every item's routed rows' 16-byte
+// loads and the shared output's first, then per item f32 accumulation with
+// selects for routes without a row and one 16-byte store.
+// CHECK: arith.muli %{{.*}}, %c4
+// CHECK-COUNT-12: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-NOT: llvm.store
 // CHECK-COUNT-8: llvm.extractelement
 // CHECK: arith.select
 // CHECK: arith.addf
