@@ -126,9 +126,11 @@ def MK_CountRoutesOp : MK_Op<"count_routes"> {
 def MK_ScanChunksOp : MK_Op<"scan_chunks"> {
   let summary = "Per expert, each chunk's first rank and the total count";
   let description = [{
-    For every expert `e` (one thread each): replaces `chunk_counts[c][e]` by
-    the exclusive prefix sum over the chunks before `c`, and writes the total
-    to `counts[e]`. Afterwards chunk `c`'s routes to `e` rank from
+    For every expert `e`: replaces `chunk_counts[c][e]` by the exclusive
+    prefix sum over the chunks before `c`, and writes the total to
+    `counts[e]`. Lowered with one warp an expert (each lane's run of
+    chunks summed, a shuffle scan over the lanes, the prefixes written in a
+    second pass) in kernels of whole warps, else one thread an expert. Afterwards chunk `c`'s routes to `e` rank from
     `chunk_counts[c][e]` within the expert, in route order.
 
     ```mlir
