@@ -1112,6 +1112,14 @@ struct ConvertMKToGPUPass
               op.emitOpError("must be in the entry block of its kernel");
               return WalkResult::interrupt();
             }
+            // The lowering sizes loops, tiles and scans from the shapes.
+            for (auto [i, operand] : llvm::enumerate(op.getOperands()))
+              if (auto type = dyn_cast<MemRefType>(operand.getType());
+                  type && !type.hasStaticShape()) {
+                op.emitOpError() << "convert-mk-to-gpu needs static shapes: "
+                                 << "operand #" << i << " is " << type;
+                return WalkResult::interrupt();
+              }
             hasMK = true;
           }
       if (!hasMK)

@@ -298,3 +298,15 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+// The lowering sizes its loops from static shapes: a dynamic one is refused
+// (here the scan's chunk count).
+gpu.module @k {
+  gpu.func @dynamic_chunks(%cc: memref<?x4xi64>, %c: memref<4xi64>) kernel {
+    // expected-error @+1 {{'mk.scan_chunks' op convert-mk-to-gpu needs static shapes: operand #0 is 'memref<?x4xi64>'}}
+    mk.scan_chunks %cc into %c : memref<?x4xi64>, memref<4xi64>
+    gpu.return
+  }
+}
