@@ -213,6 +213,14 @@ def _profile_phases(meta):
     return [str(p) for p in phases]
 
 
+def _extent(t):
+    """[first byte, last byte + 1) of torch tensor `t`'s elements."""
+    if t.numel() == 0:
+        return (t.data_ptr(), t.data_ptr())
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return (t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size())
+
+
 class GpuLayer:
     """A compiled forward layer on one CUDA device, called with torch tensors
     by argument name, as the CPU layer is. A thin layer over the runtime's
@@ -221,8 +229,8 @@ class GpuLayer:
     torch-level checks (tensor type, dtype, shape, device) are made here,
     each naming the argument. The output is allocated per call (torch.empty:
     the kernel writes every element), or passed as `out=` (a contiguous
-    bf16 tensor of the output's shape on the layer's device, written in
-    place). With `poison_outputs=True` an output the layer allocates is
+    bf16 tensor of the output's shape on the layer's device, not requiring
+    grad and not overlapping an input, written in place). With `poison_outputs=True` an output the layer allocates is
     filled with NaN before the launch, so that anything the kernel left
     unwritten shows (the GPU tests run so; it costs a fill of the output
     every call). Launches are asynchronous on torch's current stream and
@@ -424,10 +432,19 @@ class GpuLayer:
         torch = self.torch
         result = out
         if out is not None:
+            if getattr(out, "requires_grad", False):
+                raise ValueError("out: must not require grad (the layer writes it in place, "
+                                 "outside autograd)")
             out = self._validate("out", out, self.output)
             if not out.is_contiguous():
                 raise ValueError(f"out: expected a contiguous tensor "
                                  f"{list(self.output['shape'])}, got strides {list(out.stride())}")
+            span = _extent(out)
+            for n, t in given.items():
+                lo, hi = _extent(t)
+                if lo < span[1] and span[0] < hi:
+                    raise ValueError(f"out: overlaps the input {n} in memory; pass a "
+                                     f"separate tensor")
         elif self.poison_outputs:
             out = torch.full(self.output["shape"], float("nan"), dtype=self._dtype(self.output),
                              device=self.device)

@@ -117,6 +117,11 @@ def test_argument_errors():
         layer(**args, out=torch.empty(shape, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="out: expected a contiguous tensor"):
         layer(**args, out=torch.empty(256, 2, dtype=torch.bfloat16, device="cuda").t()[:1])
+    with pytest.raises(ValueError, match="out: overlaps the input x in memory"):
+        layer(**args, out=args["x"])
+    with pytest.raises(ValueError, match="out: must not require grad"):
+        layer(**args, out=torch.empty(shape, dtype=torch.bfloat16, device="cuda",
+                                      requires_grad=True))
     with pytest.raises(TypeError, match="poison_outputs: expected a bool"):
         mok.GpuLayer(layer_artifact("one_token_top8"), poison_outputs=1)
 
