@@ -14,6 +14,10 @@
 set -euo pipefail
 source_mode=0
 if [[ ${1:-} == --source ]]; then source_mode=1; shift; fi
+if (( $# < 2 )); then
+  echo "usage: bash bench/ncu.sh [--source] ARTIFACTS SHAPE..." >&2
+  exit 2
+fi
 artifacts=$1; shift
 out=${OUT:-/tmp}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,11 +31,11 @@ for shape in "$@"; do
         > "$out/ncu-src-$shape.csv" 2>>"$out/ncu-src-$shape.err" ||
       { echo "ncu --source failed for $shape:"; tail -5 "$out/ncu-src-$shape.err"; continue; }
     rm -f "$out/ncu-src-$shape.ncu-rep"
-    echo "== $shape: $(wc -l < "$out/ncu-src-$shape.csv") SASS lines in $out/ncu-src-$shape.csv"
+    echo "== $shape: $(( $(wc -l < "$out/ncu-src-$shape.csv") - 2 )) SASS lines in $out/ncu-src-$shape.csv"
     continue
   fi
-  # Each forward launches the NaN fill of its output, then the mok kernel:
-  # skip the first forwards' launches, catch a later mok kernel.
+  # --kernel-name keeps ncu to the mok kernel; skip the first forwards'
+  # launches (module load, warm-up), catch a later one.
   timeout 300 ncu --kernel-name regex:'_forward$' --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section WarpStateStats \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
