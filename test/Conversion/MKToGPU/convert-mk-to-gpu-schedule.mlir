@@ -38,3 +38,30 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// mk.scan_chunks: one warp an expert in a kernel of whole warps (a known
+// block size, a multiple of 32); without a known block size one thread an
+// expert walks the chunks (no shuffles: partial warps would hang them).
+// CHECK-LABEL: gpu.func @scan_by_warps(
+// CHECK-COUNT-10: gpu.shuffle up
+// CHECK-COUNT-2: gpu.shuffle idx
+// CHECK: gpu.return
+gpu.module @scan_warps {
+  gpu.func @scan_by_warps(%cc: memref<40x4xi64>, %c: memref<4xi64>) kernel
+      attributes {known_block_size = array<i32: 64, 1, 1>} {
+    mk.scan_chunks %cc into %c : memref<40x4xi64>, memref<4xi64>
+    gpu.return
+  }
+}
+// CHECK-LABEL: gpu.func @scan_by_threads(
+// CHECK-NOT: gpu.shuffle
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK-NOT: gpu.shuffle
+// CHECK: gpu.return
+gpu.module @scan_threads {
+  gpu.func @scan_by_threads(%cc: memref<40x4xi64>, %c: memref<4xi64>) kernel {
+    mk.scan_chunks %cc into %c : memref<40x4xi64>, memref<4xi64>
+    gpu.return
+  }
+}
