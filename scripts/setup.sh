@@ -52,6 +52,19 @@ else
   say "python packages present"
 fi
 
+# --- 2b. cuobjdump + nvdisasm (the SASS tests) ------------------------------
+# The CUDA install here has ptxas but not cuobjdump/nvdisasm; NVIDIA's wheels
+# of the two (5 MB) let the lit SASS test check that every wgmma survives
+# into the machine code (HGMMA) on machines without a GPU (docs/Building.md).
+sass_tools=$build/tools
+if ! command -v cuobjdump >/dev/null && [[ ! -x /usr/local/cuda/bin/cuobjdump ]] &&
+   [[ ! -x $sass_tools/nvidia/cu13/bin/cuobjdump ]]; then
+  say "installing cuobjdump and nvdisasm into $sass_tools"
+  "$py" -m pip install -q --no-deps --target "$sass_tools" \
+      nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37 ||
+    echo "note: cuobjdump not installed; the SASS tests will be skipped" >&2
+fi
+
 # --- 3. Configure and build -------------------------------------------------
 # ccache keyed on paths relative to the checkout, so fresh clones (CI) hit the
 # cache of earlier builds on the same machine.

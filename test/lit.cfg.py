@@ -44,6 +44,16 @@ ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
 if os.path.exists(ptxas):
     config.available_features.add("ptxas")
     config.substitutions.append(("ptxas ", f"{ptxas} "))
+# cuobjdump (with nvdisasm beside it): on PATH, in the CUDA toolkit, or the
+# wheels scripts/setup.sh puts into <build>/tools.
+for cuobjdump in (shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump",
+                  os.path.join(config.mok_obj_root, "tools", "nvidia", "cu13", "bin",
+                               "cuobjdump")):
+    if cuobjdump and os.path.exists(cuobjdump) and os.path.exists(
+            os.path.join(os.path.dirname(cuobjdump), "nvdisasm")):
+        config.available_features.add("cuobjdump")
+        config.substitutions.append(("cuobjdump ", f"{cuobjdump} "))
+        break
 if shutil.which("nvidia-smi") and os.path.exists("/dev/nvidia0"):
     config.available_features.add("cuda-gpu")
 
