@@ -146,14 +146,20 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
     // it must hold what the GEMM phases use (on sm_90a the ring and the
     // epilogue staging).
     int64_t need = sched::dynamicSharedMemory(e == mk::Engine::wgmma);
-    if (auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel"))
-      if (auto smem = desc.getAs<IntegerAttr>("dynamic_shared_memory");
-          smem && smem.getInt() < need)
+    if (auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel")) {
+      auto smem = desc.getAs<IntegerAttr>("dynamic_shared_memory");
+      if (!smem)
+        return gemm.emitOpError()
+               << "the " << mk::stringifyEngine(e) << " engine uses " << need
+               << " bytes of dynamic shared memory, but mok.kernel has no "
+                  "dynamic_shared_memory (the runtime would launch with 0)";
+      if (smem.getInt() < need)
         return gemm.emitOpError()
                << "the " << mk::stringifyEngine(e) << " engine uses " << need
                << " bytes of dynamic shared memory, but mok.kernel "
                   "dynamic_shared_memory is "
                << smem.getInt();
+    }
     if (engine && *engine != e)
       return gemm.emitOpError("a kernel's tensor-core GEMMs must use one "
                               "engine");

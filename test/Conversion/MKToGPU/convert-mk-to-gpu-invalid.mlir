@@ -49,7 +49,7 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @engine_chip(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a"}} {
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a", dynamic_shared_memory = 197632}} {
     // expected-error @+1 {{the wgmma engine needs a sm_90a kernel (mok.kernel chip = "sm_90a"), got "sm_100a"}}
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
@@ -64,6 +64,20 @@ gpu.module @k {
   gpu.func @smem(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 197632 : i64}} {
     // expected-error @+1 {{the wgmma engine uses 214016 bytes of dynamic shared memory, but mok.kernel dynamic_shared_memory is 197632}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// Without the key the runtime would launch with no dynamic shared memory.
+gpu.module @k {
+  gpu.func @no_smem(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+    // expected-error @+1 {{the wgmma engine uses 214016 bytes of dynamic shared memory, but mok.kernel has no dynamic_shared_memory (the runtime would launch with 0)}}
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
@@ -88,7 +102,7 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @tile(%a: memref<128x64xbf16>, %b: memref<256x64xbf16>, %o: memref<128x256xbf16>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{tile [128, 256, 64] with 3 stages is not implemented; the lowering supports tile [64, 128, 64] with 4 stages}}
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 3 : i64, tile = array<i64: 128, 256, 64>}
@@ -101,7 +115,7 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @block(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 128, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+      attributes {known_block_size = array<i32: 128, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{tensor-core GEMMs of 64-row tiles need a kernel with known_block_size = [256, 1, 1]}}
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
@@ -115,7 +129,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @two_map_buffers(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>,
                             %o2: memref<64x128xbf16>, %m: memref<32xi64>, %m2: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
@@ -133,7 +147,7 @@ gpu.module @k {
 // with one B operand.
 gpu.module @k {
   gpu.func @wide_tcgen05(%a: memref<64x64xbf16>, %b: memref<256x64xbf16>, %o: memref<64x256xbf16>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a"}} {
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a", dynamic_shared_memory = 197632}} {
     // expected-error @+1 {{tile [64, 256, 64] with 4 stages is not implemented; the lowering supports tile [64, 128, 64] with 4 stages (and, for wgmma, M = 128, and N = 256 with one B operand)}}
     mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 256, 64>}
@@ -147,7 +161,7 @@ gpu.module @k {
 // A tile shape no lowering implements (K = 32).
 gpu.module @k {
   gpu.func @tile_k(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{tile [64, 128, 32] with 4 stages is not implemented}}
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 32>}
@@ -163,7 +177,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @mixed_heights(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>,
                           %o2: memref<128x128xbf16>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
@@ -183,7 +197,7 @@ gpu.module @k {
   gpu.func @slots(%a: memref<64x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<64x128xbf16>,
                   %re: memref<64xi64>, %off: memref<5xi64>, %c: memref<4xi64>, %m: memref<32xi64>,
                   %bar: memref<2xi32>) kernel
-      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     mk.pad_offsets %c into %off {padding = 64 : i64} : memref<4xi64>, memref<5xi64>
     mk.grid_barrier %bar : memref<2xi32>
     // expected-error @+1 {{map slot 1 (+4) is out of the tensor_maps buffer's 2 slots}}
@@ -201,7 +215,7 @@ gpu.module @k {
   gpu.func @padding(%a: memref<128x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<128x128xbf16>,
                     %re: memref<128xi64>, %off: memref<5xi64>, %c: memref<4xi64>, %m: memref<96xi64>,
                     %bar: memref<2xi32>) kernel
-      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     mk.pad_offsets %c into %off {padding = 64 : i64} : memref<4xi64>, memref<5xi64>
     mk.grid_barrier %bar : memref<2xi32>
     // expected-error @+1 {{expert segments are padded to 64 rows, not a multiple of the tile's 128: a tile would span two experts}}
@@ -216,7 +230,7 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @producer_block(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %o2: memref<128x127xbf16>, %b2: memref<127x64xbf16>, %o3: memref<128x128xbf16>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{tensor-core GEMMs with a producer of 128-row tiles need a kernel with known_block_size = [384, 1, 1]}}
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>, producer}
@@ -229,7 +243,7 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @mixed_roles(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %o2: memref<128x127xbf16>, %b2: memref<127x64xbf16>, %o3: memref<128x128xbf16>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>, producer}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
@@ -245,7 +259,7 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @odd_columns(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %o2: memref<128x127xbf16>, %b2: memref<127x64xbf16>, %o3: memref<128x128xbf16>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{with a producer the epilogue stores pairs of columns from registers: out needs an even number of columns}}
     mk.gemm wgmma store %a, %b2 into %o2 maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>, producer}
@@ -258,7 +272,7 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @too_many_registers(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %o2: memref<128x127xbf16>, %b2: memref<127x64xbf16>, %o3: memref<128x128xbf16>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{registers [240, 56] for 2 consumer warpgroup(s) and a producer exceed the register file (168 a thread for 384 threads)}}
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>, producer, registers = array<i64: 240, 56>}
@@ -271,7 +285,7 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @registers_below_even(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{registers [160, 160]: the consumers need at least and the producer at most the even share (168 a thread for 384 threads)}}
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, producer, registers = array<i64: 160, 160>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
@@ -285,7 +299,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @gather_box(%x: memref<40x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<128x128xbf16>, %re: memref<128xi64>, %off: memref<5xi64>, %rr: memref<128xi64>, %m: memref<96xi64>, %cnt: memref<4xi64>, %bar: memref<2xi32>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>,
-                  mok.kernel = {chip = "sm_90a", tensor_maps = [
+                  mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016, tensor_maps = [
                     {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "x", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 40 : i64},
                     {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "w", cols = 64 : i64, experts = 4 : i64, row_stride = 64 : i64, rows = 128 : i64}]}} {
     mk.pad_offsets %cnt into %off {padding = 128 : i64} : memref<4xi64>, memref<5xi64>

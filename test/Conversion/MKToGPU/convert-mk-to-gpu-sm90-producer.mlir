@@ -109,7 +109,7 @@ func.func @short(%x: tensor<64x128xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64
 gpu.module @k {
   gpu.func @between(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>,
                     %o2: memref<128x128xbf16>, %f: memref<8xi64>, %m: memref<64xi64>) kernel
-      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
+      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<64xi64>)
         {maps = array<i64: 0, 1>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
