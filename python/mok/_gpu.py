@@ -230,10 +230,10 @@ class GpuLayer:
     each naming the argument. The output is allocated per call (torch.empty:
     the kernel writes every element), or passed as `out=` (a contiguous
     bf16 tensor of the output's shape on the layer's device, not requiring
-    grad and not overlapping an input, written in place). With `poison_outputs=True` an output the layer allocates is
-    filled with NaN before the launch, so that anything the kernel left
-    unwritten shows (the GPU tests run so; it costs a fill of the output
-    every call). Launches are asynchronous on torch's current stream and
+    grad and not overlapping an input, written in place). With
+    `poison_outputs=True` an output the layer allocates is filled with NaN
+    before the launch, so that anything the kernel left unwritten shows
+    (the GPU tests run so; it costs a fill of the output every call). Launches are asynchronous on torch's current stream and
     need no host synchronization, so they can be captured in a CUDA graph.
 
     Routed weights can instead be bound once to trainer-owned storage, without
@@ -286,7 +286,7 @@ class GpuLayer:
         detached from autograd (the same storage; any DLPack-capable GPU
         array — CuPy, JAX, ... — is taken zero-copy)."""
         torch = self.torch
-        want = getattr(torch, _DTYPES[dtype])
+        want = self._torch_dtype(dtype)
         if not isinstance(t, torch.Tensor) and hasattr(t, "__dlpack__"):
             t = torch.from_dlpack(t)
         if not isinstance(t, torch.Tensor):
@@ -300,8 +300,26 @@ class GpuLayer:
             raise ValueError(f"{name}: expected a tensor on {self.device}, got {t.device}")
         return t.detach()
 
-    def _dtype(self, p):
-        return getattr(self.torch, _DTYPES[p["dtype"]])
+    def _torch_dtype(self, dtype):
+        return getattr(self.torch, _DTYPES[dtype])
+
+    def _checked_out(self, out, inputs):
+        """`out` checked as the output (as an input is, and contiguous, not
+        requiring grad, not overlapping any of `inputs`), as a torch tensor."""
+        if getattr(out, "requires_grad", False):
+            raise ValueError("out: must not require grad (the layer writes it in place, "
+                             "outside autograd)")
+        out = self._validate("out", out, self.output)
+        if not out.is_contiguous():
+            raise ValueError(f"out: expected a contiguous tensor "
+                             f"{list(self.output['shape'])}, got strides {list(out.stride())}")
+        span = _extent(out)
+        for n, t in inputs.items():
+            lo, hi = _extent(t)
+            if lo < span[1] and span[0] < hi:
+                raise ValueError(f"out: overlaps the input {n} in memory; pass a "
+                                 f"separate tensor")
+        return out
 
     def _validate(self, name, t, p):
         return self._tensor(name, t, p["dtype"], p["shape"])
@@ -430,33 +448,19 @@ class GpuLayer:
             if p["name"] in given:
                 given[p["name"]] = self._validate(p["name"], given[p["name"]], p)
         torch = self.torch
-        result = out
-        if out is not None:
-            if getattr(out, "requires_grad", False):
-                raise ValueError("out: must not require grad (the layer writes it in place, "
-                                 "outside autograd)")
-            out = self._validate("out", out, self.output)
-            if not out.is_contiguous():
-                raise ValueError(f"out: expected a contiguous tensor "
-                                 f"{list(self.output['shape'])}, got strides {list(out.stride())}")
-            span = _extent(out)
-            for n, t in given.items():
-                lo, hi = _extent(t)
-                if lo < span[1] and span[0] < hi:
-                    raise ValueError(f"out: overlaps the input {n} in memory; pass a "
-                                     f"separate tensor")
-        elif self.poison_outputs:
-            out = torch.full(self.output["shape"], float("nan"), dtype=self._dtype(self.output),
-                             device=self.device)
-            result = out
-        else:
+        result = out  # the caller's `out` itself, when given
+        if out is None:
             # Every element is written by the kernel (the combine writes
-            # each token's row): no fill.
-            out = torch.empty(self.output["shape"], dtype=self._dtype(self.output),
-                              device=self.device)
-            result = out
+            # each token's row): no fill unless asked.
+            out = result = torch.empty(self.output["shape"],
+                                       dtype=self._torch_dtype(self.output["dtype"]),
+                                       device=self.device)
+            if self.poison_outputs:
+                out.fill_(float("nan"))
+        else:
+            out = self._checked_out(out, given)
         stream = torch.cuda.current_stream(self.device).cuda_stream
         self._layer.forward({n: self._export(t) for n, t in given.items()},
                             out=self._export(out), stream=stream)
         self._forwards += 1
-        return result  # the caller's `out` itself, when given
+        return result

@@ -532,11 +532,11 @@ void KernelLowering::lower(mk::CountRoutesOp op) {
 }
 
 void KernelLowering::lower(mk::ScanChunksOp op) {
-  Value cc = op.getChunkCounts(), counts = op.getCounts();
-  Value zero = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
   std::optional<ArrayRef<int32_t>> block = func.getKnownBlockSize();
   if (block && (*block)[0] % 32 == 0 && (*block)[1] == 1 && (*block)[2] == 1)
     return scanChunksByWarps(op);
+  Value cc = op.getChunkCounts(), counts = op.getCounts();
+  Value zero = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
   // One thread an expert: exclusive prefix over the chunks, then the total.
   forAllSpread(e.index(size(cc, 1)), [&](Value ex) {
     Value total = e.fold(
@@ -568,12 +568,11 @@ void KernelLowering::scanChunksByWarps(mk::ScanChunksOp op) {
   int64_t per = (chunks + 31) / 32;
   Type i32 = b.getI32Type(), i64 = b.getI64Type();
   Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
-  Value bdim = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
   Value lane = e.rem(tid, e.index(32));
   // Warps spread over the blocks first, as forAllSpread spreads threads.
   Value warp = e.add(e.mul(e.div(tid, e.index(32)), numBlocks),
                      gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
-  Value warps = e.mul(numBlocks, e.div(bdim, e.index(32)));
+  Value warps = e.div(gridThreads, e.index(32));
   Value first = arith::MinSIOp::create(b, loc, e.mul(lane, e.index(per)),
                                        e.index(chunks));
   Value end = arith::MinSIOp::create(b, loc, e.add(first, e.index(per)),
@@ -588,8 +587,10 @@ void KernelLowering::scanChunksByWarps(mk::ScanChunksOp op) {
         b, loc, i32,
         arith::ShRUIOp::create(b, loc, v,
                                arith::ConstantIntOp::create(b, loc, 32, 64)));
-    Value lo2 = gpu::ShuffleOp::create(b, loc, lo, off, width, mode).getResult(0);
-    Value hi2 = gpu::ShuffleOp::create(b, loc, hi, off, width, mode).getResult(0);
+    Value lo2 =
+        gpu::ShuffleOp::create(b, loc, lo, off, width, mode).getResult(0);
+    Value hi2 =
+        gpu::ShuffleOp::create(b, loc, hi, off, width, mode).getResult(0);
     return arith::OrIOp::create(
         b, loc, arith::ExtUIOp::create(b, loc, i64, lo2),
         arith::ShLIOp::create(b, loc, arith::ExtUIOp::create(b, loc, i64, hi2),
@@ -610,14 +611,16 @@ void KernelLowering::scanChunksByWarps(mk::ScanChunksOp op) {
     }
   };
   e.loop(warp, e.index(experts), warps, [&](Value ex) {
-    Value local = e.fold(e.index(0), e.index(groups), zero, [&](Value g, Value acc) {
-      SmallVector<Value> inside, at, values;
-      groupLoads(g, ex, inside, at, values);
-      for (int64_t j = 0; j < kScanGroup; ++j)
-        acc = arith::AddIOp::create(
-            b, loc, acc, arith::SelectOp::create(b, loc, inside[j], values[j], zero));
-      return acc;
-    });
+    Value local =
+        e.fold(e.index(0), e.index(groups), zero, [&](Value g, Value acc) {
+          SmallVector<Value> inside, at, values;
+          groupLoads(g, ex, inside, at, values);
+          for (int64_t j = 0; j < kScanGroup; ++j)
+            acc = arith::AddIOp::create(
+                b, loc, acc,
+                arith::SelectOp::create(b, loc, inside[j], values[j], zero));
+          return acc;
+        });
     Value inclusive = local;
     for (int64_t d = 1; d < 32; d *= 2) {
       Value up = shuffle(inclusive, d, gpu::ShuffleMode::UP);
