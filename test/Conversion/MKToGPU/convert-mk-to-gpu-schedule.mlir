@@ -11,7 +11,7 @@
 // CHECK: arith.muli %thread_id_x, %grid_dim_x : index
 // CHECK: %[[STRIDE:.*]] = arith.muli %grid_dim_x, %block_dim_x : index
 // CHECK: scf.for %[[I:.*]] = %[[GID]] to %{{.*}} step %[[STRIDE]] {
-// CHECK-NEXT: memref.store %{{.*}}, %[[C]][%[[I]]] : memref<4xi64>
+// CHECK-NEXT: memref.store %{{.*}}, %[[C]][%[[I]]] {alignment = 8 : i64} : memref<4xi64>
 // mk.grid_barrier.
 // CHECK: gpu.barrier
 // CHECK: llvm.fence acq_rel
@@ -27,7 +27,7 @@
 // CHECK: arith.cmpi eq, %[[GID]], %{{.*}} : index
 // CHECK-NEXT: scf.if
 // CHECK-NEXT: %[[NOW:.*]] = nvvm.read.ptx.sreg.globaltimer : i64
-// CHECK: memref.store %[[NOW]], %[[CLOCK]][%{{.*}}] : memref<2xi64>
+// CHECK: memref.store %[[NOW]], %[[CLOCK]][%{{.*}}] {alignment = 8 : i64} : memref<2xi64>
 // CHECK: gpu.return
 gpu.module @k {
   gpu.func @separated(%c: memref<4xi64>, %o: memref<5xi64>, %bar: memref<2xi32>, %clock: memref<2xi64>) kernel {

@@ -59,7 +59,7 @@
 // CHECK-NEXT: gpu.barrier
 // CHECK-NEXT: nvvm.tcgen05.fence <after>
 // CHECK-NEXT: arith.constant 0 : index
-// CHECK-NEXT: %[[TMEM:.*]] = memref.load %[[SLOT]][%{{.*}}] : memref<1xi32, #gpu.address_space<workgroup>>
+// CHECK-NEXT: %[[TMEM:.*]] = memref.load %[[SLOT]][%{{.*}}] {alignment = 4 : i64} : memref<1xi32, #gpu.address_space<workgroup>>
 
 // Routed gate/up: the first warpgroup's task loop carries the k-tile count
 // and the count of finished tasks (the accumulator barrier's phase).

@@ -29,7 +29,7 @@
 // CHECK-NEXT: %c64{{[_0-9]*}} = arith.constant 64 : index
 // CHECK-NEXT: %[[HALF:.*]] = arith.muli %[[WG]], %c64{{[_0-9]*}} : index
 // CHECK-NEXT: %[[ROW:.*]] = arith.addi %{{.*}}, %[[HALF]] : index
-// CHECK: %[[R:.*]] = memref.load %{{.*}}[%[[ROW]]] : memref<636xi64>
+// CHECK: %[[R:.*]] = memref.load %{{.*}}[%[[ROW]]] {alignment = 8 : i64} : memref<636xi64>
 // CHECK-NEXT: %[[RI:.*]] = arith.index_cast %[[R]] : i64 to index
 // CHECK-NEXT: %[[REAL:.*]] = arith.cmpi sge, %[[RI]], %c0{{[_0-9]*}} : index
 // CHECK: %[[FIRST:.*]] = arith.cmpi eq, %[[WG]], %c0{{[_0-9]*}} : index

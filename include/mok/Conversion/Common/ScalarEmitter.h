@@ -138,11 +138,25 @@ public:
     return op.getResult(0);
   }
 
+  /// Element loads and stores say their natural alignment (the element's
+  /// size): without it LLVM takes the default data layout's, where an i64
+  /// is 4-aligned, and the NVPTX backend splits every i64 access in two.
   Value load(Value m, ValueRange idx) {
-    return memref::LoadOp::create(b, loc, m, idx);
+    auto op = memref::LoadOp::create(b, loc, m, idx);
+    if (IntegerAttr align = naturalAlignment(m))
+      op.setAlignmentAttr(align);
+    return op;
   }
   void store(Value v, Value m, ValueRange idx) {
-    memref::StoreOp::create(b, loc, v, m, idx);
+    auto op = memref::StoreOp::create(b, loc, v, m, idx);
+    if (IntegerAttr align = naturalAlignment(m))
+      op.setAlignmentAttr(align);
+  }
+  IntegerAttr naturalAlignment(Value m) {
+    Type elt = cast<MemRefType>(m.getType()).getElementType();
+    if (!elt.isIntOrFloat() || elt.getIntOrFloatBitWidth() % 8)
+      return {};
+    return b.getI64IntegerAttr(elt.getIntOrFloatBitWidth() / 8);
   }
   /// Loads an element as f32 (bf16 widened exactly).
   Value loadF32(Value m, ValueRange idx) {
