@@ -1035,9 +1035,10 @@ void KernelLowering::combineVector(mk::CombineOp op) {
 void KernelLowering::lower(mk::GridBarrierOp op) {
   // Sense-free generation barrier: the last CTA to arrive resets the count
   // and bumps the generation the others spin on. Thread 0 of each CTA
-  // arrives after a CTA barrier, with release/acquire fences at system
-  // scope around it, so every thread's writes of the phase are visible to
-  // every thread of the next.
+  // arrives after a CTA barrier, with release/acquire fences at GPU scope
+  // around it (fence.acq_rel.gpu: the CTAs of one kernel on one GPU; the
+  // system scope, MEMBAR.SYS, also drained to host coherence), so every
+  // thread's writes of the phase are visible to every thread of the next.
   OpBuilder &b = e.b;
   Location loc = e.loc;
   Value bar = op.getState();
@@ -1052,7 +1053,7 @@ void KernelLowering::lower(mk::GridBarrierOp op) {
     Value zero = arith::ConstantIntOp::create(b, loc, 0, 32);
     Value one = arith::ConstantIntOp::create(b, loc, 1, 32);
     Value c0 = e.index(0), c1 = e.index(1);
-    LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::acq_rel);
+    LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::acq_rel, "device");
     Value gen = memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi,
                                             zero, bar, ValueRange{c1});
     Value arrived = memref::AtomicRMWOp::create(
@@ -1066,7 +1067,7 @@ void KernelLowering::lower(mk::GridBarrierOp op) {
         [&] {
           memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::assign,
                                       zero, bar, ValueRange{c0});
-          LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::acq_rel);
+          LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::acq_rel, "device");
           memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addi, one,
                                       bar, ValueRange{c1});
         },
@@ -1089,7 +1090,7 @@ void KernelLowering::lower(mk::GridBarrierOp op) {
           }
           b.setInsertionPointAfter(spin);
         });
-    LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::acq_rel);
+    LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::acq_rel, "device");
   });
   gpu::BarrierOp::create(b, loc);
 }

@@ -14,7 +14,7 @@
 // CHECK-NEXT: memref.store %{{.*}}, %[[C]][%[[I]]] {alignment = 8 : i64} : memref<4xi64>
 // mk.grid_barrier.
 // CHECK: gpu.barrier
-// CHECK: llvm.fence acq_rel
+// CHECK: llvm.fence syncscope("device") acq_rel
 // CHECK: memref.atomic_rmw addi {{.*}} %[[BAR]]
 // CHECK: scf.while
 // CHECK: gpu.barrier

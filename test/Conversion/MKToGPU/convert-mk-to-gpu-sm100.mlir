@@ -152,7 +152,7 @@
 // CHECK: memref.store {{.*}} : memref<40x64xbf16>
 // After the grid barrier that ends the last GEMM phase, warp 0 frees the
 // Tensor Memory; then the combine phase.
-// CHECK: llvm.fence acq_rel
+// CHECK: llvm.fence syncscope("device") acq_rel
 // CHECK: nvvm.tcgen05.fence <after>
 // CHECK-NEXT: scf.if %[[W0]] {
 // CHECK-NEXT: %[[PTR:.*]] = llvm.inttoptr %[[TMEM]] : i32 to !llvm.ptr<6>

@@ -15,7 +15,7 @@
 // Phases are separated by grid barriers (CTA barrier, fence, arrival on
 // the counter).
 // CHECK: gpu.barrier
-// CHECK: llvm.fence acq_rel
+// CHECK: llvm.fence syncscope("device") acq_rel
 // CHECK: memref.atomic_rmw addi {{.*}} %[[BAR]]
 // The scan of the chunk counts: one warp an expert, each lane's sum over
 // its chunks scanned across the lanes by shuffles (an i64 as two i32

@@ -7,6 +7,10 @@
 // RUN: mok-opt %mok_src_root/examples/qwen3-30b-a3b.mlir --moe-to-ptx="chip=sm_90a copy-dispatch=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90
 // RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/sm90/qwen3_30b_a3b_moe_kernels.ptx
 // RUN: grep wgmma.mma_async %t/sm90/qwen3_30b_a3b_moe_kernels.ptx | count 8
+// The grid barriers fence at GPU scope (three fences a barrier), never at
+// system scope.
+// RUN: grep -c fence.acq_rel.gpu %t/sm90/qwen3_30b_a3b_moe_kernels.ptx | FileCheck %s --check-prefix=FENCES
+// RUN: not grep -q fence.acq_rel.sys %t/sm90/qwen3_30b_a3b_moe_kernels.ptx
 // RUN: ptxas -arch=sm_90a -v %t/sm90/qwen3_30b_a3b_moe_kernels.ptx -o %t/sm90.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 // RUN: mok-opt %s --moe-to-ptx="chip=sm_90a copy-dispatch=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-shared
 // RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/sm90-shared/shared_layer_kernels.ptx
@@ -180,3 +184,4 @@ func.func @shared_layer(%x: tensor<512x7168xbf16>, %top: tensor<512x8xi32>, %rw:
          tensor<2048x7168xbf16>, tensor<7168x2048xbf16>) -> tensor<512x7168xbf16>
   return %o : tensor<512x7168xbf16>
 }
+// FENCES: {{^[1-9][0-9]*$}}
