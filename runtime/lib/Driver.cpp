@@ -73,6 +73,8 @@ Loaded load() {
   get(d.funcSetAttribute, "cuFuncSetAttribute");
   get(d.launchKernel, "cuLaunchKernel");
   get(d.launchCooperativeKernel, "cuLaunchCooperativeKernel");
+  get(d.launchKernelEx, "cuLaunchKernelEx");
+  get(d.occupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters");
   get(d.deviceGetAttribute, "cuDeviceGetAttribute");
   get(d.memAlloc, "cuMemAlloc");
   get(d.memFree, "cuMemFree");

@@ -26,6 +26,8 @@ struct Driver {
   decltype(&::cuFuncSetAttribute) funcSetAttribute;
   decltype(&::cuLaunchKernel) launchKernel;
   decltype(&::cuLaunchCooperativeKernel) launchCooperativeKernel;
+  decltype(&::cuLaunchKernelEx) launchKernelEx;
+  decltype(&::cuOccupancyMaxActiveClusters) occupancyMaxActiveClusters;
   decltype(&::cuDeviceGetAttribute) deviceGetAttribute;
   decltype(&::cuMemAlloc) memAlloc;
   decltype(&::cuMemFree) memFree;

@@ -10,6 +10,7 @@
 #include "Module.h"
 #include "TensorMaps.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -56,6 +57,7 @@ struct mok_layer_s {
   std::string kernel;
   uint32_t block = 0;
   bool cooperative = false;
+  uint32_t cluster = 1; // CTAs per cluster (metadata "cluster", version 3)
   uint32_t dynamicSmem = 0;
   std::vector<Param> params;
   std::vector<std::string> zeroFirst;
@@ -167,9 +169,10 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
   // Version 2 adds params' "access" and tensor maps' "experts"; both are
   // optional with version 1's meaning as default, so version 1 reads alike.
   if (!version || !version->isInteger() ||
-      (version->number != 1 && version->number != 2))
+      (version->number != 1 && version->number != 2 && version->number != 3))
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
-           << "metadata: expected mok_metadata_version 1 or 2 (recompile the "
+           << "metadata: expected mok_metadata_version 1, 2 or 3 (recompile "
+              "the "
               "layer with this version of mok)";
   auto layer = std::make_unique<mok_layer_s>();
   layer->kernel = r.string(root, "kernel", "metadata");
@@ -179,6 +182,13 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
   if (const json::Value *c =
           r.member(root, "cooperative", json::Value::Bool, "metadata"))
     layer->cooperative = c->boolean;
+  // Optional (version 3): the kernel pairs CTAs of a cluster.
+  if (root.get("cluster")) {
+    int64_t cluster = r.integer(root, "cluster", "metadata", 1);
+    if (r.ok() && cluster > 8)
+      r.error = "metadata: 'cluster' must be at most 8 CTAs";
+    layer->cluster = static_cast<uint32_t>(cluster);
+  }
   // Optional: the compiler emits it once it compiles expert-parallel layers.
   if (root.get("ep")) {
     int64_t ep = r.integer(root, "ep", "metadata", 1);
@@ -502,8 +512,27 @@ extern "C" mok_status mok_layer_load(mok_layer layer, int device,
   layer->module = module;
   layer->device = device;
   // Persistent: one CTA per multiprocessor (the kernel is compiled so that
-  // one fits; a cooperative launch refuses the grid otherwise).
+  // one fits; a cooperative launch refuses the grid otherwise); with
+  // clusters, as many whole clusters as fit at once.
   layer->grid = static_cast<uint32_t>(sms);
+  if (layer->cluster > 1) {
+    int clusters = 0;
+    if (mok_status s = mok_module_max_active_clusters(
+            module, layer->kernel.c_str(), layer->block, layer->cluster,
+            layer->dynamicSmem, &clusters)) {
+      undo();
+      return s;
+    }
+    uint32_t fit = std::min(static_cast<uint32_t>(sms) / layer->cluster,
+                            static_cast<uint32_t>(std::max(clusters, 0)));
+    if (fit == 0) {
+      undo();
+      return Fail(MOK_ERROR_CUDA)
+             << "metadata: no cluster of " << layer->cluster
+             << " CTAs of the kernel fits on device " << device;
+    }
+    layer->grid = fit * layer->cluster;
+  }
   layer->workspace = std::move(workspace);
   layer->mapHost.assign(128 * layer->slots + 64, 0);
   return ok();
@@ -605,9 +634,10 @@ extern "C" mok_status mok_layer_forward(mok_layer layer,
     params[i] = &values[i];
   }
   uint32_t grid[3] = {layer->grid, 1, 1}, block[3] = {layer->block, 1, 1};
-  return mok_module_launch(layer->module, layer->kernel.c_str(), grid, block,
-                           layer->dynamicSmem, stream, params.data(),
-                           layer->cooperative ? MOK_LAUNCH_COOPERATIVE : 0);
+  return mok_module_launch_clusters(
+      layer->module, layer->kernel.c_str(), grid, block, layer->cluster,
+      layer->dynamicSmem, stream, params.data(),
+      layer->cooperative ? MOK_LAUNCH_COOPERATIVE : 0);
 }
 
 //===----------------------------------------------------------------------===//

@@ -426,17 +426,12 @@ extern "C" mok_status mok_device_sm_count(int device, int *count) {
   return ok();
 }
 
-extern "C" mok_status mok_module_launch(mok_module m, const char *kernel,
-                                        const uint32_t grid[3],
-                                        const uint32_t block[3],
-                                        uint32_t dynamicSmem, void *stream,
-                                        void **params, uint32_t flags) {
-  if (!m || !kernel || !grid || !block)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT)
-           << "module/kernel/grid/block: is NULL";
+/// `kernel` of `m`, with `dynamicSmem` bytes of dynamic shared memory opted
+/// into (above 48 KiB), the module's context current.
+static mok_status kernelOf(mok_module m, const char *kernel,
+                           uint32_t dynamicSmem, CUfunction &f) {
   const Driver *d = m->driver;
   d->ctxSetCurrent(m->context);
-  CUfunction f;
   if (CUresult r = d->moduleGetFunction(&f, m->module, kernel); r != CUDA_SUCCESS)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "kernel: no kernel named '" << kernel << "' in the module ("
@@ -448,23 +443,125 @@ extern "C" mok_status mok_module_launch(mok_module m, const char *kernel,
       return Fail(MOK_ERROR_CUDA)
              << "dynamic_smem: " << dynamicSmem
              << " bytes refused by the device: " << d->describe(r);
+  return ok();
+}
+
+/// The cluster sizes a launch takes: CUDA's portable ones.
+static mok_status checkCluster(uint32_t cluster) {
+  if (cluster < 1 || cluster > 8)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "cluster: expected 1 to 8 CTAs a cluster, got " << cluster;
+  return ok();
+}
+
+extern "C" mok_status mok_module_launch(mok_module m, const char *kernel,
+                                        const uint32_t grid[3],
+                                        const uint32_t block[3],
+                                        uint32_t dynamicSmem, void *stream,
+                                        void **params, uint32_t flags) {
+  return mok_module_launch_clusters(m, kernel, grid, block, /*cluster=*/1,
+                                    dynamicSmem, stream, params, flags);
+}
+
+extern "C" mok_status
+mok_module_launch_clusters(mok_module m, const char *kernel,
+                           const uint32_t grid[3], const uint32_t block[3],
+                           uint32_t cluster, uint32_t dynamicSmem, void *stream,
+                           void **params, uint32_t flags) {
+  // The arguments first, the module last (what needs no module is checked
+  // without one).
+  if (!kernel || !grid || !block)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "kernel/grid/block: is NULL";
+  if (mok_status s = checkCluster(cluster))
+    return s;
+  if (grid[0] % cluster)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "grid: grid[0] = " << grid[0]
+           << " is not a multiple of the cluster's " << cluster << " CTAs";
   if (flags & ~uint32_t(MOK_LAUNCH_COOPERATIVE))
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "flags: unknown bits 0x"
                                             << Hex{static_cast<uint64_t>(flags)};
-  CUresult r =
-      (flags & MOK_LAUNCH_COOPERATIVE)
-          ? d->launchCooperativeKernel(f, grid[0], grid[1], grid[2], block[0],
-                                       block[1], block[2], dynamicSmem,
-                                       static_cast<CUstream>(stream), params)
-          : d->launchKernel(f, grid[0], grid[1], grid[2], block[0], block[1],
-                            block[2], dynamicSmem,
-                            static_cast<CUstream>(stream), params, nullptr);
+  if (!m)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "module: is NULL";
+  const Driver *d = m->driver;
+  CUfunction f;
+  if (mok_status s = kernelOf(m, kernel, dynamicSmem, f))
+    return s;
+  bool cooperative = flags & MOK_LAUNCH_COOPERATIVE;
+  CUresult r;
+  if (cluster == 1) {
+    r = cooperative
+            ? d->launchCooperativeKernel(f, grid[0], grid[1], grid[2], block[0],
+                                         block[1], block[2], dynamicSmem,
+                                         static_cast<CUstream>(stream), params)
+            : d->launchKernel(f, grid[0], grid[1], grid[2], block[0], block[1],
+                              block[2], dynamicSmem,
+                              static_cast<CUstream>(stream), params, nullptr);
+  } else {
+    CUlaunchAttribute attrs[2] = {};
+    attrs[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[0].value.clusterDim.x = cluster;
+    attrs[0].value.clusterDim.y = 1;
+    attrs[0].value.clusterDim.z = 1;
+    attrs[1].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    attrs[1].value.cooperative = 1;
+    CUlaunchConfig config = {};
+    config.gridDimX = grid[0];
+    config.gridDimY = grid[1];
+    config.gridDimZ = grid[2];
+    config.blockDimX = block[0];
+    config.blockDimY = block[1];
+    config.blockDimZ = block[2];
+    config.sharedMemBytes = dynamicSmem;
+    config.hStream = static_cast<CUstream>(stream);
+    config.attrs = attrs;
+    config.numAttrs = cooperative ? 2 : 1;
+    r = d->launchKernelEx(&config, f, params, nullptr);
+  }
   if (r != CUDA_SUCCESS)
     return Fail(MOK_ERROR_CUDA)
            << "launching '" << kernel << "' failed: " << d->describe(r)
-           << ((flags & MOK_LAUNCH_COOPERATIVE)
-                   ? " (a cooperative grid must fit on the device at once)"
-                   : "");
+           << (cooperative ? " (a cooperative grid must fit on the device at "
+                             "once)"
+                           : "");
+  return ok();
+}
+
+extern "C" mok_status
+mok_module_max_active_clusters(mok_module m, const char *kernel, uint32_t block,
+                               uint32_t cluster, uint32_t dynamicSmem,
+                               int *count) {
+  if (!kernel || !count)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "kernel/count: is NULL";
+  if (mok_status s = checkCluster(cluster))
+    return s;
+  if (block < 1 || block > 1024)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "block: expected 1 to 1024 threads, got " << block;
+  if (!m)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "module: is NULL";
+  const Driver *d = m->driver;
+  CUfunction f;
+  if (mok_status s = kernelOf(m, kernel, dynamicSmem, f))
+    return s;
+  CUlaunchAttribute attr = {};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = cluster;
+  attr.value.clusterDim.y = 1;
+  attr.value.clusterDim.z = 1;
+  CUlaunchConfig config = {};
+  // The grid must hold whole clusters; the count does not depend on it.
+  config.gridDimX = cluster;
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = block;
+  config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = dynamicSmem;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  if (CUresult r = d->occupancyMaxActiveClusters(count, f, &config);
+      r != CUDA_SUCCESS)
+    return Fail(MOK_ERROR_CUDA) << "cuOccupancyMaxActiveClusters for '"
+                                << kernel << "': " << d->describe(r);
   return ok();
 }
 

@@ -170,6 +170,47 @@ static void testWithoutDriver() {
               MOK_ERROR_INVALID_ARGUMENT, "box [64, 128] must have at most 256 rows and 128 bytes a row");
   CHECK_FAILS(mok_module_load_ptx(0, "", &m), MOK_ERROR_INVALID_ARGUMENT,
               "ptx: is empty");
+  // Cluster launches and their occupancy: the arguments are checked before
+  // the module.
+  uint32_t grid[3] = {2, 1, 1}, odd[3] = {3, 1, 1}, block[3] = {256, 1, 1};
+  CHECK_FAILS(mok_module_launch_clusters(nullptr, "k", nullptr, block, 2, 0,
+                                         nullptr, nullptr, 0),
+              MOK_ERROR_INVALID_ARGUMENT, "kernel/grid/block: is NULL");
+  CHECK_FAILS(mok_module_launch_clusters(nullptr, "k", grid, block, 0, 0,
+                                         nullptr, nullptr, 0),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "cluster: expected 1 to 8 CTAs a cluster, got 0");
+  CHECK_FAILS(mok_module_launch_clusters(nullptr, "k", grid, block, 16, 0,
+                                         nullptr, nullptr, 0),
+              MOK_ERROR_INVALID_ARGUMENT, "got 16");
+  CHECK_FAILS(mok_module_launch_clusters(nullptr, "k", odd, block, 2, 0,
+                                         nullptr, nullptr, 0),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "grid: grid[0] = 3 is not a multiple of the cluster's 2 CTAs");
+  CHECK_FAILS(mok_module_launch_clusters(nullptr, "k", grid, block, 2, 0,
+                                         nullptr, nullptr, 4),
+              MOK_ERROR_INVALID_ARGUMENT, "flags: unknown bits 0x4");
+  CHECK_FAILS(mok_module_launch_clusters(nullptr, "k", grid, block, 2, 0,
+                                         nullptr, nullptr, 0),
+              MOK_ERROR_INVALID_ARGUMENT, "module: is NULL");
+  // mok_module_launch is the same with clusters of 1.
+  CHECK_FAILS(
+      mok_module_launch(nullptr, "k", grid, block, 0, nullptr, nullptr, 0),
+      MOK_ERROR_INVALID_ARGUMENT, "module: is NULL");
+  int clusters = -1;
+  CHECK_FAILS(mok_module_max_active_clusters(nullptr, "k", 256, 2, 0, nullptr),
+              MOK_ERROR_INVALID_ARGUMENT, "kernel/count: is NULL");
+  CHECK_FAILS(
+      mok_module_max_active_clusters(nullptr, "k", 256, 9, 0, &clusters),
+      MOK_ERROR_INVALID_ARGUMENT,
+      "cluster: expected 1 to 8 CTAs a cluster, got 9");
+  CHECK_FAILS(mok_module_max_active_clusters(nullptr, "k", 0, 2, 0, &clusters),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "block: expected 1 to 1024 threads, got 0");
+  CHECK_FAILS(
+      mok_module_max_active_clusters(nullptr, "k", 256, 2, 0, &clusters),
+      MOK_ERROR_INVALID_ARGUMENT, "module: is NULL");
+  CHECK(clusters == -1);
 }
 
 // A small layer's metadata, in the compiler's format.
@@ -234,9 +275,19 @@ static void testLayerMetadata() {
   struct { const char *json, *message; } bad[] = {
       {"{", "metadata: not JSON (offset 1: expected a member name)"},
       {"[1, 2]", "metadata: not a JSON object"},
-      {R"({"mok_metadata_version": 3})", "expected mok_metadata_version 1 or 2"},
+      {R"({"mok_metadata_version": 4})", "expected mok_metadata_version 1, 2 or 3"},
       {R"({"mok_metadata_version": 1, "kernel": "k", "block": 256, "cooperative": true,
            "dynamic_shared_memory": 0})", "metadata: missing or mistyped 'params'"},
+      // Version 3: CTAs per cluster, 1 to 8.
+      {R"({"mok_metadata_version": 3, "kernel": "k", "block": 256, "cooperative": true,
+           "dynamic_shared_memory": 0, "cluster": 0, "params": []})",
+       "metadata: 'cluster' must be an integer >= 1"},
+      {R"({"mok_metadata_version": 3, "kernel": "k", "block": 256, "cooperative": true,
+           "dynamic_shared_memory": 0, "cluster": 9, "params": []})",
+       "metadata: 'cluster' must be at most 8 CTAs"},
+      {R"({"mok_metadata_version": 3, "kernel": "k", "block": 256, "cooperative": true,
+           "dynamic_shared_memory": 0, "cluster": "2", "params": []})",
+       "metadata: missing or mistyped 'cluster'"},
       {R"({"mok_metadata_version": 1, "kernel": "k", "block": 0, "cooperative": true,
            "dynamic_shared_memory": 0, "params": []})", "'block' must be an integer >= 1"},
       {R"({"mok_metadata_version": 1, "kernel": "k", "block": 32, "cooperative": true,

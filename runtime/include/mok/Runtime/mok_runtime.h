@@ -168,6 +168,23 @@ MOK_API mok_status mok_module_launch(mok_module module, const char *kernel,
                              uint32_t dynamic_smem, void *stream,
                              void **params, uint32_t flags);
 
+/* mok_module_launch in thread-block clusters of `cluster` CTAs along x
+ * (cuLaunchKernelEx; 1 = no clusters): grid[0] must be a multiple of it.
+ * With MOK_LAUNCH_COOPERATIVE every cluster is resident at once. */
+MOK_API mok_status mok_module_launch_clusters(mok_module module,
+                             const char *kernel, const uint32_t grid[3],
+                             const uint32_t block[3], uint32_t cluster,
+                             uint32_t dynamic_smem, void *stream,
+                             void **params, uint32_t flags);
+
+/* How many clusters of `cluster` CTAs (of `block` threads and
+ * `dynamic_smem` bytes each) of `kernel` can be resident at once
+ * (cuOccupancyMaxActiveClusters), in *count. */
+MOK_API mok_status mok_module_max_active_clusters(mok_module module,
+                             const char *kernel, uint32_t block,
+                             uint32_t cluster, uint32_t dynamic_smem,
+                             int *count);
+
 /* A 2-D TMA descriptor (CUtensorMap, 128 bytes) of a row-major bf16 matrix
  * [rows, cols] with `row_stride` elements between rows, a box of
  * [box_rows, box_cols] and 128-byte swizzle, written to `descriptor`. */
