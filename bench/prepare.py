@@ -27,7 +27,8 @@ for name in names:
     shape = SHAPES[name]
     spec = mok.LayerSpec(**{k: v for k, v in shape.items() if k in FIELDS})
     options = {"warp_specialize": shape.get("warp_specialize", False),
-               "fuse_dispatch": shape.get("fuse_dispatch")}
+               "fuse_dispatch": shape.get("fuse_dispatch"),
+               "multicast": shape.get("multicast", False)}
     art = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"), **options)
     print(name, art.save(os.path.join(out, name)))
     # The same layer timing its phases (moe_forward.py's phase breakdown).

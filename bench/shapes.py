@@ -21,4 +21,7 @@ for _name in ("dsv3-shard", "qwen3-30b"):
 # into the gate/up GEMM on sm_90a).
 for _name in ("dsv3-shard", "qwen3-30b"):
     SHAPES[_name + "-copy"] = dict(SHAPES[_name], fuse_dispatch=False)
+# And in clusters of 2 CTAs sharing weight boxes (multicast=True).
+for _name in ("dsv3-shard", "qwen3-30b"):
+    SHAPES[_name + "-mc"] = dict(SHAPES[_name], multicast=True)
 del _name

@@ -39,15 +39,14 @@ void runPipeline(mok::Module &m, const std::string &pipeline) {
     raise(error);
 }
 
-std::vector<mok::GpuKernel> compileGPU(const mok::Module &m,
-                                       const std::string &chip,
-                                       const std::string &toolkit, bool profile,
-                                       bool warpSpecialize,
-                                       std::optional<bool> fuseDispatch) {
+std::vector<mok::GpuKernel>
+compileGPU(const mok::Module &m, const std::string &chip,
+           const std::string &toolkit, bool profile, bool warpSpecialize,
+           std::optional<bool> fuseDispatch, bool multicast) {
   std::string error;
   std::vector<mok::GpuKernel> kernels;
   if (!m.compileGPU(chip, toolkit, kernels, error, profile, warpSpecialize,
-                    fuseDispatch))
+                    fuseDispatch, multicast))
     raise(error);
   return kernels;
 }
@@ -134,10 +133,11 @@ NB_MODULE(_mok, m) {
            "The func.func signatures, with layer operand names and roles.")
       .def("compile_gpu", &compileGPU, nb::arg("chip"), nb::arg("toolkit"),
            nb::arg("profile") = false, nb::arg("warp_specialize") = false,
-           nb::arg("fuse_dispatch") = nb::none(),
+           nb::arg("fuse_dispatch") = nb::none(), nb::arg("multicast") = false,
            "PTX and runtime metadata of every fused forward layer (profile: "
            "kernels that time their phases; warp_specialize: sm_90a GEMMs "
-           "with a TMA producer warpgroup).")
+           "with a TMA producer warpgroup; multicast: sm_90a clusters of 2 "
+           "CTAs sharing weight boxes).")
       .def("__str__", &mok::Module::print);
 
   nb::class_<mok::HostExecutable>(m, "HostExecutable")

@@ -192,8 +192,9 @@ static llvm::json::Value toJson(Attribute a) {
 static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
   auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel");
   llvm::json::Object root;
-  // Version 2: params' "access" and tensor maps' "experts" (docs/Runtime.md).
-  root["mok_metadata_version"] = 2;
+  // Version 2: params' "access" and tensor maps' "experts"; version 3:
+  // "cluster" (docs/Runtime.md).
+  root["mok_metadata_version"] = 3;
   root["function"] = function.str();
   root["kernel"] = func.getName().str();
   for (NamedAttribute a : desc) {
@@ -234,12 +235,13 @@ static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
 bool Module::compileGPU(const std::string &chip, const std::string &toolkit,
                         std::vector<GpuKernel> &kernels, std::string &error,
                         bool profile, bool warpSpecialize,
-                        std::optional<bool> fuseDispatch) const {
+                        std::optional<bool> fuseDispatch,
+                        bool multicast) const {
   DiagnosticCollector diags(impl->ctx.get());
   OwningOpRef<ModuleOp> copy = cast<ModuleOp>((*impl->module)->clone());
   PassManager toKernels(impl->ctx.get());
   buildMoEToGPUPipeline(toKernels, chip, /*tensorCores=*/true, profile,
-                        warpSpecialize, fuseDispatch);
+                        warpSpecialize, fuseDispatch, multicast);
   if (failed(toKernels.run(*copy))) {
     error = diags.take("lowering to GPU kernels failed");
     return false;

@@ -25,7 +25,7 @@ __version__ = "0.3.0"
 _DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
 # What the runtime reads (version 2 adds params' "access" and tensor maps'
 # "experts", both optional).
-_METADATA_VERSIONS = (1, 2)
+_METADATA_VERSIONS = (1, 2, 3)
 
 
 def _cache_dir(cache_dir):
@@ -74,11 +74,11 @@ class GpuArtifact:
 
 
 def _compile_with_extension(source, name, target, function, toolkit, profile,
-                            warp_specialize, fuse_dispatch):
+                            warp_specialize, fuse_dispatch, multicast):
     from . import _mok
     module = _mok.Module.parse(source, name)
     kernels = [k for k in module.compile_gpu(target, toolkit, profile, warp_specialize,
-                                             fuse_dispatch)
+                                             fuse_dispatch, multicast)
                if k.function == function]
     if not kernels:
         raise ValueError(f"no fused forward layer in @{function}")
@@ -96,7 +96,7 @@ def _find_compiler():
 
 
 def _compile_with_tool(tool, source, target, function, toolkit, profile, warp_specialize,
-                       fuse_dispatch):
+                       fuse_dispatch, multicast):
     """The same through the mok-compile binary (e.g. the static one carried
     to a GPU machine without MLIR)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,7 +107,8 @@ def _compile_with_tool(tool, source, target, function, toolkit, profile, warp_sp
                                "-o", tmp] + (["--profile"] if profile else [])
                               + (["--warp-specialize"] if warp_specialize else [])
                               + {None: [], True: ["--fuse-dispatch"],
-                                 False: ["--copy-dispatch"]}[fuse_dispatch],
+                                 False: ["--copy-dispatch"]}[fuse_dispatch]
+                              + (["--multicast"] if multicast else []),
                               capture_output=True, text=True)
         if proc.returncode:
             raise ValueError(proc.stderr.strip() or f"{tool} failed")
@@ -118,12 +119,13 @@ def _compile_with_tool(tool, source, target, function, toolkit, profile, warp_sp
 
 
 def compile_gpu(source, name, target, function, cache_dir, profile=False,
-                warp_specialize=False, fuse_dispatch=None):
+                warp_specialize=False, fuse_dispatch=None, multicast=False):
     key = hashlib.sha256("\0".join([source, target, function, __version__]
                                    + (["profile"] if profile else [])
                                    + (["warp_specialize"] if warp_specialize else [])
                                    + {None: [], True: ["fuse_dispatch"],
                                       False: ["copy_dispatch"]}[fuse_dispatch]
+                                   + (["multicast"] if multicast else [])
                                    ).encode())
     directory = os.path.join(_cache_dir(cache_dir), key.hexdigest()[:24])
     base = os.path.join(directory, function)
@@ -132,7 +134,8 @@ def compile_gpu(source, name, target, function, cache_dir, profile=False,
     toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
     try:
         artifact = _compile_with_extension(source, name, target, function, toolkit,
-                                           profile, warp_specialize, fuse_dispatch)
+                                           profile, warp_specialize, fuse_dispatch,
+                                           multicast)
     except ImportError:
         tool = _find_compiler()
         if tool is None:
@@ -140,7 +143,7 @@ def compile_gpu(source, name, target, function, cache_dir, profile=False,
                               "extension (build/python) or the mok-compile binary "
                               "(set MOK_COMPILER)") from None
         artifact = _compile_with_tool(tool, source, target, function, toolkit, profile,
-                                      warp_specialize, fuse_dispatch)
+                                      warp_specialize, fuse_dispatch, multicast)
     artifact.path = artifact.save(directory)
     return artifact
 

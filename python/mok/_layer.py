@@ -232,7 +232,7 @@ GPU_TARGETS = ("sm_90a", "sm_100a")
 
 
 def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_dir=None,
-            profile=False, warp_specialize=False, fuse_dispatch=None):
+            profile=False, warp_specialize=False, fuse_dispatch=None, multicast=False):
     """Compiles a layer for `target`.
 
     layer: a LayerSpec, or moe IR text holding `function` (one MoE layer,
@@ -256,12 +256,19 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
     implemented (sm_90a tensor-core GEMMs without warp_specialize: no
     dispatch copy, the GEMM loads its A rows straight from x); True
     requires it (an error where it is not implemented); False keeps the
-    dispatch copy. The training forward and backward are CPU-only for now.
+    dispatch copy. `multicast=True` (sm_90a tensor-core GEMMs without
+    warp_specialize): the kernel runs in clusters of 2 CTAs whose paired
+    tasks of one expert and n-tile load each weight box once for both (TMA
+    multicast; convert-moe-to-mk's multicast option; see docs/performance.md
+    for its measurements). The training forward and backward are CPU-only
+    for now.
     """
     if target != "cpu" and target not in GPU_TARGETS:
         raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")
     if fuse_dispatch not in (None, True, False):
         raise TypeError(f"fuse_dispatch: expected None, True or False, got {fuse_dispatch!r}")
+    if not isinstance(multicast, bool):
+        raise TypeError(f"multicast: expected True or False, got {multicast!r}")
     if isinstance(layer, LayerSpec):
         source, name = layer.to_mlir(function), "<LayerSpec>"
     elif isinstance(layer, str):
@@ -274,14 +281,19 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
             raise ValueError("recompute: the GPU target compiles the forward layer "
                              "only; training on the GPU is not supported yet")
         from ._gpu import compile_gpu
+        if multicast and (target != "sm_90a" or warp_specialize):
+            raise ValueError("multicast: implemented for the sm_90a target without "
+                             "warp_specialize only")
         return compile_gpu(source, name, target, function, cache_dir, profile,
-                           warp_specialize, fuse_dispatch)
+                           warp_specialize, fuse_dispatch, multicast)
     if profile:
         raise ValueError("profile: only GPU targets time their phases")
     if warp_specialize:
         raise ValueError("warp_specialize: only the sm_90a target has warp roles")
     if fuse_dispatch is not None:
         raise ValueError("fuse_dispatch: only the sm_90a target fuses the dispatch")
+    if multicast:
+        raise ValueError("multicast: only the sm_90a target launches clusters")
     from . import _mok
     module = _mok.Module.parse(source, name)
     stages = {"moe": str(module)}

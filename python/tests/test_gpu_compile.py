@@ -19,7 +19,7 @@ def test_compile_emits_ptx_and_metadata(target, tmp_path):
     assert f".target {target}" in art.ptx
     assert f".entry {art.kernel}(" in art.ptx
     meta = art.metadata
-    assert meta["mok_metadata_version"] in (1, 2) and meta["chip"] == target
+    assert meta["mok_metadata_version"] in (1, 2, 3) and meta["chip"] == target
     assert meta["cooperative"] is True and meta["kernel"] == "moe_layer_forward"
     roles = [p["role"] for p in meta["params"]]
     assert roles[:9] == ["input"] * 9 and roles[9] == "output"
@@ -111,6 +111,35 @@ def test_fused_dispatch_kernels(tmp_path):
                     warp_specialize=True)
     with pytest.raises(ValueError, match="fuse_dispatch: only the sm_90a target"):
         mok.compile(TC_SPEC, target="cpu", fuse_dispatch=True)
+
+
+def test_multicast_kernels(tmp_path):
+    plain = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path))
+    mc = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), multicast=True)
+    # Cached apart; launched in clusters of 2 CTAs (metadata version 3); the
+    # down weights' maps have 128-row boxes (one half of a 256-column
+    # tile's B per CTA of a pair); the weight boxes multicast to both.
+    assert mc.path != plain.path
+    assert mc.metadata["cluster"] == 2 and "cluster" not in plain.metadata
+    assert mc.metadata["mok_metadata_version"] == 3
+    down = [m["box_rows"] for m in mc.metadata["tensor_maps"] if m["buffer"] == "down_weights"]
+    assert down == [128]
+    assert [m["box_rows"] for m in plain.metadata["tensor_maps"]
+            if m["buffer"] == "down_weights"] == [256]
+    assert ".multicast::cluster" in mc.ptx and "mapa.shared::cluster" in mc.ptx
+    assert "multicast" not in plain.ptx and "mapa" not in plain.ptx
+    with pytest.raises(TypeError, match="multicast: expected True or False"):
+        mok.compile(TC_SPEC, target="sm_90a", multicast=1)
+    with pytest.raises(ValueError, match="multicast: implemented for the sm_90a target "
+                                         "without warp_specialize only"):
+        mok.compile(TC_SPEC, target="sm_100a", multicast=True)
+    with pytest.raises(ValueError, match="without warp_specialize only"):
+        mok.compile(TC_SPEC, target="sm_90a", multicast=True, warp_specialize=True)
+    with pytest.raises(ValueError, match="multicast: only the sm_90a target"):
+        mok.compile(TC_SPEC, target="cpu", multicast=True)
+    # A layer whose shapes do not fit the tiles runs scalar GEMMs: refused.
+    with pytest.raises(ValueError, match="multicast needs tensor-core GEMMs"):
+        mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path), multicast=True)
 
 
 def test_artifacts_are_cached_and_reloadable(tmp_path):

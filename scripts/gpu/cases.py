@@ -52,6 +52,14 @@ for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp"):
 # (mok.compile(..., fuse_dispatch=False)), as warp roles do anyway.
 for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp", "short_k"):
     CASES["copy_" + _name] = dict(CASES[_name], fuse_dispatch=False)
+# Clusters of 2 CTAs sharing weight boxes (mok.compile(..., multicast=True)):
+# gathered and TMA-loaded A, 128- and 64-row tiles, a K shorter than the
+# stage ring (short_k), and task counts that leave the last pair one task
+# (its second CTA runs a copy that stores nothing).
+for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp", "short_k"):
+    CASES["mc_" + _name] = dict(CASES[_name], multicast=True)
+CASES["mc_copy_dsv3_shared"] = dict(CASES["dsv3_shared"], multicast=True,
+                                    fuse_dispatch=False)
 del _name
 
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
@@ -65,4 +73,5 @@ def spec_kwargs(case):
 def compile_kwargs(case):
     """mok.compile's options of a case (besides the spec and target)."""
     return {"warp_specialize": case.get("warp_specialize", False),
-            "fuse_dispatch": case.get("fuse_dispatch")}
+            "fuse_dispatch": case.get("fuse_dispatch"),
+            "multicast": case.get("multicast", False)}

@@ -11,13 +11,17 @@
 // RUN: not mok-compile %mok_src_root/examples/deepseek-v3.mlir -o %t/ep 2>&1 | FileCheck %s --check-prefix=EP
 // RUN: not mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir 2>&1 | FileCheck %s --check-prefix=USAGE
 // RUN: not mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_80 -o %t/x 2>&1 | FileCheck %s --check-prefix=CHIP
+// RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_90a --multicast -o %t/mc | FileCheck %s --check-prefix=FILES
+// RUN: FileCheck %s --check-prefix=MC < %t/mc/qwen3_30b_a3b_moe.json
+// RUN: FileCheck %s --check-prefix=NOMC < %t/fused/qwen3_30b_a3b_moe.json
+// RUN: not mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_100a --multicast -o %t/x 2>&1 | FileCheck %s --check-prefix=MC100
 
 // FILES: qwen3_30b_a3b_moe.ptx
 // FILES: qwen3_30b_a3b_moe.json
 
 // META: "cooperative": true
 // META: "kernel": "qwen3_30b_a3b_moe_forward"
-// META: "mok_metadata_version": 2
+// META: "mok_metadata_version": 3
 // Inputs say how the kernel reads them: the weights only through maps.
 // META: "access": "pointer",
 // META-NEXT: "dtype": "bf16",
@@ -61,3 +65,17 @@
 // FUSED-NEXT: "buffer": "x",
 // FUSED-NOT: "routed_x"
 // BOTH: --fuse-dispatch and --copy-dispatch exclude each other
+
+// --multicast: clusters of 2 CTAs (metadata "cluster"); the down weights'
+// maps get 128-row boxes (each CTA of a pair loads one half of a 256-row
+// tile's B). Without it, no "cluster" and 256-row boxes.
+// MC: "cluster": 2,
+// MC: "buffer": "hidden",
+// MC: "box_rows": 128,
+// MC-NEXT: "buffer": "down_weights",
+// NOMC-NOT: "cluster"
+// NOMC: "buffer": "hidden",
+// NOMC: "box_rows": 256,
+// NOMC-NEXT: "buffer": "down_weights",
+// NOMC-NOT: "cluster"
+// MC100: convert-moe-to-mk: multicast is implemented for sm_90a without warp-specialize only

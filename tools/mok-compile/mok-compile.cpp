@@ -23,6 +23,7 @@ static int usage(const char *why) {
       "usage: mok-compile INPUT.mlir [--chip sm_90a|sm_100a] [--profile] -o "
       "OUTDIR\n"
       "       [--warp-specialize] [--fuse-dispatch | --copy-dispatch]\n"
+      "       [--multicast]\n"
       "       [--toolkit CUDA_DIR]\n"
       "       (--toolkit: libdevice; default $CUDA_HOME or /usr/local/cuda)\n",
       why);
@@ -31,7 +32,7 @@ static int usage(const char *why) {
 
 int main(int argc, char **argv) {
   std::string input, out, chip = "sm_90a";
-  bool profile = false, warpSpecialize = false;
+  bool profile = false, warpSpecialize = false, multicast = false;
   std::optional<bool> fuseDispatch; // unset: fused where implemented
   const char *home = std::getenv("CUDA_HOME");
   std::string toolkit = home && *home ? home : "/usr/local/cuda";
@@ -52,6 +53,10 @@ int main(int argc, char **argv) {
     }
     if (a == "--warp-specialize") {
       warpSpecialize = true;
+      continue;
+    }
+    if (a == "--multicast") {
+      multicast = true;
       continue;
     }
     if (a == "--fuse-dispatch" || a == "--copy-dispatch") {
@@ -85,7 +90,7 @@ int main(int argc, char **argv) {
     return std::fprintf(stderr, "%s", error.c_str()), 1;
   std::vector<mok::GpuKernel> kernels;
   if (!module->compileGPU(chip, toolkit, kernels, error, profile,
-                          warpSpecialize, fuseDispatch))
+                          warpSpecialize, fuseDispatch, multicast))
     return std::fprintf(stderr, "%s\n", error.c_str()), 1;
   std::error_code ec;
   std::filesystem::create_directories(out, ec);

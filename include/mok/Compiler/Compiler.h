@@ -83,11 +83,13 @@ public:
   /// profile option); `warpSpecialize`: its warp-specialize option;
   /// `fuseDispatch`: unset, the fused dispatch wherever it is implemented;
   /// true, required (fuse-dispatch); false, the dispatch copy
-  /// (copy-dispatch).
+  /// (copy-dispatch); `multicast`: sm_90a clusters of 2 CTAs sharing
+  /// weight boxes (its multicast option).
   bool compileGPU(const std::string &chip, const std::string &toolkit,
                   std::vector<GpuKernel> &kernels, std::string &error,
                   bool profile = false, bool warpSpecialize = false,
-                  std::optional<bool> fuseDispatch = std::nullopt) const;
+                  std::optional<bool> fuseDispatch = std::nullopt,
+                  bool multicast = false) const;
 
 private:
   Module();

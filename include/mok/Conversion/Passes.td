@@ -120,6 +120,12 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
            "the consumers, per-stage empty barriers, epilogues from "
            "registers, setmaxnreg with two consumer warpgroups) instead of "
            "the first consumer thread loading between its MMAs">,
+    Option<"multicast", "multicast", "bool", /*default=*/"false",
+           "sm_90a tensor-core GEMMs without warp-specialize: launch "
+           "clusters of 2 CTAs (mok.kernel cluster = 2) whose paired tasks "
+           "of one expert and n-tile load each weight box once for both "
+           "(TMA multicast of two 128-row halves; the down projections' "
+           "maps get 128-row boxes). Refused where not implemented">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mok::mk::MKDialect"];

@@ -44,6 +44,8 @@ namespace mok::conversion::gemm {
 
 namespace {
 constexpr const char *kDynSmem = "mok_dyn_smem";
+/// Clusters of 2: the per-stage empty barriers (static shared memory).
+constexpr const char *kClusterEmpty = "mok_cluster_empty";
 static_assert(kBytesA % kAlign == 0 && kBytesB % kAlign == 0,
               "stage parts must stay 1024-aligned");
 static_assert(2 * kAccBytes <= kStages * kStageBytes &&
@@ -133,6 +135,23 @@ GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
 
   barriers = nvgpu::MBarrierCreateOp::create(
       b, loc, nvgpu::MBarrierGroupType::get(ctx, workgroup(ctx), kStages));
+  if (roles.cluster > 1) {
+    assert(roles.cluster == 2 && !roles.producer && sm90 &&
+           "clusters of 2, sm_90a without a producer");
+    MemRefType type = smemType(ctx, {kStages}, i64);
+    if (!module.lookupSymbol(kClusterEmpty)) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(module.getBody());
+      memref::GlobalOp::create(b, loc, kClusterEmpty,
+                               b.getStringAttr("private"), type, Attribute(),
+                               /*constant=*/false, b.getI64IntegerAttr(8));
+    }
+    clusterEmpty = memref::ExtractAlignedPointerAsIndexOp::create(
+        b, loc, memref::GetGlobalOp::create(b, loc, type, kClusterEmpty));
+    Value r = NVVM::ClusterId::create(b, loc, b.getI32Type());
+    rank = arith::IndexCastUIOp::create(b, loc, b.getIndexType(), r);
+    peer = arith::SubIOp::create(b, loc, i32(1), r);
+  }
   if (roles.producer)
     emptyBarriers = nvgpu::MBarrierCreateOp::create(
         b, loc, nvgpu::MBarrierGroupType::get(ctx, workgroup(ctx), kStages));
@@ -156,12 +175,22 @@ GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
         nvgpu::MBarrierInitOp::create(b, loc, emptyBarriers,
                                       e.index(4 * roles.consumers), e.index(s),
                                       Value());
+      // Clusters: one arrival per CTA of the pair.
+      if (clusterEmpty)
+        NVVM::MBarrierInitOp::create(b, loc, emptyBarrier(e.index(s)), i32(2),
+                                     Value());
     }
+    // (.release.cluster: the partner's multicasts and arrivals find them
+    // initialized after the cluster barrier below.)
     NVVM::FenceMbarrierInitOp::create(b, loc);
     for (Value map : prefetched)
       nvgpu::TmaPrefetchOp::create(b, loc, map, Value());
   });
-  gpu::BarrierOp::create(b, loc);
+  if (clusterEmpty) {
+    clusterBarrier();
+  } else {
+    gpu::BarrierOp::create(b, loc);
+  }
   iteration = e.index(0);
 }
 
@@ -206,20 +235,89 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
   Value base = stageOffset(g);
   // (Gathered A: the consumer threads copy it with cp.async, which this
   // barrier does not count.)
+  // Clusters: the partner's multicast of this k-tile writes into this
+  // stage too, so both CTAs must be done with its previous k-tile (number
+  // g - kStages, the (g / kStages - 1)-th completion of the stage's empty
+  // barrier; for g < kStages, parity 1, which a fresh barrier reports
+  // complete).
+  if (clusterEmpty) {
+    Value parity = arith::ExtUIOp::create(
+        b, loc, b.getI32Type(),
+        e.cmp(arith::CmpIPredicate::eq,
+              e.rem(e.div(g, e.index(kStages)), e.index(2)), e.index(0)));
+    NVVM::MBarrierTryWaitParityOp::create(b, loc, emptyBarrier(stage), parity,
+                                          i32(10000000));
+  }
+  // (Multicast: the partner's half completes bytes on this CTA's barrier of
+  // the stage, which expects all of B either way.)
   int64_t bytes = (p.gatherRows ? 0 : p.bytesA()) + numB * p.bytesB();
   nvgpu::MBarrierArriveExpectTxOp::create(b, loc, barriers, e.index(bytes),
                                           stage, Value());
   Value kc = e.mul(kTile, e.index(kTileK));
-  auto tma = [&](Value map, int64_t boxRows, Value offset, Value row) {
+  auto tma = [&](Value map, int64_t boxRows, Value offset, Value row,
+                 Value mask = Value()) {
     nvgpu::TmaAsyncLoadOp::create(
         b, loc, view(offset, smemType(ctx, {boxRows, kTileK}, bf16)), barriers,
-        map, ValueRange{kc, row}, stage, Value(), Value());
+        map, ValueRange{kc, row}, stage, mask, Value());
   };
   if (!p.gatherRows)
     tma(t.mapA, p.tileM, base, t.m0);
-  tma(t.mapB0, p.tileN, e.add(base, e.index(p.bytesA())), t.n0);
-  if (p.b1)
-    tma(t.mapB1, p.tileN, e.add(base, e.index(p.bytesA() + p.bytesB())), t.n0);
+  Value baseB = e.add(base, e.index(p.bytesA()));
+  if (!clusterEmpty) {
+    tma(t.mapB0, p.tileN, baseB, t.n0);
+    if (p.b1)
+      tma(t.mapB1, p.tileN, e.add(baseB, e.index(p.bytesB())), t.n0);
+    return;
+  }
+  // Clusters: B as two 128-row halves, gate's and up's boxes or the two
+  // halves of a 256-row box (its map has 128-row boxes).
+  assert(numB * p.tileN == 2 * kTileN && "B is two 128-row halves");
+  auto half = [&](int64_t h, Value mask) {
+    Value map = p.b1 && h == 1 ? t.mapB1 : t.mapB0;
+    Value row = p.b1 ? t.n0 : e.add(t.n0, e.index(h * kTileN));
+    tma(map, kTileN, e.add(baseB, e.index(h * kBytesB)), row, mask);
+  };
+  e.ifThen(
+      t.multicast,
+      [&] {
+        Value both = arith::ConstantIntOp::create(b, loc, 0b11, 16);
+        e.ifThen(
+            e.cmp(arith::CmpIPredicate::eq, rank, e.index(0)),
+            [&] { half(0, both); }, [&] { half(1, both); });
+      },
+      [&] {
+        half(0, Value());
+        half(1, Value());
+      });
+}
+
+void GemmEmitter::clusterBarrier() {
+  // barrier.cluster.arrive (release) and wait (acquire), every thread.
+  NVVM::ClusterArriveOp::create(e.b, e.loc, UnitAttr());
+  NVVM::ClusterWaitOp::create(e.b, e.loc, UnitAttr());
+}
+
+Value GemmEmitter::emptyBarrier(Value stage) {
+  return sharedPointer(e.add(clusterEmpty, e.mul(stage, e.index(8))));
+}
+
+void GemmEmitter::clusterRelease(Value g) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  MLIRContext *ctx = b.getContext();
+  Value local = emptyBarrier(e.rem(g, e.index(kStages)));
+  NVVM::MBarrierArriveOp::create(b, loc, b.getI64Type(), local, Value());
+  Value remote = NVVM::MapaOp::create(
+      b, loc,
+      LLVM::LLVMPointerType::get(
+          ctx, static_cast<unsigned>(NVVM::NVVMMemorySpace::SharedCluster)),
+      local, peer);
+  // Release at CTA scope (the PTX default), as this CTA's reads of the
+  // stage it hands over are complete (wgmma wait_group, then the consumer
+  // barrier): .release.cluster put a MEMBAR.ALL.GPU before every such
+  // arrival (on the H200 dsv3-shard 5.8 -> 7.1 ms, with or without the
+  // multicast).
+  NVVM::MBarrierArriveOp::create(b, loc, Type(), remote, Value());
 }
 
 void GemmEmitter::loadGatheredRows(const GemmPhase &p, Value g, Value kTile,
@@ -445,7 +543,7 @@ Value GemmEmitter::taskCount(const GemmPhase &p) {
   return e.mul(mTiles(p), e.index(p.nTiles()));
 }
 
-Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
+std::pair<Value, Value> GemmEmitter::tileOf(const GemmPhase &p, Value task) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   int64_t nTiles = p.nTiles();
@@ -463,15 +561,24 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
       b, loc, e.index(kGroupM), e.sub(mTiles, firstM)); // the last is short
   Value mTile = e.add(firstM, e.rem(inGroup, groupRows));
   Value nTile = e.div(inGroup, groupRows);
-  Value m0 = e.mul(mTile, e.index(p.tileM));
-  Value n0 = e.mul(nTile, e.index(p.tileN));
+  return {e.mul(mTile, e.index(p.tileM)), e.mul(nTile, e.index(p.tileN))};
+}
+
+Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  auto [m0, n0] = tileOf(p, task);
   // Grouped: the m-tile's expert picks the B maps' slots.
   Value expert = p.expertOf ? p.expertOf(m0) : e.index(0);
+  // (Clusters load B in 128-row halves, through maps of 128-row boxes.)
+  int64_t boxB = clusterEmpty ? kTileN : p.tileN;
   Task t{m0,
          n0,
          mapAt(e.index(p.a), p.tileM),
-         mapAt(e.add(e.index(p.b0), expert), p.tileN),
-         p.b1 ? mapAt(e.add(e.index(*p.b1), expert), p.tileN) : Value(),
+         mapAt(e.add(e.index(p.b0), expert), boxB),
+         p.b1 ? mapAt(e.add(e.index(*p.b1), expert), boxB) : Value(),
+         {},
+         {},
          {},
          {},
          {}};
@@ -506,6 +613,31 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
                                   e.mul(swizzled, e.index(kGatherChunkBytes))));
     }
   }
+  return t;
+}
+
+Task GemmEmitter::taskOfRound(const GemmPhase &p, Value first) {
+  if (!clusterEmpty)
+    return taskAt(p, first);
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  // The pair's tasks first and first + 1; rank r runs first + r, or, past
+  // the last task, first again without storing it.
+  Value tasks = taskCount(p);
+  auto orFirst = [&](Value task) {
+    return e.select(e.cmp(arith::CmpIPredicate::slt, task, tasks), task, first);
+  };
+  Value mine = e.add(first, rank);
+  Value other = e.add(first, e.sub(e.index(1), rank));
+  Task t = taskAt(p, orFirst(mine));
+  t.live = e.cmp(arith::CmpIPredicate::slt, mine, tasks);
+  // One expert and one n-tile: the same B boxes.
+  auto [m0, n0] = tileOf(p, orFirst(other));
+  t.multicast = e.cmp(arith::CmpIPredicate::eq, n0, t.n0);
+  if (p.expertOf)
+    t.multicast = arith::AndIOp::create(
+        b, loc, t.multicast,
+        e.cmp(arith::CmpIPredicate::eq, p.expertOf(m0), p.expertOf(t.m0)));
   return t;
 }
 
@@ -592,13 +724,19 @@ void GemmEmitter::tasks(const GemmPhase &p) {
   // there, so its loads overlap this task's stores. (Otherwise each task
   // loads its own first stages after the previous epilogue.)
   bool early = !roles.producer && p.storePair && prefetchesEarly();
+  assert((!clusterEmpty || early) &&
+         "clusters: the next task loads only into stages both CTAs released, "
+         "never ones an epilogue reuses");
+  // The task loop's rounds: task `bid` first, or with clusters of 2 the
+  // pair's first task (bid - rank; the grid is whole clusters).
+  Value firstTask = clusterEmpty ? e.sub(bid, rank) : bid;
   if (early)
-    e.ifThen(e.cmp(arith::CmpIPredicate::slt, bid, tasks),
-             [&] { prologue(taskAt(p, bid), iteration); });
+    e.ifThen(e.cmp(arith::CmpIPredicate::slt, firstTask, tasks),
+             [&] { prologue(taskOfRound(p, firstTask), iteration); });
 
   SmallVector<Value> init = {iteration};
   init.append(carried);
-  auto taskLoop = scf::ForOp::create(b, loc, bid, tasks, grid, init);
+  auto taskLoop = scf::ForOp::create(b, loc, firstTask, tasks, grid, init);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(taskLoop.getBody());
@@ -606,7 +744,7 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     Value it = taskLoop.getRegionIterArgs()[0];
     ValueRange args = taskLoop.getRegionIterArgs().drop_front();
     carried.assign(args.begin(), args.end());
-    Task t = taskAt(p, task);
+    Task t = taskOfRound(p, task);
     Value m0 = t.m0, n0 = t.n0;
 
     // Prologue (without a producer, unless started early): the first
@@ -628,9 +766,14 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     std::function<void()> startNext;
     if (early)
       startNext = [&, it, task] {
+        // Clusters: the task's last k-tile is released here (the others
+        // were in the MMA layer's loop), whether a next task follows or not.
+        if (clusterEmpty)
+          e.ifThen(isThread0,
+                   [&] { clusterRelease(e.add(it, e.index(kTiles - 1))); });
         Value next = e.add(task, grid);
         e.ifThen(e.cmp(arith::CmpIPredicate::slt, next, tasks), [&] {
-          prologue(taskAt(p, next), e.add(it, e.index(kTiles)));
+          prologue(taskOfRound(p, next), e.add(it, e.index(kTiles)));
         });
       };
     onStagesFree = startNext;

@@ -144,6 +144,12 @@ struct WarpRoles {
   /// even share the kernel is compiled for (restored after each phase).
   std::optional<std::pair<int64_t, int64_t>> registers;
   int64_t evenRegisters = 0;
+  /// CTAs per cluster (sm_90a without a producer, register epilogues): 1,
+  /// or 2: the CTAs of a pair take two tasks of a phase at once and, when
+  /// both tasks read the same B boxes (one expert, one n-tile), each loads
+  /// one half of them for both (TMA multicast); a per-stage "empty" barrier
+  /// of each CTA counts both CTAs' releases.
+  int64_t cluster = 1;
 };
 
 /// One task of a phase: its tile origin and its operands' tensor maps.
@@ -155,6 +161,12 @@ struct Task {
   /// to copy (i32: 16, or 0 for a padding row, which cp.async fills with
   /// zeros) and the destination's byte offset in the stage's A box (index).
   SmallVector<Value, 4> gatherSrc, gatherBytes, gatherDst;
+  /// Clusters of 2: whether the pair's two tasks read the same B boxes
+  /// (i1: each CTA then multicasts one half), and whether this task's
+  /// results are stored (i1: false for the copy of its partner's task that
+  /// a CTA runs when the phase has no task left for it, which keeps the
+  /// pair's k-tile counts equal).
+  Value multicast, live;
 };
 
 /// Gathered A: a tile row's k-tile is 128 bytes, 8 chunks of 16 bytes; the
@@ -189,7 +201,7 @@ public:
 
   /// Emits what must follow the last GEMM phase, right after a CTA-wide
   /// barrier, in uniform control flow (sm_100a: the Tensor Memory
-  /// deallocation). Nothing on sm_90a.
+  /// deallocation; sm_90a with clusters: a cluster barrier).
   virtual void finish() {}
 
 protected:
@@ -210,6 +222,10 @@ protected:
   Value staging;
   Value barriers; // the full barriers, one per stage
   Value tid, isThread0;
+  /// Clusters of 2: the shared-window address (index) of the per-stage
+  /// empty barriers (i64 each; arrival count 2), this CTA's rank in the
+  /// cluster (index) and the partner's (i32).
+  Value clusterEmpty, rank, peer;
   Value iteration; // k-tiles this CTA has consumed so far
   /// Values of the MMA layer carried across tasks and phases along with
   /// `iteration` (yielded by the task loops and the warpgroup's scf.if).
@@ -218,7 +234,10 @@ protected:
   /// The tensor map in slot `slot` (index), typed for boxes of `boxRows`.
   Value mapAt(Value slot, int64_t boxRows);
   /// Thread 0: k-tile `kTile` of the task into the stage of k-tile number
-  /// `g` (arrive.expect_tx on its full barrier, then the TMA loads).
+  /// `g` (arrive.expect_tx on its full barrier, then the TMA loads). With
+  /// clusters of 2 it first waits until both CTAs released the stage's
+  /// previous k-tile, and loads the B boxes as two 128-row halves: with
+  /// t.multicast, half `rank` only, into both CTAs.
   void load(const GemmPhase &p, Value g, Value kTile, const Task &t);
   /// Gathered A: every consumer thread starts copying its chunks of k-tile
   /// `kTile` into the stage of k-tile number `g` (cp.async, not yet
@@ -242,6 +261,15 @@ protected:
   /// The parity of the phase of the stage barrier that k-tile number `g`
   /// completes (each stage barrier completes once per kStages k-tiles).
   Value phaseParity(Value g);
+
+  /// Clusters of 2, thread 0: this CTA is done with the stage of k-tile
+  /// number `g` (every consumer warp's MMAs reading it are complete): an
+  /// arrival on this CTA's and on the partner's empty barrier of the stage.
+  /// Every k-tile is released once, in order.
+  void clusterRelease(Value g);
+  /// Clusters: every thread of both CTAs of the pair meets (a CTA-wide
+  /// barrier too).
+  void clusterBarrier();
 
   /// With a producer: lane 0 of each consumer warp hands the stage of
   /// k-tile number `g` back (its MMAs reading it are complete). The
@@ -288,6 +316,15 @@ private:
   Value taskCount(const GemmPhase &p);
   /// Task number `task` of the phase (the grouped raster).
   Task taskAt(const GemmPhase &p, Value task);
+  /// The tile origin (m0, n0) of task number `task`.
+  std::pair<Value, Value> tileOf(const GemmPhase &p, Value task);
+  /// The task a CTA runs in the round of the task loop at `first` (its
+  /// induction variable): task `first` itself, or with clusters of 2 the
+  /// pair's task first + rank (or, past the last task, a copy of task
+  /// `first` that stores nothing), with `multicast` set.
+  Task taskOfRound(const GemmPhase &p, Value first);
+  /// The empty barrier of stage `stage` (index), a shared pointer.
+  Value emptyBarrier(Value stage);
   Value i32(int64_t v);
   /// setmaxnreg (increase or decrease) to `count` registers.
   void setRegisters(int64_t count, bool increase);

@@ -61,6 +61,13 @@ private:
   SmallVector<Value> accumulate(const GemmPhase &p, Value it,
                                 const Task &t) override;
   bool prefetchesEarly() const override { return true; }
+  /// Clusters: neither CTA of a pair goes on (and exits) while the
+  /// partner may still arrive on its empty barriers.
+  void finish() override {
+    if (roles.cluster > 1) {
+      clusterBarrier();
+    }
+  }
 };
 
 } // namespace
@@ -182,8 +189,30 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
           b, loc, e.cmp(arith::CmpIPredicate::sge, prev, e.index(0)),
           e.cmp(arith::CmpIPredicate::slt, next, e.index(kTiles)));
       Value stageOf = e.add(e.sub(g, e.index(1)), stageCount);
-      e.ifThen(arith::AndIOp::create(b, loc, isThread0, inRange),
-               [&] { load(p, stageOf, next, t); });
+      if (roles.cluster > 1) {
+        // Clusters: k-tile kt-1 released to both CTAs' empty barriers
+        // (every k-tile, refilled or not; the last at onStagesFree). The
+        // refill is one k-tile later than without clusters: the stage of
+        // k-tile kt-2 gets k-tile kt-2+kStages, since the partner's
+        // release of kt-2 has had a k-tile's time to land (waiting for its
+        // release of kt-1 here put the pair in lockstep, on the H200
+        // dsv3-shard 5.9 -> 7.3 ms).
+        e.ifThen(arith::AndIOp::create(
+                     b, loc, isThread0,
+                     e.cmp(arith::CmpIPredicate::sge, prev, e.index(0))),
+                 [&] { clusterRelease(e.sub(g, e.index(1))); });
+        Value prev2 = e.sub(kt, e.index(2));
+        Value next2 = e.add(prev2, stageCount);
+        Value refill = arith::AndIOp::create(
+            b, loc, e.cmp(arith::CmpIPredicate::sge, prev2, e.index(0)),
+            e.cmp(arith::CmpIPredicate::slt, next2, e.index(kTiles)));
+        e.ifThen(arith::AndIOp::create(b, loc, isThread0, refill), [&] {
+          load(p, e.add(e.sub(g, e.index(2)), stageCount), next2, t);
+        });
+      } else {
+        e.ifThen(arith::AndIOp::create(b, loc, isThread0, inRange),
+                 [&] { load(p, stageOf, next, t); });
+      }
       // Gathered A: every consumer thread its chunks.
       if (p.gatherRows) {
         e.ifThen(inRange, [&] { loadGatheredRows(p, stageOf, next, t); });
@@ -383,6 +412,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       else
         stores();
     };
+    // (Clusters: a copy of the partner's task stores nothing.)
+    if (t.live)
+      live = live ? arith::AndIOp::create(b, loc, live, t.live) : t.live;
     if (live)
       e.ifThen(live, epilogue);
     else

@@ -119,6 +119,22 @@ std::optional<int64_t> mapBoxRows(gpu::GPUFuncOp func, int64_t slot) {
   return std::nullopt;
 }
 
+/// The CTAs per cluster of `func`'s launch (mok.kernel `cluster`, 1 when
+/// absent): 1 or 2.
+FailureOr<int64_t> clusterSize(gpu::GPUFuncOp func) {
+  auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel");
+  Attribute a = desc ? desc.get("cluster") : Attribute();
+  if (!a)
+    return 1;
+  auto n = dyn_cast<IntegerAttr>(a);
+  if (!n || (n.getInt() != 1 && n.getInt() != 2))
+    return func.emitOpError()
+           << "mok.kernel cluster must be the integer 1 or 2 (CTAs per "
+              "cluster), got "
+           << a;
+  return n.getInt();
+}
+
 /// The kernel's tensor-core GEMMs: one engine, the chip's, the implemented
 /// tile and stages, one tensor-map buffer, a kBlock-thread CTA (with warp
 /// roles, producerBlock(tile rows) threads).
@@ -132,9 +148,47 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
   if (auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel"))
     if (auto c = desc.getAs<StringAttr>("chip"))
       chip = c.getValue();
+  FailureOr<int64_t> cluster = clusterSize(func);
+  if (failed(cluster))
+    return failure();
+  bool anyTensorCores = false;
   for (auto gemm : func.getBody().front().getOps<mk::GemmOp>()) {
     if (!gemm.usesTensorCores())
       continue;
+    anyTensorCores = true;
+    // Clusters of 2 (TMA multicast of B halves): wgmma without a producer,
+    // register epilogues (whole column pairs: the shared-memory epilogue
+    // reuses stages the partner may already fill), B two 128-row halves
+    // (gate + up, or one 256-column operand) read through 128-row boxes.
+    if (*cluster > 1) {
+      ArrayRef<int64_t> tile = *gemm.getTile();
+      int64_t halves =
+          static_cast<int64_t>(gemm.getB().size()) * tile[1] / sched::kTileN;
+      if (gemm.getEngine() != mk::Engine::wgmma || gemm.getProducer())
+        return gemm.emitOpError()
+               << "mok.kernel cluster = " << *cluster
+               << " is implemented for wgmma GEMMs without a producer";
+      if (halves != 2)
+        return gemm.emitOpError()
+               << "with mok.kernel cluster = " << *cluster
+               << " the B boxes of a tile must be two " << sched::kTileN
+               << "-row halves (gate and up, or one operand of "
+               << 2 * sched::kTileN << "-column tiles); got "
+               << gemm.getB().size() << " operand(s) of " << tile[1]
+               << "-column tiles";
+      if (cast<MemRefType>(gemm.getOut().getType()).getDimSize(1) % 2)
+        return gemm.emitOpError()
+               << "with mok.kernel cluster = " << *cluster
+               << " the epilogue stores pairs of columns from registers: out "
+                  "needs an even number of columns";
+      for (int64_t slot : gemm.getMaps()->drop_front())
+        if (std::optional<int64_t> rows = mapBoxRows(func, slot);
+            rows && *rows != sched::kTileN)
+          return gemm.emitOpError() << "with mok.kernel cluster = " << *cluster
+                                    << " B is loaded in " << sched::kTileN
+                                    << "-row halves, but map slot " << slot
+                                    << " has boxes of " << *rows << " rows";
+    }
     mk::Engine e = gemm.getEngine();
     StringRef want = e == mk::Engine::wgmma ? "sm_90a" : "sm_100a";
     if (chip != want)
@@ -279,6 +333,10 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
                << " threads)";
     }
   }
+  if (*cluster > 1 && !anyTensorCores)
+    return func.emitOpError()
+           << "mok.kernel cluster = " << *cluster
+           << " needs tensor-core GEMMs (the pairs share their B boxes)";
   return engine;
 }
 
@@ -452,6 +510,7 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
       // The same in every tensor-core GEMM (checkEngines).
       roles.consumers = (*g.getTile())[0] / sched::kTileM;
       roles.producer = g.getProducer();
+      roles.cluster = *clusterSize(func); // checked by checkEngines
       // Under the producer's register split, four combine items spilled.
       if (roles.producer)
         combineItems = 2;

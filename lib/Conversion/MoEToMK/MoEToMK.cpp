@@ -91,9 +91,13 @@ struct MapSlots {
 
 /// `tileM`: the rows of every tile (the A boxes); `storeTileN`: the output
 /// columns of the tiles of the GEMMs with one B operand (the down
-/// projections), whose B boxes have that many rows.
+/// projections), whose B boxes have that many rows (128 with clusters of
+/// `cluster` = 2 CTAs).
 SmallVector<TensorMapSpec> tensorMapsFor(const Sizes &s, MapSlots &slots,
-                                         int64_t tileM, int64_t storeTileN) {
+                                         int64_t tileM, int64_t storeTileN,
+                                         int64_t cluster) {
+  // Clusters load B in 128-row halves (one per CTA of a pair).
+  int64_t downBox = cluster > 1 ? sched::kTileN : storeTileN;
   int64_t rc = s.routedCapacity(), h = s.hidden, in = s.inter, e = s.experts;
   auto a = [tileM](StringRef buffer, int64_t rows, int64_t cols) {
     return TensorMapSpec{buffer.str(), rows, cols, cols, tileM, sched::kTileK};
@@ -119,14 +123,14 @@ SmallVector<TensorMapSpec> tensorMapsFor(const Sizes &s, MapSlots &slots,
   slots.gate = add(b("gate_weights", in, h, e)); // [I, H] each
   slots.up = add(b("up_weights", in, h, e));
   slots.hidden = add(a("hidden", rc, in));                   // down A
-  slots.down = add(b("down_weights", h, in, e, storeTileN)); // [H, I] each
+  slots.down = add(b("down_weights", h, in, e, downBox));    // [H, I] each
   if (s.hasShared()) {
     int64_t is = s.sharedInter, t = s.tokens;
     slots.x = add(a("x", t, h));
     slots.sharedGate = add(b("shared_gate_weights", is, h));
     slots.sharedUp = add(b("shared_up_weights", is, h));
     slots.sharedHidden = add(a("shared_hidden", t, is));
-    slots.sharedDown = add(b("shared_down_weights", h, is, 1, storeTileN));
+    slots.sharedDown = add(b("shared_down_weights", h, is, 1, downBox));
   }
   return maps;
 }
@@ -223,8 +227,8 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
 DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
                               const Sizes &s, StringRef chip,
                               unsigned blockSize,
-                              ArrayRef<TensorMapSpec> tensorMaps,
-                              bool profile) {
+                              ArrayRef<TensorMapSpec> tensorMaps, bool profile,
+                              int64_t cluster) {
   Builder b(ctx);
   SmallVector<Attribute> ps;
   for (const Param &p : params) {
@@ -254,6 +258,9 @@ DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
                      b.getI64IntegerAttr(s.routedCapacity())),
       b.getNamedAttr("params", b.getArrayAttr(ps)),
   };
+  // CTAs per cluster (launched as clusters of that many, grid a multiple).
+  if (cluster > 1)
+    entries.push_back(b.getNamedAttr("cluster", b.getI64IntegerAttr(cluster)));
   // Entry i covers `experts` consecutive CUtensorMaps in the `tensor_maps`
   // parameter (128 bytes each): bf16, 2-D {cols, rows} with a row stride of
   // row_stride elements, box {box_cols, box_rows}, SWIZZLE_128B, no
@@ -422,6 +429,11 @@ struct ConvertMoEToMKPass
                             "warp-specialize only";
       return signalPassFailure();
     }
+    if (multicast && (chip != "sm_90a" || warpSpecialize)) {
+      module.emitError() << "convert-moe-to-mk: multicast is implemented for "
+                            "sm_90a without warp-specialize only";
+      return signalPassFailure();
+    }
     if (warpSpecialize && chip != "sm_90a") {
       module.emitError() << "convert-moe-to-mk: warp-specialize is "
                             "implemented for sm_90a (wgmma) only, not "
@@ -496,6 +508,7 @@ struct ConvertMoEToMKPass
       // warpgroups compute, sharing each B box, and a producer warpgroup
       // after them loads (kernels of producerBlock(tileM) threads).
       int64_t tileM = sched::kTileM, storeTileN = sched::kTileN;
+      int64_t cluster = 1;
       if (tensorCores && s.tensorCoreEligible()) {
         engine = chip == "sm_100a" ? mk::Engine::tcgen05 : mk::Engine::wgmma;
         if (*engine == mk::Engine::wgmma) {
@@ -507,17 +520,23 @@ struct ConvertMoEToMKPass
         // warp roles), unless the copy is asked for.
         s.fusedDispatch =
             !copyDispatch && *engine == mk::Engine::wgmma && !warpSpecialize;
-        maps = tensorMapsFor(s, slots, tileM, storeTileN);
+        // Clusters of 2 (weight boxes multicast to pairs of tasks): wgmma
+        // without a producer (the options are checked above).
+        if (multicast)
+          cluster = 2;
+        maps = tensorMapsFor(s, slots, tileM, storeTileN, cluster);
         block = *engine == mk::Engine::wgmma && warpSpecialize
                     ? sched::producerBlock(tileM)
                     : sched::kBlock;
       }
       // The options that change the tensor-core GEMMs are refused, not
       // ignored, for a layer that runs scalar GEMMs.
-      if (!engine && (warpSpecialize || fuseDispatch)) {
+      if (!engine && (warpSpecialize || fuseDispatch || multicast)) {
         layer.emitError()
             << "convert-moe-to-mk: "
-            << (warpSpecialize ? "warp-specialize" : "fuse-dispatch")
+            << (warpSpecialize ? "warp-specialize"
+                : fuseDispatch ? "fuse-dispatch"
+                               : "multicast")
             << " needs tensor-core GEMMs, and this layer runs scalar ones "
             << (tensorCores ? "(its shapes do not fit the tiles: H % 64, I "
                               "and I_s % 128, padding % 64 must be 0)"
@@ -546,7 +565,7 @@ struct ConvertMoEToMKPass
       // sm_100a it capped a layer at 80 registers and spilled).
       kernel->setAttr("nvvm.minctasm", b.getI32IntegerAttr(1));
       kernel->setAttr("mok.kernel", describeKernel(ctx, params, s, chip, block,
-                                                   maps, profile));
+                                                   maps, profile, cluster));
       b.setInsertionPointToStart(&kernel.getBody().front());
       emitSchedule(b, layer, s, params, kernel, engine, slots, tileM,
                    storeTileN, warpSpecialize);

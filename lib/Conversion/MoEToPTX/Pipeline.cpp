@@ -27,9 +27,10 @@ using namespace mlir;
 void mok::buildMoEToPTXPipeline(OpPassManager &pm, const std::string &chip,
                                 const std::string &toolkit, bool tensorCores,
                                 bool warpSpecialize,
-                                std::optional<bool> fuseDispatch) {
+                                std::optional<bool> fuseDispatch,
+                                bool multicast) {
   buildMoEToGPUPipeline(pm, chip, tensorCores, /*profile=*/false,
-                        warpSpecialize, fuseDispatch);
+                        warpSpecialize, fuseDispatch, multicast);
   buildGPUToPTXPipeline(pm, chip, toolkit);
 }
 
@@ -38,7 +39,7 @@ void mok::buildMoEToPTXPipeline(OpPassManager &pm, const std::string &chip,
 /// (both set: the pass refuses them).
 static void addMoEToMK(OpPassManager &pm, const std::string &chip,
                        bool tensorCores, bool profile, bool warpSpecialize,
-                       bool fuseDispatch, bool copyDispatch) {
+                       bool fuseDispatch, bool copyDispatch, bool multicast) {
   pm.addPass(mok::moe::createMoEFuseLayer());
   mok::ConvertMoEToMKOptions options;
   options.chip = chip;
@@ -47,24 +48,27 @@ static void addMoEToMK(OpPassManager &pm, const std::string &chip,
   options.warpSpecialize = warpSpecialize;
   options.fuseDispatch = fuseDispatch;
   options.copyDispatch = copyDispatch;
+  options.multicast = multicast;
   pm.addPass(mok::createConvertMoEToMK(options));
 }
 
 void mok::buildMoEToMKPipeline(OpPassManager &pm, const std::string &chip,
                                bool tensorCores, bool profile,
                                bool warpSpecialize,
-                               std::optional<bool> fuseDispatch) {
+                               std::optional<bool> fuseDispatch,
+                               bool multicast) {
   addMoEToMK(pm, chip, tensorCores, profile, warpSpecialize,
              fuseDispatch.value_or(false),
-             fuseDispatch.has_value() && !*fuseDispatch);
+             fuseDispatch.has_value() && !*fuseDispatch, multicast);
 }
 
 void mok::buildMoEToGPUPipeline(OpPassManager &pm, const std::string &chip,
                                 bool tensorCores, bool profile,
                                 bool warpSpecialize,
-                                std::optional<bool> fuseDispatch) {
+                                std::optional<bool> fuseDispatch,
+                                bool multicast) {
   buildMoEToMKPipeline(pm, chip, tensorCores, profile, warpSpecialize,
-                       fuseDispatch);
+                       fuseDispatch, multicast);
   pm.addPass(createConvertMKToGPU());
 }
 
@@ -129,6 +133,11 @@ struct MoEToPTXOptions : public PassPipelineOptions<MoEToPTXOptions> {
       llvm::cl::desc("Keep the dispatch copy (convert-moe-to-mk's "
                      "copy-dispatch)"),
       llvm::cl::init(false)};
+  Option<bool> multicast{
+      *this, "multicast",
+      llvm::cl::desc("sm_90a: clusters of 2 CTAs sharing weight boxes by "
+                     "TMA multicast (convert-moe-to-mk's multicast)"),
+      llvm::cl::init(false)};
 };
 } // namespace
 
@@ -145,7 +154,7 @@ void mok::registerMoEToPTXPipeline() {
         }
         addMoEToMK(pm, options.chip, options.tensorCores, /*profile=*/false,
                    options.warpSpecialize, options.fuseDispatch,
-                   options.copyDispatch);
+                   options.copyDispatch, options.multicast);
         pm.addPass(createConvertMKToGPU());
         buildGPUToPTXPipeline(pm, options.chip, toolkit);
       });

@@ -324,3 +324,88 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+// Clusters (mok.kernel cluster, multicast=true in convert-moe-to-mk): 1 or 2
+// CTAs.
+gpu.module @k {
+  // expected-error @+1 {{mok.kernel cluster must be the integer 1 or 2 (CTAs per cluster), got 4}}
+  gpu.func @cluster_four(%a: memref<128x64xbf16>, %b: memref<256x64xbf16>, %o: memref<128x256xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 4, dynamic_shared_memory = 214016}} {
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 256, 64>}
+        : memref<128x64xbf16>, memref<256x64xbf16> -> memref<128x256xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  // expected-error @+1 {{mok.kernel cluster = 2 needs tensor-core GEMMs (the pairs share their B boxes)}}
+  gpu.func @cluster_scalar(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2}} {
+    mk.gemm simt store %a, %b into %o : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// Each CTA of a pair loads one 128-row half of the tile's B: gate and up,
+// or the halves of one 256-column operand; a 128-column tile of one
+// operand has no second half.
+gpu.module @k {
+  gpu.func @cluster_narrow(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2, dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{with mok.kernel cluster = 2 the B boxes of a tile must be two 128-row halves (gate and up, or one operand of 256-column tiles); got 1 operand(s) of 128-column tiles}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+        : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @cluster_producer(%a: memref<128x64xbf16>, %b: memref<256x64xbf16>, %o: memref<128x256xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2, dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{mok.kernel cluster = 2 is implemented for wgmma GEMMs without a producer}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 256, 64>, producer}
+        : memref<128x64xbf16>, memref<256x64xbf16> -> memref<128x256xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// The partner may fill the stages while a shared-memory epilogue (odd N)
+// would reuse them: clusters need the register epilogue's column pairs.
+gpu.module @k {
+  gpu.func @cluster_odd(%a: memref<128x64xbf16>, %b: memref<255x64xbf16>, %o: memref<128x255xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2, dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{with mok.kernel cluster = 2 the epilogue stores pairs of columns from registers: out needs an even number of columns}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 256, 64>}
+        : memref<128x64xbf16>, memref<255x64xbf16> -> memref<128x255xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// B is loaded in 128-row halves: the description's maps must have such boxes.
+gpu.module @k {
+  gpu.func @cluster_box(%a: memref<128x64xbf16>, %b: memref<256x64xbf16>, %o: memref<128x256xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2, dynamic_shared_memory = 214016,
+                  tensor_maps = [{box_rows = 128, experts = 1}, {box_rows = 256, experts = 1}]}} {
+    // expected-error @+1 {{with mok.kernel cluster = 2 B is loaded in 128-row halves, but map slot 1 has boxes of 256 rows}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 256, 64>}
+        : memref<128x64xbf16>, memref<256x64xbf16> -> memref<128x256xbf16>
+    gpu.return
+  }
+}

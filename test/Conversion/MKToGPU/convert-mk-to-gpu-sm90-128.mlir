@@ -1,5 +1,34 @@
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a copy-dispatch=true" | FileCheck %s --check-prefix=PLAN
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a copy-dispatch=true" --convert-mk-to-gpu | FileCheck %s
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a multicast=true" --convert-mk-to-gpu | FileCheck %s --check-prefix=MC
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a" --convert-mk-to-gpu | FileCheck %s --check-prefix=NOMC
+
+// Clusters of 2 (multicast=true): per-stage empty barriers in static shared
+// memory (arrival count 2: this CTA and its partner), initialized before a
+// cluster barrier; the CTA's rank; multicasts of one 128-row half of the
+// weight box (mask 0b11: both CTAs); each consumed stage released on this
+// CTA's barrier and, through mapa, on the partner's (at CTA scope).
+// MC: memref.global "private" @mok_cluster_empty : memref<4xi64, #gpu.address_space<workgroup>> {alignment = 8 : i64}
+// MC: %[[RANK:.*]] = nvvm.read.ptx.sreg.cluster.ctarank : i32
+// MC: %[[PEER:.*]] = arith.subi %{{.*}}, %[[RANK]] : i32
+// MC: nvvm.mbarrier.init %{{.*}}, %[[TWO:.*]] : !llvm.ptr<3>, i32
+// MC: nvvm.fence.mbarrier.init
+// MC: nvvm.cluster.arrive
+// MC-NEXT: nvvm.cluster.wait
+// A load first waits until both CTAs released the stage (the empty
+// barrier), then expects all of B on its full barrier.
+// MC: nvvm.mbarrier.try_wait.parity %{{.*}} : !llvm.ptr<3>, i32, i32
+// MC-NEXT: arith.constant 32768 : index
+// MC-NEXT: nvgpu.mbarrier.arrive.expect_tx
+// MC: nvgpu.tma.async.load {{.*}} multicast_mask = %{{.*}} : <tensor = memref<128x64xbf16
+// MC: nvvm.mbarrier.arrive %[[LOCAL:[^ ]+]] : !llvm.ptr<3> -> i64
+// MC-NEXT: %[[REMOTE:.*]] = nvvm.mapa %[[LOCAL]], %[[PEER]] : !llvm.ptr<3> -> !llvm.ptr<7>
+// MC-NEXT: nvvm.mbarrier.arrive %[[REMOTE]] : !llvm.ptr<7>
+// After the last GEMM (and its grid barrier), the pair meets once more
+// before either goes on.
+// MC: nvvm.cluster.arrive
+// MC-NEXT: nvvm.cluster.wait
+// NOMC-NOT: {{cluster|mapa|multicast_mask}}
 
 // Padding 128: every tensor-core GEMM on sm_90a takes 128-row tiles, both
 // warpgroups of the CTA computing one 64-row half each from the same B

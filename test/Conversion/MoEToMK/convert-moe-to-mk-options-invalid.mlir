@@ -12,6 +12,13 @@
 // SCALAR: mk.gather
 // SCALAR: mk.gemm simt swiglu
 // OFF: error: convert-moe-to-mk: fuse-dispatch needs tensor-core GEMMs, and this layer runs scalar ones (tensor-cores=false)
+// multicast (clusters of 2 CTAs sharing weight boxes): sm_90a without warp
+// roles, tensor-core GEMMs only.
+// RUN: not mok-opt %s --convert-moe-to-mk="chip=sm_90a multicast=true" 2>&1 | FileCheck %s --check-prefix=MCSCALAR
+// RUN: not mok-opt %s --convert-moe-to-mk="chip=sm_100a multicast=true" 2>&1 | FileCheck %s --check-prefix=MCCHIP
+// RUN: not mok-opt %s --convert-moe-to-mk="chip=sm_90a multicast=true warp-specialize=true" 2>&1 | FileCheck %s --check-prefix=MCCHIP
+// MCSCALAR: error: convert-moe-to-mk: multicast needs tensor-core GEMMs, and this layer runs scalar ones (its shapes
+// MCCHIP: error: convert-moe-to-mk: multicast is implemented for sm_90a without warp-specialize only
 
 !plan = !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 8>
 func.func @small(%x: tensor<40x64xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>,

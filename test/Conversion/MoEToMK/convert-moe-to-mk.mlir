@@ -2,6 +2,8 @@
 // RUN: mok-opt %s --convert-moe-to-mk=chip=sm_100a | FileCheck %s --check-prefixes=CHECK,SM100
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a tensor-cores=false block-size=128" | FileCheck %s --check-prefix=SIMT
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a copy-dispatch=true" | mok-opt | FileCheck %s --check-prefixes=CHECK,SM90
+// RUN: mok-opt %mok_src_root/examples/dsv3-shard.mlir --convert-moe-to-mk="chip=sm_90a multicast=true" | FileCheck %s --check-prefix=MC
+// RUN: mok-opt %mok_src_root/examples/dsv3-shard.mlir --convert-moe-to-mk="chip=sm_90a" | FileCheck %s --check-prefix=NOMC
 
 // The plan of a fused layer as one megakernel: the schedule in mk ops, the
 // barriers between its phases, and per GEMM the engine, tile, stages and
@@ -54,6 +56,19 @@
 // Phase 5: combine onto the shared expert's output.
 // CHECK-NEXT: mk.combine %[[Y]], %[[RR]], %[[RW]] shared(%[[SO]] : memref<40x64xbf16>) into %[[OUT]]
 // CHECK-NEXT: gpu.return
+
+// multicast=true (examples/dsv3-shard.mlir): clusters of 2 CTAs (mok.kernel
+// cluster = 2, which the runtime launches), and the down weights' maps (one
+// B operand, 256-column tiles) get 128-row boxes, one half of a tile's B for
+// each CTA of a pair.
+// MC-LABEL: gpu.func @dsv3_shard_moe_forward(
+// MC-SAME: cluster = 2 : i64
+// MC-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "down_weights"
+// MC-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_down_weights"
+// NOMC-LABEL: gpu.func @dsv3_shard_moe_forward(
+// NOMC-NOT: cluster =
+// NOMC-SAME: {box_cols = 64 : i64, box_rows = 256 : i64, buffer = "down_weights"
+// NOMC-SAME: {box_cols = 64 : i64, box_rows = 256 : i64, buffer = "shared_down_weights"
 
 // Padding 8 does not cut expert segments into 64-row tiles: simt GEMMs, no
 // tensor maps, the weights read by pointer.
