@@ -509,12 +509,11 @@ extern "C" mok_status mok_layer_load(mok_layer layer, int device,
           return s;
         }
   }
-  layer->module = module;
-  layer->device = device;
   // Persistent: one CTA per multiprocessor (the kernel is compiled so that
   // one fits; a cooperative launch refuses the grid otherwise); with
-  // clusters, as many whole clusters as fit at once.
-  layer->grid = static_cast<uint32_t>(sms);
+  // clusters, as many whole clusters as fit at once. (Before the layer's
+  // fields are set: a failure here leaves the layer not loaded.)
+  uint32_t grid = static_cast<uint32_t>(sms);
   if (layer->cluster > 1) {
     int clusters = 0;
     if (mok_status s = mok_module_max_active_clusters(
@@ -531,8 +530,11 @@ extern "C" mok_status mok_layer_load(mok_layer layer, int device,
              << "metadata: no cluster of " << layer->cluster
              << " CTAs of the kernel fits on device " << device;
     }
-    layer->grid = fit * layer->cluster;
+    grid = fit * layer->cluster;
   }
+  layer->module = module;
+  layer->device = device;
+  layer->grid = grid;
   layer->workspace = std::move(workspace);
   layer->mapHost.assign(128 * layer->slots + 64, 0);
   return ok();

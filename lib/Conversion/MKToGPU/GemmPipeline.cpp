@@ -37,6 +37,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/ErrorHandling.h"
 
 using namespace mlir;
 
@@ -271,7 +272,8 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
   }
   // Clusters: B as two 128-row halves, gate's and up's boxes or the two
   // halves of a 256-row box (its map has 128-row boxes).
-  assert(numB * p.tileN == 2 * kTileN && "B is two 128-row halves");
+  if (numB * p.tileN != 2 * kTileN)
+    llvm::report_fatal_error("clusters load B as two 128-row halves");
   auto half = [&](int64_t h, Value mask) {
     Value map = p.b1 && h == 1 ? t.mapB1 : t.mapB0;
     Value row = p.b1 ? t.n0 : e.add(t.n0, e.index(h * kTileN));
@@ -316,7 +318,9 @@ void GemmEmitter::clusterRelease(Value g) {
   // stage it hands over are complete (wgmma wait_group, then the consumer
   // barrier): .release.cluster put a MEMBAR.ALL.GPU before every such
   // arrival (on the H200 dsv3-shard 5.8 -> 7.1 ms, with or without the
-  // multicast).
+  // multicast). The memory model alone does not order those reads before
+  // the partner's multicast at CTA scope; CUTLASS's cluster barriers rely
+  // on the same convention (completed reads, then a remote arrival).
   NVVM::MBarrierArriveOp::create(b, loc, Type(), remote, Value());
 }
 
@@ -724,9 +728,12 @@ void GemmEmitter::tasks(const GemmPhase &p) {
   // there, so its loads overlap this task's stores. (Otherwise each task
   // loads its own first stages after the previous epilogue.)
   bool early = !roles.producer && p.storePair && prefetchesEarly();
-  assert((!clusterEmpty || early) &&
-         "clusters: the next task loads only into stages both CTAs released, "
-         "never ones an epilogue reuses");
+  // (convert-mk-to-gpu checks it: clusters need even N, so the register
+  // epilogue. Without the early path each task's last k-tile would never be
+  // released and the pair would deadlock, so it is an error in every build.)
+  if (clusterEmpty && !early)
+    llvm::report_fatal_error("clusters of CTAs need the early-prefetch "
+                             "register epilogue");
   // The task loop's rounds: task `bid` first, or with clusters of 2 the
   // pair's first task (bid - rank; the grid is whole clusters).
   Value firstTask = clusterEmpty ? e.sub(bid, rank) : bid;
