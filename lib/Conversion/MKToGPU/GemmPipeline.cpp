@@ -299,6 +299,10 @@ void GemmEmitter::clusterBarrier() {
   NVVM::ClusterWaitOp::create(e.b, e.loc, UnitAttr());
 }
 
+int64_t GemmEmitter::prologueLoads(int64_t kTiles) const {
+  return std::min(clusterEmpty ? kStages - 1 : kStages, kTiles);
+}
+
 Value GemmEmitter::emptyBarrier(Value stage) {
   return sharedPointer(e.add(clusterEmpty, e.mul(stage, e.index(8))));
 }
@@ -710,7 +714,7 @@ void GemmEmitter::tasks(const GemmPhase &p) {
   int64_t first = std::min(kStages, kTiles);
   auto prologue = [&](const Task &t, Value it) {
     e.ifThen(isThread0, [&] {
-      for (int64_t kt = 0; kt < first; ++kt) {
+      for (int64_t kt = 0; kt < prologueLoads(kTiles); ++kt) {
         Value g = e.add(it, e.index(kt));
         acquire(g);
         load(p, g, e.index(kt), t);

@@ -270,6 +270,11 @@ protected:
   /// Clusters: every thread of both CTAs of the pair meets (a CTA-wide
   /// barrier too).
   void clusterBarrier();
+  /// The k-tiles of a task (of `kTiles`) thread 0 loads in its prologue:
+  /// kStages, or with clusters kStages - 1 (the last stage then holds the
+  /// previous task's last k-tile, which the partner may still be reading;
+  /// the MMA layer loads that one a k-tile into the task).
+  int64_t prologueLoads(int64_t kTiles) const;
 
   /// With a producer: lane 0 of each consumer warp hands the stage of
   /// k-tile number `g` back (its MMAs reading it are complete). The

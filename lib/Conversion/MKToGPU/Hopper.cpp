@@ -192,22 +192,25 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       if (roles.cluster > 1) {
         // Clusters: k-tile kt-1 released to both CTAs' empty barriers
         // (every k-tile, refilled or not; the last at onStagesFree). The
-        // refill is one k-tile later than without clusters: the stage of
-        // k-tile kt-2 gets k-tile kt-2+kStages, since the partner's
-        // release of kt-2 has had a k-tile's time to land (waiting for its
-        // release of kt-1 here put the pair in lockstep, on the H200
-        // dsv3-shard 5.9 -> 7.3 ms).
+        // refill is one k-tile later than without clusters: k-tile kt+2
+        // goes into the stage of k-tile kt-2, whose release by the partner
+        // has had a k-tile's time to land, so thread 0 (a consumer) does
+        // not wait for the partner to reach this very point. The task's
+        // prologue loads one k-tile fewer (prologueLoads), and k-tile
+        // kStages-1 comes here at kt = 1, into the stage of the previous
+        // task's last k-tile (released at that task's onStagesFree).
         e.ifThen(arith::AndIOp::create(
                      b, loc, isThread0,
                      e.cmp(arith::CmpIPredicate::sge, prev, e.index(0))),
                  [&] { clusterRelease(e.sub(g, e.index(1))); });
-        Value prev2 = e.sub(kt, e.index(2));
-        Value next2 = e.add(prev2, stageCount);
+        Value next2 = e.add(kt, e.index(2));
         Value refill = arith::AndIOp::create(
-            b, loc, e.cmp(arith::CmpIPredicate::sge, prev2, e.index(0)),
+            b, loc,
+            e.cmp(arith::CmpIPredicate::sge, next2,
+                  e.index(prologueLoads(kTiles))),
             e.cmp(arith::CmpIPredicate::slt, next2, e.index(kTiles)));
         e.ifThen(arith::AndIOp::create(b, loc, isThread0, refill), [&] {
-          load(p, e.add(e.sub(g, e.index(2)), stageCount), next2, t);
+          load(p, e.add(g, e.index(2)), next2, t);
         });
       } else {
         e.ifThen(arith::AndIOp::create(b, loc, isThread0, inRange),
