@@ -6,8 +6,11 @@ the same inputs, on one GPU.
 For each shape: check mok's output against a float64 reference, then time
 mok's forward and the PyTorch layer (routes sorted by expert, gather,
 torch._grouped_mm for gate+up and down, clamped SwiGLU, weighted index_add_
-combine, shared expert) with CUDA events (median after warm-up), and an
-8192^3 bf16 torch.matmul for the ceiling. FLOPs = 6 (T k + T_shared) H I.
+combine, shared expert) with CUDA events (median after warm-up) in
+--rounds alternating rounds (mok, PyTorch, mok, ...: the GPU's clock and
+power state fall on both alike; each reported time is the median of the
+rounds' medians, the rounds' values in the JSON), and an 8192^3 bf16
+torch.matmul for the ceiling. FLOPs = 6 (T k + T_shared) H I.
 When <artifacts>/<shape>-profile exists (bench/prepare.py compiles it), also
 a phase breakdown: the same layer compiled to record the global timer after
 each grid barrier, median milliseconds per phase over the timed runs
@@ -97,6 +100,19 @@ def time_ms(fn, budget_s, min_iters=3, max_iters=50):
     return median_event_ms(fn, iters), iters
 
 
+def time_rounds(fns, budget_s, rounds):
+    """Times each of `fns` (time_ms, budget_s / rounds each) in turn, for
+    `rounds` rounds. Per fn: (median over the rounds of the per-round
+    medians, the per-round medians, iterations per round)."""
+    per = [[] for _ in fns]
+    iters = [0] * len(fns)
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            ms, iters[i] = time_ms(fn, budget_s / rounds)
+            per[i].append(ms)
+    return [(statistics.median(p), p, n) for p, n in zip(per, iters)]
+
+
 def phase_breakdown(path, a, iters):
     """Median ms per phase of the profiling kernel at `path` on inputs `a`."""
     layer = mok.GpuArtifact.from_files(path).load()
@@ -134,11 +150,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--artifacts", default="bench-artifacts")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
-    ap.add_argument("--budget", type=float, default=4.0, help="seconds per timing")
+    ap.add_argument("--budget", type=float, default=4.0,
+                    help="seconds per timing of a layer, over all its rounds")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="alternating rounds of mok and PyTorch timings (median reported)")
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
     ap.add_argument("--commit", default=os.environ.get("MOK_COMMIT", "unknown"),
                     help="the commit the kernels were compiled from (recorded)")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error(f"--rounds: expected at least 1, got {args.rounds}")
     torch.backends.cuda.matmul.allow_tf32 = False
     ceiling = matmul_ceiling()
     rows = []
@@ -156,8 +177,8 @@ def main():
         del poisoned
         err_torch = rel_error(torch_layer(a), ref)
         del ref
-        ms_mok, n_mok = time_ms(lambda: layer(**a), args.budget)
-        ms_torch, n_torch = time_ms(lambda: torch_layer(a), args.budget)
+        (ms_mok, mok_rounds, n_mok), (ms_torch, torch_rounds, n_torch) = time_rounds(
+            [lambda: layer(**a), lambda: torch_layer(a)], args.budget, args.rounds)
         prof = os.path.join(args.artifacts, name + "-profile", "moe_layer")
         phases = phase_breakdown(prof, a, 20) if os.path.exists(prof + ".json") else None
         t_shared = s["tokens"] if s.get("shared_intermediate") else 0
@@ -166,7 +187,8 @@ def main():
                                                           "experts", "top_k", "routing")},
                          shared=s.get("shared_intermediate") or 0,
                          mok_ms=ms_mok, torch_ms=ms_torch, mok_iters=n_mok,
-                         torch_iters=n_torch,
+                         torch_iters=n_torch, mok_ms_rounds=mok_rounds,
+                         torch_ms_rounds=torch_rounds,
                          mok_tflops=flops / (ms_mok * 1e-3) / 1e12,
                          torch_tflops=flops / (ms_torch * 1e-3) / 1e12,
                          speedup=ms_torch / ms_mok, mok_rel_err=err_mok,
