@@ -20,7 +20,9 @@
 # carried compiler, or bench-artifacts/ compiled beforehand; their SASS
 # checked for HGMMA and their ptxas report for spills,
 # scripts/gpu/sass_check.sh; then bench/moe_forward.py, JSON + PNG in $OUT
-# or /tmp/bench), its tables last.
+# or /tmp/bench), its tables last. MOK_BENCH_SHAPES="a b ..." limits the
+# benchmark to those shapes (bench/shapes.py; default all), e.g. to keep a
+# call under the GPU machine's 10 minutes.
 set -uo pipefail
 bench=0
 case "${1:-}" in
@@ -89,13 +91,16 @@ if (( bench )); then
     step "benchmark: compiling the shapes here (plain and profile=True)"
     artifacts=/tmp/bench-artifacts-here
     rm -rf "$artifacts"
-    python3 bench/prepare.py "$artifacts" 2>&1 | tee -a "$log" | tail -2 || status=1
+    # shellcheck disable=SC2086
+    python3 bench/prepare.py "$artifacts" sm_90a ${MOK_BENCH_SHAPES:-} 2>&1 | tee -a "$log" | tail -2 || status=1
   fi
   step "benchmark: the kernels' SASS (HGMMA) and ptxas report (registers, spills)"
   bash scripts/gpu/sass_check.sh "$artifacts" 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   step "benchmark: mok against plain PyTorch, same run ($artifacts)"
+  # shellcheck disable=SC2086
   timeout "${MOK_GPU_TIMEOUT:-420}" python3 bench/moe_forward.py --artifacts "$artifacts" --out "${OUT:-/tmp/bench}" \
+      ${MOK_BENCH_SHAPES:+--shapes $MOK_BENCH_SHAPES} \
       --commit "${MOK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" 2>&1 |
     tee -a "$log" | tail -16
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
