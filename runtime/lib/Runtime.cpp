@@ -454,6 +454,16 @@ static mok_status checkCluster(uint32_t cluster) {
   return ok();
 }
 
+/// The launch attribute of clusters of `cluster` CTAs along x.
+static CUlaunchAttribute clusterDimension(uint32_t cluster) {
+  CUlaunchAttribute attr = {};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = cluster;
+  attr.value.clusterDim.y = 1;
+  attr.value.clusterDim.z = 1;
+  return attr;
+}
+
 extern "C" mok_status mok_module_launch(mok_module m, const char *kernel,
                                         const uint32_t grid[3],
                                         const uint32_t block[3],
@@ -498,11 +508,7 @@ mok_module_launch_clusters(mok_module m, const char *kernel,
                               block[2], dynamicSmem,
                               static_cast<CUstream>(stream), params, nullptr);
   } else {
-    CUlaunchAttribute attrs[2] = {};
-    attrs[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attrs[0].value.clusterDim.x = cluster;
-    attrs[0].value.clusterDim.y = 1;
-    attrs[0].value.clusterDim.z = 1;
+    CUlaunchAttribute attrs[2] = {clusterDimension(cluster), {}};
     attrs[1].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
     attrs[1].value.cooperative = 1;
     CUlaunchConfig config = {};
@@ -544,11 +550,7 @@ mok_module_max_active_clusters(mok_module m, const char *kernel, uint32_t block,
   CUfunction f;
   if (mok_status s = kernelOf(m, kernel, dynamicSmem, f))
     return s;
-  CUlaunchAttribute attr = {};
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim.x = cluster;
-  attr.value.clusterDim.y = 1;
-  attr.value.clusterDim.z = 1;
+  CUlaunchAttribute attr = clusterDimension(cluster);
   CUlaunchConfig config = {};
   // The grid must hold whole clusters; the count does not depend on it.
   config.gridDimX = cluster;

@@ -624,14 +624,13 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
   return t;
 }
 
-Task GemmEmitter::taskOfRound(const GemmPhase &p, Value first) {
+Task GemmEmitter::taskOfRound(const GemmPhase &p, Value first, Value tasks) {
   if (!clusterEmpty)
     return taskAt(p, first);
   OpBuilder &b = e.b;
   Location loc = e.loc;
   // The pair's tasks first and first + 1; rank r runs first + r, or, past
   // the last task, first again without storing it.
-  Value tasks = taskCount(p);
   auto orFirst = [&](Value task) {
     return e.select(e.cmp(arith::CmpIPredicate::slt, task, tasks), task, first);
   };
@@ -743,7 +742,7 @@ void GemmEmitter::tasks(const GemmPhase &p) {
   Value firstTask = clusterEmpty ? e.sub(bid, rank) : bid;
   if (early)
     e.ifThen(e.cmp(arith::CmpIPredicate::slt, firstTask, tasks),
-             [&] { prologue(taskOfRound(p, firstTask), iteration); });
+             [&] { prologue(taskOfRound(p, firstTask, tasks), iteration); });
 
   SmallVector<Value> init = {iteration};
   init.append(carried);
@@ -755,7 +754,7 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     Value it = taskLoop.getRegionIterArgs()[0];
     ValueRange args = taskLoop.getRegionIterArgs().drop_front();
     carried.assign(args.begin(), args.end());
-    Task t = taskOfRound(p, task);
+    Task t = taskOfRound(p, task, tasks);
     Value m0 = t.m0, n0 = t.n0;
 
     // Prologue (without a producer, unless started early): the first
@@ -784,7 +783,7 @@ void GemmEmitter::tasks(const GemmPhase &p) {
                    [&] { clusterRelease(e.add(it, e.index(kTiles - 1))); });
         Value next = e.add(task, grid);
         e.ifThen(e.cmp(arith::CmpIPredicate::slt, next, tasks), [&] {
-          prologue(taskOfRound(p, next), e.add(it, e.index(kTiles)));
+          prologue(taskOfRound(p, next, tasks), e.add(it, e.index(kTiles)));
         });
       };
     onStagesFree = startNext;

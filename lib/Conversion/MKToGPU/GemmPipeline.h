@@ -324,10 +324,11 @@ private:
   /// The tile origin (m0, n0) of task number `task`.
   std::pair<Value, Value> tileOf(const GemmPhase &p, Value task);
   /// The task a CTA runs in the round of the task loop at `first` (its
-  /// induction variable): task `first` itself, or with clusters of 2 the
-  /// pair's task first + rank (or, past the last task, a copy of task
-  /// `first` that stores nothing), with `multicast` set.
-  Task taskOfRound(const GemmPhase &p, Value first);
+  /// induction variable; `tasks` the phase's taskCount): task `first`
+  /// itself, or with clusters of 2 the pair's task first + rank (or, past
+  /// the last task, a copy of task `first` that stores nothing), with
+  /// `multicast` set.
+  Task taskOfRound(const GemmPhase &p, Value first, Value tasks);
   /// The empty barrier of stage `stage` (index), a shared pointer.
   Value emptyBarrier(Value stage);
   Value i32(int64_t v);
