@@ -252,11 +252,11 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
     (GpuLayer.phase_times()). `warp_specialize=True` (sm_90a): GEMMs with a
     TMA producer warpgroup (convert-moe-to-mk's warp-specialize option; see
     docs/performance.md for when it is faster). `fuse_dispatch`: None
-    (default) fuses the dispatch into the gate/up GEMM wherever that is
-    implemented (sm_90a tensor-core GEMMs without warp_specialize: no
-    dispatch copy, the GEMM loads its A rows straight from x); True
-    requires it (an error where it is not implemented); False keeps the
-    dispatch copy. `multicast=True` (sm_90a tensor-core GEMMs without
+    (default) fuses the dispatch into the gate/up GEMM on sm_90a
+    tensor-core GEMMs without warp_specialize (no dispatch copy, the GEMM
+    loads its A rows straight from x); True requires it (an error where it
+    is not implemented, sm_100a; with warp_specialize the producer
+    warpgroup copies the rows); False keeps the dispatch copy. `multicast=True` (sm_90a tensor-core GEMMs without
     warp_specialize): the kernel runs in clusters of 2 CTAs whose paired
     tasks of one expert and n-tile load each weight box once for both (TMA
     multicast; convert-moe-to-mk's multicast option; see docs/performance.md

@@ -85,8 +85,8 @@ def test_fused_dispatch_kernels(tmp_path):
                         fuse_dispatch=False)
     fd = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), profile=True,
                      fuse_dispatch=True)
-    # The default (None) fuses wherever it can: the same kernel as True on
-    # sm_90a without warp roles; with warp roles, and on sm_100a, the copy.
+    # The default (None) fuses on sm_90a without warp roles (the same kernel
+    # as True); with warp roles (unless asked for), and on sm_100a, the copy.
     default = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), profile=True)
     assert default.ptx == fd.ptx and default.path != fd.path
     ws = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), warp_specialize=True)
@@ -106,9 +106,16 @@ def test_fused_dispatch_kernels(tmp_path):
     x_maps = [m for m in fd.metadata["tensor_maps"] if m["buffer"] == "x"]
     assert [m["box_rows"] for m in x_maps] == [1]
     assert "cp.async.cg.shared.global" in fd.ptx and "cp.async.cg" not in plain.ptx
-    with pytest.raises(ValueError, match="fuse-dispatch is implemented for sm_90a"):
-        mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), fuse_dispatch=True,
-                    warp_specialize=True)
+    # With warp roles, asked for: the producer warpgroup copies the rows
+    # (its cp.async copies complete on the stages' full barriers).
+    wsf = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), fuse_dispatch=True,
+                      warp_specialize=True)
+    assert "routed_x" not in [p["name"] for p in wsf.metadata["params"]]
+    assert wsf.metadata["block"] == ws.metadata["block"] == 384
+    assert "cp.async.mbarrier.arrive.shared.b64" in wsf.ptx
+    assert "cp.async.mbarrier.arrive" not in ws.ptx and "cp.async.mbarrier.arrive" not in fd.ptx
+    with pytest.raises(ValueError, match="fuse-dispatch is implemented for sm_90a only"):
+        mok.compile(TC_SPEC, target="sm_100a", cache_dir=str(tmp_path), fuse_dispatch=True)
     with pytest.raises(ValueError, match="fuse_dispatch: only the sm_90a target"):
         mok.compile(TC_SPEC, target="cpu", fuse_dispatch=True)
 

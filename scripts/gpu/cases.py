@@ -49,9 +49,15 @@ for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp"):
 # The default sm_90a plan fuses the dispatch into the gate/up GEMM (A rows
 # copied from x by cp.async, 16 bytes a thread at a time; padding rows and
 # -1 routes, qwen3_top2_clamp, copy zeros); these keep the dispatch copy
-# (mok.compile(..., fuse_dispatch=False)), as warp roles do anyway.
+# (mok.compile(..., fuse_dispatch=False)), as warp roles do unless asked.
 for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp", "short_k"):
     CASES["copy_" + _name] = dict(CASES[_name], fuse_dispatch=False)
+# Warp roles with the dispatch fused (both asked for): the producer
+# warpgroup copies the rows, completing on the stages' full barriers;
+# 128-row tiles with setmaxnreg (qwen3_ragged, dsv3_shared), 64-row tiles
+# (top1_clamp; qwen3_top2_clamp with -1 routes), K shorter than the ring.
+for _name in ("qwen3_ragged", "dsv3_shared", "top1_clamp", "qwen3_top2_clamp", "short_k"):
+    CASES["wsf_" + _name] = dict(CASES[_name], warp_specialize=True, fuse_dispatch=True)
 # Clusters of 2 CTAs sharing weight boxes (mok.compile(..., multicast=True)):
 # gathered and TMA-loaded A, 128- and 64-row tiles, a K shorter than the
 # stage ring (short_k), and task counts that leave the last pair one task

@@ -107,11 +107,11 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
            "workspace buffer, with the phases named in mok.kernel's "
            "`phases`">,
     Option<"fuseDispatch", "fuse-dispatch", "bool", /*default=*/"false",
-           "Require the fused dispatch (sm_90a, no warp-specialize): no "
-           "dispatch copy; the routed gate/up GEMM copies its A rows "
-           "straight from x (cp.async by the consumer threads; mk.gemm "
-           "gather). Without fuse-dispatch or copy-dispatch it is used "
-           "wherever it is implemented">,
+           "Require the fused dispatch (sm_90a): no dispatch copy; the "
+           "routed gate/up GEMM copies its A rows straight from x "
+           "(cp.async by the consumer threads, or with warp-specialize by "
+           "the producer warpgroup; mk.gemm gather). Without fuse-dispatch "
+           "or copy-dispatch it is used on sm_90a without warp-specialize">,
     Option<"copyDispatch", "copy-dispatch", "bool", /*default=*/"false",
            "Keep the dispatch copy (mk.gather into routed_x) where the "
            "fused dispatch would be used">,

@@ -29,7 +29,10 @@
 //     and stores it as the scalar path does (from registers: column pairs,
 //     storePair);
 //   * a gathered A (fused dispatch, sm_90a): the consumer threads copy its
-//     rows with cp.async into the swizzled A box, one group per k-tile.
+//     rows with cp.async into the swizzled A box, one group per k-tile;
+//     with warp roles the producer warpgroup's threads copy them, each
+//     thread's copies completing on the stage's full barrier
+//     (cp.async.mbarrier.arrive), before its first thread's TMA loads of B.
 //
 #include "GemmPipeline.h"
 
@@ -61,6 +64,8 @@ constexpr int32_t kNamedBarrier = 1; // 0 is gpu.barrier's
 /// Warp roles: the consumers' register decrease before the producer
 /// warpgroup's increase.
 constexpr int32_t kRegisterBarrier = 2;
+/// Warp roles with a gathered A: the producer warpgroup, each k-tile.
+constexpr int32_t kProducerBarrier = 3;
 } // namespace
 
 static_assert(kStageBytes == kMaxConsumers * kBytesA + 2 * kBytesB &&
@@ -337,7 +342,7 @@ void GemmEmitter::loadGatheredRows(const GemmPhase &p, Value g, Value kTile,
   Value box = e.add(smemBase, stageOffset(g)); // the A box
   Value kBytes = arith::IndexCastOp::create(
       b, loc, i64, e.mul(kTile, e.index(kTileK * kBf16)));
-  for (int64_t i = 0; i < kGatherPasses; ++i) {
+  for (size_t i = 0; i < t.gatherSrc.size(); ++i) {
     Value dst = sharedPointer(e.add(box, t.gatherDst[i]));
     Value src = LLVM::IntToPtrOp::create(
         b, loc, LLVM::LLVMPointerType::get(ctx, 1),
@@ -504,8 +509,11 @@ void GemmEmitter::emitWarpSpecialized(const GemmPhase &p) {
     b.setInsertionPointToStart(ifOp.elseBlock());
     if (roles.registers)
       setRegisters(roles.registers->second, /*increase=*/false);
+    // (Gathered A: every thread of the warpgroup copies rows.)
     Value isProducer =
-        e.cmp(arith::CmpIPredicate::eq, tid, e.index(kThreads * p.consumers()));
+        p.gatherRows ? arith::ConstantIntOp::create(b, loc, 1, 1).getResult()
+                     : e.cmp(arith::CmpIPredicate::eq, tid,
+                             e.index(kThreads * p.consumers()));
     auto producer =
         scf::IfOp::create(b, loc, TypeRange{iteration.getType()}, isProducer,
                           /*withElseRegion=*/true);
@@ -590,38 +598,47 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
          {},
          {},
          {}};
-  if (p.gatherRows) {
-    // Consumer thread t copies chunk c = t % 8 of rows t / 8 + i * (threads
-    // / 8): a warp covers four whole 128-byte rows (coalesced). In the
-    // 128-byte-swizzled box (1024-aligned), chunk c of row r lies at
-    // r * 128 + (c ^ (r % 8)) * 16, where TMA would have put it.
-    Type i64 = b.getI64Type();
-    int64_t rowsPerPass = p.consumers() * kThreads / kGatherChunks;
-    Value chunk = e.rem(tid, e.index(kGatherChunks));
-    for (int64_t i = 0; i < kGatherPasses; ++i) {
-      Value r =
-          e.add(e.div(tid, e.index(kGatherChunks)), e.index(i * rowsPerPass));
-      Value q = e.toIndex(e.load(p.gatherRows, {e.add(m0, r)}));
-      // A padding row (no route) copies 0 bytes from row 0: zeros.
-      Value valid = e.cmp(arith::CmpIPredicate::sge, q, e.index(0));
-      Value src = e.select(valid, e.div(q, e.index(p.gatherTopK)), e.index(0));
-      Value offset =
-          e.mul(e.add(e.mul(src, e.index(p.k)),
-                      e.mul(chunk, e.index(kGatherChunkBytes / kBf16))),
-                e.index(kBf16));
-      t.gatherSrc.push_back(arith::AddIOp::create(
-          b, loc, p.gatherSource,
-          arith::IndexCastOp::create(b, loc, i64, offset)));
-      t.gatherBytes.push_back(arith::SelectOp::create(
-          b, loc, valid, arith::ConstantIntOp::create(b, loc, 16, 32),
-          arith::ConstantIntOp::create(b, loc, 0, 32)));
-      Value swizzled =
-          arith::XOrIOp::create(b, loc, chunk, e.rem(r, e.index(8)));
-      t.gatherDst.push_back(e.add(e.mul(r, e.index(kTileK * kBf16)),
-                                  e.mul(swizzled, e.index(kGatherChunkBytes))));
-    }
-  }
+  // Gathered A: the consumer threads copy the rows (with a producer, the
+  // producer warpgroup does: producerTasks).
+  if (p.gatherRows && !roles.producer)
+    planGather(p, t, tid, p.consumers() * kThreads);
   return t;
+}
+
+void GemmEmitter::planGather(const GemmPhase &p, Task &t, Value index,
+                             int64_t threads) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  // Thread i of the `threads` copies chunk c = i % 8 of rows i / 8 + j *
+  // (threads / 8): a warp covers four whole 128-byte rows (coalesced). In
+  // the 128-byte-swizzled box (1024-aligned), chunk c of row r lies at
+  // r * 128 + (c ^ (r % 8)) * 16, where TMA would have put it.
+  Type i64 = b.getI64Type();
+  int64_t rowsPerPass = threads / kGatherChunks;
+  assert(threads % kGatherChunks == 0 && p.tileM % rowsPerPass == 0 &&
+         "whole rows a pass, whole passes a tile");
+  Value chunk = e.rem(index, e.index(kGatherChunks));
+  for (int64_t i = 0; i < p.tileM / rowsPerPass; ++i) {
+    Value r =
+        e.add(e.div(index, e.index(kGatherChunks)), e.index(i * rowsPerPass));
+    Value q = e.toIndex(e.load(p.gatherRows, {e.add(t.m0, r)}));
+    // A padding row (no route) copies 0 bytes from row 0: zeros.
+    Value valid = e.cmp(arith::CmpIPredicate::sge, q, e.index(0));
+    Value src = e.select(valid, e.div(q, e.index(p.gatherTopK)), e.index(0));
+    Value offset =
+        e.mul(e.add(e.mul(src, e.index(p.k)),
+                    e.mul(chunk, e.index(kGatherChunkBytes / kBf16))),
+              e.index(kBf16));
+    t.gatherSrc.push_back(
+        arith::AddIOp::create(b, loc, p.gatherSource,
+                              arith::IndexCastOp::create(b, loc, i64, offset)));
+    t.gatherBytes.push_back(arith::SelectOp::create(
+        b, loc, valid, arith::ConstantIntOp::create(b, loc, 16, 32),
+        arith::ConstantIntOp::create(b, loc, 0, 32)));
+    Value swizzled = arith::XOrIOp::create(b, loc, chunk, e.rem(r, e.index(8)));
+    t.gatherDst.push_back(e.add(e.mul(r, e.index(kTileK * kBf16)),
+                                e.mul(swizzled, e.index(kGatherChunkBytes))));
+  }
 }
 
 Task GemmEmitter::taskOfRound(const GemmPhase &p, Value first, Value tasks) {
@@ -654,6 +671,10 @@ void GemmEmitter::producerTasks(const GemmPhase &p) {
   int64_t kTiles = p.k / kTileK;
   Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
   Value grid = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
+  // Gathered A: the warpgroup's threads copy the rows, its first thread
+  // issues the TMA loads.
+  Value rank = e.sub(tid, e.index(kThreads * p.consumers()));
+  Value isLoader = e.cmp(arith::CmpIPredicate::eq, rank, e.index(0));
   auto taskLoop = scf::ForOp::create(b, loc, bid, taskCount(p), grid,
                                      ValueRange{iteration});
   {
@@ -661,6 +682,8 @@ void GemmEmitter::producerTasks(const GemmPhase &p) {
     b.setInsertionPointToStart(taskLoop.getBody());
     Value it = taskLoop.getRegionIterArgs()[0];
     Task t = taskAt(p, taskLoop.getInductionVar());
+    if (p.gatherRows)
+      planGather(p, t, rank, kThreads);
     e.loop(kTiles, [&](Value kt) {
       Value g = e.add(it, kt);
       // k-tile g reuses the stage s of k-tile g - kStages: wait until the
@@ -682,7 +705,27 @@ void GemmEmitter::producerTasks(const GemmPhase &p) {
           e.cmp(arith::CmpIPredicate::eq, e.rem(c, e.index(2)), e.index(0));
       nvgpu::MBarrierTryWaitParityOp::create(b, loc, emptyBarriers, parity,
                                              e.index(10000000), s);
-      load(p, g, kt, t);
+      if (!p.gatherRows)
+        return load(p, g, kt, t);
+      // Gathered A: each thread's copies complete on the stage's full
+      // barrier (cp.async.mbarrier.arrive without .noinc: the pending
+      // count goes up now and down when the copies land, so the barrier
+      // keeps its one expected arrival, the loader's arrive.expect_tx).
+      // Every thread's increment precedes that arrival (the warpgroup's
+      // barrier), else the phase could complete on B's bytes alone.
+      loadGatheredRows(p, g, kt, t);
+      Value full =
+          nvgpu::MBarrierGetOp::create(b, loc, b.getI32Type(), barriers, s);
+      NVVM::CpAsyncMBarrierArriveOp::create(
+          b, loc,
+          LLVM::IntToPtrOp::create(
+              b, loc, LLVM::LLVMPointerType::get(b.getContext(), 3), full,
+              LLVM::DereferenceableAttr()),
+          /*noinc=*/false);
+      NVVM::BarrierOp::create(b, loc, Type(), i32(kProducerBarrier),
+                              i32(kThreads), NVVM::BarrierReductionAttr(),
+                              Value());
+      e.ifThen(isLoader, [&] { load(p, g, kt, t); });
     });
     scf::YieldOp::create(b, loc, ValueRange{e.add(it, e.index(kTiles))});
   }

@@ -96,11 +96,11 @@ struct GemmPhase {
   /// Bytes of one B box / of the A box in a stage.
   int64_t bytesB() const { return tileN * kTileK * kBf16; }
   int64_t bytesA() const { return tileM * kTileK * kBf16; }
-  /// Gathered A (thread-0 design only): row r of A is row
-  /// gatherRows[r] / gatherTopK of the bf16 matrix [*, k] at global address
-  /// gatherSource (i64); a negative entry (a padding row) is a row of
-  /// zeros. The consumer threads copy the rows with cp.async, 16 bytes at a
-  /// time, into the 128-byte-swizzled A box (the swizzle done by hand), so
+  /// Gathered A: row r of A is row gatherRows[r] / gatherTopK of the bf16
+  /// matrix [*, k] at global address gatherSource (i64); a negative entry
+  /// (a padding row) is a row of zeros. The consumer threads (with a
+  /// producer, the producer warpgroup's) copy the rows with cp.async, 16
+  /// bytes at a time, into the 128-byte-swizzled A box (the swizzle done by hand), so
   /// rows must be 16-byte aligned: the map at slot `a` (one-row boxes), never
   /// read on the device, is there for the runtime to check that when it
   /// encodes it. Null otherwise.
@@ -156,7 +156,7 @@ struct WarpRoles {
 struct Task {
   Value m0, n0;
   Value mapA, mapB0, mapB1; // !nvgpu.tensormap.descriptor (mapB1 may be null)
-  /// Gathered A: per pass i (kGatherPasses of them), this thread's 16-byte
+  /// Gathered A: per pass i (planGather), this thread's 16-byte
   /// chunk of its tile row: the source address at k-tile 0 (i64), the bytes
   /// to copy (i32: 16, or 0 for a padding row, which cp.async fills with
   /// zeros) and the destination's byte offset in the stage's A box (index).
@@ -170,10 +170,10 @@ struct Task {
 };
 
 /// Gathered A: a tile row's k-tile is 128 bytes, 8 chunks of 16 bytes; the
-/// consumer threads (128 per 64 rows) copy a tile in 4 passes.
+/// copying threads (the consumers, 128 per 64 rows, or the producer
+/// warpgroup) copy a tile in passes of threads / 8 rows.
 constexpr int64_t kGatherChunkBytes = 16;
 constexpr int64_t kGatherChunks = kTileK * kBf16 / kGatherChunkBytes;
-constexpr int64_t kGatherPasses = kTileM * kGatherChunks / kWarpgroup;
 
 /// Emits the GEMM phases of one kernel. Construction (through a chip's
 /// factory, sm90::createGemmEmitter or sm100::createGemmEmitter) emits the
@@ -239,7 +239,11 @@ protected:
   /// previous k-tile, and loads the B boxes as two 128-row halves: with
   /// t.multicast, half `rank` only, into both CTAs.
   void load(const GemmPhase &p, Value g, Value kTile, const Task &t);
-  /// Gathered A: every consumer thread starts copying its chunks of k-tile
+  /// Gathered A: plans this thread's chunks of task `t`'s rows (t.gatherSrc,
+  /// gatherBytes, gatherDst), one pass per threads / 8 rows, for the
+  /// `threads` threads that copy them, `index` (index) its rank among them.
+  void planGather(const GemmPhase &p, Task &t, Value index, int64_t threads);
+  /// Gathered A: every copying thread starts copying its chunks of k-tile
   /// `kTile` into the stage of k-tile number `g` (cp.async, not yet
   /// committed). Thread 0's `load` of the same k-tile expects B's bytes
   /// only; the copies are waited for with `gatheredRowsLanded`.
@@ -313,7 +317,8 @@ protected:
 private:
   void tasks(const GemmPhase &p);
   /// With a producer: the producer thread's loop over the same tasks,
-  /// loading every k-tile once its stage is free.
+  /// loading every k-tile once its stage is free; with a gathered A the
+  /// whole producer warpgroup runs it and copies the rows.
   void producerTasks(const GemmPhase &p);
   void emitWarpSpecialized(const GemmPhase &p);
   /// The phase's m-tiles (index) and tasks (m-tiles x n-tiles).

@@ -140,6 +140,13 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     if (mma || roles.producer)
       nvgpu::MBarrierTryWaitParityOp::create(b, loc, barriers, phaseParity(g),
                                              e.index(10000000), stage);
+    // Gathered A with a producer: its threads' cp.async copies (generic
+    // proxy) completed on the barrier; the wgmmas read through the async
+    // proxy.
+    if (mma && roles.producer && p.gatherRows)
+      NVVM::FenceProxyOp::create(
+          b, loc, NVVM::ProxyKind::async_shared,
+          NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
     if (mma) {
       Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
       // This warpgroup's 64 rows of the A box (128-byte rows).

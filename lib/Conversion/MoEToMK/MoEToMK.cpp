@@ -423,10 +423,9 @@ struct ConvertMoEToMKPass
                             "copy-dispatch exclude each other";
       return signalPassFailure();
     }
-    if (fuseDispatch && (chip != "sm_90a" || warpSpecialize)) {
+    if (fuseDispatch && chip != "sm_90a") {
       module.emitError() << "convert-moe-to-mk: fuse-dispatch is "
-                            "implemented for sm_90a without "
-                            "warp-specialize only";
+                            "implemented for sm_90a only";
       return signalPassFailure();
     }
     if (multicast && (chip != "sm_90a" || warpSpecialize)) {
@@ -516,10 +515,13 @@ struct ConvertMoEToMKPass
           if (s.padding % (sched::kMaxConsumers * sched::kTileM) == 0)
             tileM = sched::kMaxConsumers * sched::kTileM;
         }
-        // The fused dispatch wherever it is implemented (wgmma without
-        // warp roles), unless the copy is asked for.
-        s.fusedDispatch =
-            !copyDispatch && *engine == mk::Engine::wgmma && !warpSpecialize;
+        // The fused dispatch on wgmma, unless the copy is asked for; with
+        // warp roles (the producer warpgroup gathers) only when asked for:
+        // under the producer's 56 registers ptxas spills a few values of
+        // those kernels (40-200 bytes on the benchmark shapes), and on the
+        // H200 it did not speed dsv3-shard up (docs/performance.md).
+        s.fusedDispatch = !copyDispatch && *engine == mk::Engine::wgmma &&
+                          (!warpSpecialize || fuseDispatch);
         // Clusters of 2 (weight boxes multicast to pairs of tasks): wgmma
         // without a producer (the options are checked above).
         if (multicast)

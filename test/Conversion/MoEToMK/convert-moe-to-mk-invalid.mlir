@@ -2,9 +2,8 @@
 // Warp roles exist for wgmma only:
 // RUN: not mok-opt %s --split-input-file --convert-moe-to-mk="chip=sm_100a warp-specialize=true" 2>&1 | FileCheck %s --check-prefix=WS
 // WS: error: convert-moe-to-mk: warp-specialize is implemented for sm_90a (wgmma) only, not sm_100a
-// RUN: not mok-opt %s --split-input-file --convert-moe-to-mk="chip=sm_90a fuse-dispatch=true warp-specialize=true" 2>&1 | FileCheck %s --check-prefix=FD
 // RUN: not mok-opt %s --split-input-file --convert-moe-to-mk="chip=sm_100a fuse-dispatch=true" 2>&1 | FileCheck %s --check-prefix=FD
-// FD: error: convert-moe-to-mk: fuse-dispatch is implemented for sm_90a without warp-specialize only
+// FD: error: convert-moe-to-mk: fuse-dispatch is implemented for sm_90a only
 
 // What the GPU lowering does not support yet is rejected by name.
 

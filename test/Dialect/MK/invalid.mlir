@@ -343,19 +343,8 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @gather_simt(%x: memref<40x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<332x128xbf16>, %re: memref<332xi64>, %off: memref<5xi64>, %rr: memref<332xi64>, %m: memref<304xi64>) kernel {
-    // expected-error @+1 {{a gathered A operand is implemented for the wgmma engine without a producer only}}
+    // expected-error @+1 {{a gathered A operand is implemented for the wgmma engine only}}
     mk.gemm simt store %x, %b into %o grouped(%re, %off : memref<332xi64>, memref<5xi64>) gather(%rr : memref<332xi64>) {gather_top_k = 2 : i64}
-        : memref<40x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
-    gpu.return
-  }
-}
-
-// -----
-
-gpu.module @k {
-  gpu.func @gather_producer(%x: memref<40x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<332x128xbf16>, %re: memref<332xi64>, %off: memref<5xi64>, %rr: memref<332xi64>, %m: memref<304xi64>) kernel {
-    // expected-error @+1 {{a gathered A operand is implemented for the wgmma engine without a producer only}}
-    mk.gemm wgmma store %x, %b into %o grouped(%re, %off : memref<332xi64>, memref<5xi64>) maps(%m : memref<304xi64>) gather(%rr : memref<332xi64>) {gather_top_k = 2 : i64, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, producer}
         : memref<40x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
     gpu.return
   }

@@ -135,9 +135,9 @@ LogicalResult GemmOp::verify() {
   if (getGatherRows() || getGatherTopK()) {
     if (!getGatherRows() || !getGatherTopK())
       return emitOpError("gather needs both gather_rows and gather_top_k");
-    if (getEngine() != Engine::wgmma || getProducer())
+    if (getEngine() != Engine::wgmma)
       return emitOpError("a gathered A operand is implemented for the wgmma "
-                         "engine without a producer only");
+                         "engine only");
     if (!isGrouped())
       return emitOpError("a gathered A operand needs a grouped GEMM (its "
                          "rows are routed rows)");
