@@ -1,8 +1,11 @@
 // mok probe harness: loads gemm_sm90.ptx (lowered from gemm_sm90.mlir by
 // build_ptx.sh) with the CUDA driver API, runs it once on an sm_90a GPU and
-// checks C = A . W^T against a float64 CPU reference.
+// checks C = A . W^T against a float64 CPU reference. Given
+// gemm_sm90_nmajor.ptx (its kernel gemm_bf16_nn_256x256x512) it checks
+// C = A . B instead, B read N-major (docs/Backward.md).
 //
-//   A [M,K] bf16 row-major, W [N,K] bf16 row-major, C [M,N] f32 row-major.
+//   A [M,K] bf16 row-major, W [N,K] bf16 row-major (or B [K,N] row-major),
+//   C [M,N] f32 row-major.
 //
 // Build: nvcc -O2 -std=c++17 harness.cu -o harness -lcuda
 // Run:   ./harness [path/to/gemm_sm90.ptx] [seed]
@@ -23,12 +26,13 @@
 #include <thread>
 #include <vector>
 
-// Must match gemm_sm90.mlir (sizes are baked into the kernel).
+// Must match gemm_sm90.mlir and gemm_sm90_nmajor.mlir (sizes are baked in).
 static constexpr int M = 256, N = 256, K = 512;
 static constexpr int BM = 128, BN = 128, BK = 64;
 static constexpr unsigned kThreads = 128;        // one warpgroup
 static constexpr unsigned kDynSmem = 66560;      // 2 x (16 KiB + 16 KiB) + 1 KiB slack
 static const char *kKernel = "gemm_bf16_tn_256x256x512";
+static const char *kKernelNMajor = "gemm_bf16_nn_256x256x512";
 
 static void check(CUresult r, const char *what, int line) {
   if (r == CUDA_SUCCESS) return;
@@ -56,11 +60,12 @@ static float bf2f(uint16_t b) {
   return f;
 }
 
-static void make_tmap(CUtensorMap *map, CUdeviceptr base, uint64_t rows, uint64_t cols) {
-  // Dimension 0 is the innermost (contiguous K); strides exclude dim 0, in bytes.
+static void make_tmap(CUtensorMap *map, CUdeviceptr base, uint64_t rows, uint64_t cols,
+                      cuuint32_t boxRows = 128) {
+  // Dimension 0 is the innermost (contiguous); strides exclude dim 0, in bytes.
   cuuint64_t gdim[2] = {cols, rows};
   cuuint64_t gstride[1] = {cols * sizeof(uint16_t)};
-  cuuint32_t box[2] = {BK, 128};  // 64 bf16 = 128 bytes inner (max for SWIZZLE_128B) x 128 rows
+  cuuint32_t box[2] = {64, boxRows};  // 64 bf16 = 128 bytes inner (max for SWIZZLE_128B)
   cuuint32_t estride[2] = {1, 1};
   CK(cuTensorMapEncodeTiled(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, gdim, gstride,
                             box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -83,6 +88,11 @@ int main(int argc, char **argv) {
   std::stringstream ss;
   ss << in.rdbuf();
   std::string ptx = ss.str();  // c_str() is NUL-terminated, as cuModuleLoadData needs
+  // The N-major probe: B [K, N], read through boxes of 64 (N) x 64 (K).
+  const bool nMajor = ptx.find(kKernelNMajor) != std::string::npos;
+  const char *kernel = nMajor ? kKernelNMajor : kKernel;
+  std::printf("operand B: %s\n", nMajor ? "[K, N] row-major (N-major, imm-trans-b = 1)"
+                                         : "[N, K] row-major (K-major)");
 
   // ---- context ---------------------------------------------------------------------------
   CK(cuInit(0));
@@ -118,11 +128,11 @@ int main(int argc, char **argv) {
   }
   std::printf("JIT info log: %s\n", infoLog[0] ? infoLog.data() : "(empty)");
   CUfunction fn;
-  CK(cuModuleGetFunction(&fn, mod, kKernel));
+  CK(cuModuleGetFunction(&fn, mod, kernel));
   int regs = 0, staticSmem = 0;
   CK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn));
   CK(cuFuncGetAttribute(&staticSmem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn));
-  std::printf("kernel %s: %d regs, %d B static smem, %u B dynamic smem\n", kKernel, regs,
+  std::printf("kernel %s: %d regs, %d B static smem, %u B dynamic smem\n", kernel, regs,
               staticSmem, kDynSmem);
   CK(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)kDynSmem));
 
@@ -144,7 +154,10 @@ int main(int argc, char **argv) {
   // ---- tensor maps, passed to the kernel by pointer (64-byte aligned, global memory) ------
   alignas(64) CUtensorMap tmA, tmW;
   make_tmap(&tmA, dA, M, K);
-  make_tmap(&tmW, dW, N, K);
+  if (nMajor)
+    make_tmap(&tmW, dW, K, N, 64);
+  else
+    make_tmap(&tmW, dW, N, K);
   CK(cuMemAlloc(&dTmA, sizeof(CUtensorMap)));  // cuMemAlloc is >= 256-byte aligned
   CK(cuMemAlloc(&dTmW, sizeof(CUtensorMap)));
   CK(cuMemcpyHtoD(dTmA, &tmA, sizeof(CUtensorMap)));
@@ -185,8 +198,9 @@ int main(int argc, char **argv) {
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
       double ref = 0;
-      const double *a = &fA[(size_t)m * K], *w = &fW[(size_t)n * K];
-      for (int k = 0; k < K; ++k) ref += a[k] * w[k];
+      const double *a = &fA[(size_t)m * K];
+      for (int k = 0; k < K; ++k)
+        ref += a[k] * (nMajor ? fW[(size_t)k * N + n] : fW[(size_t)n * K + k]);
       double got = hC[(size_t)m * N + n];
       double d = std::fabs(got - ref);
       sumRef += std::fabs(ref);

@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Run on the H200 from the repo root:   bash scripts/probe/run_on_h200.sh [seed]
-# Needs only nvcc + the driver; the PTX (scripts/probe/gemm_sm90.ptx) was made by build_ptx.sh.
+# Needs only nvcc + the driver; the PTX (scripts/probe/gemm_sm90.ptx and
+# gemm_sm90_nmajor.ptx) was made by build_ptx.sh. Runs both probes (B K-major,
+# then B N-major); fails if either does.
 set -euo pipefail
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 BIN=$(mktemp -d)/mok_probe_harness
 "$NVCC" -O2 -std=c++17 scripts/probe/harness.cu -o "$BIN" -lcuda
-timeout 120 "$BIN" scripts/probe/gemm_sm90.ptx "$@"
+status=0
+for ptx in scripts/probe/gemm_sm90.ptx scripts/probe/gemm_sm90_nmajor.ptx; do
+  timeout 120 "$BIN" "$ptx" "$@" || status=1
+done
+exit $status
