@@ -536,8 +536,11 @@ void GemmEmitter::emitWarpSpecialized(const GemmPhase &p) {
                               NVVM::BarrierReductionAttr(), Value());
       setRegisters(roles.evenRegisters, /*increase=*/true);
     }
-    // The producer thread counted the same k-tiles as the consumers; the
-    // rest of its warpgroup never uses the count.
+    // The producer thread (with a gathered A, every thread of the
+    // warpgroup) counted the same k-tiles as the consumers. The others keep
+    // the count from before this GEMM: a later gathered GEMM would start
+    // them from it, so convert-mk-to-gpu allows a gathered A with a
+    // producer in the kernel's first tensor-core GEMM only.
     SmallVector<Value> same = {producer.getResult(0)};
     same.append(state.begin() + 1, state.end());
     scf::YieldOp::create(b, loc, same);

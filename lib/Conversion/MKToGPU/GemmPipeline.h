@@ -245,8 +245,10 @@ protected:
   void planGather(const GemmPhase &p, Task &t, Value index, int64_t threads);
   /// Gathered A: every copying thread starts copying its chunks of k-tile
   /// `kTile` into the stage of k-tile number `g` (cp.async, not yet
-  /// committed). Thread 0's `load` of the same k-tile expects B's bytes
-  /// only; the copies are waited for with `gatheredRowsLanded`.
+  /// committed). The loading thread's `load` of the same k-tile expects
+  /// B's bytes only; the consumers' copies are waited for with
+  /// `gatheredRowsLanded`, the producer warpgroup's complete on the stage's
+  /// full barrier (producerTasks).
   void loadGatheredRows(const GemmPhase &p, Value g, Value kTile,
                         const Task &t);
   /// Gathered A: this thread's copies are complete but for its `pending`

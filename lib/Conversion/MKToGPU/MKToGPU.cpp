@@ -296,6 +296,14 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
                      registers != gemm.getRegistersAttr()))
       return gemm.emitOpError("a kernel's tensor-core GEMMs must have the "
                               "same warp roles (producer, registers)");
+    // With a producer only its first thread counts the k-tiles of GEMMs
+    // without a gathered A; a gathered one starts every producer thread
+    // from the count, so it must come first.
+    if (producer && gemm.getProducer() && gemm.getGatherRows())
+      return gemm.emitOpError(
+          "with a producer, a gathered A operand is implemented for the "
+          "kernel's first tensor-core GEMM only (the producer warpgroup's "
+          "other threads do not count the k-tiles of the GEMMs before it)");
     producer = gemm.getProducer();
     registers = gemm.getRegistersAttr();
     if (*producer &&

@@ -409,3 +409,31 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+// With a producer, a gathered A (the producer warpgroup copies the rows)
+// after another tensor-core GEMM: the producer's other threads have not
+// counted that GEMM's k-tiles.
+gpu.module @tall_kernels {
+  gpu.func @tall_forward(%arg0: memref<64x128xbf16>, %arg1: memref<64x2xi32>, %arg2: memref<64x2xf32>, %arg3: memref<4x128x128xbf16>, %arg4: memref<4x128x128xbf16>, %arg5: memref<4x128x128xbf16>, %arg6: memref<64x128xbf16>, %arg7: memref<4xi64>, %arg8: memref<8x4xi64>, %arg9: memref<5xi64>, %arg10: memref<128xi64>, %arg11: memref<636xi64>, %arg12: memref<636xi64>, %arg13: memref<636x128xbf16>, %arg14: memref<636x128xbf16>, %arg15: memref<2xi32>, %arg16: memref<224xi64>) kernel attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {block = 384 : i64, chip = "sm_90a", cooperative = true, dynamic_shared_memory = 214016 : i64, grid = "persistent: one CTA per SM", params = [{access = "pointer", dtype = "bf16", name = "x", role = "input", shape = array<i64: 64, 128>}, {access = "pointer", dtype = "i32", name = "top_experts", role = "input", shape = array<i64: 64, 2>}, {access = "pointer", dtype = "f32", name = "router_weights", role = "input", shape = array<i64: 64, 2>}, {access = "tensor_maps", dtype = "bf16", name = "gate_weights", role = "input", shape = array<i64: 4, 128, 128>}, {access = "tensor_maps", dtype = "bf16", name = "up_weights", role = "input", shape = array<i64: 4, 128, 128>}, {access = "tensor_maps", dtype = "bf16", name = "down_weights", role = "input", shape = array<i64: 4, 128, 128>}, {dtype = "bf16", name = "out", role = "output", shape = array<i64: 64, 128>}, {dtype = "i64", name = "counts", role = "workspace", shape = array<i64: 4>}, {dtype = "i64", name = "chunk_counts", role = "workspace", shape = array<i64: 8, 4>}, {dtype = "i64", name = "offsets", role = "workspace", shape = array<i64: 5>}, {dtype = "i64", name = "route_row", role = "workspace", shape = array<i64: 128>}, {dtype = "i64", name = "row_route", role = "workspace", shape = array<i64: 636>}, {dtype = "i64", name = "row_expert", role = "workspace", shape = array<i64: 636>}, {dtype = "bf16", name = "hidden", role = "workspace", shape = array<i64: 636, 128>}, {dtype = "bf16", name = "routed_y", role = "workspace", shape = array<i64: 636, 128>}, {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 224>}], routed_capacity = 636 : i64, tensor_maps = [{box_cols = 64 : i64, box_rows = 1 : i64, buffer = "x", cols = 128 : i64, experts = 1 : i64, row_stride = 128 : i64, rows = 64 : i64}, {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "gate_weights", cols = 128 : i64, experts = 4 : i64, row_stride = 128 : i64, rows = 128 : i64}, {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "up_weights", cols = 128 : i64, experts = 4 : i64, row_stride = 128 : i64, rows = 128 : i64}, {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "hidden", cols = 128 : i64, experts = 1 : i64, row_stride = 128 : i64, rows = 636 : i64}, {box_cols = 64 : i64, box_rows = 256 : i64, buffer = "down_weights", cols = 128 : i64, experts = 4 : i64, row_stride = 128 : i64, rows = 128 : i64}], zero_before_first_launch = ["grid_barrier"]}, nvvm.minctasm = 1 : i32} {
+    mk.fill %arg11, -1 : memref<636xi64>
+    mk.fill %arg12, -1 : memref<636xi64>
+    mk.count_routes %arg1 into %arg8 {chunk = 16 : i64} : memref<64x2xi32>, memref<8x4xi64>
+    mk.grid_barrier %arg15 : memref<2xi32>
+    mk.scan_chunks %arg8 into %arg7 : memref<8x4xi64>, memref<4xi64>
+    mk.grid_barrier %arg15 : memref<2xi32>
+    mk.pad_offsets %arg7 into %arg9 {padding = 128 : i64} : memref<4xi64>, memref<5xi64>
+    mk.grid_barrier %arg15 : memref<2xi32>
+    mk.assign_rows %arg1, %arg9, %arg8 into %arg10, %arg11, %arg12 {chunk = 16 : i64} : memref<64x2xi32>, memref<5xi64>, memref<8x4xi64> -> memref<128xi64>, memref<636xi64>, memref<636xi64>
+    mk.grid_barrier %arg15 : memref<2xi32>
+    mk.gemm wgmma store %arg13, %arg5 into %arg14 grouped(%arg12, %arg9 : memref<636xi64>, memref<5xi64>) maps(%arg16 : memref<224xi64>) padding(%arg11 : memref<636xi64>) {maps = array<i64: 9, 10>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 256, 64>} : memref<636x128xbf16>, memref<4x128x128xbf16> -> memref<636x128xbf16>
+    mk.grid_barrier %arg15 : memref<2xi32>
+    // expected-error @+1 {{with a producer, a gathered A operand is implemented for the kernel's first tensor-core GEMM only}}
+    mk.gemm wgmma swiglu %arg0, %arg3, %arg4 into %arg13 grouped(%arg12, %arg9 : memref<636xi64>, memref<5xi64>) maps(%arg16 : memref<224xi64>) gather(%arg11 : memref<636xi64>) {gather_top_k = 2 : i64, maps = array<i64: 0, 1, 5>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 128, 64>} : memref<64x128xbf16>, memref<4x128x128xbf16>, memref<4x128x128xbf16> -> memref<636x128xbf16>
+    mk.grid_barrier %arg15 : memref<2xi32>
+    mk.grid_barrier %arg15 : memref<2xi32>
+    mk.combine %arg14, %arg10, %arg2 into %arg6 : memref<636x128xbf16>, memref<128xi64>, memref<64x2xf32> -> memref<64x128xbf16>
+    gpu.return
+  }
+}

@@ -29,7 +29,7 @@
 // the warpgroup's barrier 3, and only then the first thread's
 // arrive.expect_tx for B's bytes (gate + up, 32 KiB) and its two TMA loads.
 // CHECK: nvvm.setmaxregister decrease 56
-// CHECK: nvgpu.mbarrier.try_wait.parity %[[EMPTY:[0-9]+]]
+// CHECK: nvgpu.mbarrier.try_wait.parity %{{[0-9]+}}
 // CHECK-COUNT-8: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache = cg, %{{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
 // CHECK: %[[BAR:.*]] = nvgpu.mbarrier.get %[[FULL]][%{{.*}}] {{.*}} -> i32
 // CHECK-NEXT: %[[PTR:.*]] = llvm.inttoptr %[[BAR]] : i32 to !llvm.ptr<3>
