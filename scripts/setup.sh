@@ -10,6 +10,8 @@
 # Environment:
 #   MOK_BUILD_DIR    build directory (default: build)
 #   MOK_CMAKE_ARGS   extra CMake arguments, e.g. -DMOK_BUILD_STATIC_TOOLS=ON
+#   MOK_WITH_TORCH   1: also install torch (2.11, PyPI's wheel with its CUDA
+#                    libraries, about 4.7 GB) for mok.torch's tests; CI sets it
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -50,6 +52,14 @@ if ! "$py" -c 'import numpy, pytest, nanobind' 2>/dev/null; then
     "$py" -m pip install -q --break-system-packages "${pip_packages[@]}"
 else
   say "python packages present"
+fi
+
+# mok.torch's tests (python/tests/test_torch.py) need torch; without it they
+# are skipped. The same major version as the GPU machine's (docs/Building.md).
+if [[ ${MOK_WITH_TORCH:-0} == 1 ]] && ! "$py" -c 'import torch' 2>/dev/null; then
+  say "installing torch 2.11 for $py (mok.torch's tests)"
+  "$py" -m pip install -q "torch==2.11.*" 2>/dev/null ||
+    "$py" -m pip install -q --break-system-packages "torch==2.11.*"
 fi
 
 # --- 2b. cuobjdump + nvdisasm (the SASS tests) ------------------------------

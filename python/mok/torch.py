@@ -1,0 +1,196 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""mok.torch: a compiled MoE layer as a PyTorch autograd function and module.
+
+    import mok, mok.torch
+    spec = mok.LayerSpec(hidden=64, intermediate=32, experts=8, top_k=2)
+    moe = mok.torch.MoELayer(spec)          # gate/up/down weights as parameters
+    out = moe(x, top_experts, router_weights)
+    out.float().sum().backward()            # grads for x, router_weights, weights
+
+Today the layer runs on the CPU target (the executable reference): CPU
+tensors, bf16 activations and weights, f32 router weights. The GPU backward
+is not built yet (docs/Backward.md), so GPU tensors are refused by name.
+
+The backward context crosses autograd as plain tensors: forward hands the
+inputs and the context's saved tensors to ``ctx.save_for_backward``, so
+saved-tensor hooks and activation checkpointing see (and may offload or
+drop) every one of them, and backward rebuilds the context from them
+(``CompiledLayer.context_from_tensors``). With ``recompute=True`` there are
+no saved tensors beyond the inputs: backward recomputes gate/up.
+
+Megatron-Core's gradient accumulation: with ``accumulate_main_grad=True`` on
+the module, every weight parameter must carry an fp32 ``main_grad`` of its
+shape; backward adds the weight's gradient into it (``main_grad += dW`` in
+fp32), returns no gradient for the weight (its ``.grad`` stays None) and sets
+``param.grad_added_to_main_grad = True``.
+
+torch is needed here only: ``import mok`` works without it.
+"""
+import math
+
+import numpy as np
+import torch
+
+from ._layer import CompiledLayer, compile as _compile
+from ._spec import LayerSpec
+
+__all__ = ["MoEFunction", "MoELayer"]
+
+_ROUTED = ("gate_weights", "up_weights", "down_weights")
+_SHARED = ("shared_gate_weights", "shared_up_weights", "shared_down_weights")
+
+
+_TORCH_DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32,
+                 "i64": torch.int64}
+
+
+def _to_numpy(name, t, expected=None):
+    """A CPU tensor as the NumPy array the CPU layer takes (bf16 as uint16
+    bit patterns), without a copy when it is contiguous. `expected`: the
+    layer's signature entry (a mok TensorInfo), whose dtype it must have
+    (the layer checks the shape)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if expected is not None and t.dtype != _TORCH_DTYPES[expected.dtype]:
+        dims = ", ".join("T" if d < 0 else str(d) for d in expected.shape)
+        raise TypeError(f"{name}: expected a {_TORCH_DTYPES[expected.dtype]} tensor of shape "
+                        f"[{dims}], got {t.dtype} of shape {list(t.shape)}")
+    if t.device.type != "cpu":
+        raise ValueError(f"{name}: mok.torch runs the CPU target, which takes CPU tensors; "
+                         f"got a tensor on {t.device} (the GPU backward is not built yet)")
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    if t.dtype in (torch.float32, torch.int32, torch.int64):
+        return t.numpy()
+    raise TypeError(f"{name}: expected a bfloat16, float32, int32 or int64 tensor, "
+                    f"got {t.dtype}")
+
+
+def _from_numpy(a):
+    """The CPU layer's array as a tensor (uint16 bit patterns as bfloat16)."""
+    if a.dtype == np.uint16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+class MoEFunction(torch.autograd.Function):
+    """``MoEFunction.apply(layer, main_grads, x, top_experts, router_weights,
+    *weights)`` with `layer` a ``mok.CompiledLayer`` (CPU target) and the
+    weights in its argument order (gate, up, down, then the shared expert's).
+    `main_grads`: {weight name: fp32 tensor} to accumulate weight gradients
+    into instead of returning them (may be empty). Gradients: `x`,
+    `router_weights` and every weight not in `main_grads`."""
+
+    @staticmethod
+    def forward(ctx, layer, main_grads, x, top_experts, router_weights, *weights):
+        if not isinstance(layer, CompiledLayer):
+            raise TypeError(f"layer: expected a mok.CompiledLayer (the CPU target), got "
+                            f"{type(layer).__name__}")
+        names = list(layer.arg_names)
+        values = [x, top_experts, router_weights, *weights]
+        if len(values) != len(names):
+            raise TypeError(f"expected {len(names)} tensors ({', '.join(names)}), "
+                            f"got {len(values)}")
+        infos = layer._forward.args[:len(names)]
+        arrays = {n: _to_numpy(n, v, info) for n, v, info in zip(names, values, infos)}
+        for name, grad in main_grads.items():
+            if name not in names[3:]:
+                raise ValueError(f"main_grads: '{name}' is not a weight of the layer "
+                                 f"({', '.join(names[3:])})")
+            weight = values[names.index(name)]
+            if not isinstance(grad, torch.Tensor) or grad.dtype != torch.float32 \
+                    or tuple(grad.shape) != tuple(weight.shape) or grad.device.type != "cpu":
+                raise ValueError(f"main_grads['{name}']: expected a CPU float32 tensor of "
+                                 f"shape {list(weight.shape)}")
+        out, context = layer.forward(**arrays)
+        saved = [_from_numpy(a) for a in context.saved.values()]
+        # The inputs as given (no copies) and the context's tensors: all of
+        # them through save_for_backward, where checkpointing sees them.
+        ctx.save_for_backward(*values, *saved)
+        ctx.layer = layer
+        ctx.main_grads = main_grads
+        return _from_numpy(out)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        layer = ctx.layer
+        names = list(layer.arg_names)
+        tensors = ctx.saved_tensors
+        context = layer.context_from_tensors(
+            [_to_numpy(f"saved tensor {i}", t) for i, t in enumerate(tensors)])
+        grads = layer.backward(context, _to_numpy("d_out", d_out))
+        result = [None, None]  # layer, main_grads
+        for i, name in enumerate(names):
+            if name == "top_experts":
+                result.append(None)
+            elif name in ctx.main_grads:
+                ctx.main_grads[name].add_(_from_numpy(grads[name]).float())
+                result.append(None)
+            elif ctx.needs_input_grad[2 + i]:
+                result.append(_from_numpy(grads[name]))
+            else:
+                result.append(None)
+        return tuple(result)
+
+
+class MoELayer(torch.nn.Module):
+    """A MoE layer with its weights as parameters (bf16): `gate_weights`,
+    `up_weights` [E, I, H], `down_weights` [E, H, I] and, with a shared
+    expert, `shared_gate_weights`, `shared_up_weights` [Is, H],
+    `shared_down_weights` [H, Is]. ``forward(x, top_experts,
+    router_weights)``: x bf16 [T, H], top_experts [T, k] (spec's
+    expert_id_dtype; -1 = no route), router_weights f32 [T, k]; returns bf16
+    [T, H]. `spec.tokens` None (the default) compiles for any T.
+    `recompute`: save only the inputs; backward recomputes gate/up.
+    `accumulate_main_grad`: see the module docstring."""
+
+    def __init__(self, spec, recompute=False, cache_dir=None, accumulate_main_grad=False):
+        super().__init__()
+        if not isinstance(spec, LayerSpec):
+            raise TypeError(f"spec: expected a mok.LayerSpec, got {type(spec).__name__}")
+        if spec.ep != 1:
+            raise ValueError(f"spec.ep: mok.torch runs ep = 1 only (the CPU target), got {spec.ep}")
+        self.spec = spec
+        self.layer = _compile(spec, target="cpu", recompute=recompute, cache_dir=cache_dir)
+        self.accumulate_main_grad = accumulate_main_grad
+        e, i, h = spec.local_experts, spec.intermediate, spec.hidden
+        shapes = {"gate_weights": (e, i, h), "up_weights": (e, i, h), "down_weights": (e, h, i)}
+        if spec.shared_intermediate:
+            s = spec.shared_intermediate
+            shapes.update(shared_gate_weights=(s, h), shared_up_weights=(s, h),
+                          shared_down_weights=(h, s))
+        self._weight_names = [n for n in self.layer.arg_names if n in shapes]
+        for name in self._weight_names:
+            shape = shapes[name]
+            param = torch.nn.Parameter(torch.empty(shape, dtype=torch.bfloat16))
+            self.register_parameter(name, param)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Normal weights with std 1/sqrt(fan-in) (the last dimension)."""
+        with torch.no_grad():
+            for name in self._weight_names:
+                p = getattr(self, name)
+                p.copy_(torch.randn(p.shape, dtype=torch.float32) / math.sqrt(p.shape[-1]))
+
+    def forward(self, x, top_experts, router_weights):
+        weights = [getattr(self, n) for n in self._weight_names]
+        main_grads = {}
+        if self.accumulate_main_grad and torch.is_grad_enabled():
+            for name, p in zip(self._weight_names, weights):
+                grad = getattr(p, "main_grad", None)
+                if grad is None:
+                    raise ValueError(f"{name}: accumulate_main_grad needs a float32 "
+                                     f"'main_grad' attribute of shape {list(p.shape)} on "
+                                     "every weight parameter")
+                main_grads[name] = grad
+                p.grad_added_to_main_grad = True
+        return MoEFunction.apply(self.layer, main_grads, x, top_experts, router_weights,
+                                 *weights)
+
+    def extra_repr(self):
+        s = self.spec
+        return (f"hidden={s.hidden}, intermediate={s.intermediate}, experts={s.experts}, "
+                f"top_k={s.top_k}, shared_intermediate={s.shared_intermediate}, "
+                f"swiglu_limit={s.swiglu_limit}, recompute={self.layer.recomputes}")

@@ -1,0 +1,229 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""mok.torch (the autograd bridge and module) on the CPU target, against the
+CPU layer it wraps (bitwise: the bridge adds no arithmetic), the float64
+reference (relative error <= 1e-2, mok-brief §5) and a plain-PyTorch layer's
+autograd. Skipped where torch is not installed."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import mok  # noqa: E402
+import mok.torch  # noqa: E402
+import reference  # noqa: E402
+from cpu_results import seed_for  # noqa: E402
+
+REL_BOUND = 1e-2
+WEIGHTS = ("gate_weights", "up_weights", "down_weights")
+SHARED = ("shared_gate_weights", "shared_up_weights", "shared_down_weights")
+
+# A shared expert, the clamp, -1 routes and zero router weights at once.
+SPEC = mok.LayerSpec(hidden=32, intermediate=16, experts=6, top_k=3, shared_intermediate=8,
+                     swiglu_limit=1.0, padding=8)
+T = 29
+
+
+def _inputs(seed_name, spec=SPEC, tokens=T):
+    g = torch.Generator().manual_seed(seed_for(seed_name))
+    top = torch.stack([torch.randperm(spec.experts, generator=g)[:spec.top_k]
+                       for _ in range(tokens)]).int()
+    top[torch.rand(top.shape, generator=g) < 0.2] = -1
+    rw = torch.softmax(torch.randn(tokens, spec.top_k, generator=g), 1)
+    rw[torch.rand(rw.shape, generator=g) < 0.2] = 0.0
+    x = torch.randn(tokens, spec.hidden, generator=g).bfloat16()
+    d_out = torch.randn(tokens, spec.hidden, generator=g).bfloat16()
+    return x, top, rw, d_out
+
+
+def _module(recompute=False, seed_name="weights", **kw):
+    torch.manual_seed(seed_for(seed_name))
+    return mok.torch.MoELayer(SPEC, recompute=recompute, **kw)
+
+
+def _run(moe, x, top, rw, d_out):
+    """Forward + backward through the module: (out, {name: grad})."""
+    moe.zero_grad(set_to_none=True)
+    x = x.clone().requires_grad_()
+    rw = rw.clone().requires_grad_()
+    out = moe(x, top, rw)
+    out.backward(d_out)
+    grads = {"x": x.grad, "router_weights": rw.grad}
+    grads.update({n: getattr(moe, n).grad for n in WEIGHTS + SHARED})
+    return out, grads
+
+
+def _arrays(moe, x, top, rw):
+    np_ = lambda t: t.detach().contiguous().view(torch.int16).numpy().view(np.uint16) \
+        if t.dtype == torch.bfloat16 else t.detach().numpy()
+    args = dict(x=np_(x), top_experts=np_(top), router_weights=np_(rw))
+    args.update({n: np_(getattr(moe, n)) for n in WEIGHTS + SHARED})
+    return args
+
+
+def _f64(t):
+    return t.detach().double().numpy()
+
+
+def test_bridge_is_the_cpu_layer_bitwise():
+    x, top, rw, d_out = _inputs("torch-bitwise")
+    moe = _module()
+    out, grads = _run(moe, x, top, rw, d_out)
+    layer = moe.layer
+    args = _arrays(moe, x, top, rw)
+    ref_out, ctx = layer.forward(**args)
+    ref_grads = layer.backward(ctx, d_out.view(torch.int16).numpy().view(np.uint16))
+    assert np.array_equal(out.view(torch.int16).numpy().view(np.uint16), ref_out)
+    for name, ref in ref_grads.items():
+        got = grads[name]
+        got = got.view(torch.int16).numpy().view(np.uint16) if got.dtype == torch.bfloat16 \
+            else got.numpy()
+        assert np.array_equal(got, ref), f"d_{name} differs from the CPU layer's"
+    assert set(ref_grads) == set(grads)
+
+
+def test_gradients_match_float64_reference():
+    x, top, rw, d_out = _inputs("torch-reference")
+    moe = _module()
+    out, grads = _run(moe, x, top, rw, d_out)
+    w = {n: _f64(getattr(moe, n)) for n in WEIGHTS + SHARED}
+    pos = (_f64(x), top.numpy(), _f64(rw), w["gate_weights"], w["up_weights"],
+           w["down_weights"])
+    shared = [w[n] for n in SHARED]
+    ref_out = reference.forward(*pos, shared, SPEC.swiglu_limit)
+    ref = reference.backward(*pos, _f64(d_out), shared, SPEC.swiglu_limit)
+    for name, got, want in [("out", out, ref_out)] + [(f"d_{n}", grads[n], ref[n]) for n in ref]:
+        got = _f64(got)
+        assert not np.isnan(got).any(), name
+        rel = np.abs(got - want).sum() / np.abs(want).sum()
+        assert rel <= REL_BOUND, f"{name}: relative error {rel:.3e} > {REL_BOUND}"
+    # Routes without an expert get no router-weight gradient; zero-weight
+    # routes do get one (<d_out, y> does not depend on the weight).
+    assert torch.all(grads["router_weights"][top < 0] == 0)
+    zero = (rw == 0) & (top >= 0)
+    assert zero.any() and torch.any(grads["router_weights"][zero] != 0)
+
+
+def _torch_layer(moe, x, top, rw, limit):
+    """The same layer in plain PyTorch, f32 math with gate/up rounded to bf16
+    as mok rounds them: autograd's gradients."""
+    def mlp(a, wg, wu, wd):
+        g, u = (a @ wg.float().T).bfloat16().float(), (a @ wu.float().T).bfloat16().float()
+        g, u = torch.clamp(g, max=limit), torch.clamp(u, -limit, limit)
+        return (g * torch.sigmoid(g) * u) @ wd.float().T
+    xf = x.float()
+    out = mlp(xf, moe.shared_gate_weights, moe.shared_up_weights, moe.shared_down_weights)
+    for t in range(x.shape[0]):
+        for j in range(top.shape[1]):
+            e = int(top[t, j])
+            if e >= 0:
+                out[t] = out[t] + rw[t, j] * mlp(xf[t:t + 1], moe.gate_weights[e],
+                                                 moe.up_weights[e], moe.down_weights[e])[0]
+    return out
+
+
+def test_gradients_match_pytorch_autograd():
+    x, top, rw, d_out = _inputs("torch-autograd")
+    moe = _module()
+    _, grads = _run(moe, x, top, rw, d_out)
+    moe.zero_grad(set_to_none=True)
+    xr, rwr = x.clone().requires_grad_(), rw.clone().requires_grad_()
+    _torch_layer(moe, xr, top, rwr, SPEC.swiglu_limit).backward(d_out.float())
+    want = {"x": xr.grad, "router_weights": rwr.grad}
+    want.update({n: getattr(moe, n).grad for n in WEIGHTS + SHARED})
+    for name, w in want.items():
+        got, w = _f64(grads[name]), _f64(w)
+        rel = np.abs(got - w).sum() / np.abs(w).sum()
+        assert rel <= REL_BOUND, f"d_{name}: relative error {rel:.3e} against autograd"
+
+
+def test_recompute_gives_the_same_gradients_bitwise():
+    x, top, rw, d_out = _inputs("torch-recompute")
+    saved, recomputed = _module(), _module(recompute=True)
+    assert not saved.layer.recomputes and recomputed.layer.recomputes
+    out_a, a = _run(saved, x, top, rw, d_out)
+    out_b, b = _run(recomputed, x, top, rw, d_out)
+    assert torch.equal(out_a, out_b)
+    for name in a:
+        assert torch.equal(a[name], b[name]), f"d_{name}"
+
+
+def test_context_goes_through_save_for_backward():
+    """Every context tensor is packed by saved-tensor hooks (what activation
+    checkpointing and offloading use), and backward works from the unpacked
+    copies: the inputs (3 + 6 weights) plus, without recompute, the
+    context's 7 saved tensors."""
+    x, top, rw, d_out = _inputs("torch-hooks")
+    for recompute, expected in ((False, 9 + 7), (True, 9)):
+        moe = _module(recompute=recompute)
+        packed = []
+
+        def pack(t):
+            packed.append(tuple(t.shape))
+            return t.clone()  # backward must work from copies
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = moe(x.clone().requires_grad_(), top, rw.clone().requires_grad_())
+        assert len(packed) == expected, (recompute, packed)
+        out.backward(d_out)
+        _, direct = _run(moe, x, top, rw, d_out)
+        assert torch.equal(moe.gate_weights.grad, direct["gate_weights"])
+
+
+def test_activation_checkpointing():
+    x, top, rw, d_out = _inputs("torch-checkpoint")
+    moe = _module()
+    _, plain = _run(moe, x, top, rw, d_out)
+    moe.zero_grad(set_to_none=True)
+    xc = x.clone().requires_grad_()
+    from torch.utils.checkpoint import checkpoint
+    out = checkpoint(moe, xc, top, rw, use_reentrant=False)
+    out.backward(d_out)
+    assert torch.equal(xc.grad, plain["x"])
+    assert torch.equal(moe.down_weights.grad, plain["down_weights"])
+
+
+def test_main_grad_accumulates_in_fp32():
+    x, top, rw, d_out = _inputs("torch-main-grad")
+    moe = _module()
+    _, plain = _run(moe, x, top, rw, d_out)
+    acc = _module(accumulate_main_grad=True)
+    for name in WEIGHTS + SHARED:
+        p = getattr(acc, name)
+        p.main_grad = torch.full(p.shape, 0.5, dtype=torch.float32)
+    for _ in range(2):
+        _run(acc, x, top, rw, d_out)
+    for name in WEIGHTS + SHARED:
+        p = getattr(acc, name)
+        assert p.grad is None and p.grad_added_to_main_grad
+        assert torch.equal(p.main_grad, 0.5 + 2 * plain[name].float()), name
+
+
+def test_errors_name_the_argument():
+    x, top, rw, _ = _inputs("torch-errors")
+    moe = _module()
+    with pytest.raises(TypeError, match=r"x: expected a torch.bfloat16 tensor of shape "
+                                         r"\[T, 32\], got torch.float32 of shape \[29, 32\]"):
+        moe(x.float(), top, rw)
+    with pytest.raises(TypeError, match=r"top_experts: expected a torch.int32 tensor of shape "
+                                        r"\[T, 3\], got torch.int64"):
+        moe(x, top.long(), rw)
+    with pytest.raises(ValueError, match=r"router_weights.*\[29, 3\]"):
+        moe(x, top, rw[:, :2].contiguous())
+    with pytest.raises(TypeError, match="x: expected a torch.Tensor, got ndarray"):
+        moe(x.float().numpy(), top, rw)
+    acc = _module(accumulate_main_grad=True)
+    with pytest.raises(ValueError, match="gate_weights: accumulate_main_grad needs a float32"):
+        acc(x, top, rw)
+    with pytest.raises(TypeError, match="spec: expected a mok.LayerSpec"):
+        mok.torch.MoELayer("spec")
+    with pytest.raises(ValueError, match="main_grads: 'x' is not a weight"):
+        mok.torch.MoEFunction.apply(moe.layer, {"x": torch.zeros(1)}, x, top, rw,
+                                    *[getattr(moe, n) for n in WEIGHTS + SHARED])
+
+
+def test_any_token_count():
+    moe = _module()
+    for tokens in (1, 7, 40):
+        x, top, rw, d_out = _inputs(f"torch-tokens-{tokens}", tokens=tokens)
+        out, grads = _run(moe, x, top, rw, d_out)
+        assert out.shape == (tokens, SPEC.hidden) and grads["x"].shape == x.shape
