@@ -10,10 +10,13 @@ The model: token embedding, two blocks of (RMSNorm, a torch router picking
 the top-k experts, the MoE layer with a shared expert, residual), RMSNorm,
 output head. The data: sequences from a fixed random Markov chain over a
 small vocabulary, so there is something to learn (the loss floor is the
-chain's entropy, printed). Both models run on the CPU (mok.torch runs the
-CPU target today; the GPU backward is docs/Backward.md's plan). Writes
-DIR/train_tiny_moe.json (both curves) and, with matplotlib, the plot
-DIR/train_tiny_moe.png.
+chain's entropy, printed). A third run, the plain-PyTorch layer with f32
+intermediates, measures how far bf16 rounding alone moves the curve (the
+noise the two should agree within); and the first step's gradients of every
+parameter are compared between mok and PyTorch. The models run on the CPU
+(mok.torch runs the CPU target today; the GPU backward is docs/Backward.md's
+plan). Writes DIR/train_tiny_moe.json (the curves and differences) and, with
+matplotlib, the plot DIR/train_tiny_moe.png.
 """
 import argparse
 import json
@@ -31,15 +34,19 @@ VOCAB, HIDDEN, INTER, SHARED, EXPERTS, TOP_K, BLOCKS = 64, 64, 32, 32, 8, 2, 2
 SEQ, BATCH = 32, 8
 
 
-def swiglu_moe(x, top, rw, wg, wu, wd, sg, su, sd):
+def swiglu_moe(x, top, rw, wg, wu, wd, sg, su, sd, rounded=True):
     """The MoE layer in plain PyTorch with mok's roundings: gate/up, the
     activation and each expert's output rounded to bf16, f32 sums, the
-    output rounded to bf16 (moe.layer's numerics)."""
+    output rounded to bf16 (moe.layer's numerics). `rounded=False` keeps
+    the intermediates in f32 (the noise baseline: how far rounding alone
+    moves a training run)."""
+    r = (lambda t: t.bfloat16().float()) if rounded else (lambda t: t)
+
     def mlp(a, g_w, u_w, d_w):
-        g = (a @ g_w.float().T).bfloat16().float()
-        u = (a @ u_w.float().T).bfloat16().float()
-        h = (g * torch.sigmoid(g) * u).bfloat16().float()
-        return (h @ d_w.float().T).bfloat16().float()
+        g = r(a @ g_w.float().T)
+        u = r(a @ u_w.float().T)
+        h = r(g * torch.sigmoid(g) * u)
+        return r(h @ d_w.float().T)
     xf = x.float()
     out = mlp(xf, sg, su, sd)
     for e in range(wg.shape[0]):
@@ -54,8 +61,9 @@ class TorchMoE(torch.nn.Module):
     """The parameters of mok.torch.MoELayer (same names and shapes, so state
     dicts move between them), computed by swiglu_moe."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, rounded=True):
         super().__init__()
+        self.rounded = rounded
         e, i, h, s = spec.experts, spec.intermediate, spec.hidden, spec.shared_intermediate
         shapes = dict(gate_weights=(e, i, h), up_weights=(e, i, h), down_weights=(e, h, i),
                       shared_gate_weights=(s, h), shared_up_weights=(s, h),
@@ -67,7 +75,7 @@ class TorchMoE(torch.nn.Module):
     def forward(self, x, top, rw):
         return swiglu_moe(x, top.long(), rw, self.gate_weights, self.up_weights,
                           self.down_weights, self.shared_gate_weights,
-                          self.shared_up_weights, self.shared_down_weights)
+                          self.shared_up_weights, self.shared_down_weights, self.rounded)
 
 
 class Block(torch.nn.Module):
@@ -143,29 +151,49 @@ def main(argv=None):
                          shared_intermediate=SHARED)
     torch.manual_seed(args.seed)
     mok_model = TinyLM(lambda: mok.torch.MoELayer(spec))
-    # The same initialization, with plain-PyTorch MoE layers.
+    # The same initialization, with plain-PyTorch MoE layers; and once more
+    # with f32 intermediates (the noise baseline).
     torch_model = TinyLM(lambda: TorchMoE(spec))
     torch_model.load_state_dict(mok_model.state_dict())
+    f32_model = TinyLM(lambda: TorchMoE(spec, rounded=False))
+    f32_model.load_state_dict(mok_model.state_dict())
 
     chain = markov_chain(torch.Generator().manual_seed(args.seed + 1))
     entropy = -(chain * chain.log()).sum(1).mean().item()
-    curves = {}
+    # The first step's gradients of every parameter, mok against PyTorch.
+    inputs, targets = next(batches(chain, torch.Generator().manual_seed(args.seed + 2), 1))
+    first = {}
     for name, model in (("mok", mok_model), ("pytorch", torch_model)):
+        model.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(inputs), targets.reshape(-1)).backward()
+        first[name] = {n: p.grad.detach().double().clone() for n, p in model.named_parameters()}
+        model.zero_grad(set_to_none=True)
+    grad_rel = {n: ((first["mok"][n] - g).abs().sum() / g.abs().sum()).item()
+                for n, g in first["pytorch"].items()}
+    curves = {}
+    for name, model in (("mok", mok_model), ("pytorch", torch_model),
+                        ("pytorch_f32", f32_model)):
         t0 = time.perf_counter()
         curves[name] = train(model, chain, args.steps, args.seed + 2, args.lr)
         print(f"{name:8s} {args.steps} steps in {time.perf_counter() - t0:.1f} s: "
               f"loss {curves[name][0]:.3f} -> {curves[name][-1]:.3f}")
-    a, b = curves["mok"], curves["pytorch"]
+    a, b, c = curves["mok"], curves["pytorch"], curves["pytorch_f32"]
     diff = [abs(x - y) for x, y in zip(a, b)]
+    noise = [abs(x - y) for x, y in zip(b, c)]
     tail = max(1, len(a) // 10)
     result = dict(steps=args.steps, lr=args.lr, seed=args.seed, chain_entropy=entropy,
                   losses=curves, max_abs_diff=max(diff),
                   mean_abs_diff=sum(diff) / len(diff),
+                  noise_max_abs_diff=max(noise), noise_mean_abs_diff=sum(noise) / len(noise),
+                  first_step_grad_rel_err=grad_rel,
                   final_mok=sum(a[-tail:]) / tail, final_pytorch=sum(b[-tail:]) / tail)
+    print(f"first step, gradients of every parameter, mok against PyTorch: relative error "
+          f"at most {max(grad_rel.values()):.2e} ({max(grad_rel, key=grad_rel.get)})")
     print(f"loss floor (the chain's entropy) {entropy:.3f}; |mok - pytorch| per step: "
           f"mean {result['mean_abs_diff']:.4f}, max {result['max_abs_diff']:.4f}; "
-          f"last {tail} steps mean: mok {result['final_mok']:.4f}, "
-          f"pytorch {result['final_pytorch']:.4f}")
+          f"rounding noise |pytorch - pytorch_f32|: mean {result['noise_mean_abs_diff']:.4f}, "
+          f"max {result['noise_max_abs_diff']:.4f}; last {tail} steps mean: "
+          f"mok {result['final_mok']:.4f}, pytorch {result['final_pytorch']:.4f}")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "train_tiny_moe.json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -176,6 +204,7 @@ def main(argv=None):
         fig, ax = plt.subplots(figsize=(7, 4))
         ax.plot(a, label="mok layers (mok.torch, CPU target)")
         ax.plot(b, label="plain-PyTorch MoE layers", linestyle="--")
+        ax.plot(c, label="plain-PyTorch, f32 intermediates", linestyle=":", linewidth=0.9)
         ax.axhline(entropy, color="gray", linewidth=0.8, label="loss floor (chain entropy)")
         ax.set_xlabel("step")
         ax.set_ylabel("cross-entropy")

@@ -20,9 +20,13 @@ no saved tensors beyond the inputs: backward recomputes gate/up.
 
 Megatron-Core's gradient accumulation: with ``accumulate_main_grad=True`` on
 the module, every weight parameter must carry an fp32 ``main_grad`` of its
-shape; backward adds the weight's gradient into it (``main_grad += dW`` in
-fp32), returns no gradient for the weight (its ``.grad`` stays None) and sets
-``param.grad_added_to_main_grad = True``.
+shape; backward adds the weight's gradient into it (``main_grad += dW``, the
+layer's bf16 dW widened to fp32), returns a zero gradient for the weight (as
+Megatron-Core's fused accumulation does with ``zero_out_wgrad``, so that
+gradient hooks still fire) and sets ``param.grad_added_to_main_grad = True``.
+
+Double backward is not supported (the backward is one compiled function):
+``create_graph=True`` through the layer raises.
 
 torch is needed here only: ``import mok`` works without it.
 """
@@ -30,6 +34,7 @@ import math
 
 import numpy as np
 import torch
+from torch.autograd.function import once_differentiable
 
 from ._layer import CompiledLayer, compile as _compile
 from ._spec import LayerSpec
@@ -101,8 +106,10 @@ class MoEFunction(torch.autograd.Function):
             weight = values[names.index(name)]
             if not isinstance(grad, torch.Tensor) or grad.dtype != torch.float32 \
                     or tuple(grad.shape) != tuple(weight.shape) or grad.device.type != "cpu":
+                got = (f"{grad.dtype} of shape {list(grad.shape)} on {grad.device}"
+                       if isinstance(grad, torch.Tensor) else type(grad).__name__)
                 raise ValueError(f"main_grads['{name}']: expected a CPU float32 tensor of "
-                                 f"shape {list(weight.shape)}")
+                                 f"shape {list(weight.shape)}, got {got}")
         out, context = layer.forward(**arrays)
         saved = [_from_numpy(a) for a in context.saved.values()]
         # The inputs as given (no copies) and the context's tensors: all of
@@ -113,6 +120,7 @@ class MoEFunction(torch.autograd.Function):
         return _from_numpy(out)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, d_out):
         layer = ctx.layer
         names = list(layer.arg_names)
@@ -126,7 +134,8 @@ class MoEFunction(torch.autograd.Function):
                 result.append(None)
             elif name in ctx.main_grads:
                 ctx.main_grads[name].add_(_from_numpy(grads[name]).float())
-                result.append(None)
+                result.append(torch.zeros(tensors[i].shape, dtype=tensors[i].dtype)
+                              if ctx.needs_input_grad[2 + i] else None)
             elif ctx.needs_input_grad[2 + i]:
                 result.append(_from_numpy(grads[name]))
             else:
@@ -143,7 +152,8 @@ class MoELayer(torch.nn.Module):
     expert_id_dtype; -1 = no route), router_weights f32 [T, k]; returns bf16
     [T, H]. `spec.tokens` None (the default) compiles for any T.
     `recompute`: save only the inputs; backward recomputes gate/up.
-    `accumulate_main_grad`: see the module docstring."""
+    `accumulate_main_grad`: see the module docstring. Under
+    ``torch.no_grad()`` the layer's inference function runs (no context)."""
 
     def __init__(self, spec, recompute=False, cache_dir=None, accumulate_main_grad=False):
         super().__init__()
@@ -176,8 +186,15 @@ class MoELayer(torch.nn.Module):
 
     def forward(self, x, top_experts, router_weights):
         weights = [getattr(self, n) for n in self._weight_names]
+        if not torch.is_grad_enabled():
+            # Inference: the layer's inference function, no context.
+            names = list(self.layer.arg_names)
+            values = [x, top_experts, router_weights, *weights]
+            infos = self.layer._infer.args[:len(names)]
+            return _from_numpy(self.layer(**{n: _to_numpy(n, v, info)
+                                             for n, v, info in zip(names, values, infos)}))
         main_grads = {}
-        if self.accumulate_main_grad and torch.is_grad_enabled():
+        if self.accumulate_main_grad:
             for name, p in zip(self._weight_names, weights):
                 grad = getattr(p, "main_grad", None)
                 if grad is None:

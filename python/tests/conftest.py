@@ -8,10 +8,11 @@ from cpu_results import MEASURED, SEED  # noqa: E402
 
 
 def pytest_terminal_summary(terminalreporter):
+    tr = terminalreporter
+    # The seed, to rerun a failure with the same inputs.
+    tr.write_line(f"random inputs from MOK_TEST_SEED={SEED}")
     if not MEASURED:
         return
-    tr = terminalreporter
-    tr.write_line(f"random inputs from MOK_TEST_SEED={SEED}")
     tr.section("errors against the float64 reference (sum|diff| / sum|ref|, max|diff|)")
     worst = {}
     for case, what, rel, mx in MEASURED:
