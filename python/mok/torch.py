@@ -41,10 +41,6 @@ from ._spec import LayerSpec
 
 __all__ = ["MoEFunction", "MoELayer"]
 
-_ROUTED = ("gate_weights", "up_weights", "down_weights")
-_SHARED = ("shared_gate_weights", "shared_up_weights", "shared_down_weights")
-
-
 _TORCH_DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32,
                  "i64": torch.int64}
 
