@@ -69,10 +69,13 @@ void invoke(mok::HostExecutable &exe, const std::string &function,
     mok::BufferView v;
     v.data = a.data();
     int64_t expected = 1;
+    // (An empty array has no element to lay out: its strides are whatever
+    // the producer chose, e.g. zero.)
+    bool empty = a.size() == 0;
     for (size_t d = a.ndim(); d-- > 0;) {
       // Contiguity keeps the calling convention simple; the Python layer
       // makes arrays contiguous or names the offending argument first.
-      if (a.shape(d) > 1 && a.stride(d) != expected)
+      if (!empty && a.shape(d) > 1 && a.stride(d) != expected)
         raise("buffer #" + std::to_string(i) + " of '" + function +
               "' is not C-contiguous");
       expected *= a.shape(d);

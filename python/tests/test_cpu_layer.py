@@ -33,7 +33,8 @@ def _inputs(c, rng, T=None):
     T = c["T"] if T is None else T
     H, I, E, k = c["H"], c["I"], c["E"], c["k"]
     used = c.get("used", list(range(E)))
-    top = np.stack([rng.permutation(used)[:k] for _ in range(T)])
+    top = np.stack([rng.permutation(used)[:k] for _ in range(T)]) if T \
+        else np.zeros((0, k), np.int64)
     if c.get("drop"):
         top[rng.random(top.shape) < c["drop"]] = -1
     logits = rng.standard_normal((T, k))
@@ -171,6 +172,24 @@ def test_dynamic_token_count(compiled):
         ref_out, ref_grads = _reference(c, args, d_out)
         _compare(f"dynamic_T={T}", "out", out, ref_out)
         _compare(f"dynamic_T={T}", "d_x", grads["x"], ref_grads["x"])
+
+
+def test_zero_tokens(compiled):
+    """T = 0 (an empty micro-batch): empty output and input gradients, and
+    weight gradients of exact zeros, written (outputs start as NaN)."""
+    c = CASES[8]
+    layer = compiled(c, tokens=None)
+    args, d_out = _problem(c, "zero-tokens", T=0)
+    assert args["x"].shape == (0, c["H"])
+    assert layer(**args).shape == (0, c["H"])
+    out, ctx = layer.forward(**args)
+    grads = layer.backward(ctx, d_out)
+    assert out.shape == (0, c["H"]) and grads["x"].shape == (0, c["H"])
+    assert grads["router_weights"].shape == (0, c["k"])
+    for name in ("gate_weights", "up_weights", "down_weights", "shared_gate_weights",
+                 "shared_up_weights", "shared_down_weights"):
+        g = mok.bf16_to_float32(grads[name])
+        assert g.shape == args[name].shape and np.all(g == 0), name
 
 
 def test_context_flattens_and_rebuilds(compiled):

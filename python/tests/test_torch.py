@@ -26,7 +26,8 @@ T = 29
 def _inputs(seed_name, spec=SPEC, tokens=T):
     g = torch.Generator().manual_seed(seed_for(seed_name))
     top = torch.stack([torch.randperm(spec.experts, generator=g)[:spec.top_k]
-                       for _ in range(tokens)]).int()
+                       for _ in range(tokens)]).int() if tokens \
+        else torch.zeros(0, spec.top_k, dtype=torch.int32)
     top[torch.rand(top.shape, generator=g) < 0.2] = -1
     rw = torch.softmax(torch.randn(tokens, spec.top_k, generator=g), 1)
     rw[torch.rand(rw.shape, generator=g) < 0.2] = 0.0
@@ -256,7 +257,7 @@ def test_inference_under_no_grad_and_no_double_backward():
 
 def test_any_token_count():
     moe = _module()
-    for tokens in (1, 7, 40):
+    for tokens in (0, 1, 7, 40):
         x, top, rw, d_out = _inputs(f"torch-tokens-{tokens}", tokens=tokens)
         out, grads = _run(moe, x, top, rw, d_out)
         assert out.shape == (tokens, SPEC.hidden) and grads["x"].shape == x.shape
