@@ -9,8 +9,9 @@ L=/usr/lib/llvm-22/bin
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 
-# The K-major probe and the N-major-B one (the backward's dgrad operands).
-for probe in gemm_sm90 gemm_sm90_nmajor; do
+# The K-major probe, the N-major-B one (the backward's dgrad operands) and the
+# M-major-A, N-major-B one (its wgrad operands).
+for probe in gemm_sm90 gemm_sm90_nmajor gemm_sm90_mnmajor; do
 "$L/mlir-opt" $probe.mlir --mlir-print-op-on-diagnostic=false \
   --nvvm-attach-target="chip=sm_90a features=+ptx80 O=3" \
   --convert-nvgpu-to-nvvm \

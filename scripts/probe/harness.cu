@@ -2,7 +2,9 @@
 // build_ptx.sh) with the CUDA driver API, runs it once on an sm_90a GPU and
 // checks C = A . W^T against a float64 CPU reference. Given
 // gemm_sm90_nmajor.ptx (its kernel gemm_bf16_nn_256x256x512) it checks
-// C = A . B instead, B read N-major (docs/Backward.md).
+// C = A . B instead, B read N-major; given gemm_sm90_mnmajor.ptx (kernel
+// gemm_bf16_tnn_256x256x512), C = A^T . B with A [K,M] read M-major too
+// (docs/Backward.md).
 //
 //   A [M,K] bf16 row-major, W [N,K] bf16 row-major (or B [K,N] row-major),
 //   C [M,N] f32 row-major.
@@ -26,13 +28,14 @@
 #include <thread>
 #include <vector>
 
-// Must match gemm_sm90.mlir and gemm_sm90_nmajor.mlir (sizes are baked in).
+// Must match gemm_sm90{,_nmajor,_mnmajor}.mlir (sizes are baked in).
 static constexpr int M = 256, N = 256, K = 512;
 static constexpr int BM = 128, BN = 128, BK = 64;
 static constexpr unsigned kThreads = 128;        // one warpgroup
 static constexpr unsigned kDynSmem = 66560;      // 2 x (16 KiB + 16 KiB) + 1 KiB slack
 static const char *kKernel = "gemm_bf16_tn_256x256x512";
 static const char *kKernelNMajor = "gemm_bf16_nn_256x256x512";
+static const char *kKernelMNMajor = "gemm_bf16_tnn_256x256x512";
 
 static void check(CUresult r, const char *what, int line) {
   if (r == CUDA_SUCCESS) return;
@@ -89,8 +92,12 @@ int main(int argc, char **argv) {
   ss << in.rdbuf();
   std::string ptx = ss.str();  // c_str() is NUL-terminated, as cuModuleLoadData needs
   // The N-major probe: B [K, N], read through boxes of 64 (N) x 64 (K).
-  const bool nMajor = ptx.find(kKernelNMajor) != std::string::npos;
-  const char *kernel = nMajor ? kKernelNMajor : kKernel;
+  // The M-major-A probe: A [K, M], read through boxes of 64 (M) x 64 (K).
+  const bool mMajor = ptx.find(kKernelMNMajor) != std::string::npos;
+  const bool nMajor = mMajor || ptx.find(kKernelNMajor) != std::string::npos;
+  const char *kernel = mMajor ? kKernelMNMajor : nMajor ? kKernelNMajor : kKernel;
+  std::printf("operand A: %s\n", mMajor ? "[K, M] row-major (M-major, imm-trans-a = 1)"
+                                         : "[M, K] row-major (K-major)");
   std::printf("operand B: %s\n", nMajor ? "[K, N] row-major (N-major, imm-trans-b = 1)"
                                          : "[N, K] row-major (K-major)");
 
@@ -153,7 +160,10 @@ int main(int argc, char **argv) {
 
   // ---- tensor maps, passed to the kernel by pointer (64-byte aligned, global memory) ------
   alignas(64) CUtensorMap tmA, tmW;
-  make_tmap(&tmA, dA, M, K);
+  if (mMajor)
+    make_tmap(&tmA, dA, K, M, 64);
+  else
+    make_tmap(&tmA, dA, M, K);
   if (nMajor)
     make_tmap(&tmW, dW, K, N, 64);
   else
@@ -198,9 +208,9 @@ int main(int argc, char **argv) {
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
       double ref = 0;
-      const double *a = &fA[(size_t)m * K];
       for (int k = 0; k < K; ++k)
-        ref += a[k] * (nMajor ? fW[(size_t)k * N + n] : fW[(size_t)n * K + k]);
+        ref += (mMajor ? fA[(size_t)k * M + m] : fA[(size_t)m * K + k]) *
+               (nMajor ? fW[(size_t)k * N + n] : fW[(size_t)n * K + k]);
       double got = hC[(size_t)m * N + n];
       double d = std::fabs(got - ref);
       sumRef += std::fabs(ref);
