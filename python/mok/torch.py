@@ -68,6 +68,16 @@ def _to_numpy(name, t, expected=None):
                     f"got {t.dtype}")
 
 
+def _arrays(layer, fn, values):
+    """The layer's arguments (x, top_experts, router_weights, weights) as
+    its function `fn` takes them, by name, dtypes checked against `fn`."""
+    names = list(layer.arg_names)
+    if len(values) != len(names):
+        raise TypeError(f"expected {len(names)} tensors ({', '.join(names)}), "
+                        f"got {len(values)}")
+    return {n: _to_numpy(n, v, info) for n, v, info in zip(names, values, fn.args)}
+
+
 def _from_numpy(a):
     """The CPU layer's array as a tensor (uint16 bit patterns as bfloat16)."""
     if a.dtype == np.uint16:
@@ -90,11 +100,7 @@ class MoEFunction(torch.autograd.Function):
                             f"{type(layer).__name__}")
         names = list(layer.arg_names)
         values = [x, top_experts, router_weights, *weights]
-        if len(values) != len(names):
-            raise TypeError(f"expected {len(names)} tensors ({', '.join(names)}), "
-                            f"got {len(values)}")
-        infos = layer._forward.args[:len(names)]
-        arrays = {n: _to_numpy(n, v, info) for n, v, info in zip(names, values, infos)}
+        arrays = _arrays(layer, layer._forward, values)
         for name, grad in main_grads.items():
             if name not in names[3:]:
                 raise ValueError(f"main_grads: '{name}' is not a weight of the layer "
@@ -184,11 +190,8 @@ class MoELayer(torch.nn.Module):
         weights = [getattr(self, n) for n in self._weight_names]
         if not torch.is_grad_enabled():
             # Inference: the layer's inference function, no context.
-            names = list(self.layer.arg_names)
-            values = [x, top_experts, router_weights, *weights]
-            infos = self.layer._infer.args[:len(names)]
-            return _from_numpy(self.layer(**{n: _to_numpy(n, v, info)
-                                             for n, v, info in zip(names, values, infos)}))
+            return _from_numpy(self.layer(**_arrays(
+                self.layer, self.layer._infer, [x, top_experts, router_weights, *weights])))
         main_grads = {}
         if self.accumulate_main_grad:
             for name, p in zip(self._weight_names, weights):

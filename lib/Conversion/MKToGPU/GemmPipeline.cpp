@@ -359,9 +359,13 @@ void GemmEmitter::gatheredRowsLanded(int64_t pending) {
   NVVM::CpAsyncWaitGroupOp::create(b, loc, static_cast<uint32_t>(pending));
   // cp.async writes through the generic proxy; wgmma reads through the
   // async proxy.
+  fenceAsyncShared();
+}
+
+void GemmEmitter::fenceAsyncShared() {
   NVVM::FenceProxyOp::create(
-      b, loc, NVVM::ProxyKind::async_shared,
-      NVVM::SharedSpaceAttr::get(b.getContext(),
+      e.b, e.loc, NVVM::ProxyKind::async_shared,
+      NVVM::SharedSpaceAttr::get(e.b.getContext(),
                                  NVVM::SharedSpace::shared_cta));
 }
 
@@ -869,9 +873,7 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     assert((!roles.producer || tiles.empty()) &&
            "with a producer the epilogue leaves the stages alone");
     if (!roles.producer && !early) {
-      NVVM::FenceProxyOp::create(
-          b, loc, NVVM::ProxyKind::async_shared,
-          NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+      fenceAsyncShared();
       syncWarpgroup(p.consumers());
     }
     SmallVector<Value> next = {e.add(it, e.index(kTiles))};

@@ -255,6 +255,10 @@ protected:
   /// most recent cp.async groups, and visible to the async proxy (wgmma):
   /// a consumer barrier after it makes every thread's rows ready.
   void gatheredRowsLanded(int64_t pending);
+  /// fence.proxy.async.shared::cta: this thread's view of shared memory
+  /// (generic-proxy writes it made or observed) ordered before its later
+  /// async-proxy accesses (wgmma, TMA).
+  void fenceAsyncShared();
   /// An LLVM pointer (shared address space) to shared-window address
   /// `address` (index; smemBase plus a byte offset).
   Value sharedPointer(Value address);

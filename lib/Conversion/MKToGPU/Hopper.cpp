@@ -144,9 +144,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     // proxy) completed on the barrier; the wgmmas read through the async
     // proxy.
     if (mma && roles.producer && p.gatherRows)
-      NVVM::FenceProxyOp::create(
-          b, loc, NVVM::ProxyKind::async_shared,
-          NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+      fenceAsyncShared();
     if (mma) {
       Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
       // This warpgroup's 64 rows of the A box (128-byte rows).
