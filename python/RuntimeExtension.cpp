@@ -201,8 +201,10 @@ struct NamedArrays {
   }
 };
 
-/// The layer operands of a call: the `inputs` dict, then keyword arguments,
-/// in that order (the runtime reports the first wrong one).
+/// The named tensors of a call (the layer's inputs and its extra outputs:
+/// every output but the first, which is `out`): the `inputs` dict, then
+/// keyword arguments, in that order (the runtime reports the first wrong
+/// one).
 NamedArrays collect(nb::handle inputs, const nb::kwargs &named, int device,
                     int64_t dlpackStream) {
   NamedArrays args;
@@ -367,6 +369,13 @@ struct Layer {
     std::vector<std::string> names;
     for (int i = 0, n = mok_layer_input_count(handle); i < n; ++i)
       names.push_back(mok_layer_input_name(handle, i));
+    return names;
+  }
+
+  std::vector<std::string> outputNames() const {
+    std::vector<std::string> names;
+    for (int i = 0, n = mok_layer_output_count(handle); i < n; ++i)
+      names.push_back(mok_layer_output_name(handle, i));
     return names;
   }
 
@@ -590,6 +599,10 @@ NB_MODULE(_runtime, m) {
       .def(nb::init<const std::string &>(), "metadata_json"_a)
       .def_prop_ro("input_names", &Layer::inputNames,
                    "The layer's inputs, in the kernel's order.")
+      .def_prop_ro("output_names", &Layer::outputNames,
+                   "The layer's outputs, in the kernel's order: the first is "
+                   "`out` of check and forward, the others (extra outputs) "
+                   "are passed by name with the inputs.")
       .def_prop_ro(
           "device",
           [](const Layer &l) -> nb::object {
@@ -602,17 +615,20 @@ NB_MODULE(_runtime, m) {
                    "The bound weight views, by operand name.")
       .def("check", &Layer::checkArgs, "inputs"_a = nb::none(), nb::kw_only(),
            "out"_a, "named"_a,
-           "Checks the operands (a dict and/or keyword arguments) and `out` "
-           "against the metadata as forward would, without the driver; "
-           "arrays may be on any device until the layer is loaded.")
+           "Checks the operands (a dict and/or keyword arguments: every "
+           "input and every extra output, output_names[1:]) and `out` (the "
+           "first output) against the metadata as forward would, without "
+           "the driver; arrays may be on any device until the layer is "
+           "loaded.")
       .def("load", &Layer::load, "device"_a, "ptx"_a,
            "Loads the PTX on CUDA `device` and allocates the workspace.")
       .def("forward", &Layer::forward, "inputs"_a = nb::none(), nb::kw_only(),
            "out"_a, "stream"_a = 0, "named"_a,
            "Checks and launches on `stream` (a CUstream handle as an int, 0 "
            "= the legacy default stream), asynchronously; returns `out`. "
-           "Operands as a dict and/or keyword arguments, CUDA arrays on the "
-           "layer's device.")
+           "Operands (the inputs and the extra outputs, written in place) as "
+           "a dict and/or keyword arguments, CUDA arrays on the layer's "
+           "device.")
       .def("bind_weights", &Layer::bindWeights, "name"_a, "view"_a.none(),
            "Binds a WeightView to the routed weight operand `name` "
            "(gate_weights, up_weights, down_weights): forwards then take it "

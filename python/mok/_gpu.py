@@ -224,6 +224,20 @@ def _extent(t):
     return (t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size())
 
 
+def _overlap(a, b):
+    """Whether torch tensors `a` and `b` share a byte (never when one of them
+    has no elements)."""
+    (a0, a1), (b0, b1) = _extent(a), _extent(b)
+    return a0 < a1 and b0 < b1 and a0 < b1 and b0 < a1
+
+
+def _poison(t):
+    """Fills `t` with what a kernel never writes: NaN, or the most negative
+    integer for an integer dtype."""
+    import torch
+    t.fill_(float("nan") if t.is_floating_point() else torch.iinfo(t.dtype).min)
+
+
 class GpuLayer:
     """A compiled forward layer on one CUDA device, called with torch tensors
     by argument name, as the CPU layer is. A thin layer over the runtime's
@@ -238,6 +252,15 @@ class GpuLayer:
     before the launch, so that anything the kernel left unwritten shows
     (the GPU tests run so; it costs a fill of the output every call). Launches are asynchronous on torch's current stream and
     need no host synchronization, so they can be captured in a CUDA graph.
+
+    A kernel may have several outputs (metadata params of role "output": a
+    backward's gradients, a training forward's saved context). The first is
+    `out`; `extra_outputs` names the others. A call then returns a dict of
+    every output by name (the first included), each allocated as `out` is
+    unless given in `outputs=` (a dict by output name, which may hold the
+    first output instead of `out=`; each checked as `out` is, against its
+    own dtype and shape, and none overlapping another output). A layer with
+    one output returns that tensor, and refuses `outputs=`.
 
     Routed weights can instead be bound once to trainer-owned storage, without
     a copy (bind_weights, bind_fc1): a [E, rows, cols] tensor with any row
@@ -274,7 +297,8 @@ class GpuLayer:
         self._layer.load(device, artifact.ptx)
         params = self.meta["params"]
         self.inputs = [p for p in params if p["role"] == "input"]
-        self.output = next(p for p in params if p["role"] == "output")
+        self.outputs = [p for p in params if p["role"] == "output"]
+        self.output = self.outputs[0]  # `out` (rt.Layer refused metadata without)
         self._forwards = 0  # launched (a CUDA graph's replays are not counted)
 
     def _param(self, name):
@@ -306,23 +330,76 @@ class GpuLayer:
     def _torch_dtype(self, dtype):
         return getattr(self.torch, _DTYPES[dtype])
 
-    def _checked_out(self, out, inputs):
-        """`out` checked as the output (as an input is, and contiguous, not
-        requiring grad, not overlapping any of `inputs`), as a torch tensor."""
+    @property
+    def extra_outputs(self):
+        """The names of the outputs but the first (`out`), in the kernel's
+        order; () for a layer with one output."""
+        return tuple(p["name"] for p in self.outputs[1:])
+
+    def _checked_out(self, name, out, p, inputs, outputs):
+        """Output `p` given as `name` (out, or its name in `outputs=`)
+        checked as an input is, and contiguous, not requiring grad, not
+        overlapping any of `inputs` or of the other given `outputs` (dicts
+        of torch tensors by name), as a torch tensor."""
         if getattr(out, "requires_grad", False):
-            raise ValueError("out: must not require grad (the layer writes it in place, "
-                             "outside autograd)")
-        out = self._validate("out", out, self.output)
+            raise ValueError(f"{name}: must not require grad (the layer writes it in "
+                             f"place, outside autograd)")
+        out = self._validate(name, out, p)
         if not out.is_contiguous():
-            raise ValueError(f"out: expected a contiguous tensor "
-                             f"{list(self.output['shape'])}, got strides {list(out.stride())}")
-        span = _extent(out)
-        for n, t in inputs.items():
-            lo, hi = _extent(t)
-            if lo < span[1] and span[0] < hi:
-                raise ValueError(f"out: overlaps the input {n} in memory; pass a "
-                                 f"separate tensor")
+            raise ValueError(f"{name}: expected a contiguous tensor "
+                             f"{list(p['shape'])}, got strides {list(out.stride())}")
+        for kind, others in (("input", inputs), ("output", outputs)):
+            for n, t in others.items():
+                if _overlap(out, t):
+                    raise ValueError(f"{name}: overlaps the {kind} {n} in memory; pass a "
+                                     f"separate tensor")
         return out
+
+    def _outputs(self, out, outputs, inputs):
+        """(tensors, results): every output by name, in the kernel's order,
+        as a torch tensor to launch with, and as the call returns it (the
+        caller's own object when given). `out` is the first output,
+        `outputs` a dict of any of them by name; those given are checked
+        (against `inputs`, a dict of torch tensors, and each other), the
+        others allocated."""
+        first = self.output["name"]
+        names = [p["name"] for p in self.outputs]
+        given = {}  # output name -> (argument name, the caller's object)
+        if outputs is not None:
+            if len(names) == 1:
+                raise TypeError(f"outputs: this layer has one output ({first}); pass it "
+                                f"as out=")
+            if not isinstance(outputs, dict):
+                raise TypeError(f"outputs: expected a dict of tensors by output name "
+                                f"({', '.join(names)}), got {type(outputs).__name__}")
+            for n, t in outputs.items():
+                if n not in names:
+                    raise TypeError(f"outputs: unknown output {n!r}; expected "
+                                    f"{', '.join(names)}")
+                given[n] = (n, t)
+        if out is not None:
+            if first in given:
+                raise TypeError(f"out: the first output {first} is given twice (as out= "
+                                f"and in outputs=)")
+            given[first] = ("out", out)
+        torch = self.torch
+        tensors, results, checked = {}, {}, {}
+        for p in self.outputs:
+            n = p["name"]
+            if n in given:
+                arg, t = given[n]
+                tensors[n] = checked[arg] = self._checked_out(arg, t, p, inputs, checked)
+                results[n] = t
+                continue
+            # Every element is written by the kernel (the combine writes each
+            # token's row; a kernel's extra outputs must be written whole too,
+            # which poison_outputs shows): no fill unless asked.
+            t = torch.empty(p["shape"], dtype=self._torch_dtype(p["dtype"]),
+                            device=self.device)
+            if self.poison_outputs:
+                _poison(t)
+            tensors[n] = results[n] = t
+        return tensors, results
 
     def _validate(self, name, t, p):
         return self._tensor(name, t, p["dtype"], p["shape"])
@@ -427,10 +504,12 @@ class GpuLayer:
         return [(name, (end - start) / 1e6)
                 for name, start, end in zip(phases, stamps, stamps[1:])]
 
-    def __call__(self, *args, out=None, **kwargs):
+    def __call__(self, *args, out=None, outputs=None, **kwargs):
         """The output, for the inputs by name or by position (the inputs'
         order, without the operands bound to weight views); written into
-        `out` if given (see the class)."""
+        `out` if given (see the class). A layer with extra outputs returns
+        a dict of every output by name, each written into `outputs[name]`
+        if given there (`out` for the first)."""
         bound = self._layer.bound_weights
         names = [p["name"] for p in self.inputs if p["name"] not in bound]
         if len(args) > len(names):
@@ -450,20 +529,11 @@ class GpuLayer:
         for p in self.inputs:
             if p["name"] in given:
                 given[p["name"]] = self._validate(p["name"], given[p["name"]], p)
-        torch = self.torch
-        result = out  # the caller's `out` itself, when given
-        if out is None:
-            # Every element is written by the kernel (the combine writes
-            # each token's row): no fill unless asked.
-            out = result = torch.empty(self.output["shape"],
-                                       dtype=self._torch_dtype(self.output["dtype"]),
-                                       device=self.device)
-            if self.poison_outputs:
-                out.fill_(float("nan"))
-        else:
-            out = self._checked_out(out, given)
-        stream = torch.cuda.current_stream(self.device).cuda_stream
-        self._layer.forward({n: self._export(t) for n, t in given.items()},
-                            out=self._export(out), stream=stream)
+        tensors, results = self._outputs(out, outputs, given)
+        first = self.output["name"]
+        named = {n: self._export(t) for n, t in given.items()}
+        named.update((n, self._export(t)) for n, t in tensors.items() if n != first)
+        stream = self.torch.cuda.current_stream(self.device).cuda_stream
+        self._layer.forward(named, out=self._export(tensors[first]), stream=stream)
         self._forwards += 1
-        return result
+        return results if len(self.outputs) > 1 else results[first]

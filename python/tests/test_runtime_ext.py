@@ -3,8 +3,9 @@
 probe, layers created from compiled metadata, every argument check (through
 NumPy arrays, and DLPack producers that claim bf16 or a CUDA device over
 NumPy memory — never read by a kernel), weight views and their addresses,
-binding views to layers, a layer's expert-parallel group. The GPU runs are in
-gpu/test_gpu_views.py."""
+binding views to layers, a layer's expert-parallel group, layers with
+several outputs (and GpuLayer's handling of them, on the CPU with torch). The
+GPU runs are in gpu/test_gpu_views.py."""
 import ctypes
 import gc
 import json
@@ -12,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -316,6 +318,280 @@ def test_cuda_arrays_are_exported_on_the_launch_stream(scalar):
     w = bf16(4, 32, 64, device=CUDA0)
     rt.weights_from_tensor(w)
     assert w.streams == [-1]
+
+
+#===----------------------------------------------------------------------===#
+# Several outputs
+#===----------------------------------------------------------------------===#
+
+def _param(name, role, dtype, shape):
+    return {"name": name, "role": role, "dtype": dtype, "shape": shape}
+
+
+# A kernel with extra outputs, hand-written (needs no compiler): the output
+# first, then saved context ("gate") and an f32 output (a backward's
+# d_router_weights).
+MULTI = {"mok_metadata_version": 3, "function": "moe_layer", "kernel": "k", "block": 256,
+         "cooperative": True, "dynamic_shared_memory": 0, "params": [
+             _param("x", "input", "bf16", [4, 64]),
+             _param("top_experts", "input", "i32", [4, 2]),
+             _param("router_weights", "input", "f32", [4, 2]),
+             _param("out", "output", "bf16", [4, 64]),
+             _param("gate", "output", "bf16", [8, 16]),
+             _param("grid_barrier", "workspace", "i32", [2]),
+             _param("d_router_weights", "output", "f32", [4, 2])]}
+SINGLE = dict(MULTI, params=[p for p in MULTI["params"]
+                             if p["name"] not in ("gate", "d_router_weights")])
+EXTRA = ("gate", "d_router_weights")
+
+
+def extra_outputs_of(meta, device=(1, 0)):
+    """Arrays of the right dtype and shape for every output but the first."""
+    outputs = [p for p in meta["params"] if p["role"] == "output"][1:]
+    return {p["name"]: FakeArray(np.zeros(p["shape"], {"bf16": np.uint16,
+                                                       "f32": np.float32}[p["dtype"]]),
+                                 p["dtype"], device)
+            for p in outputs}
+
+
+def test_layer_reports_its_outputs():
+    layer = rt.Layer(json.dumps(MULTI))
+    assert layer.input_names == ["x", "top_experts", "router_weights"]
+    assert layer.output_names == ["out", "gate", "d_router_weights"]
+    assert rt.Layer(json.dumps(SINGLE)).output_names == ["out"]
+
+
+def test_check_takes_the_extra_outputs_by_name():
+    layer = rt.Layer(json.dumps(MULTI))
+    args, extra, out = good_inputs(MULTI), extra_outputs_of(MULTI), output_of(MULTI)
+    assert layer.check(dict(args, **extra), out=out) is None
+    assert layer.check(args, out=out, **extra) is None
+    assert layer.check(out=out, **args, **extra) is None
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda a: a.pop("gate"),
+     "outputs: 'gate' is missing (extra outputs are passed among the named tensors)"),
+    (lambda a: a.pop("d_router_weights"), "outputs: 'd_router_weights' is missing"),
+    (lambda a: a.update(hidden=bf16(8, 16)),
+     "unknown input or output 'hidden'; expected the inputs x, top_experts, router_weights "
+     "and the extra outputs gate, d_router_weights (the first output, 'out', is `out`)"),
+    (lambda a: a.update(out=bf16(4, 64)),
+     "'out' is the layer's first output: pass it as `out`, not among the named tensors"),
+    (lambda a: a.update(d_router_weights=bf16(4, 2)),
+     "d_router_weights: expected dtype f32, got bf16 [4, 2]"),
+    (lambda a: a.update(gate=bf16(16, 8)), "gate: expected shape [8, 16], got [16, 8]"),
+])
+def test_check_names_the_wrong_extra_output(change, message):
+    layer = rt.Layer(json.dumps(MULTI))
+    args = dict(good_inputs(MULTI), **extra_outputs_of(MULTI))
+    change(args)
+    with raises(mok.MokRuntimeError, message) as info:
+        layer.check(args, out=output_of(MULTI))
+    assert info.value.status == "MOK_ERROR_INVALID_ARGUMENT"
+
+
+def _bytes(array, begin, end):
+    return f"[{array.ctypes.data + begin:#x}, {array.ctypes.data + end:#x})"
+
+
+def test_check_refuses_outputs_that_overlap():
+    """An output over an input, or over another output: the kernel would
+    read what it writes, or write one over the other."""
+    layer = rt.Layer(json.dumps(MULTI))
+    args = dict(good_inputs(MULTI), **extra_outputs_of(MULTI))
+    x, gate = np.zeros((4, 64), np.uint16), np.zeros((8, 16), np.uint16)
+    with raises(mok.MokRuntimeError, f"outputs: 'gate' (bytes {_bytes(x, 128, 384)}) overlaps "
+                f"the input 'x' ({_bytes(x, 0, 512)}); an output may share memory with "
+                "neither an input nor another output") as info:
+        layer.check(dict(args, x=FakeArray(x),
+                         gate=FakeArray(x.reshape(-1)[64:192].reshape(8, 16))),
+                    out=output_of(MULTI))
+    assert info.value.status == "MOK_ERROR_INVALID_ARGUMENT"
+    drw = gate.view(np.float32).reshape(-1)[4:12].reshape(4, 2)  # bytes 16 to 48
+    with raises(mok.MokRuntimeError, f"outputs: 'd_router_weights' (bytes "
+                f"{_bytes(gate, 16, 48)}) overlaps the output 'gate' ({_bytes(gate, 0, 256)})"):
+        layer.check(dict(args, gate=FakeArray(gate), d_router_weights=FakeArray(drw, "f32")),
+                    out=output_of(MULTI))
+    # Adjacent is not overlapping.
+    memory = np.zeros(384, np.uint16)
+    assert layer.check(dict(args, gate=FakeArray(memory[256:].reshape(8, 16))),
+                       out=FakeArray(memory[:256].reshape(4, 64))) is None
+
+
+def test_check_refuses_an_output_over_an_input():
+    """The first output too, in a layer with one output."""
+    layer = rt.Layer(json.dumps(SINGLE))
+    x = np.zeros((4, 64), np.uint16)
+    args = dict(good_inputs(SINGLE), x=FakeArray(x))
+    with raises(mok.MokRuntimeError, f"out: 'out' (bytes {_bytes(x, 0, 512)}) overlaps the "
+                f"input 'x' ({_bytes(x, 0, 512)})"):
+        layer.check(args, out=FakeArray(x))
+    # Inputs may share memory (they are only read).
+    ids = np.zeros((4, 2), np.int32)
+    assert layer.check(dict(args, top_experts=FakeArray(ids, "i32"),
+                            router_weights=FakeArray(ids.view(np.float32), "f32")),
+                       out=output_of(SINGLE)) is None
+    with raises(mok.MokRuntimeError, "gate: given twice (in `inputs` and as a keyword"):
+        rt.Layer(json.dumps(MULTI)).check(dict(args, gate=bf16(8, 16)),
+                                          out=output_of(MULTI), gate=bf16(8, 16))
+
+
+def test_forward_exports_the_extra_outputs_on_the_launch_stream():
+    layer = rt.Layer(json.dumps(MULTI))
+    args, out = good_inputs(MULTI, CUDA0), output_of(MULTI, CUDA0)
+    with raises(mok.MokRuntimeError, "gate: expected a CUDA array, got cpu"):
+        layer.forward(dict(args, **extra_outputs_of(MULTI)), out=out)
+    extra = extra_outputs_of(MULTI, CUDA0)
+    with raises(mok.MokRuntimeError, "layer: not loaded (call load(device, ptx) first)"):
+        layer.forward(dict(args, **extra), out=out, stream=0x7f0012345600)
+    assert extra["gate"].streams == [0x7f0012345600]
+
+
+class _CheckingLayer:
+    """Stands for a loaded mok._runtime.Layer: forward checks its arguments
+    as the runtime would (Layer.check: every named tensor and out, on any
+    device) and records them instead of launching."""
+
+    def __init__(self, meta):
+        self.layer = rt.Layer(json.dumps(meta))
+        self.bound_weights = {}
+        self.calls = []
+
+    def forward(self, named, out, stream):
+        self.layer.check(named, out=out)
+        self.calls.append((dict(named), out, stream))
+        return out
+
+
+def _cpu_gpu_layer(meta, monkeypatch, poison_outputs=False):
+    """A GpuLayer over `meta` on the CPU (its checks compare devices, and it
+    allocates there), launching through _CheckingLayer: GpuLayer's own
+    handling of the arguments and outputs, without a GPU."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda device: types.SimpleNamespace(cuda_stream=0))
+    layer = object.__new__(mok.GpuLayer)
+    layer.torch, layer.meta, layer.poison_outputs = torch, meta, poison_outputs
+    layer.device = torch.device("cpu")
+    layer._layer = _CheckingLayer(meta)
+    layer._export = lambda t: t  # torch tensors as they are, for the record
+    layer.inputs = [p for p in meta["params"] if p["role"] == "input"]
+    layer.outputs = [p for p in meta["params"] if p["role"] == "output"]
+    layer.output = layer.outputs[0]
+    layer._forwards = 0
+    return layer, torch
+
+
+def _torch_inputs(torch):
+    return dict(x=torch.zeros(4, 64, dtype=torch.bfloat16),
+                top_experts=torch.zeros(4, 2, dtype=torch.int32),
+                router_weights=torch.zeros(4, 2))
+
+
+def test_gpu_layer_allocates_and_returns_every_output(monkeypatch):
+    layer, torch = _cpu_gpu_layer(MULTI, monkeypatch)
+    assert layer.extra_outputs == EXTRA
+    args = _torch_inputs(torch)
+    got = layer(**args)
+    assert list(got) == ["out", "gate", "d_router_weights"]
+    assert [(got[n].dtype, list(got[n].shape)) for n in got] == [
+        (torch.bfloat16, [4, 64]), (torch.bfloat16, [8, 16]), (torch.float32, [4, 2])]
+    (named, out, stream), = layer._layer.calls
+    assert out is got["out"] and stream == 0
+    assert list(named) == ["x", "top_experts", "router_weights", "gate", "d_router_weights"]
+    assert named["gate"] is got["gate"] and named["d_router_weights"] is got["d_router_weights"]
+    # Given outputs are written in place and returned as given; the returned
+    # dict can be passed back (the first output in it, or as out=).
+    gate = torch.empty(8, 16, dtype=torch.bfloat16)
+    again = layer(**args, outputs={"gate": gate})
+    assert again["gate"] is gate
+    assert layer._layer.calls[-1][0]["gate"].data_ptr() == gate.data_ptr()
+    assert again["out"] is not got["out"]
+    reused = layer(**args, outputs=got)
+    assert all(reused[n] is got[n] for n in got)
+    out = torch.empty(4, 64, dtype=torch.bfloat16)
+    assert layer(**args, out=out, outputs={"gate": gate})["out"] is out
+    assert layer._layer.calls[-1][1].data_ptr() == out.data_ptr()
+    assert layer._forwards == 4
+
+
+def test_gpu_layer_poisons_the_outputs_it_allocates(monkeypatch):
+    layer, torch = _cpu_gpu_layer(MULTI, monkeypatch, poison_outputs=True)
+    gate = torch.zeros(8, 16, dtype=torch.bfloat16)
+    got = layer(**_torch_inputs(torch), outputs={"gate": gate})
+    assert torch.isnan(got["out"]).all() and torch.isnan(got["d_router_weights"]).all()
+    assert not torch.isnan(gate).any()
+    plain, _ = _cpu_gpu_layer(MULTI, monkeypatch)
+    assert plain.poison_outputs is False
+
+
+def test_gpu_layer_with_one_output_returns_it(monkeypatch):
+    layer, torch = _cpu_gpu_layer(SINGLE, monkeypatch)
+    assert layer.extra_outputs == ()
+    args = _torch_inputs(torch)
+    out = layer(**args)
+    assert isinstance(out, torch.Tensor) and list(out.shape) == [4, 64]
+    given = torch.empty(4, 64, dtype=torch.bfloat16)
+    assert layer(**args, out=given) is given
+    for outputs in ({"out": given}, {}):
+        with raises(TypeError, "outputs: this layer has one output (out); pass it as out="):
+            layer(**args, outputs=outputs)
+
+
+def _wrong_outputs(torch, args):
+    bf, f32 = torch.bfloat16, torch.float32
+    gate = torch.empty(8, 16, dtype=bf)
+    return [
+        (dict(outputs=[gate]), TypeError,
+         "outputs: expected a dict of tensors by output name (out, gate, d_router_weights), "
+         "got list"),
+        (dict(outputs={"hidden": gate}), TypeError,
+         "outputs: unknown output 'hidden'; expected out, gate, d_router_weights"),
+        (dict(out=torch.empty(4, 64, dtype=bf), outputs={"out": torch.empty(4, 64, dtype=bf)}),
+         TypeError, "out: the first output out is given twice (as out= and in outputs=)"),
+        (dict(outputs={"gate": torch.empty(8, 16)}), TypeError,
+         "gate: expected dtype torch.bfloat16, got torch.float32"),
+        (dict(outputs={"d_router_weights": torch.empty(4, 2, dtype=bf)}), TypeError,
+         "d_router_weights: expected dtype torch.float32, got torch.bfloat16"),
+        (dict(outputs={"gate": torch.empty(8, 8, dtype=bf)}), ValueError,
+         "gate: expected shape [8, 16], got [8, 8]"),
+        (dict(outputs={"gate": "gate"}), TypeError,
+         "gate: expected a torch.Tensor (bf16 [8, 16]), got str"),
+        (dict(outputs={"gate": torch.empty(8, 16, dtype=bf, device="meta")}), ValueError,
+         "gate: expected a tensor on cpu, got meta"),
+        (dict(outputs={"gate": torch.empty(16, 8, dtype=bf).t()}), ValueError,
+         "gate: expected a contiguous tensor [8, 16], got strides [1, 8]"),
+        (dict(outputs={"gate": torch.empty(8, 16, dtype=bf, requires_grad=True)}), ValueError,
+         "gate: must not require grad"),
+        (dict(outputs={"gate": args["x"].view(-1)[64:192].view(8, 16)}), ValueError,
+         "gate: overlaps the input x in memory; pass a separate tensor"),
+        (dict(outputs={"gate": gate,
+                       "d_router_weights": gate.view(f32).view(-1)[4:12].view(4, 2)}),
+         ValueError, "d_router_weights: overlaps the output gate in memory"),
+    ]
+
+
+def test_gpu_layer_checks_the_outputs_it_is_given(monkeypatch):
+    layer, torch = _cpu_gpu_layer(MULTI, monkeypatch)
+    args = _torch_inputs(torch)
+    for kwargs, exc, message in _wrong_outputs(torch, args):
+        calls = len(layer._layer.calls)
+        with raises(exc, message):
+            layer(**args, **kwargs)
+        assert len(layer._layer.calls) == calls  # nothing launched
+    # out= over a given extra output: the later one is named.
+    out = torch.empty(4, 64, dtype=torch.bfloat16)
+    with raises(ValueError, "gate: overlaps the output out in memory"):
+        layer(**args, out=out, outputs={"gate": out.view(-1)[:128].view(8, 16)})
+
+
+def test_tensors_without_elements_overlap_nothing():
+    torch = pytest.importorskip("torch")
+    from mok._gpu import _overlap
+    x = torch.zeros(4, 64, dtype=torch.bfloat16)
+    assert _overlap(x[1:], x[:2]) and _overlap(x, x[3:]) and not _overlap(x[:1], x[1:])
+    assert not _overlap(x[2:2], x) and not _overlap(x, x[2:2])
 
 
 #===----------------------------------------------------------------------===#

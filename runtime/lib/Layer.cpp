@@ -65,7 +65,10 @@ struct mok_layer_s {
   size_t slots = 0;        // CUtensorMaps: the sum of the maps' `experts`
   int mapStorage = -1;     // the param of role tensor_maps
   std::vector<int> inputs; // indices of the input params, in order
-  int output = -1;
+  // Indices of the output params, in order: the first is the output (`out`
+  // of mok_layer_check/mok_layer_forward), the others are extra outputs,
+  // passed by name among the named tensors.
+  std::vector<int> outputs;
   std::vector<Binding> views; // per param; bound only for inputs
   // Expert parallelism: the size the kernel was compiled for (metadata
   // "ep", 1 without it) and the group it runs in (mok_layer_set_ep_group).
@@ -233,7 +236,7 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
         if (param.role == "input")
           layer->inputs.push_back(static_cast<int>(layer->params.size()));
         else if (param.role == "output")
-          layer->output = static_cast<int>(layer->params.size());
+          layer->outputs.push_back(static_cast<int>(layer->params.size()));
         else if (param.role != "workspace" && param.role != "tensor_maps")
           r.error = where + ": unknown role '" + param.role + "'";
       }
@@ -255,7 +258,7 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
     }
   if (!r.ok())
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << r.error;
-  if (layer->output < 0)
+  if (layer->outputs.empty())
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "metadata: no parameter has role 'output'";
   auto find = [&](const std::string &name) {
@@ -323,6 +326,13 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
            << "' parameter holds " << p.elements() << " "
            << mok_dtype_name(p.dtype) << " elements (" << storage << " bytes)";
   }
+  // Operands are bound by name: a second param of the same name could
+  // never be given.
+  for (size_t i = 0; i < layer->params.size(); ++i)
+    if (int first = find(layer->params[i].name); first != static_cast<int>(i))
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "metadata: params[" << i << "] ('" << layer->params[i].name
+             << "'): the name of params[" << first << "] too";
   for (const std::string &z : layer->zeroFirst)
     if (find(z) < 0 || layer->params[find(z)].role != "workspace")
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
@@ -343,6 +353,16 @@ extern "C" const char *mok_layer_input_name(mok_layer layer, int index) {
   if (!layer || index < 0 || index >= static_cast<int>(layer->inputs.size()))
     return nullptr;
   return layer->params[layer->inputs[index]].name.c_str();
+}
+
+extern "C" int mok_layer_output_count(mok_layer layer) {
+  return layer ? static_cast<int>(layer->outputs.size()) : 0;
+}
+
+extern "C" const char *mok_layer_output_name(mok_layer layer, int index) {
+  if (!layer || index < 0 || index >= static_cast<int>(layer->outputs.size()))
+    return nullptr;
+  return layer->params[layer->outputs[index]].name.c_str();
 }
 
 //===----------------------------------------------------------------------===//
@@ -376,28 +396,105 @@ static void *viewPointer(const mok_expert_weights &w) {
   return w.layout == MOK_WEIGHTS_PER_EXPERT ? w.expert_pointers[0] : w.base;
 }
 
-/// The pointer of every input (by param index) after checking them all;
-/// inputs bound to weight views come from the views, not from `inputs`.
+/// "x, top_experts, ..." for the params at `indices`, from `from` on.
+static std::string nameList(mok_layer layer, const std::vector<int> &indices,
+                            size_t from = 0) {
+  std::string list;
+  for (size_t i = from; i < indices.size(); ++i)
+    list += (list.empty() ? "" : ", ") + layer->params[indices[i]].name;
+  return list;
+}
+
+/// The bytes [begin, end) of a dense tensor checked against `p`: its
+/// elements are contiguous from `data` on (checkDense), so `end` is `data`
+/// plus the param's size; empty for a tensor without elements.
+struct Extent {
+  uintptr_t begin, end;
+  bool overlaps(const Extent &o) const {
+    return begin < end && o.begin < o.end && begin < o.end && o.begin < end;
+  }
+};
+
+static Extent extentOf(const void *data, const Param &p) {
+  uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  return {begin, begin + static_cast<uintptr_t>(p.elements()) *
+                             mok_dtype_size(p.dtype)};
+}
+
+/// Refuses an output whose bytes overlap another output's or a dense
+/// input's: the kernel would read what it writes, or two outputs would
+/// clobber each other, silently. Inputs may overlap each other (they are
+/// only read). Inputs bound to weight views are not checked: a view is not
+/// one range of bytes (one allocation per expert, or rows with gaps between
+/// them), and a trainer does not write its weights through the layer.
+static mok_status checkOutputOverlaps(mok_layer layer,
+                                      const std::vector<void *> &pointers) {
+  auto extent = [&](int index) {
+    return extentOf(pointers[index], layer->params[index]);
+  };
+  for (size_t i = 0; i < layer->outputs.size(); ++i) {
+    int o = layer->outputs[i];
+    Extent out = extent(o);
+    // The first output is passed as `out`, the others among the inputs.
+    std::string what = i == 0 ? "out: '" : "outputs: '";
+    auto refuse = [&](const char *kind, int other, const Extent &e) {
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << what << layer->params[o].name << "' (bytes [0x"
+             << Hex{out.begin} << ", 0x" << Hex{out.end} << ")) overlaps the "
+             << kind << " '" << layer->params[other].name << "' ([0x"
+             << Hex{e.begin} << ", 0x" << Hex{e.end}
+             << ")); an output may share memory with neither an input nor "
+                "another output";
+    };
+    for (int in : layer->inputs)
+      if (!layer->views[in].bound && out.overlaps(extent(in)))
+        return refuse("input", in, extent(in));
+    for (size_t j = 0; j < i; ++j)
+      if (out.overlaps(extent(layer->outputs[j])))
+        return refuse("output", layer->outputs[j], extent(layer->outputs[j]));
+  }
+  return MOK_OK;
+}
+
+/// The pointer of every input and output (by param index) after checking
+/// them all; inputs bound to weight views come from the views, not from
+/// `inputs`. The named tensors are the inputs and the extra outputs (every
+/// output but the first, which is `out`).
 static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
                              size_t count, const mok_tensor *out,
                              std::vector<void *> &pointers) {
   pointers.assign(layer->params.size(), nullptr);
   if (count && !inputs)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "inputs: is NULL";
+  const std::vector<int> &outputs = layer->outputs;
+  const std::string &first = layer->params[outputs[0]].name;
   for (size_t i = 0; i < count; ++i) {
     const char *name = inputs[i].name;
     int found = -1;
+    bool isOutput = false;
     for (int index : layer->inputs)
       if (name && layer->params[index].name == name)
         found = index;
-    if (found < 0) {
-      std::string expected;
-      for (int index : layer->inputs)
-        expected += (expected.empty() ? "" : ", ") + layer->params[index].name;
+    for (size_t j = 1; j < outputs.size(); ++j)
+      if (name && layer->params[outputs[j]].name == name)
+        found = outputs[j], isOutput = true;
+    if (found < 0 && name && first == name)
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
-             << "inputs[" << i << "]: unknown input '"
-             << (name ? name : "(null)") << "'; expected " << expected;
+             << "inputs[" << i << "]: '" << name
+             << "' is the layer's first output: pass it as `out`, not among "
+                "the named tensors";
+    if (found < 0) {
+      Fail f(MOK_ERROR_INVALID_ARGUMENT);
+      f << "inputs[" << i << "]: unknown ";
+      if (outputs.size() == 1)
+        return f << "input '" << (name ? name : "(null)") << "'; expected "
+                 << nameList(layer, layer->inputs);
+      return f << "input or output '" << (name ? name : "(null)")
+               << "'; expected the inputs " << nameList(layer, layer->inputs)
+               << " and the extra outputs " << nameList(layer, outputs, 1)
+               << " (the first output, '" << first << "', is `out`)";
     }
+    const char *kind = isOutput ? "outputs: '" : "inputs: '";
     if (layer->views[found].bound)
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
              << "inputs: '" << name
@@ -405,7 +502,7 @@ static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
                 "pass it too";
     if (pointers[found])
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
-             << "inputs: '" << name << "' is given twice";
+             << kind << name << "' is given twice";
     const Param &p = layer->params[found];
     if (mok_status s =
             checkDense(&inputs[i].tensor, p, readByTMA(layer, p.name)))
@@ -419,13 +516,19 @@ static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
     if (!pointers[index])
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
              << "inputs: '" << layer->params[index].name << "' is missing";
+  for (size_t j = 1; j < outputs.size(); ++j)
+    if (!pointers[outputs[j]])
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "outputs: '" << layer->params[outputs[j]].name
+             << "' is missing (extra outputs are passed among the named "
+                "tensors)";
   if (!out)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "out: is NULL";
-  const Param &o = layer->params[layer->output];
+  const Param &o = layer->params[outputs[0]];
   if (mok_status s = checkDense(out, o, readByTMA(layer, o.name)))
     return s;
-  pointers[layer->output] = out->data;
-  return MOK_OK;
+  pointers[outputs[0]] = out->data;
+  return checkOutputOverlaps(layer, pointers);
 }
 
 /// A layer runs only in a group of the size it was compiled for: one
@@ -818,12 +921,13 @@ extern "C" mok_status mok_layer_ep_size(mok_layer layer, int32_t *size) {
 // Reading the workspace back
 //===----------------------------------------------------------------------===//
 
-/// What a param of role `role` is, in a sentence ("'x' is <this>").
-static const char *roleWords(const std::string &role) {
+/// What param `index` is, in a sentence ("'x' is <this>").
+static const char *roleWords(mok_layer layer, int index) {
+  const std::string &role = layer->params[index].role;
   if (role == "input")
     return "an input";
   if (role == "output")
-    return "the output";
+    return index == layer->outputs[0] ? "the output" : "an extra output";
   if (role == "tensor_maps")
     return "the tensor-map storage (role tensor_maps)";
   return "not a workspace buffer";
@@ -844,7 +948,8 @@ static mok_status findWorkspace(mok_layer layer, const char *name, int &index) {
       continue;
     if (p.role != "workspace")
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
-             << "name: '" << name << "' is " << roleWords(p.role)
+             << "name: '" << name << "' is "
+             << roleWords(layer, static_cast<int>(i))
              << ", not a workspace buffer (" << known << ")";
     index = static_cast<int>(i);
     return MOK_OK;

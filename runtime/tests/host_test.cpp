@@ -266,6 +266,19 @@ static void testLayerMetadata() {
   small.shape[0] = 3;
   CHECK_FAILS(mok_layer_check(layer, in, 3, &small), MOK_ERROR_INVALID_ARGUMENT,
               "out: expected shape [4, 64], got [3, 64]");
+  // One output: it is `out`, not a named tensor, and it may not overlap an
+  // input.
+  CHECK(mok_layer_output_count(layer) == 1);
+  CHECK(std::string(mok_layer_output_name(layer, 0)) == "out");
+  CHECK(mok_layer_output_name(layer, 1) == nullptr);
+  mok_named_tensor named[4] = {in[0], in[1], in[2], {"out", o}};
+  CHECK_FAILS(mok_layer_check(layer, named, 4, &o), MOK_ERROR_INVALID_ARGUMENT,
+              "inputs[3]: 'out' is the layer's first output: pass it as `out`");
+  mok_tensor overX = mok_tensor_contiguous(x, MOK_DTYPE_BF16, 2, sx);
+  CHECK_FAILS(mok_layer_check(layer, in, 3, &overX), MOK_ERROR_INVALID_ARGUMENT,
+              "out: 'out' (bytes [0x");
+  CHECK(std::strstr(mok_last_error(), ") overlaps the input 'x' ([0x") !=
+        nullptr);
   CHECK_FAILS(mok_layer_forward(layer, in, 3, &o, nullptr), MOK_ERROR_INVALID_ARGUMENT,
               "layer: not loaded (call mok_layer_load first)");
   CHECK_FAILS(mok_layer_load(layer, 0, ".version 8.0\n"), MOK_ERROR_DRIVER_UNAVAILABLE,
@@ -755,6 +768,272 @@ static void testBindWeights() {
   mok_layer_destroy(layer);
 }
 
+// A training forward's kernel: the output first, then extra outputs (saved
+// context; a backward's f32 d_router_weights; one without elements), with a
+// routed weight read through per-expert maps (so it can take a view).
+static const char *kOutputParams = R"(
+    {"name": "x", "role": "input", "dtype": "bf16", "shape": [4, 64]},
+    {"name": "top_experts", "role": "input", "dtype": "i32", "shape": [4, 2]},
+    {"name": "router_weights", "role": "input", "dtype": "f32", "shape": [4, 2]},
+    {"name": "gate_weights", "role": "input", "dtype": "bf16", "shape": [2, 8, 64],
+     "access": "tensor_maps"},
+    {"name": "out", "role": "output", "dtype": "bf16", "shape": [4, 64]},
+    {"name": "grid_barrier", "role": "workspace", "dtype": "i32", "shape": [2]},
+    {"name": "gate", "role": "output", "dtype": "bf16", "shape": [8, 16]},
+    {"name": "d_router_weights", "role": "output", "dtype": "f32", "shape": [4, 2]},
+    {"name": "empty", "role": "output", "dtype": "bf16", "shape": [0, 16]},
+    {"name": "tensor_maps", "role": "tensor_maps", "dtype": "i64", "shape": [32]})";
+static const char *kOutputMaps = R"(
+    {"buffer": "gate_weights", "rows": 8, "cols": 64, "row_stride": 64,
+     "box_rows": 8, "box_cols": 64, "experts": 2})";
+
+// The operands of that layer at byte offsets of `memory`; `at` moves one.
+struct OutputArgs {
+  size_t x = 0, ids = 512, rw = 576, gw = 1024, out = 3072, gate = 3584,
+         drw = 3840, empty = 3072; // no elements: never overlaps
+  std::vector<mok_named_tensor> named() const {
+    int64_t sx[2] = {4, 64}, sk[2] = {4, 2}, sw[3] = {2, 8, 64},
+            sg[2] = {8, 16}, se[2] = {0, 16};
+    return {
+        {"gate", mok_tensor_contiguous(memory + gate, MOK_DTYPE_BF16, 2, sg)},
+        {"x", mok_tensor_contiguous(memory + x, MOK_DTYPE_BF16, 2, sx)},
+        {"top_experts",
+         mok_tensor_contiguous(memory + ids, MOK_DTYPE_I32, 2, sk)},
+        {"d_router_weights",
+         mok_tensor_contiguous(memory + drw, MOK_DTYPE_F32, 2, sk)},
+        {"router_weights",
+         mok_tensor_contiguous(memory + rw, MOK_DTYPE_F32, 2, sk)},
+        {"empty", mok_tensor_contiguous(memory + empty, MOK_DTYPE_BF16, 2, se)},
+        {"gate_weights",
+         mok_tensor_contiguous(memory + gw, MOK_DTYPE_BF16, 3, sw)}};
+  }
+  mok_tensor output() const {
+    int64_t sx[2] = {4, 64};
+    return mok_tensor_contiguous(memory + out, MOK_DTYPE_BF16, 2, sx);
+  }
+};
+
+static std::vector<mok_named_tensor> without(std::vector<mok_named_tensor> in,
+                                             const std::string &name) {
+  std::vector<mok_named_tensor> kept;
+  for (const mok_named_tensor &t : in)
+    if (name != t.name)
+      kept.push_back(t);
+  return kept;
+}
+
+// "[0x<begin>, 0x<end>)" of `bytes` bytes at `memory + offset`.
+static std::string range(size_t offset, size_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "[0x%llx, 0x%llx)",
+                static_cast<unsigned long long>(
+                    reinterpret_cast<uintptr_t>(memory + offset)),
+                static_cast<unsigned long long>(
+                    reinterpret_cast<uintptr_t>(memory + offset + bytes)));
+  return buf;
+}
+
+// mok_layer_check fails with MOK_ERROR_INVALID_ARGUMENT saying `message`.
+static void checkRefused(mok_layer layer,
+                         const std::vector<mok_named_tensor> &in,
+                         const mok_tensor &out, const std::string &message,
+                         int line) {
+  mok_status s = mok_layer_check(layer, in.data(), in.size(), &out);
+  check(s == MOK_ERROR_INVALID_ARGUMENT, "mok_layer_check is refused", line);
+  check(std::strstr(mok_last_error(), message.c_str()) != nullptr,
+        message.c_str(), line);
+}
+#define CHECK_REFUSED(layer, in, out, message)                                 \
+  checkRefused((layer), (in), (out), (message), __LINE__)
+
+// Several outputs: the first is `out`, the others are passed by name among
+// the named tensors; every way to get them wrong, and outputs that overlap.
+static void testLayerOutputs() {
+  mok_layer layer = nullptr;
+  CHECK(mok_layer_create(layerJson(2, kOutputParams, kOutputMaps).c_str(),
+                         &layer) == MOK_OK);
+  CHECK(mok_layer_input_count(layer) == 4);
+  CHECK(mok_layer_output_count(layer) == 4);
+  CHECK(std::string(mok_layer_output_name(layer, 0)) == "out");
+  CHECK(std::string(mok_layer_output_name(layer, 1)) == "gate");
+  CHECK(std::string(mok_layer_output_name(layer, 2)) == "d_router_weights");
+  CHECK(std::string(mok_layer_output_name(layer, 3)) == "empty");
+  CHECK(mok_layer_output_name(layer, 4) == nullptr);
+  CHECK(mok_layer_output_name(layer, -1) == nullptr);
+  CHECK(mok_layer_output_count(nullptr) == 0);
+  CHECK(mok_layer_output_name(nullptr, 0) == nullptr);
+
+  OutputArgs a;
+  std::vector<mok_named_tensor> in = a.named();
+  mok_tensor o = a.output();
+  CHECK(mok_layer_check(layer, in.data(), in.size(), &o) == MOK_OK);
+  CHECK(std::string(mok_last_error()).empty());
+  CHECK_FAILS(mok_layer_forward(layer, in.data(), in.size(), &o, nullptr),
+              MOK_ERROR_INVALID_ARGUMENT, "layer: not loaded");
+
+  // Missing, twice, unknown (the message lists the inputs and the extra
+  // outputs), the first output among the named tensors.
+  CHECK_REFUSED(layer, without(in, "gate"), o,
+                "outputs: 'gate' is missing (extra outputs are passed among "
+                "the named tensors)");
+  CHECK_REFUSED(layer, without(in, "empty"), o, "outputs: 'empty' is missing");
+  CHECK_REFUSED(layer, without(in, "x"), o, "inputs: 'x' is missing");
+  std::vector<mok_named_tensor> twice = in;
+  twice.push_back(in[3]);
+  CHECK_REFUSED(layer, twice, o, "outputs: 'd_router_weights' is given twice");
+  std::vector<mok_named_tensor> unknown = in;
+  unknown.push_back({"hidden", in[0].tensor});
+  CHECK_REFUSED(layer, unknown, o,
+                "inputs[7]: unknown input or output 'hidden'; expected the "
+                "inputs x, top_experts, router_weights, gate_weights and the "
+                "extra outputs gate, d_router_weights, empty (the first "
+                "output, 'out', is `out`)");
+  unknown.back().name = nullptr;
+  CHECK_REFUSED(layer, unknown, o,
+                "inputs[7]: unknown input or output '(null)'");
+  unknown.back().name = "grid_barrier"; // a workspace buffer is the runtime's
+  CHECK_REFUSED(layer, unknown, o, "unknown input or output 'grid_barrier'");
+  std::vector<mok_named_tensor> first = in;
+  first.insert(first.begin(), {"out", o});
+  CHECK_REFUSED(layer, first, o,
+                "inputs[0]: 'out' is the layer's first output: pass it as "
+                "`out`, not among the named tensors");
+
+  // Extra outputs are checked as inputs are, against their own dtype.
+  std::vector<mok_named_tensor> wrong = in;
+  wrong[3].tensor.dtype = MOK_DTYPE_BF16;
+  CHECK_REFUSED(layer, wrong, o,
+                "d_router_weights: expected dtype f32, got bf16 [4, 2]");
+  wrong = in;
+  wrong[0].tensor.shape[1] = 8;
+  CHECK_REFUSED(layer, wrong, o, "gate: expected shape [8, 16], got [8, 8]");
+  wrong = in;
+  wrong[0].tensor.data = nullptr;
+  CHECK_REFUSED(layer, wrong, o, "gate: data is NULL; expected bf16 [8, 16]");
+  wrong = in;
+  wrong[0].tensor.strides[0] = 32;
+  CHECK_REFUSED(layer, wrong, o,
+                "gate: expected a dense row-major tensor; dimension 0 has "
+                "stride 32, expected 16");
+  CHECK_FAILS(mok_layer_check(layer, in.data(), in.size(), nullptr),
+              MOK_ERROR_INVALID_ARGUMENT, "out: is NULL");
+  CHECK_FAILS(mok_layer_check(layer, nullptr, 2, &o),
+              MOK_ERROR_INVALID_ARGUMENT, "inputs: is NULL");
+  mok_tensor f32Out = o;
+  f32Out.dtype = MOK_DTYPE_F32;
+  CHECK_FAILS(mok_layer_check(layer, in.data(), in.size(), &f32Out),
+              MOK_ERROR_INVALID_ARGUMENT, "out: expected dtype bf16, got f32");
+
+  // Overlaps, naming both tensors and their bytes. An output over an input:
+  OutputArgs b = a;
+  b.out = a.x + 256;
+  CHECK_REFUSED(layer, b.named(), b.output(),
+                "out: 'out' (bytes " + range(b.out, 512) +
+                    ") overlaps the input 'x' (" + range(a.x, 512) +
+                    "); an output may share memory with neither an input nor "
+                    "another output");
+  b = a;
+  b.drw = a.rw + 16; // partly
+  CHECK_REFUSED(layer, b.named(), b.output(),
+                "outputs: 'd_router_weights' (bytes " + range(b.drw, 32) +
+                    ") overlaps the input 'router_weights' (" +
+                    range(a.rw, 32) + ")");
+  b = a;
+  b.gw = a.gate + 16; // a dense weight input is checked
+  CHECK_REFUSED(layer, b.named(), b.output(),
+                "outputs: 'gate' (bytes " + range(a.gate, 256) +
+                    ") overlaps the input 'gate_weights'");
+  // An output over another output (the later one is named first).
+  b = a;
+  b.gate = a.out + 384;
+  CHECK_REFUSED(layer, b.named(), b.output(),
+                "outputs: 'gate' (bytes " + range(b.gate, 256) +
+                    ") overlaps the output 'out' (" + range(a.out, 512) + ")");
+  b = a;
+  b.drw = a.gate;
+  CHECK_REFUSED(layer, b.named(), b.output(),
+                "outputs: 'd_router_weights' (bytes " + range(a.gate, 32) +
+                    ") overlaps the output 'gate'");
+  // What does not overlap: adjacent ranges, inputs over each other (read
+  // only), a tensor without elements anywhere.
+  b = a;
+  b.drw = a.rw + 32;
+  b.gate = a.out + 512;
+  b.ids = b.rw = a.x;
+  b.empty = a.x + 64;
+  std::vector<mok_named_tensor> ok = b.named();
+  mok_tensor bo = b.output();
+  CHECK(mok_layer_check(layer, ok.data(), ok.size(), &bo) == MOK_OK);
+  // A weight view is not one range of bytes: not checked (documented).
+  int64_t sw[3] = {2, 8, 64};
+  mok_tensor overOutputs =
+      mok_tensor_contiguous(memory + a.out, MOK_DTYPE_BF16, 3, sw);
+  mok_expert_weights view;
+  CHECK(mok_weights_from_tensor(&overOutputs, "gate_weights", &view) == MOK_OK);
+  CHECK(mok_layer_bind_weights(layer, "gate_weights", &view) == MOK_OK);
+  std::vector<mok_named_tensor> unbound = without(in, "gate_weights");
+  CHECK(mok_layer_check(layer, unbound.data(), unbound.size(), &o) == MOK_OK);
+  CHECK(mok_layer_bind_weights(layer, "gate_weights", nullptr) == MOK_OK);
+
+  // An extra output is never a weight view nor a workspace buffer.
+  CHECK_FAILS(mok_layer_bind_weights(layer, "gate", &view),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "name: unknown input 'gate'; expected x, top_experts, "
+              "router_weights, gate_weights");
+  size_t bytes = 0;
+  CHECK_FAILS(mok_layer_workspace_size(layer, "gate", &bytes),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "name: 'gate' is an extra output, not a workspace buffer "
+              "(workspace buffers: grid_barrier)");
+  CHECK_FAILS(mok_layer_workspace_size(layer, "out", &bytes),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "name: 'out' is the output, not a workspace buffer");
+  mok_layer_destroy(layer);
+
+  // A backward's kernel: the first output need not be called "out".
+  layer = nullptr;
+  std::string backward = layerJson(3, R"(
+      {"name": "d_out", "role": "input", "dtype": "bf16", "shape": [4, 64]},
+      {"name": "d_x", "role": "output", "dtype": "bf16", "shape": [4, 64]},
+      {"name": "d_router_weights", "role": "output", "dtype": "f32", "shape": [4, 2]})",
+                                   "");
+  CHECK(mok_layer_create(backward.c_str(), &layer) == MOK_OK);
+  CHECK(mok_layer_output_count(layer) == 2);
+  CHECK(std::string(mok_layer_output_name(layer, 0)) == "d_x");
+  int64_t sx[2] = {4, 64}, sk[2] = {4, 2};
+  mok_tensor dx = mok_tensor_contiguous(memory + 512, MOK_DTYPE_BF16, 2, sx);
+  std::vector<mok_named_tensor> grads = {
+      {"d_out", mok_tensor_contiguous(memory, MOK_DTYPE_BF16, 2, sx)},
+      {"d_router_weights",
+       mok_tensor_contiguous(memory + 1024, MOK_DTYPE_F32, 2, sk)}};
+  CHECK(mok_layer_check(layer, grads.data(), grads.size(), &dx) == MOK_OK);
+  std::vector<mok_named_tensor> withDx = grads;
+  withDx.push_back({"d_x", dx});
+  CHECK_REFUSED(
+      layer, withDx, dx,
+      "inputs[2]: 'd_x' is the layer's first output: pass it as `out`");
+  mok_tensor overDout = mok_tensor_contiguous(memory, MOK_DTYPE_BF16, 2, sx);
+  CHECK_REFUSED(layer, grads, overDout,
+                "out: 'd_x' (bytes " + range(0, 512) +
+                    ") overlaps the input 'd_out'");
+  mok_tensor small = dx;
+  small.shape[0] = 2;
+  CHECK_REFUSED(layer, grads, small,
+                "d_x: expected shape [4, 64], got [2, 64]");
+  mok_layer_destroy(layer);
+
+  // Parameter names are unique: a tensor is bound by its name.
+  mok_layer l = nullptr;
+  std::string twoX = layerJson(1, R"(
+      {"name": "x", "role": "input", "dtype": "bf16", "shape": [4]},
+      {"name": "out", "role": "output", "dtype": "bf16", "shape": [4]},
+      {"name": "x", "role": "output", "dtype": "bf16", "shape": [4]})",
+                               "");
+  CHECK_FAILS(mok_layer_create(twoX.c_str(), &l), MOK_ERROR_INVALID_ARGUMENT,
+              "metadata: params[2] ('x'): the name of params[0] too");
+  CHECK(l == nullptr);
+}
+
 // Reading a workspace buffer back (the phase_clock timestamps of a profiling
 // kernel): every check that needs no driver, in the documented order —
 // NULL arguments, the name against the metadata, the size, then loading.
@@ -861,6 +1140,7 @@ int main() {
   testTensorMapSlots();
   testWeightMetadata();
   testBindWeights();
+  testLayerOutputs();
   testReadWorkspace();
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;

@@ -201,18 +201,30 @@ MOK_API mok_status mok_tma_descriptor_2d(void *descriptor, void *data, int64_t r
 typedef struct mok_layer_s *mok_layer;
 
 typedef struct mok_named_tensor {
-  const char *name; /* the layer operand: "x", "top_experts", ... */
+  const char *name; /* the layer operand: "x", "top_experts", ..., or an
+                       extra output */
   mok_tensor tensor;
 } mok_named_tensor;
 
-/* Parses and checks the metadata (version 1 or 2, docs/Runtime.md). */
+/* Parses and checks the metadata (versions 1 to 3, docs/Runtime.md). */
 MOK_API mok_status mok_layer_create(const char *metadata_json, mok_layer *out);
 MOK_API void mok_layer_destroy(mok_layer layer);
-/* The layer's inputs in order, and its output's shape. */
+/* The layer's inputs in order (NULL past the last). */
 MOK_API int mok_layer_input_count(mok_layer layer);
 MOK_API const char *mok_layer_input_name(mok_layer layer, int index);
-/* Checks named inputs (any order, each exactly once) and the output against
- * the metadata: dtype, shape, dense row-major layout, 16-byte alignment. */
+/* The layer's outputs in order (params of role "output"; at least one; NULL
+ * past the last). Index 0 is the output, `out` of mok_layer_check and
+ * mok_layer_forward; the others are extra outputs (a backward's weight
+ * gradients, a training forward's saved context), passed among the named
+ * tensors by name. Dtypes and shapes are the metadata's. */
+MOK_API int mok_layer_output_count(mok_layer layer);
+MOK_API const char *mok_layer_output_name(mok_layer layer, int index);
+/* Checks the named tensors — every input and every extra output, in any
+ * order, each exactly once — and `out` (the first output, never among the
+ * named tensors) against the metadata: dtype, shape, dense row-major layout,
+ * 16-byte alignment. An output whose bytes overlap another output's or a
+ * dense input's is refused, naming both (inputs bound to weight views are
+ * not checked); inputs may overlap each other. */
 MOK_API mok_status mok_layer_check(mok_layer layer,
                                    const mok_named_tensor *inputs,
                                    size_t count, const mok_tensor *out);
