@@ -23,9 +23,12 @@ static int usage(const char *why) {
       "usage: mok-compile INPUT.mlir [--chip sm_90a|sm_100a] [--profile] -o "
       "OUTDIR\n"
       "       [--warp-specialize] [--fuse-dispatch | --copy-dispatch]\n"
-      "       [--multicast]\n"
+      "       [--multicast] [--training [--recompute]]\n"
       "       [--toolkit CUDA_DIR]\n"
-      "       (--toolkit: libdevice; default $CUDA_HOME or /usr/local/cuda)\n",
+      "       (--toolkit: libdevice; default $CUDA_HOME or /usr/local/cuda;\n"
+      "        --training: first derive <fn>_forward, which saves the\n"
+      "        backward context, and <fn>_backward (moe-generate-backward);\n"
+      "        --recompute: save no context, backward recomputes it)\n",
       why);
   return 2;
 }
@@ -33,6 +36,7 @@ static int usage(const char *why) {
 int main(int argc, char **argv) {
   std::string input, out, chip = "sm_90a";
   bool profile = false, warpSpecialize = false, multicast = false;
+  bool training = false, recompute = false;
   std::optional<bool> fuseDispatch; // unset: fused where implemented
   const char *home = std::getenv("CUDA_HOME");
   std::string toolkit = home && *home ? home : "/usr/local/cuda";
@@ -59,6 +63,10 @@ int main(int argc, char **argv) {
       multicast = true;
       continue;
     }
+    if (a == "--training" || a == "--recompute") {
+      (a == "--training" ? training : recompute) = true;
+      continue;
+    }
     if (a == "--fuse-dispatch" || a == "--copy-dispatch") {
       if (fuseDispatch)
         return usage("--fuse-dispatch and --copy-dispatch exclude each other "
@@ -76,6 +84,8 @@ int main(int argc, char **argv) {
   }
   if (input.empty() || out.empty())
     return usage("an input file and -o OUTDIR are required");
+  if (recompute && !training)
+    return usage("--recompute needs --training");
 
   std::ifstream file(input);
   if (!file)
@@ -88,6 +98,11 @@ int main(int argc, char **argv) {
   auto module = mok::Module::parse(source.str(), input, error);
   if (!module)
     return std::fprintf(stderr, "%s", error.c_str()), 1;
+  if (training &&
+      !module->runPipeline(recompute ? "moe-generate-backward{recompute=true}"
+                                     : "moe-generate-backward",
+                           error))
+    return std::fprintf(stderr, "%s\n", error.c_str()), 1;
   std::vector<mok::GpuKernel> kernels;
   if (!module->compileGPU(chip, toolkit, kernels, error, profile,
                           warpSpecialize, fuseDispatch, multicast))

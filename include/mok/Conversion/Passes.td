@@ -90,8 +90,29 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
     expert (its [rows, cols] matrix), so any weight view (one tensor, the
     halves of a fused FC1, one allocation per expert) is read the same way.
 
+    Training (docs/Backward.md), planned with `simt` GEMMs today:
+    * a `moe.layer` that returns the saved context becomes the training
+      forward `<fn>_forward`, whose extra outputs (after `out`) are the
+      context, routed rows at the plan's capacity: `routed_x`, `gate`,
+      `up`, `hidden` and the shared expert's `shared_gate`, `shared_up`,
+      `shared_hidden` (the gate/up GEMMs' `saves`);
+    * `moe.layer_grad` becomes the backward kernel `<fn>_backward`: inputs
+      `d_out`, the layer's operands and the context (unless it
+      recomputes: then the kernel repeats the dispatch and the gate/up
+      GEMMs first); outputs `d_x`, `d_router_weights` (f32) and `d_` plus
+      each weight's name. Its phases: the plan rebuilt from `top_experts`;
+      d_out gathered unscaled and scaled by the router weight; the down
+      dgrad (f32) with the down weights' gradient (`k_groups`); the SwiGLU
+      backward with the router weights' gradient (`mk.swiglu_grad`); the
+      gate/up dgrad (`concat`, one accumulator) with the gate and up
+      weights' gradients; the reverse dispatch (`mk.combine` without
+      weights). Every sum has a fixed order: the gradients are bitwise
+      reproducible.
+    The tensor-core options (warp-specialize, fuse-dispatch, multicast) are
+    refused for them.
+
     Not supported yet, and rejected with an error: expert parallelism
-    (ep > 1), a dynamic token count, the saved context and `moe.layer_grad`.
+    (ep > 1) and a dynamic token count.
   }];
   let options = [
     Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",

@@ -156,6 +156,12 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
     if (!gemm.usesTensorCores())
       continue;
     anyTensorCores = true;
+    if (gemm.usesBackwardForms())
+      return gemm.emitOpError()
+             << "the backward's operand forms (transpose_a, transpose_b, "
+                "concat, k_groups, saves, an f32 out) are implemented for the "
+                "simt engine only, not yet "
+             << mk::stringifyEngine(gemm.getEngine());
     // Clusters of 2 (TMA multicast of B halves): wgmma without a producer,
     // register epilogues (whole column pairs: the shared-memory epilogue
     // reuses stages the partner may already fill), B two 128-row halves
@@ -460,6 +466,13 @@ private:
     return e.cmp(arith::CmpIPredicate::eq, low,
                  arith::ConstantIntOp::create(e.b, e.loc, 0, 64));
   }
+  /// The routes a token has in a combine: router_weights' columns, or
+  /// (unweighted) route_row's size over the tokens.
+  static int64_t topKOf(mk::CombineOp op) {
+    if (Value w = op.getRouterWeights())
+      return size(w, 1);
+    return size(op.getRouteRow(), 0) / size(op.getOut(), 0);
+  }
   void gatherScalar(mk::GatherOp op);
   void gatherVector(mk::GatherOp op);
   void combineScalar(mk::CombineOp op);
@@ -476,6 +489,7 @@ private:
   void lowerSimt(mk::GemmOp op);
   void lowerTensorCores(mk::GemmOp op);
   void lower(mk::CombineOp op);
+  void lower(mk::SwigluGradOp op);
   void lower(mk::GridBarrierOp op);
   void lower(mk::TimestampOp op);
 };
@@ -552,7 +566,7 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
     TypeSwitch<Operation *>(op)
         .Case<mk::FillOp, mk::CountRoutesOp, mk::ScanChunksOp, mk::PadOffsetsOp,
               mk::AssignRowsOp, mk::GatherOp, mk::GemmOp, mk::CombineOp,
-              mk::GridBarrierOp, mk::TimestampOp>(
+              mk::SwigluGradOp, mk::GridBarrierOp, mk::TimestampOp>(
             [&](auto typed) { lower(typed); });
     if (op == lastTensorCoreGemm)
       afterLastGemm = true;
@@ -767,8 +781,9 @@ void KernelLowering::lower(mk::AssignRowsOp op) {
 
 void KernelLowering::lower(mk::GatherOp op) {
   // Rows of 8 bf16 multiples are copied 16 bytes at a time when every
-  // buffer is 16-byte aligned (a copy: the same bits either way).
-  if (size(op.getX(), 1) % 8)
+  // buffer is 16-byte aligned (a copy: the same bits either way); the
+  // scaled gather is scalar.
+  if (size(op.getX(), 1) % 8 || op.getScale())
     return gatherScalar(op);
   e.ifThen(
       aligned16({op.getX(), op.getRoutedX()}), [&] { gatherVector(op); },
@@ -783,7 +798,11 @@ void KernelLowering::gatherScalar(mk::GatherOp op) {
     Value v = e.ifValue(
         e.isValid(route),
         [&] {
-          return e.loadF32(x, {e.div(route, k), j});
+          Value t = e.div(route, k);
+          Value v = e.loadF32(x, {t, j});
+          if (Value w = op.getScale())
+            v = e.mul(e.load(w, {t, e.rem(route, k)}), v);
+          return v;
         },
         [&] { return e.f32(0.0f); });
     e.storeRounded(v, out, {r, j});
@@ -829,9 +848,38 @@ void KernelLowering::lower(mk::GemmOp op) {
 void KernelLowering::lowerSimt(mk::GemmOp op) {
   Value a = op.getA(), out = op.getOut();
   ValueRange bs = op.getB();
-  int64_t k = size(a, 1), n = size(out, 1);
-  Value rows =
-      op.isGrouped() ? routedRows(op.getOffsets()) : e.index(size(a, 0));
+  bool ta = op.getTransposeA(), tb = op.getTransposeB();
+  int64_t k = size(a, ta ? 0 : 1);
+  // A(r, j) and B(c, j) in either operand form.
+  auto aAt = [&](Value src, Value r, Value j) {
+    return ta ? e.loadF32(src, {j, r}) : e.loadF32(src, {r, j});
+  };
+  auto bAt = [&](Value w, ArrayRef<Value> prefix, Value c, Value j) {
+    SmallVector<Value> idx(prefix);
+    if (tb)
+      idx.append({j, c});
+    else
+      idx.append({c, j});
+    return e.loadF32(w, idx);
+  };
+  // Weight gradients: out[g] sums over group g's K range, in k order.
+  if (Value kOffsets = op.getKOffsets()) {
+    int64_t m = size(out, 1), n = size(out, 2);
+    Value mm = e.index(m);
+    forAll2(e.index(size(out, 0) * m), n, [&](Value gr, Value c) {
+      Value g = e.div(gr, mm), r = e.rem(gr, mm);
+      Value begin = e.toIndex(e.load(kOffsets, {g}));
+      Value end = e.toIndex(e.load(kOffsets, {e.add(g, e.index(1))}));
+      Value acc = e.sum(begin, end, [&](Value j) {
+        return e.mul(aAt(a, r, j), bAt(bs[0], {}, c, j));
+      });
+      e.storeRounded(acc, out, {g, r, c});
+    });
+    return;
+  }
+  int64_t n = size(out, 1);
+  Value rows = op.isGrouped() ? routedRows(op.getOffsets())
+                              : e.index(size(a, ta ? 1 : 0));
   Limit limit = getLimit(op.getSwigluLimitAttr());
   bool swigluEpilogue = op.getEpilogue() == mk::Epilogue::swiglu;
   forAll2(rows, n, [&](Value r, Value c) {
@@ -840,16 +888,25 @@ void KernelLowering::lowerSimt(mk::GemmOp op) {
     SmallVector<Value> prefix;
     if (op.isGrouped())
       prefix.push_back(e.toIndex(e.load(op.getRowExpert(), {r})));
-    auto dot = [&](Value w) {
-      return e.sum(k, [&](Value j) {
-        SmallVector<Value> widx(prefix);
-        widx.append({c, j});
-        return e.mul(e.loadF32(a, {r, j}), e.loadF32(w, widx));
+    auto dot = [&](Value src, Value w, Value init) {
+      return e.fold(e.index(0), e.index(k), init, [&](Value j, Value acc) {
+        return e.add(acc, e.mul(aAt(src, r, j), bAt(w, prefix, c, j)));
       });
     };
-    Value v = swigluEpilogue ? swiglu(e, e.roundBF16(dot(bs[0])),
-                                      e.roundBF16(dot(bs[1])), limit)
-                             : dot(bs[0]);
+    if (swigluEpilogue) {
+      Value g = e.roundBF16(dot(a, bs[0], e.f32(0.0f)));
+      Value u = e.roundBF16(dot(a, bs[1], e.f32(0.0f)));
+      if (!op.getSaves().empty()) {
+        e.storeRounded(g, op.getSaves()[0], {r, c});
+        e.storeRounded(u, op.getSaves()[1], {r, c});
+      }
+      e.storeRounded(swiglu(e, g, u, limit), out, {r, c});
+      return;
+    }
+    // concat: one accumulator over both K-loops.
+    Value v = dot(a, bs[0], e.f32(0.0f));
+    if (Value a2 = op.getA2())
+      v = dot(a2, bs[1], v);
     e.storeRounded(v, out, {r, c});
   });
 }
@@ -990,7 +1047,7 @@ void KernelLowering::lower(mk::CombineOp op) {
 void KernelLowering::combineScalar(mk::CombineOp op) {
   Value out = op.getOut(), w = op.getRouterWeights(), y = op.getRoutedY();
   Value routeRow = op.getRouteRow(), shared = op.getSharedOut();
-  Value k = e.index(size(w, 1));
+  Value k = e.index(topKOf(op));
   forAll2(e.index(size(out, 0)), size(out, 1), [&](Value t, Value j) {
     Value init = shared ? e.loadF32(shared, {t, j}) : e.f32(0.0f);
     Value acc = e.fold(e.index(0), k, init, [&](Value kk, Value acc) {
@@ -998,7 +1055,8 @@ void KernelLowering::combineScalar(mk::CombineOp op) {
       Value term = e.ifValue(
           e.isValid(row),
           [&] {
-            return e.mul(e.load(w, {t, kk}), e.loadF32(y, {row, j}));
+            Value v = e.loadF32(y, {row, j});
+            return w ? e.mul(e.load(w, {t, kk}), v) : v;
           },
           [&] { return e.f32(0.0f); });
       return e.add(acc, term);
@@ -1017,7 +1075,7 @@ void KernelLowering::combineVector(mk::CombineOp op) {
   Location loc = e.loc;
   Value w = op.getRouterWeights(), routeRow = op.getRouteRow();
   Value shared = op.getSharedOut();
-  int64_t h = size(op.getOut(), 1), topK = size(w, 1);
+  int64_t h = size(op.getOut(), 1), topK = topKOf(op);
   Value yBase = base(op.getRoutedY()), outBase = base(op.getOut());
   Value sharedBase = shared ? base(shared) : Value();
   Type bf16 = b.getBF16Type(), f32 = b.getF32Type();
@@ -1049,7 +1107,8 @@ void KernelLowering::combineVector(mk::CombineOp op) {
           e.load(routeRow, {e.add(e.mul(t, e.index(topK)), e.index(kk))}));
       it.valid.push_back(e.isValid(row));
       rows.push_back(e.select(it.valid.back(), row, e.index(0)));
-      it.weights.push_back(e.load(w, {t, e.index(kk)}));
+      if (w)
+        it.weights.push_back(e.load(w, {t, e.index(kk)}));
     }
     for (int64_t kk = 0; kk < topK; ++kk)
       it.loaded.push_back(
@@ -1064,8 +1123,8 @@ void KernelLowering::combineVector(mk::CombineOp op) {
     for (int64_t kk = 0; kk < topK; ++kk) {
       SmallVector<Value> ys = unpack(it.loaded[kk]);
       for (int64_t i = 0; i < 8; ++i) {
-        Value term =
-            e.select(it.valid[kk], e.mul(it.weights[kk], ys[i]), e.f32(0.0f));
+        Value y = w ? e.mul(it.weights[kk], ys[i]) : ys[i];
+        Value term = e.select(it.valid[kk], y, e.f32(0.0f));
         acc[i] = e.add(acc[i], term);
       }
     }
@@ -1096,6 +1155,77 @@ void KernelLowering::combineVector(mk::CombineOp op) {
     for (int64_t u = 1; u < combineItems; ++u)
       e.ifThen(e.cmp(arith::CmpIPredicate::slt, items[u], n),
                [&] { finish(issued[u]); });
+  });
+}
+
+void KernelLowering::lower(mk::SwigluGradOp op) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value dh = op.getDHiddenU(), gate = op.getGate(), up = op.getUp();
+  Value hidden = op.getHidden(), rowRoute = op.getRowRoute();
+  Value w = op.getRouterWeights(), dw = op.getDRouterWeights();
+  bool routed = static_cast<bool>(rowRoute);
+  int64_t cols = size(dh, 1);
+  Limit limit = getLimit(op.getSwigluLimitAttr());
+  Value rows = routed ? routedRows(op.getOffsets()) : e.index(size(dh, 0));
+  Value k = routed ? e.index(size(w, 1)) : Value();
+  // One warp a row, warps spread over the blocks first.
+  Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  Value lane = e.rem(tid, e.index(32));
+  Value warp = e.add(e.mul(e.div(tid, e.index(32)), numBlocks),
+                     gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
+  Value warps = e.div(gridThreads, e.index(32));
+  Value width = arith::ConstantIntOp::create(b, loc, 32, 32);
+  e.loop(warp, rows, warps, [&](Value r) {
+    Value valid, t, kk, scale = e.f32(1.0f);
+    if (routed) {
+      Value q = e.toIndex(e.load(rowRoute, {r}));
+      valid = e.isValid(q);
+      Value route = e.select(valid, q, e.index(0));
+      t = e.div(route, k);
+      kk = e.rem(route, k);
+      scale = e.select(valid, e.load(w, {t, kk}), e.f32(0.0f));
+    }
+    Value partial = e.fold(
+        lane, e.index(cols), e.index(32), e.f32(0.0f), [&](Value i, Value acc) {
+          Value dhU = e.loadF32(dh, {r, i});
+          auto [dg, du] =
+              swigluGrad(e, e.roundBF16(e.mul(scale, dhU)),
+                         e.loadF32(gate, {r, i}), e.loadF32(up, {r, i}), limit);
+          if (routed) { // padding rows: zeros, whatever gate and up hold
+            dg = e.select(valid, dg, e.f32(0.0f));
+            du = e.select(valid, du, e.f32(0.0f));
+          }
+          e.storeRounded(dg, op.getDGate(), {r, i});
+          e.storeRounded(du, op.getDUp(), {r, i});
+          return routed ? e.add(acc, e.mul(dhU, e.loadF32(hidden, {r, i})))
+                        : acc;
+        });
+    if (!routed)
+      return;
+    // The row sum: a fixed butterfly over the lanes.
+    for (int64_t d = 16; d >= 1; d /= 2) {
+      Value off = arith::ConstantIntOp::create(b, loc, d, 32);
+      Value other = gpu::ShuffleOp::create(b, loc, partial, off, width,
+                                           gpu::ShuffleMode::XOR)
+                        .getResult(0);
+      partial = e.add(partial, other);
+    }
+    Value first = e.cmp(arith::CmpIPredicate::eq, lane, e.index(0));
+    e.ifThen(arith::AndIOp::create(b, loc, first, valid), [&] {
+      e.store(partial, dw, {t, kk});
+    });
+  });
+  if (!routed)
+    return;
+  // Routes without a row: a zero gradient.
+  Value routeRow = op.getRouteRow();
+  forAll(e.index(size(routeRow, 0)), [&](Value q) {
+    e.ifThen(e.cmp(arith::CmpIPredicate::slt, e.toIndex(e.load(routeRow, {q})),
+                   e.index(0)),
+             [&] {
+               e.store(e.f32(0.0f), dw, {e.div(q, k), e.rem(q, k)});
+             });
   });
 }
 
@@ -1203,6 +1333,16 @@ struct ConvertMKToGPUPass
         return WalkResult::advance();
       if (failed(checkBarrierIntervals(func)))
         return WalkResult::interrupt();
+      // mk.swiglu_grad gives each row to one warp of whole-warp blocks.
+      std::optional<ArrayRef<int32_t>> block = func.getKnownBlockSize();
+      bool wholeWarps = block && (*block)[0] % 32 == 0 && (*block)[1] == 1 &&
+                        (*block)[2] == 1;
+      if (!wholeWarps)
+        for (auto op : func.getBody().front().getOps<mk::SwigluGradOp>()) {
+          op.emitOpError("needs a kernel of whole warps: a known_block_size "
+                         "[n, 1, 1] with n a multiple of 32");
+          return WalkResult::interrupt();
+        }
       FailureOr<std::optional<mk::Engine>> engine = checkEngines(func);
       if (failed(engine))
         return WalkResult::interrupt();

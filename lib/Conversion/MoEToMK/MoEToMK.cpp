@@ -189,6 +189,19 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
                       tensorType(layer.getSharedDown()), weights});
   }
   params.push_back({"out", "output", tensorType(layer.getOut())});
+  // The training forward's backward context, outputs in moe.layer's order
+  // (the simt plan: routed_x is materialized).
+  bool saves = layer.savesContext();
+  if (saves) {
+    for (StringRef name : {"routed_x", "gate", "up", "hidden"})
+      params.push_back(
+          {name.str(), "output",
+           ty({rc, name == "routed_x" ? s.hidden : s.inter}, bf16)});
+    if (layer.hasSharedExpert())
+      for (StringRef name : {"shared_gate", "shared_up", "shared_hidden"})
+        params.push_back(
+            {name.str(), "output", ty({s.tokens, s.sharedInter}, bf16)});
+  }
   params.push_back({"counts", "workspace", ty({s.experts}, i64)});
   params.push_back(
       {"chunk_counts", "workspace", ty({s.chunks(), s.experts}, i64)});
@@ -196,13 +209,15 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   params.push_back({"route_row", "workspace", ty({s.tokens * s.topK}, i64)});
   params.push_back({"row_route", "workspace", ty({rc}, i64)});
   params.push_back({"row_expert", "workspace", ty({rc}, i64)});
-  if (!s.fusedDispatch)
+  if (!s.fusedDispatch && !saves)
     params.push_back({"routed_x", "workspace", ty({rc, s.hidden}, bf16)});
-  params.push_back({"hidden", "workspace", ty({rc, s.inter}, bf16)});
+  if (!saves)
+    params.push_back({"hidden", "workspace", ty({rc, s.inter}, bf16)});
   params.push_back({"routed_y", "workspace", ty({rc, s.hidden}, bf16)});
   if (layer.hasSharedExpert()) {
-    params.push_back(
-        {"shared_hidden", "workspace", ty({s.tokens, s.sharedInter}, bf16)});
+    if (!saves)
+      params.push_back(
+          {"shared_hidden", "workspace", ty({s.tokens, s.sharedInter}, bf16)});
     params.push_back(
         {"shared_out", "workspace", ty({s.tokens, s.hidden}, bf16)});
   }
@@ -227,8 +242,8 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
 DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
                               const Sizes &s, StringRef chip,
                               unsigned blockSize,
-                              ArrayRef<TensorMapSpec> tensorMaps, bool profile,
-                              int64_t cluster) {
+                              ArrayRef<TensorMapSpec> tensorMaps,
+                              ArrayRef<StringRef> phases, int64_t cluster) {
   Builder b(ctx);
   SmallVector<Attribute> ps;
   for (const Param &p : params) {
@@ -280,9 +295,9 @@ DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
       }));
     entries.push_back(b.getNamedAttr("tensor_maps", b.getArrayAttr(maps)));
   }
-  if (profile) {
+  if (!phases.empty()) {
     SmallVector<Attribute> names;
-    for (StringRef n : phaseNames(s.fusedDispatch))
+    for (StringRef n : phases)
       names.push_back(b.getStringAttr(n));
     entries.push_back(b.getNamedAttr("phases", b.getArrayAttr(names)));
   }
@@ -337,7 +352,7 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   // Phase 2: dispatch (or, fused, the gate/up GEMM's A loads gather).
   if (!s.fusedDispatch) {
     mk::GatherOp::create(b, loc, buf["x"], buf["row_route"], buf["offsets"],
-                         buf["routed_x"], s.topK);
+                         buf["routed_x"], /*scale=*/Value(), s.topK);
     barrier();
   }
 
@@ -345,7 +360,7 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   FloatAttr limit = layer.getSwigluLimitAttr();
   auto gemm = [&](mk::Epilogue epilogue, StringRef a, ArrayRef<StringRef> bs,
                   StringRef out, bool grouped, ArrayRef<int64_t> mapSlots,
-                  bool gathered = false) {
+                  bool gathered = false, ArrayRef<StringRef> saves = {}) {
     SmallVector<Value> bValues;
     for (StringRef name : bs)
       bValues.push_back(buf[name]);
@@ -353,6 +368,9 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
     Value offsets = grouped ? buf["offsets"] : Value();
     mk::Engine e = engine.value_or(mk::Engine::simt);
     bool tc = engine.has_value();
+    SmallVector<Value> saved;
+    for (StringRef name : saves)
+      saved.push_back(buf[name]);
     mk::GemmOp::create(
         b, loc, e, epilogue, buf[a], bValues, buf[out], rowExpert, offsets,
         tc ? buf["tensor_maps"] : Value(),
@@ -362,6 +380,7 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
         grouped && e == mk::Engine::wgmma && epilogue == mk::Epilogue::store
             ? buf["row_route"]
             : Value(),
+        /*a2=*/Value(), /*k_offsets=*/Value(), saved,
         epilogue == mk::Epilogue::swiglu ? limit : FloatAttr(),
         tc ? b.getDenseI64ArrayAttr(
                  {tileM,
@@ -371,19 +390,30 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
         tc ? b.getI64IntegerAttr(sched::kStages) : IntegerAttr(),
         tc ? b.getDenseI64ArrayAttr(mapSlots) : DenseI64ArrayAttr(),
         /*producer=*/warpRoles, warpRoles ? registers : DenseI64ArrayAttr(),
-        gathered ? b.getI64IntegerAttr(s.topK) : IntegerAttr());
+        gathered ? b.getI64IntegerAttr(s.topK) : IntegerAttr(),
+        /*transpose_a=*/false, /*transpose_b=*/false);
   };
+  // The training forward also stores the activation's inputs (the
+  // backward context).
+  bool saves = layer.savesContext();
+  SmallVector<StringRef> routedSaves, sharedSaves;
+  if (saves) {
+    routedSaves = {"gate", "up"};
+    sharedSaves = {"shared_gate", "shared_up"};
+  }
   if (s.fusedDispatch)
     gemm(mk::Epilogue::swiglu, "x", {"gate_weights", "up_weights"}, "hidden",
          /*grouped=*/true, {slots.routedX, slots.gate, slots.up},
          /*gathered=*/true);
   else
     gemm(mk::Epilogue::swiglu, "routed_x", {"gate_weights", "up_weights"},
-         "hidden", /*grouped=*/true, {slots.routedX, slots.gate, slots.up});
+         "hidden", /*grouped=*/true, {slots.routedX, slots.gate, slots.up},
+         /*gathered=*/false, routedSaves);
   if (s.hasShared())
     gemm(mk::Epilogue::swiglu, "x",
          {"shared_gate_weights", "shared_up_weights"}, "shared_hidden",
-         /*grouped=*/false, {slots.x, slots.sharedGate, slots.sharedUp});
+         /*grouped=*/false, {slots.x, slots.sharedGate, slots.sharedUp},
+         /*gathered=*/false, sharedSaves);
   barrier();
   gemm(mk::Epilogue::store, "hidden", {"down_weights"}, "routed_y",
        /*grouped=*/true, {slots.hidden, slots.down});
@@ -404,6 +434,348 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
           stamps ==
               static_cast<int64_t>(phaseNames(s.fusedDispatch).size()) + 1) &&
          "phaseNames() must name every phase");
+  gpu::ReturnOp::create(b, loc);
+}
+
+/// The sizes of a forward or backward layer (static tokens, checked).
+template <typename LayerLike> Sizes sizesOf(LayerLike layer) {
+  PlanType plan = layer.getPlanType();
+  auto x = cast<RankedTensorType>(layer.getX().getType());
+  auto wg = cast<RankedTensorType>(layer.getGateWeights().getType());
+  Sizes s{plan.getTokens(),       x.getDimSize(1), wg.getDimSize(1),
+          plan.getLocalExperts(), plan.getTopK(),  plan.getPadding()};
+  if (layer.hasSharedExpert())
+    s.sharedInter =
+        cast<RankedTensorType>(layer.getSharedWeights()[0].getType())
+            .getDimSize(0);
+  return s;
+}
+
+/// A kernel `<func>_<suffix>` in a new gpu.module `<func>_kernels` (one a
+/// function), with its description; the builder is left at its body.
+gpu::GPUFuncOp createKernel(OpBuilder &b, ModuleOp module, func::FuncOp func,
+                            Operation *layer, StringRef suffix,
+                            ArrayRef<Param> params, unsigned block,
+                            DictionaryAttr description) {
+  b.setInsertionPointToEnd(module.getBody());
+  std::string name = func.getSymName().str();
+  auto gpuModule =
+      gpu::GPUModuleOp::create(b, layer->getLoc(), name + "_kernels");
+  b.setInsertionPointToEnd(gpuModule.getBody());
+  SmallVector<Type> argTypes;
+  for (const Param &p : params)
+    argTypes.push_back(p.type);
+  auto kernel = gpu::GPUFuncOp::create(b, layer->getLoc(), name + suffix.str(),
+                                       b.getFunctionType(argTypes, {}));
+  kernel->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  kernel.setKnownBlockSizeAttr(
+      b.getDenseI32ArrayAttr({static_cast<int32_t>(block), 1, 1}));
+  // Persistent: one CTA per SM. Said to ptxas (.minnctapersm 1), whose
+  // default is to aim for more CTAs per SM and so fewer registers (on
+  // sm_100a it capped a layer at 80 registers and spilled).
+  kernel->setAttr("nvvm.minctasm", b.getI32IntegerAttr(1));
+  kernel->setAttr("mok.kernel", description);
+  b.setInsertionPointToStart(&kernel.getBody().front());
+  return kernel;
+}
+
+//===----------------------------------------------------------------------===//
+// The backward (moe.layer_grad)
+//===----------------------------------------------------------------------===//
+
+/// The backward kernel's phases, in order (profiling names them).
+SmallVector<StringRef> backwardPhaseNames(LayerGradOp grad) {
+  SmallVector<StringRef> names = {"plan: count", "plan: scan", "plan: offsets",
+                                  "plan: assign"};
+  if (grad.recomputes())
+    names.append({"recompute: dispatch", "recompute: gate/up"});
+  names.append({"reverse combine", "down dgrad + wgrad", "SwiGLU backward",
+                "gate/up dgrad + wgrads", "reverse dispatch"});
+  return names;
+}
+
+/// The backward kernel's parameters: `moe.layer_grad`'s operands (the saved
+/// context by the names of moe.layer's results), its results (`d_` and the
+/// operand's name), then the workspace.
+SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
+                                     bool profile) {
+  Builder tb(grad.getContext());
+  Type bf16 = tb.getBF16Type(), f32 = tb.getF32Type(), i64 = tb.getI64Type();
+  auto ty = [&](ArrayRef<int64_t> shape, Type elt) {
+    return MemRefType::get(shape, elt);
+  };
+  auto tensorType = [&](Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    return ty(t.getShape(), t.getElementType());
+  };
+  int64_t rc = s.routedCapacity(), t = s.tokens;
+  SmallVector<std::pair<std::string, Value>> operands = {
+      {"d_out", grad.getDOut()},
+      {"x", grad.getX()},
+      {"top_experts", grad.getTopExperts()},
+      {"router_weights", grad.getRouterWeights()},
+      {"gate_weights", grad.getGateWeights()},
+      {"up_weights", grad.getUpWeights()},
+      {"down_weights", grad.getDownWeights()}};
+  static const StringRef sharedNames[] = {
+      "shared_gate_weights", "shared_up_weights", "shared_down_weights"};
+  if (grad.hasSharedExpert())
+    for (auto [name, v] : llvm::zip(sharedNames, grad.getSharedWeights()))
+      operands.push_back({name.str(), v});
+  SmallVector<Param> params;
+  for (auto &[name, v] : operands)
+    params.push_back({name, "input", tensorType(v)});
+  static const StringRef savedNames[] = {
+      "routed_x",    "gate",      "up",           "hidden",
+      "shared_gate", "shared_up", "shared_hidden"};
+  // The context's routed rows (dynamic in moe.layer_grad) have the plan's
+  // capacity, as the training forward's outputs do.
+  for (size_t i = 0; i < grad.getSaved().size(); ++i) {
+    int64_t rows = i < 4 ? rc : t;
+    int64_t cols = i == 0 ? s.hidden : i < 4 ? s.inter : s.sharedInter;
+    params.push_back({savedNames[i].str(), "input", ty({rows, cols}, bf16)});
+  }
+  params.push_back({"d_x", "output", tensorType(grad.getDX())});
+  params.push_back(
+      {"d_router_weights", "output", tensorType(grad.getDRouterWeights())});
+  params.push_back(
+      {"d_gate_weights", "output", tensorType(grad.getDGateWeights())});
+  params.push_back(
+      {"d_up_weights", "output", tensorType(grad.getDUpWeights())});
+  params.push_back(
+      {"d_down_weights", "output", tensorType(grad.getDDownWeights())});
+  static const StringRef dSharedNames[] = {
+      "d_shared_gate_weights", "d_shared_up_weights", "d_shared_down_weights"};
+  if (grad.hasSharedExpert())
+    for (auto [name, v] : llvm::zip(dSharedNames, grad.getDSharedWeights()))
+      params.push_back({name.str(), "output", tensorType(v)});
+  params.push_back({"counts", "workspace", ty({s.experts}, i64)});
+  params.push_back(
+      {"chunk_counts", "workspace", ty({s.chunks(), s.experts}, i64)});
+  params.push_back({"offsets", "workspace", ty({s.experts + 1}, i64)});
+  params.push_back({"route_row", "workspace", ty({t * s.topK}, i64)});
+  params.push_back({"row_route", "workspace", ty({rc}, i64)});
+  params.push_back({"row_expert", "workspace", ty({rc}, i64)});
+  if (grad.recomputes()) {
+    params.push_back({"routed_x", "workspace", ty({rc, s.hidden}, bf16)});
+    for (StringRef name : {"gate", "up", "hidden"})
+      params.push_back({name.str(), "workspace", ty({rc, s.inter}, bf16)});
+    if (s.hasShared())
+      for (StringRef name : {"shared_gate", "shared_up", "shared_hidden"})
+        params.push_back(
+            {name.str(), "workspace", ty({t, s.sharedInter}, bf16)});
+  }
+  // d_out's routed rows, unscaled (the down dgrad's A) and scaled by the
+  // router weight (d_y, the down weights' gradient's A).
+  params.push_back({"routed_d_out", "workspace", ty({rc, s.hidden}, bf16)});
+  params.push_back({"d_y", "workspace", ty({rc, s.hidden}, bf16)});
+  params.push_back({"d_hidden_u", "workspace", ty({rc, s.inter}, f32)});
+  params.push_back({"d_gate", "workspace", ty({rc, s.inter}, bf16)});
+  params.push_back({"d_up", "workspace", ty({rc, s.inter}, bf16)});
+  params.push_back({"d_routed_x", "workspace", ty({rc, s.hidden}, bf16)});
+  if (s.hasShared()) {
+    params.push_back(
+        {"d_shared_hidden_u", "workspace", ty({t, s.sharedInter}, f32)});
+    params.push_back(
+        {"d_shared_gate", "workspace", ty({t, s.sharedInter}, bf16)});
+    params.push_back(
+        {"d_shared_up", "workspace", ty({t, s.sharedInter}, bf16)});
+    params.push_back({"d_shared_x", "workspace", ty({t, s.hidden}, bf16)});
+  }
+  params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
+  if (profile)
+    params.push_back(
+        {"phase_clock", "workspace",
+         ty({static_cast<int64_t>(backwardPhaseNames(grad).size()) + 1}, i64)});
+  return params;
+}
+
+/// A simt GEMM of the backward (no tensor maps, tiles or warp roles).
+struct BackwardGemm {
+  mk::Epilogue epilogue = mk::Epilogue::store;
+  Value a, a2, out, rowExpert, offsets, kOffsets;
+  SmallVector<Value> b, saves;
+  bool transposeA = false, transposeB = false;
+  FloatAttr limit;
+};
+
+void createSimtGemm(OpBuilder &b, Location loc, const BackwardGemm &g) {
+  mk::GemmOp::create(b, loc, mk::Engine::simt, g.epilogue, g.a, g.b, g.out,
+                     g.rowExpert, g.offsets, /*tensor_maps=*/Value(),
+                     /*gather_rows=*/Value(), /*padding_rows=*/Value(), g.a2,
+                     g.kOffsets, g.saves, g.limit, DenseI64ArrayAttr(),
+                     IntegerAttr(), DenseI64ArrayAttr(), /*producer=*/false,
+                     DenseI64ArrayAttr(), IntegerAttr(), g.transposeA,
+                     g.transposeB);
+}
+
+/// Emits the backward's schedule (docs/Backward.md) into `func`.
+void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
+                          ArrayRef<Param> params, gpu::GPUFuncOp func,
+                          int64_t phases) {
+  Location loc = grad.getLoc();
+  llvm::StringMap<Value> buf;
+  for (auto [i, p] : llvm::enumerate(params))
+    buf[p.name] = func.getArgument(i);
+  Value clock = buf.lookup("phase_clock");
+  int64_t stamps = 0;
+  auto timestamp = [&] {
+    if (clock)
+      mk::TimestampOp::create(b, loc, clock, stamps++);
+  };
+  auto barrier = [&] {
+    mk::GridBarrierOp::create(b, loc, buf["grid_barrier"]);
+    timestamp();
+  };
+  timestamp();
+  FloatAttr limit = grad.getSwigluLimitAttr();
+  bool shared = s.hasShared();
+
+  // The plan, rebuilt from top_experts: deterministic, so every routed row
+  // is where the forward left it.
+  mk::FillOp::create(b, loc, buf["row_route"], -1);
+  mk::FillOp::create(b, loc, buf["row_expert"], -1);
+  mk::CountRoutesOp::create(b, loc, buf["top_experts"], buf["chunk_counts"],
+                            s.chunk());
+  barrier();
+  mk::ScanChunksOp::create(b, loc, buf["chunk_counts"], buf["counts"]);
+  barrier();
+  mk::PadOffsetsOp::create(b, loc, buf["counts"], buf["offsets"], s.padding);
+  barrier();
+  mk::AssignRowsOp::create(b, loc, buf["top_experts"], buf["offsets"],
+                           buf["chunk_counts"], buf["route_row"],
+                           buf["row_route"], buf["row_expert"], s.chunk());
+  barrier();
+  auto gather = [&](StringRef from, StringRef into, Value scale) {
+    mk::GatherOp::create(b, loc, buf[from], buf["row_route"], buf["offsets"],
+                         buf[into], scale, s.topK);
+  };
+
+  // Recompute: the forward's dispatch and gate/up GEMMs, storing the
+  // activation's inputs as the training forward does.
+  if (grad.recomputes()) {
+    gather("x", "routed_x", Value());
+    barrier();
+    BackwardGemm g;
+    g.epilogue = mk::Epilogue::swiglu;
+    g.a = buf["routed_x"];
+    g.b = {buf["gate_weights"], buf["up_weights"]};
+    g.out = buf["hidden"];
+    g.rowExpert = buf["row_expert"];
+    g.offsets = buf["offsets"];
+    g.saves = {buf["gate"], buf["up"]};
+    g.limit = limit;
+    createSimtGemm(b, loc, g);
+    if (shared) {
+      BackwardGemm sg;
+      sg.epilogue = mk::Epilogue::swiglu;
+      sg.a = buf["x"];
+      sg.b = {buf["shared_gate_weights"], buf["shared_up_weights"]};
+      sg.out = buf["shared_hidden"];
+      sg.saves = {buf["shared_gate"], buf["shared_up"]};
+      sg.limit = limit;
+      createSimtGemm(b, loc, sg);
+    }
+    barrier();
+  }
+
+  // Reverse combine: d_out's routed rows, unscaled and scaled.
+  gather("d_out", "routed_d_out", Value());
+  gather("d_out", "d_y", buf["router_weights"]);
+  barrier();
+
+  // Down dgrad (fp32, unscaled) and the down weights' gradients.
+  {
+    BackwardGemm g;
+    g.a = buf["routed_d_out"];
+    g.b = {buf["down_weights"]}; // [E, H, I]: K = H, N = I
+    g.transposeB = true;
+    g.out = buf["d_hidden_u"];
+    g.rowExpert = buf["row_expert"];
+    g.offsets = buf["offsets"];
+    createSimtGemm(b, loc, g);
+    BackwardGemm w;
+    w.a = buf["d_y"];      // [R, H]: K = rows, M = H
+    w.b = {buf["hidden"]}; // [R, I]: K = rows, N = I
+    w.transposeA = w.transposeB = true;
+    w.kOffsets = buf["offsets"];
+    w.out = buf["d_down_weights"];
+    createSimtGemm(b, loc, w);
+  }
+  if (shared) {
+    BackwardGemm g;
+    g.a = buf["d_out"];
+    g.b = {buf["shared_down_weights"]}; // [H, I_s]
+    g.transposeB = true;
+    g.out = buf["d_shared_hidden_u"];
+    createSimtGemm(b, loc, g);
+    BackwardGemm w;
+    w.a = buf["d_out"];
+    w.b = {buf["shared_hidden"]};
+    w.transposeA = w.transposeB = true;
+    w.out = buf["d_shared_down_weights"];
+    createSimtGemm(b, loc, w);
+  }
+  barrier();
+
+  // SwiGLU backward and the router weights' gradient.
+  mk::SwigluGradOp::create(
+      b, loc, buf["d_hidden_u"], buf["gate"], buf["up"], buf["hidden"],
+      buf["d_gate"], buf["d_up"], buf["row_route"], buf["route_row"],
+      buf["router_weights"], buf["offsets"], buf["d_router_weights"], limit);
+  if (shared)
+    mk::SwigluGradOp::create(
+        b, loc, buf["d_shared_hidden_u"], buf["shared_gate"], buf["shared_up"],
+        buf["shared_hidden"], buf["d_shared_gate"], buf["d_shared_up"], Value(),
+        Value(), Value(), Value(), Value(), limit);
+  barrier();
+
+  // The gate/up dgrad (both K-loops into one accumulator) and the gate and
+  // up weights' gradients.
+  auto dgrad = [&](StringRef dg, StringRef du, StringRef wg, StringRef wu,
+                   StringRef out, bool grouped) {
+    BackwardGemm g;
+    g.a = buf[dg];
+    g.a2 = buf[du];
+    g.b = {buf[wg], buf[wu]}; // [(E,) I, H]: K = I, N = H
+    g.transposeB = true;
+    g.out = buf[out];
+    if (grouped) {
+      g.rowExpert = buf["row_expert"];
+      g.offsets = buf["offsets"];
+    }
+    createSimtGemm(b, loc, g);
+  };
+  auto wgrad = [&](StringRef dAct, StringRef xs, StringRef out, bool grouped) {
+    BackwardGemm w;
+    w.a = buf[dAct]; // [K, I]
+    w.b = {buf[xs]}; // [K, H]
+    w.transposeA = w.transposeB = true;
+    if (grouped)
+      w.kOffsets = buf["offsets"];
+    w.out = buf[out];
+    createSimtGemm(b, loc, w);
+  };
+  dgrad("d_gate", "d_up", "gate_weights", "up_weights", "d_routed_x", true);
+  wgrad("d_gate", "routed_x", "d_gate_weights", true);
+  wgrad("d_up", "routed_x", "d_up_weights", true);
+  if (shared) {
+    dgrad("d_shared_gate", "d_shared_up", "shared_gate_weights",
+          "shared_up_weights", "d_shared_x", false);
+    wgrad("d_shared_gate", "x", "d_shared_gate_weights", false);
+    wgrad("d_shared_up", "x", "d_shared_up_weights", false);
+  }
+  barrier();
+
+  // Reverse dispatch: each token sums its routed rows' d_x, in route order.
+  mk::CombineOp::create(b, loc, buf["d_routed_x"], buf["route_row"],
+                        /*router_weights=*/Value(),
+                        shared ? buf["d_shared_x"] : Value(), buf["d_x"]);
+  if (clock)
+    barrier();
+  assert((!clock || stamps == phases + 1) &&
+         "backwardPhaseNames() must name every phase");
+  (void)phases;
   gpu::ReturnOp::create(b, loc);
 }
 
@@ -446,37 +818,48 @@ struct ConvertMoEToMKPass
       return signalPassFailure();
     }
     SmallVector<std::pair<func::FuncOp, LayerOp>> layers;
+    SmallVector<std::pair<func::FuncOp, LayerGradOp>> grads;
     WalkResult walk = module.walk([&](Operation *op) {
-      if (isa<LayerGradOp>(op)) {
-        op->emitError("convert-moe-to-mk: moe.layer_grad (backward) is not "
-                      "supported on the GPU yet");
-        return WalkResult::interrupt();
-      }
-      if (isa<MoEDialect>(op->getDialect()) && !isa<LayerOp>(op)) {
+      if (isa<MoEDialect>(op->getDialect()) && !isa<LayerOp, LayerGradOp>(op)) {
         op->emitError() << "convert-moe-to-mk: '" << op->getName()
                         << "' must be fused first (run --moe-fuse-layer)";
         return WalkResult::interrupt();
       }
-      auto layer = dyn_cast<LayerOp>(op);
-      if (!layer)
+      if (!isa<LayerOp, LayerGradOp>(op))
         return WalkResult::advance();
-      PlanType plan = layer.getPlanType();
+      PlanType plan = isa<LayerOp>(op) ? cast<LayerOp>(op).getPlanType()
+                                       : cast<LayerGradOp>(op).getPlanType();
       if (plan.getEp() != 1) {
-        layer.emitError() << "convert-moe-to-mk: expert parallelism (ep = "
-                          << plan.getEp() << ") is not supported yet";
+        op->emitError() << "convert-moe-to-mk: expert parallelism (ep = "
+                        << plan.getEp() << ") is not supported yet";
         return WalkResult::interrupt();
       }
       if (!plan.hasStaticTokens()) {
-        layer.emitError("convert-moe-to-mk: a dynamic token count is not "
-                        "supported yet; the GPU kernel is compiled for one T");
+        op->emitError("convert-moe-to-mk: a dynamic token count is not "
+                      "supported yet; the GPU kernel is compiled for one T");
         return WalkResult::interrupt();
       }
-      if (layer.savesContext()) {
-        layer.emitError("convert-moe-to-mk: the saved context (training "
-                        "forward) is not supported on the GPU yet");
+      // The backward and the training forward are planned with simt GEMMs
+      // (docs/Backward.md): the options that shape tensor-core GEMMs are
+      // refused for them, not ignored.
+      bool training = isa<LayerGradOp>(op) || cast<LayerOp>(op).savesContext();
+      if (training && (warpSpecialize || fuseDispatch || multicast)) {
+        op->emitError() << "convert-moe-to-mk: "
+                        << (warpSpecialize ? "warp-specialize"
+                            : fuseDispatch ? "fuse-dispatch"
+                                           : "multicast")
+                        << " needs tensor-core GEMMs, and "
+                        << (isa<LayerGradOp>(op)
+                                ? "the backward (moe.layer_grad)"
+                                : "the training forward (saved context)")
+                        << " runs simt GEMMs today";
         return WalkResult::interrupt();
       }
-      layers.push_back({layer->getParentOfType<func::FuncOp>(), layer});
+      auto func = op->getParentOfType<func::FuncOp>();
+      if (auto grad = dyn_cast<LayerGradOp>(op))
+        grads.push_back({func, grad});
+      else
+        layers.push_back({func, cast<LayerOp>(op)});
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())
@@ -486,14 +869,7 @@ struct ConvertMoEToMKPass
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                     UnitAttr::get(ctx));
     for (auto [func, layer] : layers) {
-      PlanType plan = layer.getPlanType();
-      auto x = cast<RankedTensorType>(layer.getX().getType());
-      auto wg = cast<RankedTensorType>(layer.getGateWeights().getType());
-      Sizes s{plan.getTokens(),       x.getDimSize(1), wg.getDimSize(1),
-              plan.getLocalExperts(), plan.getTopK(),  plan.getPadding()};
-      if (layer.hasSharedExpert())
-        s.sharedInter = cast<RankedTensorType>(layer.getSharedGate().getType())
-                            .getDimSize(0);
+      Sizes s = sizesOf(layer);
 
       // The plan: tensor-core GEMMs for the chip when the shapes fit.
       std::optional<mk::Engine> engine;
@@ -508,7 +884,7 @@ struct ConvertMoEToMKPass
       // after them loads (kernels of producerBlock(tileM) threads).
       int64_t tileM = sched::kTileM, storeTileN = sched::kTileN;
       int64_t cluster = 1;
-      if (tensorCores && s.tensorCoreEligible()) {
+      if (tensorCores && s.tensorCoreEligible() && !layer.savesContext()) {
         engine = chip == "sm_100a" ? mk::Engine::tcgen05 : mk::Engine::wgmma;
         if (*engine == mk::Engine::wgmma) {
           storeTileN = 2 * sched::kTileN;
@@ -548,29 +924,28 @@ struct ConvertMoEToMKPass
       SmallVector<Param> params = paramsFor(layer, s, maps, profile);
 
       OpBuilder b(ctx);
-      b.setInsertionPointToEnd(module.getBody());
-      std::string name = func.getSymName().str();
-      auto gpuModule =
-          gpu::GPUModuleOp::create(b, layer.getLoc(), name + "_kernels");
-      b.setInsertionPointToEnd(gpuModule.getBody());
-      SmallVector<Type> argTypes;
-      for (const Param &p : params)
-        argTypes.push_back(p.type);
-      auto kernel = gpu::GPUFuncOp::create(b, layer.getLoc(), name + "_forward",
-                                           b.getFunctionType(argTypes, {}));
-      kernel->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
-                      b.getUnitAttr());
-      kernel.setKnownBlockSizeAttr(
-          b.getDenseI32ArrayAttr({static_cast<int32_t>(block), 1, 1}));
-      // Persistent: one CTA per SM. Said to ptxas (.minnctapersm 1), whose
-      // default is to aim for more CTAs per SM and so fewer registers (on
-      // sm_100a it capped a layer at 80 registers and spilled).
-      kernel->setAttr("nvvm.minctasm", b.getI32IntegerAttr(1));
-      kernel->setAttr("mok.kernel", describeKernel(ctx, params, s, chip, block,
-                                                   maps, profile, cluster));
-      b.setInsertionPointToStart(&kernel.getBody().front());
+      gpu::GPUFuncOp kernel =
+          createKernel(b, module, func, layer, "_forward", params, block,
+                       describeKernel(ctx, params, s, chip, block, maps,
+                                      profile ? phaseNames(s.fusedDispatch)
+                                              : ArrayRef<StringRef>(),
+                                      cluster));
       emitSchedule(b, layer, s, params, kernel, engine, slots, tileM,
                    storeTileN, warpSpecialize);
+    }
+    for (auto [func, grad] : grads) {
+      Sizes s = sizesOf(grad);
+      SmallVector<StringRef> phases = backwardPhaseNames(grad);
+      SmallVector<Param> params = backwardParamsFor(grad, s, profile);
+      OpBuilder b(ctx);
+      gpu::GPUFuncOp kernel =
+          createKernel(b, module, func, grad, "_backward", params, blockSize,
+                       describeKernel(ctx, params, s, chip, blockSize, {},
+                                      profile ? ArrayRef<StringRef>(phases)
+                                              : ArrayRef<StringRef>(),
+                                      /*cluster=*/1));
+      emitBackwardSchedule(b, grad, s, params, kernel,
+                           static_cast<int64_t>(phases.size()));
     }
   }
 };

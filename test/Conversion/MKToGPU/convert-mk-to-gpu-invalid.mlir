@@ -433,7 +433,47 @@ gpu.module @tall_kernels {
     mk.gemm wgmma swiglu %arg0, %arg3, %arg4 into %arg13 grouped(%arg12, %arg9 : memref<636xi64>, memref<5xi64>) maps(%arg16 : memref<224xi64>) gather(%arg11 : memref<636xi64>) {gather_top_k = 2 : i64, maps = array<i64: 0, 1, 5>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 128, 64>} : memref<64x128xbf16>, memref<4x128x128xbf16>, memref<4x128x128xbf16> -> memref<636x128xbf16>
     mk.grid_barrier %arg15 : memref<2xi32>
     mk.grid_barrier %arg15 : memref<2xi32>
-    mk.combine %arg14, %arg10, %arg2 into %arg6 : memref<636x128xbf16>, memref<128xi64>, memref<64x2xf32> -> memref<64x128xbf16>
+    mk.combine %arg14, %arg10 weights(%arg2 : memref<64x2xf32>) into %arg6 : memref<636x128xbf16>, memref<128xi64> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// The backward's operand forms are simt-only: a tensor-core GEMM with one is
+// refused by name, before the engine's own checks.
+gpu.module @k {
+  gpu.func @wgmma_transpose_b(%a: memref<64x64xbf16>, %b: memref<64x128xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{'mk.gemm' op the backward's operand forms (transpose_a, transpose_b, concat, k_groups, saves, an f32 out) are implemented for the simt engine only, not yet wgmma}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_b}
+        : memref<64x64xbf16>, memref<64x128xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @tcgen05_f32_out(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xf32>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a", dynamic_shared_memory = 197632}} {
+    // expected-error @+1 {{are implemented for the simt engine only, not yet tcgen05}}
+    mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+// mk.swiglu_grad gives a row to each warp: the kernel must be whole warps.
+gpu.module @k {
+  gpu.func @swiglu_grad_partial_warps(%dh: memref<40x16xf32>, %g: memref<40x16xbf16>, %o: memref<40x16xbf16>, %o2: memref<40x16xbf16>) kernel
+      attributes {known_block_size = array<i32: 48, 1, 1>} {
+    // expected-error @+1 {{needs a kernel of whole warps: a known_block_size [n, 1, 1] with n a multiple of 32}}
+    mk.swiglu_grad %dh, %g, %g, %g into %o, %o2 : memref<40x16xf32>, memref<40x16xbf16>, memref<40x16xbf16>, memref<40x16xbf16> -> memref<40x16xbf16>, memref<40x16xbf16>
     gpu.return
   }
 }

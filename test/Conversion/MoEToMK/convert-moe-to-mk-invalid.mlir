@@ -36,17 +36,3 @@ func.func @unfused(%x: tensor<8x64xbf16>, %top: tensor<8x2xi32>) -> !moe.plan<to
   %p = moe.plan %top : tensor<8x2xi32> -> !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 1, padding = 8>
   return %p : !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 1, padding = 8>
 }
-
-// -----
-
-func.func @backward(%d: tensor<8x64xbf16>, %x: tensor<8x64xbf16>, %top: tensor<8x2xi32>,
-                    %rw: tensor<8x2xf32>, %wg: tensor<4x32x64xbf16>, %wd: tensor<4x64x32xbf16>) {
-  // expected-error @+1 {{convert-moe-to-mk: moe.layer_grad (backward) is not supported on the GPU yet}}
-  %g:5 = moe.layer_grad %d, %x, %top, %rw, gate %wg, up %wg, down %wd
-      plan !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 1, padding = 8>
-      : (tensor<8x64xbf16>, tensor<8x64xbf16>, tensor<8x2xi32>, tensor<8x2xf32>,
-         tensor<4x32x64xbf16>, tensor<4x32x64xbf16>, tensor<4x64x32xbf16>)
-      -> (tensor<8x64xbf16>, tensor<8x2xf32>, tensor<4x32x64xbf16>, tensor<4x32x64xbf16>,
-          tensor<4x64x32xbf16>)
-  return
-}

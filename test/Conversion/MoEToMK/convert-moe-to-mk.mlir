@@ -54,7 +54,7 @@
 // CHECK-NEXT: mk.gemm {{wgmma|tcgen05}} store %[[SH]], %[[SD]] into %[[SO]] maps(%[[MAPS]] : memref<304xi64>) {maps = array<i64: 17, 18>
 // CHECK-NEXT: mk.grid_barrier %[[BAR]]
 // Phase 5: combine onto the shared expert's output.
-// CHECK-NEXT: mk.combine %[[Y]], %[[RR]], %[[RW]] shared(%[[SO]] : memref<40x64xbf16>) into %[[OUT]]
+// CHECK-NEXT: mk.combine %[[Y]], %[[RR]] weights(%[[RW]] : {{.*}}) shared(%[[SO]] : memref<40x64xbf16>) into %[[OUT]]
 // CHECK-NEXT: gpu.return
 
 // multicast=true (examples/dsv3-shard.mlir): clusters of 2 CTAs (mok.kernel

@@ -223,7 +223,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @combine_rows(%y: memref<108x64xbf16>, %rr: memref<80xi64>, %w: memref<40x2xf32>, %o: memref<41x64xbf16>) kernel {
     // expected-error @+1 {{router_weights dimension 0 must be 41 (tokens, out's rows), got 40}}
-    mk.combine %y, %rr, %w into %o : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<41x64xbf16>
+    mk.combine %y, %rr weights(%w : memref<40x2xf32>) into %o : memref<108x64xbf16>, memref<80xi64> -> memref<41x64xbf16>
     gpu.return
   }
 }
@@ -233,7 +233,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @combine_shared(%y: memref<108x64xbf16>, %rr: memref<80xi64>, %w: memref<40x2xf32>, %s: memref<40x32xbf16>, %o: memref<40x64xbf16>) kernel {
     // expected-error @+1 {{shared must have out's type}}
-    mk.combine %y, %rr, %w shared(%s : memref<40x32xbf16>) into %o : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
+    mk.combine %y, %rr weights(%w : memref<40x2xf32>) shared(%s : memref<40x32xbf16>) into %o : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
     gpu.return
   }
 }
@@ -390,6 +390,430 @@ gpu.module @k {
     // expected-error @+1 {{padding_rows dimension 0 must be 332 (out's rows), got 331}}
     mk.gemm wgmma store %x, %b into %o grouped(%re, %off : memref<332xi64>, memref<5xi64>) maps(%m : memref<304xi64>) padding(%rr : memref<331xi64>) {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
         : memref<332x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// The scaled gather: scale is router_weights [tokens, top_k].
+gpu.module @k {
+  gpu.func @gather_scale_tokens(%x: memref<40x64xbf16>, %r: memref<108xi64>, %o: memref<5xi64>, %rx: memref<108x64xbf16>, %w: memref<41x2xf32>) kernel {
+    // expected-error @+1 {{scale dimension 0 must be 40 (tokens, x's rows), got 41}}
+    mk.gather %x, %r, %o into %rx scale(%w : memref<41x2xf32>) {top_k = 2 : i64} : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @gather_scale_top_k(%x: memref<40x64xbf16>, %r: memref<108xi64>, %o: memref<5xi64>, %rx: memref<108x64xbf16>, %w: memref<40x2xf32>) kernel {
+    // expected-error @+1 {{scale dimension 1 must be 4 (top_k), got 2}}
+    mk.gather %x, %r, %o into %rx scale(%w : memref<40x2xf32>) {top_k = 4 : i64} : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// The backward's GEMM forms.
+gpu.module @k {
+  gpu.func @f32_swiglu(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xf32>) kernel {
+    // expected-error @+1 {{an f32 out needs the store epilogue}}
+    mk.gemm simt swiglu %a, %b, %b into %o : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @store_two_b(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
+    // expected-error @+1 {{the store epilogue takes 1 B operand(s) (2 with concat), got 2}}
+    mk.gemm simt store %a, %b, %b into %o : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @concat_one_b(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
+    // expected-error @+1 {{concat needs the store epilogue and two B operands (a with the first, a2 with the second)}}
+    mk.gemm simt store %a, %b into %o concat(%a : memref<64x64xbf16>) : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @concat_swiglu(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
+    // expected-error @+1 {{concat needs the store epilogue and two B operands (a with the first, a2 with the second)}}
+    mk.gemm simt swiglu %a, %b, %b into %o concat(%a : memref<64x64xbf16>) : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @concat_type(%a: memref<64x64xbf16>, %a2: memref<64x32xbf16>, %b: memref<128x64xbf16>, %b2: memref<128x32xbf16>, %o: memref<64x128xbf16>) kernel {
+    // expected-error @+1 {{concat: a2 must have a's type}}
+    mk.gemm simt store %a, %b, %b2 into %o concat(%a2 : memref<64x32xbf16>) : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x32xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// concat's B operands have one type (gate and up weights).
+gpu.module @k {
+  gpu.func @concat_n(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %b2: memref<96x64xbf16>, %o: memref<64x128xbf16>) kernel {
+    // expected-error @+1 {{B operands must have one type}}
+    mk.gemm simt store %a, %b, %b2 into %o concat(%a : memref<64x64xbf16>) : memref<64x64xbf16>, memref<128x64xbf16>, memref<96x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @saves_store(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
+    // expected-error @+1 {{saves needs the swiglu epilogue and two buffers (gate, up)}}
+    mk.gemm simt store %a, %b into %o saves(%o, %o : memref<64x128xbf16>, memref<64x128xbf16>) : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @saves_one(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %g: memref<64x128xbf16>) kernel {
+    // expected-error @+1 {{saves needs the swiglu epilogue and two buffers (gate, up)}}
+    mk.gemm simt swiglu %a, %b, %b into %o saves(%g : memref<64x128xbf16>) : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @saves_type(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %g: memref<64x128xbf16>, %u: memref<64x64xbf16>) kernel {
+    // expected-error @+1 {{saves: each buffer must have out's type}}
+    mk.gemm simt swiglu %a, %b, %b into %o saves(%g, %u : memref<64x128xbf16>, memref<64x64xbf16>) : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @k_groups_no_transpose_a(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<4x64x32xbf16>, %off: memref<5xi64>) kernel {
+    // expected-error @+1 {{k_groups needs transpose_a and transpose_b (A [K, M] and B [K, N], K over the routed rows) and no grouped}}
+    mk.gemm simt store %a, %b into %o k_groups(%off : memref<5xi64>) {transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @k_groups_grouped(%a: memref<108x64xbf16>, %b: memref<4x108x32xbf16>, %o: memref<4x64x32xbf16>, %re: memref<64xi64>, %off: memref<5xi64>) kernel {
+    // expected-error @+1 {{k_groups needs transpose_a and transpose_b (A [K, M] and B [K, N], K over the routed rows) and no grouped}}
+    mk.gemm simt store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) k_groups(%off : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<4x108x32xbf16> -> memref<4x64x32xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @k_groups_out_rank(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<64x32xbf16>, %off: memref<5xi64>) kernel {
+    // expected-error @+1 {{k_groups: out must be [E, M, N]}}
+    mk.gemm simt store %a, %b into %o k_groups(%off : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<64x32xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @k_groups_experts(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<3x64x32xbf16>, %off: memref<5xi64>) kernel {
+    // expected-error @+1 {{out dimension 0 must be 4 (E, offsets - 1), got 3}}
+    mk.gemm simt store %a, %b into %o k_groups(%off : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<3x64x32xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @k_groups_m(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<4x32x32xbf16>, %off: memref<5xi64>) kernel {
+    // expected-error @+1 {{out dimension 1 must be 64 (M, a's columns), got 32}}
+    mk.gemm simt store %a, %b into %o k_groups(%off : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x32x32xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @k_groups_n(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<4x64x64xbf16>, %off: memref<5xi64>) kernel {
+    // expected-error @+1 {{out dimension 2 must be 32 (N, B's columns), got 64}}
+    mk.gemm simt store %a, %b into %o k_groups(%off : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x64xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @out_rank_3(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<4x64x128xbf16>) kernel {
+    // expected-error @+1 {{out must be [M, N] (rank 3 needs k_groups)}}
+    mk.gemm simt store %a, %b into %o : memref<64x64xbf16>, memref<128x64xbf16> -> memref<4x64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// transpose_a: a is [K, M].
+gpu.module @k {
+  gpu.func @transpose_a_k(%a: memref<32x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
+    // expected-error @+1 {{B dimension 1 must be 32 (K, a's rows), got 64}}
+    mk.gemm simt store %a, %b into %o {transpose_a} : memref<32x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @transpose_a_m(%a: memref<64x32xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
+    // expected-error @+1 {{out dimension 0 must be 32 (M, a's columns), got 64}}
+    mk.gemm simt store %a, %b into %o {transpose_a} : memref<64x32xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// transpose_b: B is [K, N] ([E, K, N] grouped).
+gpu.module @k {
+  gpu.func @transpose_b_k(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x64xbf16>) kernel {
+    // expected-error @+1 {{B dimension 0 must be 64 (K, a's columns), got 128}}
+    mk.gemm simt store %a, %b into %o {transpose_b} : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x64xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// (Transposed, N is B's columns; the message's meaning says "B's rows".)
+gpu.module @k {
+  gpu.func @transpose_b_n(%a: memref<64x64xbf16>, %b: memref<64x128xbf16>, %o: memref<64x64xbf16>) kernel {
+    // expected-error @+1 {{out dimension 1 must be 128 (N, B's}}
+    mk.gemm simt store %a, %b into %o {transpose_b} : memref<64x64xbf16>, memref<64x128xbf16> -> memref<64x64xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @transpose_b_rank(%a: memref<64x64xbf16>, %b: memref<4x64x128xbf16>, %o: memref<64x128xbf16>) kernel {
+    // expected-error @+1 {{B operands must be [K, N] (transposed), got rank 3}}
+    mk.gemm simt store %a, %b into %o {transpose_b} : memref<64x64xbf16>, memref<4x64x128xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @transpose_b_grouped_rank(%a: memref<64x64xbf16>, %b: memref<64x128xbf16>, %o: memref<64x128xbf16>,
+                                     %re: memref<64xi64>, %off: memref<5xi64>) kernel {
+    // expected-error @+1 {{B operands must be [E, K, N] (grouped, transposed), got rank 2}}
+    mk.gemm simt store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) {transpose_b}
+        : memref<64x64xbf16>, memref<64x128xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @transpose_b_grouped_k(%a: memref<64x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<64x64xbf16>,
+                                  %re: memref<64xi64>, %off: memref<5xi64>) kernel {
+    // expected-error @+1 {{B dimension 1 must be 64 (K, a's columns), got 128}}
+    mk.gemm simt store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) {transpose_b}
+        : memref<64x64xbf16>, memref<4x128x64xbf16> -> memref<64x64xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// Without weights every weight is 1 and top_k is route_row's size over
+// out's rows.
+gpu.module @k {
+  gpu.func @combine_unweighted_routes(%y: memref<108x64xbf16>, %rr: memref<81xi64>, %o: memref<40x64xbf16>) kernel {
+    // expected-error @+1 {{route_row's 81 routes must be a multiple of out's 40 rows (tokens * top_k)}}
+    mk.combine %y, %rr into %o : memref<108x64xbf16>, memref<81xi64> -> memref<40x64xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @combine_unweighted_no_rows(%y: memref<108x64xbf16>, %rr: memref<80xi64>, %o: memref<0x64xbf16>) kernel {
+    // expected-error @+1 {{route_row's 80 routes must be a multiple of out's 0 rows (tokens * top_k)}}
+    mk.combine %y, %rr into %o : memref<108x64xbf16>, memref<80xi64> -> memref<0x64xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @combine_weighted_routes(%y: memref<108x64xbf16>, %rr: memref<81xi64>, %w: memref<40x2xf32>, %o: memref<40x64xbf16>) kernel {
+    // expected-error @+1 {{route_row dimension 0 must be 80 (tokens * top_k), got 81}}
+    mk.combine %y, %rr weights(%w : memref<40x2xf32>) into %o : memref<108x64xbf16>, memref<81xi64> -> memref<40x64xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// mk.swiglu_grad: gate, up, d_gate and d_up have d_hidden_u's shape; routed,
+// so does hidden, row_route has its rows and route_row router_weights' routes.
+gpu.module @k {
+  gpu.func @swiglu_grad_gate(%dh: memref<40x16xf32>, %g: memref<41x16xbf16>, %u: memref<40x16xbf16>, %dg: memref<40x16xbf16>) kernel {
+    // expected-error @+1 {{gate dimension 0 must be 40 (d_hidden_u's rows), got 41}}
+    mk.swiglu_grad %dh, %g, %u, %u into %dg, %dg : memref<40x16xf32>, memref<41x16xbf16>, memref<40x16xbf16>, memref<40x16xbf16> -> memref<40x16xbf16>, memref<40x16xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @swiglu_grad_up(%dh: memref<40x16xf32>, %g: memref<40x16xbf16>, %u: memref<40x8xbf16>, %dg: memref<40x16xbf16>) kernel {
+    // expected-error @+1 {{up dimension 1 must be 16 (d_hidden_u's columns), got 8}}
+    mk.swiglu_grad %dh, %g, %u, %g into %dg, %dg : memref<40x16xf32>, memref<40x16xbf16>, memref<40x8xbf16>, memref<40x16xbf16> -> memref<40x16xbf16>, memref<40x16xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @swiglu_grad_d_gate(%dh: memref<40x16xf32>, %g: memref<40x16xbf16>, %dg: memref<39x16xbf16>) kernel {
+    // expected-error @+1 {{d_gate dimension 0 must be 40 (d_hidden_u's rows), got 39}}
+    mk.swiglu_grad %dh, %g, %g, %g into %dg, %g : memref<40x16xf32>, memref<40x16xbf16>, memref<40x16xbf16>, memref<40x16xbf16> -> memref<39x16xbf16>, memref<40x16xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @swiglu_grad_d_up(%dh: memref<40x16xf32>, %g: memref<40x16xbf16>, %du: memref<40x32xbf16>) kernel {
+    // expected-error @+1 {{d_up dimension 1 must be 16 (d_hidden_u's columns), got 32}}
+    mk.swiglu_grad %dh, %g, %g, %g into %g, %du : memref<40x16xf32>, memref<40x16xbf16>, memref<40x16xbf16>, memref<40x16xbf16> -> memref<40x16xbf16>, memref<40x32xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @swiglu_grad_hidden(%dh: memref<108x32xf32>, %g: memref<108x32xbf16>, %h: memref<108x16xbf16>,
+                               %rr: memref<108xi64>, %qr: memref<80xi64>, %w: memref<40x2xf32>, %off: memref<5xi64>) kernel {
+    // expected-error @+1 {{hidden dimension 1 must be 32 (d_hidden_u's columns), got 16}}
+    mk.swiglu_grad %dh, %g, %g, %h into %g, %g
+        routes(%rr, %qr, %w, %off : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> %w
+        : memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x16xbf16>
+          -> memref<108x32xbf16>, memref<108x32xbf16>, memref<40x2xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @swiglu_grad_row_route(%dh: memref<108x32xf32>, %g: memref<108x32xbf16>,
+                                  %rr: memref<100xi64>, %qr: memref<80xi64>, %w: memref<40x2xf32>, %off: memref<5xi64>) kernel {
+    // expected-error @+1 {{row_route dimension 0 must be 108 (d_hidden_u's rows), got 100}}
+    mk.swiglu_grad %dh, %g, %g, %g into %g, %g
+        routes(%rr, %qr, %w, %off : memref<100xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> %w
+        : memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>
+          -> memref<108x32xbf16>, memref<108x32xbf16>, memref<40x2xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @swiglu_grad_route_row(%dh: memref<108x32xf32>, %g: memref<108x32xbf16>,
+                                  %rr: memref<108xi64>, %qr: memref<40xi64>, %w: memref<40x2xf32>, %off: memref<5xi64>) kernel {
+    // expected-error @+1 {{route_row dimension 0 must be 80 (tokens * top_k), got 40}}
+    mk.swiglu_grad %dh, %g, %g, %g into %g, %g
+        routes(%rr, %qr, %w, %off : memref<108xi64>, memref<40xi64>, memref<40x2xf32>, memref<5xi64>) -> %w
+        : memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>
+          -> memref<108x32xbf16>, memref<108x32xbf16>, memref<40x2xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @swiglu_grad_d_router_weights(%dh: memref<108x32xf32>, %g: memref<108x32xbf16>,
+                                         %rr: memref<108xi64>, %qr: memref<80xi64>, %w: memref<40x2xf32>,
+                                         %off: memref<5xi64>, %dw: memref<80x1xf32>) kernel {
+    // expected-error @+1 {{d_router_weights must have router_weights' type}}
+    mk.swiglu_grad %dh, %g, %g, %g into %g, %g
+        routes(%rr, %qr, %w, %off : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> %dw
+        : memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>
+          -> memref<108x32xbf16>, memref<108x32xbf16>, memref<80x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+// d_hidden_u is the fp32 product d_out W_d.
+gpu.module @k {
+  gpu.func @swiglu_grad_bf16(%dh: memref<40x16xbf16>, %g: memref<40x16xbf16>) kernel {
+    // expected-error @+1 {{operand #0 must be 2D memref of 32-bit float values}}
+    mk.swiglu_grad %dh, %g, %g, %g into %g, %g : memref<40x16xbf16>, memref<40x16xbf16>, memref<40x16xbf16>, memref<40x16xbf16> -> memref<40x16xbf16>, memref<40x16xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @m {
+  gpu.func @k_groups_swiglu(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %off: memref<5xi64>, %o: memref<4x64x32xbf16>) kernel {
+    // expected-error @+1 {{k_groups needs the store epilogue with one B operand (no concat)}}
+    mk.gemm simt swiglu %a, %b, %b into %o k_groups(%off : memref<5xi64>) {transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x32xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @m {
+  gpu.func @swiglu_grad_partial_routes(%dh: memref<108x32xf32>, %g: memref<108x32xbf16>, %rr: memref<108xi64>, %q: memref<80xi64>, %w: memref<40x2xf32>, %off: memref<5xi64>) kernel {
+    // expected-error @+1 {{the routed form needs all of row_route, route_row, router_weights, offsets and d_router_weights (the shared form none)}}
+    "mk.swiglu_grad"(%dh, %g, %g, %g, %g, %g, %rr, %q, %w, %off) <{operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0>}>
+        : (memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> ()
     gpu.return
   }
 }

@@ -14,8 +14,8 @@
 // CHECK: mk.gather %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} {top_k = 2 : i64} : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
 // CHECK: mk.gemm simt swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<108xi64>, memref<5xi64>) {swiglu_limit = 7.000000e+00 : f32} : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
 // CHECK: mk.gemm simt store %{{.*}}, %{{.*}} into %{{.*}} : memref<40x16xbf16>, memref<64x16xbf16> -> memref<40x64xbf16>
-// CHECK: mk.combine %{{.*}}, %{{.*}}, %{{.*}} shared(%{{.*}} : memref<40x64xbf16>) into %{{.*}} : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
-// CHECK: mk.combine %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
+// CHECK: mk.combine %{{.*}}, %{{.*}} weights(%{{.*}} : memref<40x2xf32>) shared(%{{.*}} : memref<40x64xbf16>) into %{{.*}} : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
+// CHECK: mk.combine %{{.*}}, %{{.*}} weights(%{{.*}} : memref<40x2xf32>) into %{{.*}} : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
 // CHECK: mk.timestamp %{{.*}}[3] : memref<9xi64>
 // CHECK-LABEL: gpu.func @tensor_cores
 // CHECK: mk.gemm wgmma swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
@@ -23,6 +23,21 @@
 // CHECK: mk.gemm wgmma swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) gather(%{{.*}} : memref<332xi64>) {gather_top_k = 2 : i64, maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>} : memref<40x64xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
 // CHECK: mk.gemm wgmma store %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) padding(%{{.*}} : memref<332xi64>) {maps = array<i64: 9, 10>, stages = 4 : i64, tile = array<i64: 128, 256, 64>} : memref<332x128xbf16>, memref<4x64x128xbf16> -> memref<332x64xbf16>
 // CHECK: mk.gemm wgmma store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 17, 18>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+
+// CHECK-LABEL: gpu.func @backward
+// Each operand is matched as one SSA name, so a missing or an extra operand
+// group fails the match.
+// CHECK: mk.gather %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} scale(%{{[a-z0-9_]+}} : memref<40x2xf32>) {top_k = 2 : i64} : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
+// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} grouped(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<5xi64>) {transpose_b} : memref<108x64xbf16>, memref<4x64x32xbf16> -> memref<108x32xf32>
+// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} {transpose_a} : memref<64x40xbf16>, memref<16x64xbf16> -> memref<40x16xbf16>
+// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} : memref<40x64xbf16>, memref<16x64xbf16> -> memref<40x16xf32>
+// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} grouped(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<5xi64>) concat(%{{[a-z0-9_]+}} : memref<108x32xbf16>) {transpose_b} : memref<108x32xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x64xbf16>
+// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} k_groups(%{{[a-z0-9_]+}} : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+// CHECK: mk.gemm simt swiglu %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} grouped(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<5xi64>) saves(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108x32xbf16>, memref<108x32xbf16>) {swiglu_limit = 7.000000e+00 : f32} : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
+// CHECK: mk.swiglu_grad %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} routes(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> %{{[a-z0-9_]+}} {swiglu_limit = 7.000000e+00 : f32} : memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16> -> memref<108x32xbf16>, memref<108x32xbf16>, memref<40x2xf32>
+// CHECK: mk.swiglu_grad %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<40x16xf32>, memref<40x16xbf16>, memref<40x16xbf16>, memref<40x16xbf16> -> memref<40x16xbf16>, memref<40x16xbf16>{{$}}
+// CHECK: mk.combine %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
+// CHECK: mk.combine %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} shared(%{{[a-z0-9_]+}} : memref<40x64xbf16>) into %{{[a-z0-9_]+}} : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
 
 module attributes {gpu.container_module} {
 gpu.module @kernels {
@@ -49,10 +64,10 @@ gpu.module @kernels {
         : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
     mk.gemm simt store %shared_hidden, %sd into %shared_out
         : memref<40x16xbf16>, memref<64x16xbf16> -> memref<40x64xbf16>
-    mk.combine %routed_y, %route_row, %rw shared(%shared_out : memref<40x64xbf16>) into %out
-        : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
-    mk.combine %routed_y, %route_row, %rw into %out
-        : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
+    mk.combine %routed_y, %route_row weights(%rw : memref<40x2xf32>) shared(%shared_out : memref<40x64xbf16>) into %out
+        : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
+    mk.combine %routed_y, %route_row weights(%rw : memref<40x2xf32>) into %out
+        : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
     mk.timestamp %clock[3] : memref<9xi64>
     gpu.return
   }
@@ -88,6 +103,54 @@ gpu.module @kernels {
         {maps = array<i64: 17, 18>, producer, registers = array<i64: 224, 56>,
          stages = 4 : i64, tile = array<i64: 128, 128, 64>}
         : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
+    gpu.return
+  }
+
+  // The backward's forms (simt only).
+  gpu.func @backward(%d_out: memref<40x64xbf16>, %rw: memref<40x2xf32>, %row_route: memref<108xi64>,
+                     %route_row: memref<80xi64>, %row_expert: memref<108xi64>, %offsets: memref<5xi64>,
+                     %d_y: memref<108x64xbf16>, %wg: memref<4x32x64xbf16>, %wu: memref<4x32x64xbf16>,
+                     %wd: memref<4x64x32xbf16>, %dh_u: memref<108x32xf32>,
+                     %routed_x: memref<108x64xbf16>, %gate: memref<108x32xbf16>, %up: memref<108x32xbf16>,
+                     %hidden: memref<108x32xbf16>, %d_gate: memref<108x32xbf16>, %d_up: memref<108x32xbf16>,
+                     %d_rw: memref<40x2xf32>, %d_rx: memref<108x64xbf16>, %d_wd: memref<4x64x32xbf16>,
+                     %xt: memref<64x40xbf16>, %x: memref<40x64xbf16>, %sb: memref<16x64xbf16>,
+                     %sh: memref<40x16xbf16>, %sh32: memref<40x16xf32>, %sdh: memref<40x16xf32>,
+                     %sg: memref<40x16xbf16>, %su: memref<40x16xbf16>, %sdg: memref<40x16xbf16>,
+                     %sdu: memref<40x16xbf16>, %d_x: memref<40x64xbf16>) kernel {
+    // The reverse combine: d_out scaled by the router weights.
+    mk.gather %d_out, %row_route, %offsets into %d_y scale(%rw : memref<40x2xf32>) {top_k = 2 : i64}
+        : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
+    // d_hidden_u = d_y W_d (B [E, K, N]), unrounded.
+    mk.gemm simt store %d_y, %wd into %dh_u grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
+        {transpose_b} : memref<108x64xbf16>, memref<4x64x32xbf16> -> memref<108x32xf32>
+    mk.gemm simt store %xt, %sb into %sh {transpose_a}
+        : memref<64x40xbf16>, memref<16x64xbf16> -> memref<40x16xbf16>
+    mk.gemm simt store %x, %sb into %sh32 : memref<40x64xbf16>, memref<16x64xbf16> -> memref<40x16xf32>
+    // d_routed_x = d_gate W_g + d_up W_u, one accumulator.
+    mk.gemm simt store %d_gate, %wg, %wu into %d_rx grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
+        concat(%d_up : memref<108x32xbf16>) {transpose_b}
+        : memref<108x32xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x64xbf16>
+    // d_down[e] = d_y^T hidden over expert e's rows.
+    mk.gemm simt store %d_y, %hidden into %d_wd k_groups(%offsets : memref<5xi64>) {transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+    // The training forward saves the activation's inputs.
+    mk.gemm simt swiglu %routed_x, %wg, %wu into %hidden grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
+        saves(%gate, %up : memref<108x32xbf16>, memref<108x32xbf16>) {swiglu_limit = 7.0 : f32}
+        : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
+    mk.swiglu_grad %dh_u, %gate, %up, %hidden into %d_gate, %d_up
+        routes(%row_route, %route_row, %rw, %offsets : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>)
+        -> %d_rw {swiglu_limit = 7.0 : f32}
+        : memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>
+          -> memref<108x32xbf16>, memref<108x32xbf16>, memref<40x2xf32>
+    // The shared expert: no routes, no router-weight gradient.
+    mk.swiglu_grad %sdh, %sg, %su, %sg into %sdg, %sdu
+        : memref<40x16xf32>, memref<40x16xbf16>, memref<40x16xbf16>, memref<40x16xbf16>
+          -> memref<40x16xbf16>, memref<40x16xbf16>
+    // The reverse dispatch: unweighted sums of each token's routed rows.
+    mk.combine %d_rx, %route_row into %d_x : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
+    mk.combine %d_rx, %route_row shared(%x : memref<40x64xbf16>) into %d_x
+        : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
     gpu.return
   }
 }

@@ -92,7 +92,12 @@ public:
   /// acc = init; for iv in [lb, ub): acc = step(iv, acc); returns acc.
   Value fold(Value lb, Value ub, Value init,
              function_ref<Value(Value, Value)> step) {
-    auto op = scf::ForOp::create(b, loc, lb, ub, index(1), ValueRange{init});
+    return fold(lb, ub, index(1), init, step);
+  }
+  /// The same, iv stepping by `stride`.
+  Value fold(Value lb, Value ub, Value stride, Value init,
+             function_ref<Value(Value, Value)> step) {
+    auto op = scf::ForOp::create(b, loc, lb, ub, stride, ValueRange{init});
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToEnd(op.getBody());
     Value next = step(op.getInductionVar(), op.getRegionIterArgs()[0]);

@@ -84,6 +84,11 @@ LogicalResult AssignRowsOp::verify() {
 }
 
 LogicalResult GatherOp::verify() {
+  if (Value w = getScale())
+    if (failed(expectDim(*this, w, "scale", 0, dim(getX(), 0),
+                         "tokens, x's rows")) ||
+        failed(expectDim(*this, w, "scale", 1, getTopK(), "top_k")))
+      return failure();
   return failure(
       failed(expectDim(*this, getRoutedX(), "routed_x", 1, dim(getX(), 1),
                        "the hidden size of x")) ||
@@ -93,36 +98,85 @@ LogicalResult GatherOp::verify() {
 
 LogicalResult GemmOp::verify() {
   unsigned numB = getB().size();
-  unsigned wantB = getEpilogue() == Epilogue::swiglu ? 2 : 1;
-  if (numB != wantB)
-    return emitOpError() << "the " << stringifyEpilogue(getEpilogue())
-                         << " epilogue takes " << wantB << " B operand(s), got "
+  if (getEpilogue() == Epilogue::swiglu && numB != 2)
+    return emitOpError() << "the swiglu epilogue takes 2 B operand(s), got "
                          << numB;
   if (getSwigluLimit() && getEpilogue() != Epilogue::swiglu)
     return emitOpError("swiglu_limit needs the swiglu epilogue");
   if (static_cast<bool>(getRowExpert()) != static_cast<bool>(getOffsets()))
     return emitOpError("grouped needs both row_expert and offsets");
+  bool ta = getTransposeA(), tb = getTransposeB();
   Value a = getA(), out = getOut();
-  int64_t k = dim(a, 1);
+  bool f32Out = cast<MemRefType>(out.getType()).getElementType().isF32();
+  if (f32Out && getEpilogue() != Epilogue::store)
+    return emitOpError("an f32 out needs the store epilogue");
+  if (Value a2 = getA2()) {
+    if (getEpilogue() != Epilogue::store || numB != 2)
+      return emitOpError("concat needs the store epilogue and two B operands "
+                         "(a with the first, a2 with the second)");
+    if (a2.getType() != a.getType())
+      return emitOpError("concat: a2 must have a's type");
+  } else if (getEpilogue() == Epilogue::store && numB != 1) {
+    return emitOpError() << "the store epilogue takes 1 B operand(s) (2 with "
+                            "concat), got "
+                         << numB;
+  }
+  if (!getSaves().empty()) {
+    if (getEpilogue() != Epilogue::swiglu || getSaves().size() != 2)
+      return emitOpError("saves needs the swiglu epilogue and two buffers "
+                         "(gate, up)");
+    for (Value v : getSaves())
+      if (v.getType() != out.getType())
+        return emitOpError("saves: each buffer must have out's type");
+  }
+  bool kGroups = static_cast<bool>(getKOffsets());
+  if (kGroups && (!ta || !tb || isGrouped()))
+    return emitOpError("k_groups needs transpose_a and transpose_b (A [K, M] "
+                       "and B [K, N], K over the routed rows) and no grouped");
+  if (kGroups && (getEpilogue() != Epilogue::store || numB != 1))
+    return emitOpError("k_groups needs the store epilogue with one B operand "
+                       "(no concat)");
+  // a is [M, K], or [K, M] transposed.
+  int64_t k = dim(a, ta ? 0 : 1), m = dim(a, ta ? 1 : 0);
   unsigned bRank = isGrouped() ? 3 : 2;
-  int64_t n = dim(getB()[0], bRank - 2);
+  int64_t n = dim(getB()[0], tb ? bRank - 1 : bRank - 2);
   for (Value b : getB()) {
     if (cast<MemRefType>(b.getType()).getRank() != bRank)
       return emitOpError() << "B operands must be "
-                           << (isGrouped() ? "[E, N, K] (grouped)" : "[N, K]")
+                           << (isGrouped()
+                                   ? (tb ? "[E, K, N] (grouped, "
+                                           "transposed)"
+                                         : "[E, N, K] (grouped)")
+                                   : (tb ? "[K, N] (transposed)" : "[N, K]"))
                            << ", got rank "
                            << cast<MemRefType>(b.getType()).getRank();
     if (b.getType() != getB()[0].getType())
       return emitOpError("B operands must have one type");
-    if (failed(expectDim(*this, b, "B", bRank - 1, k, "K, a's columns")))
+    if (failed(expectDim(*this, b, "B", tb ? bRank - 2 : bRank - 1, k,
+                         ta ? "K, a's rows" : "K, a's columns")) ||
+        failed(expectDim(*this, b, "B", tb ? bRank - 1 : bRank - 2, n,
+                         "N, the first B's")))
       return failure();
   }
-  // Gathered, A's rows are out's (a holds the rows they are taken from).
-  bool gathered = static_cast<bool>(getGatherRows());
-  if (failed(expectDim(*this, out, "out", 1, n, "N, B's rows")) ||
-      (!gathered &&
-       failed(expectDim(*this, out, "out", 0, dim(a, 0), "a's rows"))))
-    return failure();
+  if (kGroups) {
+    int64_t groups = dim(getKOffsets(), 0) - 1;
+    if (cast<MemRefType>(out.getType()).getRank() != 3)
+      return emitOpError("k_groups: out must be [E, M, N]");
+    if (failed(expectDim(*this, out, "out", 0, groups, "E, offsets - 1")) ||
+        failed(expectDim(*this, out, "out", 1, m, "M, a's columns")) ||
+        failed(expectDim(*this, out, "out", 2, n, "N, B's columns")))
+      return failure();
+  } else {
+    if (cast<MemRefType>(out.getType()).getRank() != 2)
+      return emitOpError("out must be [M, N] (rank 3 needs k_groups)");
+    // Gathered, A's rows are out's (a holds the rows they are taken from).
+    bool gathered = static_cast<bool>(getGatherRows());
+    if (failed(expectDim(*this, out, "out", 1, n,
+                         tb ? "N, B's columns" : "N, B's rows")) ||
+        (!gathered && failed(expectDim(*this, out, "out", 0, m,
+                                       ta ? "M, a's columns" : "a's rows"))))
+      return failure();
+  }
   if (isGrouped()) {
     int64_t experts = dim(getB()[0], 0);
     if (failed(expectDim(*this, getOffsets(), "offsets", 0, experts + 1,
@@ -201,17 +255,61 @@ LogicalResult GemmOp::verify() {
 }
 
 LogicalResult CombineOp::verify() {
-  Value out = getOut(), w = getRouterWeights();
-  if (failed(expectDim(*this, w, "router_weights", 0, dim(out, 0),
-                       "tokens, out's rows")) ||
-      failed(expectDim(*this, getRouteRow(), "route_row", 0,
-                       dim(w, 0) * dim(w, 1), "tokens * top_k")) ||
-      failed(expectDim(*this, getRoutedY(), "routed_y", 1, dim(out, 1),
+  Value out = getOut();
+  if (Value w = getRouterWeights()) {
+    if (failed(expectDim(*this, w, "router_weights", 0, dim(out, 0),
+                         "tokens, out's rows")) ||
+        failed(expectDim(*this, getRouteRow(), "route_row", 0,
+                         dim(w, 0) * dim(w, 1), "tokens * top_k")))
+      return failure();
+  } else {
+    int64_t routes = dim(getRouteRow(), 0), tokens = dim(out, 0);
+    if (!ShapedType::isDynamic(routes) && !ShapedType::isDynamic(tokens) &&
+        (tokens == 0 || routes % tokens))
+      return emitOpError() << "route_row's " << routes
+                           << " routes must be a multiple of out's " << tokens
+                           << " rows (tokens * top_k)";
+  }
+  if (failed(expectDim(*this, getRoutedY(), "routed_y", 1, dim(out, 1),
                        "the hidden size of out")))
     return failure();
   if (Value shared = getSharedOut())
     if (shared.getType() != out.getType())
       return emitOpError("shared must have out's type");
+  return success();
+}
+
+LogicalResult SwigluGradOp::verify() {
+  Value dh = getDHiddenU();
+  for (auto [v, what] :
+       {std::pair(getGate(), "gate"), std::pair(getUp(), "up"),
+        std::pair(getDGate(), "d_gate"), std::pair(getDUp(), "d_up")})
+    if (failed(expectDim(*this, v, what, 0, dim(dh, 0), "d_hidden_u's rows")) ||
+        failed(
+            expectDim(*this, v, what, 1, dim(dh, 1), "d_hidden_u's columns")))
+      return failure();
+  int routeOperands =
+      static_cast<bool>(getRowRoute()) + static_cast<bool>(getRouteRow()) +
+      static_cast<bool>(getRouterWeights()) + static_cast<bool>(getOffsets()) +
+      static_cast<bool>(getDRouterWeights());
+  if (routeOperands != 0 && routeOperands != 5)
+    return emitOpError("the routed form needs all of row_route, route_row, "
+                       "router_weights, offsets and d_router_weights (the "
+                       "shared form none)");
+  if (!getRowRoute())
+    return success();
+  Value w = getRouterWeights();
+  if (failed(expectDim(*this, getHidden(), "hidden", 0, dim(dh, 0),
+                       "d_hidden_u's rows")) ||
+      failed(expectDim(*this, getHidden(), "hidden", 1, dim(dh, 1),
+                       "d_hidden_u's columns")) ||
+      failed(expectDim(*this, getRowRoute(), "row_route", 0, dim(dh, 0),
+                       "d_hidden_u's rows")) ||
+      failed(expectDim(*this, getRouteRow(), "route_row", 0,
+                       dim(w, 0) * dim(w, 1), "tokens * top_k")))
+    return failure();
+  if (getDRouterWeights().getType() != w.getType())
+    return emitOpError("d_router_weights must have router_weights' type");
   return success();
 }
 

@@ -214,8 +214,15 @@ def MK_GatherOp : MK_Op<"gather"> {
     elements (16-byte pieces when the hidden size is a multiple of 8 and
     the buffers are 16-byte aligned).
 
+    *Scaled* (`scale(%router_weights)`, the backward's reverse combine):
+    `routed_x[r] = bf16(w * f32(x[t]))` with `w = router_weights[t, q % k]`
+    for `q = row_route[r]`, `t = q / k` (zeros for padding rows as before).
+
     ```mlir
     mk.gather %x, %row_route, %offsets into %routed_x {top_k = 2 : i64}
+        : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
+    mk.gather %d_out, %row_route, %offsets into %d_y
+        scale(%router_weights : memref<40x2xf32>) {top_k = 2 : i64}
         : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
     ```
   }];
@@ -223,9 +230,12 @@ def MK_GatherOp : MK_Op<"gather"> {
                        Arg<MK_I64Vector, "", [MemRead]>:$row_route,
                        Arg<MK_I64Vector, "", [MemRead]>:$offsets,
                        Arg<MK_Bf16Matrix, "", [MemWrite]>:$routed_x,
+                       Arg<Optional<MemRefRankOf<[F32], [2]>>, "",
+                           [MemRead]>:$scale,
                        ConfinedAttr<I64Attr, [IntPositive]>:$top_k);
   let assemblyFormat = [{
-    $x `,` $row_route `,` $offsets `into` $routed_x attr-dict `:` type($x)
+    $x `,` $row_route `,` $offsets `into` $routed_x
+    (`scale` `(` $scale^ `:` type($scale) `)`)? attr-dict `:` type($x)
     `,` type($row_route) `,` type($offsets) `->` type($routed_x)
   }];
   let hasVerifier = 1;
@@ -293,10 +303,29 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     `producer`; the kernel is compiled for the even share and gets it back
     after the phase.
 
+    The backward's operand forms (`simt` only today; the tensor-core
+    engines refuse them by name in convert-mk-to-gpu):
+    * `transpose_a`: `a` is `[K, M]` (M contiguous), `a(r, k) = a[k, r]`;
+    * `transpose_b`: each B is `[K, N]` (`[E, K, N]` grouped),
+      `b(c, k) = b[k, c]`;
+    * `concat(%a2)` (`store`, two B operands): one accumulator over both
+      K-loops, `acc = a b_0 + a2 b_1` (`a2` has `a`'s type);
+    * `k_groups(%offsets)` (with both transposes, not grouped): the K
+      range is split by `offsets [E + 1]` and `out [E, M, N]` gets one
+      product per group, `out[e] = sum_{k in [offsets[e], offsets[e+1])}
+      a(., k) b(., k)`, each sum in k order (weight gradients; K runs over
+      an expert's routed rows);
+    * an `f32` out (`store`): the fp32 accumulators, unrounded.
+    `saves(%gate, %up)` (`swiglu`): also stores `bf16(acc_0)` and
+    `bf16(acc_1)`, the activation's inputs (the backward context).
+
     ```mlir
     mk.gemm simt store %hidden, %down into %routed_y
         grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
         : memref<108x32xbf16>, memref<4x64x32xbf16> -> memref<108x64xbf16>
+    mk.gemm simt store %d_y, %hidden into %d_down
+        k_groups(%offsets : memref<5xi64>) {transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
     ```
   }];
   let arguments = (ins
@@ -304,19 +333,24 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       MK_Epilogue:$epilogue,
       Arg<MK_Bf16Matrix, "", [MemRead]>:$a,
       Arg<Variadic<MemRefOf<[BF16]>>, "", [MemRead]>:$b,
-      Arg<MK_Bf16Matrix, "", [MemWrite]>:$out,
+      Arg<MemRefOf<[BF16, F32]>, "", [MemWrite]>:$out,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$row_expert,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$offsets,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$tensor_maps,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$gather_rows,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$padding_rows,
+      Arg<Optional<MK_Bf16Matrix>, "", [MemRead]>:$a2,
+      Arg<Optional<MK_I64Vector>, "", [MemRead]>:$k_offsets,
+      Arg<Variadic<MK_Bf16Matrix>, "", [MemWrite]>:$saves,
       OptionalAttr<F32Attr>:$swiglu_limit,
       OptionalAttr<DenseI64ArrayAttr>:$tile,
       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$stages,
       OptionalAttr<DenseI64ArrayAttr>:$maps,
       UnitAttr:$producer,
       OptionalAttr<DenseI64ArrayAttr>:$registers,
-      OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$gather_top_k);
+      OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$gather_top_k,
+      UnitAttr:$transpose_a,
+      UnitAttr:$transpose_b);
   let assemblyFormat = [{
     $engine $epilogue $a `,` $b `into` $out
     (`grouped` `(` $row_expert^ `,` $offsets `:` type($row_expert) `,`
@@ -324,37 +358,105 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     (`maps` `(` $tensor_maps^ `:` type($tensor_maps) `)`)?
     (`gather` `(` $gather_rows^ `:` type($gather_rows) `)`)?
     (`padding` `(` $padding_rows^ `:` type($padding_rows) `)`)?
+    (`concat` `(` $a2^ `:` type($a2) `)`)?
+    (`k_groups` `(` $k_offsets^ `:` type($k_offsets) `)`)?
+    (`saves` `(` $saves^ `:` type($saves) `)`)?
     attr-dict `:` type($a) `,` type($b) `->` type($out)
   }];
   let extraClassDeclaration = [{
     bool isGrouped() { return getRowExpert() != nullptr; }
+    /// The backward's forms, which only the simt engine implements today.
+    bool usesBackwardForms() {
+      return getTransposeA() || getTransposeB() || getA2() || getKOffsets() ||
+             !getSaves().empty() ||
+             !::llvm::cast<::mlir::MemRefType>(getOut().getType())
+                  .getElementType().isBF16();
+    }
     bool usesTensorCores() { return getEngine() != Engine::simt; }
   }];
   let hasVerifier = 1;
 }
 
-def MK_CombineOp : MK_Op<"combine"> {
+def MK_SwigluGradOp : MK_Op<"swiglu_grad", [AttrSizedOperandSegments]> {
+  let summary = "SwiGLU backward per row, and the router-weight gradient";
+  let description = [{
+    The backward of the SwiGLU activation for rows `r` of `d_hidden_u`
+    (`[R, I]`, fp32: `d_out W_d`, not yet scaled by the router weight):
+    `dh = bf16(w * d_hidden_u[r])`, then `d_gate[r]`, `d_up[r]` (bf16) as
+    `moe.layer_grad` defines them from `gate[r]`, `up[r]` and the clamp
+    `swiglu_limit`.
+
+    *Routed* (`routes(%row_route, %route_row, %router_weights, %offsets)
+    -> %d_router_weights`): the rows are `r < offsets[E]`; row `r` holds
+    route `q = row_route[r]` (token `q / k`, slot `q % k`) with weight
+    `w = router_weights[q / k, q % k]`, and `d_router_weights` gets
+    `<d_hidden_u[r], hidden[r]>` (fp32, a fixed summation order) at that
+    route. Padding rows (`q < 0`) get zeros in `d_gate` and `d_up`; routes
+    without a row (`route_row[q] < 0`) get a zero gradient. Otherwise
+    (the shared expert) `w = 1` on every row of `d_hidden_u`, and `hidden`
+    is not read (pass any buffer of its shape).
+
+    One warp a row; lanes stride over the columns and the row sum is a
+    fixed shuffle tree, so results are bitwise reproducible.
+
+    ```mlir
+    mk.swiglu_grad %dh_u, %gate, %up, %hidden into %d_gate, %d_up
+        routes(%row_route, %route_row, %router_weights, %offsets
+               : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>)
+        -> %d_router_weights : memref<108x32xf32>, memref<108x32xbf16>,
+        memref<108x32xbf16>, memref<108x32xbf16> -> memref<108x32xbf16>,
+        memref<108x32xbf16>, memref<40x2xf32>
+    ```
+  }];
+  let arguments = (ins
+      Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$d_hidden_u,
+      Arg<MK_Bf16Matrix, "", [MemRead]>:$gate,
+      Arg<MK_Bf16Matrix, "", [MemRead]>:$up,
+      Arg<MK_Bf16Matrix, "", [MemRead]>:$hidden,
+      Arg<MK_Bf16Matrix, "", [MemWrite]>:$d_gate,
+      Arg<MK_Bf16Matrix, "", [MemWrite]>:$d_up,
+      Arg<Optional<MK_I64Vector>, "", [MemRead]>:$row_route,
+      Arg<Optional<MK_I64Vector>, "", [MemRead]>:$route_row,
+      Arg<Optional<MemRefRankOf<[F32], [2]>>, "", [MemRead]>:$router_weights,
+      Arg<Optional<MK_I64Vector>, "", [MemRead]>:$offsets,
+      Arg<Optional<MemRefRankOf<[F32], [2]>>, "", [MemWrite]>:$d_router_weights,
+      OptionalAttr<F32Attr>:$swiglu_limit);
+  let assemblyFormat = [{
+    $d_hidden_u `,` $gate `,` $up `,` $hidden `into` $d_gate `,` $d_up
+    (`routes` `(` $row_route^ `,` $route_row `,` $router_weights `,` $offsets
+       `:` type($row_route) `,` type($route_row) `,` type($router_weights)
+       `,` type($offsets) `)` `->` $d_router_weights)?
+    attr-dict `:` type($d_hidden_u) `,` type($gate) `,` type($up) `,`
+    type($hidden) `->` type($d_gate) `,` type($d_up)
+    (`,` type($d_router_weights)^)?
+  }];
+  let hasVerifier = 1;
+}
+
+def MK_CombineOp : MK_Op<"combine", [AttrSizedOperandSegments]> {
   let summary = "Router-weighted sum of each token's routed rows";
   let description = [{
     `out[t] = bf16(f32(shared_out[t]) + sum_k w[t,k] * f32(routed_y[route_row[t*K + k]]))`,
     skipping routes whose row is -1; without `shared` the sum starts at 0.
-    Grid-stride over output elements.
+    Without `weights` every `w` is 1 (the backward's reverse dispatch, `K`
+    = route_row's size / out's rows). Grid-stride over output elements.
 
     ```mlir
-    mk.combine %routed_y, %route_row, %router_weights shared(%shared_out : memref<40x64xbf16>)
-        into %out : memref<108x64xbf16>, memref<80xi64>, memref<40x2xf32> -> memref<40x64xbf16>
+    mk.combine %routed_y, %route_row weights(%router_weights : memref<40x2xf32>)
+        shared(%shared_out : memref<40x64xbf16>) into %out
+        : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
     ```
   }];
   let arguments = (ins Arg<MK_Bf16Matrix, "", [MemRead]>:$routed_y,
                        Arg<MK_I64Vector, "", [MemRead]>:$route_row,
-                       Arg<MemRefRankOf<[F32], [2]>, "", [MemRead]>:$router_weights,
+                       Arg<Optional<MemRefRankOf<[F32], [2]>>, "", [MemRead]>:$router_weights,
                        Arg<Optional<MK_Bf16Matrix>, "", [MemRead]>:$shared_out,
                        Arg<MK_Bf16Matrix, "", [MemWrite]>:$out);
   let assemblyFormat = [{
-    $routed_y `,` $route_row `,` $router_weights
+    $routed_y `,` $route_row (`weights` `(` $router_weights^ `:` type($router_weights) `)`)?
     (`shared` `(` $shared_out^ `:` type($shared_out) `)`)?
-    `into` $out attr-dict `:` type($routed_y) `,` type($route_row) `,`
-    type($router_weights) `->` type($out)
+    `into` $out attr-dict `:` type($routed_y) `,` type($route_row)
+    `->` type($out)
   }];
   let hasVerifier = 1;
 }

@@ -1,0 +1,281 @@
+// RUN: mok-opt %s --convert-mk-to-gpu | FileCheck %s --implicit-check-not=mk.
+
+// The backward's simt forms, lowered op by op: the SwiGLU gradient (one
+// warp a row, the router-weight gradient a fixed shuffle tree), the
+// transposed, concatenated and k-grouped GEMMs, the f32 GEMM output, the
+// scaled gather and the unweighted combine.
+
+// mk.swiglu_grad, routed: warp (tid / 32) * grid + block takes rows
+// r < offsets[E], stepping by the grid's warps; its lanes stride over the
+// columns. dh = bf16(w * d_hidden_u), w = router_weights[q / k, q % k] (0 for
+// a padding row, whose d_gate and d_up are zeros); each lane sums
+// d_hidden_u * hidden over its columns, the butterfly (xor 16, 8, 4, 2, 1)
+// adds the lanes, and lane 0 of a valid row stores the route's gradient.
+// CHECK-LABEL: gpu.func @swiglu_grad_routed(
+// CHECK-SAME: %[[DH:[^:]*]]: memref<108x32xf32>, %[[G:[^:]*]]: memref<108x32xbf16>, %[[U:[^:]*]]: memref<108x32xbf16>, %[[H:[^:]*]]: memref<108x32xbf16>,
+// CHECK-SAME: %[[DG:[^:]*]]: memref<108x32xbf16>, %[[DU:[^:]*]]: memref<108x32xbf16>, %[[RR:[^:]*]]: memref<108xi64>, %[[QR:[^:]*]]: memref<80xi64>,
+// CHECK-SAME: %[[W:[^:]*]]: memref<40x2xf32>, %[[OFF:[^:]*]]: memref<5xi64>, %[[DW:[^:]*]]: memref<40x2xf32>)
+// CHECK: %[[R_END:.*]] = memref.load %[[OFF]][%c4]
+// CHECK: %[[LANE:.*]] = arith.remsi %[[TID:.*]], %c32 : index
+// CHECK: %[[WARP_IN_BLOCK:.*]] = arith.divsi %[[TID]], %c32{{.*}} : index
+// CHECK: %[[WARPS:.*]] = arith.divsi %{{.*}}, %c32{{.*}} : index
+// CHECK: %[[WIDTH:.*]] = arith.constant 32 : i32
+// CHECK: scf.for %[[ROW:.*]] = %{{.*}} to %{{.*}} step %[[WARPS]] {
+// CHECK: %[[Q:.*]] = memref.load %[[RR]][%[[ROW]]]
+// CHECK: %[[VALID:.*]] = arith.cmpi sge,
+// CHECK: %[[T:.*]] = arith.divsi %{{.*}}, %c2 : index
+// CHECK: %[[SLOT:.*]] = arith.remsi %{{.*}}, %c2 : index
+// CHECK: %[[WQ:.*]] = memref.load %[[W]][%[[T]], %[[SLOT]]]
+// CHECK: %[[SCALE:.*]] = arith.select %[[VALID]], %[[WQ]], %{{.*}} : f32
+// CHECK: %[[PARTIAL:.*]] = scf.for %[[COL:.*]] = %[[LANE]] to %c32{{.*}} step %c32{{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (f32) {
+// CHECK: %[[DHU:.*]] = memref.load %[[DH]][%[[ROW]], %[[COL]]]
+// CHECK: %[[SCALED:.*]] = arith.mulf %[[SCALE]], %[[DHU]] : f32
+// CHECK-NEXT: arith.truncf %[[SCALED]] : f32 to bf16
+// CHECK: math.exp
+// CHECK: memref.store %{{.*}}, %[[DG]][%[[ROW]], %[[COL]]]
+// CHECK: memref.store %{{.*}}, %[[DU]][%[[ROW]], %[[COL]]]
+// CHECK: %[[HL:.*]] = memref.load %[[H]][%[[ROW]], %[[COL]]]
+// CHECK-NEXT: %[[HV:.*]] = arith.extf %[[HL]] : bf16 to f32
+// CHECK-NEXT: %[[PROD:.*]] = arith.mulf %[[DHU]], %[[HV]] : f32
+// CHECK-NEXT: %[[NEXT:.*]] = arith.addf %[[ACC]], %[[PROD]] : f32
+// CHECK-NEXT: scf.yield %[[NEXT]] : f32
+// CHECK: %[[S16:.*]], %{{.*}} = gpu.shuffle xor %[[PARTIAL]], %c16_i32, %[[WIDTH]] : f32
+// CHECK-NEXT: %[[P16:.*]] = arith.addf %[[PARTIAL]], %[[S16]] : f32
+// CHECK-NEXT: %c8_i32 = arith.constant 8 : i32
+// CHECK-NEXT: %[[S8:.*]], %{{.*}} = gpu.shuffle xor %[[P16]], %c8_i32, %[[WIDTH]] : f32
+// CHECK-NEXT: %[[P8:.*]] = arith.addf %[[P16]], %[[S8]] : f32
+// CHECK-NEXT: %c4_i32 = arith.constant 4 : i32
+// CHECK-NEXT: %[[S4:.*]], %{{.*}} = gpu.shuffle xor %[[P8]], %c4_i32, %[[WIDTH]] : f32
+// CHECK-NEXT: %[[P4:.*]] = arith.addf %[[P8]], %[[S4]] : f32
+// CHECK-NEXT: %c2_i32 = arith.constant 2 : i32
+// CHECK-NEXT: %[[S2:.*]], %{{.*}} = gpu.shuffle xor %[[P4]], %c2_i32, %[[WIDTH]] : f32
+// CHECK-NEXT: %[[P2:.*]] = arith.addf %[[P4]], %[[S2]] : f32
+// CHECK-NEXT: %c1_i32 = arith.constant 1 : i32
+// CHECK-NEXT: %[[S1:.*]], %{{.*}} = gpu.shuffle xor %[[P2]], %c1_i32, %[[WIDTH]] : f32
+// CHECK-NEXT: %[[SUM:.*]] = arith.addf %[[P2]], %[[S1]] : f32
+// CHECK-NOT: gpu.shuffle
+// CHECK: %[[FIRST:.*]] = arith.cmpi eq, %[[LANE]], %{{.*}} : index
+// CHECK-NEXT: %[[STORE:.*]] = arith.andi %[[FIRST]], %[[VALID]] : i1
+// CHECK-NEXT: scf.if %[[STORE]] {
+// CHECK-NEXT: memref.store %[[SUM]], %[[DW]][%[[T]], %[[SLOT]]]
+// Routes without a row (route_row < 0): a zero gradient, grid-stride.
+// CHECK: scf.for %[[ROUTE:.*]] = %{{.*}} to %c80 step
+// CHECK: memref.load %[[QR]][%[[ROUTE]]]
+// CHECK: arith.cmpi slt
+// CHECK: scf.if
+// CHECK: memref.store %{{.*}}, %[[DW]]
+// CHECK: gpu.return
+
+// The shared form: w = 1, hidden is not read, no router-weight gradient (no
+// shuffles).
+// CHECK-LABEL: gpu.func @swiglu_grad_shared(
+// CHECK-SAME: %[[SDH:[^:]*]]: memref<40x16xf32>, %{{[^:]*}}: memref<40x16xbf16>, %{{[^:]*}}: memref<40x16xbf16>, %[[SH:[^:]*]]: memref<40x16xbf16>,
+// CHECK-SAME: %[[SDG:[^:]*]]: memref<40x16xbf16>, %[[SDU:[^:]*]]: memref<40x16xbf16>)
+// CHECK-NOT: gpu.shuffle
+// CHECK-NOT: memref.load %[[SH]]
+// CHECK: scf.for %[[SROW:.*]] = %{{.*}} to %c40 step
+// CHECK-NEXT: %[[ONE:.*]] = arith.constant 1.000000e+00 : f32
+// CHECK: %[[SDHU:.*]] = memref.load %[[SDH]]
+// CHECK: arith.mulf %[[ONE]], %[[SDHU]] : f32
+// CHECK: memref.store %{{.*}}, %[[SDG]]
+// CHECK: memref.store %{{.*}}, %[[SDU]]
+// CHECK-NOT: gpu.shuffle
+// CHECK-NOT: memref.load %[[SH]]
+// CHECK: gpu.return
+
+gpu.module @swiglu_grad {
+  gpu.func @swiglu_grad_routed(%dh: memref<108x32xf32>, %g: memref<108x32xbf16>, %u: memref<108x32xbf16>, %h: memref<108x32xbf16>,
+                               %dg: memref<108x32xbf16>, %du: memref<108x32xbf16>, %rr: memref<108xi64>, %qr: memref<80xi64>,
+                               %w: memref<40x2xf32>, %off: memref<5xi64>, %dw: memref<40x2xf32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    mk.swiglu_grad %dh, %g, %u, %h into %dg, %du
+        routes(%rr, %qr, %w, %off : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> %dw
+        {swiglu_limit = 7.0 : f32}
+        : memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>
+          -> memref<108x32xbf16>, memref<108x32xbf16>, memref<40x2xf32>
+    gpu.return
+  }
+
+  gpu.func @swiglu_grad_shared(%dh: memref<40x16xf32>, %g: memref<40x16xbf16>, %u: memref<40x16xbf16>, %h: memref<40x16xbf16>,
+                               %dg: memref<40x16xbf16>, %du: memref<40x16xbf16>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    mk.swiglu_grad %dh, %g, %u, %h into %dg, %du
+        : memref<40x16xf32>, memref<40x16xbf16>, memref<40x16xbf16>, memref<40x16xbf16>
+          -> memref<40x16xbf16>, memref<40x16xbf16>
+    gpu.return
+  }
+}
+
+// An f32 out stores the fp32 accumulator as it is: no rounding to bf16.
+// CHECK-LABEL: gpu.func @f32_out(
+// CHECK-SAME: %[[FO:[^:]*]]: memref<40x16xf32>)
+// CHECK-NOT: arith.truncf
+// CHECK: %[[FACC:.*]] = scf.for
+// CHECK-NOT: arith.truncf
+// CHECK: memref.store %[[FACC]], %[[FO]][%{{.*}}, %{{.*}}] {alignment = 4 : i64} : memref<40x16xf32>
+// CHECK-NOT: arith.truncf
+// CHECK: gpu.return
+
+// transpose_a: a(r, k) = a[k, r].
+// CHECK-LABEL: gpu.func @transpose_a(
+// CHECK-SAME: %[[TA:[^:]*]]: memref<64x40xbf16>, %[[TB:[^:]*]]: memref<16x64xbf16>
+// CHECK: %[[TC:.*]] = arith.remsi %{{.*}}, %c16 : index
+// CHECK-NEXT: %[[TR:.*]] = arith.divsi %{{.*}}, %c16 : index
+// CHECK: scf.for %[[TK:.*]] = %c0 to %c64 step
+// CHECK: memref.load %[[TB]][%[[TC]], %[[TK]]]
+// CHECK: memref.load %[[TA]][%[[TK]], %[[TR]]]
+// CHECK: gpu.return
+
+// concat with transpose_b (d_routed_x = d_gate W_g + d_up W_u, B [E, K, N]):
+// the second K-loop starts from the first's sum; one rounding at the store.
+// CHECK-LABEL: gpu.func @concat(
+// CHECK-SAME: %[[CG:[^:]*]]: memref<108x32xbf16>, %[[CU:[^:]*]]: memref<108x32xbf16>, %[[CWG:[^:]*]]: memref<4x32x64xbf16>, %[[CWU:[^:]*]]: memref<4x32x64xbf16>, %[[CO:[^:]*]]: memref<108x64xbf16>
+// CHECK: %[[CC:.*]] = arith.remsi %{{.*}}, %c64 : index
+// CHECK-NEXT: %[[CR:.*]] = arith.divsi %{{.*}}, %c64 : index
+// CHECK: %[[CE:.*]] = arith.index_cast
+// CHECK: %[[FIRST_K:.*]] = scf.for %[[CK:.*]] = %c0 to %c32 step %{{.*}} iter_args(%{{.*}} = %cst)
+// CHECK-NEXT: memref.load %[[CWG]][%[[CE]], %[[CK]], %[[CC]]]
+// CHECK: memref.load %[[CG]][%[[CR]], %[[CK]]]
+// CHECK: %[[BOTH:.*]] = scf.for %[[CK2:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %[[FIRST_K]])
+// CHECK-NEXT: memref.load %[[CWU]][%[[CE]], %[[CK2]], %[[CC]]]
+// CHECK: memref.load %[[CU]][%[[CR]], %[[CK2]]]
+// CHECK: %[[CROUND:.*]] = arith.truncf %[[BOTH]] : f32 to bf16
+// CHECK-NEXT: memref.store %[[CROUND]], %[[CO]][%[[CR]], %[[CC]]]
+// CHECK: gpu.return
+
+// k_groups (weight gradients): out[e] sums over rows [offsets[e],
+// offsets[e + 1]) of both transposed operands.
+// CHECK-LABEL: gpu.func @k_groups(
+// CHECK-SAME: %[[KA:[^:]*]]: memref<108x64xbf16>, %[[KB:[^:]*]]: memref<108x32xbf16>, %[[KO:[^:]*]]: memref<4x64x32xbf16>, %[[KOFF:[^:]*]]: memref<5xi64>)
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step
+// CHECK: %[[KC:.*]] = arith.remsi %{{.*}}, %c32 : index
+// CHECK: %[[KE:.*]] = arith.divsi %{{.*}}, %c64 : index
+// CHECK-NEXT: %[[KR:.*]] = arith.remsi %{{.*}}, %c64 : index
+// CHECK-NEXT: %[[KBEGIN:.*]] = memref.load %[[KOFF]][%[[KE]]]
+// CHECK: %[[KNEXT:.*]] = arith.addi %[[KE]], %{{.*}} : index
+// CHECK-NEXT: %[[KEND:.*]] = memref.load %[[KOFF]][%[[KNEXT]]]
+// CHECK: %[[KSUM:.*]] = scf.for %[[KK:.*]] = %{{.*}} to %{{.*}} step
+// CHECK-NEXT: memref.load %[[KB]][%[[KK]], %[[KC]]]
+// CHECK: memref.load %[[KA]][%[[KK]], %[[KR]]]
+// CHECK: %[[KROUND:.*]] = arith.truncf %[[KSUM]] : f32 to bf16
+// CHECK-NEXT: memref.store %[[KROUND]], %[[KO]][%[[KE]], %[[KR]], %[[KC]]]
+// CHECK: gpu.return
+
+// saves: the swiglu epilogue also stores its bf16 inputs.
+// CHECK-LABEL: gpu.func @saves(
+// CHECK-SAME: %[[SVH:[^:]*]]: memref<108x32xbf16>, %[[SVG:[^:]*]]: memref<108x32xbf16>, %[[SVU:[^:]*]]: memref<108x32xbf16>,
+// CHECK: memref.store %{{.*}}, %[[SVG]]
+// CHECK-NEXT: arith.truncf
+// CHECK-NEXT: memref.store %{{.*}}, %[[SVU]]
+// CHECK: math.exp
+// CHECK: memref.store %{{.*}}, %[[SVH]]
+// CHECK: gpu.return
+
+gpu.module @gemms {
+  gpu.func @f32_out(%a: memref<40x64xbf16>, %b: memref<16x64xbf16>, %o: memref<40x16xf32>) kernel {
+    mk.gemm simt store %a, %b into %o : memref<40x64xbf16>, memref<16x64xbf16> -> memref<40x16xf32>
+    gpu.return
+  }
+
+  gpu.func @transpose_a(%xt: memref<64x40xbf16>, %b: memref<16x64xbf16>, %o: memref<40x16xbf16>) kernel {
+    mk.gemm simt store %xt, %b into %o {transpose_a} : memref<64x40xbf16>, memref<16x64xbf16> -> memref<40x16xbf16>
+    gpu.return
+  }
+
+  gpu.func @concat(%dg: memref<108x32xbf16>, %du: memref<108x32xbf16>, %wg: memref<4x32x64xbf16>, %wu: memref<4x32x64xbf16>,
+                   %drx: memref<108x64xbf16>, %re: memref<108xi64>, %off: memref<5xi64>) kernel {
+    mk.gemm simt store %dg, %wg, %wu into %drx grouped(%re, %off : memref<108xi64>, memref<5xi64>)
+        concat(%du : memref<108x32xbf16>) {transpose_b}
+        : memref<108x32xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x64xbf16>
+    gpu.return
+  }
+
+  gpu.func @k_groups(%dy: memref<108x64xbf16>, %h: memref<108x32xbf16>, %dwd: memref<4x64x32xbf16>, %off: memref<5xi64>) kernel {
+    mk.gemm simt store %dy, %h into %dwd k_groups(%off : memref<5xi64>) {transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+    gpu.return
+  }
+
+  gpu.func @saves(%x: memref<108x64xbf16>, %wg: memref<4x32x64xbf16>, %wu: memref<4x32x64xbf16>, %h: memref<108x32xbf16>,
+                  %g: memref<108x32xbf16>, %u: memref<108x32xbf16>, %re: memref<108xi64>, %off: memref<5xi64>) kernel {
+    mk.gemm simt swiglu %x, %wg, %wu into %h grouped(%re, %off : memref<108xi64>, memref<5xi64>)
+        saves(%g, %u : memref<108x32xbf16>, memref<108x32xbf16>)
+        : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
+    gpu.return
+  }
+}
+
+// The scaled gather (the reverse combine): element by element, the token's
+// row times router_weights[q / k, q % k].
+// CHECK-LABEL: gpu.func @gather_scaled(
+// CHECK-SAME: %[[GX:[^:]*]]: memref<40x64xbf16>, %[[GR:[^:]*]]: memref<108xi64>, %{{[^:]*}}: memref<5xi64>, %[[GY:[^:]*]]: memref<108x64xbf16>, %[[GW:[^:]*]]: memref<40x2xf32>)
+// CHECK-NOT: llvm.load
+// CHECK: %[[GQ:.*]] = memref.load %[[GR]]
+// CHECK-NEXT: %[[GROUTE:.*]] = arith.index_cast %[[GQ]] : i64 to index
+// CHECK: scf.if
+// CHECK-NEXT: %[[GT:.*]] = arith.divsi %[[GROUTE]], %c2 : index
+// CHECK-NEXT: memref.load %[[GX]][%[[GT]], %{{.*}}]
+// CHECK-NEXT: %[[GXV:.*]] = arith.extf
+// CHECK-NEXT: %[[GSLOT:.*]] = arith.remsi %[[GROUTE]], %c2 : index
+// CHECK-NEXT: %[[GWV:.*]] = memref.load %[[GW]][%[[GT]], %[[GSLOT]]]
+// CHECK-NEXT: %[[GV:.*]] = arith.mulf %[[GWV]], %[[GXV]] : f32
+// CHECK-NEXT: scf.yield %[[GV]] : f32
+// CHECK: memref.store %{{.*}}, %[[GY]]
+// CHECK-NOT: llvm.load
+// CHECK: gpu.return
+
+// The unweighted combine (the reverse dispatch): k = route_row's 80 routes /
+// out's 40 rows = 2, and each term is the routed row's element as it is (no
+// weight, no multiply), in the 16-byte path and the element path alike.
+// CHECK-LABEL: gpu.func @combine_unweighted(
+// CHECK-SAME: %{{[^:]*}}: memref<108x64xbf16>, %[[QR1:[^:]*]]: memref<80xi64>, %{{[^:]*}}: memref<40x64xbf16>)
+// CHECK-NOT: arith.mulf
+// CHECK: scf.if
+// CHECK: memref.load %[[QR1]]
+// CHECK-COUNT-8: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-NOT: arith.mulf
+// CHECK: } else {
+// CHECK: scf.for %{{.*}} = %c0 to %c2 step
+// CHECK-NOT: arith.mulf
+// CHECK: gpu.return
+// CHECK-LABEL: gpu.func @combine_unweighted_scalar(
+// CHECK-SAME: %[[CY:[^:]*]]: memref<108x12xbf16>, %{{[^:]*}}: memref<80xi64>, %[[CO2:[^:]*]]: memref<40x12xbf16>)
+// CHECK-NOT: arith.mulf
+// CHECK: %[[CSUM:.*]] = scf.for %{{.*}} = %c0 to %c2 step %{{.*}} iter_args(%[[CACC:.*]] = %{{.*}})
+// CHECK: %[[CTERM:.*]] = scf.if
+// CHECK-NEXT: memref.load %[[CY]]
+// CHECK-NEXT: %[[CV:.*]] = arith.extf
+// CHECK-NEXT: scf.yield %[[CV]] : f32
+// CHECK: arith.addf %[[CACC]], %[[CTERM]] : f32
+// CHECK-NOT: arith.mulf
+// CHECK: memref.store %{{.*}}, %[[CO2]]
+// CHECK: gpu.return
+// The weighted combine, for contrast: each term is multiplied by its weight.
+// CHECK-LABEL: gpu.func @combine_weighted_scalar(
+// CHECK-SAME: %[[WW:[^:]*]]: memref<40x2xf32>
+// CHECK: %[[WV:.*]] = memref.load %[[WW]]
+// CHECK: arith.mulf %[[WV]], %{{.*}} : f32
+// CHECK: gpu.return
+
+gpu.module @dispatch {
+  gpu.func @gather_scaled(%x: memref<40x64xbf16>, %r: memref<108xi64>, %off: memref<5xi64>, %y: memref<108x64xbf16>, %w: memref<40x2xf32>) kernel {
+    mk.gather %x, %r, %off into %y scale(%w : memref<40x2xf32>) {top_k = 2 : i64}
+        : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
+    gpu.return
+  }
+
+  gpu.func @combine_unweighted(%y: memref<108x64xbf16>, %rr: memref<80xi64>, %o: memref<40x64xbf16>) kernel {
+    mk.combine %y, %rr into %o : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
+    gpu.return
+  }
+
+  gpu.func @combine_unweighted_scalar(%y: memref<108x12xbf16>, %rr: memref<80xi64>, %o: memref<40x12xbf16>) kernel {
+    mk.combine %y, %rr into %o : memref<108x12xbf16>, memref<80xi64> -> memref<40x12xbf16>
+    gpu.return
+  }
+
+  gpu.func @combine_weighted_scalar(%y: memref<108x12xbf16>, %rr: memref<80xi64>, %w: memref<40x2xf32>, %o: memref<40x12xbf16>) kernel {
+    mk.combine %y, %rr weights(%w : memref<40x2xf32>) into %o : memref<108x12xbf16>, memref<80xi64> -> memref<40x12xbf16>
+    gpu.return
+  }
+}

@@ -1,0 +1,90 @@
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a" | FileCheck %s
+// RUN: mok-opt %s --moe-generate-backward=recompute=true --convert-moe-to-mk="chip=sm_100a" | FileCheck %s --check-prefix=RECOMPUTE
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a profile=true" | FileCheck %s --check-prefix=PROFILE
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a" | mok-opt | FileCheck %s
+
+// The training forward and the backward (docs/Backward.md), planned with
+// simt GEMMs today: the forward stores the backward context as outputs;
+// the backward rebuilds the plan, gathers d_out (unscaled, and scaled by
+// the router weight), runs the down dgrad with the down weights' gradient,
+// the SwiGLU backward with the router weights' gradient, the gate/up dgrad
+// (one accumulator over both K-loops) with the gate and up weights'
+// gradients, and the reverse dispatch.
+
+!plan = !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 64>
+
+// The inference kernel keeps its tensor-core plan.
+// CHECK-LABEL: gpu.func @layer_forward(
+// CHECK: mk.gemm wgmma swiglu
+
+// The training forward: the context is a list of outputs after `out`
+// (routed rows at the plan's capacity, 332), and the gate/up GEMMs save the
+// activation's inputs.
+// CHECK-LABEL: gpu.func @layer_forward_forward(
+// CHECK-SAME: %[[X:[^:]*]]: memref<40x64xbf16>
+// CHECK-SAME: memref<40x64xbf16>, %[[RX:[^:]*]]: memref<332x64xbf16>, %[[G:[^:]*]]: memref<332x128xbf16>, %[[U:[^:]*]]: memref<332x128xbf16>, %[[H:[^:]*]]: memref<332x128xbf16>, %[[SG:[^:]*]]: memref<40x128xbf16>, %[[SU:[^:]*]]: memref<40x128xbf16>, %[[SH:[^:]*]]: memref<40x128xbf16>
+// CHECK-SAME: {dtype = "bf16", name = "out", role = "output", shape = array<i64: 40, 64>}, {dtype = "bf16", name = "routed_x", role = "output", shape = array<i64: 332, 64>}, {dtype = "bf16", name = "gate", role = "output"
+// CHECK: mk.gather %[[X]], %{{.*}}, %{{.*}} into %[[RX]]
+// CHECK: mk.gemm simt swiglu %[[RX]], %{{.*}}, %{{.*}} into %[[H]] grouped(%{{.*}}) saves(%[[G]], %[[U]] : memref<332x128xbf16>, memref<332x128xbf16>)
+// CHECK: mk.gemm simt swiglu %[[X]], %{{.*}}, %{{.*}} into %[[SH]] saves(%[[SG]], %[[SU]] : memref<40x128xbf16>, memref<40x128xbf16>)
+
+// CHECK-LABEL: gpu.func @layer_backward_backward(
+// CHECK-SAME: %[[DOUT:[^:]*]]: memref<40x64xbf16>, %[[BX:[^:]*]]: memref<40x64xbf16>, %[[TOP:[^:]*]]: memref<40x2xi32>, %[[RW:[^:]*]]: memref<40x2xf32>, %[[WG:[^:]*]]: memref<4x128x64xbf16>, %[[WU:[^:]*]]: memref<4x128x64xbf16>, %[[WD:[^:]*]]: memref<4x64x128xbf16>, %[[SWG:[^:]*]]: memref<128x64xbf16>, %[[SWU:[^:]*]]: memref<128x64xbf16>, %[[SWD:[^:]*]]: memref<64x128xbf16>, %[[CRX:[^:]*]]: memref<332x64xbf16>, %[[CG:[^:]*]]: memref<332x128xbf16>, %[[CU:[^:]*]]: memref<332x128xbf16>, %[[CH:[^:]*]]: memref<332x128xbf16>, %[[CSG:[^:]*]]: memref<40x128xbf16>, %[[CSU:[^:]*]]: memref<40x128xbf16>, %[[CSH:[^:]*]]: memref<40x128xbf16>, %[[DX:[^:]*]]: memref<40x64xbf16>, %[[DRW:[^:]*]]: memref<40x2xf32>, %[[DWG:[^:]*]]: memref<4x128x64xbf16>, %[[DWU:[^:]*]]: memref<4x128x64xbf16>, %[[DWD:[^:]*]]: memref<4x64x128xbf16>, %[[DSG:[^:]*]]: memref<128x64xbf16>, %[[DSU:[^:]*]]: memref<128x64xbf16>, %[[DSD:[^:]*]]: memref<64x128xbf16>,
+// CHECK-SAME: {dtype = "bf16", name = "d_x", role = "output", shape = array<i64: 40, 64>}, {dtype = "f32", name = "d_router_weights", role = "output", shape = array<i64: 40, 2>}
+// CHECK: mk.assign_rows %[[TOP]], %[[OFF:[^,]*]], %{{.*}} into %[[RR:[^,]*]], %[[ROWR:[^,]*]], %[[ROWE:[^ ]*]]
+// CHECK-NEXT: mk.grid_barrier
+// CHECK-NEXT: mk.gather %[[DOUT]], %[[ROWR]], %[[OFF]] into %[[RDOUT:[^ ]*]] {top_k = 2 : i64}
+// CHECK-NEXT: mk.gather %[[DOUT]], %[[ROWR]], %[[OFF]] into %[[DY:[^ ]*]] scale(%[[RW]] : memref<40x2xf32>)
+// CHECK-NEXT: mk.grid_barrier
+// CHECK-NEXT: mk.gemm simt store %[[RDOUT]], %[[WD]] into %[[DHU:[^ ]*]] grouped(%[[ROWE]], %[[OFF]] : {{.*}}) {transpose_b} : memref<332x64xbf16>, memref<4x64x128xbf16> -> memref<332x128xf32>
+// CHECK-NEXT: mk.gemm simt store %[[DY]], %[[CH]] into %[[DWD]] k_groups(%[[OFF]] : memref<5xi64>) {transpose_a, transpose_b} : memref<332x64xbf16>, memref<332x128xbf16> -> memref<4x64x128xbf16>
+// CHECK-NEXT: mk.gemm simt store %[[DOUT]], %[[SWD]] into %[[DSHU:[^ ]*]] {transpose_b} : memref<40x64xbf16>, memref<64x128xbf16> -> memref<40x128xf32>
+// CHECK-NEXT: mk.gemm simt store %[[DOUT]], %[[CSH]] into %[[DSD]] {transpose_a, transpose_b}
+// CHECK-NEXT: mk.grid_barrier
+// CHECK-NEXT: mk.swiglu_grad %[[DHU]], %[[CG]], %[[CU]], %[[CH]] into %[[DG:[^,]*]], %[[DU:[^ ]*]] routes(%[[ROWR]], %[[RR]], %[[RW]], %[[OFF]] : {{.*}}) -> %[[DRW]] {swiglu_limit = 7.000000e+00 : f32}
+// CHECK-NEXT: mk.swiglu_grad %[[DSHU]], %[[CSG]], %[[CSU]], %[[CSH]] into %[[DSGA:[^,]*]], %[[DSUA:[^ ]*]] {swiglu_limit
+// CHECK-NEXT: mk.grid_barrier
+// CHECK-NEXT: mk.gemm simt store %[[DG]], %[[WG]], %[[WU]] into %[[DRX:[^ ]*]] grouped(%[[ROWE]], %[[OFF]] : {{.*}}) concat(%[[DU]] : memref<332x128xbf16>) {transpose_b}
+// CHECK-NEXT: mk.gemm simt store %[[DG]], %[[CRX]] into %[[DWG]] k_groups(%[[OFF]] : memref<5xi64>) {transpose_a, transpose_b}
+// CHECK-NEXT: mk.gemm simt store %[[DU]], %[[CRX]] into %[[DWU]] k_groups(%[[OFF]] : memref<5xi64>) {transpose_a, transpose_b}
+// CHECK-NEXT: mk.gemm simt store %[[DSGA]], %[[SWG]], %[[SWU]] into %[[DSX:[^ ]*]] concat(%[[DSUA]] : memref<40x128xbf16>) {transpose_b}
+// CHECK-NEXT: mk.gemm simt store %[[DSGA]], %[[BX]] into %[[DSG]] {transpose_a, transpose_b}
+// CHECK-NEXT: mk.gemm simt store %[[DSUA]], %[[BX]] into %[[DSU]] {transpose_a, transpose_b}
+// CHECK-NEXT: mk.grid_barrier
+// CHECK-NEXT: mk.combine %[[DRX]], %[[RR]] shared(%[[DSX]] : memref<40x64xbf16>) into %[[DX]]
+// CHECK-NEXT: gpu.return
+
+// With recompute, the context is not an input: the backward repeats the
+// forward's dispatch and gate/up GEMMs into its workspace first. The
+// training forward is the inference kernel (tensor cores).
+// RECOMPUTE-LABEL: gpu.func @layer_forward_forward(
+// RECOMPUTE: mk.gemm tcgen05 swiglu
+// RECOMPUTE-LABEL: gpu.func @layer_backward_backward(
+// RECOMPUTE-NOT: name = "gate", role = "input"
+// RECOMPUTE: name = "gate", role = "workspace"
+// RECOMPUTE: mk.assign_rows
+// RECOMPUTE-NEXT: mk.grid_barrier
+// RECOMPUTE-NEXT: mk.gather %{{.*}} into %[[RX:[^ ]*]] {top_k = 2 : i64}
+// RECOMPUTE-NEXT: mk.grid_barrier
+// RECOMPUTE-NEXT: mk.gemm simt swiglu %[[RX]], {{.*}} saves(
+// RECOMPUTE-NEXT: mk.gemm simt swiglu {{.*}} saves(
+// RECOMPUTE-NEXT: mk.grid_barrier
+// RECOMPUTE-NEXT: mk.gather
+
+// PROFILE-LABEL: gpu.func @layer_backward_backward(
+// PROFILE-SAME: phases = ["plan: count", "plan: scan", "plan: offsets", "plan: assign", "reverse combine", "down dgrad + wgrad", "SwiGLU backward", "gate/up dgrad + wgrads", "reverse dispatch"]
+// PROFILE-COUNT-10: mk.timestamp
+// PROFILE-NOT: mk.timestamp
+// PROFILE: gpu.return
+
+func.func @layer(%x: tensor<40x64xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>,
+                 %wg: tensor<4x128x64xbf16>, %wu: tensor<4x128x64xbf16>, %wd: tensor<4x64x128xbf16>,
+                 %sg: tensor<128x64xbf16>, %su: tensor<128x64xbf16>, %sd: tensor<64x128xbf16>)
+    -> tensor<40x64xbf16> {
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd shared(%sg, %su, %sd) plan !plan
+      {swiglu_limit = 7.0 : f32}
+      : (tensor<40x64xbf16>, tensor<40x2xi32>, tensor<40x2xf32>, tensor<4x128x64xbf16>,
+         tensor<4x128x64xbf16>, tensor<4x64x128xbf16>, tensor<128x64xbf16>, tensor<128x64xbf16>,
+         tensor<64x128xbf16>) -> tensor<40x64xbf16>
+  return %o : tensor<40x64xbf16>
+}
