@@ -14,6 +14,7 @@ and ``bf16_to_float32`` convert. torch is not needed; ``import mok.torch``
 """
 from ._bf16 import bf16_to_float32, to_bf16
 from ._gpu import GpuArtifact, GpuLayer, MokRuntimeError, __version__
+from ._gpu_train import GpuTrainingArtifact, GpuTrainingLayer
 from ._layer import CompiledLayer, Context, Gradients, compile
 from ._spec import LayerSpec
 
@@ -21,6 +22,8 @@ __all__ = [
     "CompiledLayer",
     "GpuArtifact",
     "GpuLayer",
+    "GpuTrainingArtifact",
+    "GpuTrainingLayer",
     "MokRuntimeError",
     "Context",
     "Gradients",

@@ -73,16 +73,26 @@ class GpuArtifact:
         return GpuLayer(self, device, ep_group, poison_outputs)
 
 
-def _compile_with_extension(source, name, target, function, toolkit, profile,
-                            warp_specialize, fuse_dispatch, multicast):
+def _training_pipeline(recompute):
+    return "moe-generate-backward{recompute=true}" if recompute else "moe-generate-backward"
+
+
+def _compile_with_extension(source, name, target, functions, toolkit, profile,
+                            warp_specialize, fuse_dispatch, multicast, training, recompute):
     from . import _mok
     module = _mok.Module.parse(source, name)
-    kernels = [k for k in module.compile_gpu(target, toolkit, profile, warp_specialize,
-                                             fuse_dispatch, multicast)
-               if k.function == function]
-    if not kernels:
-        raise ValueError(f"no fused forward layer in @{function}")
-    return GpuArtifact(kernels[0].ptx, json.loads(kernels[0].metadata))
+    if training:
+        module.run_pipeline(_training_pipeline(recompute))
+    kernels = {k.function: k
+               for k in module.compile_gpu(target, toolkit, profile, warp_specialize,
+                                           fuse_dispatch, multicast)}
+    arts = {}
+    for function in functions:
+        if function not in kernels:
+            raise ValueError(f"no fused forward layer in @{function}")
+        k = kernels[function]
+        arts[function] = GpuArtifact(k.ptx, json.loads(k.metadata))
+    return arts
 
 
 def _find_compiler():
@@ -95,8 +105,8 @@ def _find_compiler():
     return None
 
 
-def _compile_with_tool(tool, source, target, function, toolkit, profile, warp_specialize,
-                       fuse_dispatch, multicast):
+def _compile_with_tool(tool, source, target, functions, toolkit, profile, warp_specialize,
+                       fuse_dispatch, multicast, training, recompute):
     """The same through the mok-compile binary (e.g. the static one carried
     to a GPU machine without MLIR)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,45 +118,59 @@ def _compile_with_tool(tool, source, target, function, toolkit, profile, warp_sp
                               + (["--warp-specialize"] if warp_specialize else [])
                               + {None: [], True: ["--fuse-dispatch"],
                                  False: ["--copy-dispatch"]}[fuse_dispatch]
-                              + (["--multicast"] if multicast else []),
+                              + (["--multicast"] if multicast else [])
+                              + (["--training"] if training else [])
+                              + (["--recompute"] if recompute else []),
                               capture_output=True, text=True)
         if proc.returncode:
             raise ValueError(proc.stderr.strip() or f"{tool} failed")
-        base = os.path.join(tmp, function)
-        if not os.path.exists(base + ".ptx"):
-            raise ValueError(f"no fused forward layer in @{function}")
-        return GpuArtifact.from_files(base)
+        arts = {}
+        for function in functions:
+            base = os.path.join(tmp, function)
+            if not os.path.exists(base + ".ptx"):
+                raise ValueError(f"no fused forward layer in @{function}")
+            arts[function] = GpuArtifact.from_files(base)
+        return arts
 
 
 def compile_gpu(source, name, target, function, cache_dir, profile=False,
-                warp_specialize=False, fuse_dispatch=None, multicast=False):
+                warp_specialize=False, fuse_dispatch=None, multicast=False,
+                training=False, recompute=False):
+    """The GpuArtifact of `function`; with `training`, a GpuTrainingArtifact
+    of its training forward and backward (moe-generate-backward's
+    <function>_forward and <function>_backward)."""
+    functions = [f"{function}_forward", f"{function}_backward"] if training else [function]
     key = hashlib.sha256("\0".join([source, target, function, __version__]
                                    + (["profile"] if profile else [])
                                    + (["warp_specialize"] if warp_specialize else [])
                                    + {None: [], True: ["fuse_dispatch"],
                                       False: ["copy_dispatch"]}[fuse_dispatch]
                                    + (["multicast"] if multicast else [])
+                                   + (["training"] if training else [])
+                                   + (["recompute"] if recompute else [])
                                    ).encode())
     directory = os.path.join(_cache_dir(cache_dir), key.hexdigest()[:24])
-    base = os.path.join(directory, function)
-    if os.path.exists(base + ".json") and os.path.exists(base + ".ptx"):
-        return GpuArtifact.from_files(base)
-    toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
-    try:
-        artifact = _compile_with_extension(source, name, target, function, toolkit,
-                                           profile, warp_specialize, fuse_dispatch,
-                                           multicast)
-    except ImportError:
-        tool = _find_compiler()
-        if tool is None:
-            raise ImportError("compiling for a GPU needs the compiler: the mok._mok "
-                              "extension (build/python) or the mok-compile binary "
-                              "(set MOK_COMPILER)") from None
-        artifact = _compile_with_tool(tool, source, target, function, toolkit, profile,
-                                      warp_specialize, fuse_dispatch, multicast)
-    artifact.path = artifact.save(directory)
-    return artifact
-
+    bases = [os.path.join(directory, f) for f in functions]
+    if all(os.path.exists(b + ".json") and os.path.exists(b + ".ptx") for b in bases):
+        arts = {f: GpuArtifact.from_files(b) for f, b in zip(functions, bases)}
+    else:
+        toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+        options = (profile, warp_specialize, fuse_dispatch, multicast, training, recompute)
+        try:
+            arts = _compile_with_extension(source, name, target, functions, toolkit, *options)
+        except ImportError:
+            tool = _find_compiler()
+            if tool is None:
+                raise ImportError("compiling for a GPU needs the compiler: the mok._mok "
+                                  "extension (build/python) or the mok-compile binary "
+                                  "(set MOK_COMPILER)") from None
+            arts = _compile_with_tool(tool, source, target, functions, toolkit, *options)
+        for a in arts.values():
+            a.path = a.save(directory)
+    if not training:
+        return arts[function]
+    from ._gpu_train import GpuTrainingArtifact
+    return GpuTrainingArtifact(arts[functions[0]], arts[functions[1]], recompute)
 
 
 def _runtime():

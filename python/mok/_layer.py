@@ -232,7 +232,8 @@ GPU_TARGETS = ("sm_90a", "sm_100a")
 
 
 def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_dir=None,
-            profile=False, warp_specialize=False, fuse_dispatch=None, multicast=False):
+            profile=False, warp_specialize=False, fuse_dispatch=None, multicast=False,
+            training=False):
     """Compiles a layer for `target`.
 
     layer: a LayerSpec, or moe IR text holding `function` (one MoE layer,
@@ -260,8 +261,14 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
     warp_specialize): the kernel runs in clusters of 2 CTAs whose paired
     tasks of one expert and n-tile load each weight box once for both (TMA
     multicast; convert-moe-to-mk's multicast option; see docs/performance.md
-    for its measurements). The training forward and backward are CPU-only
-    for now.
+    for its measurements).
+
+    `training=True` (GPU targets): the training forward and the backward
+    (two kernels, see docs/Backward.md) instead of the inference layer;
+    returns a GpuTrainingArtifact, whose `load()` gives a GpuTrainingLayer
+    with forward/backward as the CPU layer's. `recompute=True` (implies
+    training on a GPU target): the forward saves no context and backward
+    recomputes it; the forward is then the inference kernel.
     """
     if target != "cpu" and target not in GPU_TARGETS:
         raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")
@@ -276,16 +283,19 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
     else:
         raise TypeError(f"layer: expected a mok.LayerSpec or moe IR text, got "
                         f"{type(layer).__name__}")
+    if not isinstance(training, bool):
+        raise TypeError(f"training: expected True or False, got {training!r}")
     if target in GPU_TARGETS:
-        if recompute:
-            raise ValueError("recompute: the GPU target compiles the forward layer "
-                             "only; training on the GPU is not supported yet")
         from ._gpu import compile_gpu
         if multicast and (target != "sm_90a" or warp_specialize):
             raise ValueError("multicast: implemented for the sm_90a target without "
                              "warp_specialize only")
         return compile_gpu(source, name, target, function, cache_dir, profile,
-                           warp_specialize, fuse_dispatch, multicast)
+                           warp_specialize, fuse_dispatch, multicast,
+                           training=training or bool(recompute), recompute=bool(recompute))
+    if training:
+        raise ValueError("training: the CPU target always compiles forward and "
+                         "backward; training=True is for GPU targets")
     if profile:
         raise ValueError("profile: only GPU targets time their phases")
     if warp_specialize:

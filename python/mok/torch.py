@@ -7,9 +7,11 @@
     out = moe(x, top_experts, router_weights)
     out.float().sum().backward()            # grads for x, router_weights, weights
 
-Today the layer runs on the CPU target (the executable reference): CPU
-tensors, bf16 activations and weights, f32 router weights. The GPU backward
-is not built yet (docs/Backward.md), so GPU tensors are refused by name.
+The layer runs on the CPU target (the executable reference, CPU tensors)
+or on a GPU target (``target="sm_90a"``: CUDA tensors, the training
+forward and backward kernels of docs/Backward.md; the token count is
+fixed at compile time, ``spec.tokens``). bf16 activations and weights, f32
+router weights.
 
 The backward context crosses autograd as plain tensors: forward hands the
 inputs and the context's saved tensors to ``ctx.save_for_backward``, so
@@ -36,10 +38,11 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._layer import CompiledLayer, compile as _compile
+from ._gpu_train import GpuTrainingArtifact, GpuTrainingLayer
+from ._layer import GPU_TARGETS, CompiledLayer, compile as _compile
 from ._spec import LayerSpec
 
-__all__ = ["MoEFunction", "MoELayer"]
+__all__ = ["GpuMoEFunction", "MoEFunction", "MoELayer"]
 
 _TORCH_DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32,
                  "i64": torch.int64}
@@ -57,8 +60,8 @@ def _to_numpy(name, t, expected=None):
         raise TypeError(f"{name}: expected a {_TORCH_DTYPES[expected.dtype]} tensor of shape "
                         f"[{dims}], got {t.dtype} of shape {list(t.shape)}")
     if t.device.type != "cpu":
-        raise ValueError(f"{name}: mok.torch runs the CPU target, which takes CPU tensors; "
-                         f"got a tensor on {t.device} (the GPU backward is not built yet)")
+        raise ValueError(f"{name}: the CPU target takes CPU tensors; got a tensor on "
+                         f"{t.device} (compile the layer for a GPU target for CUDA tensors)")
     t = t.detach().contiguous()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(np.uint16)
@@ -101,17 +104,7 @@ class MoEFunction(torch.autograd.Function):
         names = list(layer.arg_names)
         values = [x, top_experts, router_weights, *weights]
         arrays = _arrays(layer, layer._forward, values)
-        for name, grad in main_grads.items():
-            if name not in names[3:]:
-                raise ValueError(f"main_grads: '{name}' is not a weight of the layer "
-                                 f"({', '.join(names[3:])})")
-            weight = values[names.index(name)]
-            if not isinstance(grad, torch.Tensor) or grad.dtype != torch.float32 \
-                    or tuple(grad.shape) != tuple(weight.shape) or grad.device.type != "cpu":
-                got = (f"{grad.dtype} of shape {list(grad.shape)} on {grad.device}"
-                       if isinstance(grad, torch.Tensor) else type(grad).__name__)
-                raise ValueError(f"main_grads['{name}']: expected a CPU float32 tensor of "
-                                 f"shape {list(weight.shape)}, got {got}")
+        _check_main_grads(main_grads, names, values)
         out, context = layer.forward(**arrays)
         saved = [_from_numpy(a) for a in context.saved.values()]
         # The inputs as given (no copies) and the context's tensors: all of
@@ -145,6 +138,70 @@ class MoEFunction(torch.autograd.Function):
         return tuple(result)
 
 
+def _check_main_grads(main_grads, names, values):
+    for name, grad in main_grads.items():
+        if name not in names[3:]:
+            raise ValueError(f"main_grads: '{name}' is not a weight of the layer "
+                             f"({', '.join(names[3:])})")
+        weight = values[names.index(name)]
+        if not isinstance(grad, torch.Tensor) or grad.dtype != torch.float32 \
+                or tuple(grad.shape) != tuple(weight.shape) \
+                or grad.device != weight.device:
+            got = (f"{grad.dtype} of shape {list(grad.shape)} on {grad.device}"
+                   if isinstance(grad, torch.Tensor) else type(grad).__name__)
+            raise ValueError(f"main_grads['{name}']: expected a float32 tensor of shape "
+                             f"{list(weight.shape)} on {weight.device}, got {got}")
+
+
+class GpuMoEFunction(torch.autograd.Function):
+    """``GpuMoEFunction.apply(layer, main_grads, x, top_experts,
+    router_weights, *weights)`` as MoEFunction, with `layer` a
+    ``mok.GpuTrainingLayer`` and CUDA tensors on its device: the training
+    forward kernel, its context through ``save_for_backward``, the backward
+    kernel. `main_grads`: {weight name: fp32 tensor} (``main_grad += dW``
+    on the GPU, the weight's gradient then a zero tensor)."""
+
+    @staticmethod
+    def forward(ctx, layer, main_grads, x, top_experts, router_weights, *weights):
+        if not isinstance(layer, GpuTrainingLayer):
+            raise TypeError(f"layer: expected a mok.GpuTrainingLayer (a GPU target), got "
+                            f"{type(layer).__name__}")
+        names = list(layer.arg_names)
+        values = [x, top_experts, router_weights, *weights]
+        if len(values) != len(names):
+            raise TypeError(f"expected {len(names)} tensors ({', '.join(names)}), "
+                            f"got {len(values)}")
+        _check_main_grads(main_grads, names, values)
+        detached = [v.detach() if isinstance(v, torch.Tensor) else v for v in values]
+        out, context = layer.forward(**dict(zip(names, detached)))
+        ctx.save_for_backward(*values, *context.saved.values())
+        ctx.layer = layer
+        ctx.main_grads = main_grads
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_out):
+        layer = ctx.layer
+        names = list(layer.arg_names)
+        tensors = [t.detach() for t in ctx.saved_tensors]
+        context = layer.context_from_tensors(tensors)
+        grads = layer.backward(context, d_out.contiguous())
+        result = [None, None]  # layer, main_grads
+        for i, name in enumerate(names):
+            if name == "top_experts":
+                result.append(None)
+            elif name in ctx.main_grads:
+                ctx.main_grads[name].add_(grads[name].float())
+                result.append(torch.zeros_like(tensors[i])
+                              if ctx.needs_input_grad[2 + i] else None)
+            elif ctx.needs_input_grad[2 + i]:
+                result.append(grads[name])
+            else:
+                result.append(None)
+        return tuple(result)
+
+
 class MoELayer(torch.nn.Module):
     """A MoE layer with its weights as parameters (bf16): `gate_weights`,
     `up_weights` [E, I, H], `down_weights` [E, H, I] and, with a shared
@@ -155,16 +212,48 @@ class MoELayer(torch.nn.Module):
     [T, H]. `spec.tokens` None (the default) compiles for any T.
     `recompute`: save only the inputs; backward recomputes gate/up.
     `accumulate_main_grad`: see the module docstring. Under
-    ``torch.no_grad()`` the layer's inference function runs (no context)."""
+    ``torch.no_grad()`` the layer's inference function runs (no context).
 
-    def __init__(self, spec, recompute=False, cache_dir=None, accumulate_main_grad=False):
+    `target`: "cpu" (the default) or a GPU target ("sm_90a", "sm_100a"):
+    the layer then runs on CUDA `device` (None: torch's current one), with
+    its parameters there, for `spec.tokens` tokens. `artifact`: a
+    ``mok.GpuTrainingArtifact`` compiled beforehand for `spec` (e.g. on a
+    machine with the compiler) instead of compiling here."""
+
+    def __init__(self, spec, recompute=False, cache_dir=None, accumulate_main_grad=False,
+                 target="cpu", device=None, artifact=None):
         super().__init__()
         if not isinstance(spec, LayerSpec):
             raise TypeError(f"spec: expected a mok.LayerSpec, got {type(spec).__name__}")
         if spec.ep != 1:
-            raise ValueError(f"spec.ep: mok.torch runs ep = 1 only (the CPU target), got {spec.ep}")
+            raise ValueError(f"spec.ep: mok.torch runs ep = 1 only, got {spec.ep}")
+        if target != "cpu" and target not in GPU_TARGETS:
+            raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")
         self.spec = spec
-        self.layer = _compile(spec, target="cpu", recompute=recompute, cache_dir=cache_dir)
+        self.target = target
+        self._infer = None
+        if target == "cpu":
+            if artifact is not None:
+                raise ValueError("artifact: only GPU targets take a compiled artifact")
+            self.layer = _compile(spec, target="cpu", recompute=recompute,
+                                  cache_dir=cache_dir)
+        else:
+            if spec.tokens is None:
+                raise ValueError("spec.tokens: a GPU target compiles for one token count; "
+                                 "set it")
+            if artifact is None:
+                artifact = _compile(spec, target=target, training=True, recompute=recompute,
+                                    cache_dir=cache_dir)
+                if not recompute:  # the inference kernel (tensor cores) for no_grad
+                    self._infer = _compile(spec, target=target,
+                                           cache_dir=cache_dir).load(device)
+            elif not isinstance(artifact, GpuTrainingArtifact):
+                raise TypeError(f"artifact: expected a mok.GpuTrainingArtifact, got "
+                                f"{type(artifact).__name__}")
+            elif artifact.recompute != bool(recompute):
+                raise ValueError(f"artifact: compiled with recompute={artifact.recompute}, "
+                                 f"the module asks for recompute={bool(recompute)}")
+            self.layer = artifact.load(device)
         self.accumulate_main_grad = accumulate_main_grad
         e, i, h = spec.local_experts, spec.intermediate, spec.hidden
         shapes = {"gate_weights": (e, i, h), "up_weights": (e, i, h), "down_weights": (e, h, i)}
@@ -173,9 +262,10 @@ class MoELayer(torch.nn.Module):
             shapes.update(shared_gate_weights=(s, h), shared_up_weights=(s, h),
                           shared_down_weights=(h, s))
         self._weight_names = [n for n in self.layer.arg_names if n in shapes]
+        on = "cpu" if target == "cpu" else self.layer.device
         for name in self._weight_names:
             shape = shapes[name]
-            param = torch.nn.Parameter(torch.empty(shape, dtype=torch.bfloat16))
+            param = torch.nn.Parameter(torch.empty(shape, dtype=torch.bfloat16, device=on))
             self.register_parameter(name, param)
         self.reset_parameters()
 
@@ -185,11 +275,17 @@ class MoELayer(torch.nn.Module):
             for name in self._weight_names:
                 p = getattr(self, name)
                 p.copy_(torch.randn(p.shape, dtype=torch.float32) / math.sqrt(p.shape[-1]))
+                # (drawn on the CPU: the same values on every target)
 
     def forward(self, x, top_experts, router_weights):
         weights = [getattr(self, n) for n in self._weight_names]
+        gpu = self.target != "cpu"
         if not torch.is_grad_enabled():
             # Inference: the layer's inference function, no context.
+            if gpu:
+                args = dict(zip(self.layer.arg_names,
+                                [x, top_experts, router_weights, *weights]))
+                return (self._infer or self.layer)(**args)
             return _from_numpy(self.layer(**_arrays(
                 self.layer, self.layer._infer, [x, top_experts, router_weights, *weights])))
         main_grads = {}
@@ -202,8 +298,9 @@ class MoELayer(torch.nn.Module):
                                      "every weight parameter")
                 main_grads[name] = grad
                 p.grad_added_to_main_grad = True
-        return MoEFunction.apply(self.layer, main_grads, x, top_experts, router_weights,
-                                 *weights)
+        function = GpuMoEFunction if gpu else MoEFunction
+        return function.apply(self.layer, main_grads, x, top_experts, router_weights,
+                              *weights)
 
     def extra_repr(self):
         s = self.spec

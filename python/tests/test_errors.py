@@ -102,8 +102,15 @@ def test_bad_spec(kwargs, message):
 def test_unsupported_target_and_ep(tmp_path):
     with pytest.raises(ValueError, match="target: expected 'cpu', 'sm_90a' or 'sm_100a', got 'sm_80'"):
         mok.compile(SPEC, target="sm_80")
-    with pytest.raises(ValueError, match="recompute: the GPU target compiles the forward layer only"):
-        mok.compile(SPEC, target="sm_90a", recompute=True)
+    with pytest.raises(ValueError, match="training: the CPU target always compiles forward"):
+        mok.compile(SPEC, training=True)
+    with pytest.raises(TypeError, match="training: expected True or False"):
+        mok.compile(SPEC, target="sm_90a", training=1)
+    with pytest.raises(ValueError, match="warp-specialize needs tensor-core GEMMs, and the "
+                                         r"training forward \(saved context\) runs simt"):
+        mok.compile(mok.LayerSpec(tokens=8, hidden=64, intermediate=128, experts=4, top_k=2,
+                                  padding=64), target="sm_90a", training=True,
+                    warp_specialize=True, cache_dir=str(tmp_path))
     dynamic = mok.LayerSpec(hidden=16, intermediate=8, experts=4, top_k=2)
     with pytest.raises(ValueError, match="a dynamic token count is not supported yet"):
         mok.compile(dynamic, target="sm_90a", cache_dir=str(tmp_path))

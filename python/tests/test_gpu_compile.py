@@ -186,3 +186,32 @@ def test_compile_through_the_mok_compile_binary(tmp_path, monkeypatch):
     monkeypatch.setattr(_gpu, "_find_compiler", lambda: None)
     with pytest.raises(ImportError, match="compiling for a GPU needs the compiler"):
         mok.compile(SPEC, target="sm_100a", cache_dir=str(tmp_path / "c"))
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
+def test_training_compiles_forward_and_backward(target, tmp_path):
+    """training=True: the training forward (the context as extra outputs)
+    and the backward (gradients as outputs), saved and read back; with
+    recompute the backward takes no context."""
+    art = mok.compile(SPEC, target=target, training=True, cache_dir=str(tmp_path))
+    assert isinstance(art, mok.GpuTrainingArtifact) and not art.recompute
+    fwd_out = [p["name"] for p in art.forward.metadata["params"] if p["role"] == "output"]
+    assert fwd_out == ["out", "routed_x", "gate", "up", "hidden", "shared_gate",
+                       "shared_up", "shared_hidden"]
+    bwd = {p["name"]: p for p in art.backward.metadata["params"]}
+    outs = [n for n, p in bwd.items() if p["role"] == "output"]
+    assert outs == ["d_x", "d_router_weights", "d_gate_weights", "d_up_weights",
+                    "d_down_weights", "d_shared_gate_weights", "d_shared_up_weights",
+                    "d_shared_down_weights"]
+    assert bwd["d_router_weights"]["dtype"] == "f32"
+    assert bwd["gate"]["role"] == "input" and bwd["d_out"]["role"] == "input"
+    assert art.backward.kernel == "moe_layer_backward_backward"
+    assert ".entry moe_layer_backward_backward" in art.backward.ptx
+    again = mok.GpuTrainingArtifact.from_files(art.save(str(tmp_path / "saved")))
+    assert again.backward.ptx == art.backward.ptx and not again.recompute
+    rec = mok.compile(SPEC, target=target, recompute=True, cache_dir=str(tmp_path))
+    assert rec.recompute
+    assert [p["name"] for p in rec.forward.metadata["params"] if p["role"] == "output"] == ["out"]
+    assert "gate" not in {p["name"] for p in rec.backward.metadata["params"]
+                          if p["role"] == "input"}
+    assert mok.GpuTrainingArtifact.from_files(rec.save(str(tmp_path / "rec"))).recompute

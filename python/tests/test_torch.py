@@ -284,3 +284,19 @@ def test_training_example_runs_and_agrees(tmp_path):
     # missing router-weight gradient or a scaled one fails it).
     for name, rel in result["first_step_grad_rel_err"].items():
         assert rel <= REL_BOUND, f"{name}: {rel:.3e}"
+
+
+def test_gpu_target_arguments_are_checked_before_compiling():
+    spec = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2)
+    with pytest.raises(ValueError, match="target: expected 'cpu', 'sm_90a' or 'sm_100a'"):
+        mok.torch.MoELayer(spec, target="sm_80")
+    with pytest.raises(ValueError, match="spec.tokens: a GPU target compiles for one token"):
+        mok.torch.MoELayer(spec, target="sm_90a")
+    with pytest.raises(ValueError, match="artifact: only GPU targets take a compiled artifact"):
+        mok.torch.MoELayer(spec, artifact=object())
+    fixed = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, tokens=8)
+    with pytest.raises(TypeError, match="artifact: expected a mok.GpuTrainingArtifact"):
+        mok.torch.MoELayer(fixed, target="sm_90a", artifact="x")
+    with pytest.raises(TypeError, match="layer: expected a mok.GpuTrainingLayer"):
+        mok.torch.GpuMoEFunction.apply(object(), {}, torch.zeros(1), torch.zeros(1),
+                                       torch.zeros(1))

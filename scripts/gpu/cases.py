@@ -68,6 +68,19 @@ CASES["mc_copy_dsv3_shared"] = dict(CASES["dsv3_shared"], multicast=True,
                                     fuse_dispatch=False)
 del _name
 
+# Training (docs/Backward.md): the training forward, which saves the
+# backward context, and the backward, against float64 autograd. Eight
+# layers: clamps, -1 routes and zero router weights (top2_no_route,
+# qwen3_top2_clamp), idle experts, shared experts, int64 ids, one token,
+# ragged Zipf routing; and three again with recompute (no context saved,
+# backward recomputes gate/up).
+TRAIN_CASES = {"train_" + n: dict(CASES[n], training=True)
+               for n in ("top1_clamp", "top2_no_route", "idle_experts", "shared_clamp_i64",
+                         "qwen3_top2_clamp", "one_token_top8", "short_k", "qwen3_ragged")}
+for _name in ("top2_no_route", "shared_clamp_i64", "qwen3_top2_clamp"):
+    TRAIN_CASES["recompute_" + _name] = dict(CASES[_name], training=True, recompute=True)
+del _name
+
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
                "shared_intermediate", "swiglu_limit", "expert_id_dtype")
 
@@ -78,6 +91,9 @@ def spec_kwargs(case):
 
 def compile_kwargs(case):
     """mok.compile's options of a case (besides the spec and target)."""
-    return {"warp_specialize": case.get("warp_specialize", False),
-            "fuse_dispatch": case.get("fuse_dispatch"),
-            "multicast": case.get("multicast", False)}
+    kwargs = {"warp_specialize": case.get("warp_specialize", False),
+              "fuse_dispatch": case.get("fuse_dispatch"),
+              "multicast": case.get("multicast", False)}
+    if case.get("training"):
+        kwargs.update(training=True, recompute=case.get("recompute", False))
+    return kwargs

@@ -82,3 +82,17 @@ def relative_error(got, ref):
     if torch.isnan(got).any():
         return float("nan")
     return ((got - ref).abs().sum() / ref.abs().sum()).item()
+
+
+def backward(a, d_out, experts, swiglu_limit=None):
+    """The float64 gradients of sum(d_out * forward(a)) by argument name
+    (torch autograd through the same function, bf16 rounding of gate and up
+    passed straight through, as moe.layer_grad defines it)."""
+    import torch
+    leaves = {n: v.double().requires_grad_(True) for n, v in a.items()
+              if n != "top_experts"}
+    args = dict(leaves, top_experts=a["top_experts"])
+    with torch.enable_grad():
+        out = forward(args, experts, swiglu_limit)
+        (out * d_out.double()).sum().backward()
+    return {n: v.grad for n, v in leaves.items()}

@@ -8,7 +8,7 @@ HERE = os.path.dirname(__file__)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "scripts", "gpu"))
 
-from gpu_results import RESULTS  # noqa: E402
+from gpu_results import BACKWARD_RESULTS, RESULTS  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -26,9 +26,16 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
+    tr = terminalreporter
+    if BACKWARD_RESULTS:
+        tr.section("GPU backward against float64 autograd (relative error per gradient)")
+        tr.write_line(f"{'case':32s} {'gradient':22s} {'rel err':>9s} {'max abs':>9s} "
+                      f"{'bwd ms':>8s}")
+        for r in BACKWARD_RESULTS:
+            tr.write_line(f"{r['case']:32s} {r['grad']:22s} {r['rel']:9.2e} "
+                          f"{r['max']:9.2e} {r['ms']:8.3f}")
     if not RESULTS:
         return
-    tr = terminalreporter
     tr.section("GPU forward against the float64 reference")
     tr.write_line(f"{'case':20s} {'T':>5s} {'H':>5s} {'I':>5s} {'E':>4s} {'k':>2s} "
                   f"{'rel err':>9s} {'max abs':>9s} {'ms':>8s}")

@@ -1,0 +1,178 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""The GPU training forward and backward against float64 autograd, on fresh
+random inputs, with every output poisoned (NaN) before each launch; their
+determinism, recompute against the saved context, and CUDA-graph capture of
+forward + backward. Needs what test_gpu_forward.py needs; the training
+cases are scripts/gpu/cases.py's TRAIN_CASES (compiled by
+prepare_artifacts.py).
+"""
+import os
+
+import pytest
+
+import mok
+import torch_reference
+from cases import TRAIN_CASES
+from gpu_results import BACKWARD_RESULTS
+
+ARTIFACTS = os.environ.get("MOK_GPU_ARTIFACTS", "gpu-artifacts")
+REL_BOUND = 1e-2
+
+
+def _layer(name, poison=True):
+    directory = os.path.join(ARTIFACTS, name)
+    if not os.path.exists(os.path.join(directory, "moe_layer_backward.ptx")):
+        pytest.fail(f"{directory}/moe_layer_backward.ptx is missing: run "
+                    "scripts/gpu/prepare_artifacts.py")
+    return mok.GpuTrainingArtifact.from_files(directory).load(poison_outputs=poison)
+
+
+def _problem(c, seed):
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    args = torch_reference.make_inputs(c, gen)
+    d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
+    return args, d_out
+
+
+def _fresh_seed():
+    return int.from_bytes(os.urandom(4), "little")
+
+
+def _rel(got, ref):
+    return torch_reference.relative_error(got, ref)
+
+
+def _check_grads(name, c, grads, ref, ms=0.0):
+    import torch
+    worst = 0.0
+    for arg, r in ref.items():
+        g = grads[arg]
+        assert not torch.isnan(g).any(), f"{name}: NaN in the gradient of {arg} (unwritten?)"
+        rel = _rel(g, r)
+        worst = max(worst, rel)
+        BACKWARD_RESULTS.append(dict(case=name, grad=arg, rel=rel,
+                                     max=(g.double() - r).abs().max().item(), ms=ms))
+        assert rel <= REL_BOUND, f"{name}: d_{arg}: relative error {rel:.3e} > {REL_BOUND}"
+    return worst
+
+
+@pytest.mark.parametrize("name", list(TRAIN_CASES))
+def test_gradients_match_float64_autograd(name):
+    import torch
+    c = TRAIN_CASES[name]
+    layer = _layer(name)
+    assert layer.recomputes == bool(c.get("recompute"))
+    args, d_out = _problem(c, _fresh_seed())
+    out, ctx = layer.forward(**args)
+    assert set(ctx.saved) == set(layer.saved_names)
+    assert bool(ctx.saved) != layer.recomputes
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    grads = layer.backward(ctx, d_out)
+    end.record()
+    torch.cuda.synchronize()
+    # The training forward's output, too.
+    ref_out = torch_reference.forward(args, c["experts"], c.get("swiglu_limit"))
+    assert _rel(out, ref_out) <= REL_BOUND
+    ref = torch_reference.backward(args, d_out, c["experts"], c.get("swiglu_limit"))
+    assert set(grads) == set(ref)
+    _check_grads(name, c, grads, ref, start.elapsed_time(end))
+
+
+@pytest.mark.parametrize("name", ["train_top2_no_route", "train_shared_clamp_i64"])
+def test_gradients_are_bitwise_reproducible(name):
+    """Two forwards and backwards on the same inputs give the same bits (no
+    atomics: every element is one fixed-order sum)."""
+    import torch
+    c = TRAIN_CASES[name]
+    layer = _layer(name)
+    args, d_out = _problem(c, 7)
+    first = layer.backward(layer.forward(**args)[1], d_out)
+    first = {n: t.clone() for n, t in first.items()}
+    second = layer.backward(layer.forward(**args)[1], d_out)
+    torch.cuda.synchronize()
+    for n in first:
+        assert torch.equal(first[n], second[n]), f"{name}: d_{n} differs between runs"
+
+
+@pytest.mark.parametrize("case", ["top2_no_route", "shared_clamp_i64", "qwen3_top2_clamp"])
+def test_recompute_and_saved_context_agree_bitwise(case):
+    """Recompute replays the training forward's gate/up GEMMs exactly: the
+    gradients are the same bits as from the saved context."""
+    import torch
+    saved, recompute = _layer("train_" + case), _layer("recompute_" + case)
+    assert not saved.recomputes and recompute.recomputes
+    c = TRAIN_CASES["train_" + case]
+    args, d_out = _problem(c, 11)
+    g_saved = saved.backward(saved.forward(**args)[1], d_out)
+    g_rec = recompute.backward(recompute.forward(**args)[1], d_out)
+    torch.cuda.synchronize()
+    for n in g_saved:
+        assert torch.equal(g_saved[n], g_rec[n]), f"{case}: d_{n} differs"
+
+
+def test_context_round_trips_through_tensors():
+    """ctx.tensors() -> context_from_tensors: the same gradients (what
+    save_for_backward and activation checkpointing do with it)."""
+    import torch
+    name = "train_shared_clamp_i64"
+    layer = _layer(name)
+    args, d_out = _problem(TRAIN_CASES[name], 3)
+    _, ctx = layer.forward(**args)
+    rebuilt = layer.context_from_tensors([t.clone() for t in ctx.tensors()])
+    a, b = layer.backward(ctx, d_out), layer.backward(rebuilt, d_out)
+    for n in a:
+        assert torch.equal(a[n], b[n])
+
+
+def test_cuda_graph_capture_of_forward_and_backward():
+    """One graph holds forward + backward; replayed on new inputs copied into
+    the captured buffers, its gradients match the reference."""
+    import torch
+    name = "train_top1_clamp"
+    c = TRAIN_CASES[name]
+    layer = _layer(name)
+    static, d_out = _problem(c, 1)
+    layer.backward(layer.forward(**static)[1], d_out)  # warm-up: module loads
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, ctx = layer.forward(**static)
+        grads = layer.backward(ctx, d_out)
+    for seed in (2, 3):
+        fresh, fresh_d = _problem(c, seed)
+        for k, v in fresh.items():
+            static[k].copy_(v)
+        d_out.copy_(fresh_d)
+        for t in list(grads.values()) + [out]:
+            t.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = torch_reference.backward(static, d_out, c["experts"], c.get("swiglu_limit"))
+        _check_grads(f"graph_{name}_{seed}", c, grads, ref)
+
+
+def test_backward_argument_errors():
+    import torch
+    name = "train_top2_no_route"
+    layer = _layer(name)
+    args, d_out = _problem(TRAIN_CASES[name], 5)
+    out, ctx = layer.forward(**args)
+    with pytest.raises(TypeError, match="ctx: expected a mok.Context"):
+        layer.backward(ctx.tensors(), d_out)
+    with pytest.raises(TypeError, match="d_out: expected dtype torch.bfloat16"):
+        layer.backward(ctx, d_out.float())
+    with pytest.raises(ValueError, match=r"d_out: expected shape \[200, 512\]"):
+        layer.backward(ctx, d_out[:10])
+    broken = mok.Context(ctx.inputs, {k: v for k, v in ctx.saved.items() if k != "gate"},
+                         ctx.tokens)
+    with pytest.raises(ValueError, match="the saved tensor.*'gate'.*missing"):
+        layer.backward(broken, d_out)
+    bad = mok.Context(ctx.inputs, dict(ctx.saved, hidden=ctx.saved["hidden"][:5]), ctx.tokens)
+    with pytest.raises(ValueError, match="hidden: expected shape"):
+        layer.backward(bad, d_out)
+    with pytest.raises(ValueError, match="tensors: expected"):
+        layer.context_from_tensors(ctx.tensors()[:3])
+    with pytest.raises(ValueError, match="d_x: overlaps the input d_out"):
+        layer.backward(ctx, d_out, outputs={"d_x": d_out})

@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""mok.torch on the GPU: the module's gradients through torch autograd
+against float64 autograd, Megatron's main_grad accumulation, the context
+through save_for_backward, recompute. Uses the training artifacts of
+scripts/gpu/cases.py (compiled by prepare_artifacts.py), so it needs no
+compiler here."""
+import os
+
+import pytest
+
+import mok
+import torch_reference
+from cases import TRAIN_CASES, spec_kwargs
+
+ARTIFACTS = os.environ.get("MOK_GPU_ARTIFACTS", "gpu-artifacts")
+REL_BOUND = 1e-2
+
+
+def _module(name, **kwargs):
+    import mok.torch
+    c = TRAIN_CASES[name]
+    art = mok.GpuTrainingArtifact.from_files(os.path.join(ARTIFACTS, name))
+    return c, mok.torch.MoELayer(mok.LayerSpec(**spec_kwargs(c)), target="sm_90a",
+                                 artifact=art, recompute=art.recompute, **kwargs)
+
+
+def _problem(c, moe, seed):
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    args = torch_reference.make_inputs(c, gen)
+    with torch.no_grad():
+        for n, p in moe.named_parameters():
+            p.copy_(args[n])
+    d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
+    return args, d_out
+
+
+def _run(moe, args, d_out):
+    x = args["x"].clone().requires_grad_(True)
+    rw = args["router_weights"].clone().requires_grad_(True)
+    out = moe(x, args["top_experts"], rw)
+    out.backward(d_out)
+    return out, x.grad, rw.grad
+
+
+@pytest.mark.parametrize("name", ["train_shared_clamp_i64", "recompute_top2_no_route"])
+def test_module_gradients_match_float64_autograd(name):
+    import torch
+    c, moe = _module(name)
+    args, d_out = _problem(c, moe, int.from_bytes(os.urandom(4), "little"))
+    seen = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: seen.append(t) or t, lambda t: t):
+        out, dx, drw = _run(moe, args, d_out)
+    torch.cuda.synchronize()
+    # Every context tensor went through save_for_backward.
+    assert len(seen) == len(moe.layer.arg_names) + len(moe.layer.saved_names)
+    ref = torch_reference.backward(args, d_out, c["experts"], c.get("swiglu_limit"))
+    got = dict(x=dx, router_weights=drw)
+    got.update((n, p.grad) for n, p in moe.named_parameters())
+    assert set(got) == set(ref)
+    for n, r in ref.items():
+        rel = torch_reference.relative_error(got[n], r)
+        assert rel <= REL_BOUND, f"{name}: d_{n}: relative error {rel:.3e}"
+    with torch.no_grad():
+        inference = moe(args["x"], args["top_experts"], args["router_weights"])
+    assert torch_reference.relative_error(
+        inference, torch_reference.forward(args, c["experts"], c.get("swiglu_limit"))) <= REL_BOUND
+
+
+def test_main_grad_accumulates_exactly():
+    """main_grad += dW (fp32) over two micro-batches; the weights' .grad is
+    zero; the sums are those of the plain module's bf16 gradients."""
+    import torch
+    name = "train_top2_no_route"
+    c, plain = _module(name)
+    _, acc = _module(name, accumulate_main_grad=True)
+    args, d_out = _problem(c, plain, 4)
+    _problem(c, acc, 4)
+    for p in acc.parameters():
+        p.main_grad = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+    _run(plain, args, d_out)
+    expected = {n: p.grad.float() for n, p in plain.named_parameters()}
+    _run(acc, args, d_out)
+    _run(acc, args, d_out)
+    torch.cuda.synchronize()
+    for n, p in acc.named_parameters():
+        assert torch.equal(p.main_grad, expected[n] + expected[n]), n
+        assert p.grad_added_to_main_grad and not p.grad.any()
