@@ -5,6 +5,7 @@ layers (mok.torch.MoELayer) and with a plain-PyTorch MoE layer of the same
 math; the two loss curves should agree within bf16 noise.
 
     PYTHONPATH=build/python python3 examples/train_tiny_moe.py [--steps 200] [--out DIR]
+        [--device cuda]
 
 The model: token embedding, two blocks of (RMSNorm, a torch router picking
 the top-k experts, the MoE layer with a shared expert, residual), RMSNorm,
@@ -14,9 +15,11 @@ chain's entropy, printed). A third run, the plain-PyTorch layer with f32
 intermediates, measures how far bf16 rounding alone moves the curve (the
 noise the two should agree within); and the first step's gradients of every
 parameter are compared between mok and PyTorch. The models run on the CPU
-(mok.torch runs the CPU target today; the GPU backward is docs/Backward.md's
-plan). Writes DIR/train_tiny_moe.json (the curves and differences) and, with
-matplotlib, the plot DIR/train_tiny_moe.png.
+(mok's CPU target), or with `--device cuda` on the GPU (mok's sm_90a
+training kernels, docs/Backward.md; the compiler must be at hand: the
+mok._mok extension, or the mok-compile binary as $MOK_COMPILER). Writes
+DIR/train_tiny_moe.json (the curves and differences) and, with matplotlib,
+the plot DIR/train_tiny_moe.png.
 """
 import argparse
 import json
@@ -128,7 +131,9 @@ def batches(chain, gen, steps):
 def train(model, chain, steps, seed, lr):
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
+    device = next(model.parameters()).device
     for inputs, targets in batches(chain, torch.Generator().manual_seed(seed), steps):
+        inputs, targets = inputs.to(device), targets.to(device)
         loss = torch.nn.functional.cross_entropy(model(inputs), targets.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -143,19 +148,23 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=".")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error(f"--steps: expected at least 1, got {args.steps}")
 
+    gpu = args.device == "cuda"
+    # A GPU kernel is compiled for one token count: a batch's.
     spec = mok.LayerSpec(hidden=HIDDEN, intermediate=INTER, experts=EXPERTS, top_k=TOP_K,
-                         shared_intermediate=SHARED)
+                         shared_intermediate=SHARED, tokens=BATCH * SEQ if gpu else None)
     torch.manual_seed(args.seed)
-    mok_model = TinyLM(lambda: mok.torch.MoELayer(spec))
+    target = "sm_90a" if gpu else "cpu"
+    mok_model = TinyLM(lambda: mok.torch.MoELayer(spec, target=target)).to(args.device)
     # The same initialization, with plain-PyTorch MoE layers; and once more
     # with f32 intermediates (the noise baseline).
-    torch_model = TinyLM(lambda: TorchMoE(spec))
+    torch_model = TinyLM(lambda: TorchMoE(spec)).to(args.device)
     torch_model.load_state_dict(mok_model.state_dict())
-    f32_model = TinyLM(lambda: TorchMoE(spec, rounded=False))
+    f32_model = TinyLM(lambda: TorchMoE(spec, rounded=False)).to(args.device)
     f32_model.load_state_dict(mok_model.state_dict())
 
     chain = markov_chain(torch.Generator().manual_seed(args.seed + 1))
@@ -163,6 +172,7 @@ def main(argv=None):
     # The first step's gradients of every parameter, mok against PyTorch.
     inputs, targets = next(batches(chain, torch.Generator().manual_seed(args.seed + 2), 1))
     first = {}
+    inputs, targets = inputs.to(args.device), targets.to(args.device)
     for name, model in (("mok", mok_model), ("pytorch", torch_model)):
         model.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(model(inputs), targets.reshape(-1)).backward()
@@ -181,7 +191,8 @@ def main(argv=None):
     diff = [abs(x - y) for x, y in zip(a, b)]
     noise = [abs(x - y) for x, y in zip(b, c)]
     tail = max(1, len(a) // 10)
-    result = dict(steps=args.steps, lr=args.lr, seed=args.seed, chain_entropy=entropy,
+    result = dict(steps=args.steps, lr=args.lr, seed=args.seed, device=args.device,
+                  chain_entropy=entropy,
                   losses=curves, max_abs_diff=max(diff),
                   mean_abs_diff=sum(diff) / len(diff),
                   noise_max_abs_diff=max(noise), noise_mean_abs_diff=sum(noise) / len(noise),
@@ -202,7 +213,8 @@ def main(argv=None):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(7, 4))
-        ax.plot(a, label="mok layers (mok.torch, CPU target)")
+        ax.plot(a, label="mok layers (mok.torch, "
+                + ("sm_90a kernels on the GPU)" if gpu else "CPU target)"))
         ax.plot(b, label="plain-PyTorch MoE layers", linestyle="--")
         ax.plot(c, label="plain-PyTorch, f32 intermediates", linestyle=":", linewidth=0.9)
         ax.axhline(entropy, color="gray", linewidth=0.8, label="loss floor (chain entropy)")
