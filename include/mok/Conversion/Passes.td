@@ -90,7 +90,9 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
     expert (its [rows, cols] matrix), so any weight view (one tensor, the
     halves of a fused FC1, one allocation per expert) is read the same way.
 
-    Training (docs/Backward.md), planned with `simt` GEMMs today:
+    Training (docs/Backward.md), planned with `simt` GEMMs but for the
+    backward's dgrads, which run on `wgmma` on sm_90a when the shapes fit
+    the tiles (weights read N-major, `transpose_b`):
     * a `moe.layer` that returns the saved context becomes the training
       forward `<fn>_forward`, whose extra outputs (after `out`) are the
       context, routed rows at the plan's capacity: `routed_x`, `gate`,

@@ -266,9 +266,44 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
         b, loc, view(offset, smemType(ctx, {boxRows, kTileK}, bf16)), barriers,
         map, ValueRange{kc, row}, stage, mask, Value());
   };
+  Value baseB = e.add(base, e.index(p.bytesA()));
+  // N-major B: tileN / 64 boxes of 64 (N) x 64 (K) at (n0 + 64 i, kc).
+  auto tmaTransposed = [&](Value map, Value k0) {
+    for (int64_t i = 0; i < p.tileN / kTileK; ++i)
+      nvgpu::TmaAsyncLoadOp::create(
+          b, loc,
+          view(e.add(baseB, e.index(i * kTileK * kTileK * kBf16)),
+               smemType(ctx, {kTileK, kTileK}, bf16)),
+          barriers, map, ValueRange{e.add(t.n0, e.index(i * kTileK)), k0},
+          stage, Value(), Value());
+  };
+  if (p.a2) {
+    // concat: the k-tile's pair of operands, and its k within that pair.
+    Value second = e.cmp(arith::CmpIPredicate::sge, kTile, e.index(p.kSplit));
+    Value kTileStart = kc; // (`tma` reads kc: set per branch below)
+    auto pair = [&](Value mapA, Value mapB, Value k0) {
+      kc = k0;
+      if (!p.gatherRows)
+        tma(mapA, p.tileM, base, t.m0);
+      if (p.transposeB)
+        tmaTransposed(mapB, k0);
+      else
+        tma(mapB, p.tileN, baseB, t.n0);
+    };
+    e.ifThen(
+        second,
+        [&] {
+          pair(t.mapA2, t.mapB2, e.sub(kTileStart, e.index(p.kSplit * kTileK)));
+        },
+        [&] { pair(t.mapA, t.mapB0, kTileStart); });
+    return;
+  }
   if (!p.gatherRows)
     tma(t.mapA, p.tileM, base, t.m0);
-  Value baseB = e.add(base, e.index(p.bytesA()));
+  if (p.transposeB) {
+    tmaTransposed(t.mapB0, kc);
+    return;
+  }
   if (!clusterEmpty) {
     tma(t.mapB0, p.tileN, baseB, t.n0);
     if (p.b1)
@@ -593,13 +628,16 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
   auto [m0, n0] = tileOf(p, task);
   // Grouped: the m-tile's expert picks the B maps' slots.
   Value expert = p.expertOf ? p.expertOf(m0) : e.index(0);
-  // (Clusters load B in 128-row halves, through maps of 128-row boxes.)
-  int64_t boxB = clusterEmpty ? kTileN : p.tileN;
+  // (Clusters load B in 128-row halves, through maps of 128-row boxes;
+  // N-major B in 64 x 64 boxes.)
+  int64_t boxB = p.transposeB ? kTileK : clusterEmpty ? kTileN : p.tileN;
   Task t{m0,
          n0,
          mapAt(e.index(p.a), p.tileM),
          mapAt(e.add(e.index(p.b0), expert), boxB),
          p.b1 ? mapAt(e.add(e.index(*p.b1), expert), boxB) : Value(),
+         p.a2 ? mapAt(e.index(*p.a2), p.tileM) : Value(),
+         p.b2 ? mapAt(e.add(e.index(*p.b2), expert), boxB) : Value(),
          {},
          {},
          {},

@@ -126,6 +126,17 @@ struct GemmPhase {
   /// Whether the kernel's next step is a grid barrier (else, with warp
   /// roles that move registers, a CTA barrier ends the GEMM).
   bool gridBarrierFollows = false;
+  /// N-major B (the backward's dgrads, mk.gemm's transpose_b): B_j's slots
+  /// view [K, N] matrices; a k-tile of B is tileN / 64 boxes of 64 (N) x 64
+  /// (K), 8 KiB apart, read by wgmma with imm-trans-b = 1 (the H200-probed
+  /// form: leading-dimension offset 8192 between the 64-column blocks,
+  /// +2048 bytes a k16 step). sm_90a, one B operand (or concat).
+  bool transposeB = false;
+  /// One accumulator over two K-loops (mk.gemm's concat): k-tiles
+  /// [0, kSplit) read A at slot `a` and B at `b0`, k-tiles [kSplit,
+  /// k / 64) read A at slot `*a2` and B at `*b2` (k counts both).
+  std::optional<int64_t> a2, b2;
+  int64_t kSplit = 0;
   /// n-tiles of the output.
   int64_t nTiles() const { return (n + tileN - 1) / tileN; }
   /// Warpgroups computing a tile (the CTA's first ones).
@@ -156,6 +167,7 @@ struct WarpRoles {
 struct Task {
   Value m0, n0;
   Value mapA, mapB0, mapB1; // !nvgpu.tensormap.descriptor (mapB1 may be null)
+  Value mapA2, mapB2;       // concat's second pair (null without)
   /// Gathered A: per pass i (planGather), this thread's 16-byte
   /// chunk of its tile row: the source address at k-tile 0 (i64), the bytes
   /// to copy (i32: 16, or 0 for a padding row, which cp.async fills with

@@ -154,15 +154,18 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
         Value descA = descriptor(aDesc, e.add(baseA, e.index(ks * kK16Bytes)),
                                  aStep, t.mapA);
         for (int64_t j = 0; j < numAcc; ++j) {
-          Value descB =
-              descriptor(bDesc,
-                         e.add(base, e.index(p.bytesA() + j * p.bytesB() +
-                                             ks * kK16Bytes)),
-                         bStep, j == 0 ? t.mapB0 : t.mapB1);
+          // N-major B: a k16 step is 16 of the boxes' 128-byte K rows (the
+          // descriptor's leading-dimension offset, from the map's 64-row
+          // boxes, steps between the 64-column blocks).
+          int64_t kStep = p.transposeB ? 16 * kTileK * kBf16 : kK16Bytes;
+          Value descB = descriptor(
+              bDesc,
+              e.add(base, e.index(p.bytesA() + j * p.bytesB() + ks * kStep)),
+              bStep, j == 0 ? t.mapB0 : t.mapB1);
           acc[j] = NVVM::WgmmaMmaAsyncOp::create(
               b, loc, accType, acc[j], descA, descB, shape, bf16Type, bf16Type,
               f32Type, first && ks == 0 ? zeroD : scaleD, scaleIn, scaleIn, row,
-              col, NVVM::MMAIntOverflowAttr());
+              p.transposeB ? row : col, NVVM::MMAIntOverflowAttr());
         }
       }
       NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);

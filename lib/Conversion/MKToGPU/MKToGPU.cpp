@@ -156,12 +156,27 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
     if (!gemm.usesTensorCores())
       continue;
     anyTensorCores = true;
-    if (gemm.usesBackwardForms())
+    // The dgrads' forms (an N-major B, concat, an f32 out) exist for wgmma
+    // without warp roles, clusters or a gathered A; the others (and all of
+    // them on tcgen05) for simt only.
+    bool dgradForms =
+        gemm.getTransposeB() || gemm.getA2() ||
+        !cast<MemRefType>(gemm.getOut().getType()).getElementType().isBF16();
+    bool wgradForms =
+        gemm.getTransposeA() || gemm.getKOffsets() || !gemm.getSaves().empty();
+    if (wgradForms || (dgradForms && gemm.getEngine() != mk::Engine::wgmma))
       return gemm.emitOpError()
-             << "the backward's operand forms (transpose_a, transpose_b, "
-                "concat, k_groups, saves, an f32 out) are implemented for the "
-                "simt engine only, not yet "
+             << "the backward's operand forms (transpose_a, k_groups, saves; "
+                "on tcgen05 also transpose_b, concat, an f32 out) are "
+                "implemented for the simt engine only, not yet "
              << mk::stringifyEngine(gemm.getEngine());
+    if (dgradForms &&
+        (gemm.getProducer() || *cluster > 1 || gemm.getGatherRows() ||
+         gemm.getB().size() != (gemm.getA2() ? 2u : 1u)))
+      return gemm.emitOpError()
+             << "transpose_b, concat and an f32 out are implemented for "
+                "wgmma GEMMs of one B operand (two with concat) without a "
+                "producer, clusters or a gathered A";
     // Clusters of 2 (TMA multicast of B halves): wgmma without a producer,
     // register epilogues (whole column pairs: the shared-memory epilogue
     // reuses stages the partner may already fill), B two 128-row halves
@@ -229,8 +244,9 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
     // columns (the same stage bytes).
     ArrayRef<int64_t> tile = *gemm.getTile();
     bool wgmma = e == mk::Engine::wgmma;
-    bool wide =
-        tile[1] == 2 * sched::kTileN && wgmma && gemm.getB().size() == 1;
+    // (concat's two B operands take turns in one B box.)
+    bool wide = tile[1] == 2 * sched::kTileN && wgmma &&
+                gemm.getB().size() == (gemm.getA2() ? 2u : 1u);
     bool tall = tile[0] == sched::kMaxConsumers * sched::kTileM && wgmma;
     if ((tile[0] != sched::kTileM && !tall) ||
         (tile[1] != sched::kTileN && !wide) || tile[2] != sched::kTileK ||
@@ -986,8 +1002,16 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
     Value a1 = act(g, u, 1);
     storeTwo(row, col, act(g, u, 0), a1);
   };
+  bool f32Out = cast<MemRefType>(out.getType()).getElementType().isF32();
   auto pairPlain = [&](Value row, Value col, ArrayRef<Value> y,
-                       ArrayRef<Value>) { storeTwo(row, col, y[0], y[1]); };
+                       ArrayRef<Value>) {
+    if (f32Out) { // the fp32 accumulators as they are
+      e.store(y[0], out, {row, col});
+      e.store(y[1], out, {row, e.add(col, e.index(1))});
+      return;
+    }
+    storeTwo(row, col, y[0], y[1]);
+  };
   // The same pairs rounded and packed (the staged epilogue's).
   auto packSwiglu = [&](ArrayRef<Value> g, ArrayRef<Value> u) -> Value {
     Value a1 = act(g, u, 1);
@@ -999,11 +1023,12 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   using PairFn =
       function_ref<void(Value, Value, ArrayRef<Value>, ArrayRef<Value>)>;
   bool swigluEpilogue = op.getEpilogue() == mk::Epilogue::swiglu;
+  bool concat = static_cast<bool>(op.getA2());
   gemm::GemmPhase phase{
       slots[0],
       slots[1],
       swigluEpilogue ? std::optional<int64_t>(slots[2]) : std::nullopt,
-      size(op.getA(), 1),
+      concat ? 2 * size(op.getA(), 1) : size(op.getA(), 1),
       size(out, 1),
       rows,
       op.isGrouped() ? function_ref<Value(Value)>(expertOf) : nullptr,
@@ -1017,7 +1042,13 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
       (*op.getTile())[0]};
   phase.gridBarrierFollows = beforeGridBarrier.contains(op);
   phase.paddingRows = op.getPaddingRows();
-  if (n % 8 == 0) {
+  phase.transposeB = op.getTransposeB();
+  if (concat) { // maps = [a, b_0, b_1, a2]
+    phase.b2 = slots[2];
+    phase.a2 = slots[3];
+    phase.kSplit = size(op.getA(), 1) / sched::kTileK;
+  }
+  if (n % 8 == 0 && !f32Out) {
     phase.packPair =
         swigluEpilogue
             ? function_ref<Value(ArrayRef<Value>, ArrayRef<Value>)>(packSwiglu)

@@ -494,11 +494,65 @@ SmallVector<StringRef> backwardPhaseNames(LayerGradOp grad) {
   return names;
 }
 
+/// The tensor-core plan of a backward (sm_90a, the shapes eligible): the
+/// dgrads run on wgmma, reading the weights N-major; the slots of their
+/// maps. Empty `maps` means every GEMM is simt.
+struct BackwardMaps {
+  SmallVector<TensorMapSpec> maps;
+  int64_t routedDOut = -1, down = -1, dGate = -1, dUp = -1, gate = -1, up = -1;
+  int64_t dOut = -1, sharedDown = -1, dSharedGate = -1, dSharedUp = -1,
+          sharedGate = -1, sharedUp = -1;
+  int64_t tileM = sched::kTileM;
+};
+
+BackwardMaps backwardMapsFor(const Sizes &s, StringRef chip, bool tensorCores) {
+  BackwardMaps m;
+  if (!tensorCores || chip != "sm_90a" || !s.tensorCoreEligible())
+    return m;
+  if (s.padding % (sched::kMaxConsumers * sched::kTileM) == 0)
+    m.tileM = sched::kMaxConsumers * sched::kTileM;
+  int64_t next = 0, rc = s.routedCapacity(), h = s.hidden, in = s.inter;
+  auto add = [&](TensorMapSpec spec) {
+    m.maps.push_back(spec);
+    int64_t slot = next;
+    next += spec.experts;
+    return slot;
+  };
+  // K-major A boxes of tileM rows; N-major B boxes of 64 x 64 over each
+  // [K, N] matrix.
+  auto a = [&](StringRef buffer, int64_t rows, int64_t cols) {
+    return add(
+        TensorMapSpec{buffer.str(), rows, cols, cols, m.tileM, sched::kTileK});
+  };
+  auto bT = [&](StringRef buffer, int64_t rows, int64_t cols,
+                int64_t experts = 1) {
+    return add(TensorMapSpec{buffer.str(), rows, cols, cols, sched::kTileK,
+                             sched::kTileK, experts});
+  };
+  m.routedDOut = a("routed_d_out", rc, h);
+  m.down = bT("down_weights", h, in, s.experts); // [H = K, I = N]
+  m.dGate = a("d_gate", rc, in);
+  m.dUp = a("d_up", rc, in);
+  m.gate = bT("gate_weights", in, h, s.experts); // [I = K, H = N]
+  m.up = bT("up_weights", in, h, s.experts);
+  if (s.hasShared()) {
+    int64_t t = s.tokens, is = s.sharedInter;
+    m.dOut = a("d_out", t, h);
+    m.sharedDown = bT("shared_down_weights", h, is);
+    m.dSharedGate = a("d_shared_gate", t, is);
+    m.dSharedUp = a("d_shared_up", t, is);
+    m.sharedGate = bT("shared_gate_weights", is, h);
+    m.sharedUp = bT("shared_up_weights", is, h);
+  }
+  return m;
+}
+
 /// The backward kernel's parameters: `moe.layer_grad`'s operands (the saved
 /// context by the names of moe.layer's results), its results (`d_` and the
 /// operand's name), then the workspace.
 SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
-                                     bool profile) {
+                                     bool profile,
+                                     ArrayRef<TensorMapSpec> maps) {
   Builder tb(grad.getContext());
   Type bf16 = tb.getBF16Type(), f32 = tb.getF32Type(), i64 = tb.getI64Type();
   auto ty = [&](ArrayRef<int64_t> shape, Type elt) {
@@ -587,32 +641,44 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
     params.push_back(
         {"phase_clock", "workspace",
          ty({static_cast<int64_t>(backwardPhaseNames(grad).size()) + 1}, i64)});
+  if (!maps.empty())
+    params.push_back(
+        {"tensor_maps", "tensor_maps", ty({16 * slotCount(maps)}, i64)});
   return params;
 }
 
-/// A simt GEMM of the backward (no tensor maps, tiles or warp roles).
+/// A GEMM of the backward: simt, or with `maps` (slots: a, each B, then
+/// a2) wgmma with tile [tileM, 256, 64] (no warp roles).
 struct BackwardGemm {
   mk::Epilogue epilogue = mk::Epilogue::store;
   Value a, a2, out, rowExpert, offsets, kOffsets;
   SmallVector<Value> b, saves;
   bool transposeA = false, transposeB = false;
   FloatAttr limit;
+  SmallVector<int64_t> maps;
+  Value tensorMaps;
+  int64_t tileM = sched::kTileM;
 };
 
-void createSimtGemm(OpBuilder &b, Location loc, const BackwardGemm &g) {
-  mk::GemmOp::create(b, loc, mk::Engine::simt, g.epilogue, g.a, g.b, g.out,
-                     g.rowExpert, g.offsets, /*tensor_maps=*/Value(),
-                     /*gather_rows=*/Value(), /*padding_rows=*/Value(), g.a2,
-                     g.kOffsets, g.saves, g.limit, DenseI64ArrayAttr(),
-                     IntegerAttr(), DenseI64ArrayAttr(), /*producer=*/false,
-                     DenseI64ArrayAttr(), IntegerAttr(), g.transposeA,
-                     g.transposeB);
+void createGemm(OpBuilder &b, Location loc, const BackwardGemm &g) {
+  bool tc = !g.maps.empty();
+  mk::GemmOp::create(
+      b, loc, tc ? mk::Engine::wgmma : mk::Engine::simt, g.epilogue, g.a, g.b,
+      g.out, g.rowExpert, g.offsets, tc ? g.tensorMaps : Value(),
+      /*gather_rows=*/Value(), /*padding_rows=*/Value(), g.a2, g.kOffsets,
+      g.saves, g.limit,
+      tc ? b.getDenseI64ArrayAttr({g.tileM, 2 * sched::kTileN, sched::kTileK})
+         : DenseI64ArrayAttr(),
+      tc ? b.getI64IntegerAttr(sched::kStages) : IntegerAttr(),
+      tc ? b.getDenseI64ArrayAttr(g.maps) : DenseI64ArrayAttr(),
+      /*producer=*/false, DenseI64ArrayAttr(), IntegerAttr(), g.transposeA,
+      g.transposeB);
 }
 
 /// Emits the backward's schedule (docs/Backward.md) into `func`.
 void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
                           ArrayRef<Param> params, gpu::GPUFuncOp func,
-                          int64_t phases) {
+                          int64_t phases, const BackwardMaps &tc) {
   Location loc = grad.getLoc();
   llvm::StringMap<Value> buf;
   for (auto [i, p] : llvm::enumerate(params))
@@ -665,7 +731,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     g.offsets = buf["offsets"];
     g.saves = {buf["gate"], buf["up"]};
     g.limit = limit;
-    createSimtGemm(b, loc, g);
+    createGemm(b, loc, g);
     if (shared) {
       BackwardGemm sg;
       sg.epilogue = mk::Epilogue::swiglu;
@@ -674,7 +740,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
       sg.out = buf["shared_hidden"];
       sg.saves = {buf["shared_gate"], buf["shared_up"]};
       sg.limit = limit;
-      createSimtGemm(b, loc, sg);
+      createGemm(b, loc, sg);
     }
     barrier();
   }
@@ -684,6 +750,14 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
   gather("d_out", "d_y", buf["router_weights"]);
   barrier();
 
+  // The dgrads on tensor cores when the plan has maps for them.
+  auto onTensorCores = [&](BackwardGemm &g, ArrayRef<int64_t> slots) {
+    if (tc.maps.empty())
+      return;
+    g.maps.assign(slots.begin(), slots.end());
+    g.tensorMaps = buf["tensor_maps"];
+    g.tileM = tc.tileM;
+  };
   // Down dgrad (fp32, unscaled) and the down weights' gradients.
   {
     BackwardGemm g;
@@ -693,14 +767,15 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     g.out = buf["d_hidden_u"];
     g.rowExpert = buf["row_expert"];
     g.offsets = buf["offsets"];
-    createSimtGemm(b, loc, g);
+    onTensorCores(g, {tc.routedDOut, tc.down});
+    createGemm(b, loc, g);
     BackwardGemm w;
     w.a = buf["d_y"];      // [R, H]: K = rows, M = H
     w.b = {buf["hidden"]}; // [R, I]: K = rows, N = I
     w.transposeA = w.transposeB = true;
     w.kOffsets = buf["offsets"];
     w.out = buf["d_down_weights"];
-    createSimtGemm(b, loc, w);
+    createGemm(b, loc, w);
   }
   if (shared) {
     BackwardGemm g;
@@ -708,13 +783,14 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     g.b = {buf["shared_down_weights"]}; // [H, I_s]
     g.transposeB = true;
     g.out = buf["d_shared_hidden_u"];
-    createSimtGemm(b, loc, g);
+    onTensorCores(g, {tc.dOut, tc.sharedDown});
+    createGemm(b, loc, g);
     BackwardGemm w;
     w.a = buf["d_out"];
     w.b = {buf["shared_hidden"]};
     w.transposeA = w.transposeB = true;
     w.out = buf["d_shared_down_weights"];
-    createSimtGemm(b, loc, w);
+    createGemm(b, loc, w);
   }
   barrier();
 
@@ -733,7 +809,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
   // The gate/up dgrad (both K-loops into one accumulator) and the gate and
   // up weights' gradients.
   auto dgrad = [&](StringRef dg, StringRef du, StringRef wg, StringRef wu,
-                   StringRef out, bool grouped) {
+                   StringRef out, bool grouped, ArrayRef<int64_t> slots) {
     BackwardGemm g;
     g.a = buf[dg];
     g.a2 = buf[du];
@@ -744,7 +820,8 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
       g.rowExpert = buf["row_expert"];
       g.offsets = buf["offsets"];
     }
-    createSimtGemm(b, loc, g);
+    onTensorCores(g, slots);
+    createGemm(b, loc, g);
   };
   auto wgrad = [&](StringRef dAct, StringRef xs, StringRef out, bool grouped) {
     BackwardGemm w;
@@ -754,14 +831,16 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     if (grouped)
       w.kOffsets = buf["offsets"];
     w.out = buf[out];
-    createSimtGemm(b, loc, w);
+    createGemm(b, loc, w);
   };
-  dgrad("d_gate", "d_up", "gate_weights", "up_weights", "d_routed_x", true);
+  dgrad("d_gate", "d_up", "gate_weights", "up_weights", "d_routed_x", true,
+        {tc.dGate, tc.gate, tc.up, tc.dUp});
   wgrad("d_gate", "routed_x", "d_gate_weights", true);
   wgrad("d_up", "routed_x", "d_up_weights", true);
   if (shared) {
     dgrad("d_shared_gate", "d_shared_up", "shared_gate_weights",
-          "shared_up_weights", "d_shared_x", false);
+          "shared_up_weights", "d_shared_x", false,
+          {tc.dSharedGate, tc.sharedGate, tc.sharedUp, tc.dSharedUp});
     wgrad("d_shared_gate", "x", "d_shared_gate_weights", false);
     wgrad("d_shared_up", "x", "d_shared_up_weights", false);
   }
@@ -936,16 +1015,18 @@ struct ConvertMoEToMKPass
     for (auto [func, grad] : grads) {
       Sizes s = sizesOf(grad);
       SmallVector<StringRef> phases = backwardPhaseNames(grad);
-      SmallVector<Param> params = backwardParamsFor(grad, s, profile);
+      BackwardMaps tc = backwardMapsFor(s, chip, tensorCores);
+      SmallVector<Param> params = backwardParamsFor(grad, s, profile, tc.maps);
+      unsigned block = tc.maps.empty() ? blockSize : sched::kBlock;
       OpBuilder b(ctx);
       gpu::GPUFuncOp kernel =
-          createKernel(b, module, func, grad, "_backward", params, blockSize,
-                       describeKernel(ctx, params, s, chip, blockSize, {},
+          createKernel(b, module, func, grad, "_backward", params, block,
+                       describeKernel(ctx, params, s, chip, block, tc.maps,
                                       profile ? ArrayRef<StringRef>(phases)
                                               : ArrayRef<StringRef>(),
                                       /*cluster=*/1));
       emitBackwardSchedule(b, grad, s, params, kernel,
-                           static_cast<int64_t>(phases.size()));
+                           static_cast<int64_t>(phases.size()), tc);
     }
   }
 };

@@ -1,7 +1,8 @@
-// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a" | FileCheck %s
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a tensor-cores=false" | FileCheck %s
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a" | FileCheck %s --check-prefix=TC
 // RUN: mok-opt %s --moe-generate-backward=recompute=true --convert-moe-to-mk="chip=sm_100a" | FileCheck %s --check-prefix=RECOMPUTE
 // RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a profile=true" | FileCheck %s --check-prefix=PROFILE
-// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a" | mok-opt | FileCheck %s
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a tensor-cores=false" | mok-opt | FileCheck %s
 
 // The training forward and the backward (docs/Backward.md), planned with
 // simt GEMMs today: the forward stores the backward context as outputs;
@@ -13,9 +14,24 @@
 
 !plan = !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 64>
 
-// The inference kernel keeps its tensor-core plan.
-// CHECK-LABEL: gpu.func @layer_forward(
-// CHECK: mk.gemm wgmma swiglu
+// On sm_90a with shapes that fit the tiles, the dgrads run on wgmma: the
+// weights read N-major through 64 x 64 boxes, the down dgrad's fp32 out,
+// the gate/up dgrad's concat (maps: a, each B, then a2); the weight
+// gradients stay simt. The inference kernel keeps its tensor-core plan.
+// TC-LABEL: gpu.func @layer_forward(
+// TC: mk.gemm wgmma swiglu
+// TC-LABEL: gpu.func @layer_backward_backward(
+// TC-SAME: memref<336xi64>) kernel
+// TC-SAME: block = 256
+// TC-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "routed_d_out", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 332 : i64}, {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "down_weights", cols = 128 : i64, experts = 4 : i64, row_stride = 128 : i64, rows = 64 : i64}
+// TC: mk.gemm wgmma store %{{.*}}, %{{.*}} into %{{.*}} grouped({{.*}}) maps({{.*}}) {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_b} : memref<332x64xbf16>, memref<4x64x128xbf16> -> memref<332x128xf32>
+// TC-NEXT: mk.gemm simt store {{.*}} k_groups(
+// TC-NEXT: mk.gemm wgmma store {{.*}} {maps = array<i64: 15, 16>, {{.*}}, transpose_b} : memref<40x64xbf16>, memref<64x128xbf16> -> memref<40x128xf32>
+// TC-NEXT: mk.gemm simt store
+// TC: mk.gemm wgmma store {{.*}} concat({{.*}}) {maps = array<i64: 5, 7, 11, 6>, {{.*}}, transpose_b} : memref<332x128xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x64xbf16>
+// TC-NEXT: mk.gemm simt store {{.*}} k_groups(
+// TC-NEXT: mk.gemm simt store {{.*}} k_groups(
+// TC-NEXT: mk.gemm wgmma store {{.*}} concat({{.*}}) {maps = array<i64: 17, 19, 20, 18>,
 
 // The training forward: the context is a list of outputs after `out`
 // (routed rows at the plan's capacity, 332), and the gate/up GEMMs save the

@@ -245,9 +245,11 @@ LogicalResult GemmOp::verify() {
     return emitOpError() << "K = " << k
                          << " must be a multiple of the tile's K (" << tile[2]
                          << ")";
-  if (getMaps()->size() != 1 + numB)
-    return emitOpError() << "maps must give " << 1 + numB
-                         << " slots (a, then each B), got "
+  unsigned wantMaps = 1 + numB + (getA2() ? 1 : 0);
+  if (getMaps()->size() != wantMaps)
+    return emitOpError() << "maps must give " << wantMaps
+                         << (getA2() ? " slots (a, then each B, then a2), got "
+                                     : " slots (a, then each B), got ")
                          << getMaps()->size();
   if (llvm::any_of(*getMaps(), [](int64_t s) { return s < 0; }))
     return emitOpError("map slots must be >= 0");
