@@ -3,9 +3,11 @@
 """Compiles the benchmark shapes for a GPU target (needs the compiler), each
 also as a profiling kernel (<name>-profile) that times its phases:
 
-    PYTHONPATH=build/python python3 bench/prepare.py bench-artifacts [sm_90a [SHAPE...]]
+    PYTHONPATH=build/python python3 bench/prepare.py bench-artifacts [sm_90a [--training] [SHAPE...]]
 
-(all shapes of bench/shapes.py unless some are named).
+(all shapes of bench/shapes.py unless some are named). With --training, the
+training layers instead (<name>-train and <name>-train-profile: forward and
+backward kernels, for bench/moe_training.py).
 """
 import os
 import sys
@@ -19,7 +21,9 @@ FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
 
 out = sys.argv[1] if len(sys.argv) > 1 else "bench-artifacts"
 target = sys.argv[2] if len(sys.argv) > 2 else "sm_90a"
-names = sys.argv[3:] or list(SHAPES)
+rest = sys.argv[3:]
+training = "--training" in rest
+names = [n for n in rest if n != "--training"] or list(SHAPES)
 unknown = [n for n in names if n not in SHAPES]
 if unknown:
     sys.exit(f"unknown shape(s) {', '.join(unknown)}; known: {', '.join(SHAPES)}")
@@ -29,6 +33,12 @@ for name in names:
     options = {"warp_specialize": shape.get("warp_specialize", False),
                "fuse_dispatch": shape.get("fuse_dispatch"),
                "multicast": shape.get("multicast", False)}
+    if training:
+        for suffix, profile in (("-train", False), ("-train-profile", True)):
+            art = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"),
+                              training=True, profile=profile)
+            print(name + suffix, art.save(os.path.join(out, name + suffix)))
+        continue
     art = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"), **options)
     print(name, art.save(os.path.join(out, name)))
     # The same layer timing its phases (moe_forward.py's phase breakdown).

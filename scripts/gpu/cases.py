@@ -79,6 +79,13 @@ TRAIN_CASES = {"train_" + n: dict(CASES[n], training=True)
                          "qwen3_top2_clamp", "one_token_top8", "short_k", "qwen3_ragged")}
 for _name in ("top2_no_route", "shared_clamp_i64", "qwen3_top2_clamp"):
     TRAIN_CASES["recompute_" + _name] = dict(CASES[_name], training=True, recompute=True)
+# 128-row tiles on every tensor-core GEMM of the backward, with a shared
+# expert (its weight gradients' K = T = 200, a ragged last k-tile), a clamp
+# and -1 routes.
+TRAIN_CASES["train_shared_tall"] = dict(tokens=200, hidden=1024, intermediate=256,
+                                        experts=16, top_k=4, padding=128,
+                                        shared_intermediate=256, swiglu_limit=1.0,
+                                        drop=0.1, training=True)
 del _name
 
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",

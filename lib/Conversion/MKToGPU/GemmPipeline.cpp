@@ -260,6 +260,8 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
   nvgpu::MBarrierArriveExpectTxOp::create(b, loc, barriers, e.index(bytes),
                                           stage, Value());
   Value kc = e.mul(kTile, e.index(kTileK));
+  if (t.kBase)
+    kc = e.add(t.kBase, kc);
   auto tma = [&](Value map, int64_t boxRows, Value offset, Value row,
                  Value mask = Value()) {
     nvgpu::TmaAsyncLoadOp::create(
@@ -298,8 +300,19 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
         [&] { pair(t.mapA, t.mapB0, kTileStart); });
     return;
   }
-  if (!p.gatherRows)
+  if (p.transposeA) {
+    // M-major A: tileM / 64 boxes of 64 (M) x 64 (K) at (aCol + 64 i, kc).
+    Value aCol = t.aCol ? t.aCol : t.m0;
+    for (int64_t i = 0; i < p.tileM / kTileM; ++i)
+      nvgpu::TmaAsyncLoadOp::create(
+          b, loc,
+          view(e.add(base, e.index(i * kBytesA)),
+               smemType(ctx, {kTileK, kTileK}, bf16)),
+          barriers, t.mapA, ValueRange{e.add(aCol, e.index(i * kTileM)), kc},
+          stage, Value(), Value());
+  } else if (!p.gatherRows) {
     tma(t.mapA, p.tileM, base, t.m0);
+  }
   if (p.transposeB) {
     tmaTransposed(t.mapB0, kc);
     return;
@@ -628,12 +641,14 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
   auto [m0, n0] = tileOf(p, task);
   // Grouped: the m-tile's expert picks the B maps' slots.
   Value expert = p.expertOf ? p.expertOf(m0) : e.index(0);
+  // M-major A in 64-row boxes.
+  int64_t boxA = p.transposeA ? kTileM : p.tileM;
   // (Clusters load B in 128-row halves, through maps of 128-row boxes;
   // N-major B in 64 x 64 boxes.)
   int64_t boxB = p.transposeB ? kTileK : clusterEmpty ? kTileN : p.tileN;
   Task t{m0,
          n0,
-         mapAt(e.index(p.a), p.tileM),
+         mapAt(e.index(p.a), boxA),
          mapAt(e.add(e.index(p.b0), expert), boxB),
          p.b1 ? mapAt(e.add(e.index(*p.b1), expert), boxB) : Value(),
          p.a2 ? mapAt(e.index(*p.a2), p.tileM) : Value(),
@@ -642,7 +657,19 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
          {},
          {},
          {},
+         {},
+         {},
+         {},
          {}};
+  // K in groups: the m-tile's group, its K rows and A's column.
+  if (p.kOffsets) {
+    Value group = e.div(m0, e.index(p.groupRows));
+    Value begin = e.toIndex(e.load(p.kOffsets, {group}));
+    Value end = e.toIndex(e.load(p.kOffsets, {e.add(group, e.index(1))}));
+    t.kBase = begin;
+    t.kTiles = e.div(e.sub(end, begin), e.index(kTileK));
+    t.aCol = e.sub(m0, e.mul(group, e.index(p.groupRows)));
+  }
   // Gathered A: the consumer threads copy the rows (with a producer, the
   // producer warpgroup does: producerTasks).
   if (p.gatherRows && !roles.producer)
@@ -801,6 +828,16 @@ void GemmEmitter::tasks(const GemmPhase &p) {
   int64_t first = std::min(kStages, kTiles);
   auto prologue = [&](const Task &t, Value it) {
     e.ifThen(isThread0, [&] {
+      if (t.kTiles) { // K in groups: up to kStages of the task's k-tiles
+        for (int64_t kt = 0; kt < kStages; ++kt)
+          e.ifThen(e.cmp(arith::CmpIPredicate::slt, e.index(kt), t.kTiles),
+                   [&] {
+                     Value g = e.add(it, e.index(kt));
+                     acquire(g);
+                     load(p, g, e.index(kt), t);
+                   });
+        return;
+      }
       for (int64_t kt = 0; kt < prologueLoads(kTiles); ++kt) {
         Value g = e.add(it, e.index(kt));
         acquire(g);
@@ -871,7 +908,8 @@ void GemmEmitter::tasks(const GemmPhase &p) {
                    [&] { clusterRelease(e.add(it, e.index(kTiles - 1))); });
         Value next = e.add(task, grid);
         e.ifThen(e.cmp(arith::CmpIPredicate::slt, next, tasks), [&] {
-          prologue(taskOfRound(p, next, tasks), e.add(it, e.index(kTiles)));
+          prologue(taskOfRound(p, next, tasks),
+                   e.add(it, t.kTiles ? t.kTiles : e.index(kTiles)));
         });
       };
     onStagesFree = startNext;
@@ -914,7 +952,8 @@ void GemmEmitter::tasks(const GemmPhase &p) {
       fenceAsyncShared();
       syncWarpgroup(p.consumers());
     }
-    SmallVector<Value> next = {e.add(it, e.index(kTiles))};
+    SmallVector<Value> next = {
+        e.add(it, t.kTiles ? t.kTiles : e.index(kTiles))};
     next.append(carried);
     scf::YieldOp::create(b, loc, next);
   }

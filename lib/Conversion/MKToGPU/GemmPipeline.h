@@ -137,6 +137,17 @@ struct GemmPhase {
   /// k / 64) read A at slot `*a2` and B at `*b2` (k counts both).
   std::optional<int64_t> a2, b2;
   int64_t kSplit = 0;
+  /// M-major A (the weight gradients, mk.gemm's transpose_a): A's slot
+  /// views a [K, M] matrix; a k-tile of A is tileM / 64 boxes of 64 (M) x
+  /// 64 (K), 8 KiB apart (one a warpgroup), read with imm-trans-a = 1
+  /// (the H200-probed form). With transposeB.
+  bool transposeA = false;
+  /// K in groups (mk.gemm's k_groups): output rows [g * groupRows, (g + 1)
+  /// * groupRows) (rows = groups * groupRows, a multiple of tileM) sum over
+  /// K rows [kOffsets[g], kOffsets[g + 1]) (i64, multiples of 64) of A and
+  /// B, each task its group's k-tiles (none: zeros). `k` is unused.
+  Value kOffsets;
+  int64_t groupRows = 0;
   /// n-tiles of the output.
   int64_t nTiles() const { return (n + tileN - 1) / tileN; }
   /// Warpgroups computing a tile (the CTA's first ones).
@@ -168,6 +179,10 @@ struct Task {
   Value m0, n0;
   Value mapA, mapB0, mapB1; // !nvgpu.tensormap.descriptor (mapB1 may be null)
   Value mapA2, mapB2;       // concat's second pair (null without)
+  /// K in groups: the task's k-tiles and first K row (index), and A's M
+  /// coordinate (m0 within the group). Null otherwise (k / 64 k-tiles from
+  /// row 0; A at m0).
+  Value kTiles, kBase, aCol;
   /// Gathered A: per pass i (planGather), this thread's 16-byte
   /// chunk of its tile row: the source address at k-tile 0 (i64), the bytes
   /// to copy (i32: 16, or 0 for a padding row, which cp.async fills with

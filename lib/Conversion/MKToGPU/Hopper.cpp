@@ -151,7 +151,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       Value baseA = e.add(base, e.mul(wg, e.index(kBytesA)));
       NVVM::WgmmaFenceAlignedOp::create(b, loc);
       for (int64_t ks = 0; ks < kTileK / 16; ++ks) {
-        Value descA = descriptor(aDesc, e.add(baseA, e.index(ks * kK16Bytes)),
+        // M-major A: a k16 step is 16 of its box's 128-byte K rows.
+        int64_t kStepA = p.transposeA ? 16 * kTileK * kBf16 : kK16Bytes;
+        Value descA = descriptor(aDesc, e.add(baseA, e.index(ks * kStepA)),
                                  aStep, t.mapA);
         for (int64_t j = 0; j < numAcc; ++j) {
           // N-major B: a k16 step is 16 of the boxes' 128-byte K rows (the
@@ -164,8 +166,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
               bStep, j == 0 ? t.mapB0 : t.mapB1);
           acc[j] = NVVM::WgmmaMmaAsyncOp::create(
               b, loc, accType, acc[j], descA, descB, shape, bf16Type, bf16Type,
-              f32Type, first && ks == 0 ? zeroD : scaleD, scaleIn, scaleIn, row,
-              p.transposeB ? row : col, NVVM::MMAIntOverflowAttr());
+              f32Type, first && ks == 0 ? zeroD : scaleD, scaleIn, scaleIn,
+              p.transposeA ? col : row, p.transposeB ? row : col,
+              NVVM::MMAIntOverflowAttr());
         }
       }
       NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
@@ -195,7 +198,8 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       Value next = e.add(prev, stageCount);
       Value inRange = arith::AndIOp::create(
           b, loc, e.cmp(arith::CmpIPredicate::sge, prev, e.index(0)),
-          e.cmp(arith::CmpIPredicate::slt, next, e.index(kTiles)));
+          e.cmp(arith::CmpIPredicate::slt, next,
+                t.kTiles ? t.kTiles : e.index(kTiles)));
       Value stageOf = e.add(e.sub(g, e.index(1)), stageCount);
       if (roles.cluster > 1) {
         // Clusters: k-tile kt-1 released to both CTAs' empty barriers
@@ -243,7 +247,8 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     if (roles.producer)
       init = kTileStep(e.index(0), init, /*first=*/true, mma);
     auto loop = scf::ForOp::create(b, loc, e.index(roles.producer ? 1 : 0),
-                                   e.index(kTiles), e.index(1), init);
+                                   t.kTiles ? t.kTiles : e.index(kTiles),
+                                   e.index(1), init);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
     SmallVector<Value> acc = kTileStep(

@@ -160,23 +160,36 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
     // without warp roles, clusters or a gathered A; the others (and all of
     // them on tcgen05) for simt only.
     bool dgradForms =
-        gemm.getTransposeB() || gemm.getA2() ||
+        gemm.getTransposeB() || gemm.getA2() || gemm.getTransposeA() ||
+        gemm.getKOffsets() ||
         !cast<MemRefType>(gemm.getOut().getType()).getElementType().isBF16();
-    bool wgradForms =
-        gemm.getTransposeA() || gemm.getKOffsets() || !gemm.getSaves().empty();
-    if (wgradForms || (dgradForms && gemm.getEngine() != mk::Engine::wgmma))
+    bool saves = !gemm.getSaves().empty();
+    if ((saves || dgradForms) && gemm.getEngine() != mk::Engine::wgmma)
       return gemm.emitOpError()
-             << "the backward's operand forms (transpose_a, k_groups, saves; "
-                "on tcgen05 also transpose_b, concat, an f32 out) are "
-                "implemented for the simt engine only, not yet "
+             << "the training forms (saves, transpose_a, transpose_b, concat, "
+                "k_groups, an f32 out) are implemented for the simt and wgmma "
+                "engines only, not yet "
              << mk::stringifyEngine(gemm.getEngine());
+    if (saves && (gemm.getProducer() || *cluster > 1 || gemm.getGatherRows()))
+      return gemm.emitOpError("saves is implemented for wgmma GEMMs without a "
+                              "producer, clusters or a gathered A");
     if (dgradForms &&
         (gemm.getProducer() || *cluster > 1 || gemm.getGatherRows() ||
          gemm.getB().size() != (gemm.getA2() ? 2u : 1u)))
       return gemm.emitOpError()
-             << "transpose_b, concat and an f32 out are implemented for "
-                "wgmma GEMMs of one B operand (two with concat) without a "
-                "producer, clusters or a gathered A";
+             << "transpose_a, transpose_b, concat, k_groups and an f32 out "
+                "are implemented for wgmma GEMMs of one B operand (two with "
+                "concat) without a producer, clusters or a gathered A";
+    if (gemm.getTransposeA() && !gemm.getTransposeB())
+      return gemm.emitOpError("on wgmma, transpose_a needs transpose_b");
+    if (gemm.getKOffsets() &&
+        cast<MemRefType>(gemm.getOut().getType()).getDimSize(1) %
+            (*gemm.getTile())[0])
+      return gemm.emitOpError()
+             << "k_groups on wgmma: out's M ("
+             << cast<MemRefType>(gemm.getOut().getType()).getDimSize(1)
+             << ") must be a multiple of the tile's M (" << (*gemm.getTile())[0]
+             << ")";
     // Clusters of 2 (TMA multicast of B halves): wgmma without a producer,
     // register epilogues (whole column pairs: the shared-memory epilogue
     // reuses stages the partner may already fill), B two 128-row halves
@@ -931,25 +944,42 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   Value out = op.getOut();
   ArrayRef<int64_t> slots = *op.getMaps();
   Limit limit = getLimit(op.getSwigluLimitAttr());
+  bool ta = op.getTransposeA();
+  Value kOffsets = op.getKOffsets();
+  // K in groups: out [E, M, N] as [E * M, N] rows.
+  int64_t groupRows = kOffsets ? size(out, 1) : 0;
   Value rows = op.isGrouped() ? routedRows(op.getOffsets())
-                              : e.index(size(op.getA(), 0));
+               : kOffsets     ? e.index(size(out, 0) * groupRows)
+                              : e.index(size(op.getA(), ta ? 1 : 0));
+  // The output element of (flattened) row `row`.
+  auto outAt = [&](Value row, Value col) -> SmallVector<Value> {
+    if (!kOffsets)
+      return {row, col};
+    Value m = e.index(groupRows);
+    return {e.div(row, m), e.rem(row, m), col};
+  };
   // An m-tile lies in one expert's segment (segments are whole multiples of
   // the padding, itself a multiple of the tile): its first row's expert.
   auto expertOf = [&](Value m0) {
     return e.toIndex(e.load(op.getRowExpert(), {m0}));
   };
+  ValueRange saves = op.getSaves();
   auto storeSwiglu = [&](Value row, Value col, Value g, Value u) {
     // gate and up are each rounded to bf16, then the SwiGLU in f32.
     e.storeRounded(swiglu(e, e.roundBF16(g), e.roundBF16(u), limit), out,
                    {row, col});
+    if (!saves.empty()) { // the activation's inputs, as rounded
+      e.storeRounded(g, saves[0], {row, col});
+      e.storeRounded(u, saves[1], {row, col});
+    }
   };
   auto storePlain = [&](Value row, Value col, Value y, Value) {
-    e.storeRounded(y, out, {row, col});
+    e.storeRounded(y, out, outAt(row, col));
   };
   // Two adjacent columns at once: one 4-byte store of both bf16 values
   // when the buffer is 4-byte aligned (uniform; the runtime's workspace
   // is), else the two scalar stores. The same rounding either way.
-  int64_t n = size(out, 1);
+  int64_t n = size(out, kOffsets ? 2 : 1);
   Value outBase = base(out);
   Value aligned4 = aligned({out}, 4);
   // Two results rounded to bf16, packed (col's first).
@@ -968,9 +998,10 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   auto word = [&](Value packed) -> Value {
     return LLVM::BitcastOp::create(e.b, e.loc, e.b.getI32Type(), packed);
   };
-  auto storeTwo = [&](Value row, Value col, Value v0, Value v1) {
+  auto storeTwoIn = [&](Value buffer, Value bufferBase, Value bufferAligned4,
+                        Value row, Value col, Value v0, Value v1) {
     e.ifThen(
-        aligned4,
+        bufferAligned4,
         [&] {
           Value packed = packTwo(v0, v1);
           // A streaming store (.cs: evict-first in L1 and L2): the GEMM
@@ -980,16 +1011,23 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
           // faster on the H200. (The staged epilogue's 16-byte stores,
           // Hopper.cpp, are the same kind; this pair store is its
           // fallback for unaligned outputs.)
-          Value ptr = at(outBase, e.add(e.mul(row, e.index(n)), col));
+          Value ptr = at(bufferBase, e.add(e.mul(row, e.index(n)), col));
           Value address =
               LLVM::PtrToIntOp::create(e.b, e.loc, e.b.getI64Type(), ptr);
           gemm::storeGlobalStreaming(e.b, e.loc, address, {word(packed)});
         },
         [&] {
-          e.storeRounded(v0, out, {row, col});
-          e.storeRounded(v1, out, {row, e.add(col, e.index(1))});
+          e.storeRounded(v0, buffer, outAt(row, col));
+          e.storeRounded(v1, buffer, outAt(row, e.add(col, e.index(1))));
         });
   };
+  auto storeTwo = [&](Value row, Value col, Value v0, Value v1) {
+    storeTwoIn(out, outBase, aligned4, row, col, v0, v1);
+  };
+  // saves: the gate and up pairs, rounded to bf16, to their buffers.
+  SmallVector<std::pair<Value, Value>> saveBases;
+  for (Value v : saves)
+    saveBases.push_back({base(v), aligned({v}, 4)});
   // The SwiGLU of element i of a column pair: gate and up each rounded to
   // bf16, then the SwiGLU in f32.
   auto act = [&](ArrayRef<Value> g, ArrayRef<Value> u, int i) {
@@ -1001,6 +1039,12 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
     // were emitted in.)
     Value a1 = act(g, u, 1);
     storeTwo(row, col, act(g, u, 0), a1);
+    if (!saves.empty()) {
+      storeTwoIn(saves[0], saveBases[0].first, saveBases[0].second, row, col,
+                 g[0], g[1]);
+      storeTwoIn(saves[1], saveBases[1].first, saveBases[1].second, row, col,
+                 u[0], u[1]);
+    }
   };
   bool f32Out = cast<MemRefType>(out.getType()).getElementType().isF32();
   auto pairPlain = [&](Value row, Value col, ArrayRef<Value> y,
@@ -1025,30 +1069,37 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   bool swigluEpilogue = op.getEpilogue() == mk::Epilogue::swiglu;
   bool concat = static_cast<bool>(op.getA2());
   gemm::GemmPhase phase{
-      slots[0],
-      slots[1],
+      slots[0], slots[1],
       swigluEpilogue ? std::optional<int64_t>(slots[2]) : std::nullopt,
-      concat ? 2 * size(op.getA(), 1) : size(op.getA(), 1),
-      size(out, 1),
-      rows,
-      op.isGrouped() ? function_ref<Value(Value)>(expertOf) : nullptr,
+      // (Transposed A: K rows past the matrix read as zeros: whole k-tiles.)
+      concat ? 2 * size(op.getA(), 1)
+      : ta   ? (size(op.getA(), 0) + sched::kTileK - 1) / sched::kTileK *
+                 sched::kTileK
+           : size(op.getA(), 1),
+      n, rows, op.isGrouped() ? function_ref<Value(Value)>(expertOf) : nullptr,
       swigluEpilogue
           ? function_ref<void(Value, Value, Value, Value)>(storeSwiglu)
           : function_ref<void(Value, Value, Value, Value)>(storePlain),
       n % 2            ? PairFn()
       : swigluEpilogue ? PairFn(pairSwiglu)
                        : PairFn(pairPlain),
-      (*op.getTile())[1],
-      (*op.getTile())[0]};
+      (*op.getTile())[1], (*op.getTile())[0]};
   phase.gridBarrierFollows = beforeGridBarrier.contains(op);
   phase.paddingRows = op.getPaddingRows();
   phase.transposeB = op.getTransposeB();
+  phase.transposeA = ta;
+  if (kOffsets) {
+    phase.kOffsets = kOffsets;
+    phase.groupRows = groupRows;
+    phase.k = 0;
+  }
   if (concat) { // maps = [a, b_0, b_1, a2]
     phase.b2 = slots[2];
     phase.a2 = slots[3];
     phase.kSplit = size(op.getA(), 1) / sched::kTileK;
   }
-  if (n % 8 == 0 && !f32Out) {
+  // (saves: the epilogue stores three pairs, without the staging.)
+  if (n % 8 == 0 && !f32Out && saves.empty()) {
     phase.packPair =
         swigluEpilogue
             ? function_ref<Value(ArrayRef<Value>, ArrayRef<Value>)>(packSwiglu)

@@ -502,15 +502,26 @@ struct BackwardMaps {
   int64_t routedDOut = -1, down = -1, dGate = -1, dUp = -1, gate = -1, up = -1;
   int64_t dOut = -1, sharedDown = -1, dSharedGate = -1, dSharedUp = -1,
           sharedGate = -1, sharedUp = -1;
+  // The weight gradients' operands, M- and N-major ([K = rows, M or N]).
+  int64_t dYT = -1, hiddenT = -1, dGateT = -1, dUpT = -1, routedXT = -1;
+  int64_t dOutT = -1, sharedHiddenT = -1, dSharedGateT = -1, dSharedUpT = -1,
+          xT = -1;
+  // Recompute: the forward's gate/up GEMMs (K-major operands).
+  int64_t routedX = -1, gateK = -1, upK = -1, x = -1, sharedGateK = -1,
+          sharedUpK = -1;
   int64_t tileM = sched::kTileM;
 };
 
-BackwardMaps backwardMapsFor(const Sizes &s, StringRef chip, bool tensorCores) {
+BackwardMaps backwardMapsFor(const Sizes &s, StringRef chip, bool tensorCores,
+                             bool recompute) {
   BackwardMaps m;
   if (!tensorCores || chip != "sm_90a" || !s.tensorCoreEligible())
     return m;
-  if (s.padding % (sched::kMaxConsumers * sched::kTileM) == 0)
-    m.tileM = sched::kMaxConsumers * sched::kTileM;
+  // 128-row tiles when the expert segments and the weight gradients' M
+  // (H, I, I_s) are whole tiles of them.
+  int64_t tall = sched::kMaxConsumers * sched::kTileM;
+  if (s.padding % tall == 0 && s.hidden % tall == 0)
+    m.tileM = tall;
   int64_t next = 0, rc = s.routedCapacity(), h = s.hidden, in = s.inter;
   auto add = [&](TensorMapSpec spec) {
     m.maps.push_back(spec);
@@ -543,6 +554,34 @@ BackwardMaps backwardMapsFor(const Sizes &s, StringRef chip, bool tensorCores) {
     m.dSharedUp = a("d_shared_up", t, is);
     m.sharedGate = bT("shared_gate_weights", is, h);
     m.sharedUp = bT("shared_up_weights", is, h);
+  }
+  m.dYT = bT("d_y", rc, h);
+  m.hiddenT = bT("hidden", rc, in);
+  m.dGateT = bT("d_gate", rc, in);
+  m.dUpT = bT("d_up", rc, in);
+  m.routedXT = bT("routed_x", rc, h);
+  if (s.hasShared()) {
+    int64_t t = s.tokens, is = s.sharedInter;
+    m.dOutT = bT("d_out", t, h);
+    m.sharedHiddenT = bT("shared_hidden", t, is);
+    m.dSharedGateT = bT("d_shared_gate", t, is);
+    m.dSharedUpT = bT("d_shared_up", t, is);
+    m.xT = bT("x", t, h);
+  }
+  if (recompute) {
+    auto bK = [&](StringRef buffer, int64_t rows, int64_t cols,
+                  int64_t experts = 1) {
+      return add(TensorMapSpec{buffer.str(), rows, cols, cols, sched::kTileN,
+                               sched::kTileK, experts});
+    };
+    m.routedX = a("routed_x", rc, h);
+    m.gateK = bK("gate_weights", in, h, s.experts); // [I = N, H = K]
+    m.upK = bK("up_weights", in, h, s.experts);
+    if (s.hasShared()) {
+      m.x = a("x", s.tokens, h);
+      m.sharedGateK = bK("shared_gate_weights", s.sharedInter, h);
+      m.sharedUpK = bK("shared_up_weights", s.sharedInter, h);
+    }
   }
   return m;
 }
@@ -657,7 +696,7 @@ struct BackwardGemm {
   FloatAttr limit;
   SmallVector<int64_t> maps;
   Value tensorMaps;
-  int64_t tileM = sched::kTileM;
+  int64_t tileM = sched::kTileM, tileN = 2 * sched::kTileN;
 };
 
 void createGemm(OpBuilder &b, Location loc, const BackwardGemm &g) {
@@ -667,7 +706,7 @@ void createGemm(OpBuilder &b, Location loc, const BackwardGemm &g) {
       g.out, g.rowExpert, g.offsets, tc ? g.tensorMaps : Value(),
       /*gather_rows=*/Value(), /*padding_rows=*/Value(), g.a2, g.kOffsets,
       g.saves, g.limit,
-      tc ? b.getDenseI64ArrayAttr({g.tileM, 2 * sched::kTileN, sched::kTileK})
+      tc ? b.getDenseI64ArrayAttr({g.tileM, g.tileN, sched::kTileK})
          : DenseI64ArrayAttr(),
       tc ? b.getI64IntegerAttr(sched::kStages) : IntegerAttr(),
       tc ? b.getDenseI64ArrayAttr(g.maps) : DenseI64ArrayAttr(),
@@ -717,6 +756,14 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
                          buf[into], scale, s.topK);
   };
 
+  // The GEMMs on tensor cores when the plan has maps for them.
+  auto onTensorCores = [&](BackwardGemm &g, ArrayRef<int64_t> slots) {
+    if (tc.maps.empty())
+      return;
+    g.maps.assign(slots.begin(), slots.end());
+    g.tensorMaps = buf["tensor_maps"];
+    g.tileM = tc.tileM;
+  };
   // Recompute: the forward's dispatch and gate/up GEMMs, storing the
   // activation's inputs as the training forward does.
   if (grad.recomputes()) {
@@ -731,6 +778,8 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     g.offsets = buf["offsets"];
     g.saves = {buf["gate"], buf["up"]};
     g.limit = limit;
+    onTensorCores(g, {tc.routedX, tc.gateK, tc.upK});
+    g.tileN = sched::kTileN;
     createGemm(b, loc, g);
     if (shared) {
       BackwardGemm sg;
@@ -740,6 +789,8 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
       sg.out = buf["shared_hidden"];
       sg.saves = {buf["shared_gate"], buf["shared_up"]};
       sg.limit = limit;
+      onTensorCores(sg, {tc.x, tc.sharedGateK, tc.sharedUpK});
+      sg.tileN = sched::kTileN;
       createGemm(b, loc, sg);
     }
     barrier();
@@ -750,14 +801,6 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
   gather("d_out", "d_y", buf["router_weights"]);
   barrier();
 
-  // The dgrads on tensor cores when the plan has maps for them.
-  auto onTensorCores = [&](BackwardGemm &g, ArrayRef<int64_t> slots) {
-    if (tc.maps.empty())
-      return;
-    g.maps.assign(slots.begin(), slots.end());
-    g.tensorMaps = buf["tensor_maps"];
-    g.tileM = tc.tileM;
-  };
   // Down dgrad (fp32, unscaled) and the down weights' gradients.
   {
     BackwardGemm g;
@@ -775,6 +818,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     w.transposeA = w.transposeB = true;
     w.kOffsets = buf["offsets"];
     w.out = buf["d_down_weights"];
+    onTensorCores(w, {tc.dYT, tc.hiddenT});
     createGemm(b, loc, w);
   }
   if (shared) {
@@ -790,6 +834,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     w.b = {buf["shared_hidden"]};
     w.transposeA = w.transposeB = true;
     w.out = buf["d_shared_down_weights"];
+    onTensorCores(w, {tc.dOutT, tc.sharedHiddenT});
     createGemm(b, loc, w);
   }
   barrier();
@@ -823,7 +868,8 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     onTensorCores(g, slots);
     createGemm(b, loc, g);
   };
-  auto wgrad = [&](StringRef dAct, StringRef xs, StringRef out, bool grouped) {
+  auto wgrad = [&](StringRef dAct, StringRef xs, StringRef out, bool grouped,
+                   ArrayRef<int64_t> slots) {
     BackwardGemm w;
     w.a = buf[dAct]; // [K, I]
     w.b = {buf[xs]}; // [K, H]
@@ -831,18 +877,21 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     if (grouped)
       w.kOffsets = buf["offsets"];
     w.out = buf[out];
+    onTensorCores(w, slots);
     createGemm(b, loc, w);
   };
   dgrad("d_gate", "d_up", "gate_weights", "up_weights", "d_routed_x", true,
         {tc.dGate, tc.gate, tc.up, tc.dUp});
-  wgrad("d_gate", "routed_x", "d_gate_weights", true);
-  wgrad("d_up", "routed_x", "d_up_weights", true);
+  wgrad("d_gate", "routed_x", "d_gate_weights", true, {tc.dGateT, tc.routedXT});
+  wgrad("d_up", "routed_x", "d_up_weights", true, {tc.dUpT, tc.routedXT});
   if (shared) {
     dgrad("d_shared_gate", "d_shared_up", "shared_gate_weights",
           "shared_up_weights", "d_shared_x", false,
           {tc.dSharedGate, tc.sharedGate, tc.sharedUp, tc.dSharedUp});
-    wgrad("d_shared_gate", "x", "d_shared_gate_weights", false);
-    wgrad("d_shared_up", "x", "d_shared_up_weights", false);
+    wgrad("d_shared_gate", "x", "d_shared_gate_weights", false,
+          {tc.dSharedGateT, tc.xT});
+    wgrad("d_shared_up", "x", "d_shared_up_weights", false,
+          {tc.dSharedUpT, tc.xT});
   }
   barrier();
 
@@ -963,7 +1012,8 @@ struct ConvertMoEToMKPass
       // after them loads (kernels of producerBlock(tileM) threads).
       int64_t tileM = sched::kTileM, storeTileN = sched::kTileN;
       int64_t cluster = 1;
-      if (tensorCores && s.tensorCoreEligible() && !layer.savesContext()) {
+      if (tensorCores && s.tensorCoreEligible() &&
+          (!layer.savesContext() || chip == "sm_90a")) {
         engine = chip == "sm_100a" ? mk::Engine::tcgen05 : mk::Engine::wgmma;
         if (*engine == mk::Engine::wgmma) {
           storeTileN = 2 * sched::kTileN;
@@ -975,8 +1025,10 @@ struct ConvertMoEToMKPass
         // under the producer's 56 registers ptxas spills a few values of
         // those kernels (40-200 bytes on the benchmark shapes), and on the
         // H200 it did not speed dsv3-shard up (docs/performance.md).
+        // (The training forward saves routed_x: the dispatch copy.)
         s.fusedDispatch = !copyDispatch && *engine == mk::Engine::wgmma &&
-                          (!warpSpecialize || fuseDispatch);
+                          (!warpSpecialize || fuseDispatch) &&
+                          !layer.savesContext();
         // Clusters of 2 (weight boxes multicast to pairs of tasks): wgmma
         // without a producer (the options are checked above).
         if (multicast)
@@ -1015,7 +1067,8 @@ struct ConvertMoEToMKPass
     for (auto [func, grad] : grads) {
       Sizes s = sizesOf(grad);
       SmallVector<StringRef> phases = backwardPhaseNames(grad);
-      BackwardMaps tc = backwardMapsFor(s, chip, tensorCores);
+      BackwardMaps tc =
+          backwardMapsFor(s, chip, tensorCores, grad.recomputes());
       SmallVector<Param> params = backwardParamsFor(grad, s, profile, tc.maps);
       unsigned block = tc.maps.empty() ? blockSize : sched::kBlock;
       OpBuilder b(ctx);

@@ -2,6 +2,7 @@
 // RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a" | FileCheck %s --check-prefix=TC
 // RUN: mok-opt %s --moe-generate-backward=recompute=true --convert-moe-to-mk="chip=sm_100a" | FileCheck %s --check-prefix=RECOMPUTE
 // RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a profile=true" | FileCheck %s --check-prefix=PROFILE
+// RUN: mok-opt %s --moe-generate-backward=recompute=true --convert-moe-to-mk="chip=sm_90a" | FileCheck %s --check-prefix=RECOMPUTE90
 // RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a tensor-cores=false" | mok-opt | FileCheck %s
 
 // The training forward and the backward (docs/Backward.md), planned with
@@ -14,23 +15,29 @@
 
 !plan = !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 64>
 
-// On sm_90a with shapes that fit the tiles, the dgrads run on wgmma: the
-// weights read N-major through 64 x 64 boxes, the down dgrad's fp32 out,
-// the gate/up dgrad's concat (maps: a, each B, then a2); the weight
-// gradients stay simt. The inference kernel keeps its tensor-core plan.
+// On sm_90a with shapes that fit the tiles, every GEMM runs on wgmma: the
+// training forward's gate/up GEMMs save gate and up (with the dispatch
+// copy: the context holds routed_x); in the backward the weights are read
+// N-major through 64 x 64 boxes (transpose_b), the down dgrad stores fp32,
+// the gate/up dgrad is a concat (maps: a, each B, then a2), the weight
+// gradients read both operands through 64 x 64 boxes (transpose_a,
+// transpose_b) with k_groups.
 // TC-LABEL: gpu.func @layer_forward(
 // TC: mk.gemm wgmma swiglu
+// TC-LABEL: gpu.func @layer_forward_forward(
+// TC: mk.gather
+// TC: mk.gemm wgmma swiglu {{.*}} saves(
 // TC-LABEL: gpu.func @layer_backward_backward(
-// TC-SAME: memref<336xi64>) kernel
+// TC-SAME: memref<496xi64>) kernel
 // TC-SAME: block = 256
 // TC-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "routed_d_out", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 332 : i64}, {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "down_weights", cols = 128 : i64, experts = 4 : i64, row_stride = 128 : i64, rows = 64 : i64}
 // TC: mk.gemm wgmma store %{{.*}}, %{{.*}} into %{{.*}} grouped({{.*}}) maps({{.*}}) {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_b} : memref<332x64xbf16>, memref<4x64x128xbf16> -> memref<332x128xf32>
-// TC-NEXT: mk.gemm simt store {{.*}} k_groups(
+// TC-NEXT: mk.gemm wgmma store {{.*}} k_groups({{.*}}) {maps = array<i64: {{[0-9]+}}, {{[0-9]+}}>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_a, transpose_b} : memref<332x64xbf16>, memref<332x128xbf16> -> memref<4x64x128xbf16>
 // TC-NEXT: mk.gemm wgmma store {{.*}} {maps = array<i64: 15, 16>, {{.*}}, transpose_b} : memref<40x64xbf16>, memref<64x128xbf16> -> memref<40x128xf32>
-// TC-NEXT: mk.gemm simt store
+// TC-NEXT: mk.gemm wgmma store {{.*}} transpose_a, transpose_b} : memref<40x64xbf16>, memref<40x128xbf16> -> memref<64x128xbf16>
 // TC: mk.gemm wgmma store {{.*}} concat({{.*}}) {maps = array<i64: 5, 7, 11, 6>, {{.*}}, transpose_b} : memref<332x128xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x64xbf16>
-// TC-NEXT: mk.gemm simt store {{.*}} k_groups(
-// TC-NEXT: mk.gemm simt store {{.*}} k_groups(
+// TC-NEXT: mk.gemm wgmma store {{.*}} k_groups(
+// TC-NEXT: mk.gemm wgmma store {{.*}} k_groups(
 // TC-NEXT: mk.gemm wgmma store {{.*}} concat({{.*}}) {maps = array<i64: 17, 19, 20, 18>,
 
 // The training forward: the context is a list of outputs after `out`
@@ -72,7 +79,8 @@
 
 // With recompute, the context is not an input: the backward repeats the
 // forward's dispatch and gate/up GEMMs into its workspace first. The
-// training forward is the inference kernel (tensor cores).
+// training forward is the inference kernel (tensor cores; on sm_100a the
+// backward stays simt).
 // RECOMPUTE-LABEL: gpu.func @layer_forward_forward(
 // RECOMPUTE: mk.gemm tcgen05 swiglu
 // RECOMPUTE-LABEL: gpu.func @layer_backward_backward(
@@ -86,6 +94,11 @@
 // RECOMPUTE-NEXT: mk.gemm simt swiglu {{.*}} saves(
 // RECOMPUTE-NEXT: mk.grid_barrier
 // RECOMPUTE-NEXT: mk.gather
+
+// On sm_90a the recompute GEMMs run on wgmma too (K-major, as forward's).
+// RECOMPUTE90-LABEL: gpu.func @layer_backward_backward(
+// RECOMPUTE90: mk.gemm wgmma swiglu {{.*}} grouped({{.*}}) maps({{.*}}) saves({{.*}}) {maps = array<i64: {{[0-9]+}}, {{[0-9]+}}, {{[0-9]+}}>, stages = 4 : i64, swiglu_limit = 7.000000e+00 : f32, tile = array<i64: 64, 128, 64>}
+// RECOMPUTE90-NEXT: mk.gemm wgmma swiglu {{.*}} saves(
 
 // PROFILE-LABEL: gpu.func @layer_backward_backward(
 // PROFILE-SAME: phases = ["plan: count", "plan: scan", "plan: offsets", "plan: assign", "reverse combine", "down dgrad + wgrad", "SwiGLU backward", "gate/up dgrad + wgrads", "reverse dispatch"]

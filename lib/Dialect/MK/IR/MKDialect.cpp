@@ -238,10 +238,11 @@ LogicalResult GemmOp::verify() {
   ArrayRef<int64_t> tile = *getTile();
   if (tile.size() != 3 || llvm::any_of(tile, [](int64_t t) { return t <= 0; }))
     return emitOpError("tile must be [M, N, K], all positive");
-  if (!ShapedType::isDynamic(k) && k < tile[2])
+  // (Transposed A: K runs over A's rows, a ragged last k-tile reads zeros.)
+  if (!ShapedType::isDynamic(k) && k < tile[2] && !ta)
     return emitOpError() << "K = " << k << " is less than the tile's K ("
                          << tile[2] << "): nothing to accumulate";
-  if (!ShapedType::isDynamic(k) && k % tile[2])
+  if (!ShapedType::isDynamic(k) && k % tile[2] && !ta)
     return emitOpError() << "K = " << k
                          << " must be a multiple of the tile's K (" << tile[2]
                          << ")";

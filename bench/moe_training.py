@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""Forward + backward of a MoE layer: mok's training kernels against the
+plain-PyTorch layer under autograd, in one process, on the same inputs, on
+one GPU.
+
+For each shape: check mok's gradients (every one) against float64 torch
+autograd, then time one training step of the layer, forward then backward
+(mok: GpuTrainingLayer.forward + .backward; PyTorch: moe_forward.py's
+torch_layer with x, router_weights and the weights requiring grad, then
+out.backward(d_out), the gradients set to None each step), with CUDA events
+(median after warm-up) in --rounds alternating rounds (as moe_forward.py).
+FLOPs = 3 x the forward's, 18 (T k + T_shared) H I. With
+<artifacts>/<shape>-train-profile, also the backward kernel's phases.
+Writes <out>/moe_training.json and .png; prints the tables last.
+
+    # compiled beforehand (needs the compiler):
+    PYTHONPATH=build/python python3 bench/prepare.py bench-artifacts sm_90a --training SHAPE...
+    # on the GPU machine:
+    PYTHONPATH=build-gpu/python python3 bench/moe_training.py \\
+        --artifacts bench-artifacts --out /tmp/bench --shapes dsv3-shard qwen3-30b
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
+import mok  # noqa: E402
+from moe_forward import matmul_ceiling, time_rounds, torch_layer  # noqa: E402
+from shapes import SHAPES  # noqa: E402
+from torch_reference import backward as reference_grads  # noqa: E402
+from torch_reference import make_inputs, relative_error  # noqa: E402
+
+FLOAT_ARGS = ("x", "router_weights", "gate_weights", "up_weights", "down_weights",
+              "shared_gate_weights", "shared_up_weights", "shared_down_weights")
+
+
+def torch_step(a, d_out, leaves):
+    """One training step of the PyTorch layer: forward, backward (the
+    gradients land in leaves' .grad, reset first)."""
+    for t in leaves.values():
+        t.grad = None
+    args = dict(a, **leaves)
+    out = torch_layer(args)
+    out.backward(d_out)
+
+
+def mok_step(layer, a, d_out):
+    out, ctx = layer.forward(**a)
+    return layer.backward(ctx, d_out)
+
+
+def backward_phases(path, a, d_out, iters):
+    """Median ms per phase of the profiling training layer at `path`
+    (its backward kernel)."""
+    layer = mok.GpuTrainingArtifact.from_files(path).load()
+    _, ctx = layer.forward(**a)
+    for _ in range(3):
+        layer.backward(ctx, d_out)
+    samples = []
+    for _ in range(iters):
+        layer.backward(ctx, d_out)
+        samples.append(layer._backward.phase_times())
+    names = [n for n, _ in samples[0]]
+    return {n: statistics.median(s[i][1] for s in samples) for i, n in enumerate(names)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--artifacts", default="bench-artifacts")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    ap.add_argument("--budget", type=float, default=4.0,
+                    help="seconds per timing of a layer, over all its rounds")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--shapes", nargs="*", default=["dsv3-shard", "qwen3-30b"])
+    ap.add_argument("--commit", default=os.environ.get("MOK_COMMIT", "unknown"))
+    ap.add_argument("--no-check", action="store_true",
+                    help="skip the float64 gradient check (it needs memory and time)")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ceiling = matmul_ceiling()
+    rows = []
+    for name in args.shapes:
+        s = SHAPES[name]
+        path = os.path.join(args.artifacts, name + "-train")
+        layer = mok.GpuTrainingArtifact.from_files(path).load()
+        gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+        a = make_inputs(s, gen)
+        d_out = torch.randn(s["tokens"], s["hidden"], generator=gen).to(torch.bfloat16).cuda()
+        errors = {}
+        if not args.no_check:
+            # mok's gradients from poisoned outputs, against float64 autograd.
+            checked = mok.GpuTrainingArtifact.from_files(path).load(poison_outputs=True)
+            grads = mok_step(checked, a, d_out)
+            ref = reference_grads(a, d_out, s["experts"])
+            errors = {n: relative_error(grads[n], ref[n]) for n in ref}
+            del grads, ref, checked
+            torch.cuda.empty_cache()
+        leaves = {n: a[n].detach().clone().requires_grad_(True) for n in FLOAT_ARGS
+                  if n in a}
+        (ms_mok, mok_rounds, n_mok), (ms_torch, torch_rounds, n_torch) = time_rounds(
+            [lambda: mok_step(layer, a, d_out), lambda: torch_step(a, d_out, leaves)],
+            args.budget, args.rounds)
+        prof = os.path.join(args.artifacts, name + "-train-profile")
+        phases = (backward_phases(prof, a, d_out, 10)
+                  if os.path.exists(os.path.join(prof, "moe_layer_backward.json")) else None)
+        t_shared = s["tokens"] if s.get("shared_intermediate") else 0
+        flops = 18 * (s["tokens"] * s["top_k"] + t_shared) * s["hidden"] * s["intermediate"]
+        rows.append(dict(shape=name, **{k: s[k] for k in ("tokens", "hidden", "intermediate",
+                                                          "experts", "top_k", "routing")},
+                         shared=s.get("shared_intermediate") or 0,
+                         mok_ms=ms_mok, torch_ms=ms_torch, mok_iters=n_mok,
+                         torch_iters=n_torch, mok_ms_rounds=mok_rounds,
+                         torch_ms_rounds=torch_rounds,
+                         mok_tflops=flops / (ms_mok * 1e-3) / 1e12,
+                         torch_tflops=flops / (ms_torch * 1e-3) / 1e12,
+                         speedup=ms_torch / ms_mok, grad_rel_err=errors,
+                         backward_phases_ms=phases))
+        del a, layer, leaves
+        torch.cuda.empty_cache()
+    result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                  commit=args.commit, date=time.strftime("%Y-%m-%d"),
+                  matmul_8192_tflops=ceiling, rows=rows)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "moe_training.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(8, 4))
+        xs = range(len(rows))
+        ax.bar([x - 0.2 for x in xs], [r["torch_tflops"] for r in rows], 0.4,
+               label="PyTorch autograd")
+        ax.bar([x + 0.2 for x in xs], [r["mok_tflops"] for r in rows], 0.4, label="mok")
+        ax.axhline(ceiling, color="gray", linestyle="--", label="8192^3 matmul")
+        ax.set_xticks(list(xs), [r["shape"] for r in rows])
+        ax.set_ylabel("TFLOP/s (3 x forward FLOPs)")
+        ax.set_title(f"MoE forward + backward, {result['gpu']}, {result['date']}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, "moe_training.png"), dpi=120)
+    except ImportError:
+        pass
+    for r in rows:
+        if r["backward_phases_ms"]:
+            ph = r["backward_phases_ms"]
+            print(f"\n{r['shape']}: backward phases (ms, median; profiling kernel)")
+            for n, ms in ph.items():
+                print(f"  {n:28s} {ms:8.3f}")
+            print(f"  {'sum':28s} {sum(ph.values()):8.3f}")
+    print(f"\n{result['gpu']}  torch {result['torch']}  8192^3 bf16 matmul: {ceiling:.0f} TFLOP/s")
+    print(f"{'shape':18s} {'mok ms':>9s} {'torch ms':>9s} {'mok TF/s':>9s} {'torch TF/s':>10s} "
+          f"{'speedup':>8s} {'worst grad err':>15s}")
+    for r in rows:
+        worst = max(r["grad_rel_err"].items(), key=lambda kv: kv[1]) if r["grad_rel_err"] \
+            else ("-", float("nan"))
+        print(f"{r['shape']:18s} {r['mok_ms']:9.3f} {r['torch_ms']:9.3f} {r['mok_tflops']:9.1f} "
+              f"{r['torch_tflops']:10.1f} {r['speedup']:8.3f} {worst[1]:9.1e} ({worst[0]})")
+
+
+if __name__ == "__main__":
+    main()
