@@ -465,11 +465,11 @@ private:
         memref::ExtractAlignedPointerAsIndexOp::create(e.b, e.loc, m));
   }
   /// A global pointer `elements` (index) bf16 elements past `base`.
-  Value at(Value base, Value elements) {
+  Value at(Value base, Value elements, int64_t elementBytes = 2) {
     Value bytes = arith::MulIOp::create(
         e.b, e.loc,
         arith::IndexCastOp::create(e.b, e.loc, e.b.getI64Type(), elements),
-        arith::ConstantIntOp::create(e.b, e.loc, 2, 64));
+        arith::ConstantIntOp::create(e.b, e.loc, elementBytes, 64));
     return LLVM::IntToPtrOp::create(
         e.b, e.loc, LLVM::LLVMPointerType::get(e.b.getContext(), 1),
         arith::AddIOp::create(e.b, e.loc, base, bytes),
@@ -502,7 +502,37 @@ private:
       return size(w, 1);
     return size(op.getRouteRow(), 0) / size(op.getOut(), 0);
   }
+  /// The 8 bf16 lanes of a 16-byte vector as f32, and back (rounded).
+  SmallVector<Value> unpack8(Value vec) {
+    SmallVector<Value> xs;
+    for (int64_t i = 0; i < 8; ++i) {
+      Value lane = arith::ConstantIntOp::create(e.b, e.loc, i, 32);
+      Value x = LLVM::ExtractElementOp::create(e.b, e.loc, vec, lane);
+      xs.push_back(arith::ExtFOp::create(e.b, e.loc, e.b.getF32Type(), x));
+    }
+    return xs;
+  }
+  Value pack8(ArrayRef<Value> xs) {
+    Type bf16 = e.b.getBF16Type();
+    Value packed =
+        LLVM::UndefOp::create(e.b, e.loc, VectorType::get({8}, bf16));
+    for (int64_t i = 0; i < 8; ++i)
+      packed = LLVM::InsertElementOp::create(
+          e.b, e.loc, packed, arith::TruncFOp::create(e.b, e.loc, bf16, xs[i]),
+          arith::ConstantIntOp::create(e.b, e.loc, i, 32));
+    return packed;
+  }
   void gatherScalar(mk::GatherOp op);
+  void gatherScaledVector(mk::GatherOp op);
+  void swigluGradVector(mk::SwigluGradOp op);
+  void swigluGradScalar(mk::SwigluGradOp op);
+  /// mk.swiglu_grad's row loop: one warp a row (warps spread over the
+  /// blocks first); `row(r, lane, valid, t, kk, scale)` does row r (valid,
+  /// t, kk: its route, routed form only; scale: its weight, 1 shared) and
+  /// returns the lane's partial of d_w, which a fixed butterfly sums and
+  /// lane 0 stores; then the routes without a row get zeros.
+  void swigluGradRows(mk::SwigluGradOp op,
+                      function_ref<Value(Value, Value, Value, Value)> row);
   void gatherVector(mk::GatherOp op);
   void combineScalar(mk::CombineOp op);
   void combineVector(mk::CombineOp op);
@@ -810,12 +840,18 @@ void KernelLowering::lower(mk::AssignRowsOp op) {
 
 void KernelLowering::lower(mk::GatherOp op) {
   // Rows of 8 bf16 multiples are copied 16 bytes at a time when every
-  // buffer is 16-byte aligned (a copy: the same bits either way); the
-  // scaled gather is scalar.
-  if (size(op.getX(), 1) % 8 || op.getScale())
+  // buffer is 16-byte aligned (the same bits either way; scaled, the same
+  // rounding of w * x per element).
+  if (size(op.getX(), 1) % 8)
     return gatherScalar(op);
   e.ifThen(
-      aligned16({op.getX(), op.getRoutedX()}), [&] { gatherVector(op); },
+      aligned16({op.getX(), op.getRoutedX()}),
+      [&] {
+        if (op.getScale())
+          gatherScaledVector(op);
+        else
+          gatherVector(op);
+      },
       [&] { gatherScalar(op); });
 }
 
@@ -864,6 +900,29 @@ void KernelLowering::gatherVector(mk::GatherOp op) {
           valid, load16(v4, at(xBase, e.add(src, e.index(8 * i)))), zero));
     for (int64_t i = 0; i < per; ++i)
       store16(values[i], at(outBase, e.add(dst, e.index(8 * i))));
+  });
+}
+
+void KernelLowering::gatherScaledVector(mk::GatherOp op) {
+  // A thread scales 8 columns of a row: 16-byte load, bf16(w * x) per
+  // element, 16-byte store; padding rows store zeros.
+  Value rowRoute = op.getRowRoute(), w = op.getScale();
+  Value k = e.index(op.getTopK());
+  int64_t h = size(op.getX(), 1);
+  Value xBase = base(op.getX()), outBase = base(op.getRoutedX());
+  auto v8 = VectorType::get({8}, e.b.getBF16Type());
+  forAll2(routedRows(op.getOffsets()), h / 8, [&](Value r, Value c) {
+    Value col = e.mul(c, e.index(8));
+    Value route = e.toIndex(e.load(rowRoute, {r}));
+    Value valid = e.isValid(route);
+    Value q = e.select(valid, route, e.index(0));
+    Value t = e.div(q, k);
+    Value scale = e.select(valid, e.load(w, {t, e.rem(q, k)}), e.f32(0.0f));
+    SmallVector<Value> xs =
+        unpack8(load16(v8, at(xBase, e.add(e.mul(t, e.index(h)), col))));
+    for (Value &x : xs)
+      x = e.mul(scale, x);
+    store16(pack8(xs), at(outBase, e.add(e.mul(r, e.index(h)), col)));
   });
 }
 
@@ -1241,14 +1300,28 @@ void KernelLowering::combineVector(mk::CombineOp op) {
 }
 
 void KernelLowering::lower(mk::SwigluGradOp op) {
+  // 8 columns a lane (16-byte accesses) when the rows are whole 16-byte
+  // pieces and every buffer is aligned; else one column a lane.
+  if (size(op.getDHiddenU(), 1) % 8 == 0) {
+    SmallVector<Value> buffers = {op.getDHiddenU(), op.getGate(), op.getUp(),
+                                  op.getDGate(), op.getDUp()};
+    if (op.getRowRoute())
+      buffers.push_back(op.getHidden());
+    e.ifThen(
+        aligned16(buffers), [&] { swigluGradVector(op); },
+        [&] { swigluGradScalar(op); });
+    return;
+  }
+  swigluGradScalar(op);
+}
+
+void KernelLowering::swigluGradRows(
+    mk::SwigluGradOp op, function_ref<Value(Value, Value, Value, Value)> row) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
-  Value dh = op.getDHiddenU(), gate = op.getGate(), up = op.getUp();
-  Value hidden = op.getHidden(), rowRoute = op.getRowRoute();
+  Value dh = op.getDHiddenU(), rowRoute = op.getRowRoute();
   Value w = op.getRouterWeights(), dw = op.getDRouterWeights();
   bool routed = static_cast<bool>(rowRoute);
-  int64_t cols = size(dh, 1);
-  Limit limit = getLimit(op.getSwigluLimitAttr());
   Value rows = routed ? routedRows(op.getOffsets()) : e.index(size(dh, 0));
   Value k = routed ? e.index(size(w, 1)) : Value();
   // One warp a row, warps spread over the blocks first.
@@ -1268,21 +1341,7 @@ void KernelLowering::lower(mk::SwigluGradOp op) {
       kk = e.rem(route, k);
       scale = e.select(valid, e.load(w, {t, kk}), e.f32(0.0f));
     }
-    Value partial = e.fold(
-        lane, e.index(cols), e.index(32), e.f32(0.0f), [&](Value i, Value acc) {
-          Value dhU = e.loadF32(dh, {r, i});
-          auto [dg, du] =
-              swigluGrad(e, e.roundBF16(e.mul(scale, dhU)),
-                         e.loadF32(gate, {r, i}), e.loadF32(up, {r, i}), limit);
-          if (routed) { // padding rows: zeros, whatever gate and up hold
-            dg = e.select(valid, dg, e.f32(0.0f));
-            du = e.select(valid, du, e.f32(0.0f));
-          }
-          e.storeRounded(dg, op.getDGate(), {r, i});
-          e.storeRounded(du, op.getDUp(), {r, i});
-          return routed ? e.add(acc, e.mul(dhU, e.loadF32(hidden, {r, i})))
-                        : acc;
-        });
+    Value partial = row(r, lane, valid, scale);
     if (!routed)
       return;
     // The row sum: a fixed butterfly over the lanes.
@@ -1308,6 +1367,80 @@ void KernelLowering::lower(mk::SwigluGradOp op) {
              [&] {
                e.store(e.f32(0.0f), dw, {e.div(q, k), e.rem(q, k)});
              });
+  });
+}
+
+void KernelLowering::swigluGradScalar(mk::SwigluGradOp op) {
+  Value dh = op.getDHiddenU(), gate = op.getGate(), up = op.getUp();
+  Value hidden = op.getHidden();
+  bool routed = static_cast<bool>(op.getRowRoute());
+  int64_t cols = size(dh, 1);
+  Limit limit = getLimit(op.getSwigluLimitAttr());
+  swigluGradRows(op, [&](Value r, Value lane, Value valid, Value scale) {
+    return e.fold(
+        lane, e.index(cols), e.index(32), e.f32(0.0f), [&](Value i, Value acc) {
+          Value dhU = e.loadF32(dh, {r, i});
+          auto [dg, du] =
+              swigluGrad(e, e.roundBF16(e.mul(scale, dhU)),
+                         e.loadF32(gate, {r, i}), e.loadF32(up, {r, i}), limit);
+          if (routed) { // padding rows: zeros, whatever gate and up hold
+            dg = e.select(valid, dg, e.f32(0.0f));
+            du = e.select(valid, du, e.f32(0.0f));
+          }
+          e.storeRounded(dg, op.getDGate(), {r, i});
+          e.storeRounded(du, op.getDUp(), {r, i});
+          return routed ? e.add(acc, e.mul(dhU, e.loadF32(hidden, {r, i})))
+                        : acc;
+        });
+  });
+}
+
+void KernelLowering::swigluGradVector(mk::SwigluGradOp op) {
+  // The scalar form's arithmetic, 8 columns a lane: 16-byte loads and
+  // stores (d_hidden_u's 8 floats in two), the lane's partial of d_w
+  // summed in column order within each piece.
+  bool routed = static_cast<bool>(op.getRowRoute());
+  int64_t cols = size(op.getDHiddenU(), 1);
+  Limit limit = getLimit(op.getSwigluLimitAttr());
+  Value dhBase = base(op.getDHiddenU()), gBase = base(op.getGate());
+  Value uBase = base(op.getUp()), hBase = base(op.getHidden());
+  Value dgBase = base(op.getDGate()), duBase = base(op.getDUp());
+  auto v8 = VectorType::get({8}, e.b.getBF16Type());
+  auto f4 = VectorType::get({4}, e.b.getF32Type());
+  swigluGradRows(op, [&](Value r, Value lane, Value valid, Value scale) {
+    return e.fold(
+        lane, e.index(cols / 8), e.index(32), e.f32(0.0f),
+        [&](Value c, Value acc) {
+          Value at0 = e.add(e.mul(r, e.index(cols)), e.mul(c, e.index(8)));
+          SmallVector<Value> dhU;
+          for (int64_t half = 0; half < 2; ++half) {
+            Value v = load16(f4, at(dhBase, e.add(at0, e.index(4 * half)), 4));
+            for (int64_t i = 0; i < 4; ++i)
+              dhU.push_back(LLVM::ExtractElementOp::create(
+                  e.b, e.loc, v,
+                  arith::ConstantIntOp::create(e.b, e.loc, i, 32)));
+          }
+          SmallVector<Value> g = unpack8(load16(v8, at(gBase, at0)));
+          SmallVector<Value> u = unpack8(load16(v8, at(uBase, at0)));
+          SmallVector<Value> h;
+          if (routed)
+            h = unpack8(load16(v8, at(hBase, at0)));
+          SmallVector<Value> dgs, dus;
+          for (int64_t i = 0; i < 8; ++i) {
+            auto [dg, du] = swigluGrad(e, e.roundBF16(e.mul(scale, dhU[i])),
+                                       g[i], u[i], limit);
+            if (routed) {
+              dg = e.select(valid, dg, e.f32(0.0f));
+              du = e.select(valid, du, e.f32(0.0f));
+              acc = e.add(acc, e.mul(dhU[i], h[i]));
+            }
+            dgs.push_back(dg);
+            dus.push_back(du);
+          }
+          store16(pack8(dgs), at(dgBase, at0));
+          store16(pack8(dus), at(duBase, at0));
+          return acc;
+        });
   });
 }
 

@@ -5,15 +5,17 @@
 // transposed, concatenated and k-grouped GEMMs, the f32 GEMM output, the
 // scaled gather and the unweighted combine.
 
-// mk.swiglu_grad, routed: warp (tid / 32) * grid + block takes rows
+// mk.swiglu_grad, routed (rows of 36 columns: one column a lane; whole
+// 16-byte pieces take the 8-column form, below): warp (tid / 32) * grid +
+// block takes rows
 // r < offsets[E], stepping by the grid's warps; its lanes stride over the
 // columns. dh = bf16(w * d_hidden_u), w = router_weights[q / k, q % k] (0 for
 // a padding row, whose d_gate and d_up are zeros); each lane sums
 // d_hidden_u * hidden over its columns, the butterfly (xor 16, 8, 4, 2, 1)
 // adds the lanes, and lane 0 of a valid row stores the route's gradient.
 // CHECK-LABEL: gpu.func @swiglu_grad_routed(
-// CHECK-SAME: %[[DH:[^:]*]]: memref<108x32xf32>, %[[G:[^:]*]]: memref<108x32xbf16>, %[[U:[^:]*]]: memref<108x32xbf16>, %[[H:[^:]*]]: memref<108x32xbf16>,
-// CHECK-SAME: %[[DG:[^:]*]]: memref<108x32xbf16>, %[[DU:[^:]*]]: memref<108x32xbf16>, %[[RR:[^:]*]]: memref<108xi64>, %[[QR:[^:]*]]: memref<80xi64>,
+// CHECK-SAME: %[[DH:[^:]*]]: memref<108x36xf32>, %[[G:[^:]*]]: memref<108x36xbf16>, %[[U:[^:]*]]: memref<108x36xbf16>, %[[H:[^:]*]]: memref<108x36xbf16>,
+// CHECK-SAME: %[[DG:[^:]*]]: memref<108x36xbf16>, %[[DU:[^:]*]]: memref<108x36xbf16>, %[[RR:[^:]*]]: memref<108xi64>, %[[QR:[^:]*]]: memref<80xi64>,
 // CHECK-SAME: %[[W:[^:]*]]: memref<40x2xf32>, %[[OFF:[^:]*]]: memref<5xi64>, %[[DW:[^:]*]]: memref<40x2xf32>)
 // CHECK: %[[R_END:.*]] = memref.load %[[OFF]][%c4]
 // CHECK: %[[LANE:.*]] = arith.remsi %[[TID:.*]], %c32 : index
@@ -27,7 +29,7 @@
 // CHECK: %[[SLOT:.*]] = arith.remsi %{{.*}}, %c2 : index
 // CHECK: %[[WQ:.*]] = memref.load %[[W]][%[[T]], %[[SLOT]]]
 // CHECK: %[[SCALE:.*]] = arith.select %[[VALID]], %[[WQ]], %{{.*}} : f32
-// CHECK: %[[PARTIAL:.*]] = scf.for %[[COL:.*]] = %[[LANE]] to %c32{{.*}} step %c32{{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (f32) {
+// CHECK: %[[PARTIAL:.*]] = scf.for %[[COL:.*]] = %[[LANE]] to %c36{{.*}} step %c32{{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (f32) {
 // CHECK: %[[DHU:.*]] = memref.load %[[DH]][%[[ROW]], %[[COL]]]
 // CHECK: %[[SCALED:.*]] = arith.mulf %[[SCALE]], %[[DHU]] : f32
 // CHECK-NEXT: arith.truncf %[[SCALED]] : f32 to bf16
@@ -69,8 +71,8 @@
 // The shared form: w = 1, hidden is not read, no router-weight gradient (no
 // shuffles).
 // CHECK-LABEL: gpu.func @swiglu_grad_shared(
-// CHECK-SAME: %[[SDH:[^:]*]]: memref<40x16xf32>, %{{[^:]*}}: memref<40x16xbf16>, %{{[^:]*}}: memref<40x16xbf16>, %[[SH:[^:]*]]: memref<40x16xbf16>,
-// CHECK-SAME: %[[SDG:[^:]*]]: memref<40x16xbf16>, %[[SDU:[^:]*]]: memref<40x16xbf16>)
+// CHECK-SAME: %[[SDH:[^:]*]]: memref<40x20xf32>, %{{[^:]*}}: memref<40x20xbf16>, %{{[^:]*}}: memref<40x20xbf16>, %[[SH:[^:]*]]: memref<40x20xbf16>,
+// CHECK-SAME: %[[SDG:[^:]*]]: memref<40x20xbf16>, %[[SDU:[^:]*]]: memref<40x20xbf16>)
 // CHECK-NOT: gpu.shuffle
 // CHECK-NOT: memref.load %[[SH]]
 // CHECK: scf.for %[[SROW:.*]] = %{{.*}} to %c40 step
@@ -84,24 +86,24 @@
 // CHECK: gpu.return
 
 gpu.module @swiglu_grad {
-  gpu.func @swiglu_grad_routed(%dh: memref<108x32xf32>, %g: memref<108x32xbf16>, %u: memref<108x32xbf16>, %h: memref<108x32xbf16>,
-                               %dg: memref<108x32xbf16>, %du: memref<108x32xbf16>, %rr: memref<108xi64>, %qr: memref<80xi64>,
+  gpu.func @swiglu_grad_routed(%dh: memref<108x36xf32>, %g: memref<108x36xbf16>, %u: memref<108x36xbf16>, %h: memref<108x36xbf16>,
+                               %dg: memref<108x36xbf16>, %du: memref<108x36xbf16>, %rr: memref<108xi64>, %qr: memref<80xi64>,
                                %w: memref<40x2xf32>, %off: memref<5xi64>, %dw: memref<40x2xf32>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>} {
     mk.swiglu_grad %dh, %g, %u, %h into %dg, %du
         routes(%rr, %qr, %w, %off : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> %dw
         {swiglu_limit = 7.0 : f32}
-        : memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>
-          -> memref<108x32xbf16>, memref<108x32xbf16>, memref<40x2xf32>
+        : memref<108x36xf32>, memref<108x36xbf16>, memref<108x36xbf16>, memref<108x36xbf16>
+          -> memref<108x36xbf16>, memref<108x36xbf16>, memref<40x2xf32>
     gpu.return
   }
 
-  gpu.func @swiglu_grad_shared(%dh: memref<40x16xf32>, %g: memref<40x16xbf16>, %u: memref<40x16xbf16>, %h: memref<40x16xbf16>,
-                               %dg: memref<40x16xbf16>, %du: memref<40x16xbf16>) kernel
+  gpu.func @swiglu_grad_shared(%dh: memref<40x20xf32>, %g: memref<40x20xbf16>, %u: memref<40x20xbf16>, %h: memref<40x20xbf16>,
+                               %dg: memref<40x20xbf16>, %du: memref<40x20xbf16>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>} {
     mk.swiglu_grad %dh, %g, %u, %h into %dg, %du
-        : memref<40x16xf32>, memref<40x16xbf16>, memref<40x16xbf16>, memref<40x16xbf16>
-          -> memref<40x16xbf16>, memref<40x16xbf16>
+        : memref<40x20xf32>, memref<40x20xbf16>, memref<40x20xbf16>, memref<40x20xbf16>
+          -> memref<40x20xbf16>, memref<40x20xbf16>
     gpu.return
   }
 }
@@ -205,10 +207,10 @@ gpu.module @gemms {
   }
 }
 
-// The scaled gather (the reverse combine): element by element, the token's
-// row times router_weights[q / k, q % k].
+// The scaled gather (the reverse combine; rows of 60 columns: element by
+// element): the token's row times router_weights[q / k, q % k].
 // CHECK-LABEL: gpu.func @gather_scaled(
-// CHECK-SAME: %[[GX:[^:]*]]: memref<40x64xbf16>, %[[GR:[^:]*]]: memref<108xi64>, %{{[^:]*}}: memref<5xi64>, %[[GY:[^:]*]]: memref<108x64xbf16>, %[[GW:[^:]*]]: memref<40x2xf32>)
+// CHECK-SAME: %[[GX:[^:]*]]: memref<40x60xbf16>, %[[GR:[^:]*]]: memref<108xi64>, %{{[^:]*}}: memref<5xi64>, %[[GY:[^:]*]]: memref<108x60xbf16>, %[[GW:[^:]*]]: memref<40x2xf32>)
 // CHECK-NOT: llvm.load
 // CHECK: %[[GQ:.*]] = memref.load %[[GR]]
 // CHECK-NEXT: %[[GROUTE:.*]] = arith.index_cast %[[GQ]] : i64 to index
@@ -258,9 +260,9 @@ gpu.module @gemms {
 // CHECK: gpu.return
 
 gpu.module @dispatch {
-  gpu.func @gather_scaled(%x: memref<40x64xbf16>, %r: memref<108xi64>, %off: memref<5xi64>, %y: memref<108x64xbf16>, %w: memref<40x2xf32>) kernel {
+  gpu.func @gather_scaled(%x: memref<40x60xbf16>, %r: memref<108xi64>, %off: memref<5xi64>, %y: memref<108x60xbf16>, %w: memref<40x2xf32>) kernel {
     mk.gather %x, %r, %off into %y scale(%w : memref<40x2xf32>) {top_k = 2 : i64}
-        : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
+        : memref<40x60xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x60xbf16>
     gpu.return
   }
 
@@ -276,6 +278,47 @@ gpu.module @dispatch {
 
   gpu.func @combine_weighted_scalar(%y: memref<108x12xbf16>, %rr: memref<80xi64>, %w: memref<40x2xf32>, %o: memref<40x12xbf16>) kernel {
     mk.combine %y, %rr weights(%w : memref<40x2xf32>) into %o : memref<108x12xbf16>, memref<80xi64> -> memref<40x12xbf16>
+    gpu.return
+  }
+}
+
+// Whole 16-byte pieces: mk.swiglu_grad takes 8 columns a lane (d_hidden_u
+// in two 16-byte loads, gate, up and hidden in one each, d_gate and d_up
+// stored 16 bytes at a time) when every buffer is 16-byte aligned, else the
+// column-a-lane form; the scaled gather likewise scales 8 elements a
+// thread.
+// CHECK-LABEL: gpu.func @swiglu_grad_vector(
+// CHECK: scf.if
+// CHECK: scf.for
+// CHECK: scf.for {{.*}} iter_args({{.*}}) -> (f32) {
+// CHECK-COUNT-2: llvm.load {{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xf32>
+// CHECK-COUNT-3: llvm.load {{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-COUNT-2: llvm.store {{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// CHECK: gpu.shuffle xor
+// CHECK: } else {
+// CHECK: memref.load
+// CHECK: gpu.return
+// CHECK-LABEL: gpu.func @gather_scaled_vector(
+// CHECK: scf.if
+// CHECK: llvm.load {{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-COUNT-8: arith.mulf
+// CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// CHECK: } else {
+// CHECK: gpu.return
+gpu.module @vector_forms {
+  gpu.func @swiglu_grad_vector(%dh: memref<108x32xf32>, %g: memref<108x32xbf16>, %u: memref<108x32xbf16>, %h: memref<108x32xbf16>,
+                               %dg: memref<108x32xbf16>, %du: memref<108x32xbf16>, %rr: memref<108xi64>, %qr: memref<80xi64>,
+                               %w: memref<40x2xf32>, %off: memref<5xi64>, %dw: memref<40x2xf32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    mk.swiglu_grad %dh, %g, %u, %h into %dg, %du
+        routes(%rr, %qr, %w, %off : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> %dw
+        : memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>
+          -> memref<108x32xbf16>, memref<108x32xbf16>, memref<40x2xf32>
+    gpu.return
+  }
+  gpu.func @gather_scaled_vector(%x: memref<40x64xbf16>, %r: memref<108xi64>, %off: memref<5xi64>, %y: memref<108x64xbf16>, %w: memref<40x2xf32>) kernel {
+    mk.gather %x, %r, %off into %y scale(%w : memref<40x2xf32>) {top_k = 2 : i64}
+        : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
     gpu.return
   }
 }
