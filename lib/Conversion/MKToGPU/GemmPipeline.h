@@ -122,7 +122,15 @@ struct GemmPhase {
   /// output at global address `outAddress` (i64); else storePair.
   function_ref<Value(ArrayRef<Value> acc0, ArrayRef<Value> acc1)> packPair;
   Value outAddress;
-  Value outAligned16; // i1, uniform
+  Value outAligned16; // i1, uniform (and every alsoStaged output's)
+  /// More bf16 [*, n] outputs the staged epilogue stores after the first,
+  /// each from its own packing of the pairs (the swiglu epilogue's saves:
+  /// gate and up). storePair stores them too when the staging is not used.
+  struct StagedOutput {
+    function_ref<Value(ArrayRef<Value> acc0, ArrayRef<Value> acc1)> pack;
+    Value address;
+  };
+  SmallVector<StagedOutput, 2> alsoStaged;
   /// Whether the kernel's next step is a grid barrier (else, with warp
   /// roles that move registers, a CTA barrier ends the GEMM).
   bool gridBarrierFollows = false;

@@ -357,7 +357,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     // whole 16-byte row pieces: every global store instruction of a warp
     // writes four 128-byte row segments (instead of 16-byte pieces of
     // eight rows).
-    auto staged = [&] {
+    auto stagedOne = [&](function_ref<Value(ArrayRef<Value>, ArrayRef<Value>)>
+                             pack,
+                         Value outAddress) {
       Type i32 = b.getI32Type();
       Value lane8 = e.rem(lane, e.index(8)),
             laneGroup = e.div(lane, e.index(8));
@@ -386,7 +388,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
           for (int64_t m = 0; m < 4; ++m) {
             int64_t c = 8 * q + 2 * j + m / 2, h = m % 2;
             auto [acc0, acc1] = pairAt(4 * c + 2 * h);
-            regs.push_back(p.packPair(acc0, acc1));
+            regs.push_back(pack(acc0, acc1));
           }
           Value unit = e.add(e.index(2 * j), e.div(laneGroup, e.index(2)));
           NVVM::StMatrixOp::create(
@@ -409,7 +411,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
             Value offset = arith::IndexCastOp::create(
                 b, loc, i64,
                 e.mul(e.add(e.mul(row, e.index(p.n)), col), e.index(kBf16)));
-            Value address = arith::AddIOp::create(b, loc, p.outAddress, offset);
+            Value address = arith::AddIOp::create(b, loc, outAddress, offset);
             SmallVector<Value> words;
             for (int64_t w = 0; w < 4; ++w)
               words.push_back(LLVM::ExtractElementOp::create(
@@ -421,6 +423,11 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
         // Every lane has read the staged rows before the next piece.
         NVVM::SyncWarpOp::create(b, loc, mask);
       }
+    };
+    auto staged = [&] {
+      stagedOne(p.packPair, p.outAddress);
+      for (const GemmPhase::StagedOutput &o : p.alsoStaged)
+        stagedOne(o.pack, o.address);
     };
     auto epilogue = [&] {
       if (p.packPair && p.n % 8 == 0 && staging)

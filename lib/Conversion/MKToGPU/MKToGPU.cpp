@@ -173,13 +173,17 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
     if (saves && (gemm.getProducer() || *cluster > 1 || gemm.getGatherRows()))
       return gemm.emitOpError("saves is implemented for wgmma GEMMs without a "
                               "producer, clusters or a gathered A");
-    if (dgradForms &&
-        (gemm.getProducer() || *cluster > 1 || gemm.getGatherRows() ||
-         gemm.getB().size() != (gemm.getA2() ? 2u : 1u)))
+    // (A gathered A with an N-major B: the down dgrad, d_out's rows.)
+    bool gatherOk =
+        !gemm.getGatherRows() ||
+        (!gemm.getTransposeA() && !gemm.getA2() && !gemm.getKOffsets());
+    if (dgradForms && (gemm.getProducer() || *cluster > 1 || !gatherOk ||
+                       gemm.getB().size() != (gemm.getA2() ? 2u : 1u)))
       return gemm.emitOpError()
              << "transpose_a, transpose_b, concat, k_groups and an f32 out "
                 "are implemented for wgmma GEMMs of one B operand (two with "
-                "concat) without a producer, clusters or a gathered A";
+                "concat) without a producer or clusters, and a gathered A "
+                "only with transpose_b alone";
     if (gemm.getTransposeA() && !gemm.getTransposeB())
       return gemm.emitOpError("on wgmma, transpose_a needs transpose_b");
     if (gemm.getKOffsets() &&
@@ -1123,6 +1127,13 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   auto packPlain = [&](ArrayRef<Value> y, ArrayRef<Value>) -> Value {
     return word(packTwo(y[0], y[1]));
   };
+  // saves: the gate and the up pairs as they are (rounded to bf16).
+  auto packGate = [&](ArrayRef<Value> g, ArrayRef<Value>) -> Value {
+    return word(packTwo(g[0], g[1]));
+  };
+  auto packUp = [&](ArrayRef<Value>, ArrayRef<Value> u) -> Value {
+    return word(packTwo(u[0], u[1]));
+  };
   using PairFn =
       function_ref<void(Value, Value, ArrayRef<Value>, ArrayRef<Value>)>;
   bool swigluEpilogue = op.getEpilogue() == mk::Epilogue::swiglu;
@@ -1157,14 +1168,19 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
     phase.a2 = slots[3];
     phase.kSplit = size(op.getA(), 1) / sched::kTileK;
   }
-  // (saves: the epilogue stores three pairs, without the staging.)
-  if (n % 8 == 0 && !f32Out && saves.empty()) {
+  if (n % 8 == 0 && !f32Out) {
     phase.packPair =
         swigluEpilogue
             ? function_ref<Value(ArrayRef<Value>, ArrayRef<Value>)>(packSwiglu)
             : function_ref<Value(ArrayRef<Value>, ArrayRef<Value>)>(packPlain);
     phase.outAddress = outBase;
-    phase.outAligned16 = aligned({out}, 16);
+    SmallVector<Value> staged = {out};
+    if (!saves.empty()) { // gate and up staged after the activation
+      phase.alsoStaged.push_back({packGate, saveBases[0].first});
+      phase.alsoStaged.push_back({packUp, saveBases[1].first});
+      staged.append(saves.begin(), saves.end());
+    }
+    phase.outAligned16 = aligned(staged, 16);
   }
   if (Value rows = op.getGatherRows()) {
     phase.gatherRows = rows;

@@ -540,7 +540,9 @@ BackwardMaps backwardMapsFor(const Sizes &s, StringRef chip, bool tensorCores,
     return add(TensorMapSpec{buffer.str(), rows, cols, cols, sched::kTileK,
                              sched::kTileK, experts});
   };
-  m.routedDOut = a("routed_d_out", rc, h);
+  // The down dgrad gathers its A rows from d_out (one-row boxes: the
+  // runtime checks d_out's alignment with them; never read on the device).
+  m.routedDOut = add(TensorMapSpec{"d_out", s.tokens, h, h, 1, sched::kTileK});
   m.down = bT("down_weights", h, in, s.experts); // [H = K, I = N]
   m.dGate = a("d_gate", rc, in);
   m.dUp = a("d_up", rc, in);
@@ -658,9 +660,11 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
         params.push_back(
             {name.str(), "workspace", ty({t, s.sharedInter}, bf16)});
   }
-  // d_out's routed rows, unscaled (the down dgrad's A) and scaled by the
-  // router weight (d_y, the down weights' gradient's A).
-  params.push_back({"routed_d_out", "workspace", ty({rc, s.hidden}, bf16)});
+  // d_out's routed rows, unscaled (the simt down dgrad's A; the wgmma one
+  // gathers them itself) and scaled by the router weight (d_y, the down
+  // weights' gradient's A).
+  if (maps.empty())
+    params.push_back({"routed_d_out", "workspace", ty({rc, s.hidden}, bf16)});
   params.push_back({"d_y", "workspace", ty({rc, s.hidden}, bf16)});
   params.push_back({"d_hidden_u", "workspace", ty({rc, s.inter}, f32)});
   params.push_back({"d_gate", "workspace", ty({rc, s.inter}, bf16)});
@@ -697,21 +701,23 @@ struct BackwardGemm {
   SmallVector<int64_t> maps;
   Value tensorMaps;
   int64_t tileM = sched::kTileM, tileN = 2 * sched::kTileN;
+  Value gatherRows; // a gathered A (wgmma): row r is a's row gatherRows[r] / k
+  int64_t gatherTopK = 0;
 };
 
 void createGemm(OpBuilder &b, Location loc, const BackwardGemm &g) {
   bool tc = !g.maps.empty();
   mk::GemmOp::create(
       b, loc, tc ? mk::Engine::wgmma : mk::Engine::simt, g.epilogue, g.a, g.b,
-      g.out, g.rowExpert, g.offsets, tc ? g.tensorMaps : Value(),
-      /*gather_rows=*/Value(), /*padding_rows=*/Value(), g.a2, g.kOffsets,
-      g.saves, g.limit,
+      g.out, g.rowExpert, g.offsets, tc ? g.tensorMaps : Value(), g.gatherRows,
+      /*padding_rows=*/Value(), g.a2, g.kOffsets, g.saves, g.limit,
       tc ? b.getDenseI64ArrayAttr({g.tileM, g.tileN, sched::kTileK})
          : DenseI64ArrayAttr(),
       tc ? b.getI64IntegerAttr(sched::kStages) : IntegerAttr(),
       tc ? b.getDenseI64ArrayAttr(g.maps) : DenseI64ArrayAttr(),
-      /*producer=*/false, DenseI64ArrayAttr(), IntegerAttr(), g.transposeA,
-      g.transposeB);
+      /*producer=*/false, DenseI64ArrayAttr(),
+      g.gatherRows ? b.getI64IntegerAttr(g.gatherTopK) : IntegerAttr(),
+      g.transposeA, g.transposeB);
 }
 
 /// Emits the backward's schedule (docs/Backward.md) into `func`.
@@ -796,15 +802,22 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     barrier();
   }
 
-  // Reverse combine: d_out's routed rows, unscaled and scaled.
-  gather("d_out", "routed_d_out", Value());
+  // Reverse combine: d_out's routed rows scaled (and, for a simt down
+  // dgrad, unscaled).
+  bool gathersDOut = !tc.maps.empty();
+  if (!gathersDOut)
+    gather("d_out", "routed_d_out", Value());
   gather("d_out", "d_y", buf["router_weights"]);
   barrier();
 
   // Down dgrad (fp32, unscaled) and the down weights' gradients.
   {
     BackwardGemm g;
-    g.a = buf["routed_d_out"];
+    g.a = gathersDOut ? buf["d_out"] : buf["routed_d_out"];
+    if (gathersDOut) { // the dispatch of d_out fused into the A loads
+      g.gatherRows = buf["row_route"];
+      g.gatherTopK = s.topK;
+    }
     g.b = {buf["down_weights"]}; // [E, H, I]: K = H, N = I
     g.transposeB = true;
     g.out = buf["d_hidden_u"];

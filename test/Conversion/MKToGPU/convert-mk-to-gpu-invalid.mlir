@@ -459,7 +459,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @wgmma_transpose_b_producer(%a: memref<64x64xbf16>, %b: memref<64x128xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
-    // expected-error @+1 {{transpose_a, transpose_b, concat, k_groups and an f32 out are implemented for wgmma GEMMs of one B operand (two with concat) without a producer, clusters or a gathered A}}
+    // expected-error @+1 {{transpose_a, transpose_b, concat, k_groups and an f32 out are implemented for wgmma GEMMs of one B operand (two with concat) without a producer or clusters, and a gathered A only with transpose_b alone}}
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, producer, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_b}
         : memref<64x64xbf16>, memref<64x128xbf16> -> memref<64x128xbf16>

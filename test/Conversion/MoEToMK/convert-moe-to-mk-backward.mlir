@@ -30,8 +30,12 @@
 // TC-LABEL: gpu.func @layer_backward_backward(
 // TC-SAME: memref<496xi64>) kernel
 // TC-SAME: block = 256
-// TC-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "routed_d_out", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 332 : i64}, {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "down_weights", cols = 128 : i64, experts = 4 : i64, row_stride = 128 : i64, rows = 64 : i64}
-// TC: mk.gemm wgmma store %{{.*}}, %{{.*}} into %{{.*}} grouped({{.*}}) maps({{.*}}) {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_b} : memref<332x64xbf16>, memref<4x64x128xbf16> -> memref<332x128xf32>
+// TC-SAME: {box_cols = 64 : i64, box_rows = 1 : i64, buffer = "d_out", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 40 : i64}, {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "down_weights", cols = 128 : i64, experts = 4 : i64, row_stride = 128 : i64, rows = 64 : i64}
+// TC-NOT: routed_d_out
+// The down dgrad gathers d_out's rows itself (no routed copy of them).
+// TC: mk.gather %{{.*}} scale(
+// TC-NEXT: mk.grid_barrier
+// TC-NEXT: mk.gemm wgmma store %[[TDOUT:[^,]*]], %{{.*}} into %{{.*}} grouped({{.*}}) maps({{.*}}) gather({{.*}}) {gather_top_k = 2 : i64, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_b} : memref<40x64xbf16>, memref<4x64x128xbf16> -> memref<332x128xf32>
 // TC-NEXT: mk.gemm wgmma store {{.*}} k_groups({{.*}}) {maps = array<i64: {{[0-9]+}}, {{[0-9]+}}>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_a, transpose_b} : memref<332x64xbf16>, memref<332x128xbf16> -> memref<4x64x128xbf16>
 // TC-NEXT: mk.gemm wgmma store {{.*}} {maps = array<i64: 15, 16>, {{.*}}, transpose_b} : memref<40x64xbf16>, memref<64x128xbf16> -> memref<40x128xf32>
 // TC-NEXT: mk.gemm wgmma store {{.*}} transpose_a, transpose_b} : memref<40x64xbf16>, memref<40x128xbf16> -> memref<64x128xbf16>
