@@ -90,9 +90,11 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
     expert (its [rows, cols] matrix), so any weight view (one tensor, the
     halves of a fused FC1, one allocation per expert) is read the same way.
 
-    Training (docs/Backward.md), planned with `simt` GEMMs but for the
-    backward's dgrads, which run on `wgmma` on sm_90a when the shapes fit
-    the tiles (weights read N-major, `transpose_b`):
+    Training (docs/Backward.md): on sm_90a, when the shapes fit the tiles
+    (and with tensor-cores), every GEMM of both kernels runs on `wgmma`
+    (the weights read N-major by the dgrads, both operands M-/N-major by
+    the weight gradients, the down dgrad gathering d_out's rows); on
+    sm_100a, or otherwise, `simt`:
     * a `moe.layer` that returns the saved context becomes the training
       forward `<fn>_forward`, whose extra outputs (after `out`) are the
       context, routed rows at the plan's capacity: `routed_x`, `gate`,

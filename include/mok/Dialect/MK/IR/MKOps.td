@@ -303,10 +303,9 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     `producer`; the kernel is compiled for the even share and gets it back
     after the phase.
 
-    The backward's operand forms (`simt`; `wgmma` also implements
-    `transpose_b`, `concat` and the f32 out, without warp roles, clusters
-    or a gathered A: the dgrads; the others are refused by name in
-    convert-mk-to-gpu):
+    The training forms (`simt` and `wgmma`, the latter without warp roles
+    or clusters, a gathered A only with `transpose_b` alone; `tcgen05`
+    refuses them by name in convert-mk-to-gpu):
     * `transpose_a`: `a` is `[K, M]` (M contiguous), `a(r, k) = a[k, r]`;
     * `transpose_b`: each B is `[K, N]` (`[E, K, N]` grouped),
       `b(c, k) = b[k, c]`;
