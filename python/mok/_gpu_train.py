@@ -121,6 +121,12 @@ class GpuTrainingLayer:
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx: expected a mok.Context from forward(), got "
                             f"{type(ctx).__name__}")
+        extra = [n for n in ctx.saved if n not in self.saved_names]
+        if extra:
+            raise ValueError(f"ctx: holds saved tensor(s) {', '.join(map(repr, extra))} "
+                             f"this layer does not take (it "
+                             f"{'recomputes its context' if self.recomputes else 'saves ' + ', '.join(self.saved_names)}); "
+                             "was the context made by another layer's forward?")
         missing = [n for n in self.saved_names if n not in ctx.saved]
         if missing:
             raise ValueError(f"ctx: the saved tensor(s) {', '.join(map(repr, missing))} "

@@ -82,6 +82,7 @@ Loaded load() {
   // cuMemcpyHtoDAsync_v2, looked up with the same flags as cuLaunchKernel:
   // a NULL stream means the same stream to both.
   get(d.memcpyHtoDAsync, "cuMemcpyHtoDAsync");
+  get(d.streamIsCapturing, "cuStreamIsCapturing");
   get(d.memcpyDtoH, "cuMemcpyDtoH");
   get(d.tensorMapEncodeTiled, "cuTensorMapEncodeTiled");
   if (missing)

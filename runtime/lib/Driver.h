@@ -33,6 +33,7 @@ struct Driver {
   decltype(&::cuMemFree) memFree;
   decltype(&::cuMemsetD8) memsetD8;
   decltype(&::cuMemcpyHtoDAsync) memcpyHtoDAsync;
+  decltype(&::cuStreamIsCapturing) streamIsCapturing;
   decltype(&::cuMemcpyDtoH) memcpyDtoH;
   decltype(&::cuTensorMapEncodeTiled) tensorMapEncodeTiled;
 

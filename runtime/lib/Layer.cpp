@@ -82,6 +82,11 @@ struct mok_layer_s {
   std::vector<CUdeviceptr> workspace; // per param; 0 for inputs/output
   std::vector<MapSlot> mapKey;        // what the built maps read, per slot
   std::vector<unsigned char> mapHost; // 128 bytes a map, 64-aligned inside
+  // CUDA graphs: a captured upload reads its host source when the graph
+  // replays, so each capture builds its maps into a buffer of its own, kept
+  // until the layer is destroyed; and once a graph exists, a replay may
+  // have overwritten the device copy, so every later call uploads again.
+  std::vector<std::vector<unsigned char>> captured;
 
   ~mok_layer_s() {
     if (module) {
@@ -665,12 +670,25 @@ static mok_status updateTensorMaps(mok_layer layer,
     appendDenseSlots(data, mok_dtype_size(layer->params[m.param].dtype),
                      m.experts, m.rows, m.rowStride, key);
   }
-  if (key == layer->mapKey)
+  const Driver *d = layer->module->driver;
+  d->ctxSetCurrent(layer->module->context);
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (CUresult r = d->streamIsCapturing(stream, &capture); r != CUDA_SUCCESS)
+    return Fail(MOK_ERROR_CUDA)
+           << "stream: cuStreamIsCapturing failed: " << d->describe(r);
+  bool capturing = capture == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  bool rebuild = capturing || key != layer->mapKey;
+  if (!rebuild && layer->captured.empty())
     return MOK_OK;
-  uintptr_t raw = reinterpret_cast<uintptr_t>(layer->mapHost.data());
-  unsigned char *base = layer->mapHost.data() + ((64 - raw % 64) % 64);
+  std::vector<unsigned char> *host = &layer->mapHost;
+  if (capturing) {
+    layer->captured.emplace_back(layer->mapHost.size());
+    host = &layer->captured.back();
+  }
+  uintptr_t raw = reinterpret_cast<uintptr_t>(host->data());
+  unsigned char *base = host->data() + ((64 - raw % 64) % 64);
   size_t slot = 0;
-  for (size_t i = 0; i < layer->maps.size(); ++i) {
+  for (size_t i = 0; rebuild && i < layer->maps.size(); ++i) {
     const TensorMapSpec &m = layer->maps[i];
     for (int64_t e = 0; e < m.experts; ++e, ++slot)
       if (mok_status s = mok_tma_descriptor_2d(
@@ -678,6 +696,8 @@ static mok_status updateTensorMaps(mok_layer layer,
               m.rows, m.cols, key[slot].rowStride,
               static_cast<uint32_t>(m.boxRows),
               static_cast<uint32_t>(m.boxCols))) {
+        if (!capturing) // mapHost is half rewritten: rebuild next time
+          layer->mapKey.clear();
         Fail f(s);
         f << "tensor map " << i;
         if (m.experts > 1)
@@ -697,19 +717,19 @@ static mok_status updateTensorMaps(mok_layer layer,
   // memory before the call returns (CUDA's "API synchronization behavior";
   // it may first wait for the stream's earlier work to do so), so the
   // buffer may be rewritten afterwards. A pinned buffer would instead be
-  // read when the copy runs, racing with the next rebuild. An async copy
-  // from pageable memory cannot be captured in a CUDA graph: during capture
-  // the driver refuses it, hence the message's advice. (Written without a
-  // GPU at hand: not yet run on one.)
-  const Driver *d = layer->module->driver;
-  d->ctxSetCurrent(layer->module->context);
+  // read when the copy runs, racing with the next rebuild.
+  //
+  // Captured in a CUDA graph, the copy reads its source at every replay
+  // (seen on the H200, driver 580): hence the capture's own buffer, never
+  // rewritten, and the device copy re-uploaded by every call after a
+  // capture (a replay may have left another capture's maps there).
   if (CUresult r = d->memcpyHtoDAsync(layer->workspace[layer->mapStorage], base,
                                       128 * layer->slots, stream);
       r != CUDA_SUCCESS)
     return Fail(MOK_ERROR_CUDA)
-           << "copying the tensor maps to the device: " << d->describe(r)
-           << " (buffers must not move while a CUDA graph is captured)";
-  layer->mapKey = std::move(key);
+           << "copying the tensor maps to the device: " << d->describe(r);
+  if (!capturing)
+    layer->mapKey = std::move(key);
   return MOK_OK;
 }
 

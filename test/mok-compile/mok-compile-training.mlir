@@ -25,6 +25,22 @@
 // RUN: FileCheck %s --check-prefix=NOSAVE < %t/sm100-recompute/layer_forward.json
 // RUN: ptxas -arch=sm_100a %t/sm100-recompute/layer_backward.ptx -o %t/sm100-recompute.cubin
 // Without --training, only the inference kernel.
+// The tensor-core training forms in the PTX: on sm_90a the backward's
+// wgmmas read B N-major (imm-trans-b = 1) and, in the weight gradients, A
+// M-major too (imm-trans-a = 1); the training forward stages gate and up
+// through stmatrix as it does the activation (24 stmatrix a gate/up GEMM,
+// 3 x the inference kernel's 8, routed and shared, and 16 a down
+// projection: 80); on sm_100a the tcgen05 instruction descriptors carry
+// the transpose bits (B: 0x04210490 = 69272720; A and B: 0x04218490 =
+// 69305488).
+// RUN: grep -c "p, 1,  1, 0,  1;" %t/sm90/layer_backward.ptx | FileCheck %s --check-prefix=TRANSB
+// RUN: grep -c "p, 1,  1, 1,  1;" %t/sm90/layer_backward.ptx | FileCheck %s --check-prefix=TRANSAB
+// RUN: grep -c "stmatrix" %t/sm90/layer_forward.ptx | FileCheck %s --check-prefix=STAGED
+// RUN: grep -c "69272720" %t/sm100/layer_backward.ptx | FileCheck %s --check-prefix=TRANSB
+// RUN: grep -c "69305488" %t/sm100/layer_backward.ptx | FileCheck %s --check-prefix=TRANSAB
+// TRANSB: {{[1-9][0-9]*}}
+// TRANSAB: {{[1-9][0-9]*}}
+// STAGED: 80
 // RUN: mok-compile %s --chip sm_90a -o %t/inference | FileCheck %s --check-prefix=NOTRAINING
 // RUN: not mok-compile %s --recompute -o %t/x 2>&1 | FileCheck %s --check-prefix=USAGE
 // RUN: not mok-compile %s --recompute --chip sm_90a -o %t/x 2>&1 | FileCheck %s --check-prefix=USAGE

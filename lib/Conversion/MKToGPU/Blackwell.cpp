@@ -57,16 +57,21 @@ constexpr int64_t kLdColumns = 32;       // columns per tcgen05.ld (.x32)
 /// The 32-bit instruction descriptor of tcgen05.mma .kind::f16 (PTX ISA
 /// 9.7.16.4.2, "Instruction descriptor format for .kind::tf32, .kind::f16,
 /// .kind::f8f6f4 and .kind::i8"): dense, D = F32, A = B = BF16, no negation,
-/// A and B K-major (not transposed), N >> 3 in bits 17-22, M >> 4 in bits
-/// 24-28; no shift (bits 30-31, .ws only).
-constexpr uint32_t instrDescF16(int64_t m, int64_t n) {
+/// A and B K-major unless transposed (bit 15: A MN-major, bit 16: B
+/// MN-major), N >> 3 in bits 17-22, M >> 4 in bits 24-28; no shift (bits
+/// 30-31, .ws only).
+constexpr uint32_t instrDescF16(int64_t m, int64_t n, bool transposeA = false,
+                                bool transposeB = false) {
   return (1u << 4)    // bits 4-5: D type, F32 = 1
          | (1u << 7)  // bits 7-9: A type, BF16 = 1
          | (1u << 10) // bits 10-12: B type, BF16 = 1
-         | (static_cast<uint32_t>(n >> 3) << 17) |
+         | (static_cast<uint32_t>(transposeA) << 15) |
+         (static_cast<uint32_t>(transposeB) << 16) |
+         (static_cast<uint32_t>(n >> 3) << 17) |
          (static_cast<uint32_t>(m >> 4) << 24);
 }
 static_assert(instrDescF16(64, 128) == 0x04200490u);
+static_assert(instrDescF16(64, 128, true, true) == 0x04218490u);
 // M = 64 needs N % 8 == 0, 8 <= N <= 256 (cta_group::1, dense, kind::f16).
 static_assert(kTileM == 64 && kTileN % 8 == 0 && kTileN <= 256);
 static_assert(2 * kTileN <= kTmemColumns && kTmemColumns <= 512 &&
@@ -91,6 +96,15 @@ static_assert(kTileN % kLdColumns == 0);
 constexpr int32_t kDescLeadingOffset = 1;
 constexpr int32_t kDescStrideOffset = 1024 >> 4;
 constexpr int8_t kDescSwizzle128B = 2;
+/// An MN-major operand (the backward's transposed A and B): TMA boxes of 64
+/// (M or N) x 64 (K), 128-byte rows along MN, 8 KiB apart along MN. The
+/// leading dimension byte offset steps between those 64-element MN blocks
+/// (8192 bytes), the stride dimension byte offset between 8-row K groups
+/// (1024 bytes): wgmma's values for the same layout, which the H200 probe
+/// verified (scripts/probe/gemm_sm90_nmajor.mlir). A k16 step is 16 K rows,
+/// +2048 bytes.
+constexpr int32_t kDescLeadingOffsetMN = (kTileK * kTileK * 2) >> 4;
+constexpr int64_t kK16BytesMN = 16 * kTileK * 2;
 
 class Tcgen05Emitter final : public GemmEmitter {
 public:
@@ -126,10 +140,11 @@ private:
   /// The shared memory descriptor of the K-major, 128B-swizzled tile at
   /// `byteOffset` from the dynamic shared memory (nvvm.tcgen05.mma_smem_desc,
   /// plain integer arithmetic in LLVM IR).
-  Value smemDescriptor(Value byteOffset);
+  Value smemDescriptor(Value byteOffset, bool mnMajor = false);
   /// Emits tcgen05.mma.cta_group::1.kind::f16 [d], aDesc, bDesc, idesc,
   /// accumulate.
-  void mma(Value d, Value aDesc, Value bDesc, Value accumulate);
+  void mma(Value d, Value aDesc, Value bDesc, Value accumulate,
+           bool transposeA = false, bool transposeB = false);
   /// Emits tcgen05.commit.cta_group::1.mbarrier::arrive::one on
   /// mmaBarriers[index]: it arrives once the MMAs this thread issued so far
   /// have completed.
@@ -239,13 +254,13 @@ void Tcgen05Emitter::fence(NVVM::Tcgen05FenceKind kind) {
       e.b, e.loc, NVVM::Tcgen05FenceKindAttr::get(e.b.getContext(), kind));
 }
 
-Value Tcgen05Emitter::smemDescriptor(Value byteOffset) {
+Value Tcgen05Emitter::smemDescriptor(Value byteOffset, bool mnMajor) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   Value address = arith::IndexCastOp::create(b, loc, b.getI32Type(),
                                              e.add(smemBase, byteOffset));
   Value start = arith::ShRUIOp::create(b, loc, address, i32(4));
-  Value leading = i32(kDescLeadingOffset);
+  Value leading = i32(mnMajor ? kDescLeadingOffsetMN : kDescLeadingOffset);
   Value stride = i32(kDescStrideOffset);
   Value baseOffset = arith::ConstantIntOp::create(b, loc, 0, 8);
   Value absoluteLeading = arith::ConstantIntOp::create(b, loc, 0, 1);
@@ -255,11 +270,13 @@ Value Tcgen05Emitter::smemDescriptor(Value byteOffset) {
                                             absoluteLeading, swizzle);
 }
 
-void Tcgen05Emitter::mma(Value d, Value aDesc, Value bDesc, Value accumulate) {
+void Tcgen05Emitter::mma(Value d, Value aDesc, Value bDesc, Value accumulate,
+                         bool transposeA, bool transposeB) {
   OpBuilder &b = e.b;
   MLIRContext *ctx = b.getContext();
   Value dPointer = tmemPointer(d);
-  Value idesc = i32(static_cast<int32_t>(instrDescF16(kTileM, kTileN)));
+  Value idesc = i32(static_cast<int32_t>(
+      instrDescF16(kTileM, kTileN, transposeA, transposeB)));
   NVVM::Tcgen05MMAOp::create(
       b, e.loc, NVVM::Tcgen05MMAKindAttr::get(ctx, NVVM::Tcgen05MMAKind::F16),
       NVVM::CTAGroupKindAttr::get(ctx, NVVM::CTAGroupKind::CTA_1),
@@ -292,14 +309,17 @@ SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
+  assert(!p.gatherRows && "tcgen05: no gathered A");
   int64_t kTiles = p.k / kTileK;
   int64_t numAcc = p.b1 ? 2 : 1;
   Value accBarrier = e.index(kStages);
   Value tasksDone = carried[0];
+  // K in groups (mk.gemm k_groups): the task's own k-tile count.
+  Value kTilesV = t.kTiles ? t.kTiles : e.index(kTiles);
 
   // Thread 0 issues the MMAs of the task and keeps the stages filled.
   e.ifThen(isThread0, [&] {
-    e.loop(kTiles, [&](Value kt) {
+    e.loop(kTilesV, [&](Value kt) {
       Value g = e.add(it, kt);
       Value stage = e.rem(g, e.index(kStages));
       nvgpu::MBarrierTryWaitParityOp::create(b, loc, barriers, phaseParity(g),
@@ -314,24 +334,29 @@ SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
       // (enable-input-d false); the others accumulate.
       Value notFirstKTile = e.cmp(arith::CmpIPredicate::ne, kt, e.index(0));
       Value yes = arith::ConstantIntOp::create(b, loc, 1, 1);
+      int64_t stepA = p.transposeA ? kK16BytesMN : kK16Bytes;
+      int64_t stepB = p.transposeB ? kK16BytesMN : kK16Bytes;
       for (int64_t ks = 0; ks < kTileK / 16; ++ks) {
-        Value aDesc = smemDescriptor(e.add(base, e.index(ks * kK16Bytes)));
+        Value aDesc =
+            smemDescriptor(e.add(base, e.index(ks * stepA)), p.transposeA);
         for (int64_t j = 0; j < numAcc; ++j) {
           Value bDesc = smemDescriptor(
-              e.add(base, e.index(kBytesA + j * kBytesB + ks * kK16Bytes)));
+              e.add(base, e.index(kBytesA + j * kBytesB + ks * stepB)),
+              p.transposeB);
           Value d = arith::AddIOp::create(b, loc, tmem, i32(j * kTileN));
-          mma(d, aDesc, bDesc, ks == 0 ? notFirstKTile : yes);
+          mma(d, aDesc, bDesc, ks == 0 ? notFirstKTile : yes, p.transposeA,
+              p.transposeB);
         }
       }
       // The stage is free once these MMAs complete.
       commit(stage);
       // Refill the previous k-tile's stage (its MMAs were queued one k-tile
       // earlier) with k-tile kt - 1 + kStages.
-      if (kTiles > kStages) {
+      if (t.kTiles || kTiles > kStages) {
         Value next = e.add(kt, e.index(kStages - 1));
         Value refill = arith::AndIOp::create(
             b, loc, e.cmp(arith::CmpIPredicate::sge, kt, e.index(1)),
-            e.cmp(arith::CmpIPredicate::slt, next, e.index(kTiles)));
+            e.cmp(arith::CmpIPredicate::slt, next, kTilesV));
         e.ifThen(refill, [&] {
           Value gNext = e.add(g, e.index(kStages - 1));
           acquire(gNext);
@@ -353,6 +378,11 @@ SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
   Value warp = e.div(tid, e.index(32)), lane = e.rem(tid, e.index(32));
   Value row = e.add(e.mul(warp, e.index(16)), lane);
   Value holdsRow = e.cmp(arith::CmpIPredicate::slt, lane, e.index(16));
+  // A task without k-tiles (an idle expert's weight gradient) issued no
+  // MMA: its results are zeros, not what Tensor Memory holds.
+  Value anyKTile = t.kTiles
+                       ? e.cmp(arith::CmpIPredicate::sgt, t.kTiles, e.index(0))
+                       : Value();
   // The warp's lane quarter: lane field (bits 16-31) = 32 * warp.
   Value laneBase = arith::ShLIOp::create(
       b, loc,
@@ -387,6 +417,8 @@ SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
         for (int64_t i = 0; i < kLdColumns; ++i) {
           Value v = LLVM::ExtractElementOp::create(
               b, loc, values, arith::ConstantIntOp::create(b, loc, i, 32));
+          if (anyKTile)
+            v = e.select(anyKTile, v, e.f32(0.0f));
           e.store(v, tile, {row, e.add(column, e.index(i))});
         }
       });

@@ -156,20 +156,14 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
     if (!gemm.usesTensorCores())
       continue;
     anyTensorCores = true;
-    // The dgrads' forms (an N-major B, concat, an f32 out) exist for wgmma
-    // without warp roles, clusters or a gathered A; the others (and all of
-    // them on tcgen05) for simt only.
+    // The training forms (saves, M-/N-major operands, concat, k_groups, an
+    // f32 out) exist for both tensor-core engines without warp roles or
+    // clusters; a gathered A (wgmma) only with an N-major B alone.
     bool dgradForms =
         gemm.getTransposeB() || gemm.getA2() || gemm.getTransposeA() ||
         gemm.getKOffsets() ||
         !cast<MemRefType>(gemm.getOut().getType()).getElementType().isBF16();
     bool saves = !gemm.getSaves().empty();
-    if ((saves || dgradForms) && gemm.getEngine() != mk::Engine::wgmma)
-      return gemm.emitOpError()
-             << "the training forms (saves, transpose_a, transpose_b, concat, "
-                "k_groups, an f32 out) are implemented for the simt and wgmma "
-                "engines only, not yet "
-             << mk::stringifyEngine(gemm.getEngine());
     if (saves && (gemm.getProducer() || *cluster > 1 || gemm.getGatherRows()))
       return gemm.emitOpError("saves is implemented for wgmma GEMMs without a "
                               "producer, clusters or a gathered A");
@@ -181,11 +175,19 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
                        gemm.getB().size() != (gemm.getA2() ? 2u : 1u)))
       return gemm.emitOpError()
              << "transpose_a, transpose_b, concat, k_groups and an f32 out "
-                "are implemented for wgmma GEMMs of one B operand (two with "
-                "concat) without a producer or clusters, and a gathered A "
-                "only with transpose_b alone";
+                "are implemented for tensor-core GEMMs of one B operand (two "
+                "with concat) without a producer or clusters, and a gathered "
+                "A only with transpose_b alone";
     if (gemm.getTransposeA() && !gemm.getTransposeB())
-      return gemm.emitOpError("on wgmma, transpose_a needs transpose_b");
+      return gemm.emitOpError(
+          "on the tensor-core engines, transpose_a needs transpose_b");
+    bool f32Out =
+        cast<MemRefType>(gemm.getOut().getType()).getElementType().isF32();
+    if ((gemm.getKOffsets() && f32Out) ||
+        (gemm.getA2() && gemm.getTransposeA()))
+      return gemm.emitOpError("k_groups and concat on the tensor-core "
+                              "engines: a bf16 out, and concat with a K-major "
+                              "A");
     if (gemm.getKOffsets() &&
         cast<MemRefType>(gemm.getOut().getType()).getDimSize(1) %
             (*gemm.getTile())[0])
@@ -924,8 +926,9 @@ void KernelLowering::gatherScaledVector(mk::GatherOp op) {
     Value scale = e.select(valid, e.load(w, {t, e.rem(q, k)}), e.f32(0.0f));
     SmallVector<Value> xs =
         unpack8(load16(v8, at(xBase, e.add(e.mul(t, e.index(h)), col))));
+    // (Padding rows: zeros, whatever row 0 of x holds.)
     for (Value &x : xs)
-      x = e.mul(scale, x);
+      x = e.select(valid, e.mul(scale, x), e.f32(0.0f));
     store16(pack8(xs), at(outBase, e.add(e.mul(r, e.index(h)), col)));
   });
 }

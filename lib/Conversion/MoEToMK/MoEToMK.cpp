@@ -510,18 +510,31 @@ struct BackwardMaps {
   int64_t routedX = -1, gateK = -1, upK = -1, x = -1, sharedGateK = -1,
           sharedUpK = -1;
   int64_t tileM = sched::kTileM;
+  /// sm_90a: 256-column tiles for the GEMMs of one B operand (as the
+  /// forward's down projections) and the down dgrad's A gathered from d_out;
+  /// sm_100a (tcgen05): [64, 128, 64] tiles and a routed copy of d_out.
+  int64_t storeTileN = sched::kTileN;
+  bool gatherDOut = false;
+  mk::Engine engine = mk::Engine::wgmma;
 };
 
 BackwardMaps backwardMapsFor(const Sizes &s, StringRef chip, bool tensorCores,
                              bool recompute) {
   BackwardMaps m;
-  if (!tensorCores || chip != "sm_90a" || !s.tensorCoreEligible())
+  if (!tensorCores || !s.tensorCoreEligible())
     return m;
-  // 128-row tiles when the expert segments and the weight gradients' M
-  // (H, I, I_s) are whole tiles of them.
+  bool sm90 = chip == "sm_90a";
+  // 128-row tiles (sm_90a) when the expert segments and the weight
+  // gradients' M (H, I, I_s) are whole tiles of them.
   int64_t tall = sched::kMaxConsumers * sched::kTileM;
-  if (s.padding % tall == 0 && s.hidden % tall == 0)
+  if (sm90 && s.padding % tall == 0 && s.hidden % tall == 0)
     m.tileM = tall;
+  if (sm90) {
+    m.storeTileN = 2 * sched::kTileN;
+    m.gatherDOut = true;
+  } else {
+    m.engine = mk::Engine::tcgen05;
+  }
   int64_t next = 0, rc = s.routedCapacity(), h = s.hidden, in = s.inter;
   auto add = [&](TensorMapSpec spec) {
     m.maps.push_back(spec);
@@ -540,9 +553,13 @@ BackwardMaps backwardMapsFor(const Sizes &s, StringRef chip, bool tensorCores,
     return add(TensorMapSpec{buffer.str(), rows, cols, cols, sched::kTileK,
                              sched::kTileK, experts});
   };
-  // The down dgrad gathers its A rows from d_out (one-row boxes: the
-  // runtime checks d_out's alignment with them; never read on the device).
-  m.routedDOut = add(TensorMapSpec{"d_out", s.tokens, h, h, 1, sched::kTileK});
+  // sm_90a: the down dgrad gathers its A rows from d_out (one-row boxes:
+  // the runtime checks d_out's alignment with them; never read on the
+  // device).
+  m.routedDOut =
+      m.gatherDOut
+          ? add(TensorMapSpec{"d_out", s.tokens, h, h, 1, sched::kTileK})
+          : a("routed_d_out", rc, h);
   m.down = bT("down_weights", h, in, s.experts); // [H = K, I = N]
   m.dGate = a("d_gate", rc, in);
   m.dUp = a("d_up", rc, in);
@@ -592,8 +609,8 @@ BackwardMaps backwardMapsFor(const Sizes &s, StringRef chip, bool tensorCores,
 /// context by the names of moe.layer's results), its results (`d_` and the
 /// operand's name), then the workspace.
 SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
-                                     bool profile,
-                                     ArrayRef<TensorMapSpec> maps) {
+                                     bool profile, ArrayRef<TensorMapSpec> maps,
+                                     bool gatherDOut) {
   Builder tb(grad.getContext());
   Type bf16 = tb.getBF16Type(), f32 = tb.getF32Type(), i64 = tb.getI64Type();
   auto ty = [&](ArrayRef<int64_t> shape, Type elt) {
@@ -663,7 +680,7 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   // d_out's routed rows, unscaled (the simt down dgrad's A; the wgmma one
   // gathers them itself) and scaled by the router weight (d_y, the down
   // weights' gradient's A).
-  if (maps.empty())
+  if (!gatherDOut)
     params.push_back({"routed_d_out", "workspace", ty({rc, s.hidden}, bf16)});
   params.push_back({"d_y", "workspace", ty({rc, s.hidden}, bf16)});
   params.push_back({"d_hidden_u", "workspace", ty({rc, s.inter}, f32)});
@@ -700,6 +717,7 @@ struct BackwardGemm {
   FloatAttr limit;
   SmallVector<int64_t> maps;
   Value tensorMaps;
+  mk::Engine engine = mk::Engine::wgmma; // with maps
   int64_t tileM = sched::kTileM, tileN = 2 * sched::kTileN;
   Value gatherRows; // a gathered A (wgmma): row r is a's row gatherRows[r] / k
   int64_t gatherTopK = 0;
@@ -708,8 +726,8 @@ struct BackwardGemm {
 void createGemm(OpBuilder &b, Location loc, const BackwardGemm &g) {
   bool tc = !g.maps.empty();
   mk::GemmOp::create(
-      b, loc, tc ? mk::Engine::wgmma : mk::Engine::simt, g.epilogue, g.a, g.b,
-      g.out, g.rowExpert, g.offsets, tc ? g.tensorMaps : Value(), g.gatherRows,
+      b, loc, tc ? g.engine : mk::Engine::simt, g.epilogue, g.a, g.b, g.out,
+      g.rowExpert, g.offsets, tc ? g.tensorMaps : Value(), g.gatherRows,
       /*padding_rows=*/Value(), g.a2, g.kOffsets, g.saves, g.limit,
       tc ? b.getDenseI64ArrayAttr({g.tileM, g.tileN, sched::kTileK})
          : DenseI64ArrayAttr(),
@@ -769,6 +787,8 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     g.maps.assign(slots.begin(), slots.end());
     g.tensorMaps = buf["tensor_maps"];
     g.tileM = tc.tileM;
+    g.tileN = tc.storeTileN;
+    g.engine = tc.engine;
   };
   // Recompute: the forward's dispatch and gate/up GEMMs, storing the
   // activation's inputs as the training forward does.
@@ -804,7 +824,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
 
   // Reverse combine: d_out's routed rows scaled (and, for a simt down
   // dgrad, unscaled).
-  bool gathersDOut = !tc.maps.empty();
+  bool gathersDOut = tc.gatherDOut;
   if (!gathersDOut)
     gather("d_out", "routed_d_out", Value());
   gather("d_out", "d_y", buf["router_weights"]);
@@ -980,20 +1000,20 @@ struct ConvertMoEToMKPass
                       "supported yet; the GPU kernel is compiled for one T");
         return WalkResult::interrupt();
       }
-      // The backward and the training forward are planned with simt GEMMs
-      // (docs/Backward.md): the options that shape tensor-core GEMMs are
-      // refused for them, not ignored.
+      // The backward and the training forward have their own tensor-core
+      // plan (docs/Backward.md), without warp roles, clusters or the fused
+      // dispatch of x: those options are refused for them, not ignored.
       bool training = isa<LayerGradOp>(op) || cast<LayerOp>(op).savesContext();
       if (training && (warpSpecialize || fuseDispatch || multicast)) {
         op->emitError() << "convert-moe-to-mk: "
                         << (warpSpecialize ? "warp-specialize"
                             : fuseDispatch ? "fuse-dispatch"
                                            : "multicast")
-                        << " needs tensor-core GEMMs, and "
+                        << " is not implemented for "
                         << (isa<LayerGradOp>(op)
                                 ? "the backward (moe.layer_grad)"
                                 : "the training forward (saved context)")
-                        << " runs simt GEMMs today";
+                        << " yet";
         return WalkResult::interrupt();
       }
       auto func = op->getParentOfType<func::FuncOp>();
@@ -1025,8 +1045,7 @@ struct ConvertMoEToMKPass
       // after them loads (kernels of producerBlock(tileM) threads).
       int64_t tileM = sched::kTileM, storeTileN = sched::kTileN;
       int64_t cluster = 1;
-      if (tensorCores && s.tensorCoreEligible() &&
-          (!layer.savesContext() || chip == "sm_90a")) {
+      if (tensorCores && s.tensorCoreEligible()) {
         engine = chip == "sm_100a" ? mk::Engine::tcgen05 : mk::Engine::wgmma;
         if (*engine == mk::Engine::wgmma) {
           storeTileN = 2 * sched::kTileN;
@@ -1082,7 +1101,8 @@ struct ConvertMoEToMKPass
       SmallVector<StringRef> phases = backwardPhaseNames(grad);
       BackwardMaps tc =
           backwardMapsFor(s, chip, tensorCores, grad.recomputes());
-      SmallVector<Param> params = backwardParamsFor(grad, s, profile, tc.maps);
+      SmallVector<Param> params =
+          backwardParamsFor(grad, s, profile, tc.maps, tc.gatherDOut);
       unsigned block = tc.maps.empty() ? blockSize : sched::kBlock;
       OpBuilder b(ctx);
       gpu::GPUFuncOp kernel =

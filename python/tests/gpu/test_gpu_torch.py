@@ -43,7 +43,8 @@ def _run(moe, args, d_out):
     return out, x.grad, rw.grad
 
 
-@pytest.mark.parametrize("name", ["train_shared_clamp_i64", "recompute_top2_no_route"])
+@pytest.mark.parametrize("name", ["train_shared_clamp_i64", "recompute_top2_no_route",
+                                  "train_shared_tall"])
 def test_module_gradients_match_float64_autograd(name):
     import torch
     c, moe = _module(name)

@@ -445,7 +445,7 @@ gpu.module @tall_kernels {
 gpu.module @k {
   gpu.func @wgmma_transpose_a(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
-    // expected-error @+1 {{'mk.gemm' op on wgmma, transpose_a needs transpose_b}}
+    // expected-error @+1 {{'mk.gemm' op on the tensor-core engines, transpose_a needs transpose_b}}
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
@@ -459,7 +459,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @wgmma_transpose_b_producer(%a: memref<64x64xbf16>, %b: memref<64x128xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
-    // expected-error @+1 {{transpose_a, transpose_b, concat, k_groups and an f32 out are implemented for wgmma GEMMs of one B operand (two with concat) without a producer or clusters, and a gathered A only with transpose_b alone}}
+    // expected-error @+1 {{transpose_a, transpose_b, concat, k_groups and an f32 out are implemented for tensor-core GEMMs of one B operand (two with concat) without a producer or clusters, and a gathered A only with transpose_b alone}}
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
         {maps = array<i64: 0, 1>, producer, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_b}
         : memref<64x64xbf16>, memref<64x128xbf16> -> memref<64x128xbf16>
@@ -470,12 +470,12 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
-  gpu.func @tcgen05_f32_out(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xf32>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a", dynamic_shared_memory = 197632}} {
-    // expected-error @+1 {{the training forms (saves, transpose_a, transpose_b, concat, k_groups, an f32 out) are implemented for the simt and wgmma engines only, not yet tcgen05}}
-    mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
-        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xf32>
+  gpu.func @k_groups_f32_out(%a: memref<108x64xbf16>, %b: memref<108x128xbf16>, %off: memref<5xi64>, %o: memref<4x64x128xf32>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{k_groups and concat on the tensor-core engines: a bf16 out, and concat with a K-major A}}
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x128xbf16> -> memref<4x64x128xf32>
     gpu.return
   }
 }

@@ -1,11 +1,11 @@
-// The backward and the training forward run simt GEMMs today: the options
-// that shape tensor-core GEMMs are refused for them, not ignored.
+// The backward and the training forward have their own tensor-core plan:
+// the forward's tensor-core options are refused for them, not ignored.
 // RUN: not mok-opt %s --convert-moe-to-mk="chip=sm_90a warp-specialize=true" 2>&1 | FileCheck %s --check-prefix=WS
 // RUN: not mok-opt %s --convert-moe-to-mk="chip=sm_90a multicast=true" 2>&1 | FileCheck %s --check-prefix=MC
 // RUN: not mok-opt %s --convert-moe-to-mk="chip=sm_90a fuse-dispatch=true" 2>&1 | FileCheck %s --check-prefix=FD
-// WS: error: convert-moe-to-mk: warp-specialize needs tensor-core GEMMs, and the backward (moe.layer_grad) runs simt GEMMs today
-// MC: error: convert-moe-to-mk: multicast needs tensor-core GEMMs, and the backward (moe.layer_grad) runs simt GEMMs today
-// FD: error: convert-moe-to-mk: fuse-dispatch needs tensor-core GEMMs, and the backward (moe.layer_grad) runs simt GEMMs today
+// WS: error: convert-moe-to-mk: warp-specialize is not implemented for the backward (moe.layer_grad) yet
+// MC: error: convert-moe-to-mk: multicast is not implemented for the backward (moe.layer_grad) yet
+// FD: error: convert-moe-to-mk: fuse-dispatch is not implemented for the backward (moe.layer_grad) yet
 // RUN: mok-opt %s --convert-moe-to-mk | FileCheck %s --check-prefix=OK
 // OK: gpu.func @backward_backward(
 

@@ -83,8 +83,8 @@
 
 // With recompute, the context is not an input: the backward repeats the
 // forward's dispatch and gate/up GEMMs into its workspace first. The
-// training forward is the inference kernel (tensor cores; on sm_100a the
-// backward stays simt).
+// training forward is the inference kernel (tensor cores). On sm_100a the
+// tcgen05 GEMMs take [64, 128, 64] tiles and d_out is copied, not gathered.
 // RECOMPUTE-LABEL: gpu.func @layer_forward_forward(
 // RECOMPUTE: mk.gemm tcgen05 swiglu
 // RECOMPUTE-LABEL: gpu.func @layer_backward_backward(
@@ -94,10 +94,12 @@
 // RECOMPUTE-NEXT: mk.grid_barrier
 // RECOMPUTE-NEXT: mk.gather %{{.*}} into %[[RX:[^ ]*]] {top_k = 2 : i64}
 // RECOMPUTE-NEXT: mk.grid_barrier
-// RECOMPUTE-NEXT: mk.gemm simt swiglu %[[RX]], {{.*}} saves(
-// RECOMPUTE-NEXT: mk.gemm simt swiglu {{.*}} saves(
+// RECOMPUTE-NEXT: mk.gemm tcgen05 swiglu %[[RX]], {{.*}} saves(
+// RECOMPUTE-NEXT: mk.gemm tcgen05 swiglu {{.*}} saves(
 // RECOMPUTE-NEXT: mk.grid_barrier
 // RECOMPUTE-NEXT: mk.gather
+// RECOMPUTE: mk.gemm tcgen05 store {{.*}} {maps = array<i64: {{[0-9]+}}, {{[0-9]+}}>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_b} : memref<332x64xbf16>, memref<4x64x128xbf16> -> memref<332x128xf32>
+// RECOMPUTE: mk.gemm tcgen05 store {{.*}} k_groups(
 
 // On sm_90a the recompute GEMMs run on wgmma too (K-major, as forward's).
 // RECOMPUTE90-LABEL: gpu.func @layer_backward_backward(

@@ -315,7 +315,9 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       range is split by `offsets [E + 1]` and `out [E, M, N]` gets one
       product per group, `out[e] = sum_{k in [offsets[e], offsets[e+1])}
       a(., k) b(., k)`, each sum in k order (weight gradients; K runs over
-      an expert's routed rows);
+      an expert's routed rows). On the tensor-core engines every offset
+      must be a multiple of 64 (whole k-tiles: the plan's padding is) and
+      out's M a multiple of the tile's M;
     * an `f32` out (`store`): the fp32 accumulators, unrounded.
     `saves(%gate, %up)` (`swiglu`): also stores `bf16(acc_0)` and
     `bf16(acc_1)`, the activation's inputs (the backward context).
@@ -366,13 +368,7 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
   }];
   let extraClassDeclaration = [{
     bool isGrouped() { return getRowExpert() != nullptr; }
-    /// The backward's forms, which only the simt engine implements today.
-    bool usesBackwardForms() {
-      return getTransposeA() || getTransposeB() || getA2() || getKOffsets() ||
-             !getSaves().empty() ||
-             !::llvm::cast<::mlir::MemRefType>(getOut().getType())
-                  .getElementType().isBF16();
-    }
+
     bool usesTensorCores() { return getEngine() != Engine::simt; }
   }];
   let hasVerifier = 1;
