@@ -70,10 +70,10 @@ del _name
 
 # Training (docs/Backward.md): the training forward, which saves the
 # backward context, and the backward, against float64 autograd. Eight
-# layers: clamps, -1 routes and zero router weights (top2_no_route,
+# layers of CASES: clamps, -1 routes and zero router weights (top2_no_route,
 # qwen3_top2_clamp), idle experts, shared experts, int64 ids, one token,
-# ragged Zipf routing; and three again with recompute (no context saved,
-# backward recomputes gate/up).
+# ragged Zipf routing; three again with recompute (no context saved,
+# backward recomputes gate/up); and train_shared_tall below (nine layers).
 TRAIN_CASES = {"train_" + n: dict(CASES[n], training=True)
                for n in ("top1_clamp", "top2_no_route", "idle_experts", "shared_clamp_i64",
                          "qwen3_top2_clamp", "one_token_top8", "short_k", "qwen3_ragged")}

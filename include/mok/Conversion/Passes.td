@@ -105,7 +105,8 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
       recomputes: then the kernel repeats the dispatch and the gate/up
       GEMMs first); outputs `d_x`, `d_router_weights` (f32) and `d_` plus
       each weight's name. Its phases: the plan rebuilt from `top_experts`;
-      d_out gathered unscaled and scaled by the router weight; the down
+      d_out gathered scaled by the router weight (and unscaled, unless the
+      wgmma down dgrad gathers its rows itself); the down
       dgrad (f32) with the down weights' gradient (`k_groups`); the SwiGLU
       backward with the router weights' gradient (`mk.swiglu_grad`); the
       gate/up dgrad (`concat`, one accumulator) with the gate and up
