@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from ._gpu import GpuArtifact, GpuLayer
-from ._layer import Context, Gradients
+from ._layer import Context, Gradients, bind_arguments
 
 
 @dataclass
@@ -67,21 +67,7 @@ class GpuTrainingLayer:
         return self.artifact.recompute
 
     def _bind(self, args, kwargs):
-        names = self.arg_names
-        if len(args) > len(names):
-            raise TypeError(f"expected at most {len(names)} arguments ({', '.join(names)}), "
-                            f"got {len(args)}")
-        bound = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise TypeError(f"unexpected argument {k!r}; expected {', '.join(names)}")
-            if k in bound:
-                raise TypeError(f"argument {k!r} given twice")
-            bound[k] = v
-        missing = [n for n in names if n not in bound]
-        if missing:
-            raise TypeError(f"missing argument(s): {', '.join(missing)}")
-        return bound
+        return bind_arguments(self.arg_names, args, kwargs)
 
     def __call__(self, *args, **kwargs):
         """Inference through the training forward: the output alone."""

@@ -18,6 +18,26 @@ def _describe(info):
     return f"{info.dtype} [{dims}]"
 
 
+def bind_arguments(names, args, kwargs):
+    """{name: value} for a layer's arguments given by position (in `names`'
+    order) and by name; TypeError naming what is unexpected, repeated or
+    missing."""
+    if len(args) > len(names):
+        raise TypeError(f"expected at most {len(names)} arguments ({', '.join(names)}), "
+                        f"got {len(args)}")
+    bound = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            raise TypeError(f"unexpected argument {k!r}; expected {', '.join(names)}")
+        if k in bound:
+            raise TypeError(f"argument {k!r} given twice")
+        bound[k] = v
+    missing = [n for n in names if n not in bound]
+    if missing:
+        raise TypeError(f"missing argument(s): {', '.join(missing)}")
+    return bound
+
+
 @dataclass
 class Context:
     """What a training forward leaves for backward: the inputs, and the
@@ -79,21 +99,8 @@ class CompiledLayer:
     # -- argument checking ---------------------------------------------------
 
     def _bind(self, args, kwargs):
-        names = self.arg_names
-        if len(args) > len(names):
-            raise TypeError(f"expected at most {len(names)} arguments ({', '.join(names)}), "
-                            f"got {len(args)}")
-        bound = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise TypeError(f"unexpected argument {k!r}; expected {', '.join(names)}")
-            if k in bound:
-                raise TypeError(f"argument {k!r} given twice")
-            bound[k] = v
-        missing = [n for n in names if n not in bound]
-        if missing:
-            raise TypeError(f"missing argument(s): {', '.join(missing)}")
-        return [bound[n] for n in names]
+        bound = bind_arguments(self.arg_names, args, kwargs)
+        return [bound[n] for n in self.arg_names]
 
     def _check(self, name, value, info, tokens):
         """Checks one array against its signature entry; returns T when this

@@ -304,6 +304,52 @@ DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
   return b.getDictionaryAttr(entries);
 }
 
+/// What every kernel's schedule starts with: its buffers by parameter
+/// name, grid barriers (each followed, when profiling, by a timestamp into
+/// `phase_clock`) and the routing plan.
+struct Schedule {
+  OpBuilder &b;
+  Location loc;
+  llvm::StringMap<Value> buf;
+  Value clock;
+  int64_t stamps = 0;
+
+  Schedule(OpBuilder &b, Location loc, ArrayRef<Param> params,
+           gpu::GPUFuncOp func)
+      : b(b), loc(loc) {
+    for (auto [i, p] : llvm::enumerate(params))
+      buf[p.name] = func.getArgument(i);
+    clock = buf.lookup("phase_clock");
+    timestamp();
+  }
+  void timestamp() {
+    if (clock)
+      mk::TimestampOp::create(b, loc, clock, stamps++);
+  }
+  void barrier() {
+    mk::GridBarrierOp::create(b, loc, buf["grid_barrier"]);
+    timestamp();
+  }
+  /// The routing plan's four steps, each ending in a barrier: parallel over
+  /// chunks of routes and over experts, and deterministic (rows in route
+  /// order within each expert).
+  void plan(const Sizes &s) {
+    mk::FillOp::create(b, loc, buf["row_route"], -1);
+    mk::FillOp::create(b, loc, buf["row_expert"], -1);
+    mk::CountRoutesOp::create(b, loc, buf["top_experts"], buf["chunk_counts"],
+                              s.chunk());
+    barrier();
+    mk::ScanChunksOp::create(b, loc, buf["chunk_counts"], buf["counts"]);
+    barrier();
+    mk::PadOffsetsOp::create(b, loc, buf["counts"], buf["offsets"], s.padding);
+    barrier();
+    mk::AssignRowsOp::create(b, loc, buf["top_experts"], buf["offsets"],
+                             buf["chunk_counts"], buf["route_row"],
+                             buf["row_route"], buf["row_expert"], s.chunk());
+    barrier();
+  }
+};
+
 /// Emits the schedule of `layer` into the body of `func`, whose arguments
 /// are `params`.
 void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
@@ -311,20 +357,10 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
                   std::optional<mk::Engine> engine, const MapSlots &slots,
                   int64_t tileM, int64_t storeTileN, bool warpSpecialize) {
   Location loc = layer.getLoc();
-  llvm::StringMap<Value> buf;
-  for (auto [i, p] : llvm::enumerate(params))
-    buf[p.name] = func.getArgument(i);
-  Value clock = buf.lookup("phase_clock");
-  int64_t stamps = 0;
-  auto timestamp = [&] {
-    if (clock)
-      mk::TimestampOp::create(b, loc, clock, stamps++);
-  };
-  auto barrier = [&] {
-    mk::GridBarrierOp::create(b, loc, buf["grid_barrier"]);
-    timestamp();
-  };
-  timestamp();
+  Schedule frame(b, loc, params, func);
+  llvm::StringMap<Value> &buf = frame.buf;
+  Value clock = frame.clock;
+  auto barrier = [&] { frame.barrier(); };
   // sm_90a: warp-specialized GEMMs (a producer warpgroup after the
   // consumers); with two consumer warpgroups, registers move to them.
   bool warpRoles = engine == mk::Engine::wgmma && warpSpecialize;
@@ -333,21 +369,8 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
     registers = b.getDenseI64ArrayAttr(
         {sched::kConsumerRegisters, sched::kProducerRegisters});
 
-  // Phase 1: the routing plan, parallel over chunks of routes and over
-  // experts, and deterministic (rows in route order within each expert).
-  mk::FillOp::create(b, loc, buf["row_route"], -1);
-  mk::FillOp::create(b, loc, buf["row_expert"], -1);
-  mk::CountRoutesOp::create(b, loc, buf["top_experts"], buf["chunk_counts"],
-                            s.chunk());
-  barrier();
-  mk::ScanChunksOp::create(b, loc, buf["chunk_counts"], buf["counts"]);
-  barrier();
-  mk::PadOffsetsOp::create(b, loc, buf["counts"], buf["offsets"], s.padding);
-  barrier();
-  mk::AssignRowsOp::create(b, loc, buf["top_experts"], buf["offsets"],
-                           buf["chunk_counts"], buf["route_row"],
-                           buf["row_route"], buf["row_expert"], s.chunk());
-  barrier();
+  // Phase 1: the routing plan.
+  frame.plan(s);
 
   // Phase 2: dispatch (or, fused, the gate/up GEMM's A loads gather).
   if (!s.fusedDispatch) {
@@ -431,7 +454,7 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   if (clock)
     barrier();
   assert((!clock ||
-          stamps ==
+          frame.stamps ==
               static_cast<int64_t>(phaseNames(s.fusedDispatch).size()) + 1) &&
          "phaseNames() must name every phase");
   gpu::ReturnOp::create(b, loc);
@@ -743,38 +766,16 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
                           ArrayRef<Param> params, gpu::GPUFuncOp func,
                           int64_t phases, const BackwardMaps &tc) {
   Location loc = grad.getLoc();
-  llvm::StringMap<Value> buf;
-  for (auto [i, p] : llvm::enumerate(params))
-    buf[p.name] = func.getArgument(i);
-  Value clock = buf.lookup("phase_clock");
-  int64_t stamps = 0;
-  auto timestamp = [&] {
-    if (clock)
-      mk::TimestampOp::create(b, loc, clock, stamps++);
-  };
-  auto barrier = [&] {
-    mk::GridBarrierOp::create(b, loc, buf["grid_barrier"]);
-    timestamp();
-  };
-  timestamp();
+  Schedule frame(b, loc, params, func);
+  llvm::StringMap<Value> &buf = frame.buf;
+  Value clock = frame.clock;
+  auto barrier = [&] { frame.barrier(); };
   FloatAttr limit = grad.getSwigluLimitAttr();
   bool shared = s.hasShared();
 
   // The plan, rebuilt from top_experts: deterministic, so every routed row
   // is where the forward left it.
-  mk::FillOp::create(b, loc, buf["row_route"], -1);
-  mk::FillOp::create(b, loc, buf["row_expert"], -1);
-  mk::CountRoutesOp::create(b, loc, buf["top_experts"], buf["chunk_counts"],
-                            s.chunk());
-  barrier();
-  mk::ScanChunksOp::create(b, loc, buf["chunk_counts"], buf["counts"]);
-  barrier();
-  mk::PadOffsetsOp::create(b, loc, buf["counts"], buf["offsets"], s.padding);
-  barrier();
-  mk::AssignRowsOp::create(b, loc, buf["top_experts"], buf["offsets"],
-                           buf["chunk_counts"], buf["route_row"],
-                           buf["row_route"], buf["row_expert"], s.chunk());
-  barrier();
+  frame.plan(s);
   auto gather = [&](StringRef from, StringRef into, Value scale) {
     mk::GatherOp::create(b, loc, buf[from], buf["row_route"], buf["offsets"],
                          buf[into], scale, s.topK);
@@ -934,7 +935,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
                         shared ? buf["d_shared_x"] : Value(), buf["d_x"]);
   if (clock)
     barrier();
-  assert((!clock || stamps == phases + 1) &&
+  assert((!clock || frame.stamps == phases + 1) &&
          "backwardPhaseNames() must name every phase");
   (void)phases;
   gpu::ReturnOp::create(b, loc);
