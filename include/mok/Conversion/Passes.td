@@ -90,11 +90,12 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
     expert (its [rows, cols] matrix), so any weight view (one tensor, the
     halves of a fused FC1, one allocation per expert) is read the same way.
 
-    Training (docs/Backward.md): on sm_90a, when the shapes fit the tiles
-    (and with tensor-cores), every GEMM of both kernels runs on `wgmma`
-    (the weights read N-major by the dgrads, both operands M-/N-major by
-    the weight gradients, the down dgrad gathering d_out's rows); on
-    sm_100a, or otherwise, `simt`:
+    Training (docs/Backward.md): when the shapes fit the tiles (and with
+    tensor-cores), every GEMM of both kernels runs on the chip's engine:
+    `wgmma` on sm_90a (the weights read N-major by the dgrads, both
+    operands M-/N-major by the weight gradients, the down dgrad gathering
+    d_out's rows), `tcgen05` on sm_100a ([64, 128, 64] tiles, d_out
+    copied); otherwise `simt`:
     * a `moe.layer` that returns the saved context becomes the training
       forward `<fn>_forward`, whose extra outputs (after `out`) are the
       context, routed rows at the plan's capacity: `routed_x`, `gate`,
