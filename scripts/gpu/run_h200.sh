@@ -23,12 +23,18 @@
 # or /tmp/bench), its tables last. MOK_BENCH_SHAPES="a b ..." limits the
 # benchmark to those shapes (bench/shapes.py; default all), e.g. to keep a
 # call under the GPU machine's 10 minutes.
+#   bash scripts/gpu/run_h200.sh --bench-training
+# runs the tests, then the training benchmark instead (bench/prepare.py
+# --training, then bench/moe_training.py: forward + backward against
+# PyTorch autograd; MOK_BENCH_SHAPES default "dsv3-shard qwen3-30b").
 set -uo pipefail
 bench=0
+training=0
 case "${1:-}" in
   --bench) bench=1 ;;
+  --bench-training) bench=1; training=1 ;;
   "") ;;
-  *) echo "usage: bash scripts/gpu/run_h200.sh [--bench]" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/run_h200.sh [--bench | --bench-training]" >&2; exit 2 ;;
 esac
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -83,6 +89,26 @@ timeout "${MOK_GPU_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider pytho
 if [[ -f scripts/probe/run_on_h200.sh ]]; then
   step "probe: TMA + mbarrier + wgmma GEMM tile generated from MLIR"
   bash scripts/probe/run_on_h200.sh 2>&1 | grep -v "^ptxas" | tee -a "$log" || status=1
+fi
+
+if (( training )); then
+  artifacts=$root/bench-artifacts
+  shapes=${MOK_BENCH_SHAPES:-dsv3-shard qwen3-30b}
+  if [[ -n ${MOK_COMPILER:-} ]]; then
+    step "training benchmark: compiling the shapes here (plain and profile=True)"
+    artifacts=/tmp/bench-artifacts-here
+    rm -rf "$artifacts"
+    # shellcheck disable=SC2086
+    python3 bench/prepare.py "$artifacts" sm_90a --training $shapes 2>&1 | tee -a "$log" | tail -2 || status=1
+  fi
+  step "training benchmark: mok forward + backward against PyTorch autograd, same run ($artifacts)"
+  # shellcheck disable=SC2086
+  timeout "${MOK_GPU_TIMEOUT:-420}" python3 bench/moe_training.py --artifacts "$artifacts" \
+      --out "${OUT:-/tmp/bench}" --shapes $shapes \
+      --commit "${MOK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" 2>&1 |
+    tee -a "$log" | tail -30
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  exit $status
 fi
 
 if (( bench )); then
