@@ -88,6 +88,24 @@ def _from_numpy(a):
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
+def _gradients(ctx, names, tensors, grads):
+    """The autograd functions' backward result: None for the layer,
+    main_grads and top_experts; for a weight in ctx.main_grads, its gradient
+    added there in fp32 and a zero placeholder; else the gradient (torch
+    tensors by name in `grads`) where an input needs one."""
+    result = [None, None]  # layer, main_grads
+    for i, name in enumerate(names):
+        needed = ctx.needs_input_grad[2 + i]
+        if name == "top_experts":
+            result.append(None)
+        elif name in ctx.main_grads:
+            ctx.main_grads[name].add_(grads[name].float())
+            result.append(torch.zeros_like(tensors[i]) if needed else None)
+        else:
+            result.append(grads[name] if needed else None)
+    return tuple(result)
+
+
 class MoEFunction(torch.autograd.Function):
     """``MoEFunction.apply(layer, main_grads, x, top_experts, router_weights,
     *weights)`` with `layer` a ``mok.CompiledLayer`` (CPU target) and the
@@ -123,19 +141,8 @@ class MoEFunction(torch.autograd.Function):
         context = layer.context_from_tensors(
             [_to_numpy(f"saved tensor {i}", t) for i, t in enumerate(tensors)])
         grads = layer.backward(context, _to_numpy("d_out", d_out))
-        result = [None, None]  # layer, main_grads
-        for i, name in enumerate(names):
-            if name == "top_experts":
-                result.append(None)
-            elif name in ctx.main_grads:
-                ctx.main_grads[name].add_(_from_numpy(grads[name]).float())
-                result.append(torch.zeros(tensors[i].shape, dtype=tensors[i].dtype)
-                              if ctx.needs_input_grad[2 + i] else None)
-            elif ctx.needs_input_grad[2 + i]:
-                result.append(_from_numpy(grads[name]))
-            else:
-                result.append(None)
-        return tuple(result)
+        return _gradients(ctx, names, tensors,
+                          {n: _from_numpy(g) for n, g in grads.items()})
 
 
 def _check_main_grads(main_grads, names, values):
@@ -186,20 +193,7 @@ class GpuMoEFunction(torch.autograd.Function):
         names = list(layer.arg_names)
         tensors = [t.detach() for t in ctx.saved_tensors]
         context = layer.context_from_tensors(tensors)
-        grads = layer.backward(context, d_out.contiguous())
-        result = [None, None]  # layer, main_grads
-        for i, name in enumerate(names):
-            if name == "top_experts":
-                result.append(None)
-            elif name in ctx.main_grads:
-                ctx.main_grads[name].add_(grads[name].float())
-                result.append(torch.zeros_like(tensors[i])
-                              if ctx.needs_input_grad[2 + i] else None)
-            elif ctx.needs_input_grad[2 + i]:
-                result.append(grads[name])
-            else:
-                result.append(None)
-        return tuple(result)
+        return _gradients(ctx, names, tensors, layer.backward(context, d_out.contiguous()))
 
 
 class MoELayer(torch.nn.Module):
