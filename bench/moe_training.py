@@ -10,8 +10,9 @@ autograd, then time one training step of the layer, forward then backward
 torch_layer with x, router_weights and the weights requiring grad, then
 out.backward(d_out), the gradients set to None each step), with CUDA events
 (median after warm-up) in --rounds alternating rounds (as moe_forward.py).
-FLOPs = 3 x the forward's, 18 (T k + T_shared) H I. With
-<artifacts>/<shape>-train-profile, also the backward kernel's phases.
+FLOPs = 3 x the forward's, 18 (T k + T_shared) H I. Also the forward and
+the backward alone (one call at a time), and with
+<artifacts>/<shape>-train-profile, both kernels' phases.
 Writes <out>/moe_training.json and .png; prints the tables last.
 
     # compiled beforehand (needs the compiler):
@@ -56,19 +57,42 @@ def mok_step(layer, a, d_out):
     return layer.backward(ctx, d_out)
 
 
-def backward_phases(path, a, d_out, iters):
-    """Median ms per phase of the profiling training layer at `path`
-    (its backward kernel)."""
+def kernel_phases(path, a, d_out, iters):
+    """Median ms per phase of the profiling training layer at `path`:
+    ({phase: ms} of its forward kernel, {phase: ms} of its backward)."""
     layer = mok.GpuTrainingArtifact.from_files(path).load()
-    _, ctx = layer.forward(**a)
     for _ in range(3):
+        _, ctx = layer.forward(**a)
         layer.backward(ctx, d_out)
-    samples = []
+    forward, backward = [], []
     for _ in range(iters):
+        _, ctx = layer.forward(**a)
+        forward.append(layer._forward.phase_times())
         layer.backward(ctx, d_out)
-        samples.append(layer._backward.phase_times())
-    names = [n for n, _ in samples[0]]
-    return {n: statistics.median(s[i][1] for s in samples) for i, n in enumerate(names)}
+        backward.append(layer._backward.phase_times())
+
+    def median(samples):
+        names = [n for n, _ in samples[0]]
+        return {n: statistics.median(s[i][1] for s in samples) for i, n in enumerate(names)}
+    return median(forward), median(backward)
+
+
+def split_times(layer, a, d_out, iters):
+    """Median ms of mok's training forward alone and of its backward alone
+    (CUDA events around each kernel call, one call at a time)."""
+    fwd, bwd = [], []
+    for i in range(iters + 3):
+        e = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        e[0].record()
+        _, ctx = layer.forward(**a)
+        e[1].record()
+        layer.backward(ctx, d_out)
+        e[2].record()
+        torch.cuda.synchronize()
+        if i >= 3:
+            fwd.append(e[0].elapsed_time(e[1]))
+            bwd.append(e[1].elapsed_time(e[2]))
+    return statistics.median(fwd), statistics.median(bwd)
 
 
 def main():
@@ -107,9 +131,11 @@ def main():
         (ms_mok, mok_rounds, n_mok), (ms_torch, torch_rounds, n_torch) = time_rounds(
             [lambda: mok_step(layer, a, d_out), lambda: torch_step(a, d_out, leaves)],
             args.budget, args.rounds)
+        fwd_ms, bwd_ms = split_times(layer, a, d_out, 20)
         prof = os.path.join(args.artifacts, name + "-train-profile")
-        phases = (backward_phases(prof, a, d_out, 10)
-                  if os.path.exists(os.path.join(prof, "moe_layer_backward.json")) else None)
+        fwd_phases, phases = (
+            kernel_phases(prof, a, d_out, 10)
+            if os.path.exists(os.path.join(prof, "moe_layer_backward.json")) else (None, None))
         t_shared = s["tokens"] if s.get("shared_intermediate") else 0
         flops = 18 * (s["tokens"] * s["top_k"] + t_shared) * s["hidden"] * s["intermediate"]
         rows.append(dict(shape=name, **{k: s[k] for k in ("tokens", "hidden", "intermediate",
@@ -121,7 +147,8 @@ def main():
                          mok_tflops=flops / (ms_mok * 1e-3) / 1e12,
                          torch_tflops=flops / (ms_torch * 1e-3) / 1e12,
                          speedup=ms_torch / ms_mok, grad_rel_err=errors,
-                         backward_phases_ms=phases))
+                         mok_forward_ms=fwd_ms, mok_backward_ms=bwd_ms,
+                         forward_phases_ms=fwd_phases, backward_phases_ms=phases))
         del a, layer, leaves
         torch.cuda.empty_cache()
     result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
@@ -149,9 +176,13 @@ def main():
     except ImportError:
         pass
     for r in rows:
-        if r["backward_phases_ms"]:
-            ph = r["backward_phases_ms"]
-            print(f"\n{r['shape']}: backward phases (ms, median; profiling kernel)")
+        print(f"\n{r['shape']}: mok forward alone {r['mok_forward_ms']:.3f} ms, "
+              f"backward alone {r['mok_backward_ms']:.3f} ms (median, one call at a time)")
+        for kind in ("forward", "backward"):
+            ph = r[kind + "_phases_ms"]
+            if not ph:
+                continue
+            print(f"{r['shape']}: {kind} phases (ms, median; profiling kernel)")
             for n, ms in ph.items():
                 print(f"  {n:28s} {ms:8.3f}")
             print(f"  {'sum':28s} {sum(ph.values()):8.3f}")

@@ -106,7 +106,7 @@ if (( training )); then
   timeout "${MOK_GPU_TIMEOUT:-420}" python3 bench/moe_training.py --artifacts "$artifacts" \
       --out "${OUT:-/tmp/bench}" --shapes $shapes \
       --commit "${MOK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" 2>&1 |
-    tee -a "$log" | tail -30
+    tee -a "$log" | tail -70
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   exit $status
 fi

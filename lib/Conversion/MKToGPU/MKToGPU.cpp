@@ -408,6 +408,9 @@ private:
   /// 0.177 ms and qwen3-30b's from 0.102 to 0.095 ms (2: 0.177-0.182 and
   /// 0.093).
   int64_t combineItems = 4;
+  /// 16-byte pieces of a row a lane of the vector SwiGLU backward loads
+  /// before it computes any (fewer when the row has fewer per lane).
+  int64_t rowPieces = 4;
   std::unique_ptr<gemm::GemmEmitter> gemm;
   /// Tensor-core GEMMs whose next mk op is an mk.grid_barrier.
   llvm::SmallPtrSet<Operation *, 4> beforeGridBarrier;
@@ -598,9 +601,12 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
       roles.consumers = (*g.getTile())[0] / sched::kTileM;
       roles.producer = g.getProducer();
       roles.cluster = *clusterSize(func); // checked by checkEngines
-      // Under the producer's register split, four combine items spilled.
-      if (roles.producer)
+      // Under the producer's register split, four combine items spilled
+      // (the SwiGLU backward's pieces: one, the same caution).
+      if (roles.producer) {
         combineItems = 2;
+        rowPieces = 1;
+      }
       if (std::optional<ArrayRef<int64_t>> r = g.getRegisters()) {
         roles.registers = {(*r)[0], (*r)[1]};
         roles.evenRegisters = sched::evenRegisters(
@@ -910,26 +916,35 @@ void KernelLowering::gatherVector(mk::GatherOp op) {
 }
 
 void KernelLowering::gatherScaledVector(mk::GatherOp op) {
-  // A thread scales 8 columns of a row: 16-byte load, bf16(w * x) per
-  // element, 16-byte store; padding rows store zeros.
+  // gatherVector's shape (`per` 16-byte pieces of a row a thread, all loads
+  // first), then bf16(w * x) per element; padding rows store zeros. One
+  // piece a thread took the dsv3-shard reverse combine 0.69 ms on the H200
+  // (a route, a weight and one load in flight per thread).
   Value rowRoute = op.getRowRoute(), w = op.getScale();
   Value k = e.index(op.getTopK());
   int64_t h = size(op.getX(), 1);
+  int64_t pieces = h / 8, per = pieces % 4 == 0 ? 4 : 1;
   Value xBase = base(op.getX()), outBase = base(op.getRoutedX());
   auto v8 = VectorType::get({8}, e.b.getBF16Type());
-  forAll2(routedRows(op.getOffsets()), h / 8, [&](Value r, Value c) {
-    Value col = e.mul(c, e.index(8));
+  forAll2(routedRows(op.getOffsets()), pieces / per, [&](Value r, Value c) {
+    Value col = e.mul(c, e.index(8 * per));
     Value route = e.toIndex(e.load(rowRoute, {r}));
     Value valid = e.isValid(route);
     Value q = e.select(valid, route, e.index(0));
     Value t = e.div(q, k);
     Value scale = e.select(valid, e.load(w, {t, e.rem(q, k)}), e.f32(0.0f));
-    SmallVector<Value> xs =
-        unpack8(load16(v8, at(xBase, e.add(e.mul(t, e.index(h)), col))));
-    // (Padding rows: zeros, whatever row 0 of x holds.)
-    for (Value &x : xs)
-      x = e.select(valid, e.mul(scale, x), e.f32(0.0f));
-    store16(pack8(xs), at(outBase, e.add(e.mul(r, e.index(h)), col)));
+    Value src = e.add(e.mul(t, e.index(h)), col);
+    Value dst = e.add(e.mul(r, e.index(h)), col);
+    SmallVector<Value> loaded;
+    for (int64_t i = 0; i < per; ++i)
+      loaded.push_back(load16(v8, at(xBase, e.add(src, e.index(8 * i)))));
+    for (int64_t i = 0; i < per; ++i) {
+      SmallVector<Value> xs = unpack8(loaded[i]);
+      // (Padding rows: zeros, whatever row 0 of x holds.)
+      for (Value &x : xs)
+        x = e.select(valid, e.mul(scale, x), e.f32(0.0f));
+      store16(pack8(xs), at(outBase, e.add(dst, e.index(8 * i))));
+    }
   });
 }
 
@@ -1417,47 +1432,81 @@ void KernelLowering::swigluGradScalar(mk::SwigluGradOp op) {
 void KernelLowering::swigluGradVector(mk::SwigluGradOp op) {
   // The scalar form's arithmetic, 8 columns a lane: 16-byte loads and
   // stores (d_hidden_u's 8 floats in two), the lane's partial of d_w
-  // summed in column order within each piece.
+  // summed in column order within each piece. A lane loads `per` pieces
+  // (c, c + 32, ...) before it computes any, so that several are in flight;
+  // its partial still sums them in the order c, c + 32, ...
   bool routed = static_cast<bool>(op.getRowRoute());
-  int64_t cols = size(op.getDHiddenU(), 1);
+  int64_t cols = size(op.getDHiddenU(), 1), pieces = cols / 8;
+  int64_t per = std::min<int64_t>(rowPieces, (pieces + 31) / 32);
   Limit limit = getLimit(op.getSwigluLimitAttr());
   Value dhBase = base(op.getDHiddenU()), gBase = base(op.getGate());
   Value uBase = base(op.getUp()), hBase = base(op.getHidden());
   Value dgBase = base(op.getDGate()), duBase = base(op.getDUp());
   auto v8 = VectorType::get({8}, e.b.getBF16Type());
   auto f4 = VectorType::get({4}, e.b.getF32Type());
+  struct Piece {
+    Value at0, inRange;
+    SmallVector<Value, 2> dh;
+    Value g, u, h;
+  };
   swigluGradRows(op, [&](Value r, Value lane, Value valid, Value scale) {
     return e.fold(
-        lane, e.index(cols / 8), e.index(32), e.f32(0.0f),
-        [&](Value c, Value acc) {
-          Value at0 = e.add(e.mul(r, e.index(cols)), e.mul(c, e.index(8)));
-          SmallVector<Value> dhU;
-          for (int64_t half = 0; half < 2; ++half) {
-            Value v = load16(f4, at(dhBase, e.add(at0, e.index(4 * half)), 4));
-            for (int64_t i = 0; i < 4; ++i)
-              dhU.push_back(LLVM::ExtractElementOp::create(
-                  e.b, e.loc, v,
-                  arith::ConstantIntOp::create(e.b, e.loc, i, 32)));
+        lane, e.index(pieces), e.index(32 * per), e.f32(0.0f),
+        [&](Value c0, Value acc) {
+          // Loads of every piece first (a piece past the row's end loads
+          // the last piece again and is not used).
+          SmallVector<Piece> loaded;
+          for (int64_t i = 0; i < per; ++i) {
+            Piece p;
+            Value c = e.add(c0, e.index(32 * i));
+            p.inRange = e.cmp(arith::CmpIPredicate::slt, c, e.index(pieces));
+            c = arith::MinSIOp::create(e.b, e.loc, c, e.index(pieces - 1));
+            p.at0 = e.add(e.mul(r, e.index(cols)), e.mul(c, e.index(8)));
+            for (int64_t half = 0; half < 2; ++half)
+              p.dh.push_back(
+                  load16(f4, at(dhBase, e.add(p.at0, e.index(4 * half)), 4)));
+            p.g = load16(v8, at(gBase, p.at0));
+            p.u = load16(v8, at(uBase, p.at0));
+            if (routed)
+              p.h = load16(v8, at(hBase, p.at0));
+            loaded.push_back(p);
           }
-          SmallVector<Value> g = unpack8(load16(v8, at(gBase, at0)));
-          SmallVector<Value> u = unpack8(load16(v8, at(uBase, at0)));
-          SmallVector<Value> h;
-          if (routed)
-            h = unpack8(load16(v8, at(hBase, at0)));
-          SmallVector<Value> dgs, dus;
-          for (int64_t i = 0; i < 8; ++i) {
-            auto [dg, du] = swigluGrad(e, e.roundBF16(e.mul(scale, dhU[i])),
-                                       g[i], u[i], limit);
-            if (routed) {
-              dg = e.select(valid, dg, e.f32(0.0f));
-              du = e.select(valid, du, e.f32(0.0f));
-              acc = e.add(acc, e.mul(dhU[i], h[i]));
+          for (const Piece &p : loaded) {
+            SmallVector<Value> dhU;
+            for (Value v : p.dh)
+              for (int64_t i = 0; i < 4; ++i)
+                dhU.push_back(LLVM::ExtractElementOp::create(
+                    e.b, e.loc, v,
+                    arith::ConstantIntOp::create(e.b, e.loc, i, 32)));
+            SmallVector<Value> g = unpack8(p.g), u = unpack8(p.u), h;
+            if (routed)
+              h = unpack8(p.h);
+            SmallVector<Value> dgs, dus;
+            Value partial = acc;
+            for (int64_t i = 0; i < 8; ++i) {
+              auto [dg, du] = swigluGrad(e, e.roundBF16(e.mul(scale, dhU[i])),
+                                         g[i], u[i], limit);
+              if (routed) {
+                dg = e.select(valid, dg, e.f32(0.0f));
+                du = e.select(valid, du, e.f32(0.0f));
+                partial = e.add(partial, e.mul(dhU[i], h[i]));
+              }
+              dgs.push_back(dg);
+              dus.push_back(du);
             }
-            dgs.push_back(dg);
-            dus.push_back(du);
+            bool whole = pieces % (32 * per) == 0;
+            auto store = [&] {
+              store16(pack8(dgs), at(dgBase, p.at0));
+              store16(pack8(dus), at(duBase, p.at0));
+            };
+            if (whole) {
+              store();
+              acc = partial;
+            } else {
+              e.ifThen(p.inRange, store);
+              acc = e.select(p.inRange, partial, acc);
+            }
           }
-          store16(pack8(dgs), at(dgBase, at0));
-          store16(pack8(dus), at(duBase, at0));
           return acc;
         });
   });
