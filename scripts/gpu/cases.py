@@ -86,6 +86,13 @@ TRAIN_CASES["train_shared_tall"] = dict(tokens=200, hidden=1024, intermediate=25
                                         experts=16, top_k=4, padding=128,
                                         shared_intermediate=256, swiglu_limit=1.0,
                                         drop=0.1, training=True)
+# I = 640: 80 16-byte pieces a row, so the SwiGLU backward's lanes load 3
+# pieces at a time and the row's last round is partial (80 % 96); a shared
+# expert of I = 384 (48 pieces: 2 a lane, partial too).
+TRAIN_CASES["train_partial_pieces"] = dict(tokens=180, hidden=512, intermediate=640,
+                                           experts=8, top_k=2, padding=64,
+                                           shared_intermediate=384, swiglu_limit=7.0,
+                                           drop=0.05, training=True)
 del _name
 
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
