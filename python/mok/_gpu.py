@@ -133,6 +133,22 @@ def _compile_with_tool(tool, source, target, functions, toolkit, profile, warp_s
         return arts
 
 
+def _compiler_identity():
+    """The compiler a compile would use, for the cache key: the path, size
+    and modification time of the mok._mok extension, or else of the
+    mok-compile binary (so that a rebuilt compiler never gets the kernels
+    of the one before it from the cache)."""
+    try:
+        from . import _mok
+        path = _mok.__file__
+    except ImportError:
+        path = _find_compiler()
+    if not path:
+        return "no compiler"
+    st = os.stat(path)
+    return f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}"
+
+
 def compile_gpu(source, name, target, function, cache_dir, profile=False,
                 warp_specialize=False, fuse_dispatch=None, multicast=False,
                 training=False, recompute=False):
@@ -140,7 +156,8 @@ def compile_gpu(source, name, target, function, cache_dir, profile=False,
     of its training forward and backward (moe-generate-backward's
     <function>_forward and <function>_backward)."""
     functions = [f"{function}_forward", f"{function}_backward"] if training else [function]
-    key = hashlib.sha256("\0".join([source, target, function, __version__]
+    key = hashlib.sha256("\0".join([source, target, function, __version__,
+                                    _compiler_identity()]
                                    + (["profile"] if profile else [])
                                    + (["warp_specialize"] if warp_specialize else [])
                                    + {None: [], True: ["fuse_dispatch"],

@@ -166,6 +166,16 @@ def test_artifacts_are_cached_and_reloadable(tmp_path):
         mok.GpuArtifact.from_files(str(bad))
 
 
+def test_cache_is_per_compiler(tmp_path, monkeypatch):
+    """A rebuilt compiler (another size or time stamp) compiles afresh
+    instead of reusing the kernels of the one before it."""
+    from mok import _gpu
+    a = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path))
+    monkeypatch.setattr(_gpu, "_compiler_identity", lambda: "another build")
+    b = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path))
+    assert b.path != a.path and b.ptx == a.ptx
+
+
 def test_compile_through_the_mok_compile_binary(tmp_path, monkeypatch):
     """Where the extension is missing (a GPU machine without MLIR), the
     carried mok-compile binary produces the same artifact."""

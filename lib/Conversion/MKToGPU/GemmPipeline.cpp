@@ -667,7 +667,15 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
     Value begin = e.toIndex(e.load(p.kOffsets, {group}));
     Value end = e.toIndex(e.load(p.kOffsets, {e.add(group, e.index(1))}));
     t.kBase = begin;
-    t.kTiles = e.div(e.sub(end, begin), e.index(kTileK));
+    Value rows = e.sub(end, begin);
+    if (p.kCounts) // whole k-tiles over the counted rows
+      rows = arith::MinSIOp::create(
+          b, loc, rows,
+          e.mul(e.div(e.add(e.toIndex(e.load(p.kCounts, {group})),
+                            e.index(kTileK - 1)),
+                      e.index(kTileK)),
+                e.index(kTileK)));
+    t.kTiles = e.div(rows, e.index(kTileK));
     t.aCol = e.sub(m0, e.mul(group, e.index(p.groupRows)));
   }
   // Gathered A: the consumer threads copy the rows (with a producer, the

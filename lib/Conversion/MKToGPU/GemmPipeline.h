@@ -155,6 +155,10 @@ struct GemmPhase {
   /// K rows [kOffsets[g], kOffsets[g + 1]) (i64, multiples of 64) of A and
   /// B, each task its group's k-tiles (none: zeros). `k` is unused.
   Value kOffsets;
+  /// With kOffsets, optionally: group g's rows from kOffsets[g] +
+  /// kCounts[g] on are zero padding; its k-tiles stop after the one that
+  /// holds the last counted row.
+  Value kCounts;
   int64_t groupRows = 0;
   /// n-tiles of the output.
   int64_t nTiles() const { return (n + tileN - 1) / tileN; }

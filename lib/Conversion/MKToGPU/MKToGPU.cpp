@@ -980,6 +980,9 @@ void KernelLowering::lowerSimt(mk::GemmOp op) {
       Value g = e.div(gr, mm), r = e.rem(gr, mm);
       Value begin = e.toIndex(e.load(kOffsets, {g}));
       Value end = e.toIndex(e.load(kOffsets, {e.add(g, e.index(1))}));
+      if (Value counts = op.getKCounts()) // the rows past it add zeros
+        end = arith::MinSIOp::create(
+            e.b, e.loc, end, e.add(begin, e.toIndex(e.load(counts, {g}))));
       Value acc = e.sum(begin, end, [&](Value j) {
         return e.mul(aAt(a, r, j), bAt(bs[0], {}, c, j));
       });
@@ -1178,6 +1181,7 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   phase.transposeA = ta;
   if (kOffsets) {
     phase.kOffsets = kOffsets;
+    phase.kCounts = op.getKCounts();
     phase.groupRows = groupRows;
     phase.k = 0;
   }

@@ -403,7 +403,7 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
         grouped && e == mk::Engine::wgmma && epilogue == mk::Epilogue::store
             ? buf["row_route"]
             : Value(),
-        /*a2=*/Value(), /*k_offsets=*/Value(), saved,
+        /*a2=*/Value(), /*k_offsets=*/Value(), /*k_counts=*/Value(), saved,
         epilogue == mk::Epilogue::swiglu ? limit : FloatAttr(),
         tc ? b.getDenseI64ArrayAttr(
                  {tileM,
@@ -734,7 +734,10 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
 /// a2) wgmma with tile [tileM, 256, 64] (no warp roles).
 struct BackwardGemm {
   mk::Epilogue epilogue = mk::Epilogue::store;
-  Value a, a2, out, rowExpert, offsets, kOffsets;
+  Value a, a2, out, rowExpert, offsets, kOffsets, kCounts;
+  /// wgmma: the row_route of a grouped GEMM's rows, so that a tile half of
+  /// padding rows skips its MMAs (mk.gemm's `padding`).
+  Value paddingRows;
   SmallVector<Value> b, saves;
   bool transposeA = false, transposeB = false;
   FloatAttr limit;
@@ -751,7 +754,8 @@ void createGemm(OpBuilder &b, Location loc, const BackwardGemm &g) {
   mk::GemmOp::create(
       b, loc, tc ? g.engine : mk::Engine::simt, g.epilogue, g.a, g.b, g.out,
       g.rowExpert, g.offsets, tc ? g.tensorMaps : Value(), g.gatherRows,
-      /*padding_rows=*/Value(), g.a2, g.kOffsets, g.saves, g.limit,
+      tc ? g.paddingRows : Value(), g.a2, g.kOffsets, g.kCounts, g.saves,
+      g.limit,
       tc ? b.getDenseI64ArrayAttr({g.tileM, g.tileN, sched::kTileK})
          : DenseI64ArrayAttr(),
       tc ? b.getI64IntegerAttr(sched::kStages) : IntegerAttr(),
@@ -844,6 +848,8 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     g.out = buf["d_hidden_u"];
     g.rowExpert = buf["row_expert"];
     g.offsets = buf["offsets"];
+    if (tc.engine == mk::Engine::wgmma)
+      g.paddingRows = buf["row_route"];
     onTensorCores(g, {tc.routedDOut, tc.down});
     createGemm(b, loc, g);
     BackwardGemm w;
@@ -851,6 +857,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     w.b = {buf["hidden"]}; // [R, I]: K = rows, N = I
     w.transposeA = w.transposeB = true;
     w.kOffsets = buf["offsets"];
+    w.kCounts = buf["counts"]; // past each expert's rows: zero padding
     w.out = buf["d_down_weights"];
     onTensorCores(w, {tc.dYT, tc.hiddenT});
     createGemm(b, loc, w);
@@ -908,8 +915,10 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     w.a = buf[dAct]; // [K, I]
     w.b = {buf[xs]}; // [K, H]
     w.transposeA = w.transposeB = true;
-    if (grouped)
+    if (grouped) {
       w.kOffsets = buf["offsets"];
+      w.kCounts = buf["counts"];
+    }
     w.out = buf[out];
     onTensorCores(w, slots);
     createGemm(b, loc, w);

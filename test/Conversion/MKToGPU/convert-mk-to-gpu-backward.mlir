@@ -163,6 +163,41 @@ gpu.module @swiglu_grad {
 // CHECK-NEXT: memref.store %[[KROUND]], %[[KO]][%[[KE]], %[[KR]], %[[KC]]]
 // CHECK: gpu.return
 
+// k_counts: group e sums rows [offsets[e], min(offsets[e + 1], offsets[e] +
+// counts[e])) (the rows past the count are zero padding).
+// CHECK-LABEL: gpu.func @k_counts(
+// CHECK-SAME: %[[CKOFF:[^:]*]]: memref<5xi64>, %[[CKCNT:[^:]*]]: memref<4xi64>)
+// CHECK: %[[CKE:.*]] = arith.divsi %{{.*}}, %c64 : index
+// CHECK: %[[CKB:.*]] = memref.load %[[CKOFF]][%[[CKE]]]
+// CHECK-NEXT: %[[CKBI:.*]] = arith.index_cast %[[CKB]]
+// CHECK: %[[CKEND:.*]] = memref.load %[[CKOFF]]
+// CHECK-NEXT: %[[CKENDI:.*]] = arith.index_cast %[[CKEND]]
+// CHECK-NEXT: %[[CKN:.*]] = memref.load %[[CKCNT]][%[[CKE]]]
+// CHECK-NEXT: %[[CKNI:.*]] = arith.index_cast %[[CKN]]
+// CHECK-NEXT: %[[CKLAST:.*]] = arith.addi %[[CKBI]], %[[CKNI]] : index
+// CHECK-NEXT: %[[CKSTOP:.*]] = arith.minsi %[[CKENDI]], %[[CKLAST]] : index
+// CHECK: scf.for %{{.*}} = %[[CKBI]] to %[[CKSTOP]] step
+// CHECK: gpu.return
+
+// On wgmma, a task's k-tiles stop after the one holding the group's last
+// counted row: min(offsets[e + 1] - offsets[e], ceil(counts[e] / 64) * 64)
+// / 64 k-tiles.
+// CHECK-LABEL: gpu.func @k_counts_wgmma(
+// CHECK-SAME: %[[WKOFF:[^:]*]]: memref<5xi64>, %[[WKCNT:[^:]*]]: memref<4xi64>,
+// CHECK: %[[WKB:.*]] = memref.load %[[WKOFF]][%[[WKG:[0-9a-z_]+]]]
+// CHECK-NEXT: %[[WKBI:.*]] = arith.index_cast %[[WKB]]
+// CHECK: %[[WKE:.*]] = memref.load %[[WKOFF]]
+// CHECK-NEXT: %[[WKEI:.*]] = arith.index_cast %[[WKE]]
+// CHECK-NEXT: %[[WKROWS:.*]] = arith.subi %[[WKEI]], %[[WKBI]] : index
+// CHECK: %[[WKN:.*]] = memref.load %[[WKCNT]][%[[WKG]]]
+// CHECK-NEXT: %[[WKNI:.*]] = arith.index_cast %[[WKN]]
+// CHECK-NEXT: %[[WKUP:.*]] = arith.addi %[[WKNI]], %c63{{.*}} : index
+// CHECK-NEXT: %[[WKT:.*]] = arith.divsi %[[WKUP]], %c64{{.*}} : index
+// CHECK-NEXT: %[[WKR:.*]] = arith.muli %[[WKT]], %c64{{.*}} : index
+// CHECK-NEXT: %[[WKMIN:.*]] = arith.minsi %[[WKROWS]], %[[WKR]] : index
+// CHECK: arith.divsi %[[WKMIN]], %c64{{.*}} : index
+// CHECK: gpu.return
+
 // saves: the swiglu epilogue also stores its bf16 inputs.
 // CHECK-LABEL: gpu.func @saves(
 // CHECK-SAME: %[[SVH:[^:]*]]: memref<108x32xbf16>, %[[SVG:[^:]*]]: memref<108x32xbf16>, %[[SVU:[^:]*]]: memref<108x32xbf16>,
@@ -195,6 +230,20 @@ gpu.module @gemms {
   gpu.func @k_groups(%dy: memref<108x64xbf16>, %h: memref<108x32xbf16>, %dwd: memref<4x64x32xbf16>, %off: memref<5xi64>) kernel {
     mk.gemm simt store %dy, %h into %dwd k_groups(%off : memref<5xi64>) {transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+    gpu.return
+  }
+
+  gpu.func @k_counts(%dy: memref<108x64xbf16>, %h: memref<108x32xbf16>, %dwd: memref<4x64x32xbf16>, %off: memref<5xi64>, %cnt: memref<4xi64>) kernel {
+    mk.gemm simt store %dy, %h into %dwd k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>) {transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+    gpu.return
+  }
+
+  gpu.func @k_counts_wgmma(%a: memref<108x64xbf16>, %b: memref<108x128xbf16>, %o: memref<4x64x128xbf16>, %off: memref<5xi64>, %cnt: memref<4xi64>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>)
+        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x128xbf16> -> memref<4x64x128xbf16>
     gpu.return
   }
 
@@ -298,9 +347,40 @@ gpu.module @dispatch {
 // CHECK: } else {
 // CHECK: memref.load
 // CHECK: gpu.return
+// Rows of 80 pieces: a lane of the SwiGLU backward loads 3 pieces (c, c +
+// 32, c + 64; stepping by 96) before it computes any; the last round is
+// partial, so each piece's stores are guarded and its partial of d_w
+// selected.
+// CHECK-LABEL: gpu.func @swiglu_grad_pieces(
+// CHECK: scf.for {{.*}} step %c96{{.*}} iter_args({{.*}}) -> (f32) {
+// CHECK-NOT: llvm.store
+// CHECK: arith.minsi %{{.*}}, %c79
+// CHECK-COUNT-2: llvm.load {{.*}} : !llvm.ptr<1> -> vector<4xf32>
+// CHECK-COUNT-3: llvm.load {{.*}} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-NOT: llvm.store
+// CHECK: arith.minsi %{{.*}}, %c79
+// CHECK-COUNT-2: llvm.load {{.*}} : !llvm.ptr<1> -> vector<4xf32>
+// CHECK-COUNT-3: llvm.load {{.*}} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-NOT: llvm.store
+// CHECK: arith.minsi %{{.*}}, %c79
+// CHECK-COUNT-2: llvm.load {{.*}} : !llvm.ptr<1> -> vector<4xf32>
+// CHECK-COUNT-3: llvm.load {{.*}} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-NOT: llvm.load
+// CHECK: scf.if
+// CHECK-COUNT-2: llvm.store {{.*}} : vector<8xbf16>, !llvm.ptr<1>
+// CHECK: arith.select
+// CHECK: scf.if
+// CHECK: scf.if
+// CHECK: gpu.shuffle xor
+// CHECK: gpu.return
+// Rows of 8 pieces: a thread of the scaled gather loads 4 pieces of a row
+// before it scales and stores any.
 // CHECK-LABEL: gpu.func @gather_scaled_vector(
 // CHECK: scf.if
-// CHECK: llvm.load {{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-COUNT-4: llvm.load {{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-NOT: llvm.store
+// CHECK-COUNT-8: arith.mulf
+// CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
 // CHECK-COUNT-8: arith.mulf
 // CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
 // CHECK: } else {
@@ -314,6 +394,16 @@ gpu.module @vector_forms {
         routes(%rr, %qr, %w, %off : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> %dw
         : memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>
           -> memref<108x32xbf16>, memref<108x32xbf16>, memref<40x2xf32>
+    gpu.return
+  }
+  gpu.func @swiglu_grad_pieces(%dh: memref<108x640xf32>, %g: memref<108x640xbf16>, %u: memref<108x640xbf16>, %h: memref<108x640xbf16>,
+                               %dg: memref<108x640xbf16>, %du: memref<108x640xbf16>, %rr: memref<108xi64>, %qr: memref<80xi64>,
+                               %w: memref<40x2xf32>, %off: memref<5xi64>, %dw: memref<40x2xf32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    mk.swiglu_grad %dh, %g, %u, %h into %dg, %du
+        routes(%rr, %qr, %w, %off : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> %dw
+        : memref<108x640xf32>, memref<108x640xbf16>, memref<108x640xbf16>, memref<108x640xbf16>
+          -> memref<108x640xbf16>, memref<108x640xbf16>, memref<40x2xf32>
     gpu.return
   }
   gpu.func @gather_scaled_vector(%x: memref<40x64xbf16>, %r: memref<108xi64>, %off: memref<5xi64>, %y: memref<108x64xbf16>, %w: memref<40x2xf32>) kernel {

@@ -21,7 +21,8 @@
 // N-major through 64 x 64 boxes (transpose_b), the down dgrad stores fp32,
 // the gate/up dgrad is a concat (maps: a, each B, then a2), the weight
 // gradients read both operands through 64 x 64 boxes (transpose_a,
-// transpose_b) with k_groups.
+// transpose_b) with k_groups, and stop after each expert's counted rows
+// (k_counts: the rows past them are zero padding).
 // TC-LABEL: gpu.func @layer_forward(
 // TC: mk.gemm wgmma swiglu
 // TC-LABEL: gpu.func @layer_forward_forward(
@@ -36,7 +37,7 @@
 // TC: mk.gather %{{.*}} scale(
 // TC-NEXT: mk.grid_barrier
 // TC-NEXT: mk.gemm wgmma store %[[TDOUT:[^,]*]], %{{.*}} into %{{.*}} grouped({{.*}}) maps({{.*}}) gather({{.*}}) {gather_top_k = 2 : i64, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_b} : memref<40x64xbf16>, memref<4x64x128xbf16> -> memref<332x128xf32>
-// TC-NEXT: mk.gemm wgmma store {{.*}} k_groups({{.*}}) {maps = array<i64: {{[0-9]+}}, {{[0-9]+}}>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_a, transpose_b} : memref<332x64xbf16>, memref<332x128xbf16> -> memref<4x64x128xbf16>
+// TC-NEXT: mk.gemm wgmma store {{.*}} k_groups({{.*}}) k_counts({{.*}}) {maps = array<i64: {{[0-9]+}}, {{[0-9]+}}>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_a, transpose_b} : memref<332x64xbf16>, memref<332x128xbf16> -> memref<4x64x128xbf16>
 // TC-NEXT: mk.gemm wgmma store {{.*}} {maps = array<i64: 15, 16>, {{.*}}, transpose_b} : memref<40x64xbf16>, memref<64x128xbf16> -> memref<40x128xf32>
 // TC-NEXT: mk.gemm wgmma store {{.*}} transpose_a, transpose_b} : memref<40x64xbf16>, memref<40x128xbf16> -> memref<64x128xbf16>
 // TC: mk.gemm wgmma store {{.*}} concat({{.*}}) {maps = array<i64: 5, 7, 11, 6>, {{.*}}, transpose_b} : memref<332x128xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x64xbf16>
@@ -58,13 +59,14 @@
 // CHECK-LABEL: gpu.func @layer_backward_backward(
 // CHECK-SAME: %[[DOUT:[^:]*]]: memref<40x64xbf16>, %[[BX:[^:]*]]: memref<40x64xbf16>, %[[TOP:[^:]*]]: memref<40x2xi32>, %[[RW:[^:]*]]: memref<40x2xf32>, %[[WG:[^:]*]]: memref<4x128x64xbf16>, %[[WU:[^:]*]]: memref<4x128x64xbf16>, %[[WD:[^:]*]]: memref<4x64x128xbf16>, %[[SWG:[^:]*]]: memref<128x64xbf16>, %[[SWU:[^:]*]]: memref<128x64xbf16>, %[[SWD:[^:]*]]: memref<64x128xbf16>, %[[CRX:[^:]*]]: memref<332x64xbf16>, %[[CG:[^:]*]]: memref<332x128xbf16>, %[[CU:[^:]*]]: memref<332x128xbf16>, %[[CH:[^:]*]]: memref<332x128xbf16>, %[[CSG:[^:]*]]: memref<40x128xbf16>, %[[CSU:[^:]*]]: memref<40x128xbf16>, %[[CSH:[^:]*]]: memref<40x128xbf16>, %[[DX:[^:]*]]: memref<40x64xbf16>, %[[DRW:[^:]*]]: memref<40x2xf32>, %[[DWG:[^:]*]]: memref<4x128x64xbf16>, %[[DWU:[^:]*]]: memref<4x128x64xbf16>, %[[DWD:[^:]*]]: memref<4x64x128xbf16>, %[[DSG:[^:]*]]: memref<128x64xbf16>, %[[DSU:[^:]*]]: memref<128x64xbf16>, %[[DSD:[^:]*]]: memref<64x128xbf16>,
 // CHECK-SAME: {dtype = "bf16", name = "d_x", role = "output", shape = array<i64: 40, 64>}, {dtype = "f32", name = "d_router_weights", role = "output", shape = array<i64: 40, 2>}
+// CHECK: mk.scan_chunks %{{.*}} into %[[CNT:[^ ]*]] : memref<5x4xi64>, memref<4xi64>
 // CHECK: mk.assign_rows %[[TOP]], %[[OFF:[^,]*]], %{{.*}} into %[[RR:[^,]*]], %[[ROWR:[^,]*]], %[[ROWE:[^ ]*]]
 // CHECK-NEXT: mk.grid_barrier
 // CHECK-NEXT: mk.gather %[[DOUT]], %[[ROWR]], %[[OFF]] into %[[RDOUT:[^ ]*]] {top_k = 2 : i64}
 // CHECK-NEXT: mk.gather %[[DOUT]], %[[ROWR]], %[[OFF]] into %[[DY:[^ ]*]] scale(%[[RW]] : memref<40x2xf32>)
 // CHECK-NEXT: mk.grid_barrier
 // CHECK-NEXT: mk.gemm simt store %[[RDOUT]], %[[WD]] into %[[DHU:[^ ]*]] grouped(%[[ROWE]], %[[OFF]] : {{.*}}) {transpose_b} : memref<332x64xbf16>, memref<4x64x128xbf16> -> memref<332x128xf32>
-// CHECK-NEXT: mk.gemm simt store %[[DY]], %[[CH]] into %[[DWD]] k_groups(%[[OFF]] : memref<5xi64>) {transpose_a, transpose_b} : memref<332x64xbf16>, memref<332x128xbf16> -> memref<4x64x128xbf16>
+// CHECK-NEXT: mk.gemm simt store %[[DY]], %[[CH]] into %[[DWD]] k_groups(%[[OFF]] : memref<5xi64>) k_counts(%[[CNT]] : memref<4xi64>) {transpose_a, transpose_b} : memref<332x64xbf16>, memref<332x128xbf16> -> memref<4x64x128xbf16>
 // CHECK-NEXT: mk.gemm simt store %[[DOUT]], %[[SWD]] into %[[DSHU:[^ ]*]] {transpose_b} : memref<40x64xbf16>, memref<64x128xbf16> -> memref<40x128xf32>
 // CHECK-NEXT: mk.gemm simt store %[[DOUT]], %[[CSH]] into %[[DSD]] {transpose_a, transpose_b}
 // CHECK-NEXT: mk.grid_barrier
@@ -72,8 +74,8 @@
 // CHECK-NEXT: mk.swiglu_grad %[[DSHU]], %[[CSG]], %[[CSU]], %[[CSH]] into %[[DSGA:[^,]*]], %[[DSUA:[^ ]*]] {swiglu_limit
 // CHECK-NEXT: mk.grid_barrier
 // CHECK-NEXT: mk.gemm simt store %[[DG]], %[[WG]], %[[WU]] into %[[DRX:[^ ]*]] grouped(%[[ROWE]], %[[OFF]] : {{.*}}) concat(%[[DU]] : memref<332x128xbf16>) {transpose_b}
-// CHECK-NEXT: mk.gemm simt store %[[DG]], %[[CRX]] into %[[DWG]] k_groups(%[[OFF]] : memref<5xi64>) {transpose_a, transpose_b}
-// CHECK-NEXT: mk.gemm simt store %[[DU]], %[[CRX]] into %[[DWU]] k_groups(%[[OFF]] : memref<5xi64>) {transpose_a, transpose_b}
+// CHECK-NEXT: mk.gemm simt store %[[DG]], %[[CRX]] into %[[DWG]] k_groups(%[[OFF]] : memref<5xi64>) k_counts(%[[CNT]] : memref<4xi64>) {transpose_a, transpose_b}
+// CHECK-NEXT: mk.gemm simt store %[[DU]], %[[CRX]] into %[[DWU]] k_groups(%[[OFF]] : memref<5xi64>) k_counts(%[[CNT]] : memref<4xi64>) {transpose_a, transpose_b}
 // CHECK-NEXT: mk.gemm simt store %[[DSGA]], %[[SWG]], %[[SWU]] into %[[DSX:[^ ]*]] concat(%[[DSUA]] : memref<40x128xbf16>) {transpose_b}
 // CHECK-NEXT: mk.gemm simt store %[[DSGA]], %[[BX]] into %[[DSG]] {transpose_a, transpose_b}
 // CHECK-NEXT: mk.gemm simt store %[[DSUA]], %[[BX]] into %[[DSU]] {transpose_a, transpose_b}

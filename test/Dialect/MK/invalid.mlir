@@ -817,3 +817,23 @@ gpu.module @m {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @k_counts_without_k_groups(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<64x32xbf16>, %cnt: memref<4xi64>) kernel {
+    // expected-error @+1 {{k_counts needs k_groups (it counts each K group's rows)}}
+    mk.gemm simt store %a, %b into %o k_counts(%cnt : memref<4xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<64x32xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @k_counts_groups(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<4x64x32xbf16>, %off: memref<5xi64>, %cnt: memref<5xi64>) kernel {
+    // expected-error @+1 {{k_counts dimension 0 must be 4 (E, offsets - 1), got 5}}
+    mk.gemm simt store %a, %b into %o k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+    gpu.return
+  }
+}

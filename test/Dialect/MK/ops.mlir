@@ -33,6 +33,7 @@
 // CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} : memref<40x64xbf16>, memref<16x64xbf16> -> memref<40x16xf32>
 // CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} grouped(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<5xi64>) concat(%{{[a-z0-9_]+}} : memref<108x32xbf16>) {transpose_b} : memref<108x32xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x64xbf16>
 // CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} k_groups(%{{[a-z0-9_]+}} : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} k_groups(%{{[a-z0-9_]+}} : memref<5xi64>) k_counts(%{{[a-z0-9_]+}} : memref<4xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
 // CHECK: mk.gemm simt swiglu %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} grouped(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<5xi64>) saves(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108x32xbf16>, memref<108x32xbf16>) {swiglu_limit = 7.000000e+00 : f32} : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
 // CHECK: mk.swiglu_grad %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} routes(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> %{{[a-z0-9_]+}} {swiglu_limit = 7.000000e+00 : f32} : memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16> -> memref<108x32xbf16>, memref<108x32xbf16>, memref<40x2xf32>
 // CHECK: mk.swiglu_grad %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<40x16xf32>, memref<40x16xbf16>, memref<40x16xbf16>, memref<40x16xbf16> -> memref<40x16xbf16>, memref<40x16xbf16>{{$}}
@@ -117,7 +118,7 @@ gpu.module @kernels {
                      %xt: memref<64x40xbf16>, %x: memref<40x64xbf16>, %sb: memref<16x64xbf16>,
                      %sh: memref<40x16xbf16>, %sh32: memref<40x16xf32>, %sdh: memref<40x16xf32>,
                      %sg: memref<40x16xbf16>, %su: memref<40x16xbf16>, %sdg: memref<40x16xbf16>,
-                     %sdu: memref<40x16xbf16>, %d_x: memref<40x64xbf16>) kernel {
+                     %sdu: memref<40x16xbf16>, %d_x: memref<40x64xbf16>, %counts: memref<4xi64>) kernel {
     // The reverse combine: d_out scaled by the router weights.
     mk.gather %d_out, %row_route, %offsets into %d_y scale(%rw : memref<40x2xf32>) {top_k = 2 : i64}
         : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
@@ -133,6 +134,10 @@ gpu.module @kernels {
         : memref<108x32xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x64xbf16>
     // d_down[e] = d_y^T hidden over expert e's rows.
     mk.gemm simt store %d_y, %hidden into %d_wd k_groups(%offsets : memref<5xi64>) {transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+    // ... stopping after each expert's counted rows (the rest is padding).
+    mk.gemm simt store %d_y, %hidden into %d_wd k_groups(%offsets : memref<5xi64>)
+        k_counts(%counts : memref<4xi64>) {transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
     // The training forward saves the activation's inputs.
     mk.gemm simt swiglu %routed_x, %wg, %wu into %hidden grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)

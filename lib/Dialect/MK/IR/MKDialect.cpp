@@ -158,8 +158,15 @@ LogicalResult GemmOp::verify() {
                          "N, the first B's")))
       return failure();
   }
+  if (getKCounts() && !kGroups)
+    return emitOpError("k_counts needs k_groups (it counts each K group's "
+                       "rows)");
   if (kGroups) {
     int64_t groups = dim(getKOffsets(), 0) - 1;
+    if (Value counts = getKCounts())
+      if (failed(expectDim(*this, counts, "k_counts", 0, groups,
+                           "E, offsets - 1")))
+        return failure();
     if (cast<MemRefType>(out.getType()).getRank() != 3)
       return emitOpError("k_groups: out must be [E, M, N]");
     if (failed(expectDim(*this, out, "out", 0, groups, "E, offsets - 1")) ||

@@ -318,6 +318,12 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       an expert's routed rows). On the tensor-core engines every offset
       must be a multiple of 64 (whole k-tiles: the plan's padding is) and
       out's M a multiple of the tile's M;
+    * `k_counts(%counts)` (with `k_groups`; `counts [E]`, each at most its
+      group's size): group e's rows from `offsets[e] + counts[e]` on are
+      padding, zero in `a` or in every B (the plan's padding rows are), so
+      they add nothing: the engines skip them (`simt` sums
+      `[offsets[e], offsets[e] + counts[e])`, the tensor cores stop after
+      the k-tile that holds the last counted row);
     * an `f32` out (`store`): the fp32 accumulators, unrounded.
     `saves(%gate, %up)` (`swiglu`): also stores `bf16(acc_0)` and
     `bf16(acc_1)`, the activation's inputs (the backward context).
@@ -327,7 +333,8 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
         grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
         : memref<108x32xbf16>, memref<4x64x32xbf16> -> memref<108x64xbf16>
     mk.gemm simt store %d_y, %hidden into %d_down
-        k_groups(%offsets : memref<5xi64>) {transpose_a, transpose_b}
+        k_groups(%offsets : memref<5xi64>) k_counts(%counts : memref<4xi64>)
+        {transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
     ```
   }];
@@ -344,6 +351,7 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$padding_rows,
       Arg<Optional<MK_Bf16Matrix>, "", [MemRead]>:$a2,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$k_offsets,
+      Arg<Optional<MK_I64Vector>, "", [MemRead]>:$k_counts,
       Arg<Variadic<MK_Bf16Matrix>, "", [MemWrite]>:$saves,
       OptionalAttr<F32Attr>:$swiglu_limit,
       OptionalAttr<DenseI64ArrayAttr>:$tile,
@@ -363,6 +371,7 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     (`padding` `(` $padding_rows^ `:` type($padding_rows) `)`)?
     (`concat` `(` $a2^ `:` type($a2) `)`)?
     (`k_groups` `(` $k_offsets^ `:` type($k_offsets) `)`)?
+    (`k_counts` `(` $k_counts^ `:` type($k_counts) `)`)?
     (`saves` `(` $saves^ `:` type($saves) `)`)?
     attr-dict `:` type($a) `,` type($b) `->` type($out)
   }];
