@@ -373,11 +373,11 @@ gpu.module @dispatch {
 // CHECK: scf.if
 // CHECK: gpu.shuffle xor
 // CHECK: gpu.return
-// Rows of 8 pieces: a thread of the scaled gather loads 4 pieces of a row
-// before it scales and stores any.
+// Rows of 8 pieces: a thread of the scaled gather loads a whole row (up to
+// 16 pieces) before it scales and stores any.
 // CHECK-LABEL: gpu.func @gather_scaled_vector(
 // CHECK: scf.if
-// CHECK-COUNT-4: llvm.load {{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-COUNT-8: llvm.load {{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK-NOT: llvm.store
 // CHECK-COUNT-8: arith.mulf
 // CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>

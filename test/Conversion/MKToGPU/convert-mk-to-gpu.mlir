@@ -27,14 +27,16 @@
 // CHECK: arith.subi
 // CHECK: scf.for
 // CHECK-COUNT-2: gpu.shuffle idx
-// The gather (H = 64: 8 pieces of 16 bytes a row) copies 4 pieces a thread,
-// loads first, when x and routed_x are 16-byte aligned, else element by
-// element; a padding row stores zeros (selected, not branched).
+// The gather (H = 64: 8 pieces of 16 bytes a row) copies a whole row a
+// thread (up to 16 pieces: the most that divides the row's), loads first,
+// when x and routed_x are 16-byte aligned, else element by element; a
+// padding row stores zeros (selected, not branched).
 // CHECK: %[[LOW:.*]] = arith.andi %{{.*}}, %c15_i64 : i64
 // CHECK: %[[ALIGNED:.*]] = arith.cmpi eq, %[[LOW]]
 // CHECK: scf.if %[[ALIGNED]] {
-// CHECK-COUNT-4: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xi32>
-// CHECK-COUNT-4: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
+// CHECK-COUNT-8: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xi32>
+// CHECK-NOT: llvm.load
+// CHECK-COUNT-8: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
 // CHECK: } else {
 // CHECK: memref.store {{.*}} : memref<108x64xbf16>
 // The activation, as on the CPU.
