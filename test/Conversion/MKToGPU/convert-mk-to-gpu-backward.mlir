@@ -373,6 +373,16 @@ gpu.module @dispatch {
 // CHECK: scf.if
 // CHECK: gpu.shuffle xor
 // CHECK: gpu.return
+// Rows of 64 pieces: 16 pieces a thread, 4 threads a row; a thread's
+// pieces are 4 apart (element offsets 0, 32, ..., 480 from its first), so
+// that each load and store instruction of a warp covers adjacent pieces.
+// CHECK-LABEL: gpu.func @gather_scaled_wide(
+// CHECK: scf.if
+// CHECK: arith.muli %{{.*}}, %c8{{.*}} : index
+// CHECK: arith.addi %{{.*}}, %c32{{.*}} : index
+// CHECK: arith.addi %{{.*}}, %c480{{.*}} : index
+// CHECK-COUNT-16: arith.mulf
+// CHECK: gpu.return
 // Rows of 8 pieces: a thread of the scaled gather loads a whole row (up to
 // 16 pieces) before it scales and stores any.
 // CHECK-LABEL: gpu.func @gather_scaled_vector(
@@ -404,6 +414,11 @@ gpu.module @vector_forms {
         routes(%rr, %qr, %w, %off : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> %dw
         : memref<108x640xf32>, memref<108x640xbf16>, memref<108x640xbf16>, memref<108x640xbf16>
           -> memref<108x640xbf16>, memref<108x640xbf16>, memref<40x2xf32>
+    gpu.return
+  }
+  gpu.func @gather_scaled_wide(%x: memref<40x512xbf16>, %r: memref<108xi64>, %off: memref<5xi64>, %y: memref<108x512xbf16>, %w: memref<40x2xf32>) kernel {
+    mk.gather %x, %r, %off into %y scale(%w : memref<40x2xf32>) {top_k = 2 : i64}
+        : memref<40x512xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x512xbf16>
     gpu.return
   }
   gpu.func @gather_scaled_vector(%x: memref<40x64xbf16>, %r: memref<108xi64>, %off: memref<5xi64>, %y: memref<108x64xbf16>, %w: memref<40x2xf32>) kernel {
