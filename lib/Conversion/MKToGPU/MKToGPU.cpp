@@ -929,8 +929,7 @@ void KernelLowering::gatherVector(mk::GatherOp op) {
     SmallVector<Value> values;
     for (int64_t i = 0; i < per; ++i)
       values.push_back(e.select(
-          valid, load16(v4, at(xBase, e.add(src, e.index(stride * i)))),
-          zero));
+          valid, load16(v4, at(xBase, e.add(src, e.index(stride * i)))), zero));
     for (int64_t i = 0; i < per; ++i)
       store16(values[i], at(outBase, e.add(dst, e.index(stride * i))));
   });

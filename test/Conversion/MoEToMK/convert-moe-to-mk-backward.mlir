@@ -33,10 +33,11 @@
 // TC-SAME: block = 256
 // TC-SAME: {box_cols = 64 : i64, box_rows = 1 : i64, buffer = "d_out", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 40 : i64}, {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "down_weights", cols = 128 : i64, experts = 4 : i64, row_stride = 128 : i64, rows = 64 : i64}
 // TC-NOT: routed_d_out
-// The down dgrad gathers d_out's rows itself (no routed copy of them).
+// The down dgrad gathers d_out's rows itself (no routed copy of them) and
+// skips the MMAs of all-padding tile halves (padding: row_route).
 // TC: mk.gather %{{.*}} scale(
 // TC-NEXT: mk.grid_barrier
-// TC-NEXT: mk.gemm wgmma store %[[TDOUT:[^,]*]], %{{.*}} into %{{.*}} grouped({{.*}}) maps({{.*}}) gather({{.*}}) {gather_top_k = 2 : i64, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_b} : memref<40x64xbf16>, memref<4x64x128xbf16> -> memref<332x128xf32>
+// TC-NEXT: mk.gemm wgmma store %[[TDOUT:[^,]*]], %{{.*}} into %{{.*}} grouped({{.*}}) maps({{.*}}) gather(%[[TRR:[^ ]*]] : memref<332xi64>) padding(%[[TRR]] : memref<332xi64>) {gather_top_k = 2 : i64, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_b} : memref<40x64xbf16>, memref<4x64x128xbf16> -> memref<332x128xf32>
 // TC-NEXT: mk.gemm wgmma store {{.*}} k_groups({{.*}}) k_counts({{.*}}) {maps = array<i64: {{[0-9]+}}, {{[0-9]+}}>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_a, transpose_b} : memref<332x64xbf16>, memref<332x128xbf16> -> memref<4x64x128xbf16>
 // TC-NEXT: mk.gemm wgmma store {{.*}} {maps = array<i64: 15, 16>, {{.*}}, transpose_b} : memref<40x64xbf16>, memref<64x128xbf16> -> memref<40x128xf32>
 // TC-NEXT: mk.gemm wgmma store {{.*}} transpose_a, transpose_b} : memref<40x64xbf16>, memref<40x128xbf16> -> memref<64x128xbf16>
@@ -100,8 +101,9 @@
 // RECOMPUTE-NEXT: mk.gemm tcgen05 swiglu {{.*}} saves(
 // RECOMPUTE-NEXT: mk.grid_barrier
 // RECOMPUTE-NEXT: mk.gather
-// RECOMPUTE: mk.gemm tcgen05 store {{.*}} {maps = array<i64: {{[0-9]+}}, {{[0-9]+}}>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_b} : memref<332x64xbf16>, memref<4x64x128xbf16> -> memref<332x128xf32>
-// RECOMPUTE: mk.gemm tcgen05 store {{.*}} k_groups(
+// (tcgen05 has no padding skip: its down dgrad takes no `padding`.)
+// RECOMPUTE: mk.gemm tcgen05 store {{[^(]*}} grouped({{[^)]*}}) maps({{[^)]*}}) {maps = array<i64: {{[0-9]+}}, {{[0-9]+}}>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_b} : memref<332x64xbf16>, memref<4x64x128xbf16> -> memref<332x128xf32>
+// RECOMPUTE: mk.gemm tcgen05 store {{.*}} k_groups({{.*}}) k_counts(
 
 // On sm_90a the recompute GEMMs run on wgmma too (K-major, as forward's).
 // RECOMPUTE90-LABEL: gpu.func @layer_backward_backward(
