@@ -350,6 +350,45 @@ struct Schedule {
   }
 };
 
+/// One mk.gemm of a schedule, forward or backward: simt, or with `maps`
+/// (slots: a, each B, then a2) on `engine` with tile [tileM, tileN, 64].
+struct GemmPlan {
+  mk::Epilogue epilogue = mk::Epilogue::store;
+  Value a, a2, out, rowExpert, offsets, kOffsets, kCounts;
+  /// wgmma: the row_route of a grouped GEMM's rows, so that a tile half of
+  /// padding rows skips its MMAs (mk.gemm's `padding`).
+  Value paddingRows;
+  SmallVector<Value> b, saves;
+  bool transposeA = false, transposeB = false;
+  FloatAttr limit;
+  SmallVector<int64_t> maps;
+  Value tensorMaps;
+  mk::Engine engine = mk::Engine::wgmma; // with maps
+  int64_t tileM = sched::kTileM, tileN = 2 * sched::kTileN;
+  Value gatherRows; // a gathered A (wgmma): row r is a's row gatherRows[r] / k
+  int64_t gatherTopK = 0;
+  /// wgmma: warp roles (a producer warpgroup), with registers moved to the
+  /// consumers when set.
+  bool producer = false;
+  DenseI64ArrayAttr registers;
+};
+
+void createGemm(OpBuilder &b, Location loc, const GemmPlan &g) {
+  bool tc = !g.maps.empty();
+  mk::GemmOp::create(
+      b, loc, tc ? g.engine : mk::Engine::simt, g.epilogue, g.a, g.b, g.out,
+      g.rowExpert, g.offsets, tc ? g.tensorMaps : Value(), g.gatherRows,
+      tc ? g.paddingRows : Value(), g.a2, g.kOffsets, g.kCounts, g.saves,
+      g.limit,
+      tc ? b.getDenseI64ArrayAttr({g.tileM, g.tileN, sched::kTileK})
+         : DenseI64ArrayAttr(),
+      tc ? b.getI64IntegerAttr(sched::kStages) : IntegerAttr(),
+      tc ? b.getDenseI64ArrayAttr(g.maps) : DenseI64ArrayAttr(),
+      tc && g.producer, tc && g.producer ? g.registers : DenseI64ArrayAttr(),
+      g.gatherRows ? b.getI64IntegerAttr(g.gatherTopK) : IntegerAttr(),
+      g.transposeA, g.transposeB);
+}
+
 /// Emits the schedule of `layer` into the body of `func`, whose arguments
 /// are `params`.
 void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
@@ -384,37 +423,39 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   auto gemm = [&](mk::Epilogue epilogue, StringRef a, ArrayRef<StringRef> bs,
                   StringRef out, bool grouped, ArrayRef<int64_t> mapSlots,
                   bool gathered = false, ArrayRef<StringRef> saves = {}) {
-    SmallVector<Value> bValues;
+    GemmPlan g;
+    g.epilogue = epilogue;
+    g.a = buf[a];
     for (StringRef name : bs)
-      bValues.push_back(buf[name]);
-    Value rowExpert = grouped ? buf["row_expert"] : Value();
-    Value offsets = grouped ? buf["offsets"] : Value();
-    mk::Engine e = engine.value_or(mk::Engine::simt);
-    bool tc = engine.has_value();
-    SmallVector<Value> saved;
+      g.b.push_back(buf[name]);
+    g.out = buf[out];
+    if (grouped) {
+      g.rowExpert = buf["row_expert"];
+      g.offsets = buf["offsets"];
+    }
     for (StringRef name : saves)
-      saved.push_back(buf[name]);
-    mk::GemmOp::create(
-        b, loc, e, epilogue, buf[a], bValues, buf[out], rowExpert, offsets,
-        tc ? buf["tensor_maps"] : Value(),
-        gathered ? buf["row_route"] : Value(),
-        // wgmma's down projections skip the MMAs of a tile half that is
-        // all padding.
-        grouped && e == mk::Engine::wgmma && epilogue == mk::Epilogue::store
-            ? buf["row_route"]
-            : Value(),
-        /*a2=*/Value(), /*k_offsets=*/Value(), /*k_counts=*/Value(), saved,
-        epilogue == mk::Epilogue::swiglu ? limit : FloatAttr(),
-        tc ? b.getDenseI64ArrayAttr(
-                 {tileM,
-                  epilogue == mk::Epilogue::store ? storeTileN : sched::kTileN,
-                  sched::kTileK})
-           : DenseI64ArrayAttr(),
-        tc ? b.getI64IntegerAttr(sched::kStages) : IntegerAttr(),
-        tc ? b.getDenseI64ArrayAttr(mapSlots) : DenseI64ArrayAttr(),
-        /*producer=*/warpRoles, warpRoles ? registers : DenseI64ArrayAttr(),
-        gathered ? b.getI64IntegerAttr(s.topK) : IntegerAttr(),
-        /*transpose_a=*/false, /*transpose_b=*/false);
+      g.saves.push_back(buf[name]);
+    if (epilogue == mk::Epilogue::swiglu)
+      g.limit = limit;
+    if (gathered) {
+      g.gatherRows = buf["row_route"];
+      g.gatherTopK = s.topK;
+    }
+    if (engine) {
+      g.engine = *engine;
+      g.maps.assign(mapSlots.begin(), mapSlots.end());
+      g.tensorMaps = buf["tensor_maps"];
+      g.tileM = tileM;
+      g.tileN = epilogue == mk::Epilogue::store ? storeTileN : sched::kTileN;
+      // wgmma's down projections skip the MMAs of a tile half that is all
+      // padding.
+      if (grouped && *engine == mk::Engine::wgmma &&
+          epilogue == mk::Epilogue::store)
+        g.paddingRows = buf["row_route"];
+      g.producer = warpRoles;
+      g.registers = registers;
+    }
+    createGemm(b, loc, g);
   };
   // The training forward also stores the activation's inputs (the
   // backward context).
@@ -730,41 +771,6 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   return params;
 }
 
-/// A GEMM of the backward: simt, or with `maps` (slots: a, each B, then
-/// a2) wgmma with tile [tileM, 256, 64] (no warp roles).
-struct BackwardGemm {
-  mk::Epilogue epilogue = mk::Epilogue::store;
-  Value a, a2, out, rowExpert, offsets, kOffsets, kCounts;
-  /// wgmma: the row_route of a grouped GEMM's rows, so that a tile half of
-  /// padding rows skips its MMAs (mk.gemm's `padding`).
-  Value paddingRows;
-  SmallVector<Value> b, saves;
-  bool transposeA = false, transposeB = false;
-  FloatAttr limit;
-  SmallVector<int64_t> maps;
-  Value tensorMaps;
-  mk::Engine engine = mk::Engine::wgmma; // with maps
-  int64_t tileM = sched::kTileM, tileN = 2 * sched::kTileN;
-  Value gatherRows; // a gathered A (wgmma): row r is a's row gatherRows[r] / k
-  int64_t gatherTopK = 0;
-};
-
-void createGemm(OpBuilder &b, Location loc, const BackwardGemm &g) {
-  bool tc = !g.maps.empty();
-  mk::GemmOp::create(
-      b, loc, tc ? g.engine : mk::Engine::simt, g.epilogue, g.a, g.b, g.out,
-      g.rowExpert, g.offsets, tc ? g.tensorMaps : Value(), g.gatherRows,
-      tc ? g.paddingRows : Value(), g.a2, g.kOffsets, g.kCounts, g.saves,
-      g.limit,
-      tc ? b.getDenseI64ArrayAttr({g.tileM, g.tileN, sched::kTileK})
-         : DenseI64ArrayAttr(),
-      tc ? b.getI64IntegerAttr(sched::kStages) : IntegerAttr(),
-      tc ? b.getDenseI64ArrayAttr(g.maps) : DenseI64ArrayAttr(),
-      /*producer=*/false, DenseI64ArrayAttr(),
-      g.gatherRows ? b.getI64IntegerAttr(g.gatherTopK) : IntegerAttr(),
-      g.transposeA, g.transposeB);
-}
-
 /// Emits the backward's schedule (docs/Backward.md) into `func`.
 void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
                           ArrayRef<Param> params, gpu::GPUFuncOp func,
@@ -786,7 +792,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
   };
 
   // The GEMMs on tensor cores when the plan has maps for them.
-  auto onTensorCores = [&](BackwardGemm &g, ArrayRef<int64_t> slots) {
+  auto onTensorCores = [&](GemmPlan &g, ArrayRef<int64_t> slots) {
     if (tc.maps.empty())
       return;
     g.maps.assign(slots.begin(), slots.end());
@@ -800,7 +806,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
   if (grad.recomputes()) {
     gather("x", "routed_x", Value());
     barrier();
-    BackwardGemm g;
+    GemmPlan g;
     g.epilogue = mk::Epilogue::swiglu;
     g.a = buf["routed_x"];
     g.b = {buf["gate_weights"], buf["up_weights"]};
@@ -813,7 +819,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     g.tileN = sched::kTileN;
     createGemm(b, loc, g);
     if (shared) {
-      BackwardGemm sg;
+      GemmPlan sg;
       sg.epilogue = mk::Epilogue::swiglu;
       sg.a = buf["x"];
       sg.b = {buf["shared_gate_weights"], buf["shared_up_weights"]};
@@ -837,7 +843,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
 
   // Down dgrad (fp32, unscaled) and the down weights' gradients.
   {
-    BackwardGemm g;
+    GemmPlan g;
     g.a = gathersDOut ? buf["d_out"] : buf["routed_d_out"];
     if (gathersDOut) { // the dispatch of d_out fused into the A loads
       g.gatherRows = buf["row_route"];
@@ -852,7 +858,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
       g.paddingRows = buf["row_route"];
     onTensorCores(g, {tc.routedDOut, tc.down});
     createGemm(b, loc, g);
-    BackwardGemm w;
+    GemmPlan w;
     w.a = buf["d_y"];      // [R, H]: K = rows, M = H
     w.b = {buf["hidden"]}; // [R, I]: K = rows, N = I
     w.transposeA = w.transposeB = true;
@@ -863,14 +869,14 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     createGemm(b, loc, w);
   }
   if (shared) {
-    BackwardGemm g;
+    GemmPlan g;
     g.a = buf["d_out"];
     g.b = {buf["shared_down_weights"]}; // [H, I_s]
     g.transposeB = true;
     g.out = buf["d_shared_hidden_u"];
     onTensorCores(g, {tc.dOut, tc.sharedDown});
     createGemm(b, loc, g);
-    BackwardGemm w;
+    GemmPlan w;
     w.a = buf["d_out"];
     w.b = {buf["shared_hidden"]};
     w.transposeA = w.transposeB = true;
@@ -896,7 +902,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
   // up weights' gradients.
   auto dgrad = [&](StringRef dg, StringRef du, StringRef wg, StringRef wu,
                    StringRef out, bool grouped, ArrayRef<int64_t> slots) {
-    BackwardGemm g;
+    GemmPlan g;
     g.a = buf[dg];
     g.a2 = buf[du];
     g.b = {buf[wg], buf[wu]}; // [(E,) I, H]: K = I, N = H
@@ -911,7 +917,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
   };
   auto wgrad = [&](StringRef dAct, StringRef xs, StringRef out, bool grouped,
                    ArrayRef<int64_t> slots) {
-    BackwardGemm w;
+    GemmPlan w;
     w.a = buf[dAct]; // [K, I]
     w.b = {buf[xs]}; // [K, H]
     w.transposeA = w.transposeB = true;
