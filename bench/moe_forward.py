@@ -138,6 +138,36 @@ def layer_and_inputs(script, seed):
     return artifacts, name, layer, a
 
 
+def write_result(out, stem, result, baseline, ylabel, title):
+    """Writes `result` (gpu, date, matmul_8192_tflops and rows with shape,
+    mok_tflops and torch_tflops) to <out>/<stem>.json and, with
+    matplotlib, its bar chart (the baseline labelled `baseline`, mok, and
+    the matmul ceiling) to <out>/<stem>.png."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, stem + ".json"), "w") as f:
+        json.dump(result, f, indent=2)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["torch_tflops"] for r in rows], 0.4, label=baseline)
+    ax.bar([x + 0.2 for x in xs], [r["mok_tflops"] for r in rows], 0.4, label="mok")
+    ax.axhline(result["matmul_8192_tflops"], color="gray", linestyle="--",
+               label="8192^3 matmul")
+    ax.set_xticks(list(xs), [r["shape"] for r in rows])
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, stem + ".png"), dpi=120)
+    plt.close(fig)
+
+
 def matmul_ceiling():
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -198,26 +228,8 @@ def main():
     result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                   commit=args.commit,
                   date=time.strftime("%Y-%m-%d"), matmul_8192_tflops=ceiling, rows=rows)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "moe_forward.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(8, 4))
-        xs = range(len(rows))
-        ax.bar([x - 0.2 for x in xs], [r["torch_tflops"] for r in rows], 0.4, label="PyTorch")
-        ax.bar([x + 0.2 for x in xs], [r["mok_tflops"] for r in rows], 0.4, label="mok")
-        ax.axhline(ceiling, color="gray", linestyle="--", label="8192^3 matmul")
-        ax.set_xticks(list(xs), [r["shape"] for r in rows])
-        ax.set_ylabel("TFLOP/s")
-        ax.set_title(f"MoE forward, {result['gpu']}, {result['date']}")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "moe_forward.png"), dpi=120)
-    except ImportError:
-        pass
+    write_result(args.out, "moe_forward", result, "PyTorch", "TFLOP/s",
+                 f"MoE forward, {result['gpu']}, {result['date']}")
     with_phases = [r for r in rows if r["phases_ms"]]
     if with_phases:
         # Every phase any kernel has, in order ("-": a kernel without it,

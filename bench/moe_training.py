@@ -22,7 +22,6 @@ Writes <out>/moe_training.json and .png; prints the tables last.
         --artifacts bench-artifacts --out /tmp/bench --shapes dsv3-shard qwen3-30b
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -33,7 +32,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
 import mok  # noqa: E402
-from moe_forward import matmul_ceiling, time_rounds, torch_layer  # noqa: E402
+from moe_forward import matmul_ceiling, time_rounds, torch_layer, write_result  # noqa: E402
 from shapes import SHAPES  # noqa: E402
 from torch_reference import backward as reference_grads  # noqa: E402
 from torch_reference import make_inputs, relative_error  # noqa: E402
@@ -154,27 +153,9 @@ def main():
     result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                   commit=args.commit, date=time.strftime("%Y-%m-%d"),
                   matmul_8192_tflops=ceiling, rows=rows)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "moe_training.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(8, 4))
-        xs = range(len(rows))
-        ax.bar([x - 0.2 for x in xs], [r["torch_tflops"] for r in rows], 0.4,
-               label="PyTorch autograd")
-        ax.bar([x + 0.2 for x in xs], [r["mok_tflops"] for r in rows], 0.4, label="mok")
-        ax.axhline(ceiling, color="gray", linestyle="--", label="8192^3 matmul")
-        ax.set_xticks(list(xs), [r["shape"] for r in rows])
-        ax.set_ylabel("TFLOP/s (3 x forward FLOPs)")
-        ax.set_title(f"MoE forward + backward, {result['gpu']}, {result['date']}")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "moe_training.png"), dpi=120)
-    except ImportError:
-        pass
+    write_result(args.out, "moe_training", result, "PyTorch autograd",
+                 "TFLOP/s (3 x forward FLOPs)",
+                 f"MoE forward + backward, {result['gpu']}, {result['date']}")
     for r in rows:
         print(f"\n{r['shape']}: mok forward alone {r['mok_forward_ms']:.3f} ms, "
               f"backward alone {r['mok_backward_ms']:.3f} ms (median, one call at a time)")
