@@ -27,6 +27,11 @@
 # runs the tests, then the training benchmark instead (bench/prepare.py
 # --training, then bench/moe_training.py: forward + backward against
 # PyTorch autograd; MOK_BENCH_SHAPES default "dsv3-shard qwen3-30b").
+# MOK_GPU_TESTS="file ..." runs those GPU test files instead of all of
+# python/tests/gpu (all of them took about 4.5 minutes in the tenth
+# session; with --bench-training, e.g. MOK_GPU_TESTS="python/tests/gpu/
+# test_gpu_backward.py python/tests/gpu/test_gpu_torch.py" keeps the call
+# well inside the GPU machine's 10 minutes).
 set -uo pipefail
 bench=0
 training=0
@@ -81,9 +86,10 @@ if python3 -c "import numpy" 2>/dev/null; then
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 
-step "GPU forward tests ($MOK_GPU_ARTIFACTS)"
+step "GPU tests (${MOK_GPU_TESTS:-python/tests/gpu}; $MOK_GPU_ARTIFACTS)"
 # A kernel that hangs must not eat the machine's time: bounded.
-timeout "${MOK_GPU_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider python/tests/gpu 2>&1 | tee -a "$log" | tail -25 || status=1
+# shellcheck disable=SC2086
+timeout "${MOK_GPU_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider ${MOK_GPU_TESTS:-python/tests/gpu} 2>&1 | tee -a "$log" | tail -25 || status=1
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
 if [[ -f scripts/probe/run_on_h200.sh ]]; then
