@@ -176,6 +176,25 @@ def test_cache_is_per_compiler(tmp_path, monkeypatch):
     assert b.path != a.path and b.ptx == a.ptx
 
 
+def test_compiler_identity_follows_the_build(tmp_path, monkeypatch):
+    """The identity names the extension's file; without the extension, the
+    mok-compile binary's, and changes when that file is rebuilt."""
+    import sys
+    from mok import _gpu
+    assert "_mok" in _gpu._compiler_identity()
+    tool = tmp_path / "mok-compile"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("MOK_COMPILER", str(tool))
+    # The import of mok._mok fails.
+    monkeypatch.delattr(mok, "_mok", raising=False)
+    monkeypatch.setitem(sys.modules, "mok._mok", None)
+    first = _gpu._compiler_identity()
+    assert str(tool.resolve()) in first
+    os.utime(tool, ns=(1, 1))
+    assert _gpu._compiler_identity() != first
+
+
 def test_compile_through_the_mok_compile_binary(tmp_path, monkeypatch):
     """Where the extension is missing (a GPU machine without MLIR), the
     carried mok-compile binary produces the same artifact."""

@@ -352,8 +352,9 @@ gpu.module @dispatch {
 // partial, so each piece's stores are guarded and its partial of d_w
 // selected.
 // CHECK-LABEL: gpu.func @swiglu_grad_pieces(
-// CHECK: scf.for {{.*}} step %c96{{.*}} iter_args({{.*}}) -> (f32) {
+// CHECK: scf.for {{.*}} step %c96{{.*}} iter_args(%[[ACC:[^ ]*]] = {{.*}}) -> (f32) {
 // CHECK-NOT: llvm.store
+// CHECK: %[[IN0:.*]] = arith.cmpi slt, %{{.*}}, %c80{{.*}} : index
 // CHECK: arith.minsi %{{.*}}, %c79
 // CHECK-COUNT-2: llvm.load {{.*}} : !llvm.ptr<1> -> vector<4xf32>
 // CHECK-COUNT-3: llvm.load {{.*}} : !llvm.ptr<1> -> vector<8xbf16>
@@ -366,16 +367,29 @@ gpu.module @dispatch {
 // CHECK-COUNT-2: llvm.load {{.*}} : !llvm.ptr<1> -> vector<4xf32>
 // CHECK-COUNT-3: llvm.load {{.*}} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK-NOT: llvm.load
-// CHECK: scf.if
+// CHECK: scf.if %[[IN0]] {
 // CHECK-COUNT-2: llvm.store {{.*}} : vector<8xbf16>, !llvm.ptr<1>
-// CHECK: arith.select
+// The first piece's d_w partial counts only when the piece is in the row.
+// CHECK: arith.select %[[IN0]], %{{.*}}, %[[ACC]] : f32
 // CHECK: scf.if
 // CHECK: scf.if
 // CHECK: gpu.shuffle xor
 // CHECK: gpu.return
 // Rows of 64 pieces: 16 pieces a thread, 4 threads a row; a thread's
 // pieces are 4 apart (element offsets 0, 32, ..., 480 from its first), so
-// that each load and store instruction of a warp covers adjacent pieces.
+// that each load and store instruction of a warp covers adjacent pieces;
+// the plain gather (the dispatch copy) alike.
+// CHECK-LABEL: gpu.func @gather_wide(
+// CHECK: scf.if
+// CHECK: arith.muli %{{.*}}, %c8{{.*}} : index
+// CHECK: arith.addi %{{.*}}, %c32{{.*}} : index
+// CHECK-NOT: llvm.store
+// CHECK: arith.addi %{{.*}}, %c480{{.*}} : index
+// CHECK-NOT: llvm.store
+// CHECK: llvm.load {{.*}} : !llvm.ptr<1> -> vector<4xi32>
+// CHECK-NOT: llvm.load
+// CHECK-COUNT-16: llvm.store {{.*}} : vector<4xi32>, !llvm.ptr<1>
+// CHECK: gpu.return
 // CHECK-LABEL: gpu.func @gather_scaled_wide(
 // CHECK: scf.if
 // CHECK: arith.muli %{{.*}}, %c8{{.*}} : index
@@ -414,6 +428,11 @@ gpu.module @vector_forms {
         routes(%rr, %qr, %w, %off : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> %dw
         : memref<108x640xf32>, memref<108x640xbf16>, memref<108x640xbf16>, memref<108x640xbf16>
           -> memref<108x640xbf16>, memref<108x640xbf16>, memref<40x2xf32>
+    gpu.return
+  }
+  gpu.func @gather_wide(%x: memref<40x512xbf16>, %r: memref<108xi64>, %off: memref<5xi64>, %y: memref<108x512xbf16>) kernel {
+    mk.gather %x, %r, %off into %y {top_k = 2 : i64}
+        : memref<40x512xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x512xbf16>
     gpu.return
   }
   gpu.func @gather_scaled_wide(%x: memref<40x512xbf16>, %r: memref<108xi64>, %off: memref<5xi64>, %y: memref<108x512xbf16>, %w: memref<40x2xf32>) kernel {

@@ -33,17 +33,18 @@
 // TC-SAME: block = 256
 // TC-SAME: {box_cols = 64 : i64, box_rows = 1 : i64, buffer = "d_out", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 40 : i64}, {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "down_weights", cols = 128 : i64, experts = 4 : i64, row_stride = 128 : i64, rows = 64 : i64}
 // TC-NOT: routed_d_out
+// TC: mk.scan_chunks %{{.*}} into %[[TCNT:[^ ]*]] :
 // The down dgrad gathers d_out's rows itself (no routed copy of them) and
 // skips the MMAs of all-padding tile halves (padding: row_route).
 // TC: mk.gather %{{.*}} scale(
 // TC-NEXT: mk.grid_barrier
 // TC-NEXT: mk.gemm wgmma store %[[TDOUT:[^,]*]], %{{.*}} into %{{.*}} grouped({{.*}}) maps({{.*}}) gather(%[[TRR:[^ ]*]] : memref<332xi64>) padding(%[[TRR]] : memref<332xi64>) {gather_top_k = 2 : i64, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_b} : memref<40x64xbf16>, memref<4x64x128xbf16> -> memref<332x128xf32>
-// TC-NEXT: mk.gemm wgmma store {{.*}} k_groups({{.*}}) k_counts({{.*}}) {maps = array<i64: {{[0-9]+}}, {{[0-9]+}}>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_a, transpose_b} : memref<332x64xbf16>, memref<332x128xbf16> -> memref<4x64x128xbf16>
+// TC-NEXT: mk.gemm wgmma store {{.*}} k_groups({{.*}}) k_counts(%[[TCNT]] : memref<4xi64>) {maps = array<i64: {{[0-9]+}}, {{[0-9]+}}>, stages = 4 : i64, tile = array<i64: 64, 256, 64>, transpose_a, transpose_b} : memref<332x64xbf16>, memref<332x128xbf16> -> memref<4x64x128xbf16>
 // TC-NEXT: mk.gemm wgmma store {{.*}} {maps = array<i64: 15, 16>, {{.*}}, transpose_b} : memref<40x64xbf16>, memref<64x128xbf16> -> memref<40x128xf32>
 // TC-NEXT: mk.gemm wgmma store {{.*}} transpose_a, transpose_b} : memref<40x64xbf16>, memref<40x128xbf16> -> memref<64x128xbf16>
 // TC: mk.gemm wgmma store {{.*}} concat({{.*}}) {maps = array<i64: 5, 7, 11, 6>, {{.*}}, transpose_b} : memref<332x128xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x64xbf16>
-// TC-NEXT: mk.gemm wgmma store {{.*}} k_groups(
-// TC-NEXT: mk.gemm wgmma store {{.*}} k_groups(
+// TC-NEXT: mk.gemm wgmma store {{.*}} k_groups({{.*}}) k_counts(%[[TCNT]] : memref<4xi64>)
+// TC-NEXT: mk.gemm wgmma store {{.*}} k_groups({{.*}}) k_counts(%[[TCNT]] : memref<4xi64>)
 // TC-NEXT: mk.gemm wgmma store {{.*}} concat({{.*}}) {maps = array<i64: 17, 19, 20, 18>,
 
 // The training forward: the context is a list of outputs after `out`
