@@ -279,7 +279,7 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
 
     *Padding rows* (`padding(%row_route)`, grouped only): row `r` is a
     padding row when `row_route[r] < 0`, and its results are unspecified
-    (nothing reads them). Padding rows end each grouped segment, so a tile
+    (a reader must discard them, as `mk.swiglu_grad` does by `row_route`). Padding rows end each grouped segment, so a tile
     half whose first row is padding is all padding: `wgmma` with the
     `store` epilogue, two consumer warpgroups, no producer and an even N
     (the register epilogue) skips that warpgroup's MMAs and stores.
@@ -320,10 +320,10 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       out's M a multiple of the tile's M;
     * `k_counts(%counts)` (with `k_groups`; `counts [E]`, each at most its
       group's size): group e's rows from `offsets[e] + counts[e]` on are
-      padding, zero in `a` or in every B (the plan's padding rows are), so
-      they add nothing: the engines skip them (`simt` sums
-      `[offsets[e], offsets[e] + counts[e])`, the tensor cores stop after
-      the k-tile that holds the last counted row);
+      padding, zero in `a` and finite in every B (the plan's padding rows
+      are zero in both), so they add nothing: the engines skip them
+      (`simt` sums `[offsets[e], offsets[e] + counts[e])`, the tensor
+      cores stop after the k-tile that holds the last counted row);
     * an `f32` out (`store`): the fp32 accumulators, unrounded.
     `saves(%gate, %up)` (`swiglu`): also stores `bf16(acc_0)` and
     `bf16(acc_1)`, the activation's inputs (the backward context).
