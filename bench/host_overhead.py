@@ -25,16 +25,13 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
 import mok  # noqa: E402
+from moe_forward import sleep_cycles_per_ms  # noqa: E402
 from shapes import SHAPES  # noqa: E402
 from torch_reference import make_inputs  # noqa: E402
 
 
 def slots(meta):
     return sum(m.get("experts", 1) for m in meta.get("tensor_maps", []))
-
-
-def sleep_ms(ms, cycles_per_ms):
-    torch.cuda._sleep(int(ms * cycles_per_ms))
 
 
 def main():
@@ -44,14 +41,7 @@ def main():
     ap.add_argument("--busy-ms", type=float, default=50.0)
     ap.add_argument("--iters", type=int, default=10)
     args = ap.parse_args()
-    # Sleep-kernel cycles per millisecond, measured.
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    torch.cuda._sleep(10_000_000)
-    e1.record()
-    torch.cuda.synchronize()
-    cycles_per_ms = 10_000_000 / e0.elapsed_time(e1)
+    cycles_per_ms = sleep_cycles_per_ms()
     print(f"sleep kernel: {cycles_per_ms / 1e3:.0f} kcycles/ms; busy = {args.busy_ms} ms")
     print(f"{'shape':12s} {'call':9s} {'slots':>6s} {'idle host ms':>13s} {'busy host ms':>13s}")
     for name in args.shapes:
@@ -60,30 +50,28 @@ def main():
             os.path.join(args.artifacts, name + "-train")).load()
         a = make_inputs(s, torch.Generator().manual_seed(1))
         d_out = torch.randn(s["tokens"], s["hidden"]).to(torch.bfloat16).cuda()
-        calls = {
-            "forward": lambda: layer.forward(**a),
-            "backward": lambda: layer.backward(ctx, d_out),
-        }
         _, ctx = layer.forward(**a)
         layer.backward(ctx, d_out)
         torch.cuda.synchronize()
+
+        def host_ms(fn, busy_ms):
+            """Host ms of fn(), the GPU idle or busy for busy_ms first."""
+            torch.cuda.synchronize()
+            if busy_ms:
+                torch.cuda._sleep(int(busy_ms * cycles_per_ms))
+            t0 = time.perf_counter()
+            fn()
+            ms = (time.perf_counter() - t0) * 1e3
+            torch.cuda.synchronize()
+            return ms
+
+        # The backward always takes the context of the forward before the
+        # loop (the kernels' results are not looked at).
+        calls = {"forward": lambda: layer.forward(**a),
+                 "backward": lambda: layer.backward(ctx, d_out)}
         for call, fn in calls.items():
-            idle, busy = [], []
-            for _ in range(args.iters):
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                r = fn()
-                idle.append((time.perf_counter() - t0) * 1e3)
-                if call == "forward":
-                    ctx = r[1]
-                torch.cuda.synchronize()
-                sleep_ms(args.busy_ms, cycles_per_ms)
-                t0 = time.perf_counter()
-                r = fn()
-                busy.append((time.perf_counter() - t0) * 1e3)
-                if call == "forward":
-                    ctx = r[1]
-                torch.cuda.synchronize()
+            idle = [host_ms(fn, 0) for _ in range(args.iters)]
+            busy = [host_ms(fn, args.busy_ms) for _ in range(args.iters)]
             meta = (layer._forward if call == "forward" else layer._backward).meta
             print(f"{name:12s} {call:9s} {slots(meta):6d} {statistics.median(idle):13.3f} "
                   f"{statistics.median(busy):13.3f}")

@@ -122,8 +122,40 @@ def phase_breakdown(path, a, iters):
     for _ in range(iters):
         layer(**a)
         samples.append(layer.phase_times())
+    return median_phases(samples)
+
+
+def median_phases(samples):
+    """{phase: median ms} of `samples`, each a phase_times() list."""
     names = [n for n, _ in samples[0]]
     return {n: statistics.median(s[i][1] for s in samples) for i, n in enumerate(names)}
+
+
+def sleep_cycles_per_ms():
+    """Cycles of torch.cuda._sleep per millisecond on this GPU, measured."""
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    e0.record()
+    torch.cuda._sleep(10_000_000)
+    e1.record()
+    torch.cuda.synchronize()
+    return 10_000_000 / e0.elapsed_time(e1)
+
+
+def timing_row(name, shape, flops, mok, torch_, **extra):
+    """A result row: the shape's sizes, and mok's and the baseline's
+    time_rounds results (median ms, per-round ms, iterations) with TFLOP/s
+    for `flops` a call; `extra` fields appended."""
+    (ms_mok, mok_rounds, n_mok), (ms_torch, torch_rounds, n_torch) = mok, torch_
+    return dict(shape=name, **{k: shape[k] for k in ("tokens", "hidden", "intermediate",
+                                                     "experts", "top_k", "routing")},
+                shared=shape.get("shared_intermediate") or 0,
+                mok_ms=ms_mok, torch_ms=ms_torch, mok_iters=n_mok,
+                torch_iters=n_torch, mok_ms_rounds=mok_rounds,
+                torch_ms_rounds=torch_rounds,
+                mok_tflops=flops / (ms_mok * 1e-3) / 1e12,
+                torch_tflops=flops / (ms_torch * 1e-3) / 1e12,
+                speedup=ms_torch / ms_mok, **extra)
 
 
 def layer_and_inputs(script, seed):
@@ -207,22 +239,15 @@ def main():
         del poisoned
         err_torch = rel_error(torch_layer(a), ref)
         del ref
-        (ms_mok, mok_rounds, n_mok), (ms_torch, torch_rounds, n_torch) = time_rounds(
+        timed_mok, timed_torch = time_rounds(
             [lambda: layer(**a), lambda: torch_layer(a)], args.budget, args.rounds)
         prof = os.path.join(args.artifacts, name + "-profile", "moe_layer")
         phases = phase_breakdown(prof, a, 20) if os.path.exists(prof + ".json") else None
         t_shared = s["tokens"] if s.get("shared_intermediate") else 0
         flops = 6 * (s["tokens"] * s["top_k"] + t_shared) * s["hidden"] * s["intermediate"]
-        rows.append(dict(shape=name, **{k: s[k] for k in ("tokens", "hidden", "intermediate",
-                                                          "experts", "top_k", "routing")},
-                         shared=s.get("shared_intermediate") or 0,
-                         mok_ms=ms_mok, torch_ms=ms_torch, mok_iters=n_mok,
-                         torch_iters=n_torch, mok_ms_rounds=mok_rounds,
-                         torch_ms_rounds=torch_rounds,
-                         mok_tflops=flops / (ms_mok * 1e-3) / 1e12,
-                         torch_tflops=flops / (ms_torch * 1e-3) / 1e12,
-                         speedup=ms_torch / ms_mok, mok_rel_err=err_mok,
-                         torch_rel_err=err_torch, phases_ms=phases))
+        rows.append(timing_row(name, s, flops, timed_mok, timed_torch,
+                               mok_rel_err=err_mok, torch_rel_err=err_torch,
+                               phases_ms=phases))
         del a, layer
         torch.cuda.empty_cache()
     result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,

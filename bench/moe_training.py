@@ -32,7 +32,8 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
 import mok  # noqa: E402
-from moe_forward import matmul_ceiling, time_rounds, torch_layer, write_result  # noqa: E402
+from moe_forward import (matmul_ceiling, median_phases, sleep_cycles_per_ms,  # noqa: E402
+                         time_rounds, timing_row, torch_layer, write_result)
 from shapes import SHAPES  # noqa: E402
 from torch_reference import backward as reference_grads  # noqa: E402
 from torch_reference import make_inputs, relative_error  # noqa: E402
@@ -69,22 +70,7 @@ def kernel_phases(path, a, d_out, iters):
         forward.append(layer._forward.phase_times())
         layer.backward(ctx, d_out)
         backward.append(layer._backward.phase_times())
-
-    def median(samples):
-        names = [n for n, _ in samples[0]]
-        return {n: statistics.median(s[i][1] for s in samples) for i, n in enumerate(names)}
-    return median(forward), median(backward)
-
-
-def sleep_cycles_per_ms():
-    """Cycles of torch.cuda._sleep per millisecond on this GPU, measured."""
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    e0.record()
-    torch.cuda._sleep(10_000_000)
-    e1.record()
-    torch.cuda.synchronize()
-    return 10_000_000 / e0.elapsed_time(e1)
+    return median_phases(forward), median_phases(backward)
 
 
 def split_times(layer, a, d_out, iters):
@@ -143,7 +129,7 @@ def main():
             torch.cuda.empty_cache()
         leaves = {n: a[n].detach().clone().requires_grad_(True) for n in FLOAT_ARGS
                   if n in a}
-        (ms_mok, mok_rounds, n_mok), (ms_torch, torch_rounds, n_torch) = time_rounds(
+        timed_mok, timed_torch = time_rounds(
             [lambda: mok_step(layer, a, d_out), lambda: torch_step(a, d_out, leaves)],
             args.budget, args.rounds)
         fwd_ms, bwd_ms = split_times(layer, a, d_out, 20)
@@ -153,17 +139,9 @@ def main():
             if os.path.exists(os.path.join(prof, "moe_layer_backward.json")) else (None, None))
         t_shared = s["tokens"] if s.get("shared_intermediate") else 0
         flops = 18 * (s["tokens"] * s["top_k"] + t_shared) * s["hidden"] * s["intermediate"]
-        rows.append(dict(shape=name, **{k: s[k] for k in ("tokens", "hidden", "intermediate",
-                                                          "experts", "top_k", "routing")},
-                         shared=s.get("shared_intermediate") or 0,
-                         mok_ms=ms_mok, torch_ms=ms_torch, mok_iters=n_mok,
-                         torch_iters=n_torch, mok_ms_rounds=mok_rounds,
-                         torch_ms_rounds=torch_rounds,
-                         mok_tflops=flops / (ms_mok * 1e-3) / 1e12,
-                         torch_tflops=flops / (ms_torch * 1e-3) / 1e12,
-                         speedup=ms_torch / ms_mok, grad_rel_err=errors,
-                         mok_forward_ms=fwd_ms, mok_backward_ms=bwd_ms,
-                         forward_phases_ms=fwd_phases, backward_phases_ms=phases))
+        rows.append(timing_row(name, s, flops, timed_mok, timed_torch, grad_rel_err=errors,
+                               mok_forward_ms=fwd_ms, mok_backward_ms=bwd_ms,
+                               forward_phases_ms=fwd_phases, backward_phases_ms=phases))
         del a, layer, leaves
         torch.cuda.empty_cache()
     result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,

@@ -127,29 +127,43 @@ def test_context_round_trips_through_tensors(name):
         assert torch.equal(a[n], b[n])
 
 
-def test_cuda_graph_capture_of_forward_and_backward():
-    """One graph holds forward + backward; replayed on new inputs copied into
-    the captured buffers, its gradients match the reference."""
+def _capture_step(layer, static, d_out):
+    """A CUDA graph of one training step on `static` and `d_out`, after an
+    eager warm-up step (module loads): (graph, out, gradients), the last two
+    the graph's own buffers."""
     import torch
-    name = "train_top1_clamp"
-    c = TRAIN_CASES[name]
-    layer = _layer(name)
-    static, d_out = _problem(c, 1)
-    layer.backward(layer.forward(**static)[1], d_out)  # warm-up: module loads
+    layer.backward(layer.forward(**static)[1], d_out)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out, ctx = layer.forward(**static)
         grads = layer.backward(ctx, d_out)
+    return graph, out, grads
+
+
+def _poisoned_replay(graph, out, grads):
+    """NaN into the graph's outputs, then a replay."""
+    import torch
+    for t in list(grads.values()) + [out]:
+        t.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+
+
+def test_cuda_graph_capture_of_forward_and_backward():
+    """One graph holds forward + backward; replayed on new inputs copied into
+    the captured buffers, its gradients match the reference."""
+    name = "train_top1_clamp"
+    c = TRAIN_CASES[name]
+    layer = _layer(name)
+    static, d_out = _problem(c, 1)
+    graph, out, grads = _capture_step(layer, static, d_out)
     for seed in (2, 3):
         fresh, fresh_d = _problem(c, seed)
         for k, v in fresh.items():
             static[k].copy_(v)
         d_out.copy_(fresh_d)
-        for t in list(grads.values()) + [out]:
-            t.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
+        _poisoned_replay(graph, out, grads)
         ref = torch_reference.backward(static, d_out, c["experts"], c.get("swiglu_limit"))
         _check_grads(f"graph_{name}_{seed}", c, grads, ref)
 
@@ -163,18 +177,10 @@ def test_cuda_graph_replay_after_eager_calls_on_other_buffers():
     c = TRAIN_CASES[name]
     layer = _layer(name)
     static, d_out = _problem(c, 21)
-    layer.backward(layer.forward(**static)[1], d_out)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out, ctx = layer.forward(**static)
-        grads = layer.backward(ctx, d_out)
+    graph, out, grads = _capture_step(layer, static, d_out)
     other, other_d = _problem(c, 22)  # new buffers: new maps
     eager = layer.backward(layer.forward(**other)[1], other_d)
-    for t in list(grads.values()) + [out]:
-        t.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
+    _poisoned_replay(graph, out, grads)
     ref = torch_reference.backward(static, d_out, c["experts"], c.get("swiglu_limit"))
     _check_grads(f"graph_after_eager_{name}", c, grads, ref)
     # And the eager layer still computes its own inputs' gradients.
@@ -185,7 +191,6 @@ def test_cuda_graph_replay_after_eager_calls_on_other_buffers():
 
 
 def test_backward_argument_errors():
-    import torch
     name = "train_top2_no_route"
     layer = _layer(name)
     args, d_out = _problem(TRAIN_CASES[name], 5)
