@@ -59,14 +59,14 @@ struct Sizes {
   int64_t routedCapacity() const {
     return tokens * topK + experts * (padding - 1);
   }
-  /// Routes a thread of the routing plan walks, one after the other (a
-  /// read-modify-write of its chunk's counters each): at least 16, and few
+  /// Routes of a chunk of the routing plan: a warp's 32 routes a round
+  /// (one thread walking them without whole warps), at least 32, and few
   /// enough chunks (<= 2048) for the scan, one warp an expert, to stay
   /// short. (64 and <= 1024, scanned by one thread an expert, took 65 us of
   /// planning on dsv3-shard and 114 us on qwen3-30b on the H200.)
   int64_t chunk() const {
     int64_t routes = tokens * topK;
-    return std::max<int64_t>(16, (routes + 2047) / 2048);
+    return std::max<int64_t>(32, (routes + 2047) / 2048);
   }
   int64_t chunks() const { return (tokens * topK + chunk() - 1) / chunk(); }
   bool hasShared() const { return sharedInter > 0; }

@@ -65,3 +65,61 @@ gpu.module @scan_threads {
     gpu.return
   }
 }
+
+// The routing plan with chunks of 64 routes in a kernel of whole warps:
+// one warp a chunk, two rounds of 32 routes. Count: the row zeroed, each
+// round's match.sync groups added by their first lanes after a warp
+// barrier. Offsets: the grid's first warp. Assign: a route's row from its
+// expert's offset, the chunk's count and its lower peers; between rounds
+// the group's first lane moves the count on, fenced by warp barriers on
+// both sides (every lane has read it; the next round reads it after).
+// CHECK-LABEL: gpu.func @plan_by_warps(
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c2{{.*}} step
+// CHECK: nvvm.match.sync any
+// CHECK: nvvm.bar.warp.sync
+// CHECK: llvm.intr.ctpop
+// CHECK: arith.cmpi slt, %{{.*}}, %c32{{.*}} : index
+// CHECK-COUNT-10: gpu.shuffle up
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c2{{.*}} step
+// CHECK: %[[PEERS:.*]] = nvvm.match.sync any
+// CHECK: llvm.intr.ctpop
+// CHECK: memref.store %{{.*}} : memref<128xi64>
+// CHECK: nvvm.bar.warp.sync
+// CHECK: llvm.intr.ctpop(%[[PEERS]])
+// CHECK: memref.store %{{.*}} : memref<2x4xi64>
+// CHECK-NEXT: }
+// CHECK-NEXT: arith.constant -1 : i32
+// CHECK-NEXT: nvvm.bar.warp.sync
+// CHECK: gpu.return
+gpu.module @plan_warps {
+  gpu.func @plan_by_warps(%top: memref<64x2xi32>, %cc: memref<2x4xi64>, %c: memref<4xi64>, %o: memref<5xi64>, %rr: memref<128xi64>, %rowr: memref<636xi64>, %rowe: memref<636xi64>, %bar: memref<2xi32>) kernel
+      attributes {known_block_size = array<i32: 64, 1, 1>} {
+    mk.count_routes %top into %cc {chunk = 64 : i64} : memref<64x2xi32>, memref<2x4xi64>
+    mk.grid_barrier %bar : memref<2xi32>
+    mk.scan_chunks %cc into %c : memref<2x4xi64>, memref<4xi64>
+    mk.grid_barrier %bar : memref<2xi32>
+    mk.pad_offsets %c into %o {padding = 128 : i64} : memref<4xi64>, memref<5xi64>
+    mk.grid_barrier %bar : memref<2xi32>
+    mk.assign_rows %top, %o, %cc into %rr, %rowr, %rowe {chunk = 64 : i64} : memref<64x2xi32>, memref<5xi64>, memref<2x4xi64> -> memref<128xi64>, memref<636xi64>, memref<636xi64>
+    gpu.return
+  }
+}
+// Without a known block size (partial warps would hang warp-wide
+// operations): one thread a chunk walks its routes, thread 0 the offsets.
+// CHECK-LABEL: gpu.func @plan_by_threads(
+// CHECK-NOT: nvvm.match.sync
+// CHECK-NOT: gpu.shuffle
+// CHECK-NOT: nvvm.bar.warp.sync
+// CHECK: gpu.return
+gpu.module @plan_threads {
+  gpu.func @plan_by_threads(%top: memref<64x2xi32>, %cc: memref<2x4xi64>, %c: memref<4xi64>, %o: memref<5xi64>, %rr: memref<128xi64>, %rowr: memref<636xi64>, %rowe: memref<636xi64>, %bar: memref<2xi32>) kernel {
+    mk.count_routes %top into %cc {chunk = 64 : i64} : memref<64x2xi32>, memref<2x4xi64>
+    mk.grid_barrier %bar : memref<2xi32>
+    mk.scan_chunks %cc into %c : memref<2x4xi64>, memref<4xi64>
+    mk.grid_barrier %bar : memref<2xi32>
+    mk.pad_offsets %c into %o {padding = 128 : i64} : memref<4xi64>, memref<5xi64>
+    mk.grid_barrier %bar : memref<2xi32>
+    mk.assign_rows %top, %o, %cc into %rr, %rowr, %rowe {chunk = 64 : i64} : memref<64x2xi32>, memref<5xi64>, memref<2x4xi64> -> memref<128xi64>, memref<636xi64>, memref<636xi64>
+    gpu.return
+  }
+}

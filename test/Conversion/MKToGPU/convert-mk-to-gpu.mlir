@@ -12,6 +12,20 @@
 // CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_90a", cooperative = true
 // CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}
 // CHECK-SAME: routed_capacity = 108 : i64, zero_before_first_launch = ["grid_barrier"]
+// The routing plan in kernels of whole warps (80 routes, chunks of 32).
+// Count: one warp a chunk zeroes the chunk's row, then per round of 32
+// routes match.sync groups the lanes by expert, and after a warp barrier
+// each group's first lane (no lower peer) adds the group's size.
+// CHECK: scf.for %[[C:[^ ]*]] = %{{.*}} to %c3{{.*}} step
+// CHECK: memref.store %c0_i64, %[[CC:arg[0-9]+]][%[[C]], %{{.*}}] {{.*}} : memref<3x4xi64>
+// CHECK: %[[PEERS:.*]] = nvvm.match.sync any %c-1_i32, %{{.*}} : i32 -> i32
+// CHECK: %[[LT:.*]] = nvvm.read.ptx.sreg.lanemask.lt : i32
+// CHECK: %[[BELOW:.*]] = arith.andi %[[PEERS]], %[[LT]] : i32
+// CHECK: arith.cmpi eq, %[[BELOW]], %c0_i32
+// CHECK: nvvm.bar.warp.sync %c-1_i32
+// CHECK: llvm.intr.ctpop(%[[PEERS]])
+// CHECK: memref.load %[[CC]][%[[C]],
+// CHECK: memref.store %{{.*}}, %[[CC]][%[[C]],
 // Phases are separated by grid barriers (CTA barrier, fence, arrival on
 // the counter).
 // CHECK: gpu.barrier
@@ -19,14 +33,43 @@
 // CHECK: memref.atomic_rmw addi {{.*}} %[[BAR]]
 // The scan of the chunk counts: one warp an expert, each lane's sum over
 // its chunks scanned across the lanes by shuffles (an i64 as two i32
-// halves, 5 steps), the total from lane 31; then a second pass writes the
-// exclusive prefixes.
+// halves, 5 steps); the lane's one group of loads is reused by the pass
+// that writes the exclusive prefixes (no second loop), the total from
+// lane 31.
 // CHECK: gpu.thread_id x
 // CHECK: scf.for
+// CHECK-NOT: scf.for
 // CHECK-COUNT-10: gpu.shuffle up
+// CHECK-NOT: memref.load
 // CHECK: arith.subi
-// CHECK: scf.for
+// CHECK-NOT: scf.for
+// CHECK: memref.store %{{.*}}, %[[CC]]
 // CHECK-COUNT-2: gpu.shuffle idx
+// Offsets: the grid's first warp, a shuffle scan of the padded counts.
+// CHECK: %[[FIRST:.*]] = arith.cmpi slt, %{{.*}}, %c32{{.*}} : index
+// CHECK: scf.if %[[FIRST]]
+// CHECK: arith.divsi %{{.*}}, %c8
+// CHECK-COUNT-10: gpu.shuffle up
+// CHECK: memref.store %{{.*}}, %[[OFF:arg[0-9]+]][%{{.*}}] {{.*}} : memref<5xi64>
+// CHECK: memref.store %{{.*}}, %[[OFF]][%c4{{.*}}] {{.*}} : memref<5xi64>
+// Assign: one warp a chunk; a route's row is its expert's offset plus the
+// chunk's scanned count plus its peers on lower lanes.
+// CHECK: %[[PEERS2:.*]] = nvvm.match.sync any
+// CHECK: %[[LT2:.*]] = nvvm.read.ptx.sreg.lanemask.lt
+// CHECK: %[[BELOW2:.*]] = arith.andi %[[PEERS2]], %[[LT2]]
+// CHECK: %[[RANK:.*]] = llvm.intr.ctpop(%[[BELOW2]])
+// CHECK: %[[RANK64:.*]] = arith.extui %[[RANK]]
+// CHECK: %[[START:.*]] = memref.load %[[CC]]
+// CHECK: %[[BASE:.*]] = memref.load %[[OFF]]
+// CHECK: %[[SUM:.*]] = arith.addi %[[BASE]], %[[START]]
+// CHECK: %[[ROW:.*]] = arith.addi %[[SUM]], %[[RANK64]]
+// CHECK: memref.store %[[ROW]], %{{.*}} : memref<80xi64>
+// CHECK: memref.store %{{.*}}, %{{.*}} : memref<108xi64>
+// CHECK: } else {
+// CHECK: memref.store %c-1_i64{{.*}} : memref<80xi64>
+// One warp an expert labels its rows, lane-strided.
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c32
+// CHECK: memref.store %{{.*}} : memref<108xi64>
 // The gather (H = 64: 8 pieces of 16 bytes a row) copies a whole row a
 // thread (up to 16 pieces: the most that divides the row's), loads first,
 // when x and routed_x are 16-byte aligned, else element by element; a

@@ -14,7 +14,7 @@
 // CHECK: func.func @eligible(
 // CHECK: moe.layer
 // CHECK-LABEL: gpu.module @eligible_kernels
-// CHECK: gpu.func @eligible_forward(%[[X:[^:]*]]: memref<40x64xbf16>, %[[TOP:[^:]*]]: memref<40x2xi32>, %[[RW:[^:]*]]: memref<40x2xf32>, %[[WG:[^:]*]]: memref<4x128x64xbf16>, %[[WU:[^:]*]]: memref<4x128x64xbf16>, %[[WD:[^:]*]]: memref<4x64x128xbf16>, %[[SG:[^:]*]]: memref<128x64xbf16>, %[[SU:[^:]*]]: memref<128x64xbf16>, %[[SD:[^:]*]]: memref<64x128xbf16>, %[[OUT:[^:]*]]: memref<40x64xbf16>, %[[COUNTS:[^:]*]]: memref<4xi64>, %[[CC:[^:]*]]: memref<5x4xi64>, %[[OFF:[^:]*]]: memref<5xi64>, %[[RR:[^:]*]]: memref<80xi64>, %[[ROWR:[^:]*]]: memref<332xi64>, %[[ROWE:[^:]*]]: memref<332xi64>, %[[RX:[^:]*]]: memref<332x64xbf16>, %[[H:[^:]*]]: memref<332x128xbf16>, %[[Y:[^:]*]]: memref<332x64xbf16>, %[[SH:[^:]*]]: memref<40x128xbf16>, %[[SO:[^:]*]]: memref<40x64xbf16>, %[[BAR:[^:]*]]: memref<2xi32>, %[[MAPS:[^:]*]]: memref<304xi64>) kernel
+// CHECK: gpu.func @eligible_forward(%[[X:[^:]*]]: memref<40x64xbf16>, %[[TOP:[^:]*]]: memref<40x2xi32>, %[[RW:[^:]*]]: memref<40x2xf32>, %[[WG:[^:]*]]: memref<4x128x64xbf16>, %[[WU:[^:]*]]: memref<4x128x64xbf16>, %[[WD:[^:]*]]: memref<4x64x128xbf16>, %[[SG:[^:]*]]: memref<128x64xbf16>, %[[SU:[^:]*]]: memref<128x64xbf16>, %[[SD:[^:]*]]: memref<64x128xbf16>, %[[OUT:[^:]*]]: memref<40x64xbf16>, %[[COUNTS:[^:]*]]: memref<4xi64>, %[[CC:[^:]*]]: memref<3x4xi64>, %[[OFF:[^:]*]]: memref<5xi64>, %[[RR:[^:]*]]: memref<80xi64>, %[[ROWR:[^:]*]]: memref<332xi64>, %[[ROWE:[^:]*]]: memref<332xi64>, %[[RX:[^:]*]]: memref<332x64xbf16>, %[[H:[^:]*]]: memref<332x128xbf16>, %[[Y:[^:]*]]: memref<332x64xbf16>, %[[SH:[^:]*]]: memref<40x128xbf16>, %[[SO:[^:]*]]: memref<40x64xbf16>, %[[BAR:[^:]*]]: memref<2xi32>, %[[MAPS:[^:]*]]: memref<304xi64>) kernel
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
 // SM90-SAME: chip = "sm_90a"
 // SM100-SAME: chip = "sm_100a"
@@ -26,18 +26,18 @@
 // One CTA per SM, said to ptxas (.minnctapersm 1) so it does not trade
 // registers for occupancy the persistent kernel never uses.
 // CHECK-SAME: nvvm.minctasm = 1 : i32
-// Phase 1, the routing plan: reset the row maps and count each chunk of 16
-// routes (80 routes: 5 chunks), scan the chunks per expert, pad, assign; a
+// Phase 1, the routing plan: reset the row maps and count each chunk of 32
+// routes (80 routes: 3 chunks), scan the chunks per expert, pad, assign; a
 // barrier after each.
 // CHECK-NEXT: mk.fill %[[ROWR]], -1 : memref<332xi64>
 // CHECK-NEXT: mk.fill %[[ROWE]], -1 : memref<332xi64>
-// CHECK-NEXT: mk.count_routes %[[TOP]] into %[[CC]] {chunk = 16 : i64}
+// CHECK-NEXT: mk.count_routes %[[TOP]] into %[[CC]] {chunk = 32 : i64}
 // CHECK-NEXT: mk.grid_barrier %[[BAR]]
 // CHECK-NEXT: mk.scan_chunks %[[CC]] into %[[COUNTS]]
 // CHECK-NEXT: mk.grid_barrier %[[BAR]]
 // CHECK-NEXT: mk.pad_offsets %[[COUNTS]] into %[[OFF]] {padding = 64 : i64}
 // CHECK-NEXT: mk.grid_barrier %[[BAR]]
-// CHECK-NEXT: mk.assign_rows %[[TOP]], %[[OFF]], %[[CC]] into %[[RR]], %[[ROWR]], %[[ROWE]] {chunk = 16 : i64}
+// CHECK-NEXT: mk.assign_rows %[[TOP]], %[[OFF]], %[[CC]] into %[[RR]], %[[ROWR]], %[[ROWE]] {chunk = 32 : i64}
 // CHECK-NEXT: mk.grid_barrier %[[BAR]]
 // Phase 2, dispatch.
 // CHECK-NEXT: mk.gather %[[X]], %[[ROWR]], %[[OFF]] into %[[RX]] {top_k = 2 : i64}
