@@ -61,12 +61,14 @@ struct Sizes {
   }
   /// Routes of a chunk of the routing plan: a warp's 32 routes a round
   /// (one thread walking them without whole warps), at least 32, and few
-  /// enough chunks (<= 2048) for the scan, one warp an expert, to stay
-  /// short. (64 and <= 1024, scanned by one thread an expert, took 65 us of
-  /// planning on dsv3-shard and 114 us on qwen3-30b on the H200.)
+  /// enough chunks (<= 1024) that the scan's lanes, one warp an expert,
+  /// load all theirs at once (32 each). (On the H200, with the plan by
+  /// warps: dsv3-shard's 1024 chunks scanned in 7 us, qwen3-30b's 2048 in
+  /// 28 us; by threads, 64 and <= 1024, scanned by one thread an expert,
+  /// took 65 us of planning on dsv3-shard and 114 us on qwen3-30b.)
   int64_t chunk() const {
     int64_t routes = tokens * topK;
-    return std::max<int64_t>(32, (routes + 2047) / 2048);
+    return std::max<int64_t>(32, (routes + 1023) / 1024);
   }
   int64_t chunks() const { return (tokens * topK + chunk() - 1) / chunk(); }
   bool hasShared() const { return sharedInter > 0; }
@@ -911,6 +913,11 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     if (grouped) {
       g.rowExpert = buf["row_expert"];
       g.offsets = buf["offsets"];
+      // As the down dgrad: an all-padding 64-row tile half skips its MMAs
+      // (one accumulator, not the forward's wide gate/up GEMM, which the
+      // second k-loop slowed).
+      if (tc.engine == mk::Engine::wgmma)
+        g.paddingRows = buf["row_route"];
     }
     onTensorCores(g, slots);
     createGemm(b, loc, g);

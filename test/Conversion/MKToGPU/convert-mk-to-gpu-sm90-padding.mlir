@@ -1,5 +1,6 @@
 // RUN: mok-opt %s --convert-moe-to-mk=chip=sm_90a | FileCheck %s --check-prefix=PLAN
 // RUN: mok-opt %s --convert-moe-to-mk=chip=sm_90a --convert-mk-to-gpu | FileCheck %s
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk=chip=sm_90a --convert-mk-to-gpu | FileCheck %s --check-prefix=BWD
 
 // Padding rows. The planner gives the routed down projections the
 // row_route buffer (padding rows are its negative entries); a 128-row
@@ -69,6 +70,19 @@
 // CHECK: nvvm.bar.warp.sync
 // CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xi32>
 // CHECK: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r"
+// The backward: the down dgrad and the gate/up dgrad (concat: both K-loops
+// in the one split loop) skip all-padding halves; the weight gradients
+// (M-major A, K over an expert's rows) have no padding rows to skip.
+// BWD-LABEL: gpu.func @tall_backward_backward(
+// BWD: arith.ori %{{.*}}, %{{.*}} : i1
+// BWD-NEXT: scf.if %{{.*}} -> (!llvm.struct<(f32
+// BWD: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <col>]
+// BWD: arith.ori %{{.*}}, %{{.*}} : i1
+// BWD-NEXT: scf.if %{{.*}} -> (!llvm.struct<(f32
+// BWD-COUNT-4: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <row>]
+// BWD: llvm.mlir.undef : !llvm.struct<(f32
+// BWD-NOT: scf.if %{{.*}} -> (!llvm.struct<(f32
+// BWD: gpu.return
 !plan = !moe.plan<tokens = 64, top_k = 2, experts = 4, ep = 1, padding = 128>
 func.func @tall(%x: tensor<64x128xbf16>, %top: tensor<64x2xi32>, %rw: tensor<64x2xf32>,
                 %wg: tensor<4x128x128xbf16>, %wu: tensor<4x128x128xbf16>, %wd: tensor<4x128x128xbf16>)

@@ -106,8 +106,12 @@ def MK_CountRoutesOp : MK_Op<"count_routes"> {
     The routes of `top_experts [T, k]` (route `q` = token `q / k`, slot
     `q % k`) are cut into chunks of `chunk` consecutive routes; chunk `c`'s
     row of `chunk_counts [C, E]` (C = ceil(T*k / chunk)) becomes the number
-    of its routes to each expert `e` in `[0, E)`; other ids are no route. One
-    thread a chunk writes its own row, so nothing needs zeroing first.
+    of its routes to each expert `e` in `[0, E)`; other ids are no route. In
+    kernels of whole warps (a known block size, a multiple of 32) one warp a
+    chunk zeroes the row and counts 32 routes a round (`match.sync` groups
+    the lanes by expert; each group's first lane adds its size); else one
+    thread a chunk walks its routes. Either way a chunk's row is written by
+    its own warp or thread alone.
 
     ```mlir
     mk.count_routes %top into %chunk_counts {chunk = 64 : i64} : memref<40x2xi32>, memref<2x4xi64>
@@ -129,9 +133,10 @@ def MK_ScanChunksOp : MK_Op<"scan_chunks"> {
     For every expert `e`: replaces `chunk_counts[c][e]` by the exclusive
     prefix sum over the chunks before `c`, and writes the total to
     `counts[e]`. Lowered with one warp an expert (each lane's run of
-    chunks summed, a shuffle scan over the lanes, the prefixes written in a
-    second pass) in kernels of whole warps, else one thread an expert. Afterwards chunk `c`'s routes to `e` rank from
-    `chunk_counts[c][e]` within the expert, in route order.
+    chunks loaded up to 32 at once and summed, a shuffle scan over the
+    lanes, the prefixes written in a second pass) in kernels of whole
+    warps, else one thread an expert. Afterwards chunk `c`'s routes to `e`
+    rank from `chunk_counts[c][e]` within the expert, in route order.
 
     ```mlir
     mk.scan_chunks %chunk_counts into %counts : memref<2x4xi64>, memref<4xi64>
@@ -151,7 +156,9 @@ def MK_PadOffsetsOp : MK_Op<"pad_offsets"> {
   let summary = "Exclusive scan of the counts rounded up to the padding";
   let description = [{
     `offsets[e] = sum_{i<e} ceil(counts[i] / padding) * padding`, and
-    `offsets[E]` is the padded routed row count R. One thread computes it.
+    `offsets[E]` is the padded routed row count R. The grid's first warp
+    computes it (a lane's run of experts, a shuffle scan over the lanes) in
+    kernels of whole warps, else its first thread.
 
     ```mlir
     mk.pad_offsets %counts into %offsets {padding = 64 : i64} : memref<4xi64>, memref<5xi64>
@@ -170,14 +177,16 @@ def MK_AssignRowsOp : MK_Op<"assign_rows"> {
   let summary = "Gives every valid route a row of its expert's segment";
   let description = [{
     Expert `e`'s routes take rows `offsets[e], offsets[e] + 1, ...` in route
-    order: one thread a chunk (of `chunk` routes, as in `mk.count_routes`)
-    walks its routes in order from the chunk's first ranks in
-    `chunk_counts` (as `mk.scan_chunks` leaves them, and advanced here), so
-    the assignment is deterministic. Writes `route_row [T*k]` (-1 for
-    invalid routes), `row_route [Rcap]` (the route of a row; padding rows
-    keep what they held, -1 from an `mk.fill`) and `row_expert [Rcap]` (the
-    expert of every row of a segment, padding rows included, one thread an
-    expert; rows past R are left as they are).
+    order: each chunk (of `chunk` routes, as in `mk.count_routes`) ranks its
+    routes from the chunk's first ranks in `chunk_counts` (as
+    `mk.scan_chunks` leaves them, and advanced here), so the assignment is
+    deterministic. In kernels of whole warps one warp a chunk takes 32
+    routes a round, a route's rank adding its `match.sync` peers on lower
+    lanes; else one thread a chunk walks them. Writes `route_row [T*k]` (-1
+    for invalid routes), `row_route [Rcap]` (the route of a row; padding
+    rows keep what they held, -1 from an `mk.fill`) and `row_expert [Rcap]`
+    (the expert of every row of a segment, padding rows included, one warp
+    or thread an expert; rows past R are left as they are).
 
     ```mlir
     mk.assign_rows %top, %offsets, %chunk_counts into %route_row, %row_route, %row_expert
