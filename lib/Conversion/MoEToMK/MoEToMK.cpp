@@ -913,11 +913,10 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     if (grouped) {
       g.rowExpert = buf["row_expert"];
       g.offsets = buf["offsets"];
-      // As the down dgrad: an all-padding 64-row tile half skips its MMAs
-      // (one accumulator, not the forward's wide gate/up GEMM, which the
-      // second k-loop slowed).
-      if (tc.engine == mk::Engine::wgmma)
-        g.paddingRows = buf["row_route"];
+      // No padding skip (row_route as `padding`), unlike the down dgrad:
+      // on the H200 the second k-loop slowed this GEMM's phase (qwen3-30b
+      // 1.41 -> 1.52 ms, dsv3-shard 7.35 -> 7.75 ms), as it slowed the
+      // forward's gate/up GEMM.
     }
     onTensorCores(g, slots);
     createGemm(b, loc, g);

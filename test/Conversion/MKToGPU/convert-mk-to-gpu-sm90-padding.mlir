@@ -70,17 +70,14 @@
 // CHECK: nvvm.bar.warp.sync
 // CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xi32>
 // CHECK: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r"
-// The backward: the down dgrad and the gate/up dgrad (concat: both K-loops
-// in the one split loop) skip all-padding halves; the weight gradients
-// (M-major A, K over an expert's rows) have no padding rows to skip.
+// The backward: the down dgrad skips all-padding halves; the weight
+// gradients (M-major A, K over an expert's rows) have no padding rows to
+// skip, and the gate/up dgrad computes every row (the second k-loop slowed
+// it on the H200).
 // BWD-LABEL: gpu.func @tall_backward_backward(
 // BWD: arith.ori %{{.*}}, %{{.*}} : i1
 // BWD-NEXT: scf.if %{{.*}} -> (!llvm.struct<(f32
 // BWD: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <col>]
-// BWD: arith.ori %{{.*}}, %{{.*}} : i1
-// BWD-NEXT: scf.if %{{.*}} -> (!llvm.struct<(f32
-// BWD-COUNT-4: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <row>]
-// BWD: llvm.mlir.undef : !llvm.struct<(f32
 // BWD-NOT: scf.if %{{.*}} -> (!llvm.struct<(f32
 // BWD: gpu.return
 !plan = !moe.plan<tokens = 64, top_k = 2, experts = 4, ep = 1, padding = 128>
