@@ -1369,11 +1369,31 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
     }
   };
   bool f32Out = cast<MemRefType>(out.getType()).getElementType().isF32();
+  Value aligned8 = f32Out ? aligned({out}, 8) : Value();
   auto pairPlain = [&](Value row, Value col, ArrayRef<Value> y,
                        ArrayRef<Value>) {
     if (f32Out) { // the fp32 accumulators as they are
-      e.store(y[0], out, {row, col});
-      e.store(y[1], out, {row, e.add(col, e.index(1))});
+      // One 8-byte streaming store of the pair when out is 8-byte aligned
+      // (col is even): a warp store then writes whole 32-byte sectors of
+      // eight rows, where two 4-byte stores each wrote half of every
+      // sector.
+      e.ifThen(
+          aligned8,
+          [&] {
+            Value ptr = at(outBase, e.add(e.mul(row, e.index(n)), col),
+                           /*elementBytes=*/4);
+            Value address =
+                LLVM::PtrToIntOp::create(e.b, e.loc, e.b.getI64Type(), ptr);
+            SmallVector<Value> words;
+            for (Value v : y.take_front(2))
+              words.push_back(
+                  LLVM::BitcastOp::create(e.b, e.loc, e.b.getI32Type(), v));
+            gemm::storeGlobalStreaming(e.b, e.loc, address, words);
+          },
+          [&] {
+            e.store(y[0], out, {row, col});
+            e.store(y[1], out, {row, e.add(col, e.index(1))});
+          });
       return;
     }
     storeTwo(row, col, y[0], y[1]);

@@ -77,6 +77,11 @@
 // BWD-LABEL: gpu.func @tall_backward_backward(
 // BWD: arith.ori %{{.*}}, %{{.*}} : i1
 // BWD-NEXT: scf.if %{{.*}} -> (!llvm.struct<(f32
+// The down dgrad's fp32 pairs: one 8-byte streaming store each when the
+// output is 8-byte aligned, else two scalar stores.
+// BWD: llvm.inline_asm has_side_effects "st.global.cs.v2.b32 [$0], {$1, $2};", "l,r,r"
+// BWD-NEXT: } else {
+// BWD-NEXT: memref.store %{{.*}} : memref<636x128xf32>
 // BWD: nvvm.wgmma.mma_async {{.*}} A[<bf16>, <one>, <col>]
 // BWD-NOT: scf.if %{{.*}} -> (!llvm.struct<(f32
 // BWD: gpu.return
