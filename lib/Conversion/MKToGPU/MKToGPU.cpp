@@ -543,6 +543,23 @@ private:
   void store16(Value v, Value ptr) {
     LLVM::StoreOp::create(e.b, e.loc, v, ptr, /*alignment=*/16);
   }
+  /// A 16-byte streaming store (st.global.cs: evict-first in L1 and L2),
+  /// as the GEMM epilogues store: for the memory-bound steps' routed
+  /// outputs (hundreds of MB on the benchmark shapes), read once by the
+  /// next phase, so that they do not push out of L2 what is re-read (the
+  /// rows of x and d_out, gathered k times).
+  void store16Streaming(Value v, Value ptr) {
+    Type i32 = e.b.getI32Type();
+    Value words4 =
+        LLVM::BitcastOp::create(e.b, e.loc, VectorType::get({4}, i32), v);
+    SmallVector<Value> words;
+    for (int64_t w = 0; w < 4; ++w)
+      words.push_back(LLVM::ExtractElementOp::create(
+          e.b, e.loc, words4, arith::ConstantIntOp::create(e.b, e.loc, w, 32)));
+    gemm::storeGlobalStreaming(
+        e.b, e.loc, LLVM::PtrToIntOp::create(e.b, e.loc, e.b.getI64Type(), ptr),
+        words);
+  }
   /// Whether all of `buffers` start 16-byte aligned (uniform over the grid;
   /// the runtime's workspace is, caller tensors usually are).
   Value aligned16(ArrayRef<Value> buffers) { return aligned(buffers, 16); }
@@ -1147,7 +1164,7 @@ void KernelLowering::gatherVector(mk::GatherOp op) {
       values.push_back(e.select(
           valid, load16(v4, at(xBase, e.add(src, e.index(stride * i)))), zero));
     for (int64_t i = 0; i < per; ++i)
-      store16(values[i], at(outBase, e.add(dst, e.index(stride * i))));
+      store16Streaming(values[i], at(outBase, e.add(dst, e.index(stride * i))));
   });
 }
 
@@ -1181,7 +1198,7 @@ void KernelLowering::gatherScaledVector(mk::GatherOp op) {
       // (Padding rows: zeros, whatever row 0 of x holds.)
       for (Value &x : xs)
         x = e.select(valid, e.mul(scale, x), e.f32(0.0f));
-      store16(pack8(xs), at(outBase, e.add(dst, e.index(stride * i))));
+      store16Streaming(pack8(xs), at(outBase, e.add(dst, e.index(stride * i))));
     }
   });
 }
@@ -1758,8 +1775,8 @@ void KernelLowering::swigluGradVector(mk::SwigluGradOp op) {
             }
             bool whole = pieces % (32 * per) == 0;
             auto store = [&] {
-              store16(pack8(dgs), at(dgBase, p.at0));
-              store16(pack8(dus), at(duBase, p.at0));
+              store16Streaming(pack8(dgs), at(dgBase, p.at0));
+              store16Streaming(pack8(dus), at(duBase, p.at0));
             };
             if (whole) {
               store();

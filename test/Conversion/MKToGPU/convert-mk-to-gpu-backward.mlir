@@ -342,7 +342,7 @@ gpu.module @dispatch {
 // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (f32) {
 // CHECK-COUNT-2: llvm.load {{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xf32>
 // CHECK-COUNT-3: llvm.load {{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
-// CHECK-COUNT-2: llvm.store {{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// CHECK-COUNT-2: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};"
 // CHECK: gpu.shuffle xor
 // CHECK: } else {
 // CHECK: memref.load
@@ -353,22 +353,22 @@ gpu.module @dispatch {
 // selected.
 // CHECK-LABEL: gpu.func @swiglu_grad_pieces(
 // CHECK: scf.for {{.*}} step %c96{{.*}} iter_args(%[[ACC:[^ ]*]] = {{.*}}) -> (f32) {
-// CHECK-NOT: llvm.store
+// CHECK-NOT: st.global
 // CHECK: %[[IN0:.*]] = arith.cmpi slt, %{{.*}}, %c80{{.*}} : index
 // CHECK: arith.minsi %{{.*}}, %c79
 // CHECK-COUNT-2: llvm.load {{.*}} : !llvm.ptr<1> -> vector<4xf32>
 // CHECK-COUNT-3: llvm.load {{.*}} : !llvm.ptr<1> -> vector<8xbf16>
-// CHECK-NOT: llvm.store
+// CHECK-NOT: st.global
 // CHECK: arith.minsi %{{.*}}, %c79
 // CHECK-COUNT-2: llvm.load {{.*}} : !llvm.ptr<1> -> vector<4xf32>
 // CHECK-COUNT-3: llvm.load {{.*}} : !llvm.ptr<1> -> vector<8xbf16>
-// CHECK-NOT: llvm.store
+// CHECK-NOT: st.global
 // CHECK: arith.minsi %{{.*}}, %c79
 // CHECK-COUNT-2: llvm.load {{.*}} : !llvm.ptr<1> -> vector<4xf32>
 // CHECK-COUNT-3: llvm.load {{.*}} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK-NOT: llvm.load
 // CHECK: scf.if %[[IN0]] {
-// CHECK-COUNT-2: llvm.store {{.*}} : vector<8xbf16>, !llvm.ptr<1>
+// CHECK-COUNT-2: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};"
 // The first piece's d_w partial counts only when the piece is in the row.
 // CHECK: arith.select %[[IN0]], %{{.*}}, %[[ACC]] : f32
 // CHECK: scf.if
@@ -383,12 +383,12 @@ gpu.module @dispatch {
 // CHECK: scf.if
 // CHECK: arith.muli %{{.*}}, %c8{{.*}} : index
 // CHECK: arith.addi %{{.*}}, %c32{{.*}} : index
-// CHECK-NOT: llvm.store
+// CHECK-NOT: st.global
 // CHECK: arith.addi %{{.*}}, %c480{{.*}} : index
-// CHECK-NOT: llvm.store
+// CHECK-NOT: st.global
 // CHECK: llvm.load {{.*}} : !llvm.ptr<1> -> vector<4xi32>
 // CHECK-NOT: llvm.load
-// CHECK-COUNT-16: llvm.store {{.*}} : vector<4xi32>, !llvm.ptr<1>
+// CHECK-COUNT-16: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};"
 // CHECK: gpu.return
 // CHECK-LABEL: gpu.func @gather_scaled_wide(
 // CHECK: scf.if
@@ -402,11 +402,11 @@ gpu.module @dispatch {
 // CHECK-LABEL: gpu.func @gather_scaled_vector(
 // CHECK: scf.if
 // CHECK-COUNT-8: llvm.load {{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
-// CHECK-NOT: llvm.store
+// CHECK-NOT: st.global
 // CHECK-COUNT-8: arith.mulf
-// CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// CHECK: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};"
 // CHECK-COUNT-8: arith.mulf
-// CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// CHECK: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};"
 // CHECK: } else {
 // CHECK: gpu.return
 gpu.module @vector_forms {

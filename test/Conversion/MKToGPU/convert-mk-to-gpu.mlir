@@ -79,7 +79,7 @@
 // CHECK: scf.if %[[ALIGNED]] {
 // CHECK-COUNT-8: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xi32>
 // CHECK-NOT: llvm.load
-// CHECK-COUNT-8: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
+// CHECK-COUNT-8: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};"
 // CHECK: } else {
 // CHECK: memref.store {{.*}} : memref<108x64xbf16>
 // The activation, as on the CPU.
