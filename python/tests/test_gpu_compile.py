@@ -71,12 +71,14 @@ def test_staged_register_epilogue(tmp_path):
     # sm_90a: each consumer warp stages its results in 2 KiB of shared
     # memory after the stage ring (stmatrix) and stores 16-byte row pieces
     # (evict-first); the kernel asks for those 16 KiB. sm_100a keeps its
-    # shared-memory epilogue and the ring alone.
+    # shared-memory epilogue and the ring alone (its only streaming stores
+    # are the dispatch copy's, a 16-byte piece a thread).
     h = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path))
     b = mok.compile(TC_SPEC, target="sm_100a", cache_dir=str(tmp_path))
     assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in h.ptx
     assert "st.global.cs.v4.b32" in h.ptx
-    assert "stmatrix" not in b.ptx and "st.global.cs" not in b.ptx
+    assert "stmatrix" not in b.ptx
+    assert h.ptx.count("st.global.cs") > b.ptx.count("st.global.cs")
     assert h.metadata["dynamic_shared_memory"] == b.metadata["dynamic_shared_memory"] + 16384
 
 

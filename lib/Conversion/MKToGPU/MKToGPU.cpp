@@ -446,10 +446,6 @@ private:
     return block && (*block)[0] % 32 == 0 && (*block)[1] == 1 &&
            (*block)[2] == 1;
   }
-  Value laneId() {
-    return e.rem(gpu::ThreadIdOp::create(e.b, e.loc, gpu::Dimension::x),
-                 e.index(32));
-  }
   /// for i in [0, n), one warp an i over the grid, spread CTA-first as
   /// forAllSpread spreads threads; body(i, lane). The loop is uniform over
   /// each warp, so warp-wide operations inside see all 32 lanes.
@@ -846,8 +842,7 @@ void KernelLowering::countRoutesByWarps(mk::CountRoutesOp op) {
 }
 
 void KernelLowering::lower(mk::ScanChunksOp op) {
-  std::optional<ArrayRef<int32_t>> block = func.getKnownBlockSize();
-  if (block && (*block)[0] % 32 == 0 && (*block)[1] == 1 && (*block)[2] == 1)
+  if (wholeWarps())
     return scanChunksByWarps(op);
   Value cc = op.getChunkCounts(), counts = op.getCounts();
   Value zero = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);

@@ -60,7 +60,7 @@ struct Sizes {
     return tokens * topK + experts * (padding - 1);
   }
   /// Routes of a chunk of the routing plan: a warp's 32 routes a round
-  /// (one thread walking them without whole warps), at least 32, and few
+  /// (one thread walking them without whole warps), a multiple of 32, and few
   /// enough chunks (<= 1024) that the scan's lanes, one warp an expert,
   /// load all theirs at once (32 each). (On the H200, with the plan by
   /// warps: dsv3-shard's 1024 chunks scanned in 7 us, qwen3-30b's 2048 in
@@ -68,7 +68,8 @@ struct Sizes {
   /// took 65 us of planning on dsv3-shard and 114 us on qwen3-30b.)
   int64_t chunk() const {
     int64_t routes = tokens * topK;
-    return std::max<int64_t>(32, (routes + 1023) / 1024);
+    int64_t chunk = std::max<int64_t>(32, (routes + 1023) / 1024);
+    return (chunk + 31) / 32 * 32; // whole rounds of a warp
   }
   int64_t chunks() const { return (tokens * topK + chunk() - 1) / chunk(); }
   bool hasShared() const { return sharedInter > 0; }

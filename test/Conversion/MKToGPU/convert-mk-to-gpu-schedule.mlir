@@ -75,17 +75,27 @@ gpu.module @scan_threads {
 // both sides (every lane has read it; the next round reads it after).
 // CHECK-LABEL: gpu.func @plan_by_warps(
 // CHECK: scf.for %{{.*}} = %c0{{.*}} to %c2{{.*}} step
-// CHECK: nvvm.match.sync any
+// CHECK: %[[CPEERS:.*]] = nvvm.match.sync any
+// CHECK: %[[CBELOW:.*]] = arith.andi %[[CPEERS]], %{{.*}} : i32
+// CHECK: %[[CNONE:.*]] = arith.cmpi eq, %[[CBELOW]], %c0_i32
+// CHECK: %[[CLEAD:.*]] = arith.andi %{{.*}}, %[[CNONE]] : i1
 // CHECK: nvvm.bar.warp.sync
-// CHECK: llvm.intr.ctpop
+// CHECK-NEXT: scf.if %[[CLEAD]] {
+// CHECK-NEXT: llvm.intr.ctpop(%[[CPEERS]])
 // CHECK: arith.cmpi slt, %{{.*}}, %c32{{.*}} : index
 // CHECK-COUNT-10: gpu.shuffle up
 // CHECK: scf.for %{{.*}} = %c0{{.*}} to %c2{{.*}} step
 // CHECK: %[[PEERS:.*]] = nvvm.match.sync any
-// CHECK: llvm.intr.ctpop
+// CHECK: %[[VALID:.*]] = arith.cmpi sge, %{{.*}}, %c0{{.*}} : index
+// CHECK: %[[BELOW:.*]] = arith.andi %[[PEERS]], %{{.*}} : i32
+// CHECK: llvm.intr.ctpop(%[[BELOW]])
 // CHECK: memref.store %{{.*}} : memref<128xi64>
 // CHECK: nvvm.bar.warp.sync
-// CHECK: llvm.intr.ctpop(%[[PEERS]])
+// CHECK-NEXT: arith.constant 0 : i32
+// CHECK-NEXT: %[[NONE:.*]] = arith.cmpi eq, %[[BELOW]], %c0_i32
+// CHECK-NEXT: %[[LEAD:.*]] = arith.andi %[[VALID]], %[[NONE]] : i1
+// CHECK-NEXT: scf.if %[[LEAD]] {
+// CHECK-NEXT: llvm.intr.ctpop(%[[PEERS]])
 // CHECK: memref.store %{{.*}} : memref<2x4xi64>
 // CHECK-NEXT: }
 // CHECK-NEXT: arith.constant -1 : i32
@@ -120,6 +130,33 @@ gpu.module @plan_threads {
     mk.pad_offsets %c into %o {padding = 128 : i64} : memref<4xi64>, memref<5xi64>
     mk.grid_barrier %bar : memref<2xi32>
     mk.assign_rows %top, %o, %cc into %rr, %rowr, %rowe {chunk = 64 : i64} : memref<64x2xi32>, memref<5xi64>, memref<2x4xi64> -> memref<128xi64>, memref<636xi64>, memref<636xi64>
+    gpu.return
+  }
+}
+
+// More than 32 chunks a lane (2048 chunks: 64 a lane, two groups of 32
+// loads): the scan loops over the groups in both passes (a fold of the
+// sums, then of the prefixes); and more than 32 experts (40: 2 a lane)
+// for the offsets, each lane's experts loaded at once.
+// CHECK-LABEL: gpu.func @scan_groups(
+// CHECK: scf.for {{.*}} iter_args
+// CHECK-COUNT-32: memref.load
+// CHECK: gpu.shuffle up
+// CHECK: scf.for {{.*}} iter_args
+// CHECK-COUNT-32: memref.load
+// CHECK: gpu.shuffle idx
+// CHECK: arith.cmpi slt, %{{.*}}, %c32{{.*}} : index
+// CHECK-COUNT-2: memref.load %{{.*}} : memref<40xi64>
+// CHECK-NOT: memref.load
+// CHECK: gpu.shuffle up
+// CHECK-COUNT-2: memref.store %{{.*}} : memref<41xi64>
+// CHECK: gpu.return
+gpu.module @scan_groups_module {
+  gpu.func @scan_groups(%cc: memref<2048x40xi64>, %c: memref<40xi64>, %o: memref<41xi64>, %bar: memref<2xi32>) kernel
+      attributes {known_block_size = array<i32: 64, 1, 1>} {
+    mk.scan_chunks %cc into %c : memref<2048x40xi64>, memref<40xi64>
+    mk.grid_barrier %bar : memref<2xi32>
+    mk.pad_offsets %c into %o {padding = 64 : i64} : memref<40xi64>, memref<41xi64>
     gpu.return
   }
 }

@@ -21,11 +21,16 @@
 // CHECK: %[[PEERS:.*]] = nvvm.match.sync any %c-1_i32, %{{.*}} : i32 -> i32
 // CHECK: %[[LT:.*]] = nvvm.read.ptx.sreg.lanemask.lt : i32
 // CHECK: %[[BELOW:.*]] = arith.andi %[[PEERS]], %[[LT]] : i32
-// CHECK: arith.cmpi eq, %[[BELOW]], %c0_i32
+// CHECK: %[[NOLOWER:.*]] = arith.cmpi eq, %[[BELOW]], %c0_i32
+// CHECK: %[[VALIDEX:.*]] = arith.cmpi sge, %[[EX:[^,]*]], %c0
+// CHECK: %[[LEADER:.*]] = arith.andi %[[VALIDEX]], %[[NOLOWER]] : i1
 // CHECK: nvvm.bar.warp.sync %c-1_i32
-// CHECK: llvm.intr.ctpop(%[[PEERS]])
-// CHECK: memref.load %[[CC]][%[[C]],
-// CHECK: memref.store %{{.*}}, %[[CC]][%[[C]],
+// CHECK-NEXT: scf.if %[[LEADER]] {
+// CHECK-NEXT: %[[SIZE:.*]] = llvm.intr.ctpop(%[[PEERS]])
+// CHECK-NEXT: %[[SIZE64:.*]] = arith.extui %[[SIZE]] : i32 to i64
+// CHECK-NEXT: %[[OLD:.*]] = memref.load %[[CC]][%[[C]], %[[EX]]]
+// CHECK-NEXT: %[[NEW:.*]] = arith.addi %[[OLD]], %[[SIZE64]] : i64
+// CHECK-NEXT: memref.store %[[NEW]], %[[CC]][%[[C]], %[[EX]]]
 // Phases are separated by grid barriers (CTA barrier, fence, arrival on
 // the counter).
 // CHECK: gpu.barrier
@@ -41,17 +46,24 @@
 // CHECK-NOT: scf.for
 // CHECK-COUNT-10: gpu.shuffle up
 // CHECK-NOT: memref.load
-// CHECK: arith.subi
+// CHECK: %[[START:.*]] = arith.subi %[[INCL:.*]], %[[LOCAL:.*]] : i64
 // CHECK-NOT: scf.for
-// CHECK: memref.store %{{.*}}, %[[CC]]
+// CHECK-NOT: memref.load
+// CHECK: memref.store %[[START]], %[[CC]]
 // CHECK-COUNT-2: gpu.shuffle idx
 // Offsets: the grid's first warp, a shuffle scan of the padded counts.
 // CHECK: %[[FIRST:.*]] = arith.cmpi slt, %{{.*}}, %c32{{.*}} : index
 // CHECK: scf.if %[[FIRST]]
 // CHECK: arith.divsi %{{.*}}, %c8
 // CHECK-COUNT-10: gpu.shuffle up
-// CHECK: memref.store %{{.*}}, %[[OFF:arg[0-9]+]][%{{.*}}] {{.*}} : memref<5xi64>
-// CHECK: memref.store %{{.*}}, %[[OFF]][%c4{{.*}}] {{.*}} : memref<5xi64>
+// CHECK: %[[TOTAL:.*]] = arith.addi %{{.*}}, %{{.*}} : i64
+// CHECK-NEXT: %[[OFFSTART:.*]] = arith.subi %[[TOTAL]], %{{.*}} : i64
+// CHECK: memref.store %[[OFFSTART]], %[[OFF:arg[0-9]+]][%{{.*}}] {{.*}} : memref<5xi64>
+// The total from lane 31 (the inclusive sum of every lane's experts).
+// CHECK: %[[LAST:.*]] = arith.cmpi eq, %{{.*}}, %c31 : index
+// CHECK-NEXT: scf.if %[[LAST]] {
+// CHECK-NEXT: arith.constant 4 : index
+// CHECK-NEXT: memref.store %[[TOTAL]], %[[OFF]][%c4{{.*}}] {{.*}} : memref<5xi64>
 // Assign: one warp a chunk; a route's row is its expert's offset plus the
 // chunk's scanned count plus its peers on lower lanes.
 // CHECK: %[[PEERS2:.*]] = nvvm.match.sync any

@@ -179,10 +179,10 @@ def MK_AssignRowsOp : MK_Op<"assign_rows"> {
     Expert `e`'s routes take rows `offsets[e], offsets[e] + 1, ...` in route
     order: each chunk (of `chunk` routes, as in `mk.count_routes`) ranks its
     routes from the chunk's first ranks in `chunk_counts` (as
-    `mk.scan_chunks` leaves them, and advanced here), so the assignment is
-    deterministic. In kernels of whole warps one warp a chunk takes 32
-    routes a round, a route's rank adding its `match.sync` peers on lower
-    lanes; else one thread a chunk walks them. Writes `route_row [T*k]` (-1
+    `mk.scan_chunks` leaves them; the lowering may advance them, so they
+    are scratch afterwards), so the assignment is deterministic. In
+    kernels of whole warps one warp a chunk takes 32 routes a round, a
+    route's rank adding its `match.sync` peers on lower lanes; else one thread a chunk walks them. Writes `route_row [T*k]` (-1
     for invalid routes), `row_route [Rcap]` (the route of a row; padding
     rows keep what they held, -1 from an `mk.fill`) and `row_expert [Rcap]`
     (the expert of every row of a segment, padding rows included, one warp
