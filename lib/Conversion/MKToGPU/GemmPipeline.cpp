@@ -447,6 +447,18 @@ void storeGlobalStreaming(OpBuilder &b, Location loc, Value address,
                             LLVM::AsmDialectAttr(), ArrayAttr());
 }
 
+void storeGlobalStreaming16(OpBuilder &b, Location loc, Value address,
+                            Value value) {
+  auto words4 = VectorType::get({4}, b.getI32Type());
+  if (value.getType() != words4)
+    value = LLVM::BitcastOp::create(b, loc, words4, value);
+  SmallVector<Value> words;
+  for (int64_t w = 0; w < 4; ++w)
+    words.push_back(LLVM::ExtractElementOp::create(
+        b, loc, value, arith::ConstantIntOp::create(b, loc, w, 32)));
+  storeGlobalStreaming(b, loc, address, words);
+}
+
 void GemmEmitter::syncWarpgroup(int64_t warpgroups) {
   OpBuilder &b = e.b;
   Location loc = e.loc;

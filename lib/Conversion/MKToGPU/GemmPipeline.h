@@ -60,6 +60,9 @@ MemRefType smemType(MLIRContext *ctx, ArrayRef<int64_t> shape, Type elt);
 /// to their size): for GEMM outputs, read once by a later phase.
 void storeGlobalStreaming(OpBuilder &b, Location loc, Value address,
                           ValueRange words);
+/// The same of a 16-byte vector `value` (its four 32-bit words).
+void storeGlobalStreaming16(OpBuilder &b, Location loc, Value address,
+                            Value value);
 
 /// One tensor-core mk.gemm: for each task (m-tile, n-tile),
 ///   acc_j[r, c] = sum_k A[m0 + r, k] * B_j[n0 + c, k]

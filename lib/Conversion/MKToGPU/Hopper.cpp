@@ -412,12 +412,8 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
                 b, loc, i64,
                 e.mul(e.add(e.mul(row, e.index(p.n)), col), e.index(kBf16)));
             Value address = arith::AddIOp::create(b, loc, outAddress, offset);
-            SmallVector<Value> words;
-            for (int64_t w = 0; w < 4; ++w)
-              words.push_back(LLVM::ExtractElementOp::create(
-                  b, loc, v, arith::ConstantIntOp::create(b, loc, w, 32)));
             // Streaming (evict-first): read once, by the next phase.
-            storeGlobalStreaming(b, loc, address, words);
+            storeGlobalStreaming16(b, loc, address, v);
           });
         }
         // Every lane has read the staged rows before the next piece.

@@ -467,11 +467,19 @@ private:
   }
   /// The routes of one 32-route round of a chunk, a route a lane:
   /// route q = c * chunk + round * 32 + lane, `inside` whether the chunk
-  /// (and the routes) hold it, its expert (-1: none or outside), and the
-  /// lanes of the warp whose routes go to the same expert (match.sync).
+  /// (and the routes) hold it, its expert (-1: none or outside), the
+  /// lanes of the warp whose routes go to the same expert (match.sync) and
+  /// those of them on lower lanes.
   struct RouteRound {
-    Value q, inside, expert, peers;
+    Value q, inside, expert, peers, below;
   };
+  /// Whether this lane is the first of its group and the group's expert
+  /// valid (`valid`, or computed here when null): the lane that adds the
+  /// group's size to the chunk's count of that expert, cc[c, expert]
+  /// (addGroupSize, after a warp barrier that orders the count's earlier
+  /// stores).
+  Value groupFirst(const RouteRound &r, Value valid = Value());
+  void addGroupSize(Value first, const RouteRound &r, Value cc, Value c);
   RouteRound routeRound(Value top, Value c, Value round, Value lane,
                         int64_t chunk, int64_t routes, int64_t experts);
   Value popc(Value mask) { return LLVM::CtPopOp::create(e.b, e.loc, mask); }
@@ -545,16 +553,9 @@ private:
   /// next phase, so that they do not push out of L2 what is re-read (the
   /// rows of x and d_out, gathered k times).
   void store16Streaming(Value v, Value ptr) {
-    Type i32 = e.b.getI32Type();
-    Value words4 =
-        LLVM::BitcastOp::create(e.b, e.loc, VectorType::get({4}, i32), v);
-    SmallVector<Value> words;
-    for (int64_t w = 0; w < 4; ++w)
-      words.push_back(LLVM::ExtractElementOp::create(
-          e.b, e.loc, words4, arith::ConstantIntOp::create(e.b, e.loc, w, 32)));
-    gemm::storeGlobalStreaming(
+    gemm::storeGlobalStreaming16(
         e.b, e.loc, LLVM::PtrToIntOp::create(e.b, e.loc, e.b.getI64Type(), ptr),
-        words);
+        v);
   }
   /// Whether all of `buffers` start 16-byte aligned (uniform over the grid;
   /// the runtime's workspace is, caller tensors usually are).
@@ -801,7 +802,28 @@ KernelLowering::routeRound(Value top, Value c, Value round, Value lane,
       arith::ConstantIntOp::create(e.b, e.loc, -1, 32),
       arith::IndexCastOp::create(e.b, e.loc, e.b.getI32Type(), ex),
       NVVM::MatchSyncKind::any);
-  return {q, inside, ex, peers};
+  Value below = arith::AndIOp::create(
+      e.b, e.loc, peers,
+      NVVM::LaneMaskLtOp::create(e.b, e.loc, e.b.getI32Type()));
+  return {q, inside, ex, peers, below};
+}
+
+Value KernelLowering::groupFirst(const RouteRound &r, Value valid) {
+  Value noneBelow = e.cmp(arith::CmpIPredicate::eq, r.below,
+                          arith::ConstantIntOp::create(e.b, e.loc, 0, 32));
+  if (!valid)
+    valid = e.isValid(r.expert);
+  return arith::AndIOp::create(e.b, e.loc, valid, noneBelow);
+}
+
+void KernelLowering::addGroupSize(Value first, const RouteRound &r, Value cc,
+                                  Value c) {
+  e.ifThen(first, [&] {
+    Value n =
+        arith::ExtUIOp::create(e.b, e.loc, e.b.getI64Type(), popc(r.peers));
+    e.store(arith::AddIOp::create(e.b, e.loc, e.load(cc, {c, r.expert}), n), cc,
+            {c, r.expert});
+  });
 }
 
 /// One warp a chunk, 32 routes a round: match.sync groups the lanes whose
@@ -821,22 +843,11 @@ void KernelLowering::countRoutesByWarps(mk::CountRoutesOp op) {
     });
     e.loop((chunk + 31) / 32, [&](Value round) {
       RouteRound r = routeRound(top, c, round, lane, chunk, routes, experts);
-      Value below = arith::AndIOp::create(
-          e.b, e.loc, r.peers,
-          NVVM::LaneMaskLtOp::create(e.b, e.loc, e.b.getI32Type()));
-      Value first = arith::AndIOp::create(
-          e.b, e.loc, e.isValid(r.expert),
-          e.cmp(arith::CmpIPredicate::eq, below,
-                arith::ConstantIntOp::create(e.b, e.loc, 0, 32)));
+      Value first = groupFirst(r);
       // The row's zeros and the last round's additions, stored by other
       // lanes, are visible after the warp barrier.
       syncWarp();
-      e.ifThen(first, [&] {
-        Value n =
-            arith::ExtUIOp::create(e.b, e.loc, e.b.getI64Type(), popc(r.peers));
-        e.store(arith::AddIOp::create(e.b, e.loc, e.load(cc, {c, r.expert}), n),
-                cc, {c, r.expert});
-      });
+      addGroupSize(first, r, cc, c);
     });
   });
 }
@@ -1049,9 +1060,7 @@ void KernelLowering::assignRowsByWarps(mk::AssignRowsOp op) {
     e.loop(rounds, [&](Value round) {
       RouteRound r = routeRound(top, c, round, lane, chunk, routes, experts);
       Value valid = e.isValid(r.expert);
-      Value below = arith::AndIOp::create(
-          e.b, e.loc, r.peers, NVVM::LaneMaskLtOp::create(e.b, e.loc, i32));
-      Value rank = arith::ExtUIOp::create(e.b, e.loc, i64, popc(below));
+      Value rank = arith::ExtUIOp::create(e.b, e.loc, i64, popc(r.below));
       e.ifThen(r.inside, [&] {
         e.ifThen(
             valid,
@@ -1072,15 +1081,7 @@ void KernelLowering::assignRowsByWarps(mk::AssignRowsOp op) {
       // lane moves it on for the next round, and the next round reads it
       // after.
       syncWarp();
-      Value first = arith::AndIOp::create(
-          e.b, e.loc, valid,
-          e.cmp(arith::CmpIPredicate::eq, below,
-                arith::ConstantIntOp::create(e.b, e.loc, 0, 32)));
-      e.ifThen(first, [&] {
-        Value n = arith::ExtUIOp::create(e.b, e.loc, i64, popc(r.peers));
-        e.store(arith::AddIOp::create(e.b, e.loc, e.load(cc, {c, r.expert}), n),
-                cc, {c, r.expert});
-      });
+      addGroupSize(groupFirst(r, valid), r, cc, c);
       syncWarp();
     });
   });

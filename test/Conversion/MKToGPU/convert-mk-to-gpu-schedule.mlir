@@ -86,8 +86,8 @@ gpu.module @scan_threads {
 // CHECK-COUNT-10: gpu.shuffle up
 // CHECK: scf.for %{{.*}} = %c0{{.*}} to %c2{{.*}} step
 // CHECK: %[[PEERS:.*]] = nvvm.match.sync any
-// CHECK: %[[VALID:.*]] = arith.cmpi sge, %{{.*}}, %c0{{.*}} : index
 // CHECK: %[[BELOW:.*]] = arith.andi %[[PEERS]], %{{.*}} : i32
+// CHECK: %[[VALID:.*]] = arith.cmpi sge, %{{.*}}, %c0{{.*}} : index
 // CHECK: llvm.intr.ctpop(%[[BELOW]])
 // CHECK: memref.store %{{.*}} : memref<128xi64>
 // CHECK: nvvm.bar.warp.sync
