@@ -48,8 +48,9 @@ def main():
         layers = {n: mok.GpuTrainingArtifact.from_files(os.path.join(d, shape + "-train")).load()
                   for n, d in variants}
         times = {n: [] for n in list(layers) + ["torch"]}
-        steps = {n: (lambda layer=layer: mok_step(layer, a, d_out)) for n, layer in layers.items()}
-        steps["torch"] = lambda: torch_step(a, d_out, leaves)
+        steps = {n: (lambda layer=layer, a=a, d_out=d_out: mok_step(layer, a, d_out))
+                 for n, layer in layers.items()}
+        steps["torch"] = lambda a=a, d_out=d_out, leaves=leaves: torch_step(a, d_out, leaves)
         order = list(steps)
         for r in range(args.rounds):
             # Each round starts at another entry: a variant timed right
@@ -62,7 +63,7 @@ def main():
             t = statistics.median(times[n])
             print(f"{shape}: {n:12s} {t:.3f} ms  {t_torch / t:.3f}x  "
                   f"(rounds {' '.join(f'{x:.3f}' for x in times[n])})")
-        del layers
+        del layers, steps
         for n, d in variants:
             prof = os.path.join(d, shape + "-train-profile")
             if os.path.isdir(prof):
@@ -72,7 +73,7 @@ def main():
                 print(f"{shape}: {n} phases: backward " +
                       ", ".join(f"{k} {v:.3f}" for k, v in bwd.items() if not k.startswith("plan")) +
                       f" (sum {sum(bwd.values()):.3f})")
-        del a, leaves
+        del a, d_out, leaves
         torch.cuda.empty_cache()
 
 
