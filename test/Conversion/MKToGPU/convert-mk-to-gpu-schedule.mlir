@@ -73,7 +73,11 @@ gpu.module @scan_threads {
 // expert's offset, the chunk's count and its lower peers; between rounds
 // the group's first lane moves the count on, fenced by warp barriers on
 // both sides (every lane has read it; the next round reads it after).
+// The lane is %laneid (not tid % 32, which later GEMM epilogues share).
 // CHECK-LABEL: gpu.func @plan_by_warps(
+// CHECK: %[[LANEI:.*]] = nvvm.read.ptx.sreg.laneid : i32
+// CHECK-NEXT: %[[LANE:.*]] = arith.index_cast %[[LANEI]] : i32 to index
+// CHECK: scf.for %{{.*}} = %[[LANE]] to %c4{{.*}} step %c32
 // CHECK: scf.for %{{.*}} = %c0{{.*}} to %c2{{.*}} step
 // CHECK: %[[CPEERS:.*]] = nvvm.match.sync any
 // CHECK: %[[CBELOW:.*]] = arith.andi %[[CPEERS]], %{{.*}} : i32
