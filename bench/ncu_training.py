@@ -5,7 +5,8 @@ backward) a few times, for Nsight Compute to catch one launch of its
 backward (or forward) kernel:
 
     PYTHONPATH=build/python python3 bench/prepare.py /tmp/b sm_90a --training qwen3-30b
-    ncu --kernel-name regex:'_backward$' --launch-skip 2 --launch-count 1 \\
+    PYTHONPATH=build-gpu/python ncu --kernel-name regex:'_backward$' \\
+        --launch-skip 2 --launch-count 1 \\
         --section SpeedOfLight --section WarpStateStats \\
         --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \\
         --csv --page details \\
@@ -30,10 +31,16 @@ def main():
     if len(sys.argv) != 3:
         sys.exit("usage: ncu_training.py ARTIFACTS SHAPE")
     artifacts, shape = sys.argv[1:]
+    if shape not in SHAPES:
+        sys.exit(f"ncu_training.py: unknown shape {shape}; known: {', '.join(SHAPES)}")
+    path = os.path.join(artifacts, shape + "-train")
+    if not os.path.isdir(path):
+        sys.exit(f"ncu_training.py: no training layer at {path} (bench/prepare.py ... --training)")
     s = SHAPES[shape]
-    layer = mok.GpuTrainingArtifact.from_files(os.path.join(artifacts, shape + "-train")).load()
-    a = make_inputs(s, torch.Generator().manual_seed(1))
-    d_out = torch.randn(s["tokens"], s["hidden"]).to(torch.bfloat16).cuda()
+    layer = mok.GpuTrainingArtifact.from_files(path).load()
+    gen = torch.Generator().manual_seed(1)
+    a = make_inputs(s, gen)
+    d_out = torch.randn(s["tokens"], s["hidden"], generator=gen).to(torch.bfloat16).cuda()
     for _ in range(4):
         _, ctx = layer.forward(**a)
         layer.backward(ctx, d_out)

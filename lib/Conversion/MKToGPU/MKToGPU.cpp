@@ -453,10 +453,10 @@ private:
     Value tid = gpu::ThreadIdOp::create(e.b, e.loc, gpu::Dimension::x);
     Value warp = e.add(e.mul(e.div(tid, e.index(32)), numBlocks),
                        gpu::BlockIdOp::create(e.b, e.loc, gpu::Dimension::x));
-    // The lane from %laneid (tid % 32 in a block of whole warps), not tid %
-    // 32: that value, computed once here at the top of the kernel, stood
-    // for the GEMM epilogues' tid % 32 too, and stayed live through the
-    // GEMMs (ptxas spilled 4-8 bytes in two small training forwards).
+    // The lane from %laneid (tid % 32 in a block of whole warps). A tid %
+    // 32 here, at the top of the kernel, was merged with the GEMM
+    // epilogues' tid % 32 and kept live through the GEMMs: ptxas spilled
+    // 4-8 bytes in two small training forwards.
     Value lane = arith::IndexCastOp::create(
         e.b, e.loc, e.b.getIndexType(),
         NVVM::LaneIdOp::create(e.b, e.loc, e.b.getI32Type()));
