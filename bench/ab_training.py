@@ -25,9 +25,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
 import mok  # noqa: E402
 from moe_forward import time_ms  # noqa: E402
-from moe_training import FLOAT_ARGS, kernel_phases, mok_step, torch_step  # noqa: E402
+from moe_training import (kernel_phases, mok_step, torch_leaves, torch_step,  # noqa: E402
+                          training_inputs)
 from shapes import SHAPES  # noqa: E402
-from torch_reference import make_inputs  # noqa: E402
 
 
 def main():
@@ -51,10 +51,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     for shape in args.shapes:
         s = SHAPES[shape]
-        gen = torch.Generator().manual_seed(7)
-        a = make_inputs(s, gen)
-        d_out = torch.randn(s["tokens"], s["hidden"], generator=gen).to(torch.bfloat16).cuda()
-        leaves = {n: a[n].detach().clone().requires_grad_(True) for n in FLOAT_ARGS if n in a}
+        a, d_out = training_inputs(s, torch.Generator().manual_seed(7))
+        leaves = torch_leaves(a)
         layers = {n: mok.GpuTrainingArtifact.from_files(os.path.join(d, shape + "-train")).load()
                   for n, d in variants}
         times = {n: [] for n in list(layers) + ["torch"]}

@@ -42,6 +42,20 @@ FLOAT_ARGS = ("x", "router_weights", "gate_weights", "up_weights", "down_weights
               "shared_gate_weights", "shared_up_weights", "shared_down_weights")
 
 
+def training_inputs(s, gen):
+    """The layer's inputs for shape `s` (torch_reference.make_inputs) and a
+    bf16 d_out, both from generator `gen`."""
+    a = make_inputs(s, gen)
+    d_out = torch.randn(s["tokens"], s["hidden"], generator=gen).to(torch.bfloat16).cuda()
+    return a, d_out
+
+
+def torch_leaves(a):
+    """The float inputs of `a` as fresh leaves requiring grad (the PyTorch
+    layer's parameters and inputs in torch_step)."""
+    return {n: a[n].detach().clone().requires_grad_(True) for n in FLOAT_ARGS if n in a}
+
+
 def torch_step(a, d_out, leaves):
     """One training step of the PyTorch layer: forward, backward (the
     gradients land in leaves' .grad, reset first)."""
@@ -116,8 +130,7 @@ def main():
         path = os.path.join(args.artifacts, name + "-train")
         layer = mok.GpuTrainingArtifact.from_files(path).load()
         gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
-        a = make_inputs(s, gen)
-        d_out = torch.randn(s["tokens"], s["hidden"], generator=gen).to(torch.bfloat16).cuda()
+        a, d_out = training_inputs(s, gen)
         errors = {}
         if not args.no_check:
             # mok's gradients from poisoned outputs, against float64 autograd.
@@ -127,10 +140,10 @@ def main():
             errors = {n: relative_error(grads[n], ref[n]) for n in ref}
             del grads, ref, checked
             torch.cuda.empty_cache()
-        leaves = {n: a[n].detach().clone().requires_grad_(True) for n in FLOAT_ARGS
-                  if n in a}
+        leaves = torch_leaves(a)
         timed_mok, timed_torch = time_rounds(
-            [lambda: mok_step(layer, a, d_out), lambda: torch_step(a, d_out, leaves)],
+            [lambda layer=layer, a=a, d_out=d_out: mok_step(layer, a, d_out),
+             lambda a=a, d_out=d_out, leaves=leaves: torch_step(a, d_out, leaves)],
             args.budget, args.rounds)
         fwd_ms, bwd_ms = split_times(layer, a, d_out, 20)
         prof = os.path.join(args.artifacts, name + "-train-profile")

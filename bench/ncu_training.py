@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
 import mok  # noqa: E402
 from shapes import SHAPES  # noqa: E402
-from torch_reference import make_inputs  # noqa: E402
+from moe_training import training_inputs  # noqa: E402
 
 
 def main():
@@ -38,9 +38,7 @@ def main():
         sys.exit(f"ncu_training.py: no training layer at {path} (bench/prepare.py ... --training)")
     s = SHAPES[shape]
     layer = mok.GpuTrainingArtifact.from_files(path).load()
-    gen = torch.Generator().manual_seed(1)
-    a = make_inputs(s, gen)
-    d_out = torch.randn(s["tokens"], s["hidden"], generator=gen).to(torch.bfloat16).cuda()
+    a, d_out = training_inputs(s, torch.Generator().manual_seed(1))
     for _ in range(4):
         _, ctx = layer.forward(**a)
         layer.backward(ctx, d_out)
