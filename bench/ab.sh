@@ -3,7 +3,8 @@
 #
 # Times kernel variants against each other in one session on the GPU
 # machine: rounds of every variant in turn (so that the GPU's clock and
-# power state fall on all of them alike), each timed with the PyTorch
+# power state fall on all of them alike; round r starts at the r-th
+# variant, so that no variant always runs first), each timed with the PyTorch
 # baseline and the matmul ceiling by bench/moe_forward.py. A variant is a
 # folder of compiled shapes (bench/prepare.py, or `mok-compile X.mlir
 # --chip sm_90a [--profile] -o DIR/SHAPE[-profile]` with another compiler
@@ -15,7 +16,7 @@
 # (PYTHONPATH must reach the mok runtime extension, build-gpu/python.)
 set -euo pipefail
 if (( $# < 3 )); then
-  sed -n '3,15p' "$0" >&2
+  sed -n '3,16p' "$0" >&2
   exit 2
 fi
 rounds=$1 shapes=$2
@@ -25,8 +26,11 @@ out=${OUT:-/tmp}/ab
 for spec in "$@"; do
   [[ $spec == *=* && -d ${spec#*=} ]] || { echo "ab.sh: '$spec' is not NAME=DIR with DIR a folder" >&2; exit 2; }
 done
+specs=("$@")
+n=${#specs[@]}
 for (( r = 1; r <= rounds; ++r )); do
-  for spec in "$@"; do
+  for (( i = 0; i < n; ++i )); do
+    spec=${specs[(r - 1 + i) % n]}
     name=${spec%%=*} dir=${spec#*=}
     echo "== round $r: $name ($dir)"
     # shellcheck disable=SC2086

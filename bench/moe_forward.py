@@ -240,7 +240,8 @@ def main():
         err_torch = rel_error(torch_layer(a), ref)
         del ref
         timed_mok, timed_torch = time_rounds(
-            [lambda: layer(**a), lambda: torch_layer(a)], args.budget, args.rounds)
+            [lambda layer=layer, a=a: layer(**a), lambda a=a: torch_layer(a)],
+            args.budget, args.rounds)
         prof = os.path.join(args.artifacts, name + "-profile", "moe_layer")
         phases = phase_breakdown(prof, a, 20) if os.path.exists(prof + ".json") else None
         t_shared = s["tokens"] if s.get("shared_intermediate") else 0
