@@ -68,7 +68,8 @@ def main():
         # The backward always takes the context of the forward before the
         # loop (the kernels' results are not looked at).
         calls = {"forward": lambda layer=layer, a=a: layer.forward(**a),
-                 "backward": lambda layer=layer, ctx=ctx: layer.backward(ctx, d_out)}
+                 "backward": lambda layer=layer, ctx=ctx, d_out=d_out:
+                     layer.backward(ctx, d_out)}
         for call, fn in calls.items():
             idle = [host_ms(fn, 0) for _ in range(args.iters)]
             busy = [host_ms(fn, args.busy_ms) for _ in range(args.iters)]
