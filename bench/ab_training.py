@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
 import mok  # noqa: E402
 from moe_forward import time_ms  # noqa: E402
-from moe_training import (kernel_phases, mok_step, torch_leaves, torch_step,  # noqa: E402
+from moe_training import (FLOAT_ARGS, kernel_phases, mok_step, torch_leaves, torch_step,  # noqa: E402
                           training_inputs)
 from shapes import SHAPES  # noqa: E402
 
@@ -37,6 +37,10 @@ def main():
                     choices=list(SHAPES))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budget", type=float, default=1.0, help="seconds per timing")
+    ap.add_argument("--data", choices=["random", "zeros"], default="random",
+                    help="zeros: x, every weight and d_out all zero (the router weights "
+                         "stay random), to see how much the step's time depends on the "
+                         "values the tensor cores multiply (power at the cap)")
     args = ap.parse_args()
     variants = []
     for v in args.variants:
@@ -52,6 +56,11 @@ def main():
     for shape in args.shapes:
         s = SHAPES[shape]
         a, d_out = training_inputs(s, torch.Generator().manual_seed(7))
+        if args.data == "zeros":
+            for n in FLOAT_ARGS:
+                if n in a and n != "router_weights":
+                    a[n].zero_()
+            d_out.zero_()
         leaves = torch_leaves(a)
         layers = {n: mok.GpuTrainingArtifact.from_files(os.path.join(d, shape + "-train")).load()
                   for n, d in variants}
@@ -67,7 +76,7 @@ def main():
             for n in ["torch"] + names[k:] + names[:k]:
                 times[n].append(time_ms(steps[n], args.budget)[0])
         t_torch = statistics.median(times["torch"])
-        print(f"\n{shape}: torch {t_torch:.3f} ms (rounds {' '.join(f'{t:.3f}' for t in times['torch'])})")
+        print(f"\n{shape} ({args.data} data): torch {t_torch:.3f} ms (rounds {' '.join(f'{t:.3f}' for t in times['torch'])})")
         for n in layers:
             t = statistics.median(times[n])
             print(f"{shape}: {n:12s} {t:.3f} ms  {t_torch / t:.3f}x  "
