@@ -11,8 +11,11 @@ step (PyTorch autograd, then every mok variant) runs back to back for
 step: ms a step (the burst's wall time over its steps, the queue drained
 at the end), the median power and SM clock over the burst's second half
 (the first half lets the clock settle at the cap), the share of those
-samples throttled by the software power cap, and the energy a step
-(median power x ms). A step whose time follows its energy over the cap's
+samples throttled by the software power cap, the energy a step (median
+power x ms) and per TFLOP (a step counted as 3 x the forward's FLOPs, as
+bench/moe_training.py counts it). With --matmul, also an 8192^3 bf16
+torch.matmul (cuBLAS) burst on the same data kind: the energy per TFLOP
+of a plain GEMM at the same power, the floor for the layer's GEMMs. A step whose time follows its energy over the cap's
 power is power-bound: only less work (energy) shortens it, not fewer
 stalls.
 
@@ -69,6 +72,12 @@ class Sampler:
         self.proc.wait()
 
 
+def step_tflop(s):
+    """A training step's TFLOP: 3 x the forward's, 18 (T k + T_shared) H I."""
+    t_shared = s["tokens"] if s.get("shared_intermediate") else 0
+    return 18 * (s["tokens"] * s["top_k"] + t_shared) * s["hidden"] * s["intermediate"] / 1e12
+
+
 def burst(step, seconds):
     """Runs `step` back to back for about `seconds`; returns (ms a step,
     start, end) in time.monotonic()."""
@@ -85,6 +94,20 @@ def burst(step, seconds):
     return (t1 - t0) * 1e3 / n, t0, t1
 
 
+def report(name, ms, t0, t1, sampler, tflop):
+    w = sampler.window(t0 + (t1 - t0) / 2, t1)
+    if not w:
+        print(f"  {name:8s} {ms:8.3f} ms  (no nvidia-smi samples)")
+        return
+    watts = statistics.median(x[2] for x in w)
+    mhz = statistics.median(x[1] for x in w)
+    capped = sum(1 for x in w if x[3] & SW_POWER_CAP) / len(w)
+    joules = watts * ms * 1e-3
+    print(f"  {name:8s} {ms:8.3f} ms  {tflop / ms * 1e3:6.1f} TFLOP/s  {watts:6.1f} W  "
+          f"{mhz:6.0f} MHz  power-capped {100 * capped:3.0f} %  {joules:6.2f} J  "
+          f"{joules / tflop:5.3f} J/TFLOP  ({len(w)} samples)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("variants", nargs="+", help="NAME=DIR (folders of compiled training layers)")
@@ -92,6 +115,8 @@ def main():
                     choices=list(SHAPES))
     ap.add_argument("--data", nargs="*", default=["random", "zeros"], choices=["random", "zeros"])
     ap.add_argument("--seconds", type=float, default=4.0, help="length of each burst")
+    ap.add_argument("--matmul", action="store_true",
+                    help="also an 8192^3 bf16 torch.matmul burst per data kind")
     args = ap.parse_args()
     variants = []
     for v in args.variants:
@@ -120,24 +145,30 @@ def main():
                 steps += [(n, lambda layer=layer, a=a, d_out=d_out: mok_step(layer, a, d_out))
                           for n, layer in layers.items()]
                 print(f"\n{shape}, {data} data:")
+                tflop = step_tflop(s)
                 for name, step in steps:
                     ms, t0, t1 = burst(step, args.seconds)
                     # Idle a moment between bursts so that each starts from
                     # a similar board state.
                     time.sleep(1.0)
-                    w = sampler.window(t0 + (t1 - t0) / 2, t1)
-                    if not w:
-                        print(f"  {name:8s} {ms:8.3f} ms  (no nvidia-smi samples)")
-                        continue
-                    watts = statistics.median(x[2] for x in w)
-                    mhz = statistics.median(x[1] for x in w)
-                    capped = sum(1 for x in w if x[3] & SW_POWER_CAP) / len(w)
-                    print(f"  {name:8s} {ms:8.3f} ms  {watts:6.1f} W  {mhz:6.0f} MHz  "
-                          f"power-capped {100 * capped:3.0f} %  {watts * ms * 1e-3:6.2f} J a step  "
-                          f"({len(w)} samples)")
+                    report(name, ms, t0, t1, sampler, tflop)
                 del a, d_out, leaves, steps
             del layers
             torch.cuda.empty_cache()
+        if args.matmul:
+            n = 8192
+            for data in args.data:
+                if data == "zeros":
+                    a = torch.zeros(n, n, device="cuda", dtype=torch.bfloat16)
+                    b = torch.zeros(n, n, device="cuda", dtype=torch.bfloat16)
+                else:
+                    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+                    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+                print(f"\n8192^3 bf16 matmul, {data} data:")
+                ms, t0, t1 = burst(lambda a=a, b=b: a @ b, args.seconds)
+                time.sleep(1.0)
+                report("matmul", ms, t0, t1, sampler, 2 * n ** 3 / 1e12)
+                del a, b
     finally:
         sampler.stop()
 
