@@ -1640,13 +1640,8 @@ void KernelLowering::swigluGradRows(
   Value rows = routed ? routedRows(op.getOffsets()) : e.index(size(dh, 0));
   Value k = routed ? e.index(size(w, 1)) : Value();
   // One warp a row, warps spread over the blocks first.
-  Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
-  Value lane = e.rem(tid, e.index(32));
-  Value warp = e.add(e.mul(e.div(tid, e.index(32)), numBlocks),
-                     gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
-  Value warps = e.div(gridThreads, e.index(32));
   Value width = arith::ConstantIntOp::create(b, loc, 32, 32);
-  e.loop(warp, rows, warps, [&](Value r) {
+  forAllWarps(rows, [&](Value r, Value lane) {
     Value valid, t, kk, scale = e.f32(1.0f);
     if (routed) {
       Value q = e.toIndex(e.load(rowRoute, {r}));

@@ -7,7 +7,7 @@
 
 // mk.swiglu_grad, routed (rows of 36 columns: one column a lane; whole
 // 16-byte pieces take the 8-column form, below): warp (tid / 32) * grid +
-// block takes rows
+// block (its lane from %laneid) takes rows
 // r < offsets[E], stepping by the grid's warps; its lanes stride over the
 // columns. dh = bf16(w * d_hidden_u), w = router_weights[q / k, q % k] (0 for
 // a padding row, whose d_gate and d_up are zeros); each lane sums
@@ -18,10 +18,12 @@
 // CHECK-SAME: %[[DG:[^:]*]]: memref<108x36xbf16>, %[[DU:[^:]*]]: memref<108x36xbf16>, %[[RR:[^:]*]]: memref<108xi64>, %[[QR:[^:]*]]: memref<80xi64>,
 // CHECK-SAME: %[[W:[^:]*]]: memref<40x2xf32>, %[[OFF:[^:]*]]: memref<5xi64>, %[[DW:[^:]*]]: memref<40x2xf32>)
 // CHECK: %[[R_END:.*]] = memref.load %[[OFF]][%c4]
-// CHECK: %[[LANE:.*]] = arith.remsi %[[TID:.*]], %c32 : index
-// CHECK: %[[WARP_IN_BLOCK:.*]] = arith.divsi %[[TID]], %c32{{.*}} : index
-// CHECK: %[[WARPS:.*]] = arith.divsi %{{.*}}, %c32{{.*}} : index
 // CHECK: %[[WIDTH:.*]] = arith.constant 32 : i32
+// CHECK: %[[TID:.*]] = gpu.thread_id x
+// CHECK: %[[WARP_IN_BLOCK:.*]] = arith.divsi %[[TID]], %c32{{.*}} : index
+// CHECK: %[[LANE_I32:.*]] = nvvm.read.ptx.sreg.laneid : i32
+// CHECK-NEXT: %[[LANE:.*]] = arith.index_cast %[[LANE_I32]] : i32 to index
+// CHECK: %[[WARPS:.*]] = arith.divsi %{{.*}}, %c32{{.*}} : index
 // CHECK: scf.for %[[ROW:.*]] = %{{.*}} to %{{.*}} step %[[WARPS]] {
 // CHECK: %[[Q:.*]] = memref.load %[[RR]][%[[ROW]]]
 // CHECK: %[[VALID:.*]] = arith.cmpi sge,
