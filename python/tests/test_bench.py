@@ -46,3 +46,67 @@ def test_rounds_alternate_and_report_medians(bench, monkeypatch):
 def test_one_round_is_one_timing(bench, monkeypatch):
     monkeypatch.setattr(bench, "time_ms", lambda fn, budget_s: (fn(), 3))
     assert bench.time_rounds([lambda: 2.5], 1.0, 1) == [(2.5, [2.5], 3)]
+
+
+POWER = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "power.py")
+
+
+@pytest.fixture
+def power(monkeypatch):
+    """bench/power.py (power, clock and energy a step), loaded without a GPU."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    monkeypatch.syspath_prepend(os.path.dirname(POWER))
+    spec = importlib.util.spec_from_file_location("power_under_test", POWER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_power_counts_a_step_as_three_forwards(power):
+    # 18 (T k + T_shared) H I: dsv3-shard's step is 9.74 TFLOP, qwen3-30b's
+    # (no shared expert) 1.855.
+    assert power.step_tflop(power.SHAPES["dsv3-shard"]) == pytest.approx(
+        18 * (4096 * 8 + 4096) * 7168 * 2048 / 1e12)
+    assert power.step_tflop(power.SHAPES["qwen3-30b"]) == pytest.approx(
+        18 * 8192 * 8 * 2048 * 768 / 1e12)
+
+
+class FakeSampler:
+    def __init__(self, samples):
+        self.samples = samples
+
+    def window(self, t0, t1):
+        return [s for s in self.samples if t0 <= s[0] <= t1]
+
+
+def test_power_reports_the_second_half_of_a_burst(power, capsys):
+    # (t, MHz, W, throttle reasons): the first half (t < 2) is left out;
+    # of the second half's three samples two are power-capped (bit 0x4).
+    samples = [(0.5, 1980.0, 300.0, 0), (1.5, 1800.0, 650.0, 4),
+               (2.5, 1500.0, 690.0, 4), (3.0, 1450.0, 700.0, 4), (3.5, 1600.0, 680.0, 1)]
+    power.report("mok", 20.0, 0.0, 4.0, FakeSampler(samples), 10.0)
+    line = capsys.readouterr().out
+    # Median of 690, 700, 680 W and of 1500, 1450, 1600 MHz; 690 W x 20 ms
+    # = 13.8 J, over 10 TFLOP 1.38 J a TFLOP; 10 TFLOP in 20 ms is 500 TFLOP/s.
+    assert "690.0 W" in line and "1500 MHz" in line
+    assert "power-capped  67 %" in line
+    assert "13.80 J" in line and "1.380 J/TFLOP" in line
+    assert "500.0 TFLOP/s" in line and "(3 samples)" in line
+
+
+def test_power_says_when_no_sample_fell_in_the_burst(power, capsys):
+    power.report("torch", 5.0, 10.0, 11.0, FakeSampler([(1.0, 1980.0, 100.0, 0)]), 1.0)
+    assert "no nvidia-smi samples" in capsys.readouterr().out
+
+
+def test_power_refuses_a_variant_that_is_not_name_equals_folder(power, monkeypatch, tmp_path):
+    for bad, why in [("bench-artifacts", "is not NAME=DIR"),
+                     ("torch=" + str(tmp_path), "is not NAME=DIR"),
+                     ("new=" + str(tmp_path / "missing"), "is not a folder")]:
+        monkeypatch.setattr(sys, "argv", ["power.py", bad])
+        with pytest.raises(SystemExit) as e:
+            power.main()
+        assert why in str(e.value)
