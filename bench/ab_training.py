@@ -8,7 +8,9 @@ always comes right after PyTorch's cooler step), each timed as
 bench/moe_training.py times a step
 (forward then backward, CUDA events around each, median). A variant is a
 folder of compiled training layers (bench/prepare.py ... --training, or
-another compiler build's); with <dir>/<shape>-train-profile its phases too.
+another compiler build's); with <dir>/<shape>-train-profile its phases too
+(and, compiled since the kernels record %clock64, each phase's cycles and
+mean SM clock).
 No gradient check: bench/moe_training.py does that for the recorded run.
 
     PYTHONPATH=build-gpu/python python3 bench/ab_training.py \\
@@ -25,8 +27,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
 import mok  # noqa: E402
 from moe_forward import time_ms  # noqa: E402
-from moe_training import (FLOAT_ARGS, kernel_phases, mok_step, torch_leaves, torch_step,  # noqa: E402
-                          training_inputs)
+from moe_training import (FLOAT_ARGS, kernel_phase_clocks, kernel_phases,  # noqa: E402
+                          mok_step, torch_leaves, torch_step, training_inputs)
 from shapes import SHAPES  # noqa: E402
 
 
@@ -84,14 +86,27 @@ def main():
         del layers, steps
         for n, d in variants:
             prof = os.path.join(d, shape + "-train-profile")
-            if os.path.exists(os.path.join(prof, "moe_layer_backward.json")):
+            meta = os.path.join(prof, "moe_layer_backward.json")
+            if os.path.exists(meta) and '"phase_cycles"' in open(meta).read():
+                # Each phase's ms, and its cycles and mean clock.
+                fwd, bwd = kernel_phase_clocks(prof, a, d_out, 10)
+                for kernel, phases in (("forward", fwd), ("backward", bwd)):
+                    print(f"{shape}: {n} {kernel} phases (ms, Mcycles, MHz): " + ", ".join(
+                        f"{k} {ms:.3f} {c / 1e6:.3f} {c / (ms * 1e3):.0f}"
+                        for k, (ms, c) in phases.items()
+                        if not k.startswith("plan") and ms > 0))
+                fwd = {k: ms for k, (ms, _) in fwd.items()}
+                bwd = {k: ms for k, (ms, _) in bwd.items()}
+            elif os.path.exists(meta):
                 fwd, bwd = kernel_phases(prof, a, d_out, 10)
-                print(f"{shape}: {n} phases: forward " +
-                      ", ".join(f"{k} {v:.3f}" for k, v in fwd.items() if not k.startswith("plan")))
-                shown = {k: v for k, v in bwd.items() if not k.startswith("plan")}
-                print(f"{shape}: {n} phases: backward " +
-                      ", ".join(f"{k} {v:.3f}" for k, v in shown.items()) +
-                      f" (sum {sum(shown.values()):.3f}, plan {sum(bwd.values()) - sum(shown.values()):.3f})")
+            else:
+                continue
+            print(f"{shape}: {n} phases: forward " +
+                  ", ".join(f"{k} {v:.3f}" for k, v in fwd.items() if not k.startswith("plan")))
+            shown = {k: v for k, v in bwd.items() if not k.startswith("plan")}
+            print(f"{shape}: {n} phases: backward " +
+                  ", ".join(f"{k} {v:.3f}" for k, v in shown.items()) +
+                  f" (sum {sum(shown.values()):.3f}, plan {sum(bwd.values()) - sum(shown.values()):.3f})")
         del a, d_out, leaves
         torch.cuda.empty_cache()
 

@@ -87,6 +87,34 @@ def kernel_phases(path, a, d_out, iters):
     return median_phases(forward), median_phases(backward)
 
 
+def kernel_phase_clocks(path, a, d_out, iters):
+    """As kernel_phases, with each phase's SM clock cycles too (the
+    profiling kernel's phase_cycles, the first SM's %clock64): ({phase:
+    (median ms, median cycles)} of the forward kernel, of the backward).
+    The cycles a phase takes, unlike its milliseconds, do not move with the
+    clock the board's power cap sets (but for the time spent waiting on
+    memory); cycles / ms is the phase's mean clock."""
+    layer = mok.GpuTrainingArtifact.from_files(path).load()
+    for _ in range(3):
+        _, ctx = layer.forward(**a)
+        layer.backward(ctx, d_out)
+    times = {"forward": [], "backward": []}
+    cycles = {"forward": [], "backward": []}
+    for _ in range(iters):
+        _, ctx = layer.forward(**a)
+        times["forward"].append(layer._forward.phase_times())
+        cycles["forward"].append(layer._forward.phase_cycles())
+        layer.backward(ctx, d_out)
+        times["backward"].append(layer._backward.phase_times())
+        cycles["backward"].append(layer._backward.phase_cycles())
+
+    def both(kernel):
+        ms = median_phases(times[kernel])
+        return {n: (ms[n], statistics.median(s[i][1] for s in cycles[kernel]))
+                for i, n in enumerate(ms)}
+    return both("forward"), both("backward")
+
+
 def split_times(layer, a, d_out, iters):
     """Median ms of mok's training forward alone and of its backward alone
     (CUDA events around each kernel call, one step at a time). A ~1 ms

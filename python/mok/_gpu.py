@@ -545,6 +545,25 @@ class GpuLayer:
         return [(name, (end - start) / 1e6)
                 for name, start, end in zip(phases, stamps, stamps[1:])]
 
+    def phase_cycles(self):
+        """[(phase, SM clock cycles)] of the last forward, for a layer
+        compiled with profiling: the differences of consecutive %clock64
+        values the grid's first thread wrote to the "phase_cycles" workspace
+        buffer with each phase_clock timestamp (its SM's cycles, at whatever
+        clock the board ran; with phase_times, the phase's mean clock).
+        ValueError as phase_times, and for a layer compiled before the
+        kernels recorded cycles."""
+        phases = _profile_phases(self.meta)
+        if not any(p.get("name") == "phase_cycles" and p.get("role") == "workspace"
+                   for p in self.meta.get("params", ())):
+            raise ValueError("phase_cycles: this layer's profiling kernel records no "
+                             "cycles (compiled before phase_cycles existed); compile it "
+                             "again")
+        if not getattr(self, "_forwards", 0):
+            raise ValueError("phase_cycles: no forward has run on this layer yet")
+        stamps = self.read_workspace("phase_cycles").reshape(-1).tolist()
+        return [(name, end - start) for name, start, end in zip(phases, stamps, stamps[1:])]
+
     def __call__(self, *args, out=None, outputs=None, **kwargs):
         """The output, for the inputs by name or by position (the inputs'
         order, without the operands bound to weight views); written into

@@ -741,13 +741,14 @@ PHASES = ["route", "fc1", "fc2"]
 NOT_PROFILED = "this layer was not compiled with profiling (mok.compile(..., profile=True))"
 
 
-def with_profiling(meta, phases=PHASES, stamps=None):
-    """The metadata of a profiling kernel as the compiler emits it: a
-    "phase_clock" workspace buffer of i64 timestamps and a top-level
-    "phases" key (one name per interval)."""
+def with_profiling(meta, phases=PHASES, stamps=None, cycles=True):
+    """The metadata of a profiling kernel as the compiler emits it:
+    "phase_clock" and (`cycles`) "phase_cycles" workspace buffers of i64
+    stamps and a top-level "phases" key (one name per interval)."""
     m = json.loads(json.dumps(meta))
-    m["params"].append({"name": "phase_clock", "role": "workspace", "dtype": "i64",
-                        "shape": [len(phases) + 1 if stamps is None else stamps]})
+    for name in ("phase_clock", "phase_cycles") if cycles else ("phase_clock",):
+        m["params"].append({"name": name, "role": "workspace", "dtype": "i64",
+                            "shape": [len(phases) + 1 if stamps is None else stamps]})
     m["phases"] = list(phases)
     return m
 
@@ -764,10 +765,11 @@ def test_read_workspace_checks_the_name_before_the_loading(scalar):
     assert layer.input_names == [p["name"] for p in scalar.metadata["params"]
                                  if p["role"] == "input"]
     assert layer.workspace_size("phase_clock") == 8 * (len(PHASES) + 1)
+    assert layer.workspace_size("phase_cycles") == 8 * (len(PHASES) + 1)
     assert layer.workspace_size("grid_barrier") == 4 * 2
     assert layer.workspace_size("routed_x") == 2 * 108 * 64
     workspace = ", ".join(p["name"] for p in layer_meta_params(scalar, "workspace")
-                          + [{"name": "phase_clock"}])
+                          + [{"name": "phase_clock"}, {"name": "phase_cycles"}])
     for name, message in [
             ("clock", f"name: unknown workspace buffer 'clock' (workspace buffers: "
                       f"{workspace})"),
@@ -823,6 +825,17 @@ def test_phase_times_checks_the_profiling_metadata(scalar):
     # A layer that is profiled but never ran has no timestamps to read.
     with raises(ValueError, "phase_times: no forward has run on this layer yet"):
         _unloaded_gpu_layer(with_profiling(scalar.metadata)).phase_times()
+
+
+def test_phase_cycles_checks_the_profiling_metadata(scalar):
+    with raises(ValueError, NOT_PROFILED):
+        _unloaded_gpu_layer(scalar.metadata).phase_cycles()
+    # A profiling layer compiled before the kernels recorded cycles.
+    with raises(ValueError, "phase_cycles: this layer's profiling kernel records no "
+                "cycles (compiled before phase_cycles existed); compile it again"):
+        _unloaded_gpu_layer(with_profiling(scalar.metadata, cycles=False)).phase_cycles()
+    with raises(ValueError, "phase_cycles: no forward has run on this layer yet"):
+        _unloaded_gpu_layer(with_profiling(scalar.metadata)).phase_cycles()
 
 
 #===----------------------------------------------------------------------===#

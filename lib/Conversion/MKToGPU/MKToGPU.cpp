@@ -1855,6 +1855,9 @@ void KernelLowering::lower(mk::TimestampOp op) {
   e.ifThen(e.cmp(arith::CmpIPredicate::eq, globalId, e.index(0)), [&] {
     Value now = NVVM::GlobalTimerOp::create(e.b, e.loc, e.b.getI64Type());
     e.store(now, op.getClock(), {e.index(op.getIndex())});
+    if (Value cycles = op.getCycles())
+      e.store(NVVM::Clock64Op::create(e.b, e.loc, e.b.getI64Type()), cycles,
+              {e.index(op.getIndex())});
   });
 }
 

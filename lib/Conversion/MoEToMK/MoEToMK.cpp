@@ -227,12 +227,14 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   // [arrived CTAs, generation]; zero before the first launch, and left
   // reusable by every launch.
   params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
-  // Profiling: %globaltimer at the start and after each phase.
+  // Profiling: %globaltimer and the first SM's %clock64 at the start and
+  // after each phase.
   if (profile)
-    params.push_back(
-        {"phase_clock", "workspace",
-         ty({static_cast<int64_t>(phaseNames(s.fusedDispatch).size()) + 1},
-            i64)});
+    for (StringRef name : {"phase_clock", "phase_cycles"})
+      params.push_back(
+          {name.str(), "workspace",
+           ty({static_cast<int64_t>(phaseNames(s.fusedDispatch).size()) + 1},
+              i64)});
   // 128-byte CUtensorMaps; last, so the other parameters keep their
   // positions.
   if (!maps.empty())
@@ -309,12 +311,12 @@ DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
 
 /// What every kernel's schedule starts with: its buffers by parameter
 /// name, grid barriers (each followed, when profiling, by a timestamp into
-/// `phase_clock`) and the routing plan.
+/// `phase_clock` and `phase_cycles`) and the routing plan.
 struct Schedule {
   OpBuilder &b;
   Location loc;
   llvm::StringMap<Value> buf;
-  Value clock;
+  Value clock, cycles;
   int64_t stamps = 0;
 
   Schedule(OpBuilder &b, Location loc, ArrayRef<Param> params,
@@ -323,11 +325,12 @@ struct Schedule {
     for (auto [i, p] : llvm::enumerate(params))
       buf[p.name] = func.getArgument(i);
     clock = buf.lookup("phase_clock");
+    cycles = buf.lookup("phase_cycles");
     timestamp();
   }
   void timestamp() {
     if (clock)
-      mk::TimestampOp::create(b, loc, clock, stamps++);
+      mk::TimestampOp::create(b, loc, clock, stamps++, cycles);
   }
   void barrier() {
     mk::GridBarrierOp::create(b, loc, buf["grid_barrier"]);
@@ -765,9 +768,11 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   }
   params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
   if (profile)
-    params.push_back(
-        {"phase_clock", "workspace",
-         ty({static_cast<int64_t>(backwardPhaseNames(grad).size()) + 1}, i64)});
+    for (StringRef name : {"phase_clock", "phase_cycles"})
+      params.push_back(
+          {name.str(), "workspace",
+           ty({static_cast<int64_t>(backwardPhaseNames(grad).size()) + 1},
+              i64)});
   if (!maps.empty())
     params.push_back(
         {"tensor_maps", "tensor_maps", ty({16 * slotCount(maps)}, i64)});

@@ -118,6 +118,15 @@ def test_profiled_forward_times_its_phases(profiled):
     assert stamps.dtype == torch.int64 and stamps.device.type == "cpu"
     assert list(stamps.shape) == [len(phases) + 1]
     assert (stamps > 0).all() and (stamps[1:] >= stamps[:-1]).all(), stamps
+    # The first SM's cycles at the same stamps: as many phases, each at a
+    # mean clock the board can run (the H200's SM clock: up to 1.98 GHz).
+    cycles = layer.phase_cycles()
+    assert [n for n, _ in cycles] == phases
+    assert all(isinstance(c, int) and c >= 0 for _, c in cycles), cycles
+    for (name, c), (_, ms) in zip(cycles, times):
+        if ms > 0.05:
+            ghz = c / (ms * 1e6)
+            assert 0.2 < ghz < 2.1, f"{name}: {c} cycles in {ms:.4f} ms is {ghz:.2f} GHz"
     # Every forward writes them anew (%globaltimer only moves forward).
     layer(**args)
     again = layer.read_workspace("phase_clock")

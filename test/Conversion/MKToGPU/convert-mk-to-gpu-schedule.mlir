@@ -4,7 +4,7 @@
 // the elements, the barrier as CTA barriers around thread 0's arrival.
 
 // CHECK-LABEL: gpu.func @separated(
-// CHECK-SAME: %[[C:[^:]*]]: memref<4xi64>, %[[O:[^:]*]]: memref<5xi64>, %[[BAR:[^:]*]]: memref<2xi32>, %[[CLOCK:[^:]*]]: memref<2xi64>)
+// CHECK-SAME: %[[C:[^:]*]]: memref<4xi64>, %[[O:[^:]*]]: memref<5xi64>, %[[BAR:[^:]*]]: memref<2xi32>, %[[CLOCK:[^:]*]]: memref<2xi64>, %[[CYCLES:[^:]*]]: memref<2xi64>)
 // mk.fill: thread g of the grid stores elements g, g + grid, ...
 // CHECK: %[[GID:.*]] = arith.addi %{{.*}}, %thread_id_x : index
 // (the CTA-first index that loops over chunks and experts use)
@@ -23,18 +23,21 @@
 // CHECK: scf.for
 // CHECK: memref.load %[[C]]
 // CHECK: memref.store %{{.*}}, %[[O]]
-// mk.timestamp: thread 0 of the grid stores the global timer.
+// mk.timestamp: thread 0 of the grid stores the global timer, and with
+// cycles its SM's cycle counter.
 // CHECK: arith.cmpi eq, %[[GID]], %{{.*}} : index
 // CHECK-NEXT: scf.if
 // CHECK-NEXT: %[[NOW:.*]] = nvvm.read.ptx.sreg.globaltimer : i64
 // CHECK: memref.store %[[NOW]], %[[CLOCK]][%{{.*}}] {alignment = 8 : i64} : memref<2xi64>
+// CHECK: %[[TICKS:.*]] = nvvm.read.ptx.sreg.clock64 : i64
+// CHECK: memref.store %[[TICKS]], %[[CYCLES]][%{{.*}}] {alignment = 8 : i64} : memref<2xi64>
 // CHECK: gpu.return
 gpu.module @k {
-  gpu.func @separated(%c: memref<4xi64>, %o: memref<5xi64>, %bar: memref<2xi32>, %clock: memref<2xi64>) kernel {
+  gpu.func @separated(%c: memref<4xi64>, %o: memref<5xi64>, %bar: memref<2xi32>, %clock: memref<2xi64>, %cycles: memref<2xi64>) kernel {
     mk.fill %c, 0 : memref<4xi64>
     mk.grid_barrier %bar : memref<2xi32>
     mk.pad_offsets %c into %o {padding = 8 : i64} : memref<4xi64>, memref<5xi64>
-    mk.timestamp %clock[1] : memref<2xi64>
+    mk.timestamp %clock[1] cycles(%cycles : memref<2xi64>) : memref<2xi64>
     gpu.return
   }
 }

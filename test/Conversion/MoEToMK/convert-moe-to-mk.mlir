@@ -114,19 +114,20 @@ func.func @padding8(%x: tensor<40x64xbf16>, %top: tensor<40x2xi32>, %rw: tensor<
   return %o : tensor<40x64xbf16>
 }
 
-// profile=true: a phase_clock workspace buffer (start + 8 phases), the
-// phases named in mok.kernel, a stamp at the start and after every barrier,
-// and one more barrier before the last stamp.
+// profile=true: phase_clock and phase_cycles workspace buffers (start + 8
+// phases), the phases named in mok.kernel, a stamp (time and cycles) at the
+// start and after every barrier, and one more barrier before the last
+// stamp.
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a profile=true copy-dispatch=true" | FileCheck %s --check-prefix=PROFILE
 // PROFILE-LABEL: gpu.func @eligible_forward(
-// PROFILE-SAME: %[[BAR:[^:]*]]: memref<2xi32>, %[[CLOCK:[^:]*]]: memref<9xi64>, %{{[^:]*}}: memref<304xi64>) kernel
-// PROFILE-SAME: {dtype = "i64", name = "phase_clock", role = "workspace", shape = array<i64: 9>}
+// PROFILE-SAME: %[[BAR:[^:]*]]: memref<2xi32>, %[[CLOCK:[^:]*]]: memref<9xi64>, %[[CYCLES:[^:]*]]: memref<9xi64>, %{{[^:]*}}: memref<304xi64>) kernel
+// PROFILE-SAME: {dtype = "i64", name = "phase_clock", role = "workspace", shape = array<i64: 9>}, {dtype = "i64", name = "phase_cycles", role = "workspace", shape = array<i64: 9>}
 // PROFILE-SAME: phases = ["plan: count", "plan: scan", "plan: offsets", "plan: assign", "dispatch", "gate/up + SwiGLU", "down", "combine"]
-// PROFILE-NEXT: mk.timestamp %[[CLOCK]][0]
+// PROFILE-NEXT: mk.timestamp %[[CLOCK]][0] cycles(%[[CYCLES]] : memref<9xi64>)
 // PROFILE: mk.count_routes
 // PROFILE-NEXT: mk.grid_barrier %[[BAR]]
-// PROFILE-NEXT: mk.timestamp %[[CLOCK]][1]
+// PROFILE-NEXT: mk.timestamp %[[CLOCK]][1] cycles(%[[CYCLES]] : memref<9xi64>)
 // PROFILE: mk.combine
 // PROFILE-NEXT: mk.grid_barrier %[[BAR]]
-// PROFILE-NEXT: mk.timestamp %[[CLOCK]][8]
+// PROFILE-NEXT: mk.timestamp %[[CLOCK]][8] cycles(%[[CYCLES]] : memref<9xi64>)
 // PROFILE-NEXT: gpu.return

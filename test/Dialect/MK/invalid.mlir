@@ -271,6 +271,16 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
+  gpu.func @timestamp_cycles(%c: memref<9xi64>, %y: memref<8xi64>) kernel {
+    // expected-error @+1 {{cycles dimension 0 must be 9 (the clock's entries), got 8}}
+    mk.timestamp %c[3] cycles(%y : memref<8xi64>) : memref<9xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
   gpu.func @producer_tcgen05(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
     // expected-error @+1 {{a producer warp is implemented for the wgmma engine only, not tcgen05}}
     mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>)

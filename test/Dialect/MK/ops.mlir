@@ -17,6 +17,7 @@
 // CHECK: mk.combine %{{.*}}, %{{.*}} weights(%{{.*}} : memref<40x2xf32>) shared(%{{.*}} : memref<40x64xbf16>) into %{{.*}} : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
 // CHECK: mk.combine %{{.*}}, %{{.*}} weights(%{{.*}} : memref<40x2xf32>) into %{{.*}} : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
 // CHECK: mk.timestamp %{{.*}}[3] : memref<9xi64>
+// CHECK: mk.timestamp %[[TS:[a-z0-9_]+]][4] cycles(%[[TS]] : memref<9xi64>) : memref<9xi64>
 // CHECK-LABEL: gpu.func @tensor_cores
 // CHECK: mk.gemm wgmma swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
 // CHECK: mk.gemm tcgen05 store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 17, 18>, stages = 4 : i64, tile = array<i64: 64, 128, 64>} : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
@@ -70,6 +71,7 @@ gpu.module @kernels {
     mk.combine %routed_y, %route_row weights(%rw : memref<40x2xf32>) into %out
         : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
     mk.timestamp %clock[3] : memref<9xi64>
+    mk.timestamp %clock[4] cycles(%clock : memref<9xi64>) : memref<9xi64>
     gpu.return
   }
 

@@ -333,5 +333,8 @@ LogicalResult TimestampOp::verify() {
   if (!ShapedType::isDynamic(n) && getIndex() >= n)
     return emitOpError() << "index " << getIndex()
                          << " is out of the clock buffer's " << n << " entries";
+  if (Value cycles = getCycles())
+    if (failed(expectDim(*this, cycles, "cycles", 0, n, "the clock's entries")))
+      return failure();
   return success();
 }

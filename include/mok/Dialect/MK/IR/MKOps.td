@@ -503,17 +503,25 @@ def MK_TimestampOp : MK_Op<"timestamp"> {
   let summary = "Thread 0 of the grid records the global timer";
   let description = [{
     Profiling: the first thread of the grid writes `%globaltimer`
-    (nanoseconds) to `clock[index]`. After an `mk.grid_barrier`, that is
-    about when the last CTA finished the phase before it; the runtime reads
-    the buffer back (`mok_layer_read_workspace`).
+    (nanoseconds) to `clock[index]`, and with `cycles(%c)` its SM's
+    `%clock64` (SM clock cycles) to `c[index]`. After an `mk.grid_barrier`,
+    that is about when the last CTA finished the phase before it; the
+    runtime reads the buffers back (`mok_layer_read_workspace`). The
+    cycles between two stamps are the phase's length in clock cycles, at
+    whatever clock the board ran it (at its power cap the clock falls).
 
     ```mlir
     mk.timestamp %clock[3] : memref<12xi64>
+    mk.timestamp %clock[3] cycles(%cycles : memref<12xi64>) : memref<12xi64>
     ```
   }];
   let arguments = (ins Arg<MK_I64Vector, "", [MemWrite]>:$clock,
-                       ConfinedAttr<I64Attr, [IntNonNegative]>:$index);
-  let assemblyFormat = "$clock `[` $index `]` attr-dict `:` type($clock)";
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$index,
+                       Arg<Optional<MK_I64Vector>, "", [MemWrite]>:$cycles);
+  let assemblyFormat = [{
+    $clock `[` $index `]` (`cycles` `(` $cycles^ `:` type($cycles) `)`)?
+    attr-dict `:` type($clock)
+  }];
   let hasVerifier = 1;
 }
 
