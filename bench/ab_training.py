@@ -27,8 +27,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
 import mok  # noqa: E402
 from moe_forward import time_ms  # noqa: E402
-from moe_training import (FLOAT_ARGS, kernel_phase_clocks, kernel_phases,  # noqa: E402
-                          mok_step, torch_leaves, torch_step, training_inputs)
+from moe_training import (FLOAT_ARGS, SM90_FLOPS_PER_CLOCK, kernel_phase_clocks,  # noqa: E402
+                          kernel_phases, mok_step, phase_flops, torch_leaves, torch_step,
+                          training_inputs)
 from shapes import SHAPES  # noqa: E402
 
 
@@ -88,13 +89,23 @@ def main():
             prof = os.path.join(d, shape + "-train-profile")
             meta = os.path.join(prof, "moe_layer_backward.json")
             if os.path.exists(meta) and '"phase_cycles"' in open(meta).read():
-                # Each phase's ms, and its cycles and mean clock.
+                # Each phase's ms, cycles and mean clock; for the GEMM
+                # phases also the tensor cores' share of those cycles that
+                # the phase's FLOPs need (work a clock).
                 fwd, bwd = kernel_phase_clocks(prof, a, d_out, 10)
+                sms = torch.cuda.get_device_properties(0).multi_processor_count
+                flops = phase_flops(SHAPES[shape])
                 for kernel, phases in (("forward", fwd), ("backward", bwd)):
-                    print(f"{shape}: {n} {kernel} phases (ms, Mcycles, MHz): " + ", ".join(
-                        f"{k} {ms:.3f} {c / 1e6:.3f} {c / (ms * 1e3):.0f}"
-                        for k, (ms, c) in phases.items()
-                        if not k.startswith("plan") and ms > 0))
+                    def row(k, ms, c):
+                        text = f"{k} {ms:.3f} {c / 1e6:.3f} {c / (ms * 1e3):.0f}"
+                        if k in flops[kernel] and c > 0:
+                            busy = flops[kernel][k] / (c * sms * SM90_FLOPS_PER_CLOCK)
+                            text += f" ({100 * busy:.0f} %)"
+                        return text
+                    print(f"{shape}: {n} {kernel} phases (ms, Mcycles, MHz (tensor "
+                          f"cores busy)): " + ", ".join(
+                              row(k, ms, c) for k, (ms, c) in phases.items()
+                              if not k.startswith("plan") and ms > 0))
                 fwd = {k: ms for k, (ms, _) in fwd.items()}
                 bwd = {k: ms for k, (ms, _) in bwd.items()}
             elif os.path.exists(meta):

@@ -87,6 +87,23 @@ def kernel_phases(path, a, d_out, iters):
     return median_phases(forward), median_phases(backward)
 
 
+# Dense bf16 FLOPs a clock of one sm_90 SM's tensor cores (989.4 TFLOP/s
+# = 132 SMs x 1.83 GHz x 4096 on the H100 SXM; the H200 has the same SMs).
+SM90_FLOPS_PER_CLOCK = 4096
+
+
+def phase_flops(s):
+    """The FLOPs of a training step's GEMM phases, by the profiling kernels'
+    phase names (routed rows T k without their padding, and the shared
+    expert's T rows): {"forward": {phase: FLOPs}, "backward": {...}}.
+    They add up to the step's 18 (T k + T_shared) H I."""
+    routed = s["tokens"] * s["top_k"] * s["intermediate"]
+    shared = s["tokens"] * s.get("shared_intermediate", 0)
+    ri = (routed + shared) * s["hidden"]  # sum of rows x I x H
+    return {"forward": {"gate/up + SwiGLU": 4 * ri, "down": 2 * ri},
+            "backward": {"down dgrad + wgrad": 4 * ri, "gate/up dgrad + wgrads": 8 * ri}}
+
+
 def kernel_phase_clocks(path, a, d_out, iters):
     """As kernel_phases, with each phase's SM clock cycles too (the
     profiling kernel's phase_cycles, the first SM's %clock64): ({phase:

@@ -110,3 +110,18 @@ def test_power_refuses_a_variant_that_is_not_name_equals_folder(power, monkeypat
         with pytest.raises(SystemExit) as e:
             power.main()
         assert why in str(e.value)
+
+
+def test_phase_flops_add_up_to_the_step(power):
+    # moe_training's GEMM phases, by the profiling kernels' names, add up to
+    # a step's 3 x forward FLOPs (power.py counts the step the same way).
+    import moe_training
+    for name in ("dsv3-shard", "qwen3-30b"):
+        s = power.SHAPES[name]
+        phases = moe_training.phase_flops(s)
+        assert set(phases["forward"]) == {"gate/up + SwiGLU", "down"}
+        assert set(phases["backward"]) == {"down dgrad + wgrad", "gate/up dgrad + wgrads"}
+        total = sum(sum(p.values()) for p in phases.values())
+        assert total / 1e12 == pytest.approx(power.step_tflop(s))
+        # The forward is a third of it, the backward two thirds.
+        assert sum(phases["forward"].values()) * 3 == total
