@@ -17,6 +17,7 @@ No gradient check: bench/moe_training.py does that for the recorded run.
         old=bench-artifacts new=/tmp/new --rounds 3 --shapes dsv3-shard qwen3-30b
 """
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -27,9 +28,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
 import mok  # noqa: E402
 from moe_forward import time_ms  # noqa: E402
-from moe_training import (FLOAT_ARGS, SM90_FLOPS_PER_CLOCK, kernel_phase_clocks,  # noqa: E402
-                          kernel_phases, mok_step, phase_flops, torch_leaves, torch_step,
-                          training_inputs)
+from moe_training import (FLOAT_ARGS, SM90_FLOPS_PER_CLOCK, kernel_phases,  # noqa: E402
+                          mok_step, phase_flops, torch_leaves, torch_step, training_inputs)
 from shapes import SHAPES  # noqa: E402
 
 
@@ -88,11 +88,16 @@ def main():
         for n, d in variants:
             prof = os.path.join(d, shape + "-train-profile")
             meta = os.path.join(prof, "moe_layer_backward.json")
-            if os.path.exists(meta) and '"phase_cycles"' in open(meta).read():
+            if not os.path.exists(meta):
+                continue
+            with open(meta) as f:
+                records_cycles = any(p["name"] == "phase_cycles"
+                                     for p in json.load(f)["params"])
+            fwd, bwd = kernel_phases(prof, a, d_out, 10, cycles=records_cycles)
+            if records_cycles:
                 # Each phase's ms, cycles and mean clock; for the GEMM
                 # phases also the tensor cores' share of those cycles that
                 # the phase's FLOPs need (work a clock).
-                fwd, bwd = kernel_phase_clocks(prof, a, d_out, 10)
                 sms = torch.cuda.get_device_properties(0).multi_processor_count
                 flops = phase_flops(SHAPES[shape])
                 for kernel, phases in (("forward", fwd), ("backward", bwd)):
@@ -108,10 +113,6 @@ def main():
                               if not k.startswith("plan") and ms > 0))
                 fwd = {k: ms for k, (ms, _) in fwd.items()}
                 bwd = {k: ms for k, (ms, _) in bwd.items()}
-            elif os.path.exists(meta):
-                fwd, bwd = kernel_phases(prof, a, d_out, 10)
-            else:
-                continue
             print(f"{shape}: {n} phases: forward " +
                   ", ".join(f"{k} {v:.3f}" for k, v in fwd.items() if not k.startswith("plan")))
             shown = {k: v for k, v in bwd.items() if not k.startswith("plan")}

@@ -71,20 +71,39 @@ def mok_step(layer, a, d_out):
     return layer.backward(ctx, d_out)
 
 
-def kernel_phases(path, a, d_out, iters):
+def kernel_phases(path, a, d_out, iters, cycles=False):
     """Median ms per phase of the profiling training layer at `path`:
-    ({phase: ms} of its forward kernel, {phase: ms} of its backward)."""
+    ({phase: ms} of its forward kernel, {phase: ms} of its backward). With
+    `cycles`, each phase's (median ms, median SM clock cycles) instead (the
+    profiling kernel's phase_cycles, the first SM's %clock64): a phase's
+    cycles, unlike its milliseconds, do not move with the clock the board's
+    power cap sets (but for the time spent waiting on memory); cycles / ms
+    is the phase's mean clock."""
     layer = mok.GpuTrainingArtifact.from_files(path).load()
     for _ in range(3):
         _, ctx = layer.forward(**a)
         layer.backward(ctx, d_out)
-    forward, backward = [], []
+    kernels = {"forward": layer._forward, "backward": layer._backward}
+    times = {k: [] for k in kernels}
+    counts = {k: [] for k in kernels}
+
+    def record(kernel):
+        times[kernel].append(kernels[kernel].phase_times())
+        if cycles:
+            counts[kernel].append(kernels[kernel].phase_cycles())
     for _ in range(iters):
         _, ctx = layer.forward(**a)
-        forward.append(layer._forward.phase_times())
+        record("forward")
         layer.backward(ctx, d_out)
-        backward.append(layer._backward.phase_times())
-    return median_phases(forward), median_phases(backward)
+        record("backward")
+
+    def medians(kernel):
+        ms = median_phases(times[kernel])
+        if not cycles:
+            return ms
+        return {n: (ms[n], statistics.median(s[i][1] for s in counts[kernel]))
+                for i, n in enumerate(ms)}
+    return medians("forward"), medians("backward")
 
 
 # Dense bf16 FLOPs a clock of one sm_90 SM's tensor cores (989.4 TFLOP/s
@@ -102,34 +121,6 @@ def phase_flops(s):
     ri = (routed + shared) * s["hidden"]  # sum of rows x I x H
     return {"forward": {"gate/up + SwiGLU": 4 * ri, "down": 2 * ri},
             "backward": {"down dgrad + wgrad": 4 * ri, "gate/up dgrad + wgrads": 8 * ri}}
-
-
-def kernel_phase_clocks(path, a, d_out, iters):
-    """As kernel_phases, with each phase's SM clock cycles too (the
-    profiling kernel's phase_cycles, the first SM's %clock64): ({phase:
-    (median ms, median cycles)} of the forward kernel, of the backward).
-    The cycles a phase takes, unlike its milliseconds, do not move with the
-    clock the board's power cap sets (but for the time spent waiting on
-    memory); cycles / ms is the phase's mean clock."""
-    layer = mok.GpuTrainingArtifact.from_files(path).load()
-    for _ in range(3):
-        _, ctx = layer.forward(**a)
-        layer.backward(ctx, d_out)
-    times = {"forward": [], "backward": []}
-    cycles = {"forward": [], "backward": []}
-    for _ in range(iters):
-        _, ctx = layer.forward(**a)
-        times["forward"].append(layer._forward.phase_times())
-        cycles["forward"].append(layer._forward.phase_cycles())
-        layer.backward(ctx, d_out)
-        times["backward"].append(layer._backward.phase_times())
-        cycles["backward"].append(layer._backward.phase_cycles())
-
-    def both(kernel):
-        ms = median_phases(times[kernel])
-        return {n: (ms[n], statistics.median(s[i][1] for s in cycles[kernel]))
-                for i, n in enumerate(ms)}
-    return both("forward"), both("backward")
 
 
 def split_times(layer, a, d_out, iters):

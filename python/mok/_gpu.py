@@ -531,6 +531,20 @@ class GpuLayer:
             return torch.empty(p["shape"], dtype=dtype)
         return torch.frombuffer(bytearray(data), dtype=dtype).reshape(p["shape"])
 
+    def _phase_deltas(self, caller, buffer):
+        """[(phase, stamp difference)] of the workspace `buffer` the last
+        forward wrote at its phase boundaries (phase_times, phase_cycles)."""
+        phases = _profile_phases(self.meta)
+        if not any(p.get("name") == buffer and p.get("role") == "workspace"
+                   for p in self.meta.get("params", ())):
+            raise ValueError(f"{caller}: this layer's profiling kernel records no "
+                             f"cycles (compiled before {buffer} existed); compile it "
+                             "again")
+        if not getattr(self, "_forwards", 0):
+            raise ValueError(f"{caller}: no forward has run on this layer yet")
+        stamps = self.read_workspace(buffer).reshape(-1).tolist()
+        return [(name, end - start) for name, start, end in zip(phases, stamps, stamps[1:])]
+
     def phase_times(self):
         """[(phase, milliseconds)] of the last forward, for a layer compiled
         with mok.compile(..., profile=True): the differences of consecutive
@@ -538,12 +552,7 @@ class GpuLayer:
         workspace buffer, named by the metadata's "phases". Synchronizes
         torch's current stream (read_workspace). ValueError for a layer
         compiled without profiling, or before its first forward."""
-        phases = _profile_phases(self.meta)
-        if not getattr(self, "_forwards", 0):
-            raise ValueError("phase_times: no forward has run on this layer yet")
-        stamps = self.read_workspace("phase_clock").reshape(-1).tolist()
-        return [(name, (end - start) / 1e6)
-                for name, start, end in zip(phases, stamps, stamps[1:])]
+        return [(name, ns / 1e6) for name, ns in self._phase_deltas("phase_times", "phase_clock")]
 
     def phase_cycles(self):
         """[(phase, SM clock cycles)] of the last forward, for a layer
@@ -553,16 +562,7 @@ class GpuLayer:
         clock the board ran; with phase_times, the phase's mean clock).
         ValueError as phase_times, and for a layer compiled before the
         kernels recorded cycles."""
-        phases = _profile_phases(self.meta)
-        if not any(p.get("name") == "phase_cycles" and p.get("role") == "workspace"
-                   for p in self.meta.get("params", ())):
-            raise ValueError("phase_cycles: this layer's profiling kernel records no "
-                             "cycles (compiled before phase_cycles existed); compile it "
-                             "again")
-        if not getattr(self, "_forwards", 0):
-            raise ValueError("phase_cycles: no forward has run on this layer yet")
-        stamps = self.read_workspace("phase_cycles").reshape(-1).tolist()
-        return [(name, end - start) for name, start, end in zip(phases, stamps, stamps[1:])]
+        return self._phase_deltas("phase_cycles", "phase_cycles")
 
     def __call__(self, *args, out=None, outputs=None, **kwargs):
         """The output, for the inputs by name or by position (the inputs'

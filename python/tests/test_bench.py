@@ -12,17 +12,24 @@ import pytest
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "moe_forward.py")
 
 
-@pytest.fixture
-def bench(monkeypatch):
+def load_bench_script(monkeypatch, path, name):
+    """The bench script at `path` as module `name`, without a GPU (a stand-in
+    torch module if torch is missing: only the scripts' top levels touch
+    it), its folder on sys.path for its sibling imports."""
     try:
         import torch  # noqa: F401
     except ImportError:
-        # Only the module's top level touches torch (no GPU here).
         monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
-    spec = importlib.util.spec_from_file_location("moe_forward_under_test", BENCH)
+    monkeypatch.syspath_prepend(os.path.dirname(path))
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    return load_bench_script(monkeypatch, BENCH, "moe_forward_under_test")
 
 
 def test_rounds_alternate_and_report_medians(bench, monkeypatch):
@@ -54,15 +61,7 @@ POWER = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "power.py")
 @pytest.fixture
 def power(monkeypatch):
     """bench/power.py (power, clock and energy a step), loaded without a GPU."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
-    monkeypatch.syspath_prepend(os.path.dirname(POWER))
-    spec = importlib.util.spec_from_file_location("power_under_test", POWER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script(monkeypatch, POWER, "power_under_test")
 
 
 def test_power_counts_a_step_as_three_forwards(power):
