@@ -414,6 +414,13 @@ private:
   /// (about 1.5 TB/s: a route load, then the row loads, in flight per
   /// thread), before the pieces were spread (gatherVector).
   int64_t gatherPieces = 16;
+  /// The SwiGLU's sigmoid in fast math (ScalarEmitter.h): the IEEE
+  /// reciprocal's range check and slow-path call per element cost a tenth
+  /// of qwen3-30b's gate/up GEMM phase on the H200 (run 67). Not in kernels
+  /// with warp roles or clusters: without the branches ptxas keeps more of
+  /// the epilogue in flight, and under their register budgets it spilled
+  /// (12-56 bytes on the benchmark shapes). The CPU reference stays exact.
+  SigmoidMath sigmoidMath = SigmoidMath::fast;
   int64_t gatherPiecesOf(int64_t pieces) const {
     int64_t per = gatherPieces;
     while (pieces % per)
@@ -685,6 +692,8 @@ void KernelLowering::run(std::optional<mk::Engine> engine) {
         rowPieces = 1;
         gatherPieces = 4;
       }
+      if (roles.producer || roles.cluster > 1)
+        sigmoidMath = SigmoidMath::exact;
       if (std::optional<ArrayRef<int64_t>> r = g.getRegisters()) {
         roles.registers = {(*r)[0], (*r)[1]};
         roles.evenRegisters = sched::evenRegisters(
@@ -1270,7 +1279,7 @@ void KernelLowering::lowerSimt(mk::GemmOp op) {
         e.storeRounded(g, op.getSaves()[0], {r, c});
         e.storeRounded(u, op.getSaves()[1], {r, c});
       }
-      e.storeRounded(swiglu(e, g, u, limit), out, {r, c});
+      e.storeRounded(swiglu(e, g, u, limit, sigmoidMath), out, {r, c});
       return;
     }
     // concat: one accumulator over both K-loops.
@@ -1307,8 +1316,9 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   ValueRange saves = op.getSaves();
   auto storeSwiglu = [&](Value row, Value col, Value g, Value u) {
     // gate and up are each rounded to bf16, then the SwiGLU in f32.
-    e.storeRounded(swiglu(e, e.roundBF16(g), e.roundBF16(u), limit), out,
-                   {row, col});
+    e.storeRounded(
+        swiglu(e, e.roundBF16(g), e.roundBF16(u), limit, sigmoidMath), out,
+        {row, col});
     if (!saves.empty()) { // the activation's inputs, as rounded
       e.storeRounded(g, saves[0], {row, col});
       e.storeRounded(u, saves[1], {row, col});
@@ -1372,7 +1382,7 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   // The SwiGLU of element i of a column pair: gate and up each rounded to
   // bf16, then the SwiGLU in f32.
   auto act = [&](ArrayRef<Value> g, ArrayRef<Value> u, int i) {
-    return swiglu(e, e.roundBF16(g[i]), e.roundBF16(u[i]), limit);
+    return swiglu(e, e.roundBF16(g[i]), e.roundBF16(u[i]), limit, sigmoidMath);
   };
   auto pairSwiglu = [&](Value row, Value col, ArrayRef<Value> g,
                         ArrayRef<Value> u) {
@@ -1690,9 +1700,9 @@ void KernelLowering::swigluGradScalar(mk::SwigluGradOp op) {
     return e.fold(
         lane, e.index(cols), e.index(32), e.f32(0.0f), [&](Value i, Value acc) {
           Value dhU = e.loadF32(dh, {r, i});
-          auto [dg, du] =
-              swigluGrad(e, e.roundBF16(e.mul(scale, dhU)),
-                         e.loadF32(gate, {r, i}), e.loadF32(up, {r, i}), limit);
+          auto [dg, du] = swigluGrad(e, e.roundBF16(e.mul(scale, dhU)),
+                                     e.loadF32(gate, {r, i}),
+                                     e.loadF32(up, {r, i}), limit, sigmoidMath);
           if (routed) { // padding rows: zeros, whatever gate and up hold
             dg = e.select(valid, dg, e.f32(0.0f));
             du = e.select(valid, du, e.f32(0.0f));
@@ -1761,7 +1771,7 @@ void KernelLowering::swigluGradVector(mk::SwigluGradOp op) {
             Value partial = acc;
             for (int64_t i = 0; i < 8; ++i) {
               auto [dg, du] = swigluGrad(e, e.roundBF16(e.mul(scale, dhU[i])),
-                                         g[i], u[i], limit);
+                                         g[i], u[i], limit, sigmoidMath);
               if (routed) {
                 dg = e.select(valid, dg, e.f32(0.0f));
                 du = e.select(valid, du, e.f32(0.0f));

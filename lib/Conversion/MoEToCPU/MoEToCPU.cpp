@@ -179,7 +179,8 @@ static void emitGateUpRow(Emitter &e, Value x, Value r, Value wg, Value wu,
       e.storeRounded(g, gateOut, {r, i});
     if (upOut)
       e.storeRounded(u, upOut, {r, i});
-    e.storeRounded(swiglu(e, g, u, limit), hiddenOut, {r, i});
+    e.storeRounded(swiglu(e, g, u, limit, SigmoidMath::exact), hiddenOut,
+                   {r, i});
   });
 }
 
@@ -601,9 +602,9 @@ void FunctionLowering::lowerLayerGrad(Emitter &e, LayerGradOp op) {
                             Value du) {
     e.loop(rows, [&](Value r) {
       e.loop(e.dim(dh, 1), [&](Value i) {
-        auto [vg, vu] = swigluGrad(e, e.loadF32(dh, {r, i}),
-                                   e.loadF32(g, {r, i}), e.loadF32(u, {r, i}),
-                                   limit);
+        auto [vg, vu] =
+            swigluGrad(e, e.loadF32(dh, {r, i}), e.loadF32(g, {r, i}),
+                       e.loadF32(u, {r, i}), limit, SigmoidMath::exact);
         e.storeRounded(vg, dg, {r, i});
         e.storeRounded(vu, du, {r, i});
       });

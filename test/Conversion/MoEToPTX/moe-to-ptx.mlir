@@ -12,6 +12,12 @@
 // RUN: grep -c fence.acq_rel.gpu %t/sm90/qwen3_30b_a3b_moe_kernels.ptx | FileCheck %s --check-prefix=FENCES
 // RUN: not grep -q fence.acq_rel.sys %t/sm90/qwen3_30b_a3b_moe_kernels.ptx
 // RUN: ptxas -arch=sm_90a -v %t/sm90/qwen3_30b_a3b_moe_kernels.ptx -o %t/sm90.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// The SwiGLU's sigmoid in fast math: the approximate reciprocal (no IEEE
+// rcp.rn.f32 with its slow-path call) and exponential (no expf range
+// reduction, fma.rm); with warp roles (below) it is exact.
+// RUN: grep -c rcp.approx.f32 %t/sm90/qwen3_30b_a3b_moe_kernels.ptx
+// RUN: not grep -q rcp.rn.f32 %t/sm90/qwen3_30b_a3b_moe_kernels.ptx
+// RUN: not grep -q fma.rm.f32 %t/sm90/qwen3_30b_a3b_moe_kernels.ptx
 // RUN: mok-opt %s --moe-to-ptx="chip=sm_90a copy-dispatch=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-shared
 // RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/sm90-shared/shared_layer_kernels.ptx
 // RUN: grep wgmma.mma_async %t/sm90-shared/shared_layer_kernels.ptx | count 16
@@ -30,6 +36,9 @@
 // RUN: mok-opt %s --moe-to-ptx="chip=sm_90a warp-specialize=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-ws
 // RUN: grep wgmma.mma_async %t/sm90-ws/shared_layer_kernels.ptx | count 32
 // RUN: ptxas -arch=sm_90a -v %t/sm90-ws/shared_layer_kernels.ptx -o %t/sm90-ws.cubin 2>&1 | FileCheck %s --check-prefix=WSPTXAS
+// RUN: grep -q rcp.rn.f32 %t/sm90-ws/shared_layer_kernels.ptx
+// RUN: grep -q fma.rm.f32 %t/sm90-ws/shared_layer_kernels.ptx
+// RUN: not grep -q rcp.approx %t/sm90-ws/shared_layer_kernels.ptx
 // RUN: mok-opt %mok_src_root/examples/dsv3-shard.mlir --moe-to-ptx="chip=sm_90a warp-specialize=true" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90-ws-dsv3
 // RUN: FileCheck %s --check-prefix=WS --input-file %t/sm90-ws-dsv3/dsv3_shard_moe_kernels.ptx
 // RUN: ptxas -arch=sm_90a -v %t/sm90-ws-dsv3/dsv3_shard_moe_kernels.ptx -o %t/sm90-ws-dsv3.cubin 2>&1 | FileCheck %s --check-prefix=WSPTXAS
