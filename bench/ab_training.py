@@ -113,12 +113,16 @@ def main():
                               if not k.startswith("plan") and ms > 0))
                 fwd = {k: ms for k, (ms, _) in fwd.items()}
                 bwd = {k: ms for k, (ms, _) in bwd.items()}
+            shown = {k: v for k, v in bwd.items() if not k.startswith("plan")}
+            totals = (f"sum {sum(shown.values()):.3f}, "
+                      f"plan {sum(bwd.values()) - sum(shown.values()):.3f}")
+            if records_cycles:  # each phase's ms is in the lines above
+                print(f"{shape}: {n} backward phases: {totals}")
+                continue
             print(f"{shape}: {n} phases: forward " +
                   ", ".join(f"{k} {v:.3f}" for k, v in fwd.items() if not k.startswith("plan")))
-            shown = {k: v for k, v in bwd.items() if not k.startswith("plan")}
             print(f"{shape}: {n} phases: backward " +
-                  ", ".join(f"{k} {v:.3f}" for k, v in shown.items()) +
-                  f" (sum {sum(shown.values()):.3f}, plan {sum(bwd.values()) - sum(shown.values()):.3f})")
+                  ", ".join(f"{k} {v:.3f}" for k, v in shown.items()) + f" ({totals})")
         del a, d_out, leaves
         torch.cuda.empty_cache()
 
