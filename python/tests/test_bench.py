@@ -124,3 +124,38 @@ def test_phase_flops_add_up_to_the_step(power):
         assert total / 1e12 == pytest.approx(power.step_tflop(s))
         # The forward is a third of it, the backward two thirds.
         assert sum(phases["forward"].values()) * 3 == total
+
+
+WARM_JIT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gpu", "warm_jit.py")
+
+
+@pytest.fixture
+def warm_jit(monkeypatch):
+    return load_bench_script(monkeypatch, WARM_JIT, "warm_jit_under_test")
+
+
+def test_warm_jit_finds_inference_and_training_layers(warm_jit, tmp_path):
+    def touch(d, *names):
+        os.makedirs(tmp_path / d, exist_ok=True)
+        for n in names:
+            (tmp_path / d / n).write_text("")
+    touch("a/top1", "moe_layer.ptx", "moe_layer.json")
+    touch("a/top1-profile", "moe_layer.ptx", "moe_layer.json")
+    touch("b/shape-train", "moe_layer_forward.ptx", "moe_layer_forward.json",
+          "moe_layer_backward.ptx", "moe_layer_backward.json")
+    touch("b/half-train", "moe_layer_forward.ptx")  # no backward: not a layer
+    touch("a/.cache/x", "moe_layer.ptx", "moe_layer.json")  # the compile cache
+    found = warm_jit.layers_under([str(tmp_path / "a"), str(tmp_path / "b")])
+    assert found == [("inference", str(tmp_path / "a" / "top1" / "moe_layer")),
+                     ("inference", str(tmp_path / "a" / "top1-profile" / "moe_layer")),
+                     ("training", str(tmp_path / "b" / "shape-train"))]
+
+
+def test_warm_jit_refuses_a_missing_folder_and_an_empty_one(warm_jit, monkeypatch, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        warm_jit.layers_under([str(tmp_path / "missing")])
+    assert "is not a folder" in str(e.value)
+    monkeypatch.setattr(sys, "argv", ["warm_jit.py", str(tmp_path)])
+    with pytest.raises(SystemExit) as e:
+        warm_jit.main()
+    assert "no compiled layers" in str(e.value)

@@ -86,6 +86,14 @@ if python3 -c "import numpy" 2>/dev/null; then
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 
+# The driver compiles each layer's PTX when it loads it, seconds for a
+# megakernel; several processes load every test layer once first, so that
+# the tests find the machine code in the JIT cache.
+export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
+step "JIT cache: the test layers loaded in parallel ($MOK_GPU_ARTIFACTS)"
+timeout 300 python3 scripts/gpu/warm_jit.py "$MOK_GPU_ARTIFACTS" 2>&1 | tee -a "$log" | tail -3
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+
 step "GPU tests (${MOK_GPU_TESTS:-python/tests/gpu}; $MOK_GPU_ARTIFACTS)"
 # A kernel that hangs must not eat the machine's time: bounded.
 # shellcheck disable=SC2086
