@@ -417,10 +417,15 @@ private:
   /// The SwiGLU's sigmoid in fast math (ScalarEmitter.h): the IEEE
   /// reciprocal's range check and slow-path call per element cost a tenth
   /// of qwen3-30b's gate/up GEMM phase on the H200 (run 67). Not in kernels
-  /// with warp roles or clusters: without the branches ptxas keeps more of
-  /// the epilogue in flight, and under their register budgets it spilled
-  /// (12-56 bytes on the benchmark shapes). The CPU reference stays exact.
+  /// with warp roles or clusters, nor for a clamped SwiGLU (sigmoidFor):
+  /// without the branches ptxas keeps more of the epilogue in flight, and
+  /// there it spilled (4-60 bytes on the benchmark shapes with warp roles
+  /// or clusters; up to 232 bytes in the clamped test layers, none
+  /// before). The CPU reference stays exact.
   SigmoidMath sigmoidMath = SigmoidMath::fast;
+  SigmoidMath sigmoidFor(Limit limit) const {
+    return limit ? SigmoidMath::exact : sigmoidMath;
+  }
   int64_t gatherPiecesOf(int64_t pieces) const {
     int64_t per = gatherPieces;
     while (pieces % per)
@@ -1279,7 +1284,7 @@ void KernelLowering::lowerSimt(mk::GemmOp op) {
         e.storeRounded(g, op.getSaves()[0], {r, c});
         e.storeRounded(u, op.getSaves()[1], {r, c});
       }
-      e.storeRounded(swiglu(e, g, u, limit, sigmoidMath), out, {r, c});
+      e.storeRounded(swiglu(e, g, u, limit, sigmoidFor(limit)), out, {r, c});
       return;
     }
     // concat: one accumulator over both K-loops.
@@ -1317,8 +1322,8 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   auto storeSwiglu = [&](Value row, Value col, Value g, Value u) {
     // gate and up are each rounded to bf16, then the SwiGLU in f32.
     e.storeRounded(
-        swiglu(e, e.roundBF16(g), e.roundBF16(u), limit, sigmoidMath), out,
-        {row, col});
+        swiglu(e, e.roundBF16(g), e.roundBF16(u), limit, sigmoidFor(limit)),
+        out, {row, col});
     if (!saves.empty()) { // the activation's inputs, as rounded
       e.storeRounded(g, saves[0], {row, col});
       e.storeRounded(u, saves[1], {row, col});
@@ -1382,7 +1387,8 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   // The SwiGLU of element i of a column pair: gate and up each rounded to
   // bf16, then the SwiGLU in f32.
   auto act = [&](ArrayRef<Value> g, ArrayRef<Value> u, int i) {
-    return swiglu(e, e.roundBF16(g[i]), e.roundBF16(u[i]), limit, sigmoidMath);
+    return swiglu(e, e.roundBF16(g[i]), e.roundBF16(u[i]), limit,
+                  sigmoidFor(limit));
   };
   auto pairSwiglu = [&](Value row, Value col, ArrayRef<Value> g,
                         ArrayRef<Value> u) {
@@ -1700,9 +1706,9 @@ void KernelLowering::swigluGradScalar(mk::SwigluGradOp op) {
     return e.fold(
         lane, e.index(cols), e.index(32), e.f32(0.0f), [&](Value i, Value acc) {
           Value dhU = e.loadF32(dh, {r, i});
-          auto [dg, du] = swigluGrad(e, e.roundBF16(e.mul(scale, dhU)),
-                                     e.loadF32(gate, {r, i}),
-                                     e.loadF32(up, {r, i}), limit, sigmoidMath);
+          auto [dg, du] = swigluGrad(
+              e, e.roundBF16(e.mul(scale, dhU)), e.loadF32(gate, {r, i}),
+              e.loadF32(up, {r, i}), limit, sigmoidFor(limit));
           if (routed) { // padding rows: zeros, whatever gate and up hold
             dg = e.select(valid, dg, e.f32(0.0f));
             du = e.select(valid, du, e.f32(0.0f));
@@ -1771,7 +1777,7 @@ void KernelLowering::swigluGradVector(mk::SwigluGradOp op) {
             Value partial = acc;
             for (int64_t i = 0; i < 8; ++i) {
               auto [dg, du] = swigluGrad(e, e.roundBF16(e.mul(scale, dhU[i])),
-                                         g[i], u[i], limit, sigmoidMath);
+                                         g[i], u[i], limit, sigmoidFor(limit));
               if (routed) {
                 dg = e.select(valid, dg, e.f32(0.0f));
                 du = e.select(valid, du, e.f32(0.0f));
