@@ -534,12 +534,7 @@ class GpuLayer:
     def _phase_deltas(self, caller, buffer):
         """[(phase, stamp difference)] of the workspace `buffer` the last
         forward wrote at its phase boundaries (phase_times, phase_cycles)."""
-        phases = _profile_phases(self.meta)
-        if not any(p.get("name") == buffer and p.get("role") == "workspace"
-                   for p in self.meta.get("params", ())):
-            raise ValueError(f"{caller}: this layer's profiling kernel records no "
-                             f"cycles (compiled before {buffer} existed); compile it "
-                             "again")
+        phases = _profile_phases(self.meta)  # checks phase_clock
         if not getattr(self, "_forwards", 0):
             raise ValueError(f"{caller}: no forward has run on this layer yet")
         stamps = self.read_workspace(buffer).reshape(-1).tolist()
@@ -562,6 +557,20 @@ class GpuLayer:
         clock the board ran; with phase_times, the phase's mean clock).
         ValueError as phase_times, and for a layer compiled before the
         kernels recorded cycles."""
+        phases = _profile_phases(self.meta)  # a profiled layer first
+        # (Kernels compiled before phase_cycles existed record timestamps only.)
+        cycles = next((p for p in self.meta.get("params", ())
+                       if p.get("name") == "phase_cycles" and p.get("role") == "workspace"),
+                      None)
+        if cycles is None:
+            raise ValueError("phase_cycles: this layer's profiling kernel records no "
+                             "cycles (compiled before phase_cycles existed); compile it "
+                             "again")
+        # One value with each timestamp (else the phases would pair wrongly).
+        if cycles["dtype"] != "i64" or cycles["shape"] != [len(phases) + 1]:
+            raise ValueError(f"metadata: {len(phases)} phases need {len(phases) + 1} i64 "
+                             f"phase_cycles values, the buffer is {cycles['dtype']} "
+                             f"{cycles['shape']}")
         return self._phase_deltas("phase_cycles", "phase_cycles")
 
     def __call__(self, *args, out=None, outputs=None, **kwargs):

@@ -741,14 +741,15 @@ PHASES = ["route", "fc1", "fc2"]
 NOT_PROFILED = "this layer was not compiled with profiling (mok.compile(..., profile=True))"
 
 
-def with_profiling(meta, phases=PHASES, stamps=None, cycles=True):
+def with_profiling(meta, phases=PHASES, stamps=None, cycles=True, cycle_stamps=None):
     """The metadata of a profiling kernel as the compiler emits it:
     "phase_clock" and (`cycles`) "phase_cycles" workspace buffers of i64
     stamps and a top-level "phases" key (one name per interval)."""
     m = json.loads(json.dumps(meta))
     for name in ("phase_clock", "phase_cycles") if cycles else ("phase_clock",):
+        count = stamps if name == "phase_clock" or cycle_stamps is None else cycle_stamps
         m["params"].append({"name": name, "role": "workspace", "dtype": "i64",
-                            "shape": [len(phases) + 1 if stamps is None else stamps]})
+                            "shape": [len(phases) + 1 if count is None else count]})
     m["phases"] = list(phases)
     return m
 
@@ -834,6 +835,11 @@ def test_phase_cycles_checks_the_profiling_metadata(scalar):
     with raises(ValueError, "phase_cycles: this layer's profiling kernel records no "
                 "cycles (compiled before phase_cycles existed); compile it again"):
         _unloaded_gpu_layer(with_profiling(scalar.metadata, cycles=False)).phase_cycles()
+    # One cycle count with each timestamp, or the phases would pair wrongly.
+    with raises(ValueError, f"metadata: {len(PHASES)} phases need {len(PHASES) + 1} i64 "
+                f"phase_cycles values, the buffer is i64 [{len(PHASES)}]"):
+        _unloaded_gpu_layer(with_profiling(scalar.metadata,
+                                           cycle_stamps=len(PHASES))).phase_cycles()
     with raises(ValueError, "phase_cycles: no forward has run on this layer yet"):
         _unloaded_gpu_layer(with_profiling(scalar.metadata)).phase_cycles()
 
