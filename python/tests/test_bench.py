@@ -159,3 +159,24 @@ def test_warm_jit_refuses_a_missing_folder_and_an_empty_one(warm_jit, monkeypatc
     with pytest.raises(SystemExit) as e:
         warm_jit.main()
     assert "no compiled layers" in str(e.value)
+
+
+AB_RUN = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gpu", "ab_run.sh")
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "usage: bash scripts/gpu/ab_run.sh [--tests DIR] NAME=DIR"),
+    (["old"], "ab_run.sh: 'old' is not NAME=DIR"),
+    (["old=MISSING"], "ab_run.sh: 'MISSING' (of old=MISSING) is not a folder"),
+    (["--tests", "MISSING", "old=HERE"], "ab_run.sh: --tests 'MISSING' is not a folder"),
+])
+def test_ab_run_refuses_bad_arguments_before_touching_the_gpu(args, message, tmp_path):
+    """The device call's script checks its variants before it builds or
+    loads anything (a refused call costs no device time then)."""
+    import subprocess
+    missing, here = str(tmp_path / "missing"), str(tmp_path)
+    args = [a.replace("MISSING", missing).replace("HERE", here) for a in args]
+    message = message.replace("MISSING", missing)
+    r = subprocess.run(["bash", AB_RUN, *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert message in r.stderr
