@@ -72,7 +72,7 @@ say "JIT cache warm"
 
 status=0
 timeout "${AB_SMOKE_S:-120}" python3 bench/ab_training.py "$@" --rounds 1 --budget 0.05 \
-    --shapes qwen3-30b > "$out/smoke.txt" 2>&1
+    > "$out/smoke.txt" 2>&1
 rc=$?
 if (( rc != 0 )); then
   echo "ab_run.sh: the smoke run failed (rc $rc; 124: a kernel hung):"
