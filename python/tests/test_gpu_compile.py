@@ -43,6 +43,15 @@ def test_profile_kernels_time_their_phases(tmp_path):
     assert clock == [{"name": "phase_clock", "role": "workspace", "dtype": "i64",
                       "shape": [len(phases) + 1]}]
     assert prof.ptx.count("%globaltimer") == len(phases) + 1
+    cycles = [p for p in prof.metadata["params"] if p["name"] == "phase_cycles"]
+    assert cycles == [dict(clock[0], name="phase_cycles")]
+    # The compiler's metadata passes GpuLayer's checks of both buffers: an
+    # unloaded layer over it gets as far as wanting a forward.
+    layer = object.__new__(mok.GpuLayer)
+    layer.meta = prof.metadata
+    for read in (layer.phase_times, layer.phase_cycles):
+        with pytest.raises(ValueError, match="no forward has run on this layer yet"):
+            read()
     with pytest.raises(ValueError, match="profile: only GPU targets"):
         mok.compile(SPEC, target="cpu", profile=True)
 
