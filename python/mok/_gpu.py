@@ -237,23 +237,33 @@ _NOT_PROFILED = ("this layer was not compiled with profiling "
                  "(mok.compile(..., profile=True))")
 
 
+def _workspace_param(meta, name):
+    """The metadata's workspace parameter `name`, or None."""
+    return next((p for p in meta.get("params", ())
+                 if p.get("name") == name and p.get("role") == "workspace"), None)
+
+
+def _check_stamps(param, phases, noun):
+    """ValueError unless workspace buffer `param` holds one i64 at each of
+    the len(phases) + 1 phase boundaries (`noun`: what they are)."""
+    stamps = 1
+    for d in param["shape"]:
+        stamps *= d
+    if param["dtype"] != "i64" or stamps != len(phases) + 1:
+        raise ValueError(f"metadata: {len(phases)} phases need {len(phases) + 1} i64 "
+                         f"{param['name']} {noun}, the buffer is {param['dtype']} "
+                         f"{param['shape']}")
+
+
 def _profile_phases(meta):
     """The phase names of a profiling layer's metadata (a top-level "phases"
     list, one name per interval between consecutive "phase_clock"
     timestamps), checked against its phase_clock workspace buffer."""
     phases = meta.get("phases")
-    clock = next((p for p in meta.get("params", ())
-                  if p.get("name") == "phase_clock" and p.get("role") == "workspace"),
-                 None)
+    clock = _workspace_param(meta, "phase_clock")
     if not isinstance(phases, list) or clock is None:
         raise ValueError(_NOT_PROFILED)
-    stamps = 1
-    for d in clock["shape"]:
-        stamps *= d
-    if clock["dtype"] != "i64" or stamps != len(phases) + 1:
-        raise ValueError(f"metadata: {len(phases)} phases need {len(phases) + 1} i64 "
-                         f"phase_clock timestamps, the buffer is {clock['dtype']} "
-                         f"{clock['shape']}")
+    _check_stamps(clock, phases, "timestamps")
     return [str(p) for p in phases]
 
 
@@ -531,10 +541,10 @@ class GpuLayer:
             return torch.empty(p["shape"], dtype=dtype)
         return torch.frombuffer(bytearray(data), dtype=dtype).reshape(p["shape"])
 
-    def _phase_deltas(self, caller, buffer):
+    def _phase_deltas(self, caller, buffer, phases):
         """[(phase, stamp difference)] of the workspace `buffer` the last
-        forward wrote at its phase boundaries (phase_times, phase_cycles)."""
-        phases = _profile_phases(self.meta)  # checks phase_clock
+        forward wrote at the boundaries of `phases` (_profile_phases; for
+        phase_times, phase_cycles)."""
         if not getattr(self, "_forwards", 0):
             raise ValueError(f"{caller}: no forward has run on this layer yet")
         stamps = self.read_workspace(buffer).reshape(-1).tolist()
@@ -547,7 +557,8 @@ class GpuLayer:
         workspace buffer, named by the metadata's "phases". Synchronizes
         torch's current stream (read_workspace). ValueError for a layer
         compiled without profiling, or before its first forward."""
-        return [(name, ns / 1e6) for name, ns in self._phase_deltas("phase_times", "phase_clock")]
+        return [(name, ns / 1e6) for name, ns in self._phase_deltas(
+            "phase_times", "phase_clock", _profile_phases(self.meta))]
 
     def phase_cycles(self):
         """[(phase, SM clock cycles)] of the last forward, for a layer
@@ -559,19 +570,14 @@ class GpuLayer:
         kernels recorded cycles."""
         phases = _profile_phases(self.meta)  # a profiled layer first
         # (Kernels compiled before phase_cycles existed record timestamps only.)
-        cycles = next((p for p in self.meta.get("params", ())
-                       if p.get("name") == "phase_cycles" and p.get("role") == "workspace"),
-                      None)
+        cycles = _workspace_param(self.meta, "phase_cycles")
         if cycles is None:
             raise ValueError("phase_cycles: this layer's profiling kernel records no "
                              "cycles (compiled before phase_cycles existed); compile it "
                              "again")
         # One value with each timestamp (else the phases would pair wrongly).
-        if cycles["dtype"] != "i64" or cycles["shape"] != [len(phases) + 1]:
-            raise ValueError(f"metadata: {len(phases)} phases need {len(phases) + 1} i64 "
-                             f"phase_cycles values, the buffer is {cycles['dtype']} "
-                             f"{cycles['shape']}")
-        return self._phase_deltas("phase_cycles", "phase_cycles")
+        _check_stamps(cycles, phases, "values")
+        return self._phase_deltas("phase_cycles", "phase_cycles", phases)
 
     def __call__(self, *args, out=None, outputs=None, **kwargs):
         """The output, for the inputs by name or by position (the inputs'
