@@ -55,12 +55,7 @@ say() { echo "[$(elapsed) s] $*"; }
 total=${AB_TOTAL_S:-570}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
-if ! { cmake -S python/runtime-ext -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-          -DPython_EXECUTABLE="$(command -v python3)" >/dev/null &&
-        cmake --build build-gpu >/dev/null; }; then
-  echo "ab_run.sh: the runtime extension did not build"
-  exit 1
-fi
+bash scripts/gpu/build_ext.sh "$out/build-ext.log" || exit 1
 export PYTHONPATH=$root/build-gpu/python PYTHONUNBUFFERED=1
 export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 say "built"

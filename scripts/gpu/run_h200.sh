@@ -42,7 +42,7 @@ case "${1:-}" in
   *) echo "usage: bash scripts/gpu/run_h200.sh [--bench | --bench-training]" >&2; exit 2 ;;
 esac
 root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 log=${OUT:-/tmp}/gpu-run.log
 : > "$log"
 status=0
@@ -52,16 +52,8 @@ step "GPU"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$log"
 
 step "runtime + Python runtime extension: build (cmake, no MLIR)"
-# python/runtime-ext: libmok_runtime.so, its host test and the mok package
-# with mok._runtime (nanobind, for this python3) in build-gpu/python.
-if [[ -f build-gpu/CMakeCache.txt ]] &&
-   ! grep -q "^CMAKE_HOME_DIRECTORY:INTERNAL=$root/python/runtime-ext$" build-gpu/CMakeCache.txt; then
-  rm -rf build-gpu  # configured from another source folder (runtime/ alone, before)
-fi
-cmake -S python/runtime-ext -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DPython_EXECUTABLE="$(command -v python3)" >>"$log" 2>&1 &&
-  cmake --build build-gpu >>"$log" 2>&1 ||
-  { echo "runtime / extension build failed (needs nanobind and Python headers)"; tail -30 "$log"; exit 1; }
+# python/runtime-ext into build-gpu/ (the mok package in build-gpu/python).
+bash scripts/gpu/build_ext.sh "$log" || exit 1
 
 step "runtime: host tests"
 ./build-gpu/runtime/mok-runtime-host-test 2>&1 | tail -3 | tee -a "$log" || status=1
