@@ -10,6 +10,10 @@ from ._gpu import GpuArtifact, GpuLayer
 from ._layer import Context, Gradients, bind_arguments
 
 
+def _listed(names):
+    return ", ".join(names) if names else "no operand"
+
+
 @dataclass
 class GpuTrainingArtifact:
     """The two kernels of a training layer: `forward` (saves the backward
@@ -50,12 +54,25 @@ class GpuTrainingLayer:
 
     Gradients are returned for x, router_weights and every weight, by
     argument name; weight gradients are bitwise reproducible (every element
-    is one fixed-order sum)."""
+    is one fixed-order sum).
+
+    Routed weights can be bound to trainer-owned storage without a copy
+    (bind_weights, bind_fc1: the views GpuLayer takes), for both kernels at
+    once; forward then takes them from the views, not as arguments, and
+    their gradients are still returned as dense tensors. Only tensor-core
+    layers (both kernels' weights with metadata "access": "tensor_maps")
+    accept views. The backward reads the weights bound when it runs: keep
+    the bound storage unchanged between a forward and its backward, as
+    autograd would for saved weights."""
 
     def __init__(self, artifact, device=None, poison_outputs=False):
+        self._init(artifact, GpuLayer(artifact.forward, device, poison_outputs=poison_outputs),
+                   GpuLayer(artifact.backward, device, poison_outputs=poison_outputs))
+
+    def _init(self, artifact, forward, backward):
         self.artifact = artifact
-        self._forward = GpuLayer(artifact.forward, device, poison_outputs=poison_outputs)
-        self._backward = GpuLayer(artifact.backward, device, poison_outputs=poison_outputs)
+        self._forward = forward
+        self._backward = backward
         self.device = self._forward.device
         self.arg_names = [p["name"] for p in self._forward.inputs]
         self.saved_names = list(self._forward.extra_outputs)
@@ -67,7 +84,55 @@ class GpuTrainingLayer:
         return self.artifact.recompute
 
     def _bind(self, args, kwargs):
-        return bind_arguments(self.arg_names, args, kwargs)
+        views = self.bound_weights
+        for k in kwargs:
+            if k in views:
+                raise TypeError(f"{k}: is bound to a weight view (bind_weights); do not "
+                                f"pass it too, or unbind_weights({k!r}) first")
+        return bind_arguments(self._input_names(), args, kwargs)
+
+    def _input_names(self):
+        """The forward's arguments: the inputs not bound to weight views."""
+        views = self.bound_weights
+        return [n for n in self.arg_names if n not in views]
+
+    @property
+    def bound_weights(self):
+        """The names of the operands bound to weight views (in both kernels)."""
+        return self._forward.bound_weights
+
+    def bind_weights(self, name, weights):
+        """Binds routed weight operand `name` (gate_weights, up_weights or
+        down_weights) in both kernels to `weights`, without a copy: what
+        GpuLayer.bind_weights takes (a [E, rows, cols] tensor with any
+        16-byte-multiple row and expert strides, a list of E [rows, cols]
+        tensors, or a mok._runtime.WeightView). A refused binding (by
+        either kernel) leaves both kernels' previous one."""
+        self._bind_both([name], lambda layer: layer.bind_weights(name, weights))
+
+    def bind_fc1(self, fc1):
+        """Binds gate_weights and up_weights in both kernels to the halves of
+        a fused FC1 tensor [E, 2I, H] (gate: rows [0, I) of each expert,
+        up: rows [I, 2I)), without a copy."""
+        self._bind_both(["gate_weights", "up_weights"], lambda layer: layer.bind_fc1(fc1))
+
+    def unbind_weights(self, name=None):
+        """Unbinds `name` (every bound operand if None) in both kernels;
+        forward takes it as an argument again."""
+        for layer in (self._forward, self._backward):
+            layer.unbind_weights(name)
+
+    def _bind_both(self, names, bind):
+        # The forward first (its refusals name the argument), then the
+        # backward; if the backward refuses, the forward gets back what it had.
+        previous = {n: self._forward._layer.bound_weights.get(n) for n in names}
+        bind(self._forward)
+        try:
+            bind(self._backward)
+        except BaseException:
+            for n, view in previous.items():
+                self._forward._layer.bind_weights(n, view)  # None unbinds
+            raise
 
     def __call__(self, *args, **kwargs):
         """Inference through the training forward: the output alone."""
@@ -78,26 +143,30 @@ class GpuTrainingLayer:
         """Training forward: returns (output, Context)."""
         inputs = self._bind(args, kwargs)
         result = self._forward(**inputs)
+        views = self.bound_weights
         if not self.saved_names:
-            return result, Context(dict(inputs), {}, self._tokens())
+            return result, Context(dict(inputs), {}, self._tokens(), views)
         out = result[self._forward.output["name"]]
         saved = {n: result[n] for n in self.saved_names}
-        return out, Context(dict(inputs), saved, self._tokens())
+        return out, Context(dict(inputs), saved, self._tokens(), views)
 
     def _tokens(self):
         return self._forward.output["shape"][0]
 
     def context_from_tensors(self, tensors):
         """Rebuilds a Context from Context.tensors() (inputs, then the saved
-        tensors, in order)."""
-        names = self.arg_names + self.saved_names
+        tensors, in order; the inputs without the operands bound to weight
+        views, which must be bound as they were when the context was made)."""
+        inputs = self._input_names()
+        names = inputs + self.saved_names
         tensors = list(tensors)
         if len(tensors) != len(names):
             raise ValueError(f"tensors: expected {len(names)} tensors ({', '.join(names)}), "
                              f"got {len(tensors)}")
-        n = len(self.arg_names)
-        return Context(dict(zip(self.arg_names, tensors[:n])),
-                       dict(zip(self.saved_names, tensors[n:])), self._tokens())
+        n = len(inputs)
+        return Context(dict(zip(inputs, tensors[:n])),
+                       dict(zip(self.saved_names, tensors[n:])), self._tokens(),
+                       self.bound_weights)
 
     def backward(self, ctx, d_out, outputs=None):
         """Gradients of every floating-point argument, by name (x,
@@ -117,6 +186,11 @@ class GpuTrainingLayer:
         if missing:
             raise ValueError(f"ctx: the saved tensor(s) {', '.join(map(repr, missing))} "
                              "are missing (was the context made by this layer's forward?)")
+        views = self.bound_weights
+        if tuple(ctx.views) != views:
+            raise ValueError(f"ctx: made with {_listed(ctx.views)} bound to weight views, "
+                             f"but this layer now binds {_listed(views)}; backward reads "
+                             "the weights bound when it runs: bind them as for the forward")
         args = dict(ctx.inputs)
         args.update(ctx.saved)
         args["d_out"] = d_out

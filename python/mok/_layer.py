@@ -43,10 +43,13 @@ class Context:
     """What a training forward leaves for backward: the inputs, and the
     saved tensors unless the layer recomputes them. `tensors()` flattens it
     to plain arrays (for checkpointing); `CompiledLayer.context_from_tensors`
-    rebuilds it."""
+    rebuilds it. `views`: the weight operands a GPU training layer had
+    bound to weight views when it made the context (they are not among
+    `inputs`; GpuTrainingLayer.bind_weights)."""
     inputs: dict
     saved: dict = field(default_factory=dict)
     tokens: int = 0
+    views: tuple = ()
 
     def tensors(self):
         return list(self.inputs.values()) + list(self.saved.values())

@@ -455,8 +455,17 @@ class _CheckingLayer:
 
     def __init__(self, meta):
         self.layer = rt.Layer(json.dumps(meta))
-        self.bound_weights = {}
         self.calls = []
+
+    @property
+    def bound_weights(self):
+        return self.layer.bound_weights
+
+    def bind_weights(self, name, view):
+        self.layer.bind_weights(name, view)
+
+    def unbind_weights(self, name):
+        self.layer.unbind_weights(name)
 
     def forward(self, named, out, stream):
         self.layer.check(named, out=out)
@@ -731,6 +740,129 @@ def test_binding_views_to_a_tensor_map_kernel(tensor_core):
     del layer
     gc.collect()
     assert sys.getrefcount(down) == refs
+
+
+#===----------------------------------------------------------------------===#
+# Weight views in training (GpuTrainingLayer: both kernels at once)
+#===----------------------------------------------------------------------===#
+
+@pytest.fixture(scope="module")
+def training_artifacts(tmp_path_factory):
+    """Tensor-core and scalar-GEMM training layers (mok.compile(...,
+    training=True)): both kernels' metadata as the compiler emits it."""
+    try:
+        return {name: mok.compile(spec, target="sm_90a", training=True,
+                                  cache_dir=str(tmp_path_factory.mktemp("t")))
+                for name, spec in (("tensor_core", TENSOR_CORE), ("scalar", SCALAR))}
+    except ImportError as e:
+        pytest.skip(str(e))
+
+
+def _cpu_training_layer(art, monkeypatch, backward_meta=None):
+    """A GpuTrainingLayer over `art` whose two kernels are _cpu_gpu_layer's
+    (CPU tensors, the runtime's checks, no launch)."""
+    forward, torch = _cpu_gpu_layer(art.forward.metadata, monkeypatch)
+    backward, _ = _cpu_gpu_layer(backward_meta or art.backward.metadata, monkeypatch)
+    layer = object.__new__(mok.GpuTrainingLayer)
+    layer._init(art, forward, backward)
+    return layer, torch
+
+
+def _training_args(torch, spec):
+    t, h, i, e, k = spec.tokens, spec.hidden, spec.intermediate, spec.experts, spec.top_k
+    return dict(x=torch.zeros(t, h, dtype=torch.bfloat16),
+                top_experts=torch.zeros(t, k, dtype=torch.int32),
+                router_weights=torch.zeros(t, k),
+                gate_weights=torch.zeros(e, i, h, dtype=torch.bfloat16),
+                up_weights=torch.zeros(e, i, h, dtype=torch.bfloat16),
+                down_weights=torch.zeros(e, h, i, dtype=torch.bfloat16))
+
+
+def test_training_kernels_read_tensor_core_weights_through_their_maps(training_artifacts):
+    access = {name: {p["name"]: p["access"] for p in meta["params"] if p["role"] == "input"}
+              for name, art in training_artifacts.items()
+              for meta in [art.backward.metadata]}
+    assert [access["tensor_core"][n] for n in ROUTED] == ["tensor_maps"] * 3
+    assert access["tensor_core"]["x"] == access["tensor_core"]["routed_x"] == "pointer"
+    assert [access["scalar"][n] for n in ROUTED] == ["pointer"] * 3
+    forward = training_artifacts["tensor_core"].forward.metadata
+    assert all(p["access"] == "tensor_maps" for p in forward["params"] if p["name"] in ROUTED)
+
+
+def test_training_layer_binds_views_in_both_kernels(training_artifacts, monkeypatch):
+    art = training_artifacts["tensor_core"]
+    layer, torch = _cpu_training_layer(art, monkeypatch)
+    args = _training_args(torch, TENSOR_CORE)
+    e, i, h = args["gate_weights"].shape
+    layer.bind_fc1(torch.zeros(e, 2 * i, h, dtype=torch.bfloat16))
+    # A strided down view: rows of I + 64 elements, the first I read.
+    down = torch.zeros(e, h, i + 64, dtype=torch.bfloat16)[:, :, :i]
+    layer.bind_weights("down_weights", down)
+    assert layer.bound_weights == ROUTED
+    assert layer._backward.bound_weights == ROUTED
+    with raises(TypeError, "gate_weights: is bound to a weight view (bind_weights); do not "
+                "pass it too, or unbind_weights('gate_weights') first"):
+        layer.forward(**args)
+    rest = {n: v for n, v in args.items() if n not in ROUTED}
+    out, ctx = layer.forward(*rest.values())  # by position, without the bound ones
+    assert ctx.views == ROUTED and list(ctx.inputs) == list(rest)
+    (named, _, _), = layer._forward._layer.calls
+    assert list(named)[:3] == list(rest) and not set(ROUTED) & set(named)
+    d_out = torch.zeros_like(out)
+    grads = layer.backward(ctx, d_out)
+    (named, _, _), = layer._backward._layer.calls
+    assert named["d_out"].data_ptr() == d_out.data_ptr() and not set(ROUTED) & set(named)
+    # The weights' gradients are dense tensors all the same.
+    assert [list(grads[n].shape) for n in ROUTED] == [[e, i, h], [e, i, h], [e, h, i]]
+    again = layer.context_from_tensors(ctx.tensors())
+    assert again.views == ROUTED and list(again.inputs) == list(rest)
+    layer.backward(again, d_out)
+    # A context made under other bindings is refused by name.
+    layer.unbind_weights("down_weights")
+    with raises(ValueError, "ctx: made with gate_weights, up_weights, down_weights bound to "
+                "weight views, but this layer now binds gate_weights, up_weights"):
+        layer.backward(ctx, d_out)
+    layer.unbind_weights()
+    assert layer.bound_weights == () and layer._backward.bound_weights == ()
+    with raises(TypeError, "missing argument(s): gate_weights, up_weights, down_weights"):
+        layer.forward(**rest)
+    out, ctx = layer.forward(**args)
+    assert ctx.views == ()
+    with raises(ValueError, "ctx: made with no operand bound to weight views, but this layer "
+                "now binds down_weights"):
+        layer.bind_weights("down_weights", down)
+        layer.backward(ctx, d_out)
+
+
+def test_training_layer_refuses_views_of_scalar_kernels(training_artifacts, monkeypatch):
+    layer, torch = _cpu_training_layer(training_artifacts["scalar"], monkeypatch)
+    e, i, h = SCALAR.experts, SCALAR.intermediate, SCALAR.hidden
+    with pytest.raises(mok.MokRuntimeError, match="'gate_weights'.*scalar GEMM path"):
+        layer.bind_weights("gate_weights", torch.zeros(e, i, h, dtype=torch.bfloat16))
+    assert layer.bound_weights == () and layer._backward.bound_weights == ()
+
+
+def test_training_layer_binds_both_kernels_or_neither(training_artifacts, monkeypatch):
+    # A backward that reads the weights by pointer (as compilers before
+    # the backward's "tensor_maps" access emitted it) refuses the view: the
+    # forward's binding is undone, an earlier one restored.
+    art = training_artifacts["tensor_core"]
+    meta = json.loads(json.dumps(art.backward.metadata))
+    for p in meta["params"]:
+        if p["name"] in ("up_weights", "down_weights"):
+            p["access"] = "pointer"
+    layer, torch = _cpu_training_layer(art, monkeypatch, backward_meta=meta)
+    e, i, h = TENSOR_CORE.experts, TENSOR_CORE.intermediate, TENSOR_CORE.hidden
+    layer.bind_weights("gate_weights", torch.zeros(e, i, h, dtype=torch.bfloat16))
+    view = layer._forward._layer.bound_weights["gate_weights"]
+    with pytest.raises(mok.MokRuntimeError, match="'up_weights'"):
+        layer.bind_fc1(torch.zeros(e, 2 * i, h, dtype=torch.bfloat16))
+    assert layer.bound_weights == ("gate_weights",)
+    assert layer._forward._layer.bound_weights["gate_weights"] is view
+    with pytest.raises(mok.MokRuntimeError, match="'down_weights'"):
+        layer.bind_weights("down_weights", torch.zeros(e, h, i, dtype=torch.bfloat16))
+    assert layer.bound_weights == ("gate_weights",)
+    assert layer._backward.bound_weights == ("gate_weights",)
 
 
 #===----------------------------------------------------------------------===#

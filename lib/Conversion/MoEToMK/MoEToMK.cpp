@@ -704,9 +704,17 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   if (grad.hasSharedExpert())
     for (auto [name, v] : llvm::zip(sharedNames, grad.getSharedWeights()))
       operands.push_back({name.str(), v});
+  // With tensor-core GEMMs (maps), the kernel reads the weights only
+  // through their tensor maps, as the forward does: the runtime may bind
+  // weight views to them.
+  std::string weights = maps.empty() ? "pointer" : "tensor_maps";
   SmallVector<Param> params;
   for (auto &[name, v] : operands)
-    params.push_back({name, "input", tensorType(v)});
+    params.push_back(
+        {name, "input", tensorType(v),
+         StringRef(name).ends_with("_weights") && name != "router_weights"
+             ? weights
+             : "pointer"});
   static const StringRef savedNames[] = {
       "routed_x",    "gate",      "up",           "hidden",
       "shared_gate", "shared_up", "shared_hidden"};

@@ -127,6 +127,57 @@ def test_context_round_trips_through_tensors(name):
         assert torch.equal(a[n], b[n])
 
 
+@pytest.mark.parametrize("name", ["train_shared_tall", "train_qwen3_ragged",
+                                  "recompute_qwen3_top2_clamp"])
+def test_weight_views_give_the_dense_bits(name):
+    """The routed weights bound as views (GpuTrainingLayer.bind_fc1: the
+    gate and up halves of one fused FC1 [E, 2I, H] tensor; down_weights a
+    view with a padded row stride, or one tensor per expert) in both
+    kernels: the output, the context and every gradient are the bits of
+    the same layer called with dense weights."""
+    import torch
+    c = TRAIN_CASES[name]
+    dense, views = _layer(name), _layer(name)
+    args, d_out = _problem(c, 5)
+    out, ctx = dense.forward(**args)
+    grads = dense.backward(ctx, d_out)
+    gate, up, down = (args.pop(n) for n in ("gate_weights", "up_weights", "down_weights"))
+    views.bind_fc1(torch.cat([gate, up], dim=1))
+    if name == "train_qwen3_ragged":
+        views.bind_weights("down_weights", [d.clone() for d in down])
+    else:
+        padded = torch.zeros(*down.shape[:2], down.shape[2] + 64, dtype=down.dtype,
+                             device=down.device)
+        padded[:, :, :down.shape[2]] = down
+        views.bind_weights("down_weights", padded[:, :, :down.shape[2]])
+    v_out, v_ctx = views.forward(**args)
+    assert v_ctx.views == ("gate_weights", "up_weights", "down_weights")
+    v_grads = views.backward(v_ctx, d_out)
+    torch.cuda.synchronize()
+
+    def bits(t):  # (the context's padding rows are unwritten: NaN, the poison)
+        return t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.int32)
+
+    assert torch.equal(bits(out), bits(v_out)), f"{name}: the output differs with views"
+    for n in ctx.saved:
+        assert torch.equal(bits(ctx.saved[n]), bits(v_ctx.saved[n])), f"{name}: saved {n} differs"
+    assert set(grads) == set(v_grads)
+    for n in grads:
+        assert not torch.isnan(v_grads[n]).any(), f"{name}: NaN in d_{n} with views"
+        assert torch.equal(bits(grads[n]), bits(v_grads[n])), f"{name}: d_{n} differs with views"
+
+
+def test_weight_views_refused_by_scalar_training_kernels():
+    import torch
+    c = TRAIN_CASES["train_top2_no_route"]
+    layer = _layer("train_top2_no_route")
+    shape = (c["experts"], c["intermediate"], c["hidden"])
+    with pytest.raises(mok.MokRuntimeError, match="'gate_weights'.*scalar GEMM path"):
+        layer.bind_weights("gate_weights", torch.zeros(shape, dtype=torch.bfloat16,
+                                                       device=layer.device))
+    assert layer.bound_weights == ()
+
+
 def _capture_step(layer, static, d_out):
     """A CUDA graph of one training step on `static` and `d_out`, after an
     eager warm-up step (module loads): (graph, out, gradients), the last two

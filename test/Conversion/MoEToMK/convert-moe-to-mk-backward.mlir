@@ -31,6 +31,10 @@
 // TC-LABEL: gpu.func @layer_backward_backward(
 // TC-SAME: memref<496xi64>) kernel
 // TC-SAME: block = 256
+// The weights are read through their tensor maps only (access
+// "tensor_maps": the runtime may bind weight views to them), the other
+// inputs by pointer.
+// TC-SAME: {access = "pointer", dtype = "f32", name = "router_weights", role = "input", shape = array<i64: 40, 2>}, {access = "tensor_maps", dtype = "bf16", name = "gate_weights", role = "input", shape = array<i64: 4, 128, 64>}, {access = "tensor_maps", dtype = "bf16", name = "up_weights", role = "input", shape = array<i64: 4, 128, 64>}, {access = "tensor_maps", dtype = "bf16", name = "down_weights", role = "input", shape = array<i64: 4, 64, 128>}, {access = "tensor_maps", dtype = "bf16", name = "shared_gate_weights", role = "input", shape = array<i64: 128, 64>}, {access = "tensor_maps", dtype = "bf16", name = "shared_up_weights", role = "input", shape = array<i64: 128, 64>}, {access = "tensor_maps", dtype = "bf16", name = "shared_down_weights", role = "input", shape = array<i64: 64, 128>}, {access = "pointer", dtype = "bf16", name = "routed_x", role = "input"
 // TC-SAME: {box_cols = 64 : i64, box_rows = 1 : i64, buffer = "d_out", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 40 : i64}, {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "down_weights", cols = 128 : i64, experts = 4 : i64, row_stride = 128 : i64, rows = 64 : i64}
 // TC-NOT: routed_d_out
 // TC: mk.scan_chunks %{{.*}} into %[[TCNT:[^ ]*]] :
@@ -62,6 +66,7 @@
 
 // CHECK-LABEL: gpu.func @layer_backward_backward(
 // CHECK-SAME: %[[DOUT:[^:]*]]: memref<40x64xbf16>, %[[BX:[^:]*]]: memref<40x64xbf16>, %[[TOP:[^:]*]]: memref<40x2xi32>, %[[RW:[^:]*]]: memref<40x2xf32>, %[[WG:[^:]*]]: memref<4x128x64xbf16>, %[[WU:[^:]*]]: memref<4x128x64xbf16>, %[[WD:[^:]*]]: memref<4x64x128xbf16>, %[[SWG:[^:]*]]: memref<128x64xbf16>, %[[SWU:[^:]*]]: memref<128x64xbf16>, %[[SWD:[^:]*]]: memref<64x128xbf16>, %[[CRX:[^:]*]]: memref<332x64xbf16>, %[[CG:[^:]*]]: memref<332x128xbf16>, %[[CU:[^:]*]]: memref<332x128xbf16>, %[[CH:[^:]*]]: memref<332x128xbf16>, %[[CSG:[^:]*]]: memref<40x128xbf16>, %[[CSU:[^:]*]]: memref<40x128xbf16>, %[[CSH:[^:]*]]: memref<40x128xbf16>, %[[DX:[^:]*]]: memref<40x64xbf16>, %[[DRW:[^:]*]]: memref<40x2xf32>, %[[DWG:[^:]*]]: memref<4x128x64xbf16>, %[[DWU:[^:]*]]: memref<4x128x64xbf16>, %[[DWD:[^:]*]]: memref<4x64x128xbf16>, %[[DSG:[^:]*]]: memref<128x64xbf16>, %[[DSU:[^:]*]]: memref<128x64xbf16>, %[[DSD:[^:]*]]: memref<64x128xbf16>,
+// CHECK-SAME: {access = "pointer", dtype = "bf16", name = "gate_weights", role = "input", shape = array<i64: 4, 128, 64>}
 // CHECK-SAME: {dtype = "bf16", name = "d_x", role = "output", shape = array<i64: 40, 64>}, {dtype = "f32", name = "d_router_weights", role = "output", shape = array<i64: 40, 2>}
 // CHECK: mk.scan_chunks %{{.*}} into %[[CNT:[^ ]*]] : memref<3x4xi64>, memref<4xi64>
 // CHECK: mk.assign_rows %[[TOP]], %[[OFF:[^,]*]], %{{.*}} into %[[RR:[^,]*]], %[[ROWR:[^,]*]], %[[ROWE:[^ ]*]]
