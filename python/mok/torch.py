@@ -32,7 +32,10 @@ Double backward is not supported (the backward is one compiled function):
 
 torch is needed here only: ``import mok`` works without it.
 """
+import hashlib
+import json
 import math
+import weakref
 
 import numpy as np
 import torch
@@ -104,6 +107,51 @@ def _gradients(ctx, names, tensors, grads):
         else:
             result.append(grads[name] if needed else None)
     return tuple(result)
+
+
+# Loaded GPU layers by (kernels, device): what MoELayer modules of one spec
+# share (share_layer=True). Weak values: a layer goes when its last module does.
+_LOADED = weakref.WeakValueDictionary()
+
+
+def _kernels_key(artifact):
+    """A digest of `artifact`'s kernels (a GpuArtifact or a
+    GpuTrainingArtifact): their PTX and metadata."""
+    h = hashlib.sha256()
+    parts = ([artifact.forward, artifact.backward]
+             if isinstance(artifact, GpuTrainingArtifact) else [artifact])
+    for a in parts:
+        h.update(a.ptx.encode())
+        h.update(json.dumps(a.metadata, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _cuda_index(device):
+    """The CUDA device index `device` (None: torch's current one) names."""
+    if device is None:
+        return torch.cuda.current_device()
+    d = torch.device(device)
+    if d.type != "cuda":
+        raise ValueError(f"device: expected a CUDA device, got {device!r}")
+    return torch.cuda.current_device() if d.index is None else d.index
+
+
+def _shared(key, load):
+    """The loaded layer cached under `key`, or load() cached there."""
+    layer = _LOADED.get(key)
+    if layer is None:
+        layer = load()
+        _LOADED[key] = layer
+    return layer
+
+
+def _load(artifact, device, share):
+    """artifact.load(device); with `share`, the layer already loaded from the
+    same kernels on the same device if a module still holds one."""
+    if not share:
+        return artifact.load(device)
+    index = _cuda_index(device)
+    return _shared((_kernels_key(artifact), index), lambda: artifact.load(index))
 
 
 class MoEFunction(torch.autograd.Function):
@@ -212,10 +260,18 @@ class MoELayer(torch.nn.Module):
     the layer then runs on CUDA `device` (None: torch's current one), with
     its parameters there, for `spec.tokens` tokens. `artifact`: a
     ``mok.GpuTrainingArtifact`` compiled beforehand for `spec` (e.g. on a
-    machine with the compiler) instead of compiling here."""
+    machine with the compiler) instead of compiling here.
+
+    `share_layer` (GPU targets): modules whose kernels are the same (one
+    spec, one compile) on one device share one loaded layer, so its
+    workspace (the backward's alone is about 1.2 GB on Qwen3-30B-A3B
+    shapes) and its driver JIT compile are paid once, not per module. Their
+    forwards and backwards must then run in one stream's order (as a
+    model's layers do): calls of sharing modules on unordered streams would
+    race on the workspace. ``share_layer=False`` loads a layer of its own."""
 
     def __init__(self, spec, recompute=False, cache_dir=None, accumulate_main_grad=False,
-                 target="cpu", device=None, artifact=None):
+                 target="cpu", device=None, artifact=None, share_layer=True):
         super().__init__()
         if not isinstance(spec, LayerSpec):
             raise TypeError(f"spec: expected a mok.LayerSpec, got {type(spec).__name__}")
@@ -239,15 +295,15 @@ class MoELayer(torch.nn.Module):
                 artifact = _compile(spec, target=target, training=True, recompute=recompute,
                                     cache_dir=cache_dir)
                 if not recompute:  # the inference kernel (tensor cores) for no_grad
-                    self._infer = _compile(spec, target=target,
-                                           cache_dir=cache_dir).load(device)
+                    self._infer = _load(_compile(spec, target=target, cache_dir=cache_dir),
+                                        device, share_layer)
             elif not isinstance(artifact, GpuTrainingArtifact):
                 raise TypeError(f"artifact: expected a mok.GpuTrainingArtifact, got "
                                 f"{type(artifact).__name__}")
             elif artifact.recompute != bool(recompute):
                 raise ValueError(f"artifact: compiled with recompute={artifact.recompute}, "
                                  f"the module asks for recompute={bool(recompute)}")
-            self.layer = artifact.load(device)
+            self.layer = _load(artifact, device, share_layer)
         self.accumulate_main_grad = accumulate_main_grad
         e, i, h = spec.local_experts, spec.intermediate, spec.hidden
         shapes = {"gate_weights": (e, i, h), "up_weights": (e, i, h), "down_weights": (e, h, i)}

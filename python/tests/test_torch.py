@@ -300,3 +300,53 @@ def test_gpu_target_arguments_are_checked_before_compiling():
     with pytest.raises(TypeError, match="layer: expected a mok.GpuTrainingLayer"):
         mok.torch.GpuMoEFunction.apply(object(), {}, torch.zeros(1), torch.zeros(1),
                                        torch.zeros(1))
+
+
+class _FakeLoaded:
+    """Stands for a loaded GpuTrainingLayer (no GPU here): what MoELayer
+    reads of it."""
+    arg_names = ["x", "top_experts", "router_weights"] + list(WEIGHTS)
+    device = torch.device("cpu")
+
+    def __init__(self, artifact, device):
+        self.artifact, self.loaded_on = artifact, device
+
+
+def _training_artifact(ptx="// forward"):
+    return mok.GpuTrainingArtifact(mok.GpuArtifact(ptx, {"function": "f_forward"}),
+                                   mok.GpuArtifact("// backward", {"function": "f_backward"}))
+
+
+def test_gpu_modules_of_one_kernel_share_the_loaded_layer(monkeypatch):
+    """MoELayer(share_layer=True, the default): one loaded layer (one
+    workspace, one JIT compile) per kernels and device while a module holds
+    it; share_layer=False, other kernels or another device load their own."""
+    import gc
+    loads = []
+
+    def load(artifact, device=None, poison_outputs=False):
+        loads.append(device)
+        return _FakeLoaded(artifact, device)
+
+    monkeypatch.setattr(mok.GpuTrainingArtifact, "load", load)
+    spec = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, tokens=8)
+
+    def make(artifact, **kw):
+        return mok.torch.MoELayer(spec, target="sm_90a", artifact=artifact, **kw)
+
+    a = make(_training_artifact(), device=0)
+    b = make(_training_artifact(), device="cuda:0")  # equal kernels, another object
+    assert b.layer is a.layer and loads == [0]
+    assert make(_training_artifact(), device=1).layer is not a.layer
+    assert make(_training_artifact("// other"), device=0).layer is not a.layer
+    assert make(_training_artifact(), device=0, share_layer=False).layer is not a.layer
+    assert loads == [0, 1, 0, 0]
+    # The parameters are each module's own.
+    assert a.gate_weights is not b.gate_weights
+    # The layer goes with its last module; the next module loads again.
+    del a, b
+    gc.collect()
+    make(_training_artifact(), device=0)
+    assert loads == [0, 1, 0, 0, 0]
+    with pytest.raises(ValueError, match="device: expected a CUDA device, got 'cpu'"):
+        make(_training_artifact(), device="cpu")

@@ -87,3 +87,35 @@ def test_main_grad_accumulates_exactly():
     for n, p in acc.named_parameters():
         assert torch.equal(p.main_grad, expected[n] + expected[n]), n
         assert p.grad_added_to_main_grad and not p.grad.any()
+
+
+def test_modules_sharing_a_layer_interleave_exactly():
+    """Two modules of one spec share one loaded layer (and its workspace):
+    both forwards, then one backward through both (autograd runs the second
+    module's backward first), give the bits of two modules with layers of
+    their own; the contexts stay each module's."""
+    import torch
+    name = "train_shared_tall"
+    (c, a), (_, b) = _module(name), _module(name)
+    (_, a_own), (_, b_own) = (_module(name, share_layer=False) for _ in range(2))
+    assert a.layer is b.layer and a_own.layer is not a.layer and b_own.layer is not a_own.layer
+    args_a, d_a = _problem(c, a, 21)
+    args_b, d_b = _problem(c, b, 22)
+    _problem(c, a_own, 21)
+    _problem(c, b_own, 22)
+
+    def step(first, second):
+        xa = args_a["x"].clone().requires_grad_(True)
+        xb = args_b["x"].clone().requires_grad_(True)
+        out_a = first(xa, args_a["top_experts"], args_a["router_weights"])
+        out_b = second(xb, args_b["top_experts"], args_b["router_weights"])
+        torch.autograd.backward([out_a, out_b], [d_a, d_b])
+        grads = [xa.grad, xb.grad] + [p.grad for m in (first, second) for p in m.parameters()]
+        return [out_a, out_b] + grads
+
+    shared, own = step(a, b), step(a_own, b_own)
+    torch.cuda.synchronize()
+    assert len(shared) == len(own)
+    for i, (s, o) in enumerate(zip(shared, own)):
+        assert not torch.isnan(s).any(), f"NaN in result {i}"
+        assert torch.equal(s, o), f"result {i} differs between shared and own layers"
