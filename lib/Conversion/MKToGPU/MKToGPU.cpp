@@ -183,10 +183,15 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
           "on the tensor-core engines, transpose_a needs transpose_b");
     bool f32Out =
         cast<MemRefType>(gemm.getOut().getType()).getElementType().isF32();
-    if ((gemm.getKOffsets() && f32Out) ||
+    bool tcgen05 = gemm.getEngine() == mk::Engine::tcgen05;
+    if (gemm.getAccumulate() && tcgen05)
+      return gemm.emitOpError(
+          "accumulate (out += the accumulators, main_grad) is not "
+          "implemented on tcgen05 yet");
+    if ((gemm.getKOffsets() && f32Out && tcgen05) ||
         (gemm.getA2() && gemm.getTransposeA()))
-      return gemm.emitOpError("k_groups and concat on the tensor-core "
-                              "engines: a bf16 out, and concat with a K-major "
+      return gemm.emitOpError("k_groups on tcgen05 takes a bf16 out, and "
+                              "concat on the tensor-core engines a K-major "
                               "A");
     if (gemm.getKOffsets() &&
         cast<MemRefType>(gemm.getOut().getType()).getDimSize(1) %
@@ -1257,6 +1262,8 @@ void KernelLowering::lowerSimt(mk::GemmOp op) {
       Value acc = e.sum(begin, end, [&](Value j) {
         return e.mul(aAt(a, r, j), bAt(bs[0], {}, c, j));
       });
+      if (op.getAccumulate()) // out += acc (f32)
+        acc = e.add(e.load(out, {g, r, c}), acc);
       e.storeRounded(acc, out, {g, r, c});
     });
     return;
@@ -1291,6 +1298,8 @@ void KernelLowering::lowerSimt(mk::GemmOp op) {
     Value v = dot(a, bs[0], e.f32(0.0f));
     if (Value a2 = op.getA2())
       v = dot(a2, bs[1], v);
+    if (op.getAccumulate()) // out += v (f32)
+      v = e.add(e.load(out, {r, c}), v);
     e.storeRounded(v, out, {r, c});
   });
 }
@@ -1329,8 +1338,12 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
       e.storeRounded(u, saves[1], {row, col});
     }
   };
+  bool accumulate = op.getAccumulate();
   auto storePlain = [&](Value row, Value col, Value y, Value) {
-    e.storeRounded(y, out, outAt(row, col));
+    SmallVector<Value> idx = outAt(row, col);
+    if (accumulate) // out += y (f32)
+      y = e.add(e.load(out, idx), y);
+    e.storeRounded(y, out, idx);
   };
   // Two adjacent columns at once: one 4-byte store of both bf16 values
   // when the buffer is 4-byte aligned (uniform; the runtime's workspace
@@ -1411,7 +1424,9 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
       // One 8-byte streaming store of the pair when out is 8-byte aligned
       // (col is even): a warp store then writes whole 32-byte sectors of
       // eight rows, where two 4-byte stores each wrote half of every
-      // sector.
+      // sector. (k_groups: row is the flattened [E * M] row, which is how
+      // out's rows lie in memory.) With accumulate, the pair is read first
+      // (an 8-byte load) and added to.
       e.ifThen(
           aligned8,
           [&] {
@@ -1419,15 +1434,32 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
                            /*elementBytes=*/4);
             Value address =
                 LLVM::PtrToIntOp::create(e.b, e.loc, e.b.getI64Type(), ptr);
+            SmallVector<Value> sums(y.take_front(2));
+            if (accumulate) {
+              Type pair = VectorType::get({2}, e.b.getF32Type());
+              Value old =
+                  LLVM::LoadOp::create(e.b, e.loc, pair, ptr, /*alignment=*/8);
+              for (int64_t i = 0; i < 2; ++i)
+                sums[i] =
+                    e.add(LLVM::ExtractElementOp::create(
+                              e.b, e.loc, old,
+                              arith::ConstantIntOp::create(e.b, e.loc, i, 32)),
+                          sums[i]);
+            }
             SmallVector<Value> words;
-            for (Value v : y.take_front(2))
+            for (Value v : sums)
               words.push_back(
                   LLVM::BitcastOp::create(e.b, e.loc, e.b.getI32Type(), v));
             gemm::storeGlobalStreaming(e.b, e.loc, address, words);
           },
           [&] {
-            e.store(y[0], out, {row, col});
-            e.store(y[1], out, {row, e.add(col, e.index(1))});
+            for (int64_t i = 0; i < 2; ++i) {
+              SmallVector<Value> idx = outAt(row, e.add(col, e.index(i)));
+              Value v = y[i];
+              if (accumulate)
+                v = e.add(e.load(out, idx), v);
+              e.store(v, out, idx);
+            }
           });
       return;
     }

@@ -200,6 +200,31 @@ gpu.module @swiglu_grad {
 // CHECK: arith.divsi %[[WKMIN]], %c64{{.*}} : index
 // CHECK: gpu.return
 
+// accumulate (main_grad += dW): the simt sum is added to out's element,
+// in f32, before the store.
+// CHECK-LABEL: gpu.func @k_groups_accumulate(
+// CHECK-SAME: %[[AO:[^:]*]]: memref<4x64x32xf32>,
+// CHECK: %[[ASUM:.*]] = scf.for
+// CHECK: %[[AOLD:.*]] = memref.load %[[AO]][%[[AE:[a-z0-9_]+]], %[[AR:[a-z0-9_]+]], %[[AC:[a-z0-9_]+]]]
+// CHECK-NEXT: %[[ANEW:.*]] = arith.addf %[[AOLD]], %[[ASUM]] : f32
+// CHECK-NEXT: memref.store %[[ANEW]], %[[AO]][%[[AE]], %[[AR]], %[[AC]]]
+// CHECK: gpu.return
+
+// On wgmma: each column pair's 8-byte streaming store of an f32 k_groups
+// out (its rows the flattened [E * M] rows) reads the pair first and adds;
+// the unaligned fallback adds element by element.
+// CHECK-LABEL: gpu.func @k_groups_accumulate_wgmma(
+// CHECK: %[[WOLD:.*]] = llvm.load %[[WPTR:[^ ]*]] {alignment = 8 : i64} : !llvm.ptr<1> -> vector<2xf32>
+// CHECK: llvm.extractelement %[[WOLD]]
+// CHECK: arith.addf
+// CHECK: llvm.extractelement %[[WOLD]]
+// CHECK: arith.addf
+// CHECK: st.global.cs.v2.b32
+// CHECK: memref.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}}memref<4x64x128xf32>
+// CHECK-NEXT: arith.addf
+// CHECK-NEXT: memref.store %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}}memref<4x64x128xf32>
+// CHECK: gpu.return
+
 // saves: the swiglu epilogue also stores its bf16 inputs.
 // CHECK-LABEL: gpu.func @saves(
 // CHECK-SAME: %[[SVH:[^:]*]]: memref<108x32xbf16>, %[[SVG:[^:]*]]: memref<108x32xbf16>, %[[SVU:[^:]*]]: memref<108x32xbf16>,
@@ -246,6 +271,20 @@ gpu.module @gemms {
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x128xbf16> -> memref<4x64x128xbf16>
+    gpu.return
+  }
+
+  gpu.func @k_groups_accumulate(%dy: memref<108x64xbf16>, %h: memref<108x32xbf16>, %mg: memref<4x64x32xf32>, %off: memref<5xi64>, %cnt: memref<4xi64>) kernel {
+    mk.gemm simt store %dy, %h into %mg k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>) {accumulate, transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xf32>
+    gpu.return
+  }
+
+  gpu.func @k_groups_accumulate_wgmma(%a: memref<108x64xbf16>, %b: memref<108x128xbf16>, %o: memref<4x64x128xf32>, %off: memref<5xi64>, %cnt: memref<4xi64>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
+    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>)
+        {accumulate, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x128xbf16> -> memref<4x64x128xf32>
     gpu.return
   }
 

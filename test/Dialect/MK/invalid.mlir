@@ -429,6 +429,16 @@ gpu.module @k {
 
 // The backward's GEMM forms.
 gpu.module @k {
+  gpu.func @accumulate_bf16(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
+    // expected-error @+1 {{accumulate needs an f32 out (out += the fp32 accumulators)}}
+    mk.gemm simt store %a, %b into %o {accumulate} : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
   gpu.func @f32_swiglu(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xf32>) kernel {
     // expected-error @+1 {{an f32 out needs the store epilogue}}
     mk.gemm simt swiglu %a, %b, %b into %o : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xf32>

@@ -162,3 +162,16 @@ gpu.module @kernels {
   }
 }
 }
+
+// Weight gradients added into fp32 accumulators (main_grad += dW).
+// CHECK-LABEL: gpu.func @accumulate
+// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} k_groups(%{{[a-z0-9_]+}} : memref<5xi64>) k_counts(%{{[a-z0-9_]+}} : memref<4xi64>) {accumulate, transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xf32>
+gpu.module @accumulate_module {
+  gpu.func @accumulate(%d_y: memref<108x64xbf16>, %hidden: memref<108x32xbf16>, %offsets: memref<5xi64>,
+                       %counts: memref<4xi64>, %main_grad: memref<4x64x32xf32>) kernel {
+    mk.gemm simt store %d_y, %hidden into %main_grad k_groups(%offsets : memref<5xi64>)
+        k_counts(%counts : memref<4xi64>) {accumulate, transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xf32>
+    gpu.return
+  }
+}

@@ -110,6 +110,9 @@ LogicalResult GemmOp::verify() {
   bool f32Out = cast<MemRefType>(out.getType()).getElementType().isF32();
   if (f32Out && getEpilogue() != Epilogue::store)
     return emitOpError("an f32 out needs the store epilogue");
+  if (getAccumulate() && !f32Out)
+    return emitOpError("accumulate needs an f32 out (out += the fp32 "
+                       "accumulators)");
   if (Value a2 = getA2()) {
     if (getEpilogue() != Epilogue::store || numB != 2)
       return emitOpError("concat needs the store epilogue and two B operands "

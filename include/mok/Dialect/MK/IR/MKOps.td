@@ -333,7 +333,10 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       are zero in both), so they add nothing: the engines skip them
       (`simt` sums `[offsets[e], offsets[e] + counts[e])`, the tensor
       cores stop after the k-tile that holds the last counted row);
-    * an `f32` out (`store`): the fp32 accumulators, unrounded.
+    * an `f32` out (`store`): the fp32 accumulators, unrounded;
+    * `accumulate` (an `f32` out): `out += acc`, each element read, added
+      to in fp32 and written back by the one task that computes it
+      (weight gradients into Megatron-Core's fp32 `main_grad`).
     `saves(%gate, %up)` (`swiglu`): also stores `bf16(acc_0)` and
     `bf16(acc_1)`, the activation's inputs (the backward context).
 
@@ -352,7 +355,8 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       MK_Epilogue:$epilogue,
       Arg<MK_Bf16Matrix, "", [MemRead]>:$a,
       Arg<Variadic<MemRefOf<[BF16]>>, "", [MemRead]>:$b,
-      Arg<MemRefOf<[BF16, F32]>, "", [MemWrite]>:$out,
+      Arg<MemRefOf<[BF16, F32]>, "read only with accumulate",
+          [MemRead, MemWrite]>:$out,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$row_expert,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$offsets,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$tensor_maps,
@@ -370,7 +374,8 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       OptionalAttr<DenseI64ArrayAttr>:$registers,
       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$gather_top_k,
       UnitAttr:$transpose_a,
-      UnitAttr:$transpose_b);
+      UnitAttr:$transpose_b,
+      UnitAttr:$accumulate);
   let assemblyFormat = [{
     $engine $epilogue $a `,` $b `into` $out
     (`grouped` `(` $row_expert^ `,` $offsets `:` type($row_expert) `,`
