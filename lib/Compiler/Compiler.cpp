@@ -223,6 +223,8 @@ static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
         {"shape", std::move(shape)}};
     if (auto access = d.getAs<StringAttr>("access"))
       param["access"] = access.getValue().str();
+    if (auto accumulate = d.getAs<BoolAttr>("accumulate"))
+      param["accumulate"] = accumulate.getValue();
     params.push_back(std::move(param));
   }
   root["params"] = std::move(params);

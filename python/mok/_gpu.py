@@ -73,16 +73,19 @@ class GpuArtifact:
         return GpuLayer(self, device, ep_group, poison_outputs)
 
 
-def _training_pipeline(recompute):
-    return "moe-generate-backward{recompute=true}" if recompute else "moe-generate-backward"
+def _training_pipeline(recompute, main_grads=False):
+    options = [o for o, on in (("recompute=true", recompute), ("main-grads=true", main_grads))
+               if on]
+    return "moe-generate-backward" + ("{" + " ".join(options) + "}" if options else "")
 
 
 def _compile_with_extension(source, name, target, functions, toolkit, profile,
-                            warp_specialize, fuse_dispatch, multicast, training, recompute):
+                            warp_specialize, fuse_dispatch, multicast, training, recompute,
+                            main_grads):
     from . import _mok
     module = _mok.Module.parse(source, name)
     if training:
-        module.run_pipeline(_training_pipeline(recompute))
+        module.run_pipeline(_training_pipeline(recompute, main_grads))
     kernels = {k.function: k
                for k in module.compile_gpu(target, toolkit, profile, warp_specialize,
                                            fuse_dispatch, multicast)}
@@ -106,7 +109,7 @@ def _find_compiler():
 
 
 def _compile_with_tool(tool, source, target, functions, toolkit, profile, warp_specialize,
-                       fuse_dispatch, multicast, training, recompute):
+                       fuse_dispatch, multicast, training, recompute, main_grads):
     """The same through the mok-compile binary (e.g. the static one carried
     to a GPU machine without MLIR)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,7 +123,8 @@ def _compile_with_tool(tool, source, target, functions, toolkit, profile, warp_s
                                  False: ["--copy-dispatch"]}[fuse_dispatch]
                               + (["--multicast"] if multicast else [])
                               + (["--training"] if training else [])
-                              + (["--recompute"] if recompute else []),
+                              + (["--recompute"] if recompute else [])
+                              + (["--main-grads"] if main_grads else []),
                               capture_output=True, text=True)
         if proc.returncode:
             raise ValueError(proc.stderr.strip() or f"{tool} failed")
@@ -151,10 +155,11 @@ def _compiler_identity():
 
 def compile_gpu(source, name, target, function, cache_dir, profile=False,
                 warp_specialize=False, fuse_dispatch=None, multicast=False,
-                training=False, recompute=False):
+                training=False, recompute=False, main_grads=False):
     """The GpuArtifact of `function`; with `training`, a GpuTrainingArtifact
     of its training forward and backward (moe-generate-backward's
-    <function>_forward and <function>_backward)."""
+    <function>_forward and <function>_backward; with `main_grads`, a
+    backward that adds the weights' gradients into fp32 main_grads)."""
     functions = [f"{function}_forward", f"{function}_backward"] if training else [function]
     key = hashlib.sha256("\0".join([source, target, function, __version__,
                                     _compiler_identity()]
@@ -165,6 +170,7 @@ def compile_gpu(source, name, target, function, cache_dir, profile=False,
                                    + (["multicast"] if multicast else [])
                                    + (["training"] if training else [])
                                    + (["recompute"] if recompute else [])
+                                   + (["main_grads"] if main_grads else [])
                                    ).encode())
     directory = os.path.join(_cache_dir(cache_dir), key.hexdigest()[:24])
     bases = [os.path.join(directory, f) for f in functions]
@@ -172,7 +178,8 @@ def compile_gpu(source, name, target, function, cache_dir, profile=False,
         arts = {f: GpuArtifact.from_files(b) for f, b in zip(functions, bases)}
     else:
         toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
-        options = (profile, warp_specialize, fuse_dispatch, multicast, training, recompute)
+        options = (profile, warp_specialize, fuse_dispatch, multicast, training, recompute,
+                   main_grads)
         try:
             arts = _compile_with_extension(source, name, target, functions, toolkit, *options)
         except ImportError:
@@ -442,6 +449,13 @@ class GpuLayer:
                 tensors[n] = checked[arg] = self._checked_out(arg, t, p, inputs, checked)
                 results[n] = t
                 continue
+            if p.get("accumulate"):
+                # The kernel adds into it (main_grad += dW): only the caller
+                # has the values to add to.
+                raise TypeError(f"outputs: {n!r} is accumulated into (the kernel adds to "
+                                f"it: main_grad += dW); pass it in outputs=, a "
+                                f"{self._torch_dtype(p['dtype'])} tensor of shape "
+                                f"{list(p['shape'])}")
             # Every element is written by the kernel (the combine writes each
             # token's row; a kernel's extra outputs must be written whole too,
             # which poison_outputs shows): no fill unless asked.

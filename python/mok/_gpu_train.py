@@ -22,6 +22,12 @@ class GpuTrainingArtifact:
     backward: GpuArtifact
     recompute: bool = False
 
+    @property
+    def main_grads(self):
+        """Whether the backward adds the weights' gradients into fp32
+        main_grads (mok.compile(..., main_grads=True))."""
+        return any(p.get("accumulate") for p in self.backward.metadata.get("params", []))
+
     def save(self, directory):
         """Writes both kernels (<function>_forward / _backward .ptx/.json);
         returns the directory."""
@@ -168,11 +174,47 @@ class GpuTrainingLayer:
                        dict(zip(self.saved_names, tensors[n:])), self._tokens(),
                        self.bound_weights)
 
-    def backward(self, ctx, d_out, outputs=None):
+    @property
+    def main_grads(self):
+        """Whether the backward adds the weights' gradients into fp32
+        main_grads (compiled with main_grads=True)."""
+        return self.artifact.main_grads
+
+    def backward(self, ctx, d_out, outputs=None, main_grads=None):
         """Gradients of every floating-point argument, by name (x,
         router_weights, gate_weights, ...). `outputs`: tensors to write them
         into, by gradient name (`d_x`, `d_router_weights`, ...; see
-        `output_names`), the others allocated."""
+        `output_names`), the others allocated.
+
+        A layer compiled with main_grads=True takes `main_grads`, one fp32
+        tensor per weight by the weight's name, each of the weight's shape:
+        the kernel adds the weight's gradient into it in place (unrounded
+        fp32 sums, main_grad += dW), and the weights' gradients are then not
+        returned (only x's and router_weights')."""
+        accumulated = [p["name"] for p in self._backward.outputs if p.get("accumulate")]
+        if accumulated:
+            weights = [n[len("d_"):] for n in accumulated]
+            if not isinstance(main_grads, dict):
+                raise TypeError(f"main_grads: this layer adds the weights' gradients into "
+                                f"fp32 main_grads; expected a dict of tensors by weight name "
+                                f"({', '.join(weights)}), got {type(main_grads).__name__}")
+            unknown = [n for n in main_grads if n not in weights]
+            missing = [n for n in weights if n not in main_grads]
+            if unknown or missing:
+                raise ValueError(f"main_grads: expected one tensor for each of "
+                                 f"{', '.join(weights)}"
+                                 + (f"; unknown {', '.join(map(repr, unknown))}" if unknown
+                                    else "")
+                                 + (f"; missing {', '.join(missing)}" if missing else ""))
+            clash = [f"d_{n}" for n in weights if outputs and f"d_{n}" in outputs]
+            if clash:
+                raise TypeError(f"outputs: {', '.join(clash)} are the main_grads; pass them "
+                                "as main_grads= only")
+            outputs = dict(outputs or {}, **{f"d_{n}": main_grads[n] for n in weights})
+        elif main_grads is not None:
+            raise ValueError("main_grads: this layer returns the weights' gradients; "
+                             "compile it with main_grads=True to add them into main_grads "
+                             "in the kernel")
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx: expected a mok.Context from forward(), got "
                             f"{type(ctx).__name__}")
@@ -197,5 +239,6 @@ class GpuTrainingLayer:
         outs = self._backward(**args, outputs=outputs)
         grads = Gradients()
         for name, t in outs.items():
-            grads[name[len("d_"):]] = t
+            if name not in accumulated:
+                grads[name[len("d_"):]] = t
         return grads

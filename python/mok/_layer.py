@@ -243,7 +243,7 @@ GPU_TARGETS = ("sm_90a", "sm_100a")
 
 def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_dir=None,
             profile=False, warp_specialize=False, fuse_dispatch=None, multicast=False,
-            training=False):
+            training=False, main_grads=False):
     """Compiles a layer for `target`.
 
     layer: a LayerSpec, or moe IR text holding `function` (one MoE layer,
@@ -279,6 +279,11 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
     with forward/backward as the CPU layer's. `recompute=True` (implies
     training on a GPU target): the forward saves no context and backward
     recomputes it; the forward is then the inference kernel.
+    `main_grads=True` (training on a GPU target): Megatron-Core's gradient
+    accumulation in the kernel; the backward adds each weight's gradient,
+    unrounded fp32, into an fp32 main_grad the caller passes
+    (GpuTrainingLayer.backward's `main_grads`) instead of returning it.
+    sm_90a and the simt plan have it; sm_100a's tensor-core plan refuses it.
     """
     if target != "cpu" and target not in GPU_TARGETS:
         raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")
@@ -295,6 +300,11 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
                         f"{type(layer).__name__}")
     if not isinstance(training, bool):
         raise TypeError(f"training: expected True or False, got {training!r}")
+    if not isinstance(main_grads, bool):
+        raise TypeError(f"main_grads: expected True or False, got {main_grads!r}")
+    if main_grads and target not in GPU_TARGETS:
+        raise ValueError("main_grads: the kernel's main_grad accumulation is for GPU "
+                         "targets (mok.torch adds into main_grad on the CPU target)")
     if target in GPU_TARGETS:
         from ._gpu import compile_gpu
         if multicast and (target != "sm_90a" or warp_specialize):
@@ -302,7 +312,8 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
                              "warp_specialize only")
         return compile_gpu(source, name, target, function, cache_dir, profile,
                            warp_specialize, fuse_dispatch, multicast,
-                           training=training or bool(recompute), recompute=bool(recompute))
+                           training=training or bool(recompute) or main_grads,
+                           recompute=bool(recompute), main_grads=main_grads)
     if training:
         raise ValueError("training: the CPU target always compiles forward and "
                          "backward; training=True is for GPU targets")

@@ -22,7 +22,9 @@ no saved tensors beyond the inputs: backward recomputes gate/up.
 
 Megatron-Core's gradient accumulation: with ``accumulate_main_grad=True`` on
 the module, every weight parameter must carry an fp32 ``main_grad`` of its
-shape; backward adds the weight's gradient into it (``main_grad += dW``, the
+shape; backward adds the weight's gradient into it (``main_grad += dW``: on
+sm_90a the backward kernel adds its unrounded fp32 dW in place, a layer
+compiled with ``main_grads=True``; on the CPU target and sm_100a the
 layer's bf16 dW widened to fp32), returns a zero gradient for the weight (as
 Megatron-Core's fused accumulation does with ``zero_out_wgrad``, so that
 gradient hooks still fire) and sets ``param.grad_added_to_main_grad = True``.
@@ -91,18 +93,20 @@ def _from_numpy(a):
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
-def _gradients(ctx, names, tensors, grads):
+def _gradients(ctx, names, tensors, grads, added=False):
     """The autograd functions' backward result: None for the layer,
     main_grads and top_experts; for a weight in ctx.main_grads, its gradient
-    added there in fp32 and a zero placeholder; else the gradient (torch
-    tensors by name in `grads`) where an input needs one."""
+    added there in fp32 (by the kernel already when `added`) and a zero
+    placeholder; else the gradient (torch tensors by name in `grads`) where
+    an input needs one."""
     result = [None, None]  # layer, main_grads
     for i, name in enumerate(names):
         needed = ctx.needs_input_grad[2 + i]
         if name == "top_experts":
             result.append(None)
         elif name in ctx.main_grads:
-            ctx.main_grads[name].add_(grads[name].float())
+            if not added:
+                ctx.main_grads[name].add_(grads[name].float())
             result.append(torch.zeros_like(tensors[i]) if needed else None)
         else:
             result.append(grads[name] if needed else None)
@@ -214,7 +218,9 @@ class GpuMoEFunction(torch.autograd.Function):
     ``mok.GpuTrainingLayer`` and CUDA tensors on its device: the training
     forward kernel, its context through ``save_for_backward``, the backward
     kernel. `main_grads`: {weight name: fp32 tensor} (``main_grad += dW``
-    on the GPU, the weight's gradient then a zero tensor)."""
+    on the GPU, the weight's gradient then a zero tensor): every weight's,
+    added by the backward kernel itself, for a layer compiled with
+    ``main_grads=True``; else any of them, added after the kernel."""
 
     @staticmethod
     def forward(ctx, layer, main_grads, x, top_experts, router_weights, *weights):
@@ -227,6 +233,12 @@ class GpuMoEFunction(torch.autograd.Function):
             raise TypeError(f"expected {len(names)} tensors ({', '.join(names)}), "
                             f"got {len(values)}")
         _check_main_grads(main_grads, names, values)
+        if layer.main_grads:
+            missing = [n for n in names[3:] if n not in main_grads]
+            if missing:
+                raise ValueError(f"main_grads: the layer adds every weight's gradient "
+                                 f"into its main_grad (compiled with main_grads=True); "
+                                 f"missing {', '.join(missing)}")
         detached = [v.detach() if isinstance(v, torch.Tensor) else v for v in values]
         out, context = layer.forward(**dict(zip(names, detached)))
         ctx.save_for_backward(*values, *context.saved.values())
@@ -241,6 +253,9 @@ class GpuMoEFunction(torch.autograd.Function):
         names = list(layer.arg_names)
         tensors = [t.detach() for t in ctx.saved_tensors]
         context = layer.context_from_tensors(tensors)
+        if layer.main_grads:  # the kernel adds into them
+            grads = layer.backward(context, d_out.contiguous(), main_grads=ctx.main_grads)
+            return _gradients(ctx, names, tensors, grads, added=True)
         return _gradients(ctx, names, tensors, layer.backward(context, d_out.contiguous()))
 
 
@@ -292,8 +307,11 @@ class MoELayer(torch.nn.Module):
                 raise ValueError("spec.tokens: a GPU target compiles for one token count; "
                                  "set it")
             if artifact is None:
+                # accumulate_main_grad: main_grad += dW in the backward
+                # kernel, where the plan has it (not sm_100a's tensor cores).
+                fused = accumulate_main_grad and target == "sm_90a"
                 artifact = _compile(spec, target=target, training=True, recompute=recompute,
-                                    cache_dir=cache_dir)
+                                    cache_dir=cache_dir, main_grads=fused)
                 if not recompute:  # the inference kernel (tensor cores) for no_grad
                     self._infer = _load(_compile(spec, target=target, cache_dir=cache_dir),
                                         device, share_layer)
@@ -303,6 +321,10 @@ class MoELayer(torch.nn.Module):
             elif artifact.recompute != bool(recompute):
                 raise ValueError(f"artifact: compiled with recompute={artifact.recompute}, "
                                  f"the module asks for recompute={bool(recompute)}")
+            elif artifact.main_grads and not accumulate_main_grad:
+                raise ValueError("artifact: compiled with main_grads=True (the backward "
+                                 "adds into main_grad); the module needs "
+                                 "accumulate_main_grad=True")
             self.layer = _load(artifact, device, share_layer)
         self.accumulate_main_grad = accumulate_main_grad
         e, i, h = spec.local_experts, spec.intermediate, spec.hidden

@@ -865,6 +865,54 @@ def test_training_layer_binds_both_kernels_or_neither(training_artifacts, monkey
     assert layer._backward.bound_weights == ("gate_weights",)
 
 
+def test_main_grad_layers_take_main_grads_by_weight(training_artifacts, tmp_path, monkeypatch):
+    """mok.compile(..., main_grads=True): the backward's weight gradients are
+    fp32 outputs it adds into (metadata "accumulate"); backward takes them
+    as main_grads by weight name, in place, and returns x's and
+    router_weights' gradients only. Every misuse is named."""
+    art = mok.compile(TENSOR_CORE, target="sm_90a", training=True, main_grads=True,
+                      cache_dir=str(tmp_path))
+    assert art.main_grads and not training_artifacts["tensor_core"].main_grads
+    outs = {p["name"]: p for p in art.backward.metadata["params"] if p["role"] == "output"}
+    assert [n for n, p in outs.items() if p.get("accumulate")] == [f"d_{n}" for n in ROUTED]
+    assert all(outs[f"d_{n}"]["dtype"] == "f32" for n in ROUTED)
+    layer, torch = _cpu_training_layer(art, monkeypatch)
+    args = _training_args(torch, TENSOR_CORE)
+    out, ctx = layer.forward(**args)
+    d_out = torch.zeros_like(out)
+    main = {n: torch.zeros(args[n].shape) for n in ROUTED}
+    grads = layer.backward(ctx, d_out, main_grads=main)
+    assert set(grads) == {"x", "router_weights"}
+    (named, _, _), = layer._backward._layer.calls
+    assert all(named[f"d_{n}"].data_ptr() == main[n].data_ptr() for n in ROUTED)
+    with raises(TypeError, "main_grads: this layer adds the weights' gradients into fp32 "
+                "main_grads; expected a dict of tensors by weight name (gate_weights, "
+                "up_weights, down_weights), got NoneType"):
+        layer.backward(ctx, d_out)
+    with raises(ValueError, "main_grads: expected one tensor for each of gate_weights, "
+                "up_weights, down_weights; unknown 'x'; missing down_weights"):
+        layer.backward(ctx, d_out, main_grads=dict(gate_weights=main["gate_weights"],
+                                                   up_weights=main["up_weights"],
+                                                   x=main["up_weights"]))
+    with raises(TypeError, "d_up_weights: expected dtype torch.float32, got torch.bfloat16"):
+        layer.backward(ctx, d_out, main_grads=dict(main, up_weights=args["up_weights"]))
+    with raises(TypeError, "outputs: d_gate_weights are the main_grads; pass them as "
+                "main_grads= only"):
+        layer.backward(ctx, d_out, outputs={"d_gate_weights": main["gate_weights"]},
+                       main_grads=main)
+    # Through GpuLayer directly, an accumulated output is never allocated.
+    with raises(TypeError, "outputs: 'd_gate_weights' is accumulated into (the kernel adds "
+                "to it: main_grad += dW); pass it in outputs=, a torch.float32 tensor of "
+                "shape [4, 128, 128]"):
+        layer._backward(**dict(ctx.inputs, **ctx.saved, d_out=d_out))
+    # A layer without main_grads refuses them.
+    plain, _ = _cpu_training_layer(training_artifacts["tensor_core"], monkeypatch)
+    _, ctx = plain.forward(**args)
+    with raises(ValueError, "main_grads: this layer returns the weights' gradients; "
+                "compile it with main_grads=True"):
+        plain.backward(ctx, d_out, main_grads=main)
+
+
 #===----------------------------------------------------------------------===#
 # Reading the workspace back (profiling)
 #===----------------------------------------------------------------------===#

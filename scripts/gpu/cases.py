@@ -94,6 +94,12 @@ TRAIN_CASES["train_partial_pieces"] = dict(tokens=180, hidden=512, intermediate=
                                            shared_intermediate=384, swiglu_limit=7.0,
                                            drop=0.05, training=True)
 del _name
+# Megatron-Core's gradient accumulation in the backward kernel
+# (mok.compile(..., main_grads=True): main_grad += dW, unrounded fp32):
+# wgmma with 128-row tiles and a shared expert, wgmma on ragged Qwen3
+# routing, and the simt plan.
+MAIN_GRAD_CASES = {"maingrad_" + n[len("train_"):]: dict(TRAIN_CASES[n], main_grads=True)
+                   for n in ("train_shared_tall", "train_qwen3_ragged", "train_top2_no_route")}
 
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
                "shared_intermediate", "swiglu_limit", "expert_id_dtype")
@@ -110,4 +116,6 @@ def compile_kwargs(case):
               "multicast": case.get("multicast", False)}
     if case.get("training"):
         kwargs.update(training=True, recompute=case.get("recompute", False))
+    if case.get("main_grads"):
+        kwargs.update(main_grads=True)
     return kwargs

@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 import mok  # noqa: E402
-from cases import CASES, TRAIN_CASES, compile_kwargs, spec_kwargs  # noqa: E402
+from cases import CASES, MAIN_GRAD_CASES, TRAIN_CASES, compile_kwargs, spec_kwargs  # noqa: E402
 
 
 # The cases python/tests/gpu/test_gpu_profile.py compiles with profile=True
@@ -41,6 +41,7 @@ def main():
     jobs = int(os.environ.get("MOK_PREPARE_JOBS") or os.cpu_count() or 1)
     cases = ([(name, case, False) for name, case in CASES.items()] +
              [(name, case, False) for name, case in TRAIN_CASES.items()] +
+             [(name, case, False) for name, case in MAIN_GRAD_CASES.items()] +
              [(name + "-profile", CASES[name], True) for name in PROFILED])
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(compile_case, out, target, name, case, profile)

@@ -24,6 +24,16 @@
 // RUN: FileCheck %s --check-prefixes=BACKWARD,RECOMPUTE -DCHIP=sm_100a < %t/sm100-recompute/layer_backward.json
 // RUN: FileCheck %s --check-prefix=NOSAVE < %t/sm100-recompute/layer_forward.json
 // RUN: ptxas -arch=sm_100a %t/sm100-recompute/layer_backward.ptx -o %t/sm100-recompute.cubin
+// --main-grads: the backward adds the weights' gradients into fp32
+// outputs (Megatron's main_grad += dW; metadata "accumulate").
+// RUN: mok-compile %s --training --main-grads --chip sm_90a -o %t/sm90-mg | FileCheck %s --check-prefix=FILES
+// RUN: FileCheck %s --check-prefix=MAINGRADS < %t/sm90-mg/layer_backward.json
+// RUN: ptxas -arch=sm_90a %t/sm90-mg/layer_backward.ptx -o %t/sm90-mg.cubin
+// RUN: not mok-compile %s --main-grads --chip sm_90a -o %t/x 2>&1 | FileCheck %s --check-prefix=USAGE-MG
+// MAINGRADS: "accumulate": true,
+// MAINGRADS-NEXT: "dtype": "f32",
+// MAINGRADS-NEXT: "name": "d_gate_weights",
+// USAGE-MG: --main-grads needs --training
 // Without --training, only the inference kernel.
 // The tensor-core training forms in the PTX: on sm_90a the backward's
 // wgmmas read B N-major (imm-trans-b = 1) and, in the weight gradients, A

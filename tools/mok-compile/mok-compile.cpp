@@ -23,12 +23,14 @@ static int usage(const char *why) {
       "usage: mok-compile INPUT.mlir [--chip sm_90a|sm_100a] [--profile] -o "
       "OUTDIR\n"
       "       [--warp-specialize] [--fuse-dispatch | --copy-dispatch]\n"
-      "       [--multicast] [--training [--recompute]]\n"
+      "       [--multicast] [--training [--recompute] [--main-grads]]\n"
       "       [--toolkit CUDA_DIR]\n"
       "       (--toolkit: libdevice; default $CUDA_HOME or /usr/local/cuda;\n"
       "        --training: first derive <fn>_forward, which saves the\n"
       "        backward context, and <fn>_backward (moe-generate-backward);\n"
-      "        --recompute: save no context, backward recomputes it)\n",
+      "        --recompute: save no context, backward recomputes it;\n"
+      "        --main-grads: backward adds the weights' gradients into fp32\n"
+      "        main_grad outputs)\n",
       why);
   return 2;
 }
@@ -36,7 +38,7 @@ static int usage(const char *why) {
 int main(int argc, char **argv) {
   std::string input, out, chip = "sm_90a";
   bool profile = false, warpSpecialize = false, multicast = false;
-  bool training = false, recompute = false;
+  bool training = false, recompute = false, mainGrads = false;
   std::optional<bool> fuseDispatch; // unset: fused where implemented
   const char *home = std::getenv("CUDA_HOME");
   std::string toolkit = home && *home ? home : "/usr/local/cuda";
@@ -67,6 +69,10 @@ int main(int argc, char **argv) {
       (a == "--training" ? training : recompute) = true;
       continue;
     }
+    if (a == "--main-grads") {
+      mainGrads = true;
+      continue;
+    }
     if (a == "--fuse-dispatch" || a == "--copy-dispatch") {
       if (fuseDispatch)
         return usage("--fuse-dispatch and --copy-dispatch exclude each other "
@@ -86,6 +92,8 @@ int main(int argc, char **argv) {
     return usage("an input file and -o OUTDIR are required");
   if (recompute && !training)
     return usage("--recompute needs --training");
+  if (mainGrads && !training)
+    return usage("--main-grads needs --training");
 
   std::ifstream file(input);
   if (!file)
@@ -98,10 +106,16 @@ int main(int argc, char **argv) {
   auto module = mok::Module::parse(source.str(), input, error);
   if (!module)
     return std::fprintf(stderr, "%s", error.c_str()), 1;
+  std::string options;
+  if (recompute)
+    options += " recompute=true";
+  if (mainGrads)
+    options += " main-grads=true";
   if (training &&
-      !module->runPipeline(recompute ? "moe-generate-backward{recompute=true}"
-                                     : "moe-generate-backward",
-                           error))
+      !module->runPipeline(
+          "moe-generate-backward" +
+              (options.empty() ? std::string() : "{" + options.substr(1) + "}"),
+          error))
     return std::fprintf(stderr, "%s\n", error.c_str()), 1;
   std::vector<mok::GpuKernel> kernels;
   if (!module->compileGPU(chip, toolkit, kernels, error, profile,

@@ -1454,7 +1454,8 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
           },
           [&] {
             for (int64_t i = 0; i < 2; ++i) {
-              SmallVector<Value> idx = outAt(row, e.add(col, e.index(i)));
+              SmallVector<Value> idx =
+                  outAt(row, i ? e.add(col, e.index(1)) : col);
               Value v = y[i];
               if (accumulate)
                 v = e.add(e.load(out, idx), v);

@@ -328,6 +328,9 @@ LogicalResult FunctionLowering::run() {
       return op.emitError()
              << "convert-moe-to-cpu: expert parallelism (ep = " << plan.getEp()
              << ") needs a communicator; the CPU backend runs ep = 1 only";
+    if (auto g = dyn_cast<LayerGradOp>(op); g && g.accumulatesMainGrads())
+      return op.emitError("convert-moe-to-cpu: main_grads (main_grad + dW) "
+                          "is implemented for the GPU targets only");
   }
 
   // New signature: memrefs for the arguments, then one output per result.

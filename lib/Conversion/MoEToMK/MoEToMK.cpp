@@ -40,6 +40,9 @@ struct Param {
   /// Inputs only: "tensor_maps" when the kernel never dereferences the
   /// pointer (it reads the buffer through tensor maps), else "pointer".
   std::string access = "pointer";
+  /// Outputs only: the kernel adds into the buffer (main_grad += dW), so
+  /// the caller passes it with the values to add to.
+  bool accumulate = false;
 };
 
 /// A 2-D bf16 view of a kernel buffer that the runtime encodes with
@@ -262,6 +265,8 @@ DictionaryAttr describeKernel(MLIRContext *ctx, ArrayRef<Param> params,
     };
     if (p.role == "input")
       entry.push_back(b.getNamedAttr("access", b.getStringAttr(p.access)));
+    if (p.accumulate)
+      entry.push_back(b.getNamedAttr("accumulate", b.getBoolAttr(true)));
     ps.push_back(b.getDictionaryAttr(entry));
   }
   int64_t smem =
@@ -377,6 +382,8 @@ struct GemmPlan {
   /// consumers when set.
   bool producer = false;
   DenseI64ArrayAttr registers;
+  /// out += the product (an f32 out: main_grad += dW).
+  bool accumulate = false;
 };
 
 void createGemm(OpBuilder &b, Location loc, const GemmPlan &g) {
@@ -392,7 +399,7 @@ void createGemm(OpBuilder &b, Location loc, const GemmPlan &g) {
       tc ? b.getDenseI64ArrayAttr(g.maps) : DenseI64ArrayAttr(),
       tc && g.producer, tc && g.producer ? g.registers : DenseI64ArrayAttr(),
       g.gatherRows ? b.getI64IntegerAttr(g.gatherTopK) : IntegerAttr(),
-      g.transposeA, g.transposeB);
+      g.transposeA, g.transposeB, g.accumulate);
 }
 
 /// Emits the schedule of `layer` into the body of `func`, whose arguments
@@ -728,17 +735,22 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   params.push_back({"d_x", "output", tensorType(grad.getDX())});
   params.push_back(
       {"d_router_weights", "output", tensorType(grad.getDRouterWeights())});
-  params.push_back(
-      {"d_gate_weights", "output", tensorType(grad.getDGateWeights())});
-  params.push_back(
-      {"d_up_weights", "output", tensorType(grad.getDUpWeights())});
-  params.push_back(
-      {"d_down_weights", "output", tensorType(grad.getDDownWeights())});
+  // With main_grads, the weights' gradients are fp32 outputs the kernel
+  // adds into (the main_grad buffers themselves: main_grad + dW in place).
+  bool accumulate = grad.accumulatesMainGrads();
+  auto weightGrad = [&](StringRef name, Value v) {
+    Param p{name.str(), "output", tensorType(v)};
+    p.accumulate = accumulate;
+    params.push_back(p);
+  };
+  weightGrad("d_gate_weights", grad.getDGateWeights());
+  weightGrad("d_up_weights", grad.getDUpWeights());
+  weightGrad("d_down_weights", grad.getDDownWeights());
   static const StringRef dSharedNames[] = {
       "d_shared_gate_weights", "d_shared_up_weights", "d_shared_down_weights"};
   if (grad.hasSharedExpert())
     for (auto [name, v] : llvm::zip(dSharedNames, grad.getDSharedWeights()))
-      params.push_back({name.str(), "output", tensorType(v)});
+      weightGrad(name, v);
   params.push_back({"counts", "workspace", ty({s.experts}, i64)});
   params.push_back(
       {"chunk_counts", "workspace", ty({s.chunks(), s.experts}, i64)});
@@ -881,6 +893,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     w.kOffsets = buf["offsets"];
     w.kCounts = buf["counts"]; // past each expert's rows: zero padding
     w.out = buf["d_down_weights"];
+    w.accumulate = grad.accumulatesMainGrads();
     onTensorCores(w, {tc.dYT, tc.hiddenT});
     createGemm(b, loc, w);
   }
@@ -897,6 +910,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
     w.b = {buf["shared_hidden"]};
     w.transposeA = w.transposeB = true;
     w.out = buf["d_shared_down_weights"];
+    w.accumulate = grad.accumulatesMainGrads();
     onTensorCores(w, {tc.dOutT, tc.sharedHiddenT});
     createGemm(b, loc, w);
   }
@@ -946,6 +960,7 @@ void emitBackwardSchedule(OpBuilder &b, LayerGradOp grad, const Sizes &s,
       w.kCounts = buf["counts"];
     }
     w.out = buf[out];
+    w.accumulate = grad.accumulatesMainGrads();
     onTensorCores(w, slots);
     createGemm(b, loc, w);
   };
@@ -1137,6 +1152,14 @@ struct ConvertMoEToMKPass
       SmallVector<StringRef> phases = backwardPhaseNames(grad);
       BackwardMaps tc =
           backwardMapsFor(s, chip, tensorCores, grad.recomputes());
+      if (grad.accumulatesMainGrads() && !tc.maps.empty() &&
+          tc.engine == mk::Engine::tcgen05) {
+        grad.emitError("convert-moe-to-mk: main_grads (main_grad += dW in "
+                       "the weight gradients' epilogue) is not implemented "
+                       "on tcgen05 (sm_100a) yet; sm_90a and the simt "
+                       "plan (tensor-cores=false) have it");
+        return signalPassFailure();
+      }
       SmallVector<Param> params =
           backwardParamsFor(grad, s, profile, tc.maps, tc.gatherDOut);
       unsigned block = tc.maps.empty() ? blockSize : sched::kBlock;

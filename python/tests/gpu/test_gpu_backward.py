@@ -12,7 +12,7 @@ import pytest
 
 import mok
 import torch_reference
-from cases import TRAIN_CASES
+from cases import MAIN_GRAD_CASES, TRAIN_CASES
 from gpu_results import BACKWARD_RESULTS
 
 ARTIFACTS = os.environ.get("MOK_GPU_ARTIFACTS", "gpu-artifacts")
@@ -176,6 +176,47 @@ def test_weight_views_refused_by_scalar_training_kernels():
         layer.bind_weights("gate_weights", torch.zeros(shape, dtype=torch.bfloat16,
                                                        device=layer.device))
     assert layer.bound_weights == ()
+
+
+@pytest.mark.parametrize("name", list(MAIN_GRAD_CASES))
+def test_main_grads_accumulate_the_weight_gradients(name):
+    """main_grads=True: the backward kernel adds each weight's unrounded
+    fp32 gradient into the main_grad passed (main_grad += dW, Megatron's
+    gradient accumulation): main_grad - its old value is float64 autograd's
+    dW within 1e-2; the same call from the same main_grads gives the same
+    bits; x's and router_weights' gradients are returned as before."""
+    import torch
+    c = MAIN_GRAD_CASES[name]
+    layer = _layer(name)
+    assert layer.main_grads
+    args, d_out = _problem(c, _fresh_seed())
+    ref = torch_reference.backward(args, d_out, c["experts"], c.get("swiglu_limit"))
+    weights = [n for n in ref if n.endswith("_weights") and n != "router_weights"]
+    gen = torch.Generator().manual_seed(9)
+    before = {n: (torch.randn(ref[n].shape, generator=gen) * ref[n].abs().mean().item())
+              .float().cuda() for n in weights}
+    results = []
+    for _ in range(2):
+        main = {n: t.clone() for n, t in before.items()}
+        out, ctx = layer.forward(**args)
+        grads = layer.backward(ctx, d_out, main_grads=main)
+        torch.cuda.synchronize()
+        results.append((main, grads))
+        assert set(grads) == {"x", "router_weights"}
+    (main, grads), (again, grads2) = results
+    for n in weights:
+        assert not torch.isnan(main[n]).any(), f"{name}: NaN in main_grad of {n}"
+        dw = main[n].double() - before[n].double()
+        rel = _rel(dw, ref[n])
+        BACKWARD_RESULTS.append(dict(case=name, grad=n + " (main_grad)", rel=rel,
+                                     max=(dw - ref[n]).abs().max().item(), ms=0.0))
+        assert rel <= REL_BOUND, f"{name}: main_grad of {n}: relative error {rel:.3e}"
+        assert torch.equal(main[n], again[n]), f"{name}: main_grad of {n} differs between runs"
+    _check_grads(name, c, grads, {n: ref[n] for n in ("x", "router_weights")})
+    for n in grads:
+        assert torch.equal(grads[n], grads2[n])
+    with pytest.raises(TypeError, match="main_grads: this layer adds the weights' gradients"):
+        layer.backward(ctx, d_out)
 
 
 def _capture_step(layer, static, d_out):

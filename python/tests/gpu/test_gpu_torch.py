@@ -10,7 +10,7 @@ import pytest
 
 import mok
 import torch_reference
-from cases import TRAIN_CASES, spec_kwargs
+from cases import MAIN_GRAD_CASES, TRAIN_CASES, spec_kwargs
 
 ARTIFACTS = os.environ.get("MOK_GPU_ARTIFACTS", "gpu-artifacts")
 REL_BOUND = 1e-2
@@ -18,7 +18,7 @@ REL_BOUND = 1e-2
 
 def _module(name, **kwargs):
     import mok.torch
-    c = TRAIN_CASES[name]
+    c = TRAIN_CASES[name] if name in TRAIN_CASES else MAIN_GRAD_CASES[name]
     art = mok.GpuTrainingArtifact.from_files(os.path.join(ARTIFACTS, name))
     return c, mok.torch.MoELayer(mok.LayerSpec(**spec_kwargs(c)), target="sm_90a",
                                  artifact=art, recompute=art.recompute, **kwargs)
@@ -119,3 +119,28 @@ def test_modules_sharing_a_layer_interleave_exactly():
     for i, (s, o) in enumerate(zip(shared, own)):
         assert not torch.isnan(s).any(), f"NaN in result {i}"
         assert torch.equal(s, o), f"result {i} differs between shared and own layers"
+
+
+def test_main_grad_added_by_the_kernel():
+    """A module over a main_grads=True layer: the backward kernel adds the
+    unrounded fp32 dW into every weight's main_grad (float64 autograd's dW
+    within 1e-2 of what was added), the weights' .grad is a zero
+    placeholder, and x's gradient is as without main_grad."""
+    import torch
+    name = "maingrad_shared_tall"
+    c, moe = _module(name, accumulate_main_grad=True)
+    assert moe.layer.main_grads
+    args, d_out = _problem(c, moe, 6)
+    for p in moe.parameters():
+        p.main_grad = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+    _, dx, _ = _run(moe, args, d_out)
+    torch.cuda.synchronize()
+    ref = torch_reference.backward(args, d_out, c["experts"], c.get("swiglu_limit"))
+    for n, p in moe.named_parameters():
+        rel = torch_reference.relative_error(p.main_grad, ref[n])
+        assert rel <= REL_BOUND, f"main_grad of {n}: relative error {rel:.3e}"
+        assert p.grad is not None and not p.grad.any()
+        assert p.grad_added_to_main_grad
+    assert torch_reference.relative_error(dx, ref["x"]) <= REL_BOUND
+    with pytest.raises(ValueError, match="needs accumulate_main_grad=True"):
+        _module(name)

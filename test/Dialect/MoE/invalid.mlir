@@ -572,6 +572,53 @@ func.func @grad_result_type(%d: tensor<64x32xbf16>, %x: tensor<64x32xbf16>, %top
 
 // -----
 
+func.func @grad_main_grads_count(%d: tensor<64x32xbf16>, %x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
+                                 %rw: tensor<64x2xf32>, %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>,
+                                 %mg: tensor<4x48x32xf32>) {
+  // expected-error @+1 {{expects one main_grad per weight (3), got 1}}
+  %g:5 = moe.layer_grad %d, %x, %top, %rw, gate %wg, up %wg, down %wd main_grads(%mg)
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>,
+         tensor<4x48x32xbf16>, tensor<4x48x32xbf16>, tensor<4x32x48xbf16>, tensor<4x48x32xf32>)
+      -> (tensor<64x32xbf16>, tensor<64x2xf32>, tensor<4x48x32xf32>, tensor<4x48x32xf32>,
+          tensor<4x32x48xf32>)
+  return
+}
+
+// -----
+
+func.func @grad_main_grad_shape(%d: tensor<64x32xbf16>, %x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
+                                %rw: tensor<64x2xf32>, %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>,
+                                %mg: tensor<4x48x32xf32>) {
+  // expected-error @+1 {{expects main_grad #2 (of down_weights) to be 'tensor<4x32x48xf32>', got 'tensor<4x48x32xf32>'}}
+  %g:5 = moe.layer_grad %d, %x, %top, %rw, gate %wg, up %wg, down %wd main_grads(%mg, %mg, %mg)
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>,
+         tensor<4x48x32xbf16>, tensor<4x48x32xbf16>, tensor<4x32x48xbf16>,
+         tensor<4x48x32xf32>, tensor<4x48x32xf32>, tensor<4x48x32xf32>)
+      -> (tensor<64x32xbf16>, tensor<64x2xf32>, tensor<4x48x32xf32>, tensor<4x48x32xf32>,
+          tensor<4x32x48xf32>)
+  return
+}
+
+// -----
+
+func.func @grad_main_grad_result(%d: tensor<64x32xbf16>, %x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
+                                 %rw: tensor<64x2xf32>, %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>,
+                                 %mg: tensor<4x48x32xf32>, %md: tensor<4x32x48xf32>) {
+  // expected-error @+1 {{expects d_gate_weights to be 'tensor<4x48x32xf32>' (main_grad + dW), got 'tensor<4x48x32xbf16>'}}
+  %g:5 = moe.layer_grad %d, %x, %top, %rw, gate %wg, up %wg, down %wd main_grads(%mg, %mg, %md)
+      plan !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
+      : (tensor<64x32xbf16>, tensor<64x32xbf16>, tensor<64x2xi32>, tensor<64x2xf32>,
+         tensor<4x48x32xbf16>, tensor<4x48x32xbf16>, tensor<4x32x48xbf16>,
+         tensor<4x48x32xf32>, tensor<4x48x32xf32>, tensor<4x32x48xf32>)
+      -> (tensor<64x32xbf16>, tensor<64x2xf32>, tensor<4x48x32xbf16>, tensor<4x48x32xf32>,
+          tensor<4x32x48xf32>)
+  return
+}
+
+// -----
+
 func.func @grad_shared_count(%d: tensor<64x32xbf16>, %x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
                              %rw: tensor<64x2xf32>, %wg: tensor<4x48x32xbf16>, %wd: tensor<4x32x48xbf16>,
                              %sg: tensor<24x32xbf16>, %sd: tensor<32x24xbf16>) {

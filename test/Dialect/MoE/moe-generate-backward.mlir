@@ -1,5 +1,7 @@
 // RUN: mok-opt %s --split-input-file --moe-generate-backward | FileCheck %s
 // RUN: mok-opt %s --split-input-file --moe-generate-backward=recompute=true | FileCheck %s --check-prefix=RECOMPUTE
+// RUN: mok-opt %s --split-input-file --moe-generate-backward=main-grads=true | FileCheck %s --check-prefix=MAINGRADS
+// RUN: mok-opt %s --split-input-file --moe-generate-backward=main-grads=true | mok-opt --split-input-file | FileCheck %s --check-prefix=MAINGRADS
 
 !plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
 
@@ -20,6 +22,13 @@
 // CHECK-SAME: -> (tensor<64x32xbf16> {moe.gradient_of = 0 : i64}, tensor<64x2xf32> {moe.gradient_of = 2 : i64}, tensor<4x48x32xbf16> {moe.gradient_of = 3 : i64}, tensor<4x48x32xbf16> {moe.gradient_of = 4 : i64}, tensor<4x32x48xbf16> {moe.gradient_of = 5 : i64})
 // CHECK-NEXT: %[[DX:.*]], %[[DRW:.*]], %[[DWG:.*]], %[[DWU:.*]], %[[DWD:.*]] = moe.layer_grad %[[DOUT]], %[[X]], %[[TOP]], %[[RW]], gate %[[WG]], up %[[WU]], down %[[WD]] saved(%[[XR]], %[[G]], %[[U]], %[[H]]) plan !plan {swiglu_limit = 7.000000e+00 : f32}
 // CHECK-NEXT: return %[[DX]], %[[DRW]], %[[DWG]], %[[DWU]], %[[DWD]]
+
+// main-grads: one fp32 main_grad per weight after d_out (tagged with the
+// weight's argument), and the weights' gradients fp32, main_grad + dW.
+// MAINGRADS-LABEL: func.func @layer_backward(
+// MAINGRADS-SAME: %[[DOUT:[^:]*]]: tensor<64x32xbf16> {moe.cotangent}, %[[MG:[^:]*]]: tensor<4x48x32xf32> {moe.main_grad_of = 3 : i64}, %[[MU:[^:]*]]: tensor<4x48x32xf32> {moe.main_grad_of = 4 : i64}, %[[MD:[^:]*]]: tensor<4x32x48xf32> {moe.main_grad_of = 5 : i64})
+// MAINGRADS-SAME: -> (tensor<64x32xbf16> {moe.gradient_of = 0 : i64}, tensor<64x2xf32> {moe.gradient_of = 2 : i64}, tensor<4x48x32xf32> {moe.gradient_of = 3 : i64}, tensor<4x48x32xf32> {moe.gradient_of = 4 : i64}, tensor<4x32x48xf32> {moe.gradient_of = 5 : i64})
+// MAINGRADS-NEXT: moe.layer_grad %[[DOUT]], {{.*}} main_grads(%[[MG]], %[[MU]], %[[MD]]) plan !plan
 
 // Recomputing saves nothing: the forward returns only the output and the
 // backward has no context arguments.

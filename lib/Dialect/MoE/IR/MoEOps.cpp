@@ -264,18 +264,45 @@ LogicalResult LayerGradOp::verify() {
   };
   if (failed(sameType("d_x", getDX(), getX())) ||
       failed(sameType("d_router_weights", getDRouterWeights(),
-                      getRouterWeights())) ||
-      failed(sameType("d_gate_weights", getDGateWeights(), getGateWeights())) ||
-      failed(sameType("d_up_weights", getDUpWeights(), getUpWeights())) ||
-      failed(sameType("d_down_weights", getDDownWeights(), getDownWeights())))
+                      getRouterWeights())))
     return failure();
   if (getDSharedWeights().size() != getSharedWeights().size())
     return emitOpError() << "expects one gradient per shared weight ("
                          << getSharedWeights().size() << "), got "
                          << getDSharedWeights().size();
-  for (auto [grad, of] : llvm::zip(getDSharedWeights(), getSharedWeights()))
-    if (failed(sameType("d_shared_weights", grad, of)))
-      return failure();
+  SmallVector<Value> weights = {getGateWeights(), getUpWeights(),
+                                getDownWeights()};
+  SmallVector<Value> grads = {getDGateWeights(), getDUpWeights(),
+                              getDDownWeights()};
+  llvm::append_range(weights, getSharedWeights());
+  llvm::append_range(grads, getDSharedWeights());
+  static const StringRef names[] = {"gate_weights",      "up_weights",
+                                    "down_weights",      "shared_gate_weights",
+                                    "shared_up_weights", "shared_down_weights"};
+  ValueRange mainGrads = getMainGrads();
+  if (!mainGrads.empty() && mainGrads.size() != weights.size())
+    return emitOpError() << "expects one main_grad per weight ("
+                         << weights.size() << "), got " << mainGrads.size();
+  for (auto [i, pair] : llvm::enumerate(llvm::zip(grads, weights))) {
+    auto [grad, of] = pair;
+    std::string name = ("d_" + names[i]).str();
+    if (mainGrads.empty()) {
+      if (failed(sameType(name, grad, of)))
+        return failure();
+      continue;
+    }
+    // main_grads: fp32 in the weight's shape, and the gradient its type.
+    auto w = cast<RankedTensorType>(of.getType());
+    auto f32 =
+        RankedTensorType::get(w.getShape(), Float32Type::get(getContext()));
+    if (mainGrads[i].getType() != f32)
+      return emitOpError() << "expects main_grad #" << i << " (of " << names[i]
+                           << ") to be " << f32 << ", got "
+                           << mainGrads[i].getType();
+    if (grad.getType() != f32)
+      return emitOpError() << "expects " << name << " to be " << f32
+                           << " (main_grad + dW), got " << grad.getType();
+  }
   return verifySwigluLimit(*this, getSwigluLimitAttr());
 }
 

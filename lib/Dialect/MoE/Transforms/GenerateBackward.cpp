@@ -136,7 +136,7 @@ static void buildForward(OpBuilder &b, func::FuncOp func, LayerOp layer,
 
 /// Adds `@<name>_backward(args..., context..., d_out)`.
 static void buildBackward(OpBuilder &b, func::FuncOp func, LayerOp layer,
-                          bool recompute) {
+                          bool recompute, bool mainGrads) {
   MLIRContext *ctx = b.getContext();
   SmallVector<Type> saved;
   if (!recompute)
@@ -145,13 +145,31 @@ static void buildBackward(OpBuilder &b, func::FuncOp func, LayerOp layer,
   llvm::append_range(argTypes, saved);
   argTypes.push_back(layer.getOut().getType());
 
-  // One gradient per floating-point argument, in argument order.
+  // The weights, in moe.layer_grad's order (main_grads follow it).
+  SmallVector<Value> weights = {layer.getGateWeights(), layer.getUpWeights(),
+                                layer.getDownWeights()};
+  llvm::append_range(weights, layer.getSharedWeights());
+  auto f32Like = [&](Value v) -> Type {
+    return RankedTensorType::get(cast<RankedTensorType>(v.getType()).getShape(),
+                                 b.getF32Type());
+  };
+  DenseSet<unsigned> weightArgs;
+  for (Value w : weights)
+    weightArgs.insert(cast<BlockArgument>(w).getArgNumber());
+  if (mainGrads)
+    for (Value w : weights)
+      argTypes.push_back(f32Like(w));
+
+  // One gradient per floating-point argument, in argument order (a
+  // weight's fp32 with main_grads: main_grad + dW).
   SmallVector<unsigned> differentiable;
   SmallVector<Type> gradTypes;
   for (auto [i, type] : llvm::enumerate(func.getArgumentTypes()))
     if (isa<FloatType>(cast<ShapedType>(type).getElementType())) {
       differentiable.push_back(i);
-      gradTypes.push_back(type);
+      gradTypes.push_back(mainGrads && weightArgs.contains(i)
+                              ? f32Like(func.getArgument(i))
+                              : type);
     }
 
   auto bwd = func::FuncOp::create(b, func.getLoc(),
@@ -161,6 +179,11 @@ static void buildBackward(OpBuilder &b, func::FuncOp func, LayerOp layer,
   for (unsigned i = 0; i < saved.size(); ++i)
     bwd.setArgAttr(numArgs + i, "moe.saved", b.getStringAttr(kContextNames[i]));
   bwd.setArgAttr(numArgs + saved.size(), "moe.cotangent", UnitAttr::get(ctx));
+  if (mainGrads)
+    for (auto [i, w] : llvm::enumerate(weights))
+      bwd.setArgAttr(
+          numArgs + saved.size() + 1 + i, "moe.main_grad_of",
+          b.getI64IntegerAttr(cast<BlockArgument>(w).getArgNumber()));
   for (auto [r, argIndex] : llvm::enumerate(differentiable))
     bwd.setResultAttr(r, "moe.gradient_of", b.getI64IntegerAttr(argIndex));
 
@@ -174,16 +197,21 @@ static void buildBackward(OpBuilder &b, func::FuncOp func, LayerOp layer,
   for (Value w : layer.getSharedWeights())
     shared.push_back(arg(w));
   ValueRange savedArgs = entry->getArguments().slice(numArgs, saved.size());
-  Value dOut = entry->getArguments().back();
-  SmallVector<Type> dShared(ValueRange(shared).getTypes());
+  Value dOut = entry->getArgument(numArgs + saved.size());
+  ValueRange mainGradArgs =
+      entry->getArguments().drop_front(numArgs + saved.size() + 1);
+  auto gradType = [&](Value w) { return mainGrads ? f32Like(w) : w.getType(); };
+  SmallVector<Type> dShared;
+  for (Value w : shared)
+    dShared.push_back(gradType(w));
   auto grad = LayerGradOp::create(
       ib, layer.getLoc(), layer.getX().getType(),
-      layer.getRouterWeights().getType(), layer.getGateWeights().getType(),
-      layer.getUpWeights().getType(), layer.getDownWeights().getType(),
-      dShared, dOut, arg(layer.getX()), arg(layer.getTopExperts()),
+      layer.getRouterWeights().getType(), gradType(layer.getGateWeights()),
+      gradType(layer.getUpWeights()), gradType(layer.getDownWeights()), dShared,
+      dOut, arg(layer.getX()), arg(layer.getTopExperts()),
       arg(layer.getRouterWeights()), arg(layer.getGateWeights()),
-      arg(layer.getUpWeights()), arg(layer.getDownWeights()), shared,
-      savedArgs, layer.getPlanAttr(), layer.getSwigluLimitAttr());
+      arg(layer.getUpWeights()), arg(layer.getDownWeights()), shared, savedArgs,
+      mainGradArgs, layer.getPlanAttr(), layer.getSwigluLimitAttr());
 
   // Gradient of each layer operand, keyed by the argument it comes from.
   DenseMap<unsigned, Value> gradOfArg;
@@ -239,7 +267,7 @@ struct MoEGenerateBackwardPass
         return signalPassFailure();
       OpBuilder b(module.getContext());
       b.setInsertionPointAfter(func);
-      buildBackward(b, func, *layer, recompute);
+      buildBackward(b, func, *layer, recompute, mainGrads);
       b.setInsertionPointAfter(func);
       buildForward(b, func, *layer, recompute);
     }

@@ -305,6 +305,12 @@ def MoE_LayerGradOp : MoE_Op<"layer_grad", [Pure, AttrSizedOperandSegments]> {
 
     The shared expert is the same with `w = 1` on every token.
 
+    `main_grads(...)` (one fp32 tensor per weight, in the weights' order and
+    shapes): Megatron-Core's gradient accumulation. Each weight's gradient
+    result is then fp32, `main_grad + dW` with `dW` the unrounded fp32 sum
+    (no bf16 rounding in between); a lowering may update the main_grad
+    buffers in place.
+
     ```mlir
     %dx, %drw, %dwg, %dwu, %dwd = moe.layer_grad %dout, %x, %top, %rw,
         gate %wg, up %wu, down %wd saved(%xr, %g, %u, %h) plan !plan
@@ -321,19 +327,21 @@ def MoE_LayerGradOp : MoE_Op<"layer_grad", [Pure, AttrSizedOperandSegments]> {
                        MoE_BF16Tensor3D:$down_weights,
                        Variadic<MoE_BF16Matrix>:$shared_weights,
                        Variadic<MoE_BF16Matrix>:$saved,
+                       Variadic<RankedTensorOf<[F32]>>:$main_grads,
                        TypeAttrOf<MoE_PlanType>:$plan,
                        MoE_SwigluLimit:$swiglu_limit);
   let results = (outs MoE_BF16Matrix:$d_x,
                       MoE_RouterWeights:$d_router_weights,
-                      MoE_BF16Tensor3D:$d_gate_weights,
-                      MoE_BF16Tensor3D:$d_up_weights,
-                      MoE_BF16Tensor3D:$d_down_weights,
-                      Variadic<MoE_BF16Matrix>:$d_shared_weights);
+                      TensorRankOf<[BF16, F32], [3]>:$d_gate_weights,
+                      TensorRankOf<[BF16, F32], [3]>:$d_up_weights,
+                      TensorRankOf<[BF16, F32], [3]>:$d_down_weights,
+                      Variadic<TensorRankOf<[BF16, F32], [2]>>:$d_shared_weights);
   let assemblyFormat = [{
     $d_out `,` $x `,` $top_experts `,` $router_weights `,` `gate` $gate_weights
     `,` `up` $up_weights `,` `down` $down_weights
     (`shared` `(` $shared_weights^ `)`)?
     (`saved` `(` $saved^ `)`)?
+    (`main_grads` `(` $main_grads^ `)`)?
     `plan` $plan attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
@@ -343,6 +351,8 @@ def MoE_LayerGradOp : MoE_Op<"layer_grad", [Pure, AttrSizedOperandSegments]> {
     bool hasSharedExpert() { return getSharedWeights().size() == 3; }
     /// Whether backward recomputes gate/up instead of reading a saved context.
     bool recomputes() { return getSaved().empty(); }
+    /// Whether the weights' gradients are added into fp32 main_grads.
+    bool accumulatesMainGrads() { return !getMainGrads().empty(); }
   }];
 }
 

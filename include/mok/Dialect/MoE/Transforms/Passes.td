@@ -70,6 +70,12 @@ def MoEGenerateBackward : Pass<"moe-generate-backward", "::mlir::ModuleOp"> {
     output and `@f_backward` replays dispatch, the gate/up GEMMs and the
     activation from the inputs (less memory, more compute).
 
+    With `main-grads=true` (Megatron-Core's gradient accumulation)
+    `@f_backward` also takes one fp32 `main_grad` per weight after `d_out`
+    (in the weights' order, each tagged `moe.main_grad_of = <argument
+    index>`), and each weight's gradient result is fp32 `main_grad + dW`
+    (`moe.layer_grad`'s `main_grads`).
+
     Supported today: a body of exactly one layer whose operands are distinct
     function arguments and whose result is returned. Anything else (other
     ops around the layer, an argument used for two operands, several layers)
@@ -91,6 +97,9 @@ def MoEGenerateBackward : Pass<"moe-generate-backward", "::mlir::ModuleOp"> {
   let options = [
     Option<"recompute", "recompute", "bool", /*default=*/"false",
            "Save no context; recompute gate/up and the activation in backward">,
+    Option<"mainGrads", "main-grads", "bool", /*default=*/"false",
+           "The backward adds each weight's gradient into an fp32 main_grad "
+           "argument (main_grad + dW)">,
   ];
   let dependentDialects = ["::mok::moe::MoEDialect",
                            "::mlir::func::FuncDialect"];
