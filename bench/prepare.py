@@ -7,7 +7,9 @@ also as a profiling kernel (<name>-profile) that times its phases:
 
 (all shapes of bench/shapes.py unless some are named). With --training, the
 training layers instead (<name>-train and <name>-train-profile: forward and
-backward kernels, for bench/moe_training.py).
+backward kernels, for bench/moe_training.py; and <name>-train-maingrad, whose
+backward adds the weights' gradients into fp32 main_grads, for
+bench/main_grad.py).
 """
 import os
 import sys
@@ -34,9 +36,11 @@ for name in names:
                "fuse_dispatch": shape.get("fuse_dispatch"),
                "multicast": shape.get("multicast", False)}
     if training:
-        for suffix, profile in (("-train", False), ("-train-profile", True)):
+        for suffix, profile, main_grads in (("-train", False, False),
+                                            ("-train-profile", True, False),
+                                            ("-train-maingrad", False, True)):
             art = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"),
-                              training=True, profile=profile)
+                              training=True, profile=profile, main_grads=main_grads)
             print(name + suffix, art.save(os.path.join(out, name + suffix)))
         continue
     art = mok.compile(spec, target=target, cache_dir=os.path.join(out, ".cache"), **options)

@@ -180,3 +180,12 @@ def test_ab_run_refuses_bad_arguments_before_touching_the_gpu(args, message, tmp
     r = subprocess.run(["bash", AB_RUN, *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert message in r.stderr
+
+
+MAIN_GRAD = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "main_grad.py")
+
+
+def test_main_grad_bench_loads_without_a_gpu(monkeypatch):
+    """bench/main_grad.py's imports (its siblings' helpers) resolve."""
+    module = load_bench_script(monkeypatch, MAIN_GRAD, "main_grad_under_test")
+    assert callable(module.main) and callable(module.peak_extra_mb)
