@@ -124,6 +124,13 @@ struct GemmPhase {
   /// stores whole 16-byte row pieces (st.global.cs.v4) to the bf16 [*, n]
   /// output at global address `outAddress` (i64); else storePair.
   function_ref<Value(ArrayRef<Value> acc0, ArrayRef<Value> acc1)> packPair;
+  /// Accumulating outputs (mk.gemm's `accumulate`, one B operand): loads
+  /// the values of output (row, col) and (row, col + 1) that the register
+  /// epilogue adds its results to before storePair gets them. The epilogue
+  /// issues the loads of several pairs before their stores (each store is
+  /// an asm statement that orders later loads behind it: one load at a
+  /// time would wait a memory round trip per pair).
+  function_ref<std::pair<Value, Value>(Value row, Value col)> loadPair;
   Value outAddress;
   Value outAligned16; // i1, uniform (and every alsoStaged output's)
   /// More bf16 [*, n] outputs the staged epilogue stores after the first,

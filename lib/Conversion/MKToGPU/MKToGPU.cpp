@@ -1425,8 +1425,9 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
       // (col is even): a warp store then writes whole 32-byte sectors of
       // eight rows, where two 4-byte stores each wrote half of every
       // sector. (k_groups: row is the flattened [E * M] row, which is how
-      // out's rows lie in memory.) With accumulate, the pair is read first
-      // (an 8-byte load) and added to.
+      // out's rows lie in memory.) With accumulate, `y` already holds the
+      // sums: the register epilogue loads the old pairs (loadPair below)
+      // several at a time and adds before it calls this.
       e.ifThen(
           aligned8,
           [&] {
@@ -1434,33 +1435,15 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
                            /*elementBytes=*/4);
             Value address =
                 LLVM::PtrToIntOp::create(e.b, e.loc, e.b.getI64Type(), ptr);
-            SmallVector<Value> sums(y.take_front(2));
-            if (accumulate) {
-              Type pair = VectorType::get({2}, e.b.getF32Type());
-              Value old =
-                  LLVM::LoadOp::create(e.b, e.loc, pair, ptr, /*alignment=*/8);
-              for (int64_t i = 0; i < 2; ++i)
-                sums[i] =
-                    e.add(LLVM::ExtractElementOp::create(
-                              e.b, e.loc, old,
-                              arith::ConstantIntOp::create(e.b, e.loc, i, 32)),
-                          sums[i]);
-            }
             SmallVector<Value> words;
-            for (Value v : sums)
+            for (Value v : y.take_front(2))
               words.push_back(
                   LLVM::BitcastOp::create(e.b, e.loc, e.b.getI32Type(), v));
             gemm::storeGlobalStreaming(e.b, e.loc, address, words);
           },
           [&] {
-            for (int64_t i = 0; i < 2; ++i) {
-              SmallVector<Value> idx =
-                  outAt(row, i ? e.add(col, e.index(1)) : col);
-              Value v = y[i];
-              if (accumulate)
-                v = e.add(e.load(out, idx), v);
-              e.store(v, out, idx);
-            }
+            for (int64_t i = 0; i < 2; ++i)
+              e.store(y[i], out, outAt(row, i ? e.add(col, e.index(1)) : col));
           });
       return;
     }
@@ -1516,6 +1499,32 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
     phase.a2 = slots[3];
     phase.kSplit = size(op.getA(), 1) / sched::kTileK;
   }
+  // accumulate: the old pair's values, for the register epilogue to add
+  // to (an 8-byte load when out is 8-byte aligned, else two).
+  auto loadPair = [&](Value row, Value col) -> std::pair<Value, Value> {
+    Type f32 = e.b.getF32Type();
+    auto op = scf::IfOp::create(e.b, e.loc, TypeRange{f32, f32}, aligned8,
+                                /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(e.b);
+    e.b.setInsertionPointToEnd(op.thenBlock());
+    Value ptr = at(outBase, e.add(e.mul(row, e.index(n)), col),
+                   /*elementBytes=*/4);
+    Value pair = LLVM::LoadOp::create(e.b, e.loc, VectorType::get({2}, f32),
+                                      ptr, /*alignment=*/8);
+    SmallVector<Value> halves;
+    for (int64_t i = 0; i < 2; ++i)
+      halves.push_back(LLVM::ExtractElementOp::create(
+          e.b, e.loc, pair, arith::ConstantIntOp::create(e.b, e.loc, i, 32)));
+    scf::YieldOp::create(e.b, e.loc, halves);
+    e.b.setInsertionPointToEnd(op.elseBlock());
+    scf::YieldOp::create(
+        e.b, e.loc,
+        ValueRange{e.load(out, outAt(row, col)),
+                   e.load(out, outAt(row, e.add(col, e.index(1))))});
+    return {op.getResult(0), op.getResult(1)};
+  };
+  if (accumulate && !(n % 2))
+    phase.loadPair = loadPair;
   if (n % 8 == 0 && !f32Out) {
     phase.packPair =
         swigluEpilogue

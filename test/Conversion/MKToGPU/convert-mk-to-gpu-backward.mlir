@@ -210,19 +210,20 @@ gpu.module @swiglu_grad {
 // CHECK-NEXT: memref.store %[[ANEW]], %[[AO]][%[[AE]], %[[AR]], %[[AC]]]
 // CHECK: gpu.return
 
-// On wgmma: each column pair's 8-byte streaming store of an f32 k_groups
-// out (its rows the flattened [E * M] rows) reads the pair first and adds;
-// the unaligned fallback adds element by element.
+// On wgmma: the register epilogue loads the old values of 8 column pairs
+// (an 8-byte load, or two 4-byte ones unaligned; 0 for a pair not
+// stored), then adds and stores each pair (the 8-byte streaming store of
+// an f32 k_groups out, its rows the flattened [E * M] rows): the loads are
+// not one round trip each behind the stores' asm statements.
 // CHECK-LABEL: gpu.func @k_groups_accumulate_wgmma(
-// CHECK: %[[WOLD:.*]] = llvm.load %[[WPTR:[^ ]*]] {alignment = 8 : i64} : !llvm.ptr<1> -> vector<2xf32>
-// CHECK: llvm.extractelement %[[WOLD]]
-// CHECK: arith.addf
-// CHECK: llvm.extractelement %[[WOLD]]
-// CHECK: arith.addf
-// CHECK: st.global.cs.v2.b32
+// CHECK: %[[WOLD:[0-9]+]]:2 = scf.if %{{.*}} -> (f32, f32) {
+// CHECK: llvm.load %{{.*}} {alignment = 8 : i64} : !llvm.ptr<1> -> vector<2xf32>
 // CHECK: memref.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}}memref<4x64x128xf32>
-// CHECK-NEXT: arith.addf
-// CHECK-NEXT: memref.store %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}}memref<4x64x128xf32>
+// CHECK-COUNT-14: = scf.if %{{.*}} -> (f32, f32) {
+// CHECK-NOT: st.global.cs
+// CHECK: arith.addf %[[WOLD]]#0,
+// CHECK-NEXT: arith.addf %[[WOLD]]#1,
+// CHECK: st.global.cs.v2.b32
 // CHECK: gpu.return
 
 // saves: the swiglu epilogue also stores its bf16 inputs.
