@@ -22,10 +22,10 @@ no saved tensors beyond the inputs: backward recomputes gate/up.
 
 Megatron-Core's gradient accumulation: with ``accumulate_main_grad=True`` on
 the module, every weight parameter must carry an fp32 ``main_grad`` of its
-shape; backward adds the weight's gradient into it (``main_grad += dW``: on
-sm_90a the backward kernel adds its unrounded fp32 dW in place, a layer
-compiled with ``main_grads=True``; on the CPU target and sm_100a the
-layer's bf16 dW widened to fp32), returns a zero gradient for the weight (as
+shape; backward adds the weight's gradient into it (``main_grad += dW``: the
+layer's bf16 dW widened to fp32, or with ``fuse_main_grad=True`` on sm_90a
+the backward kernel's unrounded fp32 dW, added in place), returns a zero
+gradient for the weight (as
 Megatron-Core's fused accumulation does with ``zero_out_wgrad``, so that
 gradient hooks still fire) and sets ``param.grad_added_to_main_grad = True``.
 
@@ -283,10 +283,20 @@ class MoELayer(torch.nn.Module):
     shapes) and its driver JIT compile are paid once, not per module. Their
     forwards and backwards must then run in one stream's order (as a
     model's layers do): calls of sharing modules on unordered streams would
-    race on the workspace. ``share_layer=False`` loads a layer of its own."""
+    race on the workspace. ``share_layer=False`` loads a layer of its own.
+
+    `fuse_main_grad` (sm_90a, with `accumulate_main_grad`): compile the
+    layer with main_grads=True, so that the backward kernel adds its
+    unrounded fp32 dW into the main_grads in place: no bf16 dW tensors (a
+    step's peak memory 744 MB against 1896 MB on Qwen3-30B-A3B shapes), but
+    slower where experts have few tokens (run 83: 8.43 against 6.26 ms a
+    qwen3-30b step; equal on dsv3-shard), so off by default (then bf16 dW
+    is added after the kernel). An `artifact` compiled with main_grads=True
+    always adds in the kernel."""
 
     def __init__(self, spec, recompute=False, cache_dir=None, accumulate_main_grad=False,
-                 target="cpu", device=None, artifact=None, share_layer=True):
+                 target="cpu", device=None, artifact=None, share_layer=True,
+                 fuse_main_grad=False):
         super().__init__()
         if not isinstance(spec, LayerSpec):
             raise TypeError(f"spec: expected a mok.LayerSpec, got {type(spec).__name__}")
@@ -294,6 +304,11 @@ class MoELayer(torch.nn.Module):
             raise ValueError(f"spec.ep: mok.torch runs ep = 1 only, got {spec.ep}")
         if target != "cpu" and target not in GPU_TARGETS:
             raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")
+        if fuse_main_grad and not accumulate_main_grad:
+            raise ValueError("fuse_main_grad: needs accumulate_main_grad=True")
+        if fuse_main_grad and target != "sm_90a":
+            raise ValueError(f"fuse_main_grad: the backward kernel adds into main_grad on "
+                             f"sm_90a only, not on target {target!r}")
         self.spec = spec
         self.target = target
         self._infer = None
@@ -307,11 +322,8 @@ class MoELayer(torch.nn.Module):
                 raise ValueError("spec.tokens: a GPU target compiles for one token count; "
                                  "set it")
             if artifact is None:
-                # accumulate_main_grad: main_grad += dW in the backward
-                # kernel, where the plan has it (not sm_100a's tensor cores).
-                fused = accumulate_main_grad and target == "sm_90a"
                 artifact = _compile(spec, target=target, training=True, recompute=recompute,
-                                    cache_dir=cache_dir, main_grads=fused)
+                                    cache_dir=cache_dir, main_grads=bool(fuse_main_grad))
                 if not recompute:  # the inference kernel (tensor cores) for no_grad
                     self._infer = _load(_compile(spec, target=target, cache_dir=cache_dir),
                                         device, share_layer)
@@ -325,6 +337,9 @@ class MoELayer(torch.nn.Module):
                 raise ValueError("artifact: compiled with main_grads=True (the backward "
                                  "adds into main_grad); the module needs "
                                  "accumulate_main_grad=True")
+            elif fuse_main_grad and not artifact.main_grads:
+                raise ValueError("artifact: compiled without main_grads; fuse_main_grad=True "
+                                 "needs one compiled with main_grads=True")
             self.layer = _load(artifact, device, share_layer)
         self.accumulate_main_grad = accumulate_main_grad
         e, i, h = spec.local_experts, spec.intermediate, spec.hidden

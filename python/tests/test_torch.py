@@ -350,3 +350,36 @@ def test_gpu_modules_of_one_kernel_share_the_loaded_layer(monkeypatch):
     assert loads == [0, 1, 0, 0, 0]
     with pytest.raises(ValueError, match="device: expected a CUDA device, got 'cpu'"):
         make(_training_artifact(), device="cpu")
+
+
+def test_fuse_main_grad_picks_the_kernel_that_adds(monkeypatch):
+    """accumulate_main_grad adds bf16 dW after the kernel unless
+    fuse_main_grad=True, which compiles the layer with main_grads=True (the
+    kernel adds); misuse is named before compiling."""
+    compiled = []
+
+    def fake_compile(spec, target="cpu", training=False, recompute=False, cache_dir=None,
+                     main_grads=False):
+        compiled.append((target, training, main_grads))
+        return _training_artifact()
+
+    monkeypatch.setattr(mok.torch, "_compile", fake_compile)
+    monkeypatch.setattr(mok.GpuTrainingArtifact, "load",
+                        lambda artifact, device=None, poison_outputs=False:
+                        _FakeLoaded(artifact, device))
+    spec = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, tokens=8)
+    mok.torch.MoELayer(spec, target="sm_90a", device=0, accumulate_main_grad=True,
+                       recompute=True)
+    mok.torch.MoELayer(spec, target="sm_90a", device=0, accumulate_main_grad=True,
+                       recompute=True, fuse_main_grad=True)
+    assert compiled == [("sm_90a", True, False), ("sm_90a", True, True)]
+    with pytest.raises(ValueError, match="fuse_main_grad: needs accumulate_main_grad=True"):
+        mok.torch.MoELayer(spec, target="sm_90a", fuse_main_grad=True)
+    with pytest.raises(ValueError, match="fuse_main_grad: the backward kernel adds into "
+                       "main_grad on sm_90a only, not on target 'sm_100a'"):
+        mok.torch.MoELayer(spec, target="sm_100a", accumulate_main_grad=True,
+                           fuse_main_grad=True)
+    with pytest.raises(ValueError, match="artifact: compiled without main_grads"):
+        mok.torch.MoELayer(spec, target="sm_90a", artifact=_training_artifact(),
+                           accumulate_main_grad=True, fuse_main_grad=True)
+    assert len(compiled) == 2
