@@ -106,7 +106,7 @@ def _gradients(ctx, names, tensors, grads, added=False):
             result.append(None)
         elif name in ctx.main_grads:
             if not added:
-                ctx.main_grads[name].add_(grads[name].float())
+                ctx.main_grads[name].add_(grads[name])  # fp32 += bf16, no fp32 copy
             result.append(torch.zeros_like(tensors[i]) if needed else None)
         else:
             result.append(grads[name] if needed else None)
