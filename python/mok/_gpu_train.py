@@ -83,6 +83,9 @@ class GpuTrainingLayer:
         self.arg_names = [p["name"] for p in self._forward.inputs]
         self.saved_names = list(self._forward.extra_outputs)
         self.output_names = [p["name"] for p in self._backward.outputs]
+        # The outputs the backward adds into (main_grads=True): d_<weight>.
+        self._accumulated = [p["name"] for p in self._backward.outputs
+                             if p.get("accumulate")]
         self.torch = self._forward.torch
 
     @property
@@ -178,7 +181,7 @@ class GpuTrainingLayer:
     def main_grads(self):
         """Whether the backward adds the weights' gradients into fp32
         main_grads (compiled with main_grads=True)."""
-        return self.artifact.main_grads
+        return bool(self._accumulated)
 
     def backward(self, ctx, d_out, outputs=None, main_grads=None):
         """Gradients of every floating-point argument, by name (x,
@@ -191,7 +194,7 @@ class GpuTrainingLayer:
         the kernel adds the weight's gradient into it in place (unrounded
         fp32 sums, main_grad += dW), and the weights' gradients are then not
         returned (only x's and router_weights')."""
-        accumulated = [p["name"] for p in self._backward.outputs if p.get("accumulate")]
+        accumulated = self._accumulated
         if accumulated:
             weights = [n[len("d_"):] for n in accumulated]
             if not isinstance(main_grads, dict):

@@ -339,6 +339,11 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
             e.cmp(arith::CmpIPredicate::slt, col, e.index(p.n)));
       return inside;
     };
+    // Output (row, col) of the column pair at fragment block c, row half h.
+    auto pairOrigin = [&](int64_t c, int64_t h) -> std::pair<Value, Value> {
+      return {e.add(t.m0, e.add(row0, e.index(8 * h))),
+              e.add(t.n0, e.add(col0, e.index(8 * c)))};
+    };
     auto stores = [&] {
       if (p.loadPair) {
         // Accumulate: per batch of pairs, every load first (0 where not
@@ -350,8 +355,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
           SmallVector<std::pair<Value, Value>> olds;
           for (int64_t c = c0; c < c0 + kBatch; ++c)
             for (int64_t h = 0; h < 2; ++h) {
-              Value r = e.add(t.m0, e.add(row0, e.index(8 * h)));
-              Value col = e.add(t.n0, e.add(col0, e.index(8 * c)));
+              auto [r, col] = pairOrigin(c, h);
               auto op =
                   scf::IfOp::create(b, loc, TypeRange{f32, f32}, stored(r, col),
                                     /*withElseRegion=*/true);
@@ -366,8 +370,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
             }
           for (int64_t c = c0, i = 0; c < c0 + kBatch; ++c)
             for (int64_t h = 0; h < 2; ++h, ++i) {
-              Value r = e.add(t.m0, e.add(row0, e.index(8 * h)));
-              Value col = e.add(t.n0, e.add(col0, e.index(8 * c)));
+              auto [r, col] = pairOrigin(c, h);
               e.ifThen(stored(r, col), [&] {
                 SmallVector<Value> acc0 = pairAt(4 * c + 2 * h).first;
                 acc0[0] = e.add(olds[i].first, acc0[0]);
@@ -380,8 +383,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       }
       for (int64_t c = 0; c < tileN / 8; ++c)
         for (int64_t h = 0; h < 2; ++h) {
-          Value r = e.add(t.m0, e.add(row0, e.index(8 * h)));
-          Value col = e.add(t.n0, e.add(col0, e.index(8 * c)));
+          auto [r, col] = pairOrigin(c, h);
           e.ifThen(stored(r, col), [&] {
             auto [acc0, acc1] = pairAt(4 * c + 2 * h);
             p.storePair(r, col, acc0, acc1);

@@ -698,30 +698,23 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
     return ty(t.getShape(), t.getElementType());
   };
   int64_t rc = s.routedCapacity(), t = s.tokens;
-  SmallVector<std::pair<std::string, Value>> operands = {
+  SmallVector<Param> params;
+  std::pair<StringRef, Value> operands[] = {
       {"d_out", grad.getDOut()},
       {"x", grad.getX()},
       {"top_experts", grad.getTopExperts()},
-      {"router_weights", grad.getRouterWeights()},
-      {"gate_weights", grad.getGateWeights()},
-      {"up_weights", grad.getUpWeights()},
-      {"down_weights", grad.getDownWeights()}};
-  static const StringRef sharedNames[] = {
-      "shared_gate_weights", "shared_up_weights", "shared_down_weights"};
-  if (grad.hasSharedExpert())
-    for (auto [name, v] : llvm::zip(sharedNames, grad.getSharedWeights()))
-      operands.push_back({name.str(), v});
+      {"router_weights", grad.getRouterWeights()}};
+  for (auto [name, v] : operands)
+    params.push_back({name.str(), "input", tensorType(v)});
   // With tensor-core GEMMs (maps), the kernel reads the weights only
   // through their tensor maps, as the forward does: the runtime may bind
   // weight views to them.
-  std::string weights = maps.empty() ? "pointer" : "tensor_maps";
-  SmallVector<Param> params;
-  for (auto &[name, v] : operands)
-    params.push_back(
-        {name, "input", tensorType(v),
-         StringRef(name).ends_with("_weights") && name != "router_weights"
-             ? weights
-             : "pointer"});
+  std::string access = maps.empty() ? "pointer" : "tensor_maps";
+  static const StringRef weightNames[] = {
+      "gate_weights",        "up_weights",        "down_weights",
+      "shared_gate_weights", "shared_up_weights", "shared_down_weights"};
+  for (auto [name, w] : llvm::zip(weightNames, grad.getWeights()))
+    params.push_back({name.str(), "input", tensorType(w), access});
   static const StringRef savedNames[] = {
       "routed_x",    "gate",      "up",           "hidden",
       "shared_gate", "shared_up", "shared_hidden"};
@@ -737,20 +730,10 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
       {"d_router_weights", "output", tensorType(grad.getDRouterWeights())});
   // With main_grads, the weights' gradients are fp32 outputs the kernel
   // adds into (the main_grad buffers themselves: main_grad + dW in place).
-  bool accumulate = grad.accumulatesMainGrads();
-  auto weightGrad = [&](StringRef name, Value v) {
-    Param p{name.str(), "output", tensorType(v)};
-    p.accumulate = accumulate;
-    params.push_back(p);
-  };
-  weightGrad("d_gate_weights", grad.getDGateWeights());
-  weightGrad("d_up_weights", grad.getDUpWeights());
-  weightGrad("d_down_weights", grad.getDDownWeights());
-  static const StringRef dSharedNames[] = {
-      "d_shared_gate_weights", "d_shared_up_weights", "d_shared_down_weights"};
-  if (grad.hasSharedExpert())
-    for (auto [name, v] : llvm::zip(dSharedNames, grad.getDSharedWeights()))
-      weightGrad(name, v);
+  for (auto [name, g] : llvm::zip(weightNames, grad.getWeightGradients())) {
+    params.push_back({("d_" + name).str(), "output", tensorType(g)});
+    params.back().accumulate = grad.accumulatesMainGrads();
+  }
   params.push_back({"counts", "workspace", ty({s.experts}, i64)});
   params.push_back(
       {"chunk_counts", "workspace", ty({s.chunks(), s.experts}, i64)});

@@ -270,12 +270,7 @@ LogicalResult LayerGradOp::verify() {
     return emitOpError() << "expects one gradient per shared weight ("
                          << getSharedWeights().size() << "), got "
                          << getDSharedWeights().size();
-  SmallVector<Value> weights = {getGateWeights(), getUpWeights(),
-                                getDownWeights()};
-  SmallVector<Value> grads = {getDGateWeights(), getDUpWeights(),
-                              getDDownWeights()};
-  llvm::append_range(weights, getSharedWeights());
-  llvm::append_range(grads, getDSharedWeights());
+  SmallVector<Value> weights = getWeights(), grads = getWeightGradients();
   static const StringRef names[] = {"gate_weights",      "up_weights",
                                     "down_weights",      "shared_gate_weights",
                                     "shared_up_weights", "shared_down_weights"};

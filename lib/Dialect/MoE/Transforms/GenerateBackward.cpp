@@ -146,9 +146,7 @@ static void buildBackward(OpBuilder &b, func::FuncOp func, LayerOp layer,
   argTypes.push_back(layer.getOut().getType());
 
   // The weights, in moe.layer_grad's order (main_grads follow it).
-  SmallVector<Value> weights = {layer.getGateWeights(), layer.getUpWeights(),
-                                layer.getDownWeights()};
-  llvm::append_range(weights, layer.getSharedWeights());
+  SmallVector<Value> weights = layer.getWeights();
   auto f32Like = [&](Value v) -> Type {
     return RankedTensorType::get(cast<RankedTensorType>(v.getType()).getShape(),
                                  b.getF32Type());

@@ -261,6 +261,14 @@ def MoE_LayerOp : MoE_Op<"layer", [Pure]> {
     /// Whether the op returns the backward context.
     bool savesContext() { return !getSaved().empty(); }
     bool hasSharedExpert() { return getSharedWeights().size() == 3; }
+    /// gate, up, down, then the shared expert's (moe.layer_grad's order
+    /// of the weights' gradients and main_grads).
+    ::llvm::SmallVector<::mlir::Value> getWeights() {
+      ::llvm::SmallVector<::mlir::Value> weights = {
+          getGateWeights(), getUpWeights(), getDownWeights()};
+      ::llvm::append_range(weights, getSharedWeights());
+      return weights;
+    }
     ::mlir::Value getSharedGate() {
       return hasSharedExpert() ? getSharedWeights()[0] : ::mlir::Value();
     }
@@ -349,6 +357,20 @@ def MoE_LayerGradOp : MoE_Op<"layer_grad", [Pure, AttrSizedOperandSegments]> {
   let extraClassDeclaration = [{
     PlanType getPlanType() { return ::llvm::cast<PlanType>(getPlan()); }
     bool hasSharedExpert() { return getSharedWeights().size() == 3; }
+    /// gate, up, down, then the shared expert's, as moe.layer's.
+    ::llvm::SmallVector<::mlir::Value> getWeights() {
+      ::llvm::SmallVector<::mlir::Value> weights = {
+          getGateWeights(), getUpWeights(), getDownWeights()};
+      ::llvm::append_range(weights, getSharedWeights());
+      return weights;
+    }
+    /// Their gradients, in the same order.
+    ::llvm::SmallVector<::mlir::Value> getWeightGradients() {
+      ::llvm::SmallVector<::mlir::Value> grads = {
+          getDGateWeights(), getDUpWeights(), getDDownWeights()};
+      ::llvm::append_range(grads, getDSharedWeights());
+      return grads;
+    }
     /// Whether backward recomputes gate/up instead of reading a saved context.
     bool recomputes() { return getSaved().empty(); }
     /// Whether the weights' gradients are added into fp32 main_grads.
