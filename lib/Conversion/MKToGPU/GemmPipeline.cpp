@@ -459,6 +459,22 @@ void storeGlobalStreaming16(OpBuilder &b, Location loc, Value address,
   storeGlobalStreaming(b, loc, address, words);
 }
 
+void reduceAddGlobalF32(OpBuilder &b, Location loc, Value address,
+                        ValueRange values) {
+  assert((values.size() == 1 || values.size() == 2) &&
+         "red.global.add takes 1 or 2 f32");
+  std::string asmString = values.size() == 1
+                              ? "red.global.add.f32 [$0], $1;"
+                              : "red.global.add.v2.f32 [$0], {$1, $2};";
+  SmallVector<Value> operands = {address};
+  operands.append(values.begin(), values.end());
+  LLVM::InlineAsmOp::create(b, loc, TypeRange{}, operands, asmString,
+                            values.size() == 1 ? "l,f" : "l,f,f",
+                            /*has_side_effects=*/true, /*is_align_stack=*/false,
+                            LLVM::tailcallkind::TailCallKind::None,
+                            LLVM::AsmDialectAttr(), ArrayAttr());
+}
+
 void GemmEmitter::syncWarpgroup(int64_t warpgroups) {
   OpBuilder &b = e.b;
   Location loc = e.loc;

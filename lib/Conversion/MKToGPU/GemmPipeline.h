@@ -63,6 +63,12 @@ void storeGlobalStreaming(OpBuilder &b, Location loc, Value address,
 /// The same of a 16-byte vector `value` (its four 32-bit words).
 void storeGlobalStreaming16(OpBuilder &b, Location loc, Value address,
                             Value value);
+/// Adds one or two f32 `values` to the f32 elements at global address
+/// `address` (i64, aligned to their size) by a reduction in L2
+/// (red.global.add[.v2].f32; sm_90 for the pair): no value comes back, so
+/// the thread does not wait for memory. f32 red flushes subnormals.
+void reduceAddGlobalF32(OpBuilder &b, Location loc, Value address,
+                        ValueRange values);
 
 /// One tensor-core mk.gemm: for each task (m-tile, n-tile),
 ///   acc_j[r, c] = sum_k A[m0 + r, k] * B_j[n0 + c, k]
@@ -117,6 +123,14 @@ struct GemmPhase {
   /// register epilogue after an early prefetch). Null: every row is
   /// computed.
   Value paddingRows;
+  /// Optionally, storePair's form for outputs whose pairs are aligned
+  /// (8-byte f32 pairs): the register epilogue stores through it when
+  /// `pairsAligned` (i1, uniform) holds, else through storePair, one test
+  /// a tile (a test a pair made ptxas spill the accumulators there).
+  function_ref<void(Value row, Value col, ArrayRef<Value> acc0,
+                    ArrayRef<Value> acc1)>
+      storePairAligned;
+  Value pairsAligned;
   /// The register epilogue's rounding: the results of columns (col, col +
   /// 1) as storePair would store them, two bf16 packed in an i32 (col's in
   /// the low half). With it, n % 8 == 0 and `outAligned16`, the sm_90a
@@ -124,13 +138,6 @@ struct GemmPhase {
   /// stores whole 16-byte row pieces (st.global.cs.v4) to the bf16 [*, n]
   /// output at global address `outAddress` (i64); else storePair.
   function_ref<Value(ArrayRef<Value> acc0, ArrayRef<Value> acc1)> packPair;
-  /// Accumulating outputs (mk.gemm's `accumulate`, one B operand): loads
-  /// the values of output (row, col) and (row, col + 1) that the register
-  /// epilogue adds its results to before storePair gets them. The epilogue
-  /// issues the loads of several pairs before their stores (each store is
-  /// an asm statement that orders later loads behind it: one load at a
-  /// time would wait a memory round trip per pair).
-  function_ref<std::pair<Value, Value>(Value row, Value col)> loadPair;
   Value outAddress;
   Value outAligned16; // i1, uniform (and every alsoStaged output's)
   /// More bf16 [*, n] outputs the staged epilogue stores after the first,

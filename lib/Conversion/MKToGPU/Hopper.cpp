@@ -344,51 +344,23 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       return {e.add(t.m0, e.add(row0, e.index(8 * h))),
               e.add(t.n0, e.add(col0, e.index(8 * c)))};
     };
-    auto stores = [&] {
-      if (p.loadPair) {
-        // Accumulate: per batch of pairs, every load first (0 where not
-        // stored), then the sums' stores.
-        assert(!p.b1 && "accumulate with one B operand");
-        constexpr int64_t kBatch = 4; // column blocks: 8 pairs in flight
-        Type f32 = b.getF32Type();
-        for (int64_t c0 = 0; c0 < tileN / 8; c0 += kBatch) {
-          SmallVector<std::pair<Value, Value>> olds;
-          for (int64_t c = c0; c < c0 + kBatch; ++c)
-            for (int64_t h = 0; h < 2; ++h) {
-              auto [r, col] = pairOrigin(c, h);
-              auto op =
-                  scf::IfOp::create(b, loc, TypeRange{f32, f32}, stored(r, col),
-                                    /*withElseRegion=*/true);
-              OpBuilder::InsertionGuard guard(b);
-              b.setInsertionPointToEnd(op.thenBlock());
-              auto [v0, v1] = p.loadPair(r, col);
-              scf::YieldOp::create(b, loc, ValueRange{v0, v1});
-              b.setInsertionPointToEnd(op.elseBlock());
-              Value zero = e.f32(0.0f);
-              scf::YieldOp::create(b, loc, ValueRange{zero, zero});
-              olds.push_back({op.getResult(0), op.getResult(1)});
-            }
-          for (int64_t c = c0, i = 0; c < c0 + kBatch; ++c)
-            for (int64_t h = 0; h < 2; ++h, ++i) {
-              auto [r, col] = pairOrigin(c, h);
-              e.ifThen(stored(r, col), [&] {
-                SmallVector<Value> acc0 = pairAt(4 * c + 2 * h).first;
-                acc0[0] = e.add(olds[i].first, acc0[0]);
-                acc0[1] = e.add(olds[i].second, acc0[1]);
-                p.storePair(r, col, acc0, {});
-              });
-            }
-        }
-        return;
-      }
+    auto storesWith = [&](decltype(p.storePair) storePair) {
       for (int64_t c = 0; c < tileN / 8; ++c)
         for (int64_t h = 0; h < 2; ++h) {
           auto [r, col] = pairOrigin(c, h);
           e.ifThen(stored(r, col), [&] {
             auto [acc0, acc1] = pairAt(4 * c + 2 * h);
-            p.storePair(r, col, acc0, acc1);
+            storePair(r, col, acc0, acc1);
           });
         }
+    };
+    auto stores = [&] {
+      if (p.storePairAligned)
+        e.ifThen(
+            p.pairsAligned, [&] { storesWith(p.storePairAligned); },
+            [&] { storesWith(p.storePair); });
+      else
+        storesWith(p.storePair);
     };
     // Staged: each warp puts 16 rows x 64 columns of its results at a time
     // into its 2 KiB of shared memory (stmatrix: four 8 x 8 bf16 blocks a

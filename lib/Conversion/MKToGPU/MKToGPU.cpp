@@ -1425,9 +1425,7 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
       // (col is even): a warp store then writes whole 32-byte sectors of
       // eight rows, where two 4-byte stores each wrote half of every
       // sector. (k_groups: row is the flattened [E * M] row, which is how
-      // out's rows lie in memory.) With accumulate, `y` already holds the
-      // sums: the register epilogue loads the old pairs (loadPair below)
-      // several at a time and adds before it calls this.
+      // out's rows lie in memory.)
       e.ifThen(
           aligned8,
           [&] {
@@ -1448,6 +1446,29 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
       return;
     }
     storeTwo(row, col, y[0], y[1]);
+  };
+  // accumulate (f32 out): the pair added to out's by reductions in L2
+  // (red.global.add.f32): nothing is loaded into the SM, so the epilogue
+  // does not wait on memory. Each element gets exactly one addition per
+  // kernel, so the sums are a load-add-store's, bit for bit (but for
+  // subnormals, which red's f32 add flushes to zero). One 8-byte
+  // reduction of the pair when out is 8-byte aligned (pairReduce8, chosen
+  // once a tile by the register epilogue), else two 4-byte ones.
+  auto reduceAt = [&](Value row, Value col, ValueRange y) {
+    Value ptr = at(outBase, e.add(e.mul(row, e.index(n)), col),
+                   /*elementBytes=*/4);
+    gemm::reduceAddGlobalF32(
+        e.b, e.loc, LLVM::PtrToIntOp::create(e.b, e.loc, e.b.getI64Type(), ptr),
+        y);
+  };
+  auto pairReduce8 = [&](Value row, Value col, ArrayRef<Value> y,
+                         ArrayRef<Value>) {
+    reduceAt(row, col, y.take_front(2));
+  };
+  auto pairReduce4 = [&](Value row, Value col, ArrayRef<Value> y,
+                         ArrayRef<Value>) {
+    reduceAt(row, col, y[0]);
+    reduceAt(row, e.add(col, e.index(1)), y[1]);
   };
   // The same pairs rounded and packed (the staged epilogue's).
   auto packSwiglu = [&](ArrayRef<Value> g, ArrayRef<Value> u) -> Value {
@@ -1482,6 +1503,7 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
           : function_ref<void(Value, Value, Value, Value)>(storePlain),
       n % 2            ? PairFn()
       : swigluEpilogue ? PairFn(pairSwiglu)
+      : accumulate     ? PairFn(pairReduce4)
                        : PairFn(pairPlain),
       (*op.getTile())[1], (*op.getTile())[0]};
   phase.gridBarrierFollows = beforeGridBarrier.contains(op);
@@ -1499,32 +1521,10 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
     phase.a2 = slots[3];
     phase.kSplit = size(op.getA(), 1) / sched::kTileK;
   }
-  // accumulate: the old pair's values, for the register epilogue to add
-  // to (an 8-byte load when out is 8-byte aligned, else two).
-  auto loadPair = [&](Value row, Value col) -> std::pair<Value, Value> {
-    Type f32 = e.b.getF32Type();
-    auto op = scf::IfOp::create(e.b, e.loc, TypeRange{f32, f32}, aligned8,
-                                /*withElseRegion=*/true);
-    OpBuilder::InsertionGuard guard(e.b);
-    e.b.setInsertionPointToEnd(op.thenBlock());
-    Value ptr = at(outBase, e.add(e.mul(row, e.index(n)), col),
-                   /*elementBytes=*/4);
-    Value pair = LLVM::LoadOp::create(e.b, e.loc, VectorType::get({2}, f32),
-                                      ptr, /*alignment=*/8);
-    SmallVector<Value> halves;
-    for (int64_t i = 0; i < 2; ++i)
-      halves.push_back(LLVM::ExtractElementOp::create(
-          e.b, e.loc, pair, arith::ConstantIntOp::create(e.b, e.loc, i, 32)));
-    scf::YieldOp::create(e.b, e.loc, halves);
-    e.b.setInsertionPointToEnd(op.elseBlock());
-    scf::YieldOp::create(
-        e.b, e.loc,
-        ValueRange{e.load(out, outAt(row, col)),
-                   e.load(out, outAt(row, e.add(col, e.index(1))))});
-    return {op.getResult(0), op.getResult(1)};
-  };
-  if (accumulate && !(n % 2))
-    phase.loadPair = loadPair;
+  if (accumulate && !(n % 2)) {
+    phase.storePairAligned = pairReduce8;
+    phase.pairsAligned = aligned8;
+  }
   if (n % 8 == 0 && !f32Out) {
     phase.packPair =
         swigluEpilogue

@@ -77,8 +77,9 @@ void mok::buildGPUToPTXPipeline(OpPassManager &pm, const std::string &chip,
   GpuNVVMAttachTargetOptions target;
   target.chip = chip;
   // tcgen05's block-scaled forms need PTX 8.8 (without it the NVPTX backend
-  // aborts the process); Hopper's instructions are in PTX 8.0.
-  target.features = chip == "sm_100a" ? "+ptx88" : "+ptx80";
+  // aborts the process); Hopper's instructions are in PTX 8.0, and the
+  // vector reductions (red.global.add.v2.f32, main_grad) in PTX 8.1.
+  target.features = chip == "sm_100a" ? "+ptx88" : "+ptx81";
   target.optLevel = 3;
   pm.addPass(createGpuNVVMAttachTarget(target));
 

@@ -210,20 +210,21 @@ gpu.module @swiglu_grad {
 // CHECK-NEXT: memref.store %[[ANEW]], %[[AO]][%[[AE]], %[[AR]], %[[AC]]]
 // CHECK: gpu.return
 
-// On wgmma: the register epilogue loads the old values of 8 column pairs
-// (an 8-byte load, or two 4-byte ones unaligned; 0 for a pair not
-// stored), then adds and stores each pair (the 8-byte streaming store of
-// an f32 k_groups out, its rows the flattened [E * M] rows): the loads are
-// not one round trip each behind the stores' asm statements.
+// On wgmma: the register epilogue adds each pair to out's by a reduction
+// in L2, nothing loaded into the SM and nothing stored: one 8-byte
+// reduction a pair when out is 8-byte aligned, else two 4-byte ones, the
+// alignment tested once a tile (the rows of an f32 k_groups out are the
+// flattened [E * M] rows).
 // CHECK-LABEL: gpu.func @k_groups_accumulate_wgmma(
-// CHECK: %[[WOLD:[0-9]+]]:2 = scf.if %{{.*}} -> (f32, f32) {
-// CHECK: llvm.load %{{.*}} {alignment = 8 : i64} : !llvm.ptr<1> -> vector<2xf32>
-// CHECK: memref.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {{.*}}memref<4x64x128xf32>
-// CHECK-COUNT-14: = scf.if %{{.*}} -> (f32, f32) {
+// CHECK-NOT: llvm.load
+// CHECK-NOT: memref.store
+// CHECK-COUNT-32: red.global.add.v2.f32 [$0], {$1, $2};
+// CHECK-NOT: red.global.add.v2.f32
+// CHECK: } else {
+// CHECK-COUNT-64: red.global.add.f32 [$0], $1;
+// CHECK-NOT: red.global.add
 // CHECK-NOT: st.global.cs
-// CHECK: arith.addf %[[WOLD]]#0,
-// CHECK-NEXT: arith.addf %[[WOLD]]#1,
-// CHECK: st.global.cs.v2.b32
+// CHECK-NOT: llvm.load
 // CHECK: gpu.return
 
 // saves: the swiglu epilogue also stores its bf16 inputs.

@@ -62,7 +62,7 @@
 // RUN: ptxas -arch=sm_100a %t/sm100-small/padding8_kernels.ptx -o %t/sm100-small-scalar.cubin
 // RUN: not mok-opt %s --moe-to-ptx=chip=sm_80 2>&1 | FileCheck %s --check-prefix=CHIP
 
-// SM90: gpu.binary @qwen3_30b_a3b_moe_kernels [#gpu.object<#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx80">
+// SM90: gpu.binary @qwen3_30b_a3b_moe_kernels [#gpu.object<#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx81">
 // SM90-SAME: .target sm_90a
 // SM90-SAME: .visible .entry qwen3_30b_a3b_moe_forward(
 
