@@ -283,7 +283,8 @@ def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_di
     accumulation in the kernel; the backward adds each weight's gradient,
     unrounded fp32, into an fp32 main_grad the caller passes
     (GpuTrainingLayer.backward's `main_grads`) instead of returning it.
-    sm_90a and the simt plan have it; sm_100a's tensor-core plan refuses it.
+    Every GPU plan has it (sm_100a's tcgen05 form is checked by ptxas
+    only: no such GPU here); the CPU target refuses it.
     """
     if target != "cpu" and target not in GPU_TARGETS:
         raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")

@@ -23,9 +23,9 @@ no saved tensors beyond the inputs: backward recomputes gate/up.
 Megatron-Core's gradient accumulation: with ``accumulate_main_grad=True`` on
 the module, every weight parameter must carry an fp32 ``main_grad`` of its
 shape; backward adds the weight's gradient into it (``main_grad += dW``: the
-backward kernel's unrounded fp32 dW, added in place, by default on sm_90a;
-elsewhere, or with ``fuse_main_grad=False``, the layer's bf16 dW widened to
-fp32 and added after the kernel), returns a zero
+backward kernel's unrounded fp32 dW, added in place, by default on sm_90a
+and with ``fuse_main_grad=True`` on sm_100a; otherwise the layer's bf16 dW
+widened to fp32 and added after the kernel), returns a zero
 gradient for the weight (as
 Megatron-Core's fused accumulation does with ``zero_out_wgrad``, so that
 gradient hooks still fire) and sets ``param.grad_added_to_main_grad = True``.
@@ -286,17 +286,17 @@ class MoELayer(torch.nn.Module):
     model's layers do): calls of sharing modules on unordered streams would
     race on the workspace. ``share_layer=False`` loads a layer of its own.
 
-    `fuse_main_grad` (sm_90a, with `accumulate_main_grad`): whether the
-    backward kernel adds its unrounded fp32 dW into the main_grads in place
-    (the layer compiled with main_grads=True), or returns bf16 dW that is
-    added after it. By default (None) the kernel adds on sm_90a: no bf16 dW
-    tensors and a faster step (run 84: 5.49 against 6.46 ms a qwen3-30b
-    step, 20.34 against 22.86 ms on dsv3-shard; a step's peak memory 744
-    against 1896 MB on qwen3-30b shapes); on other targets, or with an
-    `artifact` compiled without main_grads, dW is added after the kernel.
-    True insists on the kernel (an error where it cannot), False on the
-    add after it. An `artifact` compiled with main_grads=True always adds
-    in the kernel."""
+    `fuse_main_grad` (GPU targets, with `accumulate_main_grad`): whether
+    the backward kernel adds its unrounded fp32 dW into the main_grads in
+    place (the layer compiled with main_grads=True), or returns bf16 dW
+    that is added after it. By default (None) the kernel adds on sm_90a:
+    no bf16 dW tensors and a faster step (run 84: 5.49 against 6.46 ms a
+    qwen3-30b step, 20.34 against 22.86 ms on dsv3-shard; a step's peak
+    memory 744 against 1896 MB on qwen3-30b shapes). On sm_100a, whose
+    kernels have never run (no such GPU here), or with an `artifact`
+    compiled without main_grads, dW is added after the kernel unless True
+    asks for the kernel; False keeps the add after it. An `artifact`
+    compiled with main_grads=True always adds in the kernel."""
 
     def __init__(self, spec, recompute=False, cache_dir=None, accumulate_main_grad=False,
                  target="cpu", device=None, artifact=None, share_layer=True,
@@ -310,9 +310,6 @@ class MoELayer(torch.nn.Module):
             raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")
         if fuse_main_grad and not accumulate_main_grad:
             raise ValueError("fuse_main_grad: needs accumulate_main_grad=True")
-        if fuse_main_grad and target != "sm_90a":
-            raise ValueError(f"fuse_main_grad: the backward kernel adds into main_grad on "
-                             f"sm_90a only, not on target {target!r}")
         if fuse_main_grad is None:  # in the kernel where it can be
             fuse_main_grad = (accumulate_main_grad and target == "sm_90a"
                               and (artifact is None

@@ -29,11 +29,19 @@
 // RUN: mok-compile %s --training --main-grads --chip sm_90a -o %t/sm90-mg | FileCheck %s --check-prefix=FILES
 // RUN: FileCheck %s --check-prefix=MAINGRADS < %t/sm90-mg/layer_backward.json
 // RUN: ptxas -arch=sm_90a %t/sm90-mg/layer_backward.ptx -o %t/sm90-mg.cubin
+// RUN: grep -c "red.global.add.v2.f32" %t/sm90-mg/layer_backward.ptx | FileCheck %s --check-prefix=REDUCTIONS
+// RUN: mok-compile %s --training --main-grads --chip sm_100a -o %t/sm100-mg | FileCheck %s --check-prefix=FILES
+// RUN: FileCheck %s --check-prefix=MAINGRADS < %t/sm100-mg/layer_backward.json
+// RUN: ptxas -arch=sm_100a %t/sm100-mg/layer_backward.ptx -o %t/sm100-mg.cubin
+// RUN: grep -c "red.global.add.f32" %t/sm100-mg/layer_backward.ptx | FileCheck %s --check-prefix=REDUCTIONS
 // RUN: not mok-compile %s --main-grads --chip sm_90a -o %t/x 2>&1 | FileCheck %s --check-prefix=USAGE-MG
 // MAINGRADS: "accumulate": true,
 // MAINGRADS-NEXT: "dtype": "f32",
 // MAINGRADS-NEXT: "name": "d_gate_weights",
 // USAGE-MG: --main-grads needs --training
+// The additions are reductions in L2 (sm_90a: 8-byte pairs from the
+// register epilogue; sm_100a: 4-byte elements from the shared one).
+// REDUCTIONS: {{^[1-9][0-9]*$}}
 // Without --training, only the inference kernel.
 // The tensor-core training forms in the PTX: on sm_90a the backward's
 // wgmmas read B N-major (imm-trans-b = 1) and, in the weight gradients, A

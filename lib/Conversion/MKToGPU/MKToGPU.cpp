@@ -181,18 +181,9 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
     if (gemm.getTransposeA() && !gemm.getTransposeB())
       return gemm.emitOpError(
           "on the tensor-core engines, transpose_a needs transpose_b");
-    bool f32Out =
-        cast<MemRefType>(gemm.getOut().getType()).getElementType().isF32();
-    bool tcgen05 = gemm.getEngine() == mk::Engine::tcgen05;
-    if (gemm.getAccumulate() && tcgen05)
+    if (gemm.getA2() && gemm.getTransposeA())
       return gemm.emitOpError(
-          "accumulate (out += the accumulators, main_grad) is not "
-          "implemented on tcgen05 yet");
-    if ((gemm.getKOffsets() && f32Out && tcgen05) ||
-        (gemm.getA2() && gemm.getTransposeA()))
-      return gemm.emitOpError("k_groups on tcgen05 takes a bf16 out, and "
-                              "concat on the tensor-core engines a K-major "
-                              "A");
+          "concat on the tensor-core engines takes a K-major A");
     if (gemm.getKOffsets() &&
         cast<MemRefType>(gemm.getOut().getType()).getDimSize(1) %
             (*gemm.getTile())[0])
@@ -1339,11 +1330,13 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
     }
   };
   bool accumulate = op.getAccumulate();
+  // (accumulate: the shared-memory epilogue's element added to out's by a
+  // reduction in L2, reduceAt below.)
+  std::function<void(Value, Value, ValueRange)> reduceAt;
   auto storePlain = [&](Value row, Value col, Value y, Value) {
-    SmallVector<Value> idx = outAt(row, col);
-    if (accumulate) // out += y (f32)
-      y = e.add(e.load(out, idx), y);
-    e.storeRounded(y, out, idx);
+    if (accumulate)
+      return reduceAt(row, col, y);
+    e.storeRounded(y, out, outAt(row, col));
   };
   // Two adjacent columns at once: one 4-byte store of both bf16 values
   // when the buffer is 4-byte aligned (uniform; the runtime's workspace
@@ -1454,7 +1447,7 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   // subnormals, which red's f32 add flushes to zero). One 8-byte
   // reduction of the pair when out is 8-byte aligned (pairReduce8, chosen
   // once a tile by the register epilogue), else two 4-byte ones.
-  auto reduceAt = [&](Value row, Value col, ValueRange y) {
+  reduceAt = [&](Value row, Value col, ValueRange y) {
     Value ptr = at(outBase, e.add(e.mul(row, e.index(n)), col),
                    /*elementBytes=*/4);
     gemm::reduceAddGlobalF32(

@@ -1135,14 +1135,6 @@ struct ConvertMoEToMKPass
       SmallVector<StringRef> phases = backwardPhaseNames(grad);
       BackwardMaps tc =
           backwardMapsFor(s, chip, tensorCores, grad.recomputes());
-      if (grad.accumulatesMainGrads() && !tc.maps.empty() &&
-          tc.engine == mk::Engine::tcgen05) {
-        grad.emitError("convert-moe-to-mk: main_grads (main_grad += dW in "
-                       "the weight gradients' epilogue) is not implemented "
-                       "on tcgen05 (sm_100a) yet; sm_90a and the simt "
-                       "plan (tensor-cores=false) have it");
-        return signalPassFailure();
-      }
       SmallVector<Param> params =
           backwardParamsFor(grad, s, profile, tc.maps, tc.gatherDOut);
       unsigned block = tc.maps.empty() ? blockSize : sched::kBlock;

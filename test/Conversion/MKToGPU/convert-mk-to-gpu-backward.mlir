@@ -227,6 +227,20 @@ gpu.module @swiglu_grad {
 // CHECK-NOT: llvm.load
 // CHECK: gpu.return
 
+// On tcgen05: the shared-memory epilogue adds each element to out's by a
+// 4-byte reduction in L2; out is never loaded or stored.
+// CHECK-LABEL: gpu.func @k_groups_accumulate_tcgen05(
+// CHECK-SAME: %[[TCO:[^:]*]]: memref<4x64x128xf32>,
+// CHECK-NOT: memref.load %[[TCO]]
+// CHECK-NOT: memref.store %{{.*}}, %[[TCO]]
+// CHECK: tcgen05.mma
+// CHECK-NOT: memref.load %[[TCO]]
+// CHECK-NOT: memref.store %{{.*}}, %[[TCO]]
+// CHECK: red.global.add.f32 [$0], $1;
+// CHECK-NOT: memref.load %[[TCO]]
+// CHECK-NOT: memref.store %{{.*}}, %[[TCO]]
+// CHECK: gpu.return
+
 // saves: the swiglu epilogue also stores its bf16 inputs.
 // CHECK-LABEL: gpu.func @saves(
 // CHECK-SAME: %[[SVH:[^:]*]]: memref<108x32xbf16>, %[[SVG:[^:]*]]: memref<108x32xbf16>, %[[SVU:[^:]*]]: memref<108x32xbf16>,
@@ -285,6 +299,14 @@ gpu.module @gemms {
   gpu.func @k_groups_accumulate_wgmma(%a: memref<108x64xbf16>, %b: memref<108x128xbf16>, %o: memref<4x64x128xf32>, %off: memref<5xi64>, %cnt: memref<4xi64>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>)
+        {accumulate, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x128xbf16> -> memref<4x64x128xf32>
+    gpu.return
+  }
+
+  gpu.func @k_groups_accumulate_tcgen05(%a: memref<108x64xbf16>, %b: memref<108x128xbf16>, %o: memref<4x64x128xf32>, %off: memref<5xi64>, %cnt: memref<4xi64>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a", dynamic_shared_memory = 197632}} {
+    mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>)
         {accumulate, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x128xbf16> -> memref<4x64x128xf32>
     gpu.return

@@ -469,27 +469,14 @@ gpu.module @k {
 
 // -----
 
-// An f32 k_groups out (and accumulate into it) is wgmma's only.
+// concat's two K-loops read A K-major on the tensor cores.
 gpu.module @k {
-  gpu.func @k_groups_f32_out(%a: memref<108x64xbf16>, %b: memref<108x128xbf16>, %off: memref<5xi64>, %o: memref<4x64x128xf32>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a", dynamic_shared_memory = 197632}} {
-    // expected-error @+1 {{k_groups on tcgen05 takes a bf16 out, and concat on the tensor-core engines a K-major A}}
-    mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
-        : memref<108x64xbf16>, memref<108x128xbf16> -> memref<4x64x128xf32>
-    gpu.return
-  }
-}
-
-// -----
-
-gpu.module @k {
-  gpu.func @accumulate_tcgen05(%a: memref<108x64xbf16>, %b: memref<108x128xbf16>, %off: memref<5xi64>, %o: memref<4x64x128xf32>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a", dynamic_shared_memory = 197632}} {
-    // expected-error @+1 {{accumulate (out += the accumulators, main_grad) is not implemented on tcgen05 yet}}
-    mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>)
-        {accumulate, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
-        : memref<108x64xbf16>, memref<108x128xbf16> -> memref<4x64x128xf32>
+  gpu.func @concat_transpose_a(%a: memref<64x64xbf16>, %a2: memref<64x64xbf16>, %b: memref<64x128xbf16>, %b2: memref<64x128xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{concat on the tensor-core engines takes a K-major A}}
+    mk.gemm wgmma store %a, %b, %b2 into %o maps(%m : memref<32xi64>) concat(%a2 : memref<64x64xbf16>)
+        {maps = array<i64: 0, 1, 2, 3>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
+        : memref<64x64xbf16>, memref<64x128xbf16>, memref<64x128xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }

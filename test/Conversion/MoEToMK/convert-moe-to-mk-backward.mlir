@@ -6,13 +6,13 @@
 // RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a tensor-cores=false" | mok-opt | FileCheck %s
 // RUN: mok-opt %s --moe-generate-backward=main-grads=true --convert-moe-to-mk="chip=sm_90a" | FileCheck %s --check-prefix=MAINGRADS
 // RUN: mok-opt %s --moe-generate-backward=main-grads=true --convert-moe-to-mk="chip=sm_90a tensor-cores=false" | FileCheck %s --check-prefix=MAINGRADS-SIMT
-// RUN: not mok-opt %s --moe-generate-backward=main-grads=true --convert-moe-to-mk="chip=sm_100a" 2>&1 | FileCheck %s --check-prefix=MAINGRADS-SM100
+// RUN: mok-opt %s --moe-generate-backward=main-grads=true --convert-moe-to-mk="chip=sm_100a" | FileCheck %s --check-prefix=MAINGRADS-SM100
 
 // main_grads (Megatron's gradient accumulation): the weights' gradients
 // are fp32 outputs the kernel adds into (metadata "accumulate"; no
 // main_grad params of their own: the caller passes the main_grads as
 // these outputs), every weight-gradient GEMM with `accumulate` and an f32
-// out, on wgmma and on the simt plan; tcgen05 refuses it by name.
+// out, on wgmma, tcgen05 and the simt plan.
 // MAINGRADS-LABEL: gpu.func @layer_backward_backward(
 // MAINGRADS-NOT: main_grad
 // MAINGRADS-SAME: {accumulate = true, dtype = "f32", name = "d_gate_weights", role = "output", shape = array<i64: 4, 128, 64>}
@@ -26,7 +26,13 @@
 // MAINGRADS-SIMT-LABEL: gpu.func @layer_backward_backward(
 // MAINGRADS-SIMT-COUNT-6: mk.gemm simt store {{.*}} {accumulate, transpose_a, transpose_b}
 // MAINGRADS-SIMT-NOT: accumulate
-// MAINGRADS-SM100: error: convert-moe-to-mk: main_grads (main_grad += dW in the weight gradients' epilogue) is not implemented on tcgen05 (sm_100a) yet; sm_90a and the simt plan (tensor-cores=false) have it
+// MAINGRADS-SM100-LABEL: gpu.func @layer_backward_backward(
+// MAINGRADS-SM100-SAME: {accumulate = true, dtype = "f32", name = "d_gate_weights", role = "output", shape = array<i64: 4, 128, 64>}
+// MAINGRADS-SM100: mk.gemm tcgen05 store {{.*}} k_groups({{.*}}) k_counts({{.*}}) {accumulate, {{.*}}} : memref<332x64xbf16>, memref<332x128xbf16> -> memref<4x64x128xf32>
+// MAINGRADS-SM100: mk.gemm tcgen05 store {{.*}} {accumulate, {{.*}}} : memref<40x64xbf16>, memref<40x128xbf16> -> memref<64x128xf32>
+// MAINGRADS-SM100-COUNT-2: mk.gemm tcgen05 store {{.*}} k_groups({{.*}}) {accumulate, {{.*}}} : memref<332x128xbf16>, memref<332x64xbf16> -> memref<4x128x64xf32>
+// MAINGRADS-SM100-COUNT-2: mk.gemm tcgen05 store {{.*}} {accumulate, {{.*}} -> memref<128x64xf32>
+// MAINGRADS-SM100-NOT: accumulate
 
 // The training forward and the backward (docs/Backward.md), planned with
 // simt GEMMs today: the forward stores the backward context as outputs;
