@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
+from ._gpu import GpuArtifact
 from ._gpu_train import GpuTrainingArtifact, GpuTrainingLayer
 from ._layer import GPU_TARGETS, CompiledLayer, compile as _compile
 from ._spec import LayerSpec
@@ -157,6 +158,27 @@ def _load(artifact, device, share):
         return artifact.load(device)
     index = _cuda_index(device)
     return _shared((_kernels_key(artifact), index), lambda: artifact.load(index))
+
+
+def _check_inference_artifact(inference, training):
+    """`inference` (MoELayer's inference_artifact) must be a GpuArtifact
+    whose inputs and output are `training`'s forward's."""
+    if not isinstance(inference, GpuArtifact):
+        raise TypeError(f"inference_artifact: expected a mok.GpuArtifact (mok.compile(spec, "
+                        f"target=...) without training), got {type(inference).__name__}")
+
+    def interface(meta):
+        params = meta.get("params", [])
+        inputs = [(p["name"], p["dtype"], list(p["shape"]))
+                  for p in params if p["role"] == "input"]
+        outputs = [(p["name"], p["dtype"], list(p["shape"]))
+                   for p in params if p["role"] == "output"]
+        return inputs, outputs[:1]
+
+    mine, theirs = interface(inference.metadata), interface(training.forward.metadata)
+    if mine != theirs:
+        raise ValueError(f"inference_artifact: its inputs and output {mine} are not the "
+                         f"training layer's {theirs} (another spec?)")
 
 
 class MoEFunction(torch.autograd.Function):
@@ -296,11 +318,18 @@ class MoELayer(torch.nn.Module):
     kernels have never run (no such GPU here), or with an `artifact`
     compiled without main_grads, dW is added after the kernel unless True
     asks for the kernel; False keeps the add after it. An `artifact`
-    compiled with main_grads=True always adds in the kernel."""
+    compiled with main_grads=True always adds in the kernel.
+
+    `inference_artifact` (with `artifact`): the layer's inference kernel,
+    ``mok.compile(spec, target=...)`` without training, for forwards under
+    ``torch.no_grad()``; its inputs and output must be the training
+    forward's. Without it such forwards run the training forward (which
+    also writes the context) and drop the context; a module that compiles
+    its own kernels (no `artifact`) compiles this one too."""
 
     def __init__(self, spec, recompute=False, cache_dir=None, accumulate_main_grad=False,
                  target="cpu", device=None, artifact=None, share_layer=True,
-                 fuse_main_grad=None):
+                 fuse_main_grad=None, inference_artifact=None):
         super().__init__()
         if not isinstance(spec, LayerSpec):
             raise TypeError(f"spec: expected a mok.LayerSpec, got {type(spec).__name__}")
@@ -314,6 +343,9 @@ class MoELayer(torch.nn.Module):
             fuse_main_grad = (accumulate_main_grad and target == "sm_90a"
                               and (artifact is None
                                    or bool(getattr(artifact, "main_grads", False))))
+        if inference_artifact is not None and (target == "cpu" or artifact is None):
+            raise ValueError("inference_artifact: goes with a GPU target's artifact= (a "
+                             "module that compiles its kernels compiles this one too)")
         self.spec = spec
         self.target = target
         self._infer = None
@@ -345,7 +377,11 @@ class MoELayer(torch.nn.Module):
             elif fuse_main_grad and not artifact.main_grads:
                 raise ValueError("artifact: compiled without main_grads; fuse_main_grad=True "
                                  "needs one compiled with main_grads=True")
+            if inference_artifact is not None:
+                _check_inference_artifact(inference_artifact, artifact)
             self.layer = _load(artifact, device, share_layer)
+            if inference_artifact is not None:
+                self._infer = _load(inference_artifact, device, share_layer)
         self.accumulate_main_grad = accumulate_main_grad
         e, i, h = spec.local_experts, spec.intermediate, spec.hidden
         shapes = {"gate_weights": (e, i, h), "up_weights": (e, i, h), "down_weights": (e, h, i)}

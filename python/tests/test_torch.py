@@ -394,3 +394,51 @@ def test_fuse_main_grad_picks_the_kernel_that_adds(monkeypatch):
         mok.torch.MoELayer(spec, target="sm_90a", artifact=_training_artifact(),
                            accumulate_main_grad=True, fuse_main_grad=True)
     assert len(compiled) == 6
+
+
+def test_inference_artifact_is_checked_before_loading(monkeypatch):
+    """MoELayer(inference_artifact=): a GpuArtifact whose inputs and output
+    are the training forward's, loaded for no_grad forwards; anything else,
+    or without a GPU artifact= to go with, is refused by name."""
+    loads = []
+
+    def load(artifact, device=None, ep_group=None, poison_outputs=False):
+        loads.append(artifact)
+        return _FakeLoaded(artifact, device)
+
+    monkeypatch.setattr(mok.GpuTrainingArtifact, "load", load)
+    monkeypatch.setattr(mok.GpuArtifact, "load", load)
+    spec = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, tokens=8)
+
+    def params(tokens=8):
+        return [{"name": "x", "role": "input", "dtype": "bf16", "shape": [tokens, 64]},
+                {"name": "out", "role": "output", "dtype": "bf16", "shape": [tokens, 64]}]
+
+    training = mok.GpuTrainingArtifact(
+        mok.GpuArtifact("// forward", {"function": "f_forward", "params": params()}),
+        mok.GpuArtifact("// backward", {"function": "f_backward"}))
+    inference = mok.GpuArtifact("// inference", {"function": "f", "params": params()})
+    moe = mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=training,
+                             inference_artifact=inference)
+    assert moe._infer.artifact is inference and moe.layer.artifact is training
+    with pytest.raises(TypeError, match="inference_artifact: expected a mok.GpuArtifact"):
+        mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=training,
+                           inference_artifact=training)
+    other = mok.GpuArtifact("// other", {"function": "f", "params": params(tokens=16)})
+    with pytest.raises(ValueError, match=r"inference_artifact: its inputs and output .* "
+                       r"are not the training layer's"):
+        mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=training,
+                           inference_artifact=other)
+    with pytest.raises(ValueError, match="inference_artifact: goes with a GPU target's "
+                       "artifact="):
+        mok.torch.MoELayer(spec, target="sm_90a", device=0, inference_artifact=inference)
+    with pytest.raises(ValueError, match="inference_artifact: goes with a GPU target's "
+                       "artifact="):
+        mok.torch.MoELayer(spec, inference_artifact=inference)
+    del moe  # (no module holds the shared layers: any load would show)
+    import gc
+    gc.collect()
+    with pytest.raises(ValueError, match="inference_artifact: its inputs"):
+        mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=training,
+                           inference_artifact=other)
+    assert loads == [training, inference]

@@ -144,3 +144,37 @@ def test_main_grad_added_by_the_kernel():
     assert torch_reference.relative_error(dx, ref["x"]) <= REL_BOUND
     with pytest.raises(ValueError, match="needs accumulate_main_grad=True"):
         _module(name)
+
+
+def test_no_grad_runs_the_inference_artifact():
+    """With inference_artifact, a forward under torch.no_grad() runs that
+    kernel (the float64 reference within 1e-2, no NaN: the output is
+    poisoned first); with gradients on, the training forward; both agree."""
+    import torch
+    name = "train_top2_no_route"
+    c = TRAIN_CASES[name]
+    inference = mok.GpuArtifact.from_files(os.path.join(ARTIFACTS, name[len("train_"):],
+                                                        "moe_layer"))
+    c, moe = _module(name, inference_artifact=inference)
+    assert moe._infer is not None and moe._infer is not moe.layer
+    args, d_out = _problem(c, moe, int.from_bytes(os.urandom(4), "little"))
+    ran, infer = [], moe._infer
+    out = torch.full((c["tokens"], c["hidden"]), float("nan"), dtype=torch.bfloat16,
+                     device="cuda")
+
+    def counting(**kw):
+        ran.append(1)
+        return infer(**kw, out=out)
+
+    moe._infer = counting
+    with torch.no_grad():
+        got = moe(args["x"], args["top_experts"], args["router_weights"])
+    torch.cuda.synchronize()
+    assert ran == [1] and got.data_ptr() == out.data_ptr()
+    assert not torch.isnan(got).any()
+    ref = torch_reference.forward(args, c["experts"], c.get("swiglu_limit"))
+    rel = torch_reference.relative_error(got, ref)
+    assert rel <= REL_BOUND, f"inference output: relative error {rel:.3e}"
+    trained = moe(args["x"], args["top_experts"], args["router_weights"])
+    assert ran == [1]
+    assert torch_reference.relative_error(trained.detach(), ref) <= REL_BOUND
