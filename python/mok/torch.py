@@ -175,6 +175,10 @@ def _check_inference_artifact(inference, training):
                    for p in params if p["role"] == "output"]
         return inputs, outputs[:1]
 
+    chip, trained = inference.metadata.get("chip"), training.forward.metadata.get("chip")
+    if chip != trained:
+        raise ValueError(f"inference_artifact: compiled for {chip}, the training layer for "
+                         f"{trained}")
     mine, theirs = interface(inference.metadata), interface(training.forward.metadata)
     if mine != theirs:
         raise ValueError(f"inference_artifact: its inputs and output {mine} are not the "
@@ -322,7 +326,7 @@ class MoELayer(torch.nn.Module):
 
     `inference_artifact` (with `artifact`): the layer's inference kernel,
     ``mok.compile(spec, target=...)`` without training, for forwards under
-    ``torch.no_grad()``; its inputs and output must be the training
+    ``torch.no_grad()``; its chip, inputs and output must be the training
     forward's. Without it such forwards run the training forward (which
     also writes the context) and drop the context; a module that compiles
     its own kernels (no `artifact`) compiles this one too."""

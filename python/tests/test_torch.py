@@ -424,6 +424,11 @@ def test_inference_artifact_is_checked_before_loading(monkeypatch):
     with pytest.raises(TypeError, match="inference_artifact: expected a mok.GpuArtifact"):
         mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=training,
                            inference_artifact=training)
+    hopper = {"function": "f", "chip": "sm_90a", "params": params()}
+    with pytest.raises(ValueError, match="inference_artifact: compiled for sm_90a, the "
+                       "training layer for None"):
+        mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=training,
+                           inference_artifact=mok.GpuArtifact("// hopper", hopper))
     other = mok.GpuArtifact("// other", {"function": "f", "params": params(tokens=16)})
     with pytest.raises(ValueError, match=r"inference_artifact: its inputs and output .* "
                        r"are not the training layer's"):
