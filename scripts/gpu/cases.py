@@ -100,6 +100,11 @@ del _name
 # routing, and the simt plan.
 MAIN_GRAD_CASES = {"maingrad_" + n[len("train_"):]: dict(TRAIN_CASES[n], main_grads=True)
                    for n in ("train_shared_tall", "train_qwen3_ragged", "train_top2_no_route")}
+# And with recompute (no context saved; the backward recomputes gate/up),
+# on wgmma with a clamp and -1 routes: mok.torch's default on sm_90a with
+# accumulate_main_grad=True, recompute=True.
+MAIN_GRAD_CASES["maingrad_recompute_qwen3_top2_clamp"] = dict(
+    TRAIN_CASES["recompute_qwen3_top2_clamp"], main_grads=True)
 
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
                "shared_intermediate", "swiglu_limit", "expert_id_dtype")
