@@ -167,19 +167,24 @@ def _check_inference_artifact(inference, training):
         raise TypeError(f"inference_artifact: expected a mok.GpuArtifact (mok.compile(spec, "
                         f"target=...) without training), got {type(inference).__name__}")
 
-    def interface(meta):
-        params = meta.get("params", [])
-        inputs = [(p["name"], p["dtype"], list(p["shape"]))
-                  for p in params if p["role"] == "input"]
-        outputs = [(p["name"], p["dtype"], list(p["shape"]))
-                   for p in params if p["role"] == "output"]
+    def interface(meta, what):
+        try:
+            params = meta.get("params", [])
+            inputs = [(p["name"], p["dtype"], list(p["shape"]))
+                      for p in params if p["role"] == "input"]
+            outputs = [(p["name"], p["dtype"], list(p["shape"]))
+                       for p in params if p["role"] == "output"]
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"{what}: its metadata's params are malformed ({error!r}); "
+                             "expected {name, role, dtype, shape} each") from None
         return inputs, outputs[:1]
 
     chip, trained = inference.metadata.get("chip"), training.forward.metadata.get("chip")
     if chip != trained:
         raise ValueError(f"inference_artifact: compiled for {chip}, the training layer for "
                          f"{trained}")
-    mine, theirs = interface(inference.metadata), interface(training.forward.metadata)
+    mine = interface(inference.metadata, "inference_artifact")
+    theirs = interface(training.forward.metadata, "artifact")
     if mine != theirs:
         raise ValueError(f"inference_artifact: its inputs and output {mine} are not the "
                          f"training layer's {theirs} (another spec?)")
@@ -328,8 +333,10 @@ class MoELayer(torch.nn.Module):
     ``mok.compile(spec, target=...)`` without training, for forwards under
     ``torch.no_grad()``; its chip, inputs and output must be the training
     forward's. Without it such forwards run the training forward (which
-    also writes the context) and drop the context; a module that compiles
-    its own kernels (no `artifact`) compiles this one too."""
+    also writes the context) and drop the context. A module that compiles
+    its own kernels (no `artifact`) compiles the inference kernel too, but
+    with `recompute`, whose training forward saves nothing and is already
+    the inference computation."""
 
     def __init__(self, spec, recompute=False, cache_dir=None, accumulate_main_grad=False,
                  target="cpu", device=None, artifact=None, share_layer=True,
@@ -343,13 +350,21 @@ class MoELayer(torch.nn.Module):
             raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")
         if fuse_main_grad and not accumulate_main_grad:
             raise ValueError("fuse_main_grad: needs accumulate_main_grad=True")
+        if fuse_main_grad and target == "cpu":
+            raise ValueError("fuse_main_grad: the kernel adds into main_grad on GPU "
+                             "targets only, not on target 'cpu'")
+        if fuse_main_grad is False and getattr(artifact, "main_grads", False):
+            raise ValueError("fuse_main_grad: False asks for bf16 dW added after the kernel, "
+                             "but artifact was compiled with main_grads=True (its kernel "
+                             "adds); pass one compiled without main_grads")
         if fuse_main_grad is None:  # in the kernel where it can be
             fuse_main_grad = (accumulate_main_grad and target == "sm_90a"
                               and (artifact is None
                                    or bool(getattr(artifact, "main_grads", False))))
         if inference_artifact is not None and (target == "cpu" or artifact is None):
             raise ValueError("inference_artifact: goes with a GPU target's artifact= (a "
-                             "module that compiles its kernels compiles this one too)")
+                             "module that compiles its kernels compiles the inference "
+                             "kernel itself)")
         self.spec = spec
         self.target = target
         self._infer = None
@@ -371,6 +386,10 @@ class MoELayer(torch.nn.Module):
             elif not isinstance(artifact, GpuTrainingArtifact):
                 raise TypeError(f"artifact: expected a mok.GpuTrainingArtifact, got "
                                 f"{type(artifact).__name__}")
+            elif artifact.forward.metadata.get("chip", target) != target:
+                raise ValueError(f"artifact: compiled for "
+                                 f"{artifact.forward.metadata.get('chip')}, the module's "
+                                 f"target is {target!r}")
             elif artifact.recompute != bool(recompute):
                 raise ValueError(f"artifact: compiled with recompute={artifact.recompute}, "
                                  f"the module asks for recompute={bool(recompute)}")

@@ -390,6 +390,30 @@ def test_fuse_main_grad_picks_the_kernel_that_adds(monkeypatch):
     assert not moe.layer.artifact.main_grads
     with pytest.raises(ValueError, match="fuse_main_grad: needs accumulate_main_grad=True"):
         mok.torch.MoELayer(spec, target="sm_90a", fuse_main_grad=True)
+    with pytest.raises(ValueError, match="fuse_main_grad: the kernel adds into main_grad on "
+                       "GPU targets only, not on target 'cpu'"):
+        mok.torch.MoELayer(spec, accumulate_main_grad=True, fuse_main_grad=True)
+    # An artifact compiled with main_grads: its kernel adds, by default;
+    # False (the add after the kernel) cannot be had from it.
+    adding = mok.GpuTrainingArtifact(
+        mok.GpuArtifact("// forward", {"function": "f_forward"}),
+        mok.GpuArtifact("// backward", {"function": "f_backward", "params": [
+            {"name": "d_gate_weights", "role": "output", "dtype": "f32",
+             "shape": [4, 32, 64], "accumulate": True}]}))
+    moe = mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=adding,
+                             accumulate_main_grad=True)
+    assert moe.layer.artifact.main_grads
+    with pytest.raises(ValueError, match="fuse_main_grad: False asks for bf16 dW added after "
+                       "the kernel, but artifact was compiled with main_grads=True"):
+        mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=adding,
+                           accumulate_main_grad=True, fuse_main_grad=False)
+    # An artifact of another chip than the module's target.
+    hopper = mok.GpuTrainingArtifact(
+        mok.GpuArtifact("// forward", {"function": "f_forward", "chip": "sm_90a"}),
+        mok.GpuArtifact("// backward", {"function": "f_backward", "chip": "sm_90a"}))
+    with pytest.raises(ValueError, match="artifact: compiled for sm_90a, the module's target "
+                       "is 'sm_100a'"):
+        mok.torch.MoELayer(spec, target="sm_100a", device=0, artifact=hopper)
     with pytest.raises(ValueError, match="artifact: compiled without main_grads"):
         mok.torch.MoELayer(spec, target="sm_90a", artifact=_training_artifact(),
                            accumulate_main_grad=True, fuse_main_grad=True)
@@ -443,7 +467,14 @@ def test_inference_artifact_is_checked_before_loading(monkeypatch):
     del moe  # (no module holds the shared layers: any load would show)
     import gc
     gc.collect()
-    with pytest.raises(ValueError, match="inference_artifact: its inputs"):
-        mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=training,
-                           inference_artifact=other)
+    broken = mok.GpuArtifact("// broken", {"function": "f", "params": [{"name": "x"}]})
+    for bad, error, match in (
+            (other, ValueError, "inference_artifact: its inputs"),
+            (training, TypeError, "inference_artifact: expected a mok.GpuArtifact"),
+            (mok.GpuArtifact("// hopper", hopper), ValueError,
+             "inference_artifact: compiled for sm_90a"),
+            (broken, ValueError, "inference_artifact: its metadata's params are malformed")):
+        with pytest.raises(error, match=match):
+            mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=training,
+                               inference_artifact=bad)
     assert loads == [training, inference]

@@ -354,6 +354,8 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
           });
         }
     };
+    assert(!p.storePairAligned == !p.pairsAligned &&
+           "storePairAligned goes with pairsAligned");
     auto stores = [&] {
       if (p.storePairAligned)
         e.ifThen(

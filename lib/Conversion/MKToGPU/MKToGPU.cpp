@@ -188,7 +188,7 @@ FailureOr<std::optional<mk::Engine>> checkEngines(gpu::GPUFuncOp func) {
         cast<MemRefType>(gemm.getOut().getType()).getDimSize(1) %
             (*gemm.getTile())[0])
       return gemm.emitOpError()
-             << "k_groups on wgmma: out's M ("
+             << "k_groups on the tensor-core engines: out's M ("
              << cast<MemRefType>(gemm.getOut().getType()).getDimSize(1)
              << ") must be a multiple of the tile's M (" << (*gemm.getTile())[0]
              << ")";

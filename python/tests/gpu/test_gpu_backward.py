@@ -304,3 +304,37 @@ def test_backward_argument_errors():
         layer.context_from_tensors(ctx.tensors()[:3])
     with pytest.raises(ValueError, match="d_x: overlaps the input d_out"):
         layer.backward(ctx, d_out, outputs={"d_x": d_out})
+
+
+def test_main_grads_off_8_byte_boundaries_add_the_same_bits():
+    """main_grads that are views 4 bytes off an 8-byte boundary (a flat fp32
+    buffer at odd element offsets, as a flat gradient buffer may hold them)
+    take the kernel's two 4-byte reductions a pair instead of one 8-byte
+    one: the sums are the aligned call's bit for bit, and the element
+    before the views is left alone."""
+    import torch
+    name = "maingrad_qwen3_ragged"
+    c = MAIN_GRAD_CASES[name]
+    layer = _layer(name)
+    args, d_out = _problem(c, _fresh_seed())
+    ref = torch_reference.backward(args, d_out, c["experts"], c.get("swiglu_limit"))
+    weights = [n for n in ref if n.endswith("_weights") and n != "router_weights"]
+    gen = torch.Generator().manual_seed(11)
+    before = {n: torch.randn(ref[n].shape, generator=gen).float().cuda() for n in weights}
+    aligned = {n: t.clone() for n, t in before.items()}
+    flat = torch.full((1 + sum(t.numel() for t in before.values()),), float("nan"),
+                      device="cuda")
+    views, at = {}, 1
+    for n, t in before.items():
+        views[n] = flat[at:at + t.numel()].view(t.shape)
+        views[n].copy_(t)
+        at += t.numel()
+    assert all(v.data_ptr() % 8 == 4 for v in views.values())
+    for main in (aligned, views):
+        _, ctx = layer.forward(**args)
+        layer.backward(ctx, d_out, main_grads=main)
+    torch.cuda.synchronize()
+    assert torch.isnan(flat[0])
+    for n in weights:
+        assert not torch.equal(aligned[n], before[n]), f"{name}: main_grad of {n} unchanged"
+        assert torch.equal(views[n], aligned[n]), f"{name}: main_grad of {n} differs"

@@ -499,7 +499,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @k_groups_ragged_m(%a: memref<108x96xbf16>, %b: memref<108x128xbf16>, %off: memref<5xi64>, %o: memref<4x96x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
-    // expected-error @+1 {{k_groups on wgmma: out's M (96) must be a multiple of the tile's M (64)}}
+    // expected-error @+1 {{k_groups on the tensor-core engines: out's M (96) must be a multiple of the tile's M (64)}}
     mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>)
         {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
         : memref<108x96xbf16>, memref<108x128xbf16> -> memref<4x96x128xbf16>

@@ -312,9 +312,8 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     `producer`; the kernel is compiled for the even share and gets it back
     after the phase.
 
-    The training forms (`simt` and `wgmma`, the latter without warp roles
-    or clusters, a gathered A only with `transpose_b` alone; `tcgen05`
-    refuses them by name in convert-mk-to-gpu):
+    The training forms (every engine; `wgmma` without warp roles or
+    clusters; a gathered A only with `transpose_b` alone):
     * `transpose_a`: `a` is `[K, M]` (M contiguous), `a(r, k) = a[k, r]`;
     * `transpose_b`: each B is `[K, N]` (`[E, K, N]` grouped),
       `b(c, k) = b[k, c]`;
@@ -334,9 +333,12 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       (`simt` sums `[offsets[e], offsets[e] + counts[e])`, the tensor
       cores stop after the k-tile that holds the last counted row);
     * an `f32` out (`store`): the fp32 accumulators, unrounded;
-    * `accumulate` (an `f32` out): `out += acc`, each element read, added
-      to in fp32 and written back by the one task that computes it
-      (weight gradients into Megatron-Core's fp32 `main_grad`).
+    * `accumulate` (an `f32` out): `out += acc`, in fp32, once per element
+      by the one task that computes it (weight gradients into
+      Megatron-Core's fp32 `main_grad`): `simt` reads, adds and writes
+      back; the tensor-core engines add by reductions in L2
+      (`red.global.add.f32`, in pairs on `wgmma`), the same sums but that
+      they flush subnormals to zero.
     `saves(%gate, %up)` (`swiglu`): also stores `bf16(acc_0)` and
     `bf16(acc_1)`, the activation's inputs (the backward context).
 
