@@ -285,10 +285,10 @@ class GpuMoEFunction(torch.autograd.Function):
         names = list(layer.arg_names)
         tensors = [t.detach() for t in ctx.saved_tensors]
         context = layer.context_from_tensors(tensors)
-        if layer.main_grads:  # the kernel adds into them
-            grads = layer.backward(context, d_out.contiguous(), main_grads=ctx.main_grads)
-            return _gradients(ctx, names, tensors, grads, added=True)
-        return _gradients(ctx, names, tensors, layer.backward(context, d_out.contiguous()))
+        added = layer.main_grads  # the kernel adds into them
+        grads = layer.backward(context, d_out.contiguous(),
+                               main_grads=ctx.main_grads if added else None)
+        return _gradients(ctx, names, tensors, grads, added=added)
 
 
 class MoELayer(torch.nn.Module):

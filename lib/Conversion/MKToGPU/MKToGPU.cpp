@@ -1330,14 +1330,6 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
     }
   };
   bool accumulate = op.getAccumulate();
-  // (accumulate: the shared-memory epilogue's element added to out's by a
-  // reduction in L2, reduceAt below.)
-  std::function<void(Value, Value, ValueRange)> reduceAt;
-  auto storePlain = [&](Value row, Value col, Value y, Value) {
-    if (accumulate)
-      return reduceAt(row, col, y);
-    e.storeRounded(y, out, outAt(row, col));
-  };
   // Two adjacent columns at once: one 4-byte store of both bf16 values
   // when the buffer is 4-byte aligned (uniform; the runtime's workspace
   // is), else the two scalar stores. The same rounding either way.
@@ -1447,12 +1439,19 @@ void KernelLowering::lowerTensorCores(mk::GemmOp op) {
   // subnormals, which red's f32 add flushes to zero). One 8-byte
   // reduction of the pair when out is 8-byte aligned (pairReduce8, chosen
   // once a tile by the register epilogue), else two 4-byte ones.
-  reduceAt = [&](Value row, Value col, ValueRange y) {
+  auto reduceAt = [&](Value row, Value col, ValueRange y) {
     Value ptr = at(outBase, e.add(e.mul(row, e.index(n)), col),
                    /*elementBytes=*/4);
     gemm::reduceAddGlobalF32(
         e.b, e.loc, LLVM::PtrToIntOp::create(e.b, e.loc, e.b.getI64Type(), ptr),
         y);
+  };
+  // One result (the shared-memory epilogue's): stored rounded, or with
+  // accumulate added to out's by a reduction.
+  auto storePlain = [&](Value row, Value col, Value y, Value) {
+    if (accumulate)
+      return reduceAt(row, col, y);
+    e.storeRounded(y, out, outAt(row, col));
   };
   auto pairReduce8 = [&](Value row, Value col, ArrayRef<Value> y,
                          ArrayRef<Value>) {
