@@ -23,8 +23,9 @@ constexpr int32_t kTmemColumns = 256;
 /// Memory allocation. Call `finish()` after the last GEMM phase (after a
 /// CTA-wide barrier): it frees the Tensor Memory.
 std::unique_ptr<gemm::GemmEmitter>
-createGemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-                  ArrayRef<std::pair<int64_t, int64_t>> prefetch);
+createGemmEmitter(Emitter &e, mlir::gpu::GPUModuleOp module,
+                  mlir::Value tensorMaps,
+                  mlir::ArrayRef<std::pair<int64_t, int64_t>> prefetch);
 
 } // namespace mok::conversion::sm100
 

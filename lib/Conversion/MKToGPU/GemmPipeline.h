@@ -12,7 +12,7 @@
 #define MOK_LIB_CONVERSION_MKTOGPU_GEMMPIPELINE_H
 
 #include "mok/Conversion/Common/ScalarEmitter.h"
-#include "mok/Conversion/MKToGPU/MKToGPU.h"
+#include "mok/Dialect/MK/IR/MKSchedule.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
@@ -28,8 +28,8 @@ class DialectRegistry;
 namespace mok::conversion::gemm {
 
 // The schedule (tile, stages, threads) is the one convert-moe-to-mk plans
-// with (mok/Conversion/MKToGPU/MKToGPU.h); convert-mk-to-gpu refuses others.
-using namespace mok::mk_schedule;
+// with (mok/Dialect/MK/IR/MKSchedule.h); convert-mk-to-gpu refuses others.
+using namespace mok::mk::schedule;
 constexpr unsigned kThreads = kWarpgroup;
 
 /// The shared-memory stage ring: per stage [A tileM x 64 | B_0 tileN x 64 |
@@ -50,25 +50,11 @@ constexpr int64_t kK16Bytes = 16 * kBf16;
 int64_t dynamicSharedMemoryBytes(bool sm90);
 
 /// The dialects the GEMM phases (of either chip) create ops of.
-void insertDialects(DialectRegistry &registry);
+void insertDialects(mlir::DialectRegistry &registry);
 
 /// A memref in shared memory (workgroup address space).
-MemRefType smemType(MLIRContext *ctx, ArrayRef<int64_t> shape, Type elt);
-
-/// A streaming store (st.global.cs: evict-first in L1 and L2) of one, two
-/// or four 32-bit `words` (i32) at global address `address` (i64, aligned
-/// to their size): for GEMM outputs, read once by a later phase.
-void storeGlobalStreaming(OpBuilder &b, Location loc, Value address,
-                          ValueRange words);
-/// The same of a 16-byte vector `value` (its four 32-bit words).
-void storeGlobalStreaming16(OpBuilder &b, Location loc, Value address,
-                            Value value);
-/// Adds one or two f32 `values` to the f32 elements at global address
-/// `address` (i64, aligned to their size) by a reduction in L2
-/// (red.global.add[.v2].f32; sm_90 for the pair): no value comes back, so
-/// the thread does not wait for memory. f32 red flushes subnormals.
-void reduceAddGlobalF32(OpBuilder &b, Location loc, Value address,
-                        ValueRange values);
+mlir::MemRefType smemType(mlir::MLIRContext *ctx, mlir::ArrayRef<int64_t> shape,
+                          mlir::Type elt);
 
 /// One tensor-core mk.gemm: for each task (m-tile, n-tile),
 ///   acc_j[r, c] = sum_k A[m0 + r, k] * B_j[n0 + c, k]
@@ -83,18 +69,21 @@ struct GemmPhase {
   std::optional<int64_t> b1; // (first) slot of B_1
   int64_t k;                 // a multiple of kTileK
   int64_t n;                 // output columns; n-tiles of tileN
-  Value rows;                // A rows to compute (index)
+  mlir::Value rows;          // A rows to compute (index)
   /// Grouped GEMMs: the expert of the m-tile at A row m0 (uniform in the
   /// tile), index; null otherwise.
-  function_ref<Value(Value m0)> expertOf;
+  mlir::function_ref<mlir::Value(mlir::Value m0)> expertOf;
   /// Stores one result element (acc_1 is null without B_1).
-  function_ref<void(Value row, Value col, Value acc0, Value acc1)> store;
+  mlir::function_ref<void(mlir::Value row, mlir::Value col, mlir::Value acc0,
+                          mlir::Value acc1)>
+      store;
   /// Stores the result elements (row, col) and (row, col + 1), col even:
   /// acc0 and acc1 hold their two values each (acc1 empty without B_1).
   /// The register epilogue uses it when given (then n is even); with a
   /// producer it must be given.
-  function_ref<void(Value row, Value col, ArrayRef<Value> acc0,
-                    ArrayRef<Value> acc1)>
+  mlir::function_ref<void(mlir::Value row, mlir::Value col,
+                          mlir::ArrayRef<mlir::Value> acc0,
+                          mlir::ArrayRef<mlir::Value> acc1)>
       storePair;
   /// Output columns of a tile: kTileN, or 2 * kTileN with one B operand
   /// (the same stage bytes; sm_90a only).
@@ -109,12 +98,12 @@ struct GemmPhase {
   /// matrix [*, k] at global address gatherSource (i64); a negative entry
   /// (a padding row) is a row of zeros. The consumer threads (with a
   /// producer, the producer warpgroup's) copy the rows with cp.async, 16
-  /// bytes at a time, into the 128-byte-swizzled A box (the swizzle done by hand), so
-  /// rows must be 16-byte aligned: the map at slot `a` (one-row boxes), never
-  /// read on the device, is there for the runtime to check that when it
-  /// encodes it. Null otherwise.
-  Value gatherRows;
-  Value gatherSource;
+  /// bytes at a time, into the 128-byte-swizzled A box (the swizzle done by
+  /// hand), so rows must be 16-byte aligned: the map at slot `a` (one-row
+  /// boxes), never read on the device, is there for the runtime to check that
+  /// when it encodes it. Null otherwise.
+  mlir::Value gatherRows;
+  mlir::Value gatherSource;
   int64_t gatherTopK = 0;
   /// Grouped: row r is a padding row (results unspecified) when
   /// paddingRows[r] < 0 (i64); padding ends each segment, so a 64-row half
@@ -122,32 +111,37 @@ struct GemmPhase {
   /// skips such a half's MMAs and stores (one B operand, two consumers,
   /// register epilogue after an early prefetch). Null: every row is
   /// computed.
-  Value paddingRows;
+  mlir::Value paddingRows;
   /// Optionally, storePair's form for outputs whose pairs are aligned
   /// (8-byte f32 pairs): the register epilogue stores through it when
   /// `pairsAligned` (i1, uniform) holds, else through storePair, one test
   /// a tile (a test a pair made ptxas spill the accumulators there).
-  function_ref<void(Value row, Value col, ArrayRef<Value> acc0,
-                    ArrayRef<Value> acc1)>
+  mlir::function_ref<void(mlir::Value row, mlir::Value col,
+                          mlir::ArrayRef<mlir::Value> acc0,
+                          mlir::ArrayRef<mlir::Value> acc1)>
       storePairAligned;
-  Value pairsAligned;
+  mlir::Value pairsAligned;
   /// The register epilogue's rounding: the results of columns (col, col +
   /// 1) as storePair would store them, two bf16 packed in an i32 (col's in
   /// the low half). With it, n % 8 == 0 and `outAligned16`, the sm_90a
   /// register epilogue stages each warp's results in shared memory and
   /// stores whole 16-byte row pieces (st.global.cs.v4) to the bf16 [*, n]
   /// output at global address `outAddress` (i64); else storePair.
-  function_ref<Value(ArrayRef<Value> acc0, ArrayRef<Value> acc1)> packPair;
-  Value outAddress;
-  Value outAligned16; // i1, uniform (and every alsoStaged output's)
+  mlir::function_ref<mlir::Value(mlir::ArrayRef<mlir::Value> acc0,
+                                 mlir::ArrayRef<mlir::Value> acc1)>
+      packPair;
+  mlir::Value outAddress;
+  mlir::Value outAligned16; // i1, uniform (and every alsoStaged output's)
   /// More bf16 [*, n] outputs the staged epilogue stores after the first,
   /// each from its own packing of the pairs (the swiglu epilogue's saves:
   /// gate and up). storePair stores them too when the staging is not used.
   struct StagedOutput {
-    function_ref<Value(ArrayRef<Value> acc0, ArrayRef<Value> acc1)> pack;
-    Value address;
+    mlir::function_ref<mlir::Value(mlir::ArrayRef<mlir::Value> acc0,
+                                   mlir::ArrayRef<mlir::Value> acc1)>
+        pack;
+    mlir::Value address;
   };
-  SmallVector<StagedOutput, 2> alsoStaged;
+  mlir::SmallVector<StagedOutput, 2> alsoStaged;
   /// Whether the kernel's next step is a grid barrier (else, with warp
   /// roles that move registers, a CTA barrier ends the GEMM).
   bool gridBarrierFollows = false;
@@ -171,11 +165,11 @@ struct GemmPhase {
   /// * groupRows) (rows = groups * groupRows, a multiple of tileM) sum over
   /// K rows [kOffsets[g], kOffsets[g + 1]) (i64, multiples of 64) of A and
   /// B, each task its group's k-tiles (none: zeros). `k` is unused.
-  Value kOffsets;
+  mlir::Value kOffsets;
   /// With kOffsets, optionally: group g's rows from kOffsets[g] +
   /// kCounts[g] on are zero padding; its k-tiles stop after the one that
   /// holds the last counted row.
-  Value kCounts;
+  mlir::Value kCounts;
   int64_t groupRows = 0;
   /// n-tiles of the output.
   int64_t nTiles() const { return (n + tileN - 1) / tileN; }
@@ -205,24 +199,25 @@ struct WarpRoles {
 
 /// One task of a phase: its tile origin and its operands' tensor maps.
 struct Task {
-  Value m0, n0;
-  Value mapA, mapB0, mapB1; // !nvgpu.tensormap.descriptor (mapB1 may be null)
-  Value mapA2, mapB2;       // concat's second pair (null without)
+  mlir::Value m0, n0;
+  mlir::Value mapA, mapB0,
+      mapB1;                // !nvgpu.tensormap.descriptor (mapB1 may be null)
+  mlir::Value mapA2, mapB2; // concat's second pair (null without)
   /// K in groups: the task's k-tiles and first K row (index), and A's M
   /// coordinate (m0 within the group). Null otherwise (k / 64 k-tiles from
   /// row 0; A at m0).
-  Value kTiles, kBase, aCol;
+  mlir::Value kTiles, kBase, aCol;
   /// Gathered A: per pass i (planGather), this thread's 16-byte
   /// chunk of its tile row: the source address at k-tile 0 (i64), the bytes
   /// to copy (i32: 16, or 0 for a padding row, which cp.async fills with
   /// zeros) and the destination's byte offset in the stage's A box (index).
-  SmallVector<Value, 4> gatherSrc, gatherBytes, gatherDst;
+  mlir::SmallVector<mlir::Value, 4> gatherSrc, gatherBytes, gatherDst;
   /// Clusters of 2: whether the pair's two tasks read the same B boxes
   /// (i1: each CTA then multicasts one half), and whether this task's
   /// results are stored (i1: false for the copy of its partner's task that
   /// a CTA runs when the phase has no task left for it, which keeps the
   /// pair's k-tile counts equal).
-  Value multicast, live;
+  mlir::Value multicast, live;
 };
 
 /// Gathered A: a tile row's k-tile is 128 bytes, 8 chunks of 16 bytes; the
@@ -262,50 +257,53 @@ public:
 
 protected:
   /// `prefetch`: (slot, box rows) of the maps to prefetch once.
-  GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-              ArrayRef<std::pair<int64_t, int64_t>> prefetch,
+  GemmEmitter(Emitter &e, mlir::gpu::GPUModuleOp module, mlir::Value tensorMaps,
+              mlir::ArrayRef<std::pair<int64_t, int64_t>> prefetch,
               const WarpRoles &roles, bool sm90);
 
   Emitter &e;
   WarpRoles roles;
-  Value emptyBarriers; // with a producer: one per stage, consumer warps arrive
-  Value mapsBase;      // address of the tensor map slots (i64)
-  Value smem;          // the dynamic shared memory, i8
-  Value smemBase;      // its shared-window address (index)
-  Value pad;           // bytes from smemBase to the 1024-aligned ring
+  mlir::Value
+      emptyBarriers;    // with a producer: one per stage, consumer warps arrive
+  mlir::Value mapsBase; // address of the tensor map slots (i64)
+  mlir::Value smem;     // the dynamic shared memory, i8
+  mlir::Value smemBase; // its shared-window address (index)
+  mlir::Value pad;      // bytes from smemBase to the 1024-aligned ring
   /// sm_90a: byte offset (from smem) of the register epilogue's staging
   /// (kEpilogueWarpBytes per consumer warp), after the ring.
-  Value staging;
-  Value barriers; // the full barriers, one per stage
-  Value tid, isThread0;
+  mlir::Value staging;
+  mlir::Value barriers; // the full barriers, one per stage
+  mlir::Value tid, isThread0;
   /// Clusters of 2: the shared-window address (index) of the per-stage
   /// empty barriers (i64 each; arrival count 2), this CTA's rank in the
   /// cluster (index) and the partner's (i32).
-  Value clusterEmpty, rank, peer;
-  Value iteration; // k-tiles this CTA has consumed so far
+  mlir::Value clusterEmpty, rank, peer;
+  mlir::Value iteration; // k-tiles this CTA has consumed so far
   /// Values of the MMA layer carried across tasks and phases along with
   /// `iteration` (yielded by the task loops and the warpgroup's scf.if).
-  SmallVector<Value> carried;
+  mlir::SmallVector<mlir::Value> carried;
 
   /// The tensor map in slot `slot` (index), typed for boxes of `boxRows`.
-  Value mapAt(Value slot, int64_t boxRows);
+  mlir::Value mapAt(mlir::Value slot, int64_t boxRows);
   /// Thread 0: k-tile `kTile` of the task into the stage of k-tile number
   /// `g` (arrive.expect_tx on its full barrier, then the TMA loads). With
   /// clusters of 2 it first waits until both CTAs released the stage's
   /// previous k-tile, and loads the B boxes as two 128-row halves: with
   /// t.multicast, half `rank` only, into both CTAs.
-  void load(const GemmPhase &p, Value g, Value kTile, const Task &t);
+  void load(const GemmPhase &p, mlir::Value g, mlir::Value kTile,
+            const Task &t);
   /// Gathered A: plans this thread's chunks of task `t`'s rows (t.gatherSrc,
   /// gatherBytes, gatherDst), one pass per threads / 8 rows, for the
   /// `threads` threads that copy them, `index` (index) its rank among them.
-  void planGather(const GemmPhase &p, Task &t, Value index, int64_t threads);
+  void planGather(const GemmPhase &p, Task &t, mlir::Value index,
+                  int64_t threads);
   /// Gathered A: every copying thread starts copying its chunks of k-tile
   /// `kTile` into the stage of k-tile number `g` (cp.async, not yet
   /// committed). The loading thread's `load` of the same k-tile expects
   /// B's bytes only; the consumers' copies are waited for with
   /// `gatheredRowsLanded`, the producer warpgroup's complete on the stage's
   /// full barrier (producerTasks).
-  void loadGatheredRows(const GemmPhase &p, Value g, Value kTile,
+  void loadGatheredRows(const GemmPhase &p, mlir::Value g, mlir::Value kTile,
                         const Task &t);
   /// Gathered A: this thread's copies are complete but for its `pending`
   /// most recent cp.async groups, and visible to the async proxy (wgmma):
@@ -317,22 +315,22 @@ protected:
   void fenceAsyncShared();
   /// An LLVM pointer (shared address space) to shared-window address
   /// `address` (index; smemBase plus a byte offset).
-  Value sharedPointer(Value address);
+  mlir::Value sharedPointer(mlir::Value address);
   /// bar.sync on named barrier 1 for the first `warpgroups` warpgroups.
   void syncWarpgroup(int64_t warpgroups = 1);
   /// A view of the dynamic shared memory at `byteOffset` (from smem).
-  Value view(Value byteOffset, MemRefType type);
+  mlir::Value view(mlir::Value byteOffset, mlir::MemRefType type);
   /// The byte offset of the stage of k-tile number `g` (from smem).
-  Value stageOffset(Value g);
+  mlir::Value stageOffset(mlir::Value g);
   /// The parity of the phase of the stage barrier that k-tile number `g`
   /// completes (each stage barrier completes once per kStages k-tiles).
-  Value phaseParity(Value g);
+  mlir::Value phaseParity(mlir::Value g);
 
   /// Clusters of 2, thread 0: this CTA is done with the stage of k-tile
   /// number `g` (every consumer warp's MMAs reading it are complete): an
   /// arrival on this CTA's and on the partner's empty barrier of the stage.
   /// Every k-tile is released once, in order.
-  void clusterRelease(Value g);
+  void clusterRelease(mlir::Value g);
   /// Clusters: every thread of both CTAs of the pair meets (a CTA-wide
   /// barrier too).
   void clusterBarrier();
@@ -347,7 +345,7 @@ protected:
   /// consumers release k-tile g - 1 after issuing k-tile g, every k-tile:
   /// first a virtual k-tile -1 (stage kStages - 1, which the producer
   /// counts), and the last k-tile of a task with the next task's first.
-  void release(Value g);
+  void release(mlir::Value g);
 
   /// Whether the MMA layer calls `onStagesFree` (when set) once a task's
   /// MMAs are complete, all consumers past them, and then stores the
@@ -360,7 +358,7 @@ protected:
   /// Thread 0, before it loads k-tile number `g` into its stage: wait until
   /// the stage is free. The default does nothing (the MMA layer leaves every
   /// stage it consumed free).
-  virtual void acquire(Value g) {}
+  virtual void acquire(mlir::Value g) {}
 
   /// The MMA/accumulator layer: run by the consumer warpgroups for task `t`,
   /// whose k-tiles are numbered from `it` and whose first
@@ -373,8 +371,8 @@ protected:
   /// shared epilogue follows), or store every element itself (`p.store` or
   /// `p.storePair`; then call `onStagesFree` first when it is set) and
   /// return nothing. It may update `carried`.
-  virtual SmallVector<Value> accumulate(const GemmPhase &p, Value it,
-                                        const Task &t) = 0;
+  virtual mlir::SmallVector<mlir::Value>
+  accumulate(const GemmPhase &p, mlir::Value it, const Task &t) = 0;
 
 private:
   void tasks(const GemmPhase &p);
@@ -384,21 +382,22 @@ private:
   void producerTasks(const GemmPhase &p);
   void emitWarpSpecialized(const GemmPhase &p);
   /// The phase's m-tiles (index) and tasks (m-tiles x n-tiles).
-  Value mTiles(const GemmPhase &p);
-  Value taskCount(const GemmPhase &p);
+  mlir::Value mTiles(const GemmPhase &p);
+  mlir::Value taskCount(const GemmPhase &p);
   /// Task number `task` of the phase (the grouped raster).
-  Task taskAt(const GemmPhase &p, Value task);
+  Task taskAt(const GemmPhase &p, mlir::Value task);
   /// The tile origin (m0, n0) of task number `task`.
-  std::pair<Value, Value> tileOf(const GemmPhase &p, Value task);
+  std::pair<mlir::Value, mlir::Value> tileOf(const GemmPhase &p,
+                                             mlir::Value task);
   /// The task a CTA runs in the round of the task loop at `first` (its
   /// induction variable; `tasks` the phase's taskCount): task `first`
   /// itself, or with clusters of 2 the pair's task first + rank (or, past
   /// the last task, a copy of task `first` that stores nothing), with
   /// `multicast` set.
-  Task taskOfRound(const GemmPhase &p, Value first, Value tasks);
+  Task taskOfRound(const GemmPhase &p, mlir::Value first, mlir::Value tasks);
   /// The empty barrier of stage `stage` (index), a shared pointer.
-  Value emptyBarrier(Value stage);
-  Value i32(int64_t v);
+  mlir::Value emptyBarrier(mlir::Value stage);
+  mlir::Value i32(int64_t v);
   /// setmaxnreg (increase or decrease) to `count` registers.
   void setRegisters(int64_t count, bool increase);
 };

@@ -38,6 +38,7 @@
 //     (the consumer barriers and refills stay) and stores nothing.
 //
 #include "Hopper.h"
+#include "GlobalAccess.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"

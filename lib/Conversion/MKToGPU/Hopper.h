@@ -14,8 +14,9 @@ namespace mok::conversion::sm90 {
 /// The GEMM phases of one sm_90a kernel; emits the one-time setup at the
 /// builder's insertion point (see gemm::GemmEmitter).
 std::unique_ptr<gemm::GemmEmitter>
-createGemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-                  ArrayRef<std::pair<int64_t, int64_t>> prefetch,
+createGemmEmitter(Emitter &e, mlir::gpu::GPUModuleOp module,
+                  mlir::Value tensorMaps,
+                  mlir::ArrayRef<std::pair<int64_t, int64_t>> prefetch,
                   const gemm::WarpRoles &roles);
 
 } // namespace mok::conversion::sm90

@@ -11,7 +11,7 @@
 // stages and task order per shape.
 //
 #include "mok/Conversion/MoEToMK/MoEToMK.h"
-#include "mok/Conversion/MKToGPU/MKToGPU.h"
+#include "mok/Dialect/MK/IR/MKSchedule.h"
 #include "mok/Dialect/MK/IR/MKOps.h"
 #include "mok/Dialect/MoE/IR/MoEOps.h"
 
@@ -28,7 +28,7 @@ namespace mok {
 using namespace mlir;
 using namespace mok;
 using namespace mok::moe;
-namespace sched = mok::mk_schedule;
+namespace sched = mok::mk::schedule;
 
 namespace {
 
@@ -382,22 +382,28 @@ struct GemmPlan {
   /// consumers when set.
   bool producer = false;
   DenseI64ArrayAttr registers;
+  /// wgmma in clusters of 2 CTAs: the pair's tasks share each B box.
+  bool multicast = false;
   /// out += the product (an f32 out: main_grad += dW).
   bool accumulate = false;
 };
 
 void createGemm(OpBuilder &b, Location loc, const GemmPlan &g) {
   bool tc = !g.maps.empty();
+  MLIRContext *ctx = b.getContext();
+  mk::GemmScheduleAttr schedule =
+      tc ? mk::GemmScheduleAttr::get(
+               ctx, g.engine, {g.tileM, g.tileN, sched::kTileK},
+               sched::kStages, g.producer,
+               g.producer && g.registers ? g.registers.asArrayRef()
+                                         : ArrayRef<int64_t>(),
+               g.multicast)
+         : mk::GemmScheduleAttr::get(ctx, mk::Engine::simt);
   mk::GemmOp::create(
-      b, loc, tc ? g.engine : mk::Engine::simt, g.epilogue, g.a, g.b, g.out,
-      g.rowExpert, g.offsets, tc ? g.tensorMaps : Value(), g.gatherRows,
-      tc ? g.paddingRows : Value(), g.a2, g.kOffsets, g.kCounts, g.saves,
-      g.limit,
-      tc ? b.getDenseI64ArrayAttr({g.tileM, g.tileN, sched::kTileK})
-         : DenseI64ArrayAttr(),
-      tc ? b.getI64IntegerAttr(sched::kStages) : IntegerAttr(),
+      b, loc, g.epilogue, g.a, g.b, g.out, g.rowExpert, g.offsets,
+      tc ? g.tensorMaps : Value(), g.gatherRows, tc ? g.paddingRows : Value(),
+      g.a2, g.kOffsets, g.kCounts, g.saves, schedule, g.limit,
       tc ? b.getDenseI64ArrayAttr(g.maps) : DenseI64ArrayAttr(),
-      tc && g.producer, tc && g.producer ? g.registers : DenseI64ArrayAttr(),
       g.gatherRows ? b.getI64IntegerAttr(g.gatherTopK) : IntegerAttr(),
       g.transposeA, g.transposeB, g.accumulate);
 }
@@ -407,7 +413,8 @@ void createGemm(OpBuilder &b, Location loc, const GemmPlan &g) {
 void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
                   ArrayRef<Param> params, gpu::GPUFuncOp func,
                   std::optional<mk::Engine> engine, const MapSlots &slots,
-                  int64_t tileM, int64_t storeTileN, bool warpSpecialize) {
+                  int64_t tileM, int64_t storeTileN, bool warpSpecialize,
+                  int64_t cluster) {
   Location loc = layer.getLoc();
   Schedule frame(b, loc, params, func);
   llvm::StringMap<Value> &buf = frame.buf;
@@ -467,6 +474,7 @@ void emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
         g.paddingRows = buf["row_route"];
       g.producer = warpRoles;
       g.registers = registers;
+      g.multicast = cluster > 1;
     }
     createGemm(b, loc, g);
   };
@@ -1128,7 +1136,7 @@ struct ConvertMoEToMKPass
                                               : ArrayRef<StringRef>(),
                                       cluster));
       emitSchedule(b, layer, s, params, kernel, engine, slots, tileM,
-                   storeTileN, warpSpecialize);
+                   storeTileN, warpSpecialize, cluster);
     }
     for (auto [func, grad] : grads) {
       Sizes s = sizesOf(grad);

@@ -253,69 +253,69 @@ gpu.module @swiglu_grad {
 
 gpu.module @gemms {
   gpu.func @f32_out(%a: memref<40x64xbf16>, %b: memref<16x64xbf16>, %o: memref<40x16xf32>) kernel {
-    mk.gemm simt store %a, %b into %o : memref<40x64xbf16>, memref<16x64xbf16> -> memref<40x16xf32>
+    mk.gemm store %a, %b into %o schedule <simt> : memref<40x64xbf16>, memref<16x64xbf16> -> memref<40x16xf32>
     gpu.return
   }
 
   gpu.func @transpose_a(%xt: memref<64x40xbf16>, %b: memref<16x64xbf16>, %o: memref<40x16xbf16>) kernel {
-    mk.gemm simt store %xt, %b into %o {transpose_a} : memref<64x40xbf16>, memref<16x64xbf16> -> memref<40x16xbf16>
+    mk.gemm store %xt, %b into %o schedule <simt> {transpose_a} : memref<64x40xbf16>, memref<16x64xbf16> -> memref<40x16xbf16>
     gpu.return
   }
 
   gpu.func @concat(%dg: memref<108x32xbf16>, %du: memref<108x32xbf16>, %wg: memref<4x32x64xbf16>, %wu: memref<4x32x64xbf16>,
                    %drx: memref<108x64xbf16>, %re: memref<108xi64>, %off: memref<5xi64>) kernel {
-    mk.gemm simt store %dg, %wg, %wu into %drx grouped(%re, %off : memref<108xi64>, memref<5xi64>)
-        concat(%du : memref<108x32xbf16>) {transpose_b}
+    mk.gemm store %dg, %wg, %wu into %drx grouped(%re, %off : memref<108xi64>, memref<5xi64>)
+        concat(%du : memref<108x32xbf16>) schedule <simt> {transpose_b}
         : memref<108x32xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x64xbf16>
     gpu.return
   }
 
   gpu.func @k_groups(%dy: memref<108x64xbf16>, %h: memref<108x32xbf16>, %dwd: memref<4x64x32xbf16>, %off: memref<5xi64>) kernel {
-    mk.gemm simt store %dy, %h into %dwd k_groups(%off : memref<5xi64>) {transpose_a, transpose_b}
+    mk.gemm store %dy, %h into %dwd k_groups(%off : memref<5xi64>) schedule <simt> {transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
     gpu.return
   }
 
   gpu.func @k_counts(%dy: memref<108x64xbf16>, %h: memref<108x32xbf16>, %dwd: memref<4x64x32xbf16>, %off: memref<5xi64>, %cnt: memref<4xi64>) kernel {
-    mk.gemm simt store %dy, %h into %dwd k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>) {transpose_a, transpose_b}
+    mk.gemm store %dy, %h into %dwd k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>) schedule <simt> {transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
     gpu.return
   }
 
   gpu.func @k_counts_wgmma(%a: memref<108x64xbf16>, %b: memref<108x128xbf16>, %o: memref<4x64x128xbf16>, %off: memref<5xi64>, %cnt: memref<4xi64>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>, transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x128xbf16> -> memref<4x64x128xbf16>
     gpu.return
   }
 
   gpu.func @k_groups_accumulate(%dy: memref<108x64xbf16>, %h: memref<108x32xbf16>, %mg: memref<4x64x32xf32>, %off: memref<5xi64>, %cnt: memref<4xi64>) kernel {
-    mk.gemm simt store %dy, %h into %mg k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>) {accumulate, transpose_a, transpose_b}
+    mk.gemm store %dy, %h into %mg k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>) schedule <simt> {accumulate, transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xf32>
     gpu.return
   }
 
   gpu.func @k_groups_accumulate_wgmma(%a: memref<108x64xbf16>, %b: memref<108x128xbf16>, %o: memref<4x64x128xf32>, %off: memref<5xi64>, %cnt: memref<4xi64>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>)
-        {accumulate, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {accumulate, maps = array<i64: 0, 1>, transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x128xbf16> -> memref<4x64x128xf32>
     gpu.return
   }
 
   gpu.func @k_groups_accumulate_tcgen05(%a: memref<108x64xbf16>, %b: memref<108x128xbf16>, %o: memref<4x64x128xf32>, %off: memref<5xi64>, %cnt: memref<4xi64>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a", dynamic_shared_memory = 197632}} {
-    mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>)
-        {accumulate, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<4xi64>)
+        schedule <tcgen05, tile = [64, 128, 64], stages = 4> {accumulate, maps = array<i64: 0, 1>, transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x128xbf16> -> memref<4x64x128xf32>
     gpu.return
   }
 
   gpu.func @saves(%x: memref<108x64xbf16>, %wg: memref<4x32x64xbf16>, %wu: memref<4x32x64xbf16>, %h: memref<108x32xbf16>,
                   %g: memref<108x32xbf16>, %u: memref<108x32xbf16>, %re: memref<108xi64>, %off: memref<5xi64>) kernel {
-    mk.gemm simt swiglu %x, %wg, %wu into %h grouped(%re, %off : memref<108xi64>, memref<5xi64>)
-        saves(%g, %u : memref<108x32xbf16>, memref<108x32xbf16>)
+    mk.gemm swiglu %x, %wg, %wu into %h grouped(%re, %off : memref<108xi64>, memref<5xi64>)
+        saves(%g, %u : memref<108x32xbf16>, memref<108x32xbf16>) schedule <simt>
         : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
     gpu.return
   }

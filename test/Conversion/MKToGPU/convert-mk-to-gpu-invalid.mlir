@@ -51,8 +51,8 @@ gpu.module @k {
   gpu.func @engine_chip(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a", dynamic_shared_memory = 197632}} {
     // expected-error @+1 {{the wgmma engine needs a sm_90a kernel (mok.kernel chip = "sm_90a"), got "sm_100a"}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -64,8 +64,8 @@ gpu.module @k {
   gpu.func @smem(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 197632 : i64}} {
     // expected-error @+1 {{the wgmma engine uses 214016 bytes of dynamic shared memory, but mok.kernel dynamic_shared_memory is 197632}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -78,8 +78,8 @@ gpu.module @k {
   gpu.func @no_smem(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a"}} {
     // expected-error @+1 {{the wgmma engine uses 214016 bytes of dynamic shared memory, but mok.kernel has no dynamic_shared_memory (the runtime would launch with 0)}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -91,8 +91,8 @@ gpu.module @k {
   gpu.func @no_chip(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>} {
     // expected-error @+1 {{the tcgen05 engine needs a sm_100a kernel (mok.kernel chip = "sm_100a"), got none}}
-    mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <tcgen05, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -104,8 +104,8 @@ gpu.module @k {
   gpu.func @tile(%a: memref<128x64xbf16>, %b: memref<256x64xbf16>, %o: memref<128x256xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{tile [128, 256, 64] with 3 stages is not implemented; the lowering supports tile [64, 128, 64] with 4 stages}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 3 : i64, tile = array<i64: 128, 256, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 256, 64], stages = 3> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<256x64xbf16> -> memref<128x256xbf16>
     gpu.return
   }
@@ -117,8 +117,8 @@ gpu.module @k {
   gpu.func @block(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 128, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{tensor-core GEMMs of 64-row tiles need a kernel with known_block_size = [256, 1, 1]}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -130,12 +130,12 @@ gpu.module @k {
   gpu.func @two_map_buffers(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>,
                             %o2: memref<64x128xbf16>, %m: memref<32xi64>, %m2: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     // expected-error @+1 {{a kernel's tensor-core GEMMs must read one tensor_maps buffer}}
-    mk.gemm wgmma store %a, %b into %o2 maps(%m2 : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %a, %b into %o2 maps(%m2 : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -149,8 +149,8 @@ gpu.module @k {
   gpu.func @wide_tcgen05(%a: memref<64x64xbf16>, %b: memref<256x64xbf16>, %o: memref<64x256xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a", dynamic_shared_memory = 197632}} {
     // expected-error @+1 {{tile [64, 256, 64] with 4 stages is not implemented; the lowering supports tile [64, 128, 64] with 4 stages (and, for wgmma, M = 128, and N = 256 with one B operand)}}
-    mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 256, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <tcgen05, tile = [64, 256, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<256x64xbf16> -> memref<64x256xbf16>
     gpu.return
   }
@@ -163,8 +163,8 @@ gpu.module @k {
   gpu.func @tile_k(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{tile [64, 128, 32] with 4 stages is not implemented}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 32>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 32], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -178,12 +178,12 @@ gpu.module @k {
   gpu.func @mixed_heights(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>,
                           %o2: memref<128x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
     // expected-error @+1 {{a kernel's tensor-core GEMMs must have one tile height; got 128 after 64}}
-    mk.gemm wgmma store %a, %b into %o2 maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+    mk.gemm store %a, %b into %o2 maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
     gpu.return
   }
@@ -201,8 +201,8 @@ gpu.module @k {
     mk.pad_offsets %c into %off {padding = 64 : i64} : memref<4xi64>, memref<5xi64>
     mk.grid_barrier %bar : memref<2xi32>
     // expected-error @+1 {{map slot 1 (+4) is out of the tensor_maps buffer's 2 slots}}
-    mk.gemm wgmma store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<4x128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -219,8 +219,8 @@ gpu.module @k {
     mk.pad_offsets %c into %off {padding = 64 : i64} : memref<4xi64>, memref<5xi64>
     mk.grid_barrier %bar : memref<2xi32>
     // expected-error @+1 {{expert segments are padded to 64 rows, not a multiple of the tile's 128: a tile would span two experts}}
-    mk.gemm wgmma store %a, %b into %o grouped(%re, %off : memref<128xi64>, memref<5xi64>) maps(%m : memref<96xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+    mk.gemm store %a, %b into %o grouped(%re, %off : memref<128xi64>, memref<5xi64>) maps(%m : memref<96xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<4x128x64xbf16> -> memref<128x128xbf16>
     gpu.return
   }
@@ -232,8 +232,8 @@ gpu.module @k {
   gpu.func @producer_block(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %o2: memref<128x127xbf16>, %b2: memref<127x64xbf16>, %o3: memref<128x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{tensor-core GEMMs with a producer of 128-row tiles need a kernel with known_block_size = [384, 1, 1]}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>, producer}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4, producer> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
     gpu.return
   }
@@ -244,12 +244,12 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @mixed_roles(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %o2: memref<128x127xbf16>, %b2: memref<127x64xbf16>, %o3: memref<128x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>, producer}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4, producer> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
     // expected-error @+1 {{a kernel's tensor-core GEMMs must have the same warp roles (producer, registers)}}
-    mk.gemm wgmma store %a, %b into %o3 maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+    mk.gemm store %a, %b into %o3 maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
     gpu.return
   }
@@ -261,8 +261,8 @@ gpu.module @k {
   gpu.func @odd_columns(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %o2: memref<128x127xbf16>, %b2: memref<127x64xbf16>, %o3: memref<128x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{with a producer the epilogue stores pairs of columns from registers: out needs an even number of columns}}
-    mk.gemm wgmma store %a, %b2 into %o2 maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>, producer}
+    mk.gemm store %a, %b2 into %o2 maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4, producer> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<127x64xbf16> -> memref<128x127xbf16>
     gpu.return
   }
@@ -274,8 +274,8 @@ gpu.module @k {
   gpu.func @too_many_registers(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %o2: memref<128x127xbf16>, %b2: memref<127x64xbf16>, %o3: memref<128x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{registers [240, 56] for 2 consumer warpgroup(s) and a producer exceed the register file (168 a thread for 384 threads)}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>, producer, registers = array<i64: 240, 56>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4, producer, registers = [240, 56]> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
     gpu.return
   }
@@ -287,8 +287,8 @@ gpu.module @k {
   gpu.func @registers_below_even(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{registers [160, 160]: the consumers need at least and the producer at most the even share (168 a thread for 384 threads)}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, producer, registers = array<i64: 160, 160>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4, producer, registers = [160, 160]> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
     gpu.return
   }
@@ -305,9 +305,9 @@ gpu.module @k {
     mk.pad_offsets %cnt into %off {padding = 128 : i64} : memref<4xi64>, memref<5xi64>
     mk.grid_barrier %bar : memref<2xi32>
     // expected-error @+1 {{a gathered A operand is read through one-row boxes, but map slot 0 has boxes of 128 rows}}
-    mk.gemm wgmma store %x, %b into %o grouped(%re, %off : memref<128xi64>, memref<5xi64>) maps(%m : memref<96xi64>)
+    mk.gemm store %x, %b into %o grouped(%re, %off : memref<128xi64>, memref<5xi64>) maps(%m : memref<96xi64>)
         gather(%rr : memref<128xi64>)
-        {gather_top_k = 2 : i64, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+        schedule <wgmma, tile = [128, 128, 64], stages = 4> {gather_top_k = 2 : i64, maps = array<i64: 0, 1>}
         : memref<40x64xbf16>, memref<4x128x64xbf16> -> memref<128x128xbf16>
     gpu.return
   }
@@ -333,8 +333,8 @@ gpu.module @k {
   // expected-error @+1 {{mok.kernel cluster must be the integer 1 or 2 (CTAs per cluster), got 4}}
   gpu.func @cluster_four(%a: memref<128x64xbf16>, %b: memref<256x64xbf16>, %o: memref<128x256xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 4, dynamic_shared_memory = 214016}} {
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 256, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 256, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<256x64xbf16> -> memref<128x256xbf16>
     gpu.return
   }
@@ -346,7 +346,7 @@ gpu.module @k {
   // expected-error @+1 {{mok.kernel cluster = 2 needs tensor-core GEMMs (the pairs share their B boxes)}}
   gpu.func @cluster_scalar(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2}} {
-    mk.gemm simt store %a, %b into %o : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    mk.gemm store %a, %b into %o schedule <simt> : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -359,9 +359,9 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @cluster_narrow(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2, dynamic_shared_memory = 214016}} {
-    // expected-error @+1 {{with mok.kernel cluster = 2 the B boxes of a tile must be two 128-row halves (gate and up, or one operand of 256-column tiles); got 1 operand(s) of 128-column tiles}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+    // expected-error @+1 {{with multicast the B boxes of a tile must be two 128-row halves (gate and up, or one operand of 256-column tiles); got 1 operand(s) of 128-column tiles}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4, multicast> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
     gpu.return
   }
@@ -369,12 +369,27 @@ gpu.module @k {
 
 // -----
 
+// The CTA pairs of a 2-CTA cluster run every phase's tasks together: every
+// tensor-core GEMM of such a kernel multicasts, and only such a kernel's.
 gpu.module @k {
-  gpu.func @cluster_producer(%a: memref<128x64xbf16>, %b: memref<256x64xbf16>, %o: memref<128x256xbf16>, %m: memref<32xi64>) kernel
+  gpu.func @cluster_without_multicast(%a: memref<128x64xbf16>, %b: memref<256x64xbf16>, %o: memref<128x256xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2, dynamic_shared_memory = 214016}} {
-    // expected-error @+1 {{mok.kernel cluster = 2 is implemented for wgmma GEMMs without a producer}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 256, 64>, producer}
+    // expected-error @+1 {{in a kernel of mok.kernel cluster = 2 every tensor-core GEMM multicasts (the CTA pairs run each phase's tasks together): its schedule needs multicast}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 256, 64], stages = 4, producer> {maps = array<i64: 0, 1>}
+        : memref<128x64xbf16>, memref<256x64xbf16> -> memref<128x256xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @multicast_without_cluster(%a: memref<128x64xbf16>, %b: memref<256x64xbf16>, %o: memref<128x256xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{multicast needs a kernel launched in clusters of 2 CTAs (mok.kernel cluster = 2)}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 256, 64], stages = 4, multicast> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<256x64xbf16> -> memref<128x256xbf16>
     gpu.return
   }
@@ -387,9 +402,9 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @cluster_odd(%a: memref<128x64xbf16>, %b: memref<255x64xbf16>, %o: memref<128x255xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2, dynamic_shared_memory = 214016}} {
-    // expected-error @+1 {{with mok.kernel cluster = 2 the epilogue stores pairs of columns from registers: out needs an even number of columns}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 256, 64>}
+    // expected-error @+1 {{with multicast the epilogue stores pairs of columns from registers: out needs an even number of columns}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 256, 64], stages = 4, multicast> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<255x64xbf16> -> memref<128x255xbf16>
     gpu.return
   }
@@ -402,9 +417,9 @@ gpu.module @k {
   gpu.func @cluster_box(%a: memref<128x64xbf16>, %b: memref<256x64xbf16>, %o: memref<128x256xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2, dynamic_shared_memory = 214016,
                   tensor_maps = [{box_rows = 128, experts = 1}, {box_rows = 256, experts = 1}]}} {
-    // expected-error @+1 {{with mok.kernel cluster = 2 B is loaded in 128-row halves, but map slot 1 has boxes of 256 rows}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 128, 256, 64>}
+    // expected-error @+1 {{with multicast B is loaded in 128-row halves, but map slot 1 has boxes of 256 rows}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 256, 64], stages = 4, multicast> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<256x64xbf16> -> memref<128x256xbf16>
     gpu.return
   }
@@ -427,10 +442,10 @@ gpu.module @tall_kernels {
     mk.grid_barrier %arg15 : memref<2xi32>
     mk.assign_rows %arg1, %arg9, %arg8 into %arg10, %arg11, %arg12 {chunk = 16 : i64} : memref<64x2xi32>, memref<5xi64>, memref<8x4xi64> -> memref<128xi64>, memref<636xi64>, memref<636xi64>
     mk.grid_barrier %arg15 : memref<2xi32>
-    mk.gemm wgmma store %arg13, %arg5 into %arg14 grouped(%arg12, %arg9 : memref<636xi64>, memref<5xi64>) maps(%arg16 : memref<224xi64>) padding(%arg11 : memref<636xi64>) {maps = array<i64: 9, 10>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 256, 64>} : memref<636x128xbf16>, memref<4x128x128xbf16> -> memref<636x128xbf16>
+    mk.gemm store %arg13, %arg5 into %arg14 grouped(%arg12, %arg9 : memref<636xi64>, memref<5xi64>) maps(%arg16 : memref<224xi64>) padding(%arg11 : memref<636xi64>) schedule <wgmma, tile = [128, 256, 64], stages = 4, producer, registers = [224, 56]> {maps = array<i64: 9, 10>} : memref<636x128xbf16>, memref<4x128x128xbf16> -> memref<636x128xbf16>
     mk.grid_barrier %arg15 : memref<2xi32>
     // expected-error @+1 {{with a producer, a gathered A operand is implemented for the kernel's first tensor-core GEMM only}}
-    mk.gemm wgmma swiglu %arg0, %arg3, %arg4 into %arg13 grouped(%arg12, %arg9 : memref<636xi64>, memref<5xi64>) maps(%arg16 : memref<224xi64>) gather(%arg11 : memref<636xi64>) {gather_top_k = 2 : i64, maps = array<i64: 0, 1, 5>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 128, 64>} : memref<64x128xbf16>, memref<4x128x128xbf16>, memref<4x128x128xbf16> -> memref<636x128xbf16>
+    mk.gemm swiglu %arg0, %arg3, %arg4 into %arg13 grouped(%arg12, %arg9 : memref<636xi64>, memref<5xi64>) maps(%arg16 : memref<224xi64>) gather(%arg11 : memref<636xi64>) schedule <wgmma, tile = [128, 128, 64], stages = 4, producer, registers = [224, 56]> {gather_top_k = 2 : i64, maps = array<i64: 0, 1, 5>} : memref<64x128xbf16>, memref<4x128x128xbf16>, memref<4x128x128xbf16> -> memref<636x128xbf16>
     mk.grid_barrier %arg15 : memref<2xi32>
     mk.grid_barrier %arg15 : memref<2xi32>
     mk.combine %arg14, %arg10 weights(%arg2 : memref<64x2xf32>) into %arg6 : memref<636x128xbf16>, memref<128xi64> -> memref<64x128xbf16>
@@ -446,8 +461,8 @@ gpu.module @k {
   gpu.func @wgmma_transpose_a(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{'mk.gemm' op on the tensor-core engines, transpose_a needs transpose_b}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>, transpose_a}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -460,8 +475,8 @@ gpu.module @k {
   gpu.func @wgmma_transpose_b_producer(%a: memref<64x64xbf16>, %b: memref<64x128xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{transpose_a, transpose_b, concat, k_groups and an f32 out are implemented for tensor-core GEMMs of one B operand (two with concat) without a producer or clusters, and a gathered A only with transpose_b alone}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, producer, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_b}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4, producer> {maps = array<i64: 0, 1>, transpose_b}
         : memref<64x64xbf16>, memref<64x128xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -474,8 +489,8 @@ gpu.module @k {
   gpu.func @concat_transpose_a(%a: memref<64x64xbf16>, %a2: memref<64x64xbf16>, %b: memref<64x128xbf16>, %b2: memref<64x128xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{concat on the tensor-core engines takes a K-major A}}
-    mk.gemm wgmma store %a, %b, %b2 into %o maps(%m : memref<32xi64>) concat(%a2 : memref<64x64xbf16>)
-        {maps = array<i64: 0, 1, 2, 3>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
+    mk.gemm store %a, %b, %b2 into %o maps(%m : memref<32xi64>) concat(%a2 : memref<64x64xbf16>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1, 2, 3>, transpose_a, transpose_b}
         : memref<64x64xbf16>, memref<64x128xbf16>, memref<64x128xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -500,8 +515,8 @@ gpu.module @k {
   gpu.func @k_groups_ragged_m(%a: memref<108x96xbf16>, %b: memref<108x128xbf16>, %off: memref<5xi64>, %o: memref<4x96x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{k_groups on the tensor-core engines: out's M (96) must be a multiple of the tile's M (64)}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>, transpose_a, transpose_b}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>, transpose_a, transpose_b}
         : memref<108x96xbf16>, memref<108x128xbf16> -> memref<4x96x128xbf16>
     gpu.return
   }
@@ -514,8 +529,8 @@ gpu.module @k {
   gpu.func @saves_producer(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %g: memref<64x128xbf16>, %u: memref<64x128xbf16>, %m: memref<48xi64>) kernel
       attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
     // expected-error @+1 {{saves is implemented for wgmma GEMMs without a producer, clusters or a gathered A}}
-    mk.gemm wgmma swiglu %a, %b, %b into %o maps(%m : memref<48xi64>) saves(%g, %u : memref<64x128xbf16>, memref<64x128xbf16>)
-        {maps = array<i64: 0, 1, 2>, producer, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm swiglu %a, %b, %b into %o maps(%m : memref<48xi64>) saves(%g, %u : memref<64x128xbf16>, memref<64x128xbf16>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4, producer> {maps = array<i64: 0, 1, 2>}
         : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }

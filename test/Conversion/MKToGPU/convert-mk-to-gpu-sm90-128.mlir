@@ -33,8 +33,8 @@
 // Padding 128: every tensor-core GEMM on sm_90a takes 128-row tiles, both
 // warpgroups of the CTA computing one 64-row half each from the same B
 // boxes; the down projections take 256 columns.
-// PLAN: mk.gemm wgmma swiglu {{.*}} tile = array<i64: 128, 128, 64>
-// PLAN: mk.gemm wgmma store {{.*}} tile = array<i64: 128, 256, 64>
+// PLAN: mk.gemm swiglu {{.*}} schedule <wgmma, tile = [128, 128, 64], stages = 4>
+// PLAN: mk.gemm store {{.*}} schedule <wgmma, tile = [128, 256, 64], stages = 4>
 // A boxes of 128 rows.
 // CHECK: gpu.func @tall_forward(
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "routed_x"

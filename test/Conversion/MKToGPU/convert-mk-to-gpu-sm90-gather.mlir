@@ -6,7 +6,7 @@
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a copy-dispatch=true" | FileCheck %s --check-prefix=COPY
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a warp-specialize=true" | FileCheck %s --check-prefix=COPY
 // COPY: mk.gather %arg0
-// COPY: mk.gemm wgmma swiglu
+// COPY: mk.gemm swiglu {{.*}}schedule <wgmma{{[^>]*}}>
 // COPY-NOT: gather(
 // COPY-SAME: : memref<{{[0-9]+}}x128xbf16>
 
@@ -18,8 +18,8 @@
 // PLAN-NOT: routed_x
 // PLAN-SAME: {box_cols = 64 : i64, box_rows = 1 : i64, buffer = "x"
 // PLAN-NOT: mk.gather
-// PLAN: mk.gemm wgmma swiglu %arg0, %{{.*}}, %{{.*}} into %{{.*}} grouped({{.*}}) maps({{.*}}) gather(%[[ROWROUTE:.*]] : memref<{{[0-9]+}}xi64>) {gather_top_k = 2 : i64
-// PLAN: mk.gemm wgmma store
+// PLAN: mk.gemm swiglu %arg0, %{{.*}}, %{{.*}} into %{{.*}} grouped({{.*}}) maps({{.*}}) gather(%[[ROWROUTE:.*]] : memref<{{[0-9]+}}xi64>) schedule <wgmma{{[^>]*}}> {gather_top_k = 2 : i64
+// PLAN: mk.gemm store {{.*}}schedule <wgmma{{[^>]*}}>
 
 // Each consumer thread computes its four chunks' places once per task:
 // chunk t % 8 of rows t / 8 + 32 i, source row row_route[m0 + r] / 2 (a

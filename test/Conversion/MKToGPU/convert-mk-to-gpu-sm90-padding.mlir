@@ -9,11 +9,11 @@
 // at every consumer barrier and refill -- and stores nothing. The wide
 // gate/up GEMM computes every row (a second k-loop slowed it on the H200).
 // PLAN: mk.fill %[[ROWR:[^,]*]], -1 : memref<636xi64>
-// PLAN: mk.gemm wgmma swiglu
+// PLAN: mk.gemm swiglu
 // PLAN-NOT: padding
-// PLAN-SAME: tile = array<i64: 128, 128, 64>
+// PLAN-SAME: schedule <wgmma, tile = [128, 128, 64], stages = 4>
 // PLAN-NEXT: mk.grid_barrier
-// PLAN-NEXT: mk.gemm wgmma store {{.*}} padding(%[[ROWR]] : memref<636xi64>) {{.*}}tile = array<i64: 128, 256, 64>
+// PLAN-NEXT: mk.gemm store {{.*}} padding(%[[ROWR]] : memref<636xi64>) schedule <wgmma, tile = [128, 256, 64], stages = 4>
 
 // Gate/up: one k-loop, no padding test.
 // CHECK: gpu.func @tall_forward(

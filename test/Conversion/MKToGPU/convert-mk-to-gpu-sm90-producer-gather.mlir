@@ -8,8 +8,8 @@
 // PLAN-LABEL: gpu.func @tall_forward
 // PLAN-SAME: known_block_size = array<i32: 384, 1, 1>
 // PLAN-NOT: mk.gather
-// PLAN: mk.gemm wgmma swiglu %arg0, {{.*}} gather(%{{.*}} : memref<{{[0-9]+}}xi64>) {gather_top_k = 2 : i64{{.*}}producer, registers = array<i64: 224, 56>
-// PLAN: mk.gemm wgmma store {{.*}}producer
+// PLAN: mk.gemm swiglu %arg0, {{.*}} gather(%{{.*}} : memref<{{[0-9]+}}xi64>) schedule <wgmma, {{.*}}, producer, registers = [224, 56]> {gather_top_k = 2 : i64
+// PLAN: mk.gemm store {{.*}}schedule <wgmma, {{.*}}, producer, registers = [224, 56]>
 
 // The consumers: each k-tile, the stage's full barrier, then the proxy
 // fence (the rows were written by the producer's cp.async, through the

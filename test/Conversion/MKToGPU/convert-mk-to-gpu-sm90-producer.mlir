@@ -7,15 +7,12 @@
 // registers to the consumers (224) from the producer warpgroup (56).
 // PLAN-LABEL: gpu.func @tall_forward
 // PLAN-SAME: known_block_size = array<i32: 384, 1, 1>
-// PLAN: mk.gemm wgmma swiglu {{.*}}producer, registers = array<i64: 224, 56>{{.*}}tile = array<i64: 128, 128, 64>
-// PLAN: mk.gemm wgmma store {{.*}}producer, registers = array<i64: 224, 56>{{.*}}tile = array<i64: 128, 256, 64>
+// PLAN: mk.gemm swiglu {{.*}}schedule <wgmma, tile = [128, 128, 64], stages = 4, producer, registers = [224, 56]>
+// PLAN: mk.gemm store {{.*}}schedule <wgmma, tile = [128, 256, 64], stages = 4, producer, registers = [224, 56]>
 // With 64-row tiles: 256 threads, nothing to move.
 // PLAN-LABEL: gpu.func @short_forward
 // PLAN-SAME: known_block_size = array<i32: 256, 1, 1>
-// PLAN: mk.gemm wgmma swiglu
-// PLAN-SAME: producer
-// PLAN-NOT: registers
-// PLAN-SAME: tile = array<i64: 64, 128, 64>
+// PLAN: mk.gemm swiglu {{.*}}schedule <wgmma, tile = [64, 128, 64], stages = 4, producer>
 
 // The kernel is compiled for the even share of 384 threads (.maxnreg 168).
 // CHECK-LABEL: gpu.func @tall_forward
@@ -116,12 +113,12 @@ gpu.module @k {
   gpu.func @between(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>,
                     %o2: memref<128x128xbf16>, %f: memref<8xi64>, %m: memref<64xi64>) kernel
       attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<64xi64>)
-        {maps = array<i64: 0, 1>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<64xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4, producer, registers = [224, 56]> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
     mk.fill %f, 0 : memref<8xi64>
-    mk.gemm wgmma store %a, %b into %o2 maps(%m : memref<64xi64>)
-        {maps = array<i64: 2, 3>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+    mk.gemm store %a, %b into %o2 maps(%m : memref<64xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4, producer, registers = [224, 56]> {maps = array<i64: 2, 3>}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
     gpu.return
   }

@@ -44,14 +44,14 @@
 // CHECK-NEXT: mk.grid_barrier %[[BAR]]
 // Phase 3: routed gate/up grouped by expert, with the gate and up maps one
 // slot per expert (1 + e, 5 + e); the shared expert's gate/up beside it.
-// SM90-NEXT: mk.gemm wgmma swiglu %[[RX]], %[[WG]], %[[WU]] into %[[H]] grouped(%[[ROWE]], %[[OFF]] : memref<332xi64>, memref<5xi64>) maps(%[[MAPS]] : memref<304xi64>) {maps = array<i64: 0, 1, 5>, stages = 4 : i64, swiglu_limit = 7.000000e+00 : f32, tile = array<i64: 64, 128, 64>}
-// SM100-NEXT: mk.gemm tcgen05 swiglu %[[RX]], %[[WG]], %[[WU]] into %[[H]] grouped(%[[ROWE]], %[[OFF]] : memref<332xi64>, memref<5xi64>) maps(%[[MAPS]] : memref<304xi64>) {maps = array<i64: 0, 1, 5>, stages = 4 : i64, swiglu_limit = 7.000000e+00 : f32, tile = array<i64: 64, 128, 64>}
-// CHECK-NEXT: mk.gemm {{wgmma|tcgen05}} swiglu %[[X]], %[[SG]], %[[SU]] into %[[SH]] maps(%[[MAPS]] : memref<304xi64>) {maps = array<i64: 14, 15, 16>
+// SM90-NEXT: mk.gemm swiglu %[[RX]], %[[WG]], %[[WU]] into %[[H]] grouped(%[[ROWE]], %[[OFF]] : memref<332xi64>, memref<5xi64>) maps(%[[MAPS]] : memref<304xi64>) schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1, 5>, swiglu_limit = 7.000000e+00 : f32}
+// SM100-NEXT: mk.gemm swiglu %[[RX]], %[[WG]], %[[WU]] into %[[H]] grouped(%[[ROWE]], %[[OFF]] : memref<332xi64>, memref<5xi64>) maps(%[[MAPS]] : memref<304xi64>) schedule <tcgen05, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1, 5>, swiglu_limit = 7.000000e+00 : f32}
+// CHECK-NEXT: mk.gemm swiglu %[[X]], %[[SG]], %[[SU]] into %[[SH]] maps(%[[MAPS]] : memref<304xi64>) schedule <{{wgmma|tcgen05}}{{[^>]*}}> {maps = array<i64: 14, 15, 16>
 // CHECK-NEXT: mk.grid_barrier %[[BAR]]
 // Phase 4: the down projections.
-// SM90-NEXT: mk.gemm wgmma store %[[H]], %[[WD]] into %[[Y]] grouped(%[[ROWE]], %[[OFF]] : memref<332xi64>, memref<5xi64>) maps(%[[MAPS]] : memref<304xi64>) padding(%[[ROWR]] : memref<332xi64>) {maps = array<i64: 9, 10>
-// SM100-NEXT: mk.gemm tcgen05 store %[[H]], %[[WD]] into %[[Y]] grouped(%[[ROWE]], %[[OFF]] : memref<332xi64>, memref<5xi64>) maps(%[[MAPS]] : memref<304xi64>) {maps = array<i64: 9, 10>
-// CHECK-NEXT: mk.gemm {{wgmma|tcgen05}} store %[[SH]], %[[SD]] into %[[SO]] maps(%[[MAPS]] : memref<304xi64>) {maps = array<i64: 17, 18>
+// SM90-NEXT: mk.gemm store %[[H]], %[[WD]] into %[[Y]] grouped(%[[ROWE]], %[[OFF]] : memref<332xi64>, memref<5xi64>) maps(%[[MAPS]] : memref<304xi64>) padding(%[[ROWR]] : memref<332xi64>) schedule <wgmma{{[^>]*}}> {maps = array<i64: 9, 10>
+// SM100-NEXT: mk.gemm store %[[H]], %[[WD]] into %[[Y]] grouped(%[[ROWE]], %[[OFF]] : memref<332xi64>, memref<5xi64>) maps(%[[MAPS]] : memref<304xi64>) schedule <tcgen05{{[^>]*}}> {maps = array<i64: 9, 10>
+// CHECK-NEXT: mk.gemm store %[[SH]], %[[SD]] into %[[SO]] maps(%[[MAPS]] : memref<304xi64>) schedule <{{wgmma|tcgen05}}{{[^>]*}}> {maps = array<i64: 17, 18>
 // CHECK-NEXT: mk.grid_barrier %[[BAR]]
 // Phase 5: combine onto the shared expert's output.
 // CHECK-NEXT: mk.combine %[[Y]], %[[RR]] weights(%[[RW]] : {{.*}}) shared(%[[SO]] : memref<40x64xbf16>) into %[[OUT]]
@@ -65,10 +65,14 @@
 // MC-SAME: cluster = 2 : i64
 // MC-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "down_weights"
 // MC-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_down_weights"
+// Every tensor-core GEMM of the kernel multicasts its B boxes to the pair.
+// MC-COUNT-4: schedule <wgmma, tile = [128, {{128|256}}, 64], stages = 4, multicast>
+// MC-NOT: schedule <wgmma
 // NOMC-LABEL: gpu.func @dsv3_shard_moe_forward(
 // NOMC-NOT: cluster =
 // NOMC-SAME: {box_cols = 64 : i64, box_rows = 256 : i64, buffer = "down_weights"
 // NOMC-SAME: {box_cols = 64 : i64, box_rows = 256 : i64, buffer = "shared_down_weights"
+// NOMC-NOT: multicast
 
 // Padding 8 does not cut expert segments into 64-row tiles: simt GEMMs, no
 // tensor maps, the weights read by pointer.
@@ -77,9 +81,9 @@
 // CHECK-SAME: %{{[^:]*}}: memref<2xi32>) kernel
 // CHECK-SAME: {access = "pointer", dtype = "bf16", name = "gate_weights"
 // CHECK-NOT: tensor_maps
-// CHECK: mk.gemm simt swiglu
+// CHECK: mk.gemm swiglu {{.*}}schedule <simt>
 // CHECK-NOT: maps
-// CHECK: mk.gemm simt store
+// CHECK: mk.gemm store {{.*}}schedule <simt>
 // CHECK: mk.combine {{.*}} into
 // CHECK-NOT: shared(
 
@@ -88,7 +92,7 @@
 // SIMT-SAME: %{{[^:]*}}: memref<2xi32>) kernel
 // SIMT-SAME: known_block_size = array<i32: 128, 1, 1>
 // SIMT-SAME: dynamic_shared_memory = 0 : i64
-// SIMT-COUNT-4: mk.gemm simt
+// SIMT-COUNT-4: mk.gemm {{.*}} schedule <simt>
 // SIMT: gpu.func @padding8_forward(
 
 !plan = !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 64>

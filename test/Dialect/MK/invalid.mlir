@@ -103,7 +103,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @swiglu_one_b(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{the swiglu epilogue takes 2 B operand(s), got 1}}
-    mk.gemm simt swiglu %a, %b into %o : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    mk.gemm swiglu %a, %b into %o schedule <simt> : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -113,7 +113,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @limit_on_store(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{swiglu_limit needs the swiglu epilogue}}
-    mk.gemm simt store %a, %b into %o {swiglu_limit = 1.0 : f32} : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    mk.gemm store %a, %b into %o schedule <simt> {swiglu_limit = 1.0 : f32} : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -123,7 +123,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @k_mismatch(%a: memref<64x64xbf16>, %b: memref<128x32xbf16>, %o: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{B dimension 1 must be 64 (K, a's columns), got 32}}
-    mk.gemm simt store %a, %b into %o : memref<64x64xbf16>, memref<128x32xbf16> -> memref<64x128xbf16>
+    mk.gemm store %a, %b into %o schedule <simt> : memref<64x64xbf16>, memref<128x32xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -133,7 +133,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @n_mismatch(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x96xbf16>) kernel {
     // expected-error @+1 {{out dimension 1 must be 128 (N, B's rows), got 96}}
-    mk.gemm simt store %a, %b into %o : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x96xbf16>
+    mk.gemm store %a, %b into %o schedule <simt> : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x96xbf16>
     gpu.return
   }
 }
@@ -144,7 +144,7 @@ gpu.module @k {
   gpu.func @grouped_rank(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>,
                          %re: memref<64xi64>, %off: memref<5xi64>) kernel {
     // expected-error @+1 {{B operands must be [E, N, K] (grouped), got rank 2}}
-    mk.gemm simt store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>)
+    mk.gemm store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) schedule <simt>
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -156,7 +156,7 @@ gpu.module @k {
   gpu.func @grouped_offsets(%a: memref<64x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<64x128xbf16>,
                             %re: memref<64xi64>, %off: memref<4xi64>) kernel {
     // expected-error @+1 {{offsets dimension 0 must be 5 (experts + 1), got 4}}
-    mk.gemm simt store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<4xi64>)
+    mk.gemm store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<4xi64>) schedule <simt>
         : memref<64x64xbf16>, memref<4x128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -166,8 +166,8 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @simt_tile(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
-    // expected-error @+1 {{the simt engine takes no tile, stages, maps or tensor_maps}}
-    mk.gemm simt store %a, %b into %o {tile = array<i64: 64, 128, 64>} : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    // expected-error @+1 {{the simt engine takes no tile, stages, producer, registers or multicast}}
+    mk.gemm store %a, %b into %o schedule <simt, tile = [64, 128, 64]> : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -176,8 +176,8 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @wgmma_no_maps(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
-    // expected-error @+1 {{the wgmma engine needs tile, stages, maps and tensor_maps}}
-    mk.gemm wgmma store %a, %b into %o {tile = array<i64: 64, 128, 64>, stages = 4 : i64} : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    // expected-error @+1 {{the wgmma engine needs maps and tensor_maps}}
+    mk.gemm store %a, %b into %o schedule <wgmma, tile = [64, 128, 64], stages = 4> : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -187,8 +187,8 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @k_tile(%a: memref<64x96xbf16>, %b: memref<128x96xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
     // expected-error @+1 {{K = 96 must be a multiple of the tile's K (64)}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x96xbf16>, memref<128x96xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -199,8 +199,8 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @map_count(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
     // expected-error @+1 {{maps must give 2 slots (a, then each B), got 3}}
-    mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1, 2>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <tcgen05, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1, 2>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -210,9 +210,9 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @tile_rank(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
-    // expected-error @+1 {{tile must be [M, N, K], all positive}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128>}
+    // expected-error @+2 {{the wgmma engine needs tile = [M, N, K], all positive}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -282,9 +282,9 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @producer_tcgen05(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
-    // expected-error @+1 {{a producer warp is implemented for the wgmma engine only, not tcgen05}}
-    mk.gemm tcgen05 store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, producer, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    // expected-error @+2 {{a producer warp is implemented for the wgmma engine only, not tcgen05}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <tcgen05, tile = [64, 128, 64], stages = 4, producer> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -294,9 +294,9 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @registers_alone(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
-    // expected-error @+1 {{registers needs producer (they are moved between the consumer and producer warpgroups)}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    // expected-error @+2 {{registers needs producer (they are moved between the consumer and producer warpgroups)}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4, registers = [224, 56]> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -306,9 +306,9 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @registers_bad(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
-    // expected-error @+1 {{registers must be [consumer, producer], each a multiple of 8 in [24, 256]}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, producer, registers = array<i64: 224, 20>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    // expected-error @+2 {{registers must be [consumer, producer], each a multiple of 8 in [24, 256]}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4, producer, registers = [224, 20]> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -318,9 +318,81 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @registers_order(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
-    // expected-error @+1 {{registers: the consumers get at least the producer's count}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, producer, registers = array<i64: 56, 224>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    // expected-error @+2 {{registers: the consumers get at least the producer's count}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4, producer, registers = [56, 224]> {maps = array<i64: 0, 1>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @schedule_no_stages(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
+    // expected-error @+2 {{the wgmma engine needs stages = a positive count}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64]> {maps = array<i64: 0, 1>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @schedule_multicast_tcgen05(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
+    // expected-error @+2 {{multicast is implemented for wgmma GEMMs without a producer}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <tcgen05, tile = [64, 128, 64], stages = 4, multicast> {maps = array<i64: 0, 1>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @schedule_multicast_producer(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
+    // expected-error @+2 {{multicast is implemented for wgmma GEMMs without a producer}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4, producer, multicast> {maps = array<i64: 0, 1>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @schedule_unknown_engine(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
+    // expected-error @+2 {{expected a GEMM engine (simt, wgmma or tcgen05), got 'mma'}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <mma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @schedule_unknown_parameter(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
+    // expected-error @+2 {{unknown GEMM schedule parameter 'swizzle' (expected tile, stages, producer, registers or multicast)}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4, swizzle = 128> {maps = array<i64: 0, 1>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @schedule_twice(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
+    // expected-error @+2 {{'stages' given twice}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4, stages = 2> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -331,8 +403,8 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @k_zero(%a: memref<64x0xbf16>, %b: memref<128x0xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel {
     // expected-error @+1 {{K = 0 is less than the tile's K (64): nothing to accumulate}}
-    mk.gemm wgmma store %a, %b into %o maps(%m : memref<32xi64>)
-        {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x0xbf16>, memref<128x0xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -343,7 +415,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @gather_no_topk(%x: memref<40x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<332x128xbf16>, %re: memref<332xi64>, %off: memref<5xi64>, %rr: memref<332xi64>, %m: memref<304xi64>) kernel {
     // expected-error @+1 {{gather needs both gather_rows and gather_top_k}}
-    mk.gemm wgmma store %x, %b into %o grouped(%re, %off : memref<332xi64>, memref<5xi64>) maps(%m : memref<304xi64>) gather(%rr : memref<332xi64>) {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %x, %b into %o grouped(%re, %off : memref<332xi64>, memref<5xi64>) maps(%m : memref<304xi64>) gather(%rr : memref<332xi64>) schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<40x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
     gpu.return
   }
@@ -354,7 +426,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @gather_simt(%x: memref<40x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<332x128xbf16>, %re: memref<332xi64>, %off: memref<5xi64>, %rr: memref<332xi64>, %m: memref<304xi64>) kernel {
     // expected-error @+1 {{a gathered A operand is implemented for the wgmma engine only}}
-    mk.gemm simt store %x, %b into %o grouped(%re, %off : memref<332xi64>, memref<5xi64>) gather(%rr : memref<332xi64>) {gather_top_k = 2 : i64}
+    mk.gemm store %x, %b into %o grouped(%re, %off : memref<332xi64>, memref<5xi64>) gather(%rr : memref<332xi64>) schedule <simt> {gather_top_k = 2 : i64}
         : memref<40x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
     gpu.return
   }
@@ -365,7 +437,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @gather_dense(%x: memref<40x64xbf16>, %b: memref<128x64xbf16>, %o: memref<332x128xbf16>, %re: memref<332xi64>, %off: memref<5xi64>, %rr: memref<332xi64>, %m: memref<304xi64>) kernel {
     // expected-error @+1 {{a gathered A operand needs a grouped GEMM (its rows are routed rows)}}
-    mk.gemm wgmma store %x, %b into %o maps(%m : memref<304xi64>) gather(%rr : memref<332xi64>) {gather_top_k = 2 : i64, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %x, %b into %o maps(%m : memref<304xi64>) gather(%rr : memref<332xi64>) schedule <wgmma, tile = [64, 128, 64], stages = 4> {gather_top_k = 2 : i64, maps = array<i64: 0, 1>}
         : memref<40x64xbf16>, memref<128x64xbf16> -> memref<332x128xbf16>
     gpu.return
   }
@@ -376,7 +448,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @gather_rows(%x: memref<40x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<332x128xbf16>, %re: memref<332xi64>, %off: memref<5xi64>, %rr: memref<331xi64>, %m: memref<304xi64>) kernel {
     // expected-error @+1 {{gather_rows dimension 0 must be 332 (out's rows), got 331}}
-    mk.gemm wgmma store %x, %b into %o grouped(%re, %off : memref<332xi64>, memref<5xi64>) maps(%m : memref<304xi64>) gather(%rr : memref<331xi64>) {gather_top_k = 2 : i64, maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %x, %b into %o grouped(%re, %off : memref<332xi64>, memref<5xi64>) maps(%m : memref<304xi64>) gather(%rr : memref<331xi64>) schedule <wgmma, tile = [64, 128, 64], stages = 4> {gather_top_k = 2 : i64, maps = array<i64: 0, 1>}
         : memref<40x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
     gpu.return
   }
@@ -387,7 +459,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @padding_dense(%x: memref<332x64xbf16>, %b: memref<128x64xbf16>, %o: memref<332x128xbf16>, %rr: memref<332xi64>, %m: memref<304xi64>) kernel {
     // expected-error @+1 {{padding rows need a grouped GEMM (padding ends each expert's segment)}}
-    mk.gemm wgmma store %x, %b into %o maps(%m : memref<304xi64>) padding(%rr : memref<332xi64>) {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %x, %b into %o maps(%m : memref<304xi64>) padding(%rr : memref<332xi64>) schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<332x64xbf16>, memref<128x64xbf16> -> memref<332x128xbf16>
     gpu.return
   }
@@ -398,7 +470,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @padding_rows(%x: memref<332x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<332x128xbf16>, %re: memref<332xi64>, %off: memref<5xi64>, %rr: memref<331xi64>, %m: memref<304xi64>) kernel {
     // expected-error @+1 {{padding_rows dimension 0 must be 332 (out's rows), got 331}}
-    mk.gemm wgmma store %x, %b into %o grouped(%re, %off : memref<332xi64>, memref<5xi64>) maps(%m : memref<304xi64>) padding(%rr : memref<331xi64>) {maps = array<i64: 0, 1>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %x, %b into %o grouped(%re, %off : memref<332xi64>, memref<5xi64>) maps(%m : memref<304xi64>) padding(%rr : memref<331xi64>) schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<332x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
     gpu.return
   }
@@ -431,7 +503,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @accumulate_bf16(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{accumulate needs an f32 out (out += the fp32 accumulators)}}
-    mk.gemm simt store %a, %b into %o {accumulate} : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    mk.gemm store %a, %b into %o schedule <simt> {accumulate} : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -441,7 +513,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @f32_swiglu(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xf32>) kernel {
     // expected-error @+1 {{an f32 out needs the store epilogue}}
-    mk.gemm simt swiglu %a, %b, %b into %o : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xf32>
+    mk.gemm swiglu %a, %b, %b into %o schedule <simt> : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xf32>
     gpu.return
   }
 }
@@ -451,7 +523,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @store_two_b(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{the store epilogue takes 1 B operand(s) (2 with concat), got 2}}
-    mk.gemm simt store %a, %b, %b into %o : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    mk.gemm store %a, %b, %b into %o schedule <simt> : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -461,7 +533,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @concat_one_b(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{concat needs the store epilogue and two B operands (a with the first, a2 with the second)}}
-    mk.gemm simt store %a, %b into %o concat(%a : memref<64x64xbf16>) : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    mk.gemm store %a, %b into %o concat(%a : memref<64x64xbf16>) schedule <simt> : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -471,7 +543,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @concat_swiglu(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{concat needs the store epilogue and two B operands (a with the first, a2 with the second)}}
-    mk.gemm simt swiglu %a, %b, %b into %o concat(%a : memref<64x64xbf16>) : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    mk.gemm swiglu %a, %b, %b into %o concat(%a : memref<64x64xbf16>) schedule <simt> : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -481,7 +553,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @concat_type(%a: memref<64x64xbf16>, %a2: memref<64x32xbf16>, %b: memref<128x64xbf16>, %b2: memref<128x32xbf16>, %o: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{concat: a2 must have a's type}}
-    mk.gemm simt store %a, %b, %b2 into %o concat(%a2 : memref<64x32xbf16>) : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x32xbf16> -> memref<64x128xbf16>
+    mk.gemm store %a, %b, %b2 into %o concat(%a2 : memref<64x32xbf16>) schedule <simt> : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x32xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -492,7 +564,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @concat_n(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %b2: memref<96x64xbf16>, %o: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{B operands must have one type}}
-    mk.gemm simt store %a, %b, %b2 into %o concat(%a : memref<64x64xbf16>) : memref<64x64xbf16>, memref<128x64xbf16>, memref<96x64xbf16> -> memref<64x128xbf16>
+    mk.gemm store %a, %b, %b2 into %o concat(%a : memref<64x64xbf16>) schedule <simt> : memref<64x64xbf16>, memref<128x64xbf16>, memref<96x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -502,7 +574,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @saves_store(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{saves needs the swiglu epilogue and two buffers (gate, up)}}
-    mk.gemm simt store %a, %b into %o saves(%o, %o : memref<64x128xbf16>, memref<64x128xbf16>) : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    mk.gemm store %a, %b into %o saves(%o, %o : memref<64x128xbf16>, memref<64x128xbf16>) schedule <simt> : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -512,7 +584,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @saves_one(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %g: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{saves needs the swiglu epilogue and two buffers (gate, up)}}
-    mk.gemm simt swiglu %a, %b, %b into %o saves(%g : memref<64x128xbf16>) : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    mk.gemm swiglu %a, %b, %b into %o saves(%g : memref<64x128xbf16>) schedule <simt> : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -522,7 +594,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @saves_type(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %g: memref<64x128xbf16>, %u: memref<64x64xbf16>) kernel {
     // expected-error @+1 {{saves: each buffer must have out's type}}
-    mk.gemm simt swiglu %a, %b, %b into %o saves(%g, %u : memref<64x128xbf16>, memref<64x64xbf16>) : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    mk.gemm swiglu %a, %b, %b into %o saves(%g, %u : memref<64x128xbf16>, memref<64x64xbf16>) schedule <simt> : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -532,7 +604,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @k_groups_no_transpose_a(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<4x64x32xbf16>, %off: memref<5xi64>) kernel {
     // expected-error @+1 {{k_groups needs transpose_a and transpose_b (A [K, M] and B [K, N], K over the routed rows) and no grouped}}
-    mk.gemm simt store %a, %b into %o k_groups(%off : memref<5xi64>) {transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+    mk.gemm store %a, %b into %o k_groups(%off : memref<5xi64>) schedule <simt> {transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
     gpu.return
   }
 }
@@ -542,7 +614,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @k_groups_grouped(%a: memref<108x64xbf16>, %b: memref<4x108x32xbf16>, %o: memref<4x64x32xbf16>, %re: memref<64xi64>, %off: memref<5xi64>) kernel {
     // expected-error @+1 {{k_groups needs transpose_a and transpose_b (A [K, M] and B [K, N], K over the routed rows) and no grouped}}
-    mk.gemm simt store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) k_groups(%off : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<4x108x32xbf16> -> memref<4x64x32xbf16>
+    mk.gemm store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) k_groups(%off : memref<5xi64>) schedule <simt> {transpose_a, transpose_b} : memref<108x64xbf16>, memref<4x108x32xbf16> -> memref<4x64x32xbf16>
     gpu.return
   }
 }
@@ -552,7 +624,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @k_groups_out_rank(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<64x32xbf16>, %off: memref<5xi64>) kernel {
     // expected-error @+1 {{k_groups: out must be [E, M, N]}}
-    mk.gemm simt store %a, %b into %o k_groups(%off : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<64x32xbf16>
+    mk.gemm store %a, %b into %o k_groups(%off : memref<5xi64>) schedule <simt> {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<64x32xbf16>
     gpu.return
   }
 }
@@ -562,7 +634,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @k_groups_experts(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<3x64x32xbf16>, %off: memref<5xi64>) kernel {
     // expected-error @+1 {{out dimension 0 must be 4 (E, offsets - 1), got 3}}
-    mk.gemm simt store %a, %b into %o k_groups(%off : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<3x64x32xbf16>
+    mk.gemm store %a, %b into %o k_groups(%off : memref<5xi64>) schedule <simt> {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<3x64x32xbf16>
     gpu.return
   }
 }
@@ -572,7 +644,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @k_groups_m(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<4x32x32xbf16>, %off: memref<5xi64>) kernel {
     // expected-error @+1 {{out dimension 1 must be 64 (M, a's columns), got 32}}
-    mk.gemm simt store %a, %b into %o k_groups(%off : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x32x32xbf16>
+    mk.gemm store %a, %b into %o k_groups(%off : memref<5xi64>) schedule <simt> {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x32x32xbf16>
     gpu.return
   }
 }
@@ -582,7 +654,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @k_groups_n(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<4x64x64xbf16>, %off: memref<5xi64>) kernel {
     // expected-error @+1 {{out dimension 2 must be 32 (N, B's columns), got 64}}
-    mk.gemm simt store %a, %b into %o k_groups(%off : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x64xbf16>
+    mk.gemm store %a, %b into %o k_groups(%off : memref<5xi64>) schedule <simt> {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x64xbf16>
     gpu.return
   }
 }
@@ -592,7 +664,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @out_rank_3(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<4x64x128xbf16>) kernel {
     // expected-error @+1 {{out must be [M, N] (rank 3 needs k_groups)}}
-    mk.gemm simt store %a, %b into %o : memref<64x64xbf16>, memref<128x64xbf16> -> memref<4x64x128xbf16>
+    mk.gemm store %a, %b into %o schedule <simt> : memref<64x64xbf16>, memref<128x64xbf16> -> memref<4x64x128xbf16>
     gpu.return
   }
 }
@@ -603,7 +675,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @transpose_a_k(%a: memref<32x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{B dimension 1 must be 32 (K, a's rows), got 64}}
-    mk.gemm simt store %a, %b into %o {transpose_a} : memref<32x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    mk.gemm store %a, %b into %o schedule <simt> {transpose_a} : memref<32x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -613,7 +685,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @transpose_a_m(%a: memref<64x32xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{out dimension 0 must be 32 (M, a's columns), got 64}}
-    mk.gemm simt store %a, %b into %o {transpose_a} : memref<64x32xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    mk.gemm store %a, %b into %o schedule <simt> {transpose_a} : memref<64x32xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -624,7 +696,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @transpose_b_k(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x64xbf16>) kernel {
     // expected-error @+1 {{B dimension 0 must be 64 (K, a's columns), got 128}}
-    mk.gemm simt store %a, %b into %o {transpose_b} : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x64xbf16>
+    mk.gemm store %a, %b into %o schedule <simt> {transpose_b} : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x64xbf16>
     gpu.return
   }
 }
@@ -635,7 +707,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @transpose_b_n(%a: memref<64x64xbf16>, %b: memref<64x128xbf16>, %o: memref<64x64xbf16>) kernel {
     // expected-error @+1 {{out dimension 1 must be 128 (N, B's}}
-    mk.gemm simt store %a, %b into %o {transpose_b} : memref<64x64xbf16>, memref<64x128xbf16> -> memref<64x64xbf16>
+    mk.gemm store %a, %b into %o schedule <simt> {transpose_b} : memref<64x64xbf16>, memref<64x128xbf16> -> memref<64x64xbf16>
     gpu.return
   }
 }
@@ -645,7 +717,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @transpose_b_rank(%a: memref<64x64xbf16>, %b: memref<4x64x128xbf16>, %o: memref<64x128xbf16>) kernel {
     // expected-error @+1 {{B operands must be [K, N] (transposed), got rank 3}}
-    mk.gemm simt store %a, %b into %o {transpose_b} : memref<64x64xbf16>, memref<4x64x128xbf16> -> memref<64x128xbf16>
+    mk.gemm store %a, %b into %o schedule <simt> {transpose_b} : memref<64x64xbf16>, memref<4x64x128xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }
@@ -656,7 +728,7 @@ gpu.module @k {
   gpu.func @transpose_b_grouped_rank(%a: memref<64x64xbf16>, %b: memref<64x128xbf16>, %o: memref<64x128xbf16>,
                                      %re: memref<64xi64>, %off: memref<5xi64>) kernel {
     // expected-error @+1 {{B operands must be [E, K, N] (grouped, transposed), got rank 2}}
-    mk.gemm simt store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) {transpose_b}
+    mk.gemm store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) schedule <simt> {transpose_b}
         : memref<64x64xbf16>, memref<64x128xbf16> -> memref<64x128xbf16>
     gpu.return
   }
@@ -668,7 +740,7 @@ gpu.module @k {
   gpu.func @transpose_b_grouped_k(%a: memref<64x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<64x64xbf16>,
                                   %re: memref<64xi64>, %off: memref<5xi64>) kernel {
     // expected-error @+1 {{B dimension 1 must be 64 (K, a's columns), got 128}}
-    mk.gemm simt store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) {transpose_b}
+    mk.gemm store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) schedule <simt> {transpose_b}
         : memref<64x64xbf16>, memref<4x128x64xbf16> -> memref<64x64xbf16>
     gpu.return
   }
@@ -821,7 +893,7 @@ gpu.module @k {
 gpu.module @m {
   gpu.func @k_groups_swiglu(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %off: memref<5xi64>, %o: memref<4x64x32xbf16>) kernel {
     // expected-error @+1 {{k_groups needs the store epilogue with one B operand (no concat)}}
-    mk.gemm simt swiglu %a, %b, %b into %o k_groups(%off : memref<5xi64>) {transpose_a, transpose_b}
+    mk.gemm swiglu %a, %b, %b into %o k_groups(%off : memref<5xi64>) schedule <simt> {transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x32xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
     gpu.return
   }
@@ -843,7 +915,7 @@ gpu.module @m {
 gpu.module @k {
   gpu.func @k_counts_without_k_groups(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<64x32xbf16>, %cnt: memref<4xi64>) kernel {
     // expected-error @+1 {{k_counts needs k_groups (it counts each K group's rows)}}
-    mk.gemm simt store %a, %b into %o k_counts(%cnt : memref<4xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<64x32xbf16>
+    mk.gemm store %a, %b into %o k_counts(%cnt : memref<4xi64>) schedule <simt> {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<64x32xbf16>
     gpu.return
   }
 }
@@ -853,7 +925,7 @@ gpu.module @k {
 gpu.module @k {
   gpu.func @k_counts_groups(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<4x64x32xbf16>, %off: memref<5xi64>, %cnt: memref<5xi64>) kernel {
     // expected-error @+1 {{k_counts dimension 0 must be 4 (E, offsets - 1), got 5}}
-    mk.gemm simt store %a, %b into %o k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+    mk.gemm store %a, %b into %o k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<5xi64>) schedule <simt> {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
     gpu.return
   }
 }

@@ -12,30 +12,31 @@
 // CHECK: mk.pad_offsets %[[COUNTS]] into %{{.*}} {padding = 8 : i64} : memref<4xi64>, memref<5xi64>
 // CHECK: mk.assign_rows %{{.*}}, %{{.*}}, %[[CC]] into %{{.*}}, %{{.*}}, %{{.*}} {chunk = 64 : i64} : memref<40x2xi32>, memref<5xi64>, memref<2x4xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
 // CHECK: mk.gather %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} {top_k = 2 : i64} : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
-// CHECK: mk.gemm simt swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<108xi64>, memref<5xi64>) {swiglu_limit = 7.000000e+00 : f32} : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
-// CHECK: mk.gemm simt store %{{.*}}, %{{.*}} into %{{.*}} : memref<40x16xbf16>, memref<64x16xbf16> -> memref<40x64xbf16>
+// CHECK: mk.gemm swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<108xi64>, memref<5xi64>) schedule <simt> {swiglu_limit = 7.000000e+00 : f32} : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
+// CHECK: mk.gemm store %{{.*}}, %{{.*}} into %{{.*}} schedule <simt> : memref<40x16xbf16>, memref<64x16xbf16> -> memref<40x64xbf16>
 // CHECK: mk.combine %{{.*}}, %{{.*}} weights(%{{.*}} : memref<40x2xf32>) shared(%{{.*}} : memref<40x64xbf16>) into %{{.*}} : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
 // CHECK: mk.combine %{{.*}}, %{{.*}} weights(%{{.*}} : memref<40x2xf32>) into %{{.*}} : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
 // CHECK: mk.timestamp %{{.*}}[3] : memref<9xi64>
 // CHECK: mk.timestamp %[[TS:[a-z0-9_]+]][4] cycles(%[[TS]] : memref<9xi64>) : memref<9xi64>
 // CHECK-LABEL: gpu.func @tensor_cores
-// CHECK: mk.gemm wgmma swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
-// CHECK: mk.gemm tcgen05 store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 17, 18>, stages = 4 : i64, tile = array<i64: 64, 128, 64>} : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
-// CHECK: mk.gemm wgmma swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) gather(%{{.*}} : memref<332xi64>) {gather_top_k = 2 : i64, maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>} : memref<40x64xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
-// CHECK: mk.gemm wgmma store %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) padding(%{{.*}} : memref<332xi64>) {maps = array<i64: 9, 10>, stages = 4 : i64, tile = array<i64: 128, 256, 64>} : memref<332x128xbf16>, memref<4x64x128xbf16> -> memref<332x64xbf16>
-// CHECK: mk.gemm wgmma store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) {maps = array<i64: 17, 18>, producer, registers = array<i64: 224, 56>, stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+// CHECK: mk.gemm swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1, 5>}
+// CHECK: mk.gemm store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) schedule <tcgen05, tile = [64, 128, 64], stages = 4> {maps = array<i64: 17, 18>} : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
+// CHECK: mk.gemm swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) gather(%{{.*}} : memref<332xi64>) schedule <wgmma, tile = [64, 128, 64], stages = 4> {gather_top_k = 2 : i64, maps = array<i64: 0, 1, 5>} : memref<40x64xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
+// CHECK: mk.gemm store %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) padding(%{{.*}} : memref<332xi64>) schedule <wgmma, tile = [128, 256, 64], stages = 4> {maps = array<i64: 9, 10>} : memref<332x128xbf16>, memref<4x64x128xbf16> -> memref<332x64xbf16>
+// CHECK: mk.gemm store %{{.*}}, %{{.*}} into %{{.*}} maps(%{{.*}} : memref<304xi64>) schedule <wgmma, tile = [128, 128, 64], stages = 4, producer, registers = [224, 56]> {maps = array<i64: 17, 18>}
+// CHECK: mk.gemm store %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<332xi64>, memref<5xi64>) maps(%{{.*}} : memref<304xi64>) schedule <wgmma, tile = [128, 256, 64], stages = 4, multicast> {maps = array<i64: 9, 10>} : memref<332x128xbf16>, memref<4x64x128xbf16> -> memref<332x64xbf16>
 
 // CHECK-LABEL: gpu.func @backward
 // Each operand is matched as one SSA name, so a missing or an extra operand
 // group fails the match.
 // CHECK: mk.gather %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} scale(%{{[a-z0-9_]+}} : memref<40x2xf32>) {top_k = 2 : i64} : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
-// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} grouped(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<5xi64>) {transpose_b} : memref<108x64xbf16>, memref<4x64x32xbf16> -> memref<108x32xf32>
-// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} {transpose_a} : memref<64x40xbf16>, memref<16x64xbf16> -> memref<40x16xbf16>
-// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} : memref<40x64xbf16>, memref<16x64xbf16> -> memref<40x16xf32>
-// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} grouped(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<5xi64>) concat(%{{[a-z0-9_]+}} : memref<108x32xbf16>) {transpose_b} : memref<108x32xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x64xbf16>
-// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} k_groups(%{{[a-z0-9_]+}} : memref<5xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
-// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} k_groups(%{{[a-z0-9_]+}} : memref<5xi64>) k_counts(%{{[a-z0-9_]+}} : memref<4xi64>) {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
-// CHECK: mk.gemm simt swiglu %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} grouped(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<5xi64>) saves(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108x32xbf16>, memref<108x32xbf16>) {swiglu_limit = 7.000000e+00 : f32} : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
+// CHECK: mk.gemm store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} grouped(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<5xi64>) schedule <simt> {transpose_b} : memref<108x64xbf16>, memref<4x64x32xbf16> -> memref<108x32xf32>
+// CHECK: mk.gemm store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} schedule <simt> {transpose_a} : memref<64x40xbf16>, memref<16x64xbf16> -> memref<40x16xbf16>
+// CHECK: mk.gemm store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} schedule <simt> : memref<40x64xbf16>, memref<16x64xbf16> -> memref<40x16xf32>
+// CHECK: mk.gemm store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} grouped(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<5xi64>) concat(%{{[a-z0-9_]+}} : memref<108x32xbf16>) schedule <simt> {transpose_b} : memref<108x32xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x64xbf16>
+// CHECK: mk.gemm store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} k_groups(%{{[a-z0-9_]+}} : memref<5xi64>) schedule <simt> {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+// CHECK: mk.gemm store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} k_groups(%{{[a-z0-9_]+}} : memref<5xi64>) k_counts(%{{[a-z0-9_]+}} : memref<4xi64>) schedule <simt> {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+// CHECK: mk.gemm swiglu %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} grouped(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<5xi64>) saves(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108x32xbf16>, memref<108x32xbf16>) schedule <simt> {swiglu_limit = 7.000000e+00 : f32} : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
 // CHECK: mk.swiglu_grad %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} routes(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> %{{[a-z0-9_]+}} {swiglu_limit = 7.000000e+00 : f32} : memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16> -> memref<108x32xbf16>, memref<108x32xbf16>, memref<40x2xf32>
 // CHECK: mk.swiglu_grad %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<40x16xf32>, memref<40x16xbf16>, memref<40x16xbf16>, memref<40x16xbf16> -> memref<40x16xbf16>, memref<40x16xbf16>{{$}}
 // CHECK: mk.combine %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
@@ -61,10 +62,10 @@ gpu.module @kernels {
         : memref<40x2xi32>, memref<5xi64>, memref<2x4xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
     mk.gather %x, %row_route, %offsets into %routed_x {top_k = 2 : i64}
         : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
-    mk.gemm simt swiglu %routed_x, %wg, %wu into %hidden
-        grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>) {swiglu_limit = 7.0 : f32}
+    mk.gemm swiglu %routed_x, %wg, %wu into %hidden
+        grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>) schedule <simt> {swiglu_limit = 7.0 : f32}
         : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
-    mk.gemm simt store %shared_hidden, %sd into %shared_out
+    mk.gemm store %shared_hidden, %sd into %shared_out schedule <simt>
         : memref<40x16xbf16>, memref<64x16xbf16> -> memref<40x64xbf16>
     mk.combine %routed_y, %route_row weights(%rw : memref<40x2xf32>) shared(%shared_out : memref<40x64xbf16>) into %out
         : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
@@ -82,30 +83,34 @@ gpu.module @kernels {
                          %so: memref<40x64xbf16>, %maps: memref<304xi64>,
                          %x: memref<40x64xbf16>, %wd: memref<4x64x128xbf16>,
                          %ry: memref<332x64xbf16>) kernel {
-    mk.gemm wgmma swiglu %routed_x, %wg, %wu into %hidden
+    mk.gemm swiglu %routed_x, %wg, %wu into %hidden
         grouped(%row_expert, %offsets : memref<332xi64>, memref<5xi64>) maps(%maps : memref<304xi64>)
-        {maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1, 5>}
         : memref<332x64xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
-    mk.gemm tcgen05 store %sh, %sd into %so maps(%maps : memref<304xi64>)
-        {maps = array<i64: 17, 18>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+    mk.gemm store %sh, %sd into %so maps(%maps : memref<304xi64>)
+        schedule <tcgen05, tile = [64, 128, 64], stages = 4> {maps = array<i64: 17, 18>}
         : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
     // Gathered A: rows of %x picked by %row_expert (route / 2).
-    mk.gemm wgmma swiglu %x, %wg, %wu into %hidden
+    mk.gemm swiglu %x, %wg, %wu into %hidden
         grouped(%row_expert, %offsets : memref<332xi64>, memref<5xi64>) maps(%maps : memref<304xi64>)
         gather(%row_expert : memref<332xi64>)
-        {gather_top_k = 2 : i64, maps = array<i64: 0, 1, 5>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {gather_top_k = 2 : i64, maps = array<i64: 0, 1, 5>}
         : memref<40x64xbf16>, memref<4x128x64xbf16>, memref<4x128x64xbf16> -> memref<332x128xbf16>
     // Padding rows (row_route < 0) whose results nothing reads.
-    mk.gemm wgmma store %hidden, %wd into %ry
+    mk.gemm store %hidden, %wd into %ry
         grouped(%row_expert, %offsets : memref<332xi64>, memref<5xi64>) maps(%maps : memref<304xi64>)
         padding(%row_expert : memref<332xi64>)
-        {maps = array<i64: 9, 10>, stages = 4 : i64, tile = array<i64: 128, 256, 64>}
+        schedule <wgmma, tile = [128, 256, 64], stages = 4> {maps = array<i64: 9, 10>}
         : memref<332x128xbf16>, memref<4x64x128xbf16> -> memref<332x64xbf16>
     // Warp roles: a producer warpgroup, registers moved to the consumers.
-    mk.gemm wgmma store %sh, %sd into %so maps(%maps : memref<304xi64>)
-        {maps = array<i64: 17, 18>, producer, registers = array<i64: 224, 56>,
-         stages = 4 : i64, tile = array<i64: 128, 128, 64>}
+    mk.gemm store %sh, %sd into %so maps(%maps : memref<304xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4, producer, registers = [224, 56]> {maps = array<i64: 17, 18>}
         : memref<40x128xbf16>, memref<64x128xbf16> -> memref<40x64xbf16>
+    // The CTA pairs of 2-CTA clusters sharing each weight box.
+    mk.gemm store %hidden, %wd into %ry
+        grouped(%row_expert, %offsets : memref<332xi64>, memref<5xi64>) maps(%maps : memref<304xi64>)
+        schedule <wgmma, tile = [128, 256, 64], stages = 4, multicast> {maps = array<i64: 9, 10>}
+        : memref<332x128xbf16>, memref<4x64x128xbf16> -> memref<332x64xbf16>
     gpu.return
   }
 
@@ -125,25 +130,25 @@ gpu.module @kernels {
     mk.gather %d_out, %row_route, %offsets into %d_y scale(%rw : memref<40x2xf32>) {top_k = 2 : i64}
         : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
     // d_hidden_u = d_y W_d (B [E, K, N]), unrounded.
-    mk.gemm simt store %d_y, %wd into %dh_u grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
-        {transpose_b} : memref<108x64xbf16>, memref<4x64x32xbf16> -> memref<108x32xf32>
-    mk.gemm simt store %xt, %sb into %sh {transpose_a}
+    mk.gemm store %d_y, %wd into %dh_u grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
+        schedule <simt> {transpose_b} : memref<108x64xbf16>, memref<4x64x32xbf16> -> memref<108x32xf32>
+    mk.gemm store %xt, %sb into %sh schedule <simt> {transpose_a}
         : memref<64x40xbf16>, memref<16x64xbf16> -> memref<40x16xbf16>
-    mk.gemm simt store %x, %sb into %sh32 : memref<40x64xbf16>, memref<16x64xbf16> -> memref<40x16xf32>
+    mk.gemm store %x, %sb into %sh32 schedule <simt> : memref<40x64xbf16>, memref<16x64xbf16> -> memref<40x16xf32>
     // d_routed_x = d_gate W_g + d_up W_u, one accumulator.
-    mk.gemm simt store %d_gate, %wg, %wu into %d_rx grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
-        concat(%d_up : memref<108x32xbf16>) {transpose_b}
+    mk.gemm store %d_gate, %wg, %wu into %d_rx grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
+        concat(%d_up : memref<108x32xbf16>) schedule <simt> {transpose_b}
         : memref<108x32xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x64xbf16>
     // d_down[e] = d_y^T hidden over expert e's rows.
-    mk.gemm simt store %d_y, %hidden into %d_wd k_groups(%offsets : memref<5xi64>) {transpose_a, transpose_b}
+    mk.gemm store %d_y, %hidden into %d_wd k_groups(%offsets : memref<5xi64>) schedule <simt> {transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
     // ... stopping after each expert's counted rows (the rest is padding).
-    mk.gemm simt store %d_y, %hidden into %d_wd k_groups(%offsets : memref<5xi64>)
-        k_counts(%counts : memref<4xi64>) {transpose_a, transpose_b}
+    mk.gemm store %d_y, %hidden into %d_wd k_groups(%offsets : memref<5xi64>)
+        k_counts(%counts : memref<4xi64>) schedule <simt> {transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
     // The training forward saves the activation's inputs.
-    mk.gemm simt swiglu %routed_x, %wg, %wu into %hidden grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
-        saves(%gate, %up : memref<108x32xbf16>, memref<108x32xbf16>) {swiglu_limit = 7.0 : f32}
+    mk.gemm swiglu %routed_x, %wg, %wu into %hidden grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
+        saves(%gate, %up : memref<108x32xbf16>, memref<108x32xbf16>) schedule <simt> {swiglu_limit = 7.0 : f32}
         : memref<108x64xbf16>, memref<4x32x64xbf16>, memref<4x32x64xbf16> -> memref<108x32xbf16>
     mk.swiglu_grad %dh_u, %gate, %up, %hidden into %d_gate, %d_up
         routes(%row_route, %route_row, %rw, %offsets : memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>)
@@ -165,12 +170,12 @@ gpu.module @kernels {
 
 // Weight gradients added into fp32 accumulators (main_grad += dW).
 // CHECK-LABEL: gpu.func @accumulate
-// CHECK: mk.gemm simt store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} k_groups(%{{[a-z0-9_]+}} : memref<5xi64>) k_counts(%{{[a-z0-9_]+}} : memref<4xi64>) {accumulate, transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xf32>
+// CHECK: mk.gemm store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} k_groups(%{{[a-z0-9_]+}} : memref<5xi64>) k_counts(%{{[a-z0-9_]+}} : memref<4xi64>) schedule <simt> {accumulate, transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xf32>
 gpu.module @accumulate_module {
   gpu.func @accumulate(%d_y: memref<108x64xbf16>, %hidden: memref<108x32xbf16>, %offsets: memref<5xi64>,
                        %counts: memref<4xi64>, %main_grad: memref<4x64x32xf32>) kernel {
-    mk.gemm simt store %d_y, %hidden into %main_grad k_groups(%offsets : memref<5xi64>)
-        k_counts(%counts : memref<4xi64>) {accumulate, transpose_a, transpose_b}
+    mk.gemm store %d_y, %hidden into %main_grad k_groups(%offsets : memref<5xi64>)
+        k_counts(%counts : memref<4xi64>) schedule <simt> {accumulate, transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xf32>
     gpu.return
   }

@@ -19,108 +19,127 @@
 
 namespace mok::conversion {
 
-using namespace mlir;
-
 //===----------------------------------------------------------------------===//
 // Emitter: loops, conditionals and bf16/f32 scalar access at one point
 //===----------------------------------------------------------------------===//
 
 class Emitter {
 public:
-  Emitter(OpBuilder &b, Location loc) : b(b), loc(loc) {}
+  Emitter(mlir::OpBuilder &b, mlir::Location loc) : b(b), loc(loc) {}
 
-  OpBuilder &b;
-  Location loc;
+  mlir::OpBuilder &b;
+  mlir::Location loc;
 
-  Value index(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value f32(float v) {
-    return arith::ConstantFloatOp::create(b, loc, b.getF32Type(), APFloat(v));
+  mlir::Value index(int64_t v) {
+    return mlir::arith::ConstantIndexOp::create(b, loc, v);
   }
-  Value add(Value x, Value y) {
-    return isa<IndexType>(x.getType())
-               ? Value(arith::AddIOp::create(b, loc, x, y))
-               : Value(arith::AddFOp::create(b, loc, x, y));
+  mlir::Value f32(float v) {
+    return mlir::arith::ConstantFloatOp::create(b, loc, b.getF32Type(),
+                                                mlir::APFloat(v));
   }
-  Value sub(Value x, Value y) {
-    return isa<IndexType>(x.getType())
-               ? Value(arith::SubIOp::create(b, loc, x, y))
-               : Value(arith::SubFOp::create(b, loc, x, y));
+  mlir::Value add(mlir::Value x, mlir::Value y) {
+    return mlir::isa<mlir::IndexType>(x.getType())
+               ? mlir::Value(mlir::arith::AddIOp::create(b, loc, x, y))
+               : mlir::Value(mlir::arith::AddFOp::create(b, loc, x, y));
   }
-  Value mul(Value x, Value y) {
-    return isa<IndexType>(x.getType())
-               ? Value(arith::MulIOp::create(b, loc, x, y))
-               : Value(arith::MulFOp::create(b, loc, x, y));
+  mlir::Value sub(mlir::Value x, mlir::Value y) {
+    return mlir::isa<mlir::IndexType>(x.getType())
+               ? mlir::Value(mlir::arith::SubIOp::create(b, loc, x, y))
+               : mlir::Value(mlir::arith::SubFOp::create(b, loc, x, y));
   }
-  Value div(Value x, Value y) { return arith::DivSIOp::create(b, loc, x, y); }
-  Value rem(Value x, Value y) { return arith::RemSIOp::create(b, loc, x, y); }
-  Value cmp(arith::CmpIPredicate p, Value x, Value y) {
-    return arith::CmpIOp::create(b, loc, p, x, y);
+  mlir::Value mul(mlir::Value x, mlir::Value y) {
+    return mlir::isa<mlir::IndexType>(x.getType())
+               ? mlir::Value(mlir::arith::MulIOp::create(b, loc, x, y))
+               : mlir::Value(mlir::arith::MulFOp::create(b, loc, x, y));
   }
-  Value cmpf(arith::CmpFPredicate p, Value x, Value y) {
-    return arith::CmpFOp::create(b, loc, p, x, y);
+  mlir::Value div(mlir::Value x, mlir::Value y) {
+    return mlir::arith::DivSIOp::create(b, loc, x, y);
   }
-  Value isValid(Value row) { // rows and routes use -1 for "none"
-    return cmp(arith::CmpIPredicate::sge, row, index(0));
+  mlir::Value rem(mlir::Value x, mlir::Value y) {
+    return mlir::arith::RemSIOp::create(b, loc, x, y);
   }
-  Value select(Value c, Value x, Value y) {
-    return arith::SelectOp::create(b, loc, c, x, y);
+  mlir::Value cmp(mlir::arith::CmpIPredicate p, mlir::Value x, mlir::Value y) {
+    return mlir::arith::CmpIOp::create(b, loc, p, x, y);
   }
-  Value minf(Value x, Value y) { return arith::MinimumFOp::create(b, loc, x, y); }
-  Value maxf(Value x, Value y) { return arith::MaximumFOp::create(b, loc, x, y); }
+  mlir::Value cmpf(mlir::arith::CmpFPredicate p, mlir::Value x, mlir::Value y) {
+    return mlir::arith::CmpFOp::create(b, loc, p, x, y);
+  }
+  mlir::Value isValid(mlir::Value row) { // rows and routes use -1 for "none"
+    return cmp(mlir::arith::CmpIPredicate::sge, row, index(0));
+  }
+  mlir::Value select(mlir::Value c, mlir::Value x, mlir::Value y) {
+    return mlir::arith::SelectOp::create(b, loc, c, x, y);
+  }
+  mlir::Value minf(mlir::Value x, mlir::Value y) {
+    return mlir::arith::MinimumFOp::create(b, loc, x, y);
+  }
+  mlir::Value maxf(mlir::Value x, mlir::Value y) {
+    return mlir::arith::MaximumFOp::create(b, loc, x, y);
+  }
 
   /// for iv in [lb, ub) step `step`: body(iv)
-  void loop(Value lb, Value ub, Value step, function_ref<void(Value)> body) {
-    auto op = scf::ForOp::create(b, loc, lb, ub, step);
-    OpBuilder::InsertionGuard guard(b);
+  void loop(mlir::Value lb, mlir::Value ub, mlir::Value step,
+            mlir::function_ref<void(mlir::Value)> body) {
+    auto op = mlir::scf::ForOp::create(b, loc, lb, ub, step);
+    mlir::OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(op.getBody()->getTerminator());
     body(op.getInductionVar());
   }
   /// for iv in [lb, ub): body(iv)
-  void loop(Value lb, Value ub, function_ref<void(Value)> body) {
-    auto op = scf::ForOp::create(b, loc, lb, ub, index(1));
-    OpBuilder::InsertionGuard guard(b);
+  void loop(mlir::Value lb, mlir::Value ub,
+            mlir::function_ref<void(mlir::Value)> body) {
+    auto op = mlir::scf::ForOp::create(b, loc, lb, ub, index(1));
+    mlir::OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(op.getBody()->getTerminator());
     body(op.getInductionVar());
   }
-  void loop(Value n, function_ref<void(Value)> body) {
+  void loop(mlir::Value n, mlir::function_ref<void(mlir::Value)> body) {
     loop(index(0), n, body);
   }
-  void loop(int64_t n, function_ref<void(Value)> body) {
+  void loop(int64_t n, mlir::function_ref<void(mlir::Value)> body) {
     loop(index(0), index(n), body);
   }
 
   /// acc = init; for iv in [lb, ub): acc = step(iv, acc); returns acc.
-  Value fold(Value lb, Value ub, Value init,
-             function_ref<Value(Value, Value)> step) {
+  mlir::Value
+  fold(mlir::Value lb, mlir::Value ub, mlir::Value init,
+       mlir::function_ref<mlir::Value(mlir::Value, mlir::Value)> step) {
     return fold(lb, ub, index(1), init, step);
   }
   /// The same, iv stepping by `stride`.
-  Value fold(Value lb, Value ub, Value stride, Value init,
-             function_ref<Value(Value, Value)> step) {
-    auto op = scf::ForOp::create(b, loc, lb, ub, stride, ValueRange{init});
-    OpBuilder::InsertionGuard guard(b);
+  mlir::Value
+  fold(mlir::Value lb, mlir::Value ub, mlir::Value stride, mlir::Value init,
+       mlir::function_ref<mlir::Value(mlir::Value, mlir::Value)> step) {
+    auto op = mlir::scf::ForOp::create(b, loc, lb, ub, stride,
+                                       mlir::ValueRange{init});
+    mlir::OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToEnd(op.getBody());
-    Value next = step(op.getInductionVar(), op.getRegionIterArgs()[0]);
-    scf::YieldOp::create(b, loc, next);
+    mlir::Value next = step(op.getInductionVar(), op.getRegionIterArgs()[0]);
+    mlir::scf::YieldOp::create(b, loc, next);
     return op.getResult(0);
   }
 
   /// fp32 sum over [lb, ub) of addend(iv), in index order.
-  Value sum(Value lb, Value ub, function_ref<Value(Value)> addend) {
-    return fold(lb, ub, f32(0.0f),
-                [&](Value iv, Value acc) { return add(acc, addend(iv)); });
+  mlir::Value sum(mlir::Value lb, mlir::Value ub,
+                  mlir::function_ref<mlir::Value(mlir::Value)> addend) {
+    return fold(lb, ub, f32(0.0f), [&](mlir::Value iv, mlir::Value acc) {
+      return add(acc, addend(iv));
+    });
   }
-  Value sum(Value n, function_ref<Value(Value)> addend) {
+  mlir::Value sum(mlir::Value n,
+                  mlir::function_ref<mlir::Value(mlir::Value)> addend) {
     return sum(index(0), n, addend);
   }
-  Value sum(int64_t n, function_ref<Value(Value)> addend) {
+  mlir::Value sum(int64_t n,
+                  mlir::function_ref<mlir::Value(mlir::Value)> addend) {
     return sum(index(0), index(n), addend);
   }
 
-  void ifThen(Value cond, function_ref<void()> then,
-              function_ref<void()> otherwise = nullptr) {
-    auto op = scf::IfOp::create(b, loc, cond, /*withElseRegion=*/bool(otherwise));
-    OpBuilder::InsertionGuard guard(b);
+  void ifThen(mlir::Value cond, mlir::function_ref<void()> then,
+              mlir::function_ref<void()> otherwise = nullptr) {
+    auto op = mlir::scf::IfOp::create(b, loc, cond,
+                                      /*withElseRegion=*/bool(otherwise));
+    mlir::OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(op.thenBlock()->getTerminator());
     then();
     if (otherwise) {
@@ -131,76 +150,80 @@ public:
 
   /// cond ? then() : otherwise(), evaluating only the chosen side (the other
   /// may index out of bounds).
-  Value ifValue(Value cond, function_ref<Value()> then,
-                function_ref<Value()> otherwise) {
-    OpBuilder::InsertionGuard guard(b);
-    auto op = scf::IfOp::create(b, loc, TypeRange{b.getF32Type()}, cond,
+  mlir::Value ifValue(mlir::Value cond, mlir::function_ref<mlir::Value()> then,
+                      mlir::function_ref<mlir::Value()> otherwise) {
+    mlir::OpBuilder::InsertionGuard guard(b);
+    auto op =
+        mlir::scf::IfOp::create(b, loc, mlir::TypeRange{b.getF32Type()}, cond,
                                 /*withElseRegion=*/true);
     b.setInsertionPointToEnd(op.thenBlock());
-    scf::YieldOp::create(b, loc, then());
+    mlir::scf::YieldOp::create(b, loc, then());
     b.setInsertionPointToEnd(op.elseBlock());
-    scf::YieldOp::create(b, loc, otherwise());
+    mlir::scf::YieldOp::create(b, loc, otherwise());
     return op.getResult(0);
   }
 
   /// Element loads and stores say their natural alignment (the element's
   /// size): without it LLVM takes the default data layout's, where an i64
   /// is 4-aligned, and the NVPTX backend splits every i64 access in two.
-  Value load(Value m, ValueRange idx) {
-    auto op = memref::LoadOp::create(b, loc, m, idx);
-    if (IntegerAttr align = naturalAlignment(m))
+  mlir::Value load(mlir::Value m, mlir::ValueRange idx) {
+    auto op = mlir::memref::LoadOp::create(b, loc, m, idx);
+    if (mlir::IntegerAttr align = naturalAlignment(m))
       op.setAlignmentAttr(align);
     return op;
   }
-  void store(Value v, Value m, ValueRange idx) {
-    auto op = memref::StoreOp::create(b, loc, v, m, idx);
-    if (IntegerAttr align = naturalAlignment(m))
+  void store(mlir::Value v, mlir::Value m, mlir::ValueRange idx) {
+    auto op = mlir::memref::StoreOp::create(b, loc, v, m, idx);
+    if (mlir::IntegerAttr align = naturalAlignment(m))
       op.setAlignmentAttr(align);
   }
-  IntegerAttr naturalAlignment(Value m) {
-    Type elt = cast<MemRefType>(m.getType()).getElementType();
+  mlir::IntegerAttr naturalAlignment(mlir::Value m) {
+    mlir::Type elt = mlir::cast<mlir::MemRefType>(m.getType()).getElementType();
     if (!elt.isIntOrFloat() || elt.getIntOrFloatBitWidth() % 8)
       return {};
     return b.getI64IntegerAttr(elt.getIntOrFloatBitWidth() / 8);
   }
   /// Loads an element as f32 (bf16 widened exactly).
-  Value loadF32(Value m, ValueRange idx) {
-    Value v = load(m, idx);
+  mlir::Value loadF32(mlir::Value m, mlir::ValueRange idx) {
+    mlir::Value v = load(m, idx);
     if (v.getType().isF32())
       return v;
-    return arith::ExtFOp::create(b, loc, b.getF32Type(), v);
+    return mlir::arith::ExtFOp::create(b, loc, b.getF32Type(), v);
   }
   /// Stores an f32 value, rounded (to nearest even) to the buffer's type.
-  void storeRounded(Value v, Value m, ValueRange idx) {
-    Type elt = cast<MemRefType>(m.getType()).getElementType();
+  void storeRounded(mlir::Value v, mlir::Value m, mlir::ValueRange idx) {
+    mlir::Type elt = mlir::cast<mlir::MemRefType>(m.getType()).getElementType();
     if (elt != v.getType())
-      v = arith::TruncFOp::create(b, loc, elt, v);
+      v = mlir::arith::TruncFOp::create(b, loc, elt, v);
     store(v, m, idx);
   }
   /// Rounds an f32 value to bf16 and back: what a bf16 store-and-load does.
-  Value roundBF16(Value v) {
-    Value r = arith::TruncFOp::create(b, loc, b.getBF16Type(), v);
-    return arith::ExtFOp::create(b, loc, b.getF32Type(), r);
+  mlir::Value roundBF16(mlir::Value v) {
+    mlir::Value r = mlir::arith::TruncFOp::create(b, loc, b.getBF16Type(), v);
+    return mlir::arith::ExtFOp::create(b, loc, b.getF32Type(), r);
   }
-  Value dim(Value m, int64_t d) { return memref::DimOp::create(b, loc, m, d); }
-  Value toIndex(Value v) {
-    return arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
+  mlir::Value dim(mlir::Value m, int64_t d) {
+    return mlir::memref::DimOp::create(b, loc, m, d);
+  }
+  mlir::Value toIndex(mlir::Value v) {
+    return mlir::arith::IndexCastOp::create(b, loc, b.getIndexType(), v);
   }
 
-  Value alloc(MemRefType type, ValueRange dynSizes) {
-    return memref::AllocOp::create(b, loc, type, dynSizes);
+  mlir::Value alloc(mlir::MemRefType type, mlir::ValueRange dynSizes) {
+    return mlir::memref::AllocOp::create(b, loc, type, dynSizes);
   }
-  void fill(Value m, Value v) {
-    auto type = cast<MemRefType>(m.getType());
-    std::function<void(SmallVector<Value>)> rec = [&](SmallVector<Value> idx) {
-      if ((int64_t)idx.size() == type.getRank())
-        return store(v, m, idx);
-      loop(dim(m, idx.size()), [&](Value i) {
-        SmallVector<Value> next = idx;
-        next.push_back(i);
-        rec(next);
-      });
-    };
+  void fill(mlir::Value m, mlir::Value v) {
+    auto type = mlir::cast<mlir::MemRefType>(m.getType());
+    std::function<void(mlir::SmallVector<mlir::Value>)> rec =
+        [&](mlir::SmallVector<mlir::Value> idx) {
+          if ((int64_t)idx.size() == type.getRank())
+            return store(v, m, idx);
+          loop(dim(m, idx.size()), [&](mlir::Value i) {
+            mlir::SmallVector<mlir::Value> next = idx;
+            next.push_back(i);
+            rec(next);
+          });
+        };
     rec({});
   }
 };
@@ -212,7 +235,7 @@ public:
 /// The clamp of the clamped SwiGLU, absent when unclamped.
 using Limit = std::optional<float>;
 
-inline Limit getLimit(FloatAttr attr) {
+inline Limit getLimit(mlir::FloatAttr attr) {
   if (!attr || attr.getValue().isInfinity())
     return std::nullopt;
   return attr.getValue().convertToFloat();
@@ -232,18 +255,19 @@ enum class SigmoidMath {
   fast,
 };
 
-inline Value sigmoid(Emitter &e, Value x, SigmoidMath math) {
-  auto flags = math == SigmoidMath::fast ? arith::FastMathFlags::afn
-                                         : arith::FastMathFlags::none;
-  Value negX = arith::NegFOp::create(e.b, e.loc, x);
-  Value ex = math::ExpOp::create(e.b, e.loc, negX, flags);
-  return arith::DivFOp::create(e.b, e.loc, e.f32(1.0f), e.add(e.f32(1.0f), ex),
-                               flags);
+inline mlir::Value sigmoid(Emitter &e, mlir::Value x, SigmoidMath math) {
+  auto flags = math == SigmoidMath::fast
+                   ? mlir::arith::FastMathFlags::afn
+                   : mlir::arith::FastMathFlags::none;
+  mlir::Value negX = mlir::arith::NegFOp::create(e.b, e.loc, x);
+  mlir::Value ex = mlir::math::ExpOp::create(e.b, e.loc, negX, flags);
+  return mlir::arith::DivFOp::create(e.b, e.loc, e.f32(1.0f),
+                                     e.add(e.f32(1.0f), ex), flags);
 }
 
 /// h = silu(min(g, L)) * clamp(u, -L, L), in f32 from bf16-valued g and u.
-inline Value swiglu(Emitter &e, Value g, Value u, Limit limit,
-                    SigmoidMath math) {
+inline mlir::Value swiglu(Emitter &e, mlir::Value g, mlir::Value u, Limit limit,
+                          SigmoidMath math) {
   if (limit) {
     g = e.minf(g, e.f32(*limit));
     u = e.maxf(e.minf(u, e.f32(*limit)), e.f32(-*limit));
@@ -252,26 +276,25 @@ inline Value swiglu(Emitter &e, Value g, Value u, Limit limit,
 }
 
 /// (d_g, d_u) of the clamped SwiGLU, in f32.
-inline std::pair<Value, Value> swigluGrad(Emitter &e, Value dh, Value g,
-                                          Value u, Limit limit,
-                                          SigmoidMath math) {
-  Value gc = g, uc = u;
+inline std::pair<mlir::Value, mlir::Value>
+swigluGrad(Emitter &e, mlir::Value dh, mlir::Value g, mlir::Value u,
+           Limit limit, SigmoidMath math) {
+  mlir::Value gc = g, uc = u;
   if (limit) {
     gc = e.minf(g, e.f32(*limit));
     uc = e.maxf(e.minf(u, e.f32(*limit)), e.f32(-*limit));
   }
-  Value s = sigmoid(e, gc, math);
-  Value silu = e.mul(gc, s);
-  Value dsilu = e.add(s, e.mul(silu, e.sub(e.f32(1.0f), s)));
-  Value dg = e.mul(e.mul(dh, uc), dsilu);
-  Value du = e.mul(dh, silu);
+  mlir::Value s = sigmoid(e, gc, math);
+  mlir::Value silu = e.mul(gc, s);
+  mlir::Value dsilu = e.add(s, e.mul(silu, e.sub(e.f32(1.0f), s)));
+  mlir::Value dg = e.mul(e.mul(dh, uc), dsilu);
+  mlir::Value du = e.mul(dh, silu);
   if (limit) {
-    Value zero = e.f32(0.0f), l = e.f32(*limit), negL = e.f32(-*limit);
-    dg = e.select(e.cmpf(arith::CmpFPredicate::OLE, g, l), dg, zero);
-    Value inRange =
-        arith::AndIOp::create(e.b, e.loc,
-                              e.cmpf(arith::CmpFPredicate::OGE, u, negL),
-                              e.cmpf(arith::CmpFPredicate::OLE, u, l));
+    mlir::Value zero = e.f32(0.0f), l = e.f32(*limit), negL = e.f32(-*limit);
+    dg = e.select(e.cmpf(mlir::arith::CmpFPredicate::OLE, g, l), dg, zero);
+    mlir::Value inRange = mlir::arith::AndIOp::create(
+        e.b, e.loc, e.cmpf(mlir::arith::CmpFPredicate::OGE, u, negL),
+        e.cmpf(mlir::arith::CmpFPredicate::OLE, u, l));
     du = e.select(inRange, du, zero);
   }
   return {dg, du};

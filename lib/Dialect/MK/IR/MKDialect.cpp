@@ -8,7 +8,10 @@
 #include "mok/Dialect/MK/IR/MKOps.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 using namespace mok::mk;
@@ -16,11 +19,143 @@ using namespace mok::mk;
 #include "mok/Dialect/MK/IR/MKDialect.cpp.inc"
 #include "mok/Dialect/MK/IR/MKEnums.cpp.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "mok/Dialect/MK/IR/MKAttrs.cpp.inc"
+
 void MKDialect::initialize() {
   addOperations<
 #define GET_OP_LIST
 #include "mok/Dialect/MK/IR/MKOps.cpp.inc"
       >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "mok/Dialect/MK/IR/MKAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// #mk.gemm_schedule
+//===----------------------------------------------------------------------===//
+
+// <engine (, tile = [M, N, K])? (, stages = S)? (, producer)?
+//  (, registers = [c, p])? (, multicast)?>; the parameters after the engine
+// in any order, each at most once.
+Attribute GemmScheduleAttr::parse(AsmParser &parser, Type) {
+  SMLoc loc = parser.getCurrentLocation();
+  StringRef engineName;
+  if (parser.parseLess() || parser.parseKeyword(&engineName))
+    return {};
+  std::optional<Engine> engine = symbolizeEngine(engineName);
+  if (!engine) {
+    parser.emitError(loc) << "expected a GEMM engine (simt, wgmma or "
+                             "tcgen05), got '"
+                          << engineName << "'";
+    return {};
+  }
+  SmallVector<int64_t> tile, registers;
+  int64_t stages = 0;
+  bool producer = false, multicast = false;
+  llvm::StringSet<> seen;
+  auto parseList = [&](SmallVectorImpl<int64_t> &into) {
+    return parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&] {
+      return parser.parseInteger(into.emplace_back());
+    });
+  };
+  while (succeeded(parser.parseOptionalComma())) {
+    SMLoc at = parser.getCurrentLocation();
+    StringRef key;
+    if (parser.parseKeyword(&key))
+      return {};
+    if (!seen.insert(key).second) {
+      parser.emitError(at) << "'" << key << "' given twice";
+      return {};
+    }
+    if (key == "tile" || key == "registers") {
+      if (parser.parseEqual() || parseList(key == "tile" ? tile : registers))
+        return {};
+    } else if (key == "stages") {
+      if (parser.parseEqual() || parser.parseInteger(stages))
+        return {};
+    } else if (key == "producer") {
+      producer = true;
+    } else if (key == "multicast") {
+      multicast = true;
+    } else {
+      parser.emitError(at) << "unknown GEMM schedule parameter '" << key
+                           << "' (expected tile, stages, producer, registers "
+                              "or multicast)";
+      return {};
+    }
+  }
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<GemmScheduleAttr>(loc, parser.getContext(), *engine,
+                                             tile, stages, producer, registers,
+                                             multicast);
+}
+
+void GemmScheduleAttr::print(AsmPrinter &printer) const {
+  printer << "<" << stringifyEngine(getEngine());
+  auto list = [&](ArrayRef<int64_t> values) {
+    printer << "[";
+    llvm::interleaveComma(values, printer);
+    printer << "]";
+  };
+  if (!getTile().empty()) {
+    printer << ", tile = ";
+    list(getTile());
+  }
+  if (getStages())
+    printer << ", stages = " << getStages();
+  if (getProducer())
+    printer << ", producer";
+  if (!getRegisters().empty()) {
+    printer << ", registers = ";
+    list(getRegisters());
+  }
+  if (getMulticast())
+    printer << ", multicast";
+  printer << ">";
+}
+
+LogicalResult
+GemmScheduleAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                         Engine engine, ArrayRef<int64_t> tile, int64_t stages,
+                         bool producer, ArrayRef<int64_t> registers,
+                         bool multicast) {
+  if (engine == Engine::simt) {
+    if (!tile.empty() || stages || producer || !registers.empty() || multicast)
+      return emitError() << "the simt engine takes no tile, stages, "
+                            "producer, registers or multicast";
+    return success();
+  }
+  if (tile.size() != 3 || llvm::any_of(tile, [](int64_t t) { return t <= 0; }))
+    return emitError() << "the " << stringifyEngine(engine)
+                       << " engine needs tile = [M, N, K], all positive";
+  if (stages <= 0)
+    return emitError() << "the " << stringifyEngine(engine)
+                       << " engine needs stages = a positive count";
+  if (producer && engine != Engine::wgmma)
+    return emitError() << "a producer warp is implemented for the wgmma "
+                          "engine only, not "
+                       << stringifyEngine(engine);
+  if (!registers.empty()) {
+    if (!producer)
+      return emitError() << "registers needs producer (they are moved "
+                            "between the consumer and producer warpgroups)";
+    if (registers.size() != 2 || llvm::any_of(registers, [](int64_t r) {
+          return r < 24 || r > 256 || r % 8;
+        }))
+      return emitError() << "registers must be [consumer, producer], each a "
+                            "multiple of 8 in [24, 256]";
+    if (registers[0] < registers[1])
+      return emitError() << "registers: the consumers get at least the "
+                            "producer's count";
+  }
+  if (multicast && (engine != Engine::wgmma || producer))
+    return emitError() << "multicast is implemented for wgmma GEMMs without "
+                          "a producer";
+  return success();
 }
 
 #define GET_OP_CLASSES
@@ -217,37 +352,16 @@ LogicalResult GemmOp::verify() {
                          "out's rows")))
       return failure();
   }
-  if (getProducer() && getEngine() != Engine::wgmma)
-    return emitOpError() << "a producer warp is implemented for the wgmma "
-                            "engine only, not "
-                         << stringifyEngine(getEngine());
-  if (std::optional<ArrayRef<int64_t>> regs = getRegisters()) {
-    if (!getProducer())
-      return emitOpError("registers needs producer (they are moved between "
-                         "the consumer and producer warpgroups)");
-    if (regs->size() != 2 || llvm::any_of(*regs, [](int64_t r) {
-          return r < 24 || r > 256 || r % 8;
-        }))
-      return emitOpError("registers must be [consumer, producer], each a "
-                         "multiple of 8 in [24, 256]");
-    if ((*regs)[0] < (*regs)[1])
-      return emitOpError("registers: the consumers get at least the "
-                         "producer's count");
-  }
-
   bool tc = usesTensorCores();
   if (!tc) {
-    if (getTile() || getStages() || getMaps() || getTensorMaps())
-      return emitOpError("the simt engine takes no tile, stages, maps or "
-                         "tensor_maps");
+    if (getMaps() || getTensorMaps())
+      return emitOpError("the simt engine takes no maps or tensor_maps");
     return success();
   }
-  if (!getTile() || !getStages() || !getMaps() || !getTensorMaps())
+  if (!getMaps() || !getTensorMaps())
     return emitOpError() << "the " << stringifyEngine(getEngine())
-                         << " engine needs tile, stages, maps and tensor_maps";
-  ArrayRef<int64_t> tile = *getTile();
-  if (tile.size() != 3 || llvm::any_of(tile, [](int64_t t) { return t <= 0; }))
-    return emitOpError("tile must be [M, N, K], all positive");
+                         << " engine needs maps and tensor_maps";
+  ArrayRef<int64_t> tile = getSchedule().getTile();
   // (Transposed A: K runs over A's rows, a ragged last k-tile reads zeros.)
   if (!ShapedType::isDynamic(k) && k < tile[2] && !ta)
     return emitOpError() << "K = " << k << " is less than the tile's K ("

@@ -11,6 +11,9 @@
 #include "mok/Dialect/MK/IR/MKDialect.h"
 #include "mok/Dialect/MK/IR/MKEnums.h.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "mok/Dialect/MK/IR/MKAttrs.h.inc"
+
 #define GET_OP_CLASSES
 #include "mok/Dialect/MK/IR/MKOps.h.inc"
 

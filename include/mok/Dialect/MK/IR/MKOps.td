@@ -2,6 +2,7 @@
 #ifndef MOK_DIALECT_MK_IR_MKOPS_TD
 #define MOK_DIALECT_MK_IR_MKOPS_TD
 
+include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/OpBase.td"
 include "mlir/IR/EnumAttr.td"
 include "mlir/IR/CommonAttrConstraints.td"
@@ -34,6 +35,9 @@ def MK_Dialect : Dialect {
     by TMA through an mbarrier-completed shared-memory ring), tile, stage
     count and tensor-map slots. `convert-moe-to-mk` chooses them;
     `convert-mk-to-gpu` expands each op into gpu/scf/memref/nvgpu/nvvm ops.
+    What the lowering implements for each chip is one query
+    (`mok/Dialect/MK/IR/MKSchedule.h`): the planner asks it for every GEMM it
+    plans, and the lowering checks every GEMM against it.
 
     ```mlir
     gpu.func @layer_forward(...) kernel {
@@ -42,10 +46,11 @@ def MK_Dialect : Dialect {
           : memref<4096x8xi32>, memref<512x32xi64>
       mk.grid_barrier %bar : memref<2xi32>
       ...
-      mk.gemm wgmma swiglu %routed_x, %gate, %up into %hidden
+      mk.gemm swiglu %routed_x, %gate, %up into %hidden
           grouped(%row_expert, %offsets : memref<34784xi64>, memref<33xi64>)
           maps(%tensor_maps : memref<...xi64>)
-          {maps = array<i64: 0, 1, 33>, stages = 4 : i64, tile = array<i64: 64, 128, 64>}
+          schedule <wgmma, tile = [64, 128, 64], stages = 4>
+          {maps = array<i64: 0, 1, 33>}
           : memref<34784x7168xbf16>, memref<32x2048x7168xbf16>, memref<32x2048x7168xbf16>
             -> memref<34784x2048xbf16>
       mk.grid_barrier %bar : memref<2xi32>
@@ -53,6 +58,7 @@ def MK_Dialect : Dialect {
     }
     ```
   }];
+  let useDefaultAttributePrinterParser = 1;
 }
 
 class MK_Op<string mnemonic, list<Trait> traits = []>
@@ -74,6 +80,62 @@ def MK_Epilogue : I32EnumAttr<"Epilogue", "what a GEMM does with its accumulator
     I32EnumAttrCase<"store", 0>,
     I32EnumAttrCase<"swiglu", 1>]> {
   let cppNamespace = "::mok::mk";
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+def MK_GemmScheduleAttr : AttrDef<MK_Dialect, "GemmSchedule"> {
+  let mnemonic = "gemm_schedule";
+  let summary = "How an mk.gemm computes its output tiles";
+  let description = [{
+    The schedule of one GEMM, as the planner chose it and the lowering
+    implements it: the engine; for the tensor-core engines the output tile
+    `[M, N, K]` and the shared-memory stages it is reduced through; and on
+    `wgmma` the warp roles and the CTA pairs:
+
+    * `producer`: one thread of an extra warpgroup after the consumer
+      warpgroups issues every TMA load (warp specialization);
+    * `registers = [consumer, producer]` (with `producer`): the registers
+      each consumer and each producer-warpgroup thread get for the phase
+      (`setmaxnreg`), each a multiple of 8 in [24, 256];
+    * `multicast`: the CTAs of a cluster pair (the kernel's `mok.kernel`
+      `cluster = 2`) take two tasks at once and load each weight box once
+      for both (TMA multicast of two 128-row halves); without `producer`.
+
+    What the op computes (its epilogue, operand forms and clamp) is the
+    op's own; this attribute says only how. `simt` has no other parameter.
+
+    ```mlir
+    #mk.gemm_schedule<simt>
+    #mk.gemm_schedule<tcgen05, tile = [64, 128, 64], stages = 4>
+    #mk.gemm_schedule<wgmma, tile = [128, 128, 64], stages = 4, producer, registers = [224, 56]>
+    #mk.gemm_schedule<wgmma, tile = [128, 256, 64], stages = 4, multicast>
+    ```
+  }];
+  let parameters = (ins
+      EnumParameter<MK_Engine>:$engine,
+      OptionalArrayRefParameter<"int64_t">:$tile,
+      DefaultValuedParameter<"int64_t", "0">:$stages,
+      DefaultValuedParameter<"bool", "false">:$producer,
+      OptionalArrayRefParameter<"int64_t">:$registers,
+      DefaultValuedParameter<"bool", "false">:$multicast);
+  let builders = [
+    AttrBuilder<(ins "Engine":$engine), [{
+      return $_get($_ctxt, engine, ArrayRef<int64_t>(), 0, false,
+                   ArrayRef<int64_t>(), false);
+    }]>
+  ];
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    bool usesTensorCores() const { return getEngine() != Engine::simt; }
+    /// The tile's rows, columns and K (tensor-core engines).
+    int64_t tileM() const { return getTile()[0]; }
+    int64_t tileN() const { return getTile()[1]; }
+    int64_t tileK() const { return getTile()[2]; }
+  }];
 }
 
 //===----------------------------------------------------------------------===//
@@ -264,20 +326,22 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     expert `row_expert[r]`'s matrix. Otherwise B is `[N, K]` and every row of
     `a` is computed.
 
-    The engine says how:
+    How is the `schedule` (`#mk.gemm_schedule`), printed after the
+    keyword `schedule`; its engine:
     * `simt`: grid-stride over output elements, fp32 FMAs in k order;
     * `wgmma` (sm_90a) and `tcgen05` (sm_100a): a persistent loop over
-      `tile = [M, N, K]` output tiles (m-tiles of one expert each: grouped
+      the schedule's `tile = [M, N, K]` output tiles (m-tiles of one expert each: grouped
       segments are multiples of M), assigned to CTAs round-robin in groups of
       16 m-tiles (n-tiles outer) and computed by each CTA's first M / 64
       warpgroups (one 64-row half each); TMA loads k-tiles into a ring of
-      `stages` shared-memory stages completed by mbarriers; accumulators in
+      the schedule's `stages` shared-memory stages completed by mbarriers; accumulators in
       registers (wgmma) or Tensor Memory (tcgen05). The operands are read
       through the CUtensorMaps in `%tensor_maps`: `maps` gives the slot of
       `a` and the first slot of each B operand (grouped: one slot per
       expert, expert `e` at first + e).
 
-    *Gathered A* (`gather(%row_route)`, `wgmma` without a producer only): row
+    *Gathered A* (`gather(%row_route)`, `wgmma` only; with a producer, the
+    kernel's first tensor-core GEMM only): row
     `r` of the A operand is row `row_route[r] / gather_top_k` of `a` (the
     layer's `x`); a padding row (`row_route[r] < 0`) reads row 0, and its
     results are not to be read: the dispatch copy fused into the GEMM's
@@ -301,16 +365,18 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     and stores whole 16-byte row pieces when `out` is 16-byte aligned and
     N a multiple of 8, else column pairs.
 
-    Warp roles (`wgmma` only): with `producer`, one thread of an extra
+    Warp roles (`wgmma` only): with the schedule's `producer`, one thread of an extra
     warpgroup after the consumer warpgroups issues every TMA load, running
     ahead across k-tiles and tasks; the consumers hand each stage back
     through a per-stage "empty" mbarrier and store their results from
     registers, so the next task's loads overlap their epilogue. The CTA then
-    has M / 64 + 1 warpgroups. `registers = [consumer, producer]` moves
+    has M / 64 + 1 warpgroups. Its `registers = [consumer, producer]` moves
     registers between the roles for the phase (`setmaxnreg`): each consumer
     thread gets `consumer` registers, each producer-warpgroup thread
     `producer`; the kernel is compiled for the even share and gets it back
-    after the phase.
+    after the phase. With its `multicast`, the CTA pairs of a 2-CTA
+    cluster share each weight box (the kernel's `mok.kernel` says
+    `cluster = 2`).
 
     The training forms (every engine; `wgmma` without warp roles or
     clusters; a gathered A only with `transpose_b` alone):
@@ -343,17 +409,17 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     `bf16(acc_1)`, the activation's inputs (the backward context).
 
     ```mlir
-    mk.gemm simt store %hidden, %down into %routed_y
+    mk.gemm store %hidden, %down into %routed_y
         grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
+        schedule <simt>
         : memref<108x32xbf16>, memref<4x64x32xbf16> -> memref<108x64xbf16>
-    mk.gemm simt store %d_y, %hidden into %d_down
+    mk.gemm store %d_y, %hidden into %d_down
         k_groups(%offsets : memref<5xi64>) k_counts(%counts : memref<4xi64>)
-        {transpose_a, transpose_b}
+        schedule <simt> {transpose_a, transpose_b}
         : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
     ```
   }];
   let arguments = (ins
-      MK_Engine:$engine,
       MK_Epilogue:$epilogue,
       Arg<MK_Bf16Matrix, "", [MemRead]>:$a,
       Arg<Variadic<MemRefOf<[BF16]>>, "", [MemRead]>:$b,
@@ -368,18 +434,15 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$k_offsets,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$k_counts,
       Arg<Variadic<MK_Bf16Matrix>, "", [MemWrite]>:$saves,
+      MK_GemmScheduleAttr:$schedule,
       OptionalAttr<F32Attr>:$swiglu_limit,
-      OptionalAttr<DenseI64ArrayAttr>:$tile,
-      OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$stages,
       OptionalAttr<DenseI64ArrayAttr>:$maps,
-      UnitAttr:$producer,
-      OptionalAttr<DenseI64ArrayAttr>:$registers,
       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$gather_top_k,
       UnitAttr:$transpose_a,
       UnitAttr:$transpose_b,
       UnitAttr:$accumulate);
   let assemblyFormat = [{
-    $engine $epilogue $a `,` $b `into` $out
+    $epilogue $a `,` $b `into` $out
     (`grouped` `(` $row_expert^ `,` $offsets `:` type($row_expert) `,`
                    type($offsets) `)`)?
     (`maps` `(` $tensor_maps^ `:` type($tensor_maps) `)`)?
@@ -389,12 +452,14 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     (`k_groups` `(` $k_offsets^ `:` type($k_offsets) `)`)?
     (`k_counts` `(` $k_counts^ `:` type($k_counts) `)`)?
     (`saves` `(` $saves^ `:` type($saves) `)`)?
+    `schedule` $schedule
     attr-dict `:` type($a) `,` type($b) `->` type($out)
   }];
   let extraClassDeclaration = [{
     bool isGrouped() { return getRowExpert() != nullptr; }
 
-    bool usesTensorCores() { return getEngine() != Engine::simt; }
+    Engine getEngine() { return getSchedule().getEngine(); }
+    bool usesTensorCores() { return getSchedule().usesTensorCores(); }
   }];
   let hasVerifier = 1;
 }

@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// The grid-wide building blocks of convert-mk-to-gpu's op families.
+//
+#include "GridBuilder.h"
+#include "GlobalAccess.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+using namespace mlir;
+using namespace mok::conversion;
+
+GridBuilder GridBuilder::atKernelStart(gpu::GPUFuncOp func, Emitter &e,
+                                       const SimtTuning &tuning) {
+  GridBuilder g(func, e, tuning);
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+  Value bdim = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
+  Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  g.numBlocks = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
+  g.globalId = e.add(e.mul(bid, bdim), tid);
+  g.spreadId = e.add(e.mul(tid, g.numBlocks), bid);
+  g.gridThreads = e.mul(g.numBlocks, bdim);
+  return g;
+}
+
+bool GridBuilder::wholeWarps() const {
+  std::optional<ArrayRef<int32_t>> block =
+      const_cast<gpu::GPUFuncOp &>(func).getKnownBlockSize();
+  return block && (*block)[0] % 32 == 0 && (*block)[1] == 1 && (*block)[2] == 1;
+}
+
+void GridBuilder::forAllWarps(Value n, function_ref<void(Value, Value)> body) {
+  Value tid = gpu::ThreadIdOp::create(e.b, e.loc, gpu::Dimension::x);
+  Value warp = e.add(e.mul(e.div(tid, e.index(32)), numBlocks),
+                     gpu::BlockIdOp::create(e.b, e.loc, gpu::Dimension::x));
+  // The lane from %laneid (tid % 32 in a block of whole warps). A tid %
+  // 32 here, at the top of the kernel, was merged with the GEMM
+  // epilogues' tid % 32 and kept live through the GEMMs: ptxas spilled
+  // 4-8 bytes in two small training forwards.
+  Value lane = arith::IndexCastOp::create(
+      e.b, e.loc, e.b.getIndexType(),
+      NVVM::LaneIdOp::create(e.b, e.loc, e.b.getI32Type()));
+  e.loop(warp, n, e.div(gridThreads, e.index(32)),
+         [&](Value i) { body(i, lane); });
+}
+
+Value GridBuilder::shuffle64(Value v, int64_t offset, gpu::ShuffleMode mode) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type i32 = b.getI32Type(), i64 = b.getI64Type();
+  Value off = arith::ConstantIntOp::create(b, loc, offset, 32);
+  Value width = arith::ConstantIntOp::create(b, loc, 32, 32);
+  Value shift = arith::ConstantIntOp::create(b, loc, 32, 64);
+  Value lo = arith::TruncIOp::create(b, loc, i32, v);
+  Value hi = arith::TruncIOp::create(b, loc, i32,
+                                     arith::ShRUIOp::create(b, loc, v, shift));
+  Value lo2 = gpu::ShuffleOp::create(b, loc, lo, off, width, mode).getResult(0);
+  Value hi2 = gpu::ShuffleOp::create(b, loc, hi, off, width, mode).getResult(0);
+  return arith::OrIOp::create(
+      b, loc, arith::ExtUIOp::create(b, loc, i64, lo2),
+      arith::ShLIOp::create(b, loc, arith::ExtUIOp::create(b, loc, i64, hi2),
+                            shift));
+}
+
+Value GridBuilder::warpInclusiveSum(Value v, Value lane) {
+  Value zero = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
+  for (int64_t d = 1; d < 32; d *= 2) {
+    Value up = shuffle64(v, d, gpu::ShuffleMode::UP);
+    Value take = e.cmp(arith::CmpIPredicate::sge, lane, e.index(d));
+    v = arith::AddIOp::create(e.b, e.loc, v, e.select(take, up, zero));
+  }
+  return v;
+}
+
+void GridBuilder::syncWarp() {
+  NVVM::SyncWarpOp::create(e.b, e.loc,
+                           arith::ConstantIntOp::create(e.b, e.loc, -1, 32));
+}
+
+Value GridBuilder::popc(Value mask) {
+  return LLVM::CtPopOp::create(e.b, e.loc, mask);
+}
+
+Value GridBuilder::i64Of(Value index) {
+  return arith::IndexCastOp::create(e.b, e.loc, e.b.getI64Type(), index);
+}
+
+Value GridBuilder::routedRows(Value offsets) {
+  int64_t experts = cast<MemRefType>(offsets.getType()).getDimSize(0) - 1;
+  return e.toIndex(e.load(offsets, {e.index(experts)}));
+}
+
+Value GridBuilder::expertOf(Value top, Value q, int64_t experts) {
+  Value k = e.index(cast<MemRefType>(top.getType()).getDimSize(1));
+  Value id = e.toIndex(e.load(top, {e.div(q, k), e.rem(q, k)}));
+  Value valid = arith::AndIOp::create(
+      e.b, e.loc, e.cmp(arith::CmpIPredicate::sge, id, e.index(0)),
+      e.cmp(arith::CmpIPredicate::slt, id, e.index(experts)));
+  return e.select(valid, id, e.index(-1));
+}
+
+Value GridBuilder::base(Value m) {
+  return arith::IndexCastOp::create(
+      e.b, e.loc, e.b.getI64Type(),
+      memref::ExtractAlignedPointerAsIndexOp::create(e.b, e.loc, m));
+}
+
+Value GridBuilder::at(Value base, Value elements, int64_t elementBytes) {
+  Value bytes = arith::MulIOp::create(
+      e.b, e.loc,
+      arith::IndexCastOp::create(e.b, e.loc, e.b.getI64Type(), elements),
+      arith::ConstantIntOp::create(e.b, e.loc, elementBytes, 64));
+  return LLVM::IntToPtrOp::create(
+      e.b, e.loc, LLVM::LLVMPointerType::get(e.b.getContext(), 1),
+      arith::AddIOp::create(e.b, e.loc, base, bytes),
+      LLVM::DereferenceableAttr());
+}
+
+Value GridBuilder::load16(Type type, Value ptr) {
+  return LLVM::LoadOp::create(e.b, e.loc, type, ptr, /*alignment=*/16);
+}
+
+void GridBuilder::store16(Value v, Value ptr) {
+  LLVM::StoreOp::create(e.b, e.loc, v, ptr, /*alignment=*/16);
+}
+
+void GridBuilder::store16Streaming(Value v, Value ptr) {
+  storeGlobalStreaming16(
+      e.b, e.loc, LLVM::PtrToIntOp::create(e.b, e.loc, e.b.getI64Type(), ptr),
+      v);
+}
+
+Value GridBuilder::aligned(ArrayRef<Value> buffers, int64_t bytes) {
+  Value bits = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
+  for (Value m : buffers)
+    bits = arith::OrIOp::create(e.b, e.loc, bits, base(m));
+  Value low = arith::AndIOp::create(
+      e.b, e.loc, bits,
+      arith::ConstantIntOp::create(e.b, e.loc, bytes - 1, 64));
+  return e.cmp(arith::CmpIPredicate::eq, low,
+               arith::ConstantIntOp::create(e.b, e.loc, 0, 64));
+}
+
+SmallVector<Value> GridBuilder::unpack8(Value vec) {
+  SmallVector<Value> xs;
+  for (int64_t i = 0; i < 8; ++i) {
+    Value lane = arith::ConstantIntOp::create(e.b, e.loc, i, 32);
+    Value x = LLVM::ExtractElementOp::create(e.b, e.loc, vec, lane);
+    xs.push_back(arith::ExtFOp::create(e.b, e.loc, e.b.getF32Type(), x));
+  }
+  return xs;
+}
+
+Value GridBuilder::pack8(ArrayRef<Value> xs) {
+  Type bf16 = e.b.getBF16Type();
+  Value packed = LLVM::UndefOp::create(e.b, e.loc, VectorType::get({8}, bf16));
+  for (int64_t i = 0; i < 8; ++i)
+    packed = LLVM::InsertElementOp::create(
+        e.b, e.loc, packed, arith::TruncFOp::create(e.b, e.loc, bf16, xs[i]),
+        arith::ConstantIntOp::create(e.b, e.loc, i, 32));
+  return packed;
+}
