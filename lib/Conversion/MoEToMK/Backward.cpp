@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// convert-moe-to-mk's backward plan: moe.layer_grad as one persistent
+// kernel (docs/Backward.md): the routing plan rebuilt, the reverse
+// combine, the down dgrad and weight gradients, the SwiGLU backward, the
+// gate/up dgrad and weight gradients, the reverse dispatch; with
+// recompute, the forward's dispatch and gate/up GEMMs first.
+//
+#include "KernelPlan.h"
+
+using namespace mlir;
+using namespace mok;
+using namespace mok::moe;
+using namespace mok::moe_to_mk;
+
+namespace {
+
+/// The backward kernel's phases, in order (profiling names them).
+SmallVector<StringRef> backwardPhaseNames(LayerGradOp grad) {
+  SmallVector<StringRef> names = {"plan: count", "plan: scan", "plan: offsets",
+                                  "plan: assign"};
+  if (grad.recomputes())
+    names.append({"recompute: dispatch", "recompute: gate/up"});
+  names.append({"reverse combine", "down dgrad + wgrad", "SwiGLU backward",
+                "gate/up dgrad + wgrads", "reverse dispatch"});
+  return names;
+}
+
+/// The tensor-core plan of a backward (sm_90a, the shapes eligible): the
+/// dgrads run on wgmma, reading the weights N-major; the slots of their
+/// maps. Empty `maps` means every GEMM is simt.
+struct BackwardMaps {
+  SmallVector<TensorMapSpec> maps;
+  int64_t routedDOut = -1, down = -1, dGate = -1, dUp = -1, gate = -1, up = -1;
+  int64_t dOut = -1, sharedDown = -1, dSharedGate = -1, dSharedUp = -1,
+          sharedGate = -1, sharedUp = -1;
+  // The weight gradients' operands, M- and N-major ([K = rows, M or N]).
+  int64_t dYT = -1, hiddenT = -1, dGateT = -1, dUpT = -1, routedXT = -1;
+  int64_t dOutT = -1, sharedHiddenT = -1, dSharedGateT = -1, dSharedUpT = -1,
+          xT = -1;
+  // Recompute: the forward's gate/up GEMMs (K-major operands).
+  int64_t routedX = -1, gateK = -1, upK = -1, x = -1, sharedGateK = -1,
+          sharedUpK = -1;
+  int64_t tileM = sched::kTileM;
+  /// sm_90a: 256-column tiles for the GEMMs of one B operand (as the
+  /// forward's down projections) and the down dgrad's A gathered from d_out;
+  /// sm_100a (tcgen05): [64, 128, 64] tiles and a routed copy of d_out.
+  int64_t storeTileN = sched::kTileN;
+  bool gatherDOut = false;
+  mk::Engine engine = mk::Engine::wgmma;
+};
+
+BackwardMaps backwardMapsFor(MLIRContext *ctx, const Sizes &s,
+                             const mk::TargetSupport &support, bool tensorCores,
+                             bool recompute) {
+  BackwardMaps m;
+  if (!tensorCores || !s.tensorCoreEligible())
+    return m;
+  // The largest tiles the chip's lowering implements for the backward's
+  // GEMMs, asked of it with their forms: 128 rows when the expert segments
+  // and the weight gradients' M (H, I, I_s) are whole tiles of them, 256
+  // columns for the dgrads (one B operand, or concat's two taking turns),
+  // and the down dgrad's A gathered from d_out's rows.
+  m.engine = support.tensorCoreEngine();
+  auto scheduleOf = [&](int64_t tileM, int64_t tileN) {
+    return mk::GemmScheduleAttr::get(
+        ctx, m.engine, {tileM, tileN, sched::kTileK}, sched::kStages,
+        /*producer=*/false, ArrayRef<int64_t>(), /*multicast=*/false);
+  };
+  mk::GemmForm downWgrad, downDgrad;
+  downWgrad.transposeA = downWgrad.transposeB = downWgrad.kGroups = true;
+  downWgrad.columns = s.inter;
+  downWgrad.groupRows = s.hidden;
+  downDgrad.grouped = downDgrad.transposeB = downDgrad.f32Out = true;
+  downDgrad.columns = s.inter;
+  int64_t tall = sched::kMaxConsumers * sched::kTileM;
+  if (s.padding % tall == 0 &&
+      support.whyNot(downWgrad, scheduleOf(tall, sched::kTileN)).empty())
+    m.tileM = tall;
+  if (support.whyNot(downDgrad, scheduleOf(m.tileM, 2 * sched::kTileN)).empty())
+    m.storeTileN = 2 * sched::kTileN;
+  mk::GemmForm gathered = downDgrad;
+  gathered.gathered = true;
+  m.gatherDOut =
+      support.whyNot(gathered, scheduleOf(m.tileM, m.storeTileN)).empty();
+  int64_t next = 0, rc = s.routedCapacity(), h = s.hidden, in = s.inter;
+  auto add = [&](TensorMapSpec spec) {
+    m.maps.push_back(spec);
+    int64_t slot = next;
+    next += spec.experts;
+    return slot;
+  };
+  // K-major A boxes of tileM rows; N-major B boxes of 64 x 64 over each
+  // [K, N] matrix.
+  auto a = [&](StringRef buffer, int64_t rows, int64_t cols) {
+    return add(
+        TensorMapSpec{buffer.str(), rows, cols, cols, m.tileM, sched::kTileK});
+  };
+  auto bT = [&](StringRef buffer, int64_t rows, int64_t cols,
+                int64_t experts = 1) {
+    return add(TensorMapSpec{buffer.str(), rows, cols, cols, sched::kTileK,
+                             sched::kTileK, experts});
+  };
+  // sm_90a: the down dgrad gathers its A rows from d_out (one-row boxes:
+  // the runtime checks d_out's alignment with them; never read on the
+  // device).
+  m.routedDOut =
+      m.gatherDOut
+          ? add(TensorMapSpec{"d_out", s.tokens, h, h, 1, sched::kTileK})
+          : a("routed_d_out", rc, h);
+  m.down = bT("down_weights", h, in, s.experts); // [H = K, I = N]
+  m.dGate = a("d_gate", rc, in);
+  m.dUp = a("d_up", rc, in);
+  m.gate = bT("gate_weights", in, h, s.experts); // [I = K, H = N]
+  m.up = bT("up_weights", in, h, s.experts);
+  if (s.hasShared()) {
+    int64_t t = s.tokens, is = s.sharedInter;
+    m.dOut = a("d_out", t, h);
+    m.sharedDown = bT("shared_down_weights", h, is);
+    m.dSharedGate = a("d_shared_gate", t, is);
+    m.dSharedUp = a("d_shared_up", t, is);
+    m.sharedGate = bT("shared_gate_weights", is, h);
+    m.sharedUp = bT("shared_up_weights", is, h);
+  }
+  m.dYT = bT("d_y", rc, h);
+  m.hiddenT = bT("hidden", rc, in);
+  m.dGateT = bT("d_gate", rc, in);
+  m.dUpT = bT("d_up", rc, in);
+  m.routedXT = bT("routed_x", rc, h);
+  if (s.hasShared()) {
+    int64_t t = s.tokens, is = s.sharedInter;
+    m.dOutT = bT("d_out", t, h);
+    m.sharedHiddenT = bT("shared_hidden", t, is);
+    m.dSharedGateT = bT("d_shared_gate", t, is);
+    m.dSharedUpT = bT("d_shared_up", t, is);
+    m.xT = bT("x", t, h);
+  }
+  if (recompute) {
+    auto bK = [&](StringRef buffer, int64_t rows, int64_t cols,
+                  int64_t experts = 1) {
+      return add(TensorMapSpec{buffer.str(), rows, cols, cols, sched::kTileN,
+                               sched::kTileK, experts});
+    };
+    m.routedX = a("routed_x", rc, h);
+    m.gateK = bK("gate_weights", in, h, s.experts); // [I = N, H = K]
+    m.upK = bK("up_weights", in, h, s.experts);
+    if (s.hasShared()) {
+      m.x = a("x", s.tokens, h);
+      m.sharedGateK = bK("shared_gate_weights", s.sharedInter, h);
+      m.sharedUpK = bK("shared_up_weights", s.sharedInter, h);
+    }
+  }
+  return m;
+}
+
+/// The backward kernel's parameters: `moe.layer_grad`'s operands (the saved
+/// context by the names of moe.layer's results), its results (`d_` and the
+/// operand's name), then the workspace.
+SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
+                                     bool profile, ArrayRef<TensorMapSpec> maps,
+                                     bool gatherDOut) {
+  Builder tb(grad.getContext());
+  Type bf16 = tb.getBF16Type(), f32 = tb.getF32Type(), i64 = tb.getI64Type();
+  auto ty = [&](ArrayRef<int64_t> shape, Type elt) {
+    return MemRefType::get(shape, elt);
+  };
+  auto tensorType = [&](Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    return ty(t.getShape(), t.getElementType());
+  };
+  int64_t rc = s.routedCapacity(), t = s.tokens;
+  SmallVector<Param> params;
+  std::pair<StringRef, Value> operands[] = {
+      {"d_out", grad.getDOut()},
+      {"x", grad.getX()},
+      {"top_experts", grad.getTopExperts()},
+      {"router_weights", grad.getRouterWeights()}};
+  for (auto [name, v] : operands)
+    params.push_back({name.str(), "input", tensorType(v)});
+  // With tensor-core GEMMs (maps), the kernel reads the weights only
+  // through their tensor maps, as the forward does: the runtime may bind
+  // weight views to them.
+  std::string access = maps.empty() ? "pointer" : "tensor_maps";
+  static const StringRef weightNames[] = {
+      "gate_weights",        "up_weights",        "down_weights",
+      "shared_gate_weights", "shared_up_weights", "shared_down_weights"};
+  for (auto [name, w] : llvm::zip(weightNames, grad.getWeights()))
+    params.push_back({name.str(), "input", tensorType(w), access});
+  static const StringRef savedNames[] = {
+      "routed_x",    "gate",      "up",           "hidden",
+      "shared_gate", "shared_up", "shared_hidden"};
+  // The context's routed rows (dynamic in moe.layer_grad) have the plan's
+  // capacity, as the training forward's outputs do.
+  for (size_t i = 0; i < grad.getSaved().size(); ++i) {
+    int64_t rows = i < 4 ? rc : t;
+    int64_t cols = i == 0 ? s.hidden : i < 4 ? s.inter : s.sharedInter;
+    params.push_back({savedNames[i].str(), "input", ty({rows, cols}, bf16)});
+  }
+  params.push_back({"d_x", "output", tensorType(grad.getDX())});
+  params.push_back(
+      {"d_router_weights", "output", tensorType(grad.getDRouterWeights())});
+  // With main_grads, the weights' gradients are fp32 outputs the kernel
+  // adds into (the main_grad buffers themselves: main_grad + dW in place).
+  for (auto [name, g] : llvm::zip(weightNames, grad.getWeightGradients())) {
+    params.push_back({("d_" + name).str(), "output", tensorType(g)});
+    params.back().accumulate = grad.accumulatesMainGrads();
+  }
+  params.push_back({"counts", "workspace", ty({s.experts}, i64)});
+  params.push_back(
+      {"chunk_counts", "workspace", ty({s.chunks(), s.experts}, i64)});
+  params.push_back({"offsets", "workspace", ty({s.experts + 1}, i64)});
+  params.push_back({"route_row", "workspace", ty({t * s.topK}, i64)});
+  params.push_back({"row_route", "workspace", ty({rc}, i64)});
+  params.push_back({"row_expert", "workspace", ty({rc}, i64)});
+  if (grad.recomputes()) {
+    params.push_back({"routed_x", "workspace", ty({rc, s.hidden}, bf16)});
+    for (StringRef name : {"gate", "up", "hidden"})
+      params.push_back({name.str(), "workspace", ty({rc, s.inter}, bf16)});
+    if (s.hasShared())
+      for (StringRef name : {"shared_gate", "shared_up", "shared_hidden"})
+        params.push_back(
+            {name.str(), "workspace", ty({t, s.sharedInter}, bf16)});
+  }
+  // d_out's routed rows, unscaled (the simt down dgrad's A; the wgmma one
+  // gathers them itself) and scaled by the router weight (d_y, the down
+  // weights' gradient's A).
+  if (!gatherDOut)
+    params.push_back({"routed_d_out", "workspace", ty({rc, s.hidden}, bf16)});
+  params.push_back({"d_y", "workspace", ty({rc, s.hidden}, bf16)});
+  params.push_back({"d_hidden_u", "workspace", ty({rc, s.inter}, f32)});
+  params.push_back({"d_gate", "workspace", ty({rc, s.inter}, bf16)});
+  params.push_back({"d_up", "workspace", ty({rc, s.inter}, bf16)});
+  params.push_back({"d_routed_x", "workspace", ty({rc, s.hidden}, bf16)});
+  if (s.hasShared()) {
+    params.push_back(
+        {"d_shared_hidden_u", "workspace", ty({t, s.sharedInter}, f32)});
+    params.push_back(
+        {"d_shared_gate", "workspace", ty({t, s.sharedInter}, bf16)});
+    params.push_back(
+        {"d_shared_up", "workspace", ty({t, s.sharedInter}, bf16)});
+    params.push_back({"d_shared_x", "workspace", ty({t, s.hidden}, bf16)});
+  }
+  params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
+  if (profile)
+    for (StringRef name : {"phase_clock", "phase_cycles"})
+      params.push_back(
+          {name.str(), "workspace",
+           ty({static_cast<int64_t>(backwardPhaseNames(grad).size()) + 1},
+              i64)});
+  if (!maps.empty())
+    params.push_back(
+        {"tensor_maps", "tensor_maps", ty({16 * slotCount(maps)}, i64)});
+  return params;
+}
+
+/// Emits the backward's schedule (docs/Backward.md) into `func`.
+LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
+                                   const Sizes &s, ArrayRef<Param> params,
+                                   gpu::GPUFuncOp func, int64_t phases,
+                                   const BackwardMaps &tc,
+                                   const mk::TargetSupport &support) {
+  Location loc = grad.getLoc();
+  ScheduleBuilder frame(b, loc, params, func, support);
+  llvm::StringMap<Value> &buf = frame.buf;
+  Value clock = frame.clock;
+  auto barrier = [&] { frame.barrier(); };
+  FloatAttr limit = grad.getSwigluLimitAttr();
+  bool shared = s.hasShared();
+
+  // The plan, rebuilt from top_experts: deterministic, so every routed row
+  // is where the forward left it.
+  frame.plan(s);
+  auto gather = [&](StringRef from, StringRef into, Value scale) {
+    mk::GatherOp::create(b, loc, buf[from], buf["row_route"], buf["offsets"],
+                         buf[into], scale, s.topK);
+  };
+
+  // The GEMMs on tensor cores when the plan has maps for them.
+  auto onTensorCores = [&](GemmPlan &g, ArrayRef<int64_t> slots) {
+    if (tc.maps.empty())
+      return;
+    g.maps.assign(slots.begin(), slots.end());
+    g.tensorMaps = buf["tensor_maps"];
+    g.tileM = tc.tileM;
+    g.tileN = tc.storeTileN;
+    g.engine = tc.engine;
+  };
+  // Recompute: the forward's dispatch and gate/up GEMMs, storing the
+  // activation's inputs as the training forward does.
+  if (grad.recomputes()) {
+    gather("x", "routed_x", Value());
+    barrier();
+    GemmPlan g;
+    g.role = "recomputed routed gate/up";
+    g.epilogue = mk::Epilogue::swiglu;
+    g.a = buf["routed_x"];
+    g.b = {buf["gate_weights"], buf["up_weights"]};
+    g.out = buf["hidden"];
+    g.rowExpert = buf["row_expert"];
+    g.offsets = buf["offsets"];
+    g.saves = {buf["gate"], buf["up"]};
+    g.limit = limit;
+    onTensorCores(g, {tc.routedX, tc.gateK, tc.upK});
+    g.tileN = sched::kTileN;
+    frame.gemm(g);
+    if (shared) {
+      GemmPlan sg;
+      sg.role = "recomputed shared gate/up";
+      sg.epilogue = mk::Epilogue::swiglu;
+      sg.a = buf["x"];
+      sg.b = {buf["shared_gate_weights"], buf["shared_up_weights"]};
+      sg.out = buf["shared_hidden"];
+      sg.saves = {buf["shared_gate"], buf["shared_up"]};
+      sg.limit = limit;
+      onTensorCores(sg, {tc.x, tc.sharedGateK, tc.sharedUpK});
+      sg.tileN = sched::kTileN;
+      frame.gemm(sg);
+    }
+    barrier();
+  }
+
+  // Reverse combine: d_out's routed rows scaled (and, for a simt down
+  // dgrad, unscaled).
+  bool gathersDOut = tc.gatherDOut;
+  if (!gathersDOut)
+    gather("d_out", "routed_d_out", Value());
+  gather("d_out", "d_y", buf["router_weights"]);
+  barrier();
+
+  // Down dgrad (fp32, unscaled) and the down weights' gradients.
+  {
+    GemmPlan g;
+    g.role = "down dgrad";
+    g.a = gathersDOut ? buf["d_out"] : buf["routed_d_out"];
+    if (gathersDOut) { // the dispatch of d_out fused into the A loads
+      g.gatherRows = buf["row_route"];
+      g.gatherTopK = s.topK;
+    }
+    g.b = {buf["down_weights"]}; // [E, H, I]: K = H, N = I
+    g.transposeB = true;
+    g.out = buf["d_hidden_u"];
+    g.rowExpert = buf["row_expert"];
+    g.offsets = buf["offsets"];
+    if (tc.engine == mk::Engine::wgmma)
+      g.paddingRows = buf["row_route"];
+    onTensorCores(g, {tc.routedDOut, tc.down});
+    frame.gemm(g);
+    GemmPlan w;
+    w.role = "down weights' gradient";
+    w.a = buf["d_y"];      // [R, H]: K = rows, M = H
+    w.b = {buf["hidden"]}; // [R, I]: K = rows, N = I
+    w.transposeA = w.transposeB = true;
+    w.kOffsets = buf["offsets"];
+    w.kCounts = buf["counts"]; // past each expert's rows: zero padding
+    w.out = buf["d_down_weights"];
+    w.accumulate = grad.accumulatesMainGrads();
+    onTensorCores(w, {tc.dYT, tc.hiddenT});
+    frame.gemm(w);
+  }
+  if (shared) {
+    GemmPlan g;
+    g.role = "shared down dgrad";
+    g.a = buf["d_out"];
+    g.b = {buf["shared_down_weights"]}; // [H, I_s]
+    g.transposeB = true;
+    g.out = buf["d_shared_hidden_u"];
+    onTensorCores(g, {tc.dOut, tc.sharedDown});
+    frame.gemm(g);
+    GemmPlan w;
+    w.role = "shared down weights' gradient";
+    w.a = buf["d_out"];
+    w.b = {buf["shared_hidden"]};
+    w.transposeA = w.transposeB = true;
+    w.out = buf["d_shared_down_weights"];
+    w.accumulate = grad.accumulatesMainGrads();
+    onTensorCores(w, {tc.dOutT, tc.sharedHiddenT});
+    frame.gemm(w);
+  }
+  barrier();
+
+  // SwiGLU backward and the router weights' gradient.
+  mk::SwigluGradOp::create(
+      b, loc, buf["d_hidden_u"], buf["gate"], buf["up"], buf["hidden"],
+      buf["d_gate"], buf["d_up"], buf["row_route"], buf["route_row"],
+      buf["router_weights"], buf["offsets"], buf["d_router_weights"], limit);
+  if (shared)
+    mk::SwigluGradOp::create(
+        b, loc, buf["d_shared_hidden_u"], buf["shared_gate"], buf["shared_up"],
+        buf["shared_hidden"], buf["d_shared_gate"], buf["d_shared_up"], Value(),
+        Value(), Value(), Value(), Value(), limit);
+  barrier();
+
+  // The gate/up dgrad (both K-loops into one accumulator) and the gate and
+  // up weights' gradients.
+  auto dgrad = [&](StringRef dg, StringRef du, StringRef wg, StringRef wu,
+                   StringRef out, bool grouped, ArrayRef<int64_t> slots) {
+    GemmPlan g;
+    g.role = grouped ? "gate/up dgrad" : "shared gate/up dgrad";
+    g.a = buf[dg];
+    g.a2 = buf[du];
+    g.b = {buf[wg], buf[wu]}; // [(E,) I, H]: K = I, N = H
+    g.transposeB = true;
+    g.out = buf[out];
+    if (grouped) {
+      g.rowExpert = buf["row_expert"];
+      g.offsets = buf["offsets"];
+      // No padding skip (row_route as `padding`), unlike the down dgrad:
+      // on the H200 the second k-loop slowed this GEMM's phase (qwen3-30b
+      // 1.41 -> 1.52 ms, dsv3-shard 7.35 -> 7.75 ms), as it slowed the
+      // forward's gate/up GEMM.
+    }
+    onTensorCores(g, slots);
+    frame.gemm(g);
+  };
+  auto wgrad = [&](StringRef dAct, StringRef xs, StringRef out, bool grouped,
+                   ArrayRef<int64_t> slots) {
+    GemmPlan w;
+    w.role = out;
+    w.a = buf[dAct]; // [K, I]
+    w.b = {buf[xs]}; // [K, H]
+    w.transposeA = w.transposeB = true;
+    if (grouped) {
+      w.kOffsets = buf["offsets"];
+      w.kCounts = buf["counts"];
+    }
+    w.out = buf[out];
+    w.accumulate = grad.accumulatesMainGrads();
+    onTensorCores(w, slots);
+    frame.gemm(w);
+  };
+  dgrad("d_gate", "d_up", "gate_weights", "up_weights", "d_routed_x", true,
+        {tc.dGate, tc.gate, tc.up, tc.dUp});
+  wgrad("d_gate", "routed_x", "d_gate_weights", true, {tc.dGateT, tc.routedXT});
+  wgrad("d_up", "routed_x", "d_up_weights", true, {tc.dUpT, tc.routedXT});
+  if (shared) {
+    dgrad("d_shared_gate", "d_shared_up", "shared_gate_weights",
+          "shared_up_weights", "d_shared_x", false,
+          {tc.dSharedGate, tc.sharedGate, tc.sharedUp, tc.dSharedUp});
+    wgrad("d_shared_gate", "x", "d_shared_gate_weights", false,
+          {tc.dSharedGateT, tc.xT});
+    wgrad("d_shared_up", "x", "d_shared_up_weights", false,
+          {tc.dSharedUpT, tc.xT});
+  }
+  barrier();
+
+  // Reverse dispatch: each token sums its routed rows' d_x, in route order.
+  mk::CombineOp::create(b, loc, buf["d_routed_x"], buf["route_row"],
+                        /*router_weights=*/Value(),
+                        shared ? buf["d_shared_x"] : Value(), buf["d_x"]);
+  if (clock)
+    barrier();
+  assert((!clock || frame.stamps == phases + 1) &&
+         "backwardPhaseNames() must name every phase");
+  (void)phases;
+  gpu::ReturnOp::create(b, loc);
+  return frame.status;
+}
+
+} // namespace
+
+LogicalResult mok::moe_to_mk::planBackward(ModuleOp module, func::FuncOp func,
+                                           LayerGradOp grad,
+                                           const PlanOptions &options) {
+  MLIRContext *ctx = module.getContext();
+  const mk::TargetSupport &support = options.support;
+  Sizes s = sizesOf(grad);
+  SmallVector<StringRef> phases = backwardPhaseNames(grad);
+  BackwardMaps tc =
+      backwardMapsFor(ctx, s, support, options.tensorCores, grad.recomputes());
+  SmallVector<Param> params =
+      backwardParamsFor(grad, s, options.profile, tc.maps, tc.gatherDOut);
+  unsigned block = tc.maps.empty() ? options.blockSize : sched::kBlock;
+  OpBuilder b(ctx);
+  gpu::GPUFuncOp kernel = createKernel(
+      b, module, func, grad, "_backward", params, block,
+      describeKernel(ctx, params, s, support.chip(), block, tc.maps,
+                     options.profile ? ArrayRef<StringRef>(phases)
+                                     : ArrayRef<StringRef>(),
+                     /*cluster=*/1));
+  return emitBackwardSchedule(b, grad, s, params, kernel,
+                              static_cast<int64_t>(phases.size()), tc, support);
+}

@@ -1,0 +1,372 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// convert-moe-to-mk's forward plan: a fused moe.layer (inference, or the
+// training forward that also saves the backward context) as one
+// persistent kernel, its tiles the largest the chip's lowering implements
+// for the layer (mk::TargetSupport).
+//
+#include "KernelPlan.h"
+
+using namespace mlir;
+using namespace mok;
+using namespace mok::moe;
+using namespace mok::moe_to_mk;
+
+namespace {
+
+/// `tileM`: the rows of every tile (the A boxes); `storeTileN`: the output
+/// columns of the tiles of the GEMMs with one B operand (the down
+/// projections), whose B boxes have that many rows (128 with clusters of
+/// `cluster` = 2 CTAs).
+SmallVector<TensorMapSpec> tensorMapsFor(const Sizes &s, MapSlots &slots,
+                                         int64_t tileM, int64_t storeTileN,
+                                         int64_t cluster) {
+  // Clusters load B in 128-row halves (one per CTA of a pair).
+  int64_t downBox = cluster > 1 ? sched::kTileN : storeTileN;
+  int64_t rc = s.routedCapacity(), h = s.hidden, in = s.inter, e = s.experts;
+  auto a = [tileM](StringRef buffer, int64_t rows, int64_t cols) {
+    return TensorMapSpec{buffer.str(), rows, cols, cols, tileM, sched::kTileK};
+  };
+  auto b = [](StringRef buffer, int64_t rows, int64_t cols, int64_t experts = 1,
+              int64_t box = sched::kTileN) {
+    return TensorMapSpec{buffer.str(), rows,          cols,   cols,
+                         box,          sched::kTileK, experts};
+  };
+  SmallVector<TensorMapSpec> maps;
+  int64_t next = 0;
+  auto add = [&](TensorMapSpec spec) {
+    maps.push_back(spec);
+    int64_t slot = next;
+    next += spec.experts;
+    return slot;
+  };
+  // gate/up A: routed_x, or, with the dispatch fused, x one row a box.
+  slots.routedX =
+      s.fusedDispatch
+          ? add(TensorMapSpec{"x", s.tokens, h, h, 1, sched::kTileK})
+          : add(a("routed_x", rc, h));
+  slots.gate = add(b("gate_weights", in, h, e)); // [I, H] each
+  slots.up = add(b("up_weights", in, h, e));
+  slots.hidden = add(a("hidden", rc, in));                // down A
+  slots.down = add(b("down_weights", h, in, e, downBox)); // [H, I] each
+  if (s.hasShared()) {
+    int64_t is = s.sharedInter, t = s.tokens;
+    slots.x = add(a("x", t, h));
+    slots.sharedGate = add(b("shared_gate_weights", is, h));
+    slots.sharedUp = add(b("shared_up_weights", is, h));
+    slots.sharedHidden = add(a("shared_hidden", t, is));
+    slots.sharedDown = add(b("shared_down_weights", h, is, 1, downBox));
+  }
+  return maps;
+}
+
+/// The phases of the schedule, in order: what lies between two barriers
+/// (profiling names them; emitSchedule checks it emits that many).
+ArrayRef<StringRef> phaseNames(bool fusedDispatch) {
+  static const StringRef names[] = {
+      "plan: count", "plan: scan",       "plan: offsets", "plan: assign",
+      "dispatch",    "gate/up + SwiGLU", "down",          "combine"};
+  static const StringRef fused[] = {
+      "plan: count",      "plan: scan", "plan: offsets", "plan: assign",
+      "gate/up + SwiGLU", "down",       "combine"};
+  if (fusedDispatch)
+    return fused;
+  return names;
+}
+
+/// The kernel's parameters: the layer's inputs and output, the workspace,
+/// and (tensor-core kernels) the tensor maps, last.
+SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
+                             ArrayRef<TensorMapSpec> maps, bool profile) {
+  Builder tb(layer.getContext());
+  Type bf16 = tb.getBF16Type(), i64 = tb.getI64Type();
+  auto ty = [&](ArrayRef<int64_t> shape, Type elt) {
+    return MemRefType::get(shape, elt);
+  };
+  auto tensorType = [&](Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    return ty(t.getShape(), t.getElementType());
+  };
+  // With tensor-core GEMMs, the kernel reads the weights only through
+  // their tensor maps: the runtime may bind weight views to them.
+  std::string weights = maps.empty() ? "pointer" : "tensor_maps";
+  int64_t rc = s.routedCapacity();
+  SmallVector<Param> params = {
+      {"x", "input", tensorType(layer.getX())},
+      {"top_experts", "input", tensorType(layer.getTopExperts())},
+      {"router_weights", "input", tensorType(layer.getRouterWeights())},
+      {"gate_weights", "input", tensorType(layer.getGateWeights()), weights},
+      {"up_weights", "input", tensorType(layer.getUpWeights()), weights},
+      {"down_weights", "input", tensorType(layer.getDownWeights()), weights}};
+  if (layer.hasSharedExpert()) {
+    params.push_back({"shared_gate_weights", "input",
+                      tensorType(layer.getSharedGate()), weights});
+    params.push_back({"shared_up_weights", "input",
+                      tensorType(layer.getSharedUp()), weights});
+    params.push_back({"shared_down_weights", "input",
+                      tensorType(layer.getSharedDown()), weights});
+  }
+  params.push_back({"out", "output", tensorType(layer.getOut())});
+  // The training forward's backward context, outputs in moe.layer's order
+  // (the simt plan: routed_x is materialized).
+  bool saves = layer.savesContext();
+  if (saves) {
+    for (StringRef name : {"routed_x", "gate", "up", "hidden"})
+      params.push_back(
+          {name.str(), "output",
+           ty({rc, name == "routed_x" ? s.hidden : s.inter}, bf16)});
+    if (layer.hasSharedExpert())
+      for (StringRef name : {"shared_gate", "shared_up", "shared_hidden"})
+        params.push_back(
+            {name.str(), "output", ty({s.tokens, s.sharedInter}, bf16)});
+  }
+  params.push_back({"counts", "workspace", ty({s.experts}, i64)});
+  params.push_back(
+      {"chunk_counts", "workspace", ty({s.chunks(), s.experts}, i64)});
+  params.push_back({"offsets", "workspace", ty({s.experts + 1}, i64)});
+  params.push_back({"route_row", "workspace", ty({s.tokens * s.topK}, i64)});
+  params.push_back({"row_route", "workspace", ty({rc}, i64)});
+  params.push_back({"row_expert", "workspace", ty({rc}, i64)});
+  if (!s.fusedDispatch && !saves)
+    params.push_back({"routed_x", "workspace", ty({rc, s.hidden}, bf16)});
+  if (!saves)
+    params.push_back({"hidden", "workspace", ty({rc, s.inter}, bf16)});
+  params.push_back({"routed_y", "workspace", ty({rc, s.hidden}, bf16)});
+  if (layer.hasSharedExpert()) {
+    if (!saves)
+      params.push_back(
+          {"shared_hidden", "workspace", ty({s.tokens, s.sharedInter}, bf16)});
+    params.push_back(
+        {"shared_out", "workspace", ty({s.tokens, s.hidden}, bf16)});
+  }
+  // [arrived CTAs, generation]; zero before the first launch, and left
+  // reusable by every launch.
+  params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
+  // Profiling: %globaltimer and the first SM's %clock64 at the start and
+  // after each phase.
+  if (profile)
+    for (StringRef name : {"phase_clock", "phase_cycles"})
+      params.push_back(
+          {name.str(), "workspace",
+           ty({static_cast<int64_t>(phaseNames(s.fusedDispatch).size()) + 1},
+              i64)});
+  // 128-byte CUtensorMaps; last, so the other parameters keep their
+  // positions.
+  if (!maps.empty())
+    params.push_back(
+        {"tensor_maps", "tensor_maps", ty({16 * slotCount(maps)}, i64)});
+  return params;
+}
+
+/// Emits the schedule of `layer` into the body of `func`, whose arguments
+/// are `params`.
+LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
+                           ArrayRef<Param> params, gpu::GPUFuncOp func,
+                           std::optional<mk::Engine> engine,
+                           const MapSlots &slots, int64_t tileM,
+                           int64_t storeTileN, bool warpSpecialize,
+                           int64_t cluster, const mk::TargetSupport &support) {
+  Location loc = layer.getLoc();
+  ScheduleBuilder frame(b, loc, params, func, support);
+  llvm::StringMap<Value> &buf = frame.buf;
+  Value clock = frame.clock;
+  auto barrier = [&] { frame.barrier(); };
+  // sm_90a: warp-specialized GEMMs (a producer warpgroup after the
+  // consumers); with two consumer warpgroups, registers move to them.
+  bool warpRoles = engine == mk::Engine::wgmma && warpSpecialize;
+  DenseI64ArrayAttr registers;
+  if (warpRoles && tileM == sched::kMaxConsumers * sched::kTileM)
+    registers = b.getDenseI64ArrayAttr(
+        {sched::kConsumerRegisters, sched::kProducerRegisters});
+
+  // Phase 1: the routing plan.
+  frame.plan(s);
+
+  // Phase 2: dispatch (or, fused, the gate/up GEMM's A loads gather).
+  if (!s.fusedDispatch) {
+    mk::GatherOp::create(b, loc, buf["x"], buf["row_route"], buf["offsets"],
+                         buf["routed_x"], /*scale=*/Value(), s.topK);
+    barrier();
+  }
+
+  // Phases 3 (gate/up + SwiGLU) and 4 (down), routed and shared.
+  FloatAttr limit = layer.getSwigluLimitAttr();
+  auto gemm = [&](StringRef role, mk::Epilogue epilogue, StringRef a,
+                  ArrayRef<StringRef> bs, StringRef out, bool grouped,
+                  ArrayRef<int64_t> mapSlots, bool gathered = false,
+                  ArrayRef<StringRef> saves = {}) {
+    GemmPlan g;
+    g.role = role;
+    g.epilogue = epilogue;
+    g.a = buf[a];
+    for (StringRef name : bs)
+      g.b.push_back(buf[name]);
+    g.out = buf[out];
+    if (grouped) {
+      g.rowExpert = buf["row_expert"];
+      g.offsets = buf["offsets"];
+    }
+    for (StringRef name : saves)
+      g.saves.push_back(buf[name]);
+    if (epilogue == mk::Epilogue::swiglu)
+      g.limit = limit;
+    if (gathered) {
+      g.gatherRows = buf["row_route"];
+      g.gatherTopK = s.topK;
+    }
+    if (engine) {
+      g.engine = *engine;
+      g.maps.assign(mapSlots.begin(), mapSlots.end());
+      g.tensorMaps = buf["tensor_maps"];
+      g.tileM = tileM;
+      g.tileN = epilogue == mk::Epilogue::store ? storeTileN : sched::kTileN;
+      // wgmma's down projections skip the MMAs of a tile half that is all
+      // padding.
+      if (grouped && *engine == mk::Engine::wgmma &&
+          epilogue == mk::Epilogue::store)
+        g.paddingRows = buf["row_route"];
+      g.producer = warpRoles;
+      g.registers = registers;
+      g.multicast = cluster > 1;
+    }
+    frame.gemm(g);
+  };
+  // The training forward also stores the activation's inputs (the
+  // backward context).
+  bool saves = layer.savesContext();
+  SmallVector<StringRef> routedSaves, sharedSaves;
+  if (saves) {
+    routedSaves = {"gate", "up"};
+    sharedSaves = {"shared_gate", "shared_up"};
+  }
+  if (s.fusedDispatch)
+    gemm("routed gate/up", mk::Epilogue::swiglu, "x",
+         {"gate_weights", "up_weights"}, "hidden",
+         /*grouped=*/true, {slots.routedX, slots.gate, slots.up},
+         /*gathered=*/true);
+  else
+    gemm("routed gate/up", mk::Epilogue::swiglu, "routed_x",
+         {"gate_weights", "up_weights"}, "hidden", /*grouped=*/true,
+         {slots.routedX, slots.gate, slots.up},
+         /*gathered=*/false, routedSaves);
+  if (s.hasShared())
+    gemm("shared gate/up", mk::Epilogue::swiglu, "x",
+         {"shared_gate_weights", "shared_up_weights"}, "shared_hidden",
+         /*grouped=*/false, {slots.x, slots.sharedGate, slots.sharedUp},
+         /*gathered=*/false, sharedSaves);
+  barrier();
+  gemm("routed down", mk::Epilogue::store, "hidden", {"down_weights"},
+       "routed_y",
+       /*grouped=*/true, {slots.hidden, slots.down});
+  if (s.hasShared())
+    gemm("shared down", mk::Epilogue::store, "shared_hidden",
+         {"shared_down_weights"}, "shared_out", /*grouped=*/false,
+         {slots.sharedHidden, slots.sharedDown});
+  barrier();
+
+  // Phase 5: combine.
+  mk::CombineOp::create(
+      b, loc, buf["routed_y"], buf["route_row"], buf["router_weights"],
+      s.hasShared() ? buf["shared_out"] : Value(), buf["out"]);
+  // Profiling: one more barrier, so the last stamp follows every CTA.
+  if (clock)
+    barrier();
+  assert((!clock ||
+          frame.stamps ==
+              static_cast<int64_t>(phaseNames(s.fusedDispatch).size()) + 1) &&
+         "phaseNames() must name every phase");
+  gpu::ReturnOp::create(b, loc);
+  return frame.status;
+}
+
+} // namespace
+
+LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
+                                          LayerOp layer,
+                                          const PlanOptions &options) {
+  MLIRContext *ctx = module.getContext();
+  const mk::TargetSupport &support = options.support;
+  StringRef chip = support.chip();
+  bool tensorCores = options.tensorCores, profile = options.profile;
+  bool warpSpecialize = options.warpSpecialize;
+  bool fuseDispatch = options.fuseDispatch, multicast = options.multicast;
+  Sizes s = sizesOf(layer);
+
+  // The plan: tensor-core GEMMs for the chip when the shapes fit.
+  std::optional<mk::Engine> engine;
+  SmallVector<TensorMapSpec> maps;
+  MapSlots slots{};
+  unsigned block = options.blockSize;
+  int64_t tileM = sched::kTileM, storeTileN = sched::kTileN;
+  int64_t cluster = 1;
+  if (tensorCores && s.tensorCoreEligible()) {
+    engine = support.tensorCoreEngine();
+    // The fused dispatch on wgmma, unless the copy is asked for; with
+    // warp roles (the producer warpgroup gathers) only when asked for:
+    // under the producer's 56 registers ptxas spills a few values of
+    // those kernels (40-200 bytes on the benchmark shapes), and on the
+    // H200 it did not speed dsv3-shard up (docs/performance.md).
+    // (The training forward saves routed_x: the dispatch copy.)
+    s.fusedDispatch = !options.copyDispatch && *engine == mk::Engine::wgmma &&
+                      (!warpSpecialize || fuseDispatch) &&
+                      !layer.savesContext();
+    // Clusters of 2 (weight boxes multicast to pairs of tasks): wgmma
+    // without a producer (the options are checked by the pass).
+    if (multicast)
+      cluster = 2;
+    // The largest tiles the chip's lowering implements for the layer's
+    // GEMMs: 128 rows when the expert segments are whole 128-row tiles (two
+    // consumer warpgroups compute, sharing each B box; with warp roles
+    // registers move to them), and 256 columns for the down projections
+    // (one B operand: twice the work per A tile and per k-tile sync, the
+    // same stage bytes as gate + up).
+    auto scheduleOf = [&](int64_t m, int64_t n) {
+      bool producer = warpSpecialize && *engine == mk::Engine::wgmma;
+      SmallVector<int64_t> registers;
+      if (producer && m == sched::kMaxConsumers * sched::kTileM)
+        registers = {sched::kConsumerRegisters, sched::kProducerRegisters};
+      return mk::GemmScheduleAttr::get(ctx, *engine, {m, n, sched::kTileK},
+                                       sched::kStages, producer, registers,
+                                       multicast);
+    };
+    mk::GemmForm gateUp, down;
+    gateUp.epilogue = mk::Epilogue::swiglu;
+    gateUp.bOperands = 2;
+    gateUp.grouped = down.grouped = true;
+    gateUp.gathered = s.fusedDispatch;
+    gateUp.saves = layer.savesContext();
+    gateUp.columns = s.inter;
+    down.columns = s.hidden;
+    int64_t tall = sched::kMaxConsumers * sched::kTileM;
+    if (s.padding % tall == 0 &&
+        support.whyNot(gateUp, scheduleOf(tall, sched::kTileN)).empty())
+      tileM = tall;
+    if (support.whyNot(down, scheduleOf(tileM, 2 * sched::kTileN)).empty())
+      storeTileN = 2 * sched::kTileN;
+    maps = tensorMapsFor(s, slots, tileM, storeTileN, cluster);
+    block = support.blockSize(scheduleOf(tileM, storeTileN));
+  }
+  // The options that change the tensor-core GEMMs are refused, not
+  // ignored, for a layer that runs scalar GEMMs.
+  if (!engine && (warpSpecialize || fuseDispatch || multicast))
+    return layer.emitError()
+           << "convert-moe-to-mk: "
+           << (warpSpecialize ? "warp-specialize"
+               : fuseDispatch ? "fuse-dispatch"
+                              : "multicast")
+           << " needs tensor-core GEMMs, and this layer runs scalar ones "
+           << (tensorCores ? "(its shapes do not fit the tiles: H % 64, I "
+                             "and I_s % 128, padding % 64 must be 0)"
+                           : "(tensor-cores=false)");
+  SmallVector<Param> params = paramsFor(layer, s, maps, profile);
+
+  OpBuilder b(ctx);
+  gpu::GPUFuncOp kernel =
+      createKernel(b, module, func, layer, "_forward", params, block,
+                   describeKernel(ctx, params, s, chip, block, maps,
+                                  profile ? phaseNames(s.fusedDispatch)
+                                          : ArrayRef<StringRef>(),
+                                  cluster));
+  return emitSchedule(b, layer, s, params, kernel, engine, slots, tileM,
+                      storeTileN, warpSpecialize, cluster, support);
+}

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// What convert-moe-to-mk's forward and backward plans share: the kernel's
+// description for the runtime, its gpu.func, and its GEMMs.
+//
+#include "KernelPlan.h"
+
+using namespace mlir;
+using namespace mok;
+using namespace mok::moe;
+using namespace mok::moe_to_mk;
+
+int64_t mok::moe_to_mk::slotCount(ArrayRef<TensorMapSpec> maps) {
+  int64_t n = 0;
+  for (const TensorMapSpec &m : maps)
+    n += m.experts;
+  return n;
+}
+
+DictionaryAttr mok::moe_to_mk::describeKernel(
+    MLIRContext *ctx, ArrayRef<Param> params, const Sizes &s, StringRef chip,
+    unsigned blockSize, ArrayRef<TensorMapSpec> tensorMaps,
+    ArrayRef<StringRef> phases, int64_t cluster) {
+  Builder b(ctx);
+  SmallVector<Attribute> ps;
+  for (const Param &p : params) {
+    std::string dtype;
+    llvm::raw_string_ostream(dtype) << p.type.getElementType();
+    SmallVector<NamedAttribute> entry = {
+        b.getNamedAttr("name", b.getStringAttr(p.name)),
+        b.getNamedAttr("role", b.getStringAttr(p.role)),
+        b.getNamedAttr("dtype", b.getStringAttr(dtype)),
+        b.getNamedAttr("shape", b.getDenseI64ArrayAttr(p.type.getShape())),
+    };
+    if (p.role == "input")
+      entry.push_back(b.getNamedAttr("access", b.getStringAttr(p.access)));
+    if (p.accumulate)
+      entry.push_back(b.getNamedAttr("accumulate", b.getBoolAttr(true)));
+    ps.push_back(b.getDictionaryAttr(entry));
+  }
+  int64_t smem =
+      tensorMaps.empty() ? 0 : sched::dynamicSharedMemory(chip == "sm_90a");
+  SmallVector<NamedAttribute> entries = {
+      b.getNamedAttr("chip", b.getStringAttr(chip)),
+      b.getNamedAttr("block", b.getI64IntegerAttr(blockSize)),
+      b.getNamedAttr("grid", b.getStringAttr("persistent: one CTA per SM")),
+      b.getNamedAttr("cooperative", b.getBoolAttr(true)),
+      b.getNamedAttr("dynamic_shared_memory", b.getI64IntegerAttr(smem)),
+      b.getNamedAttr("zero_before_first_launch",
+                     b.getArrayAttr({b.getStringAttr("grid_barrier")})),
+      b.getNamedAttr("routed_capacity",
+                     b.getI64IntegerAttr(s.routedCapacity())),
+      b.getNamedAttr("params", b.getArrayAttr(ps)),
+  };
+  // CTAs per cluster (launched as clusters of that many, grid a multiple).
+  if (cluster > 1)
+    entries.push_back(b.getNamedAttr("cluster", b.getI64IntegerAttr(cluster)));
+  // Entry i covers `experts` consecutive CUtensorMaps in the `tensor_maps`
+  // parameter (128 bytes each): bf16, 2-D {cols, rows} with a row stride of
+  // row_stride elements, box {box_cols, box_rows}, SWIZZLE_128B, no
+  // interleave, OOB zero fill; slot e of a per-expert entry views expert
+  // e's matrix.
+  if (!tensorMaps.empty()) {
+    SmallVector<Attribute> maps;
+    for (const TensorMapSpec &m : tensorMaps)
+      maps.push_back(b.getDictionaryAttr({
+          b.getNamedAttr("buffer", b.getStringAttr(m.buffer)),
+          b.getNamedAttr("rows", b.getI64IntegerAttr(m.rows)),
+          b.getNamedAttr("cols", b.getI64IntegerAttr(m.cols)),
+          b.getNamedAttr("row_stride", b.getI64IntegerAttr(m.rowStride)),
+          b.getNamedAttr("box_rows", b.getI64IntegerAttr(m.boxRows)),
+          b.getNamedAttr("box_cols", b.getI64IntegerAttr(m.boxCols)),
+          b.getNamedAttr("experts", b.getI64IntegerAttr(m.experts)),
+      }));
+    entries.push_back(b.getNamedAttr("tensor_maps", b.getArrayAttr(maps)));
+  }
+  if (!phases.empty()) {
+    SmallVector<Attribute> names;
+    for (StringRef n : phases)
+      names.push_back(b.getStringAttr(n));
+    entries.push_back(b.getNamedAttr("phases", b.getArrayAttr(names)));
+  }
+  return b.getDictionaryAttr(entries);
+}
+
+gpu::GPUFuncOp mok::moe_to_mk::createKernel(OpBuilder &b, ModuleOp module,
+                                            func::FuncOp func, Operation *layer,
+                                            StringRef suffix,
+                                            ArrayRef<Param> params,
+                                            unsigned block,
+                                            DictionaryAttr description) {
+  b.setInsertionPointToEnd(module.getBody());
+  std::string name = func.getSymName().str();
+  auto gpuModule =
+      gpu::GPUModuleOp::create(b, layer->getLoc(), name + "_kernels");
+  b.setInsertionPointToEnd(gpuModule.getBody());
+  SmallVector<Type> argTypes;
+  for (const Param &p : params)
+    argTypes.push_back(p.type);
+  auto kernel = gpu::GPUFuncOp::create(b, layer->getLoc(), name + suffix.str(),
+                                       b.getFunctionType(argTypes, {}));
+  kernel->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  kernel.setKnownBlockSizeAttr(
+      b.getDenseI32ArrayAttr({static_cast<int32_t>(block), 1, 1}));
+  // Persistent: one CTA per SM. Said to ptxas (.minnctapersm 1), whose
+  // default is to aim for more CTAs per SM and so fewer registers (on
+  // sm_100a it capped a layer at 80 registers and spilled).
+  kernel->setAttr("nvvm.minctasm", b.getI32IntegerAttr(1));
+  kernel->setAttr("mok.kernel", description);
+  b.setInsertionPointToStart(&kernel.getBody().front());
+  return kernel;
+}
+
+void ScheduleBuilder::gemm(const GemmPlan &g) {
+  bool tc = !g.maps.empty();
+  MLIRContext *ctx = b.getContext();
+  mk::GemmScheduleAttr schedule =
+      tc ? mk::GemmScheduleAttr::get(
+               ctx, g.engine, {g.tileM, g.tileN, sched::kTileK}, sched::kStages,
+               g.producer,
+               g.producer && g.registers ? g.registers.asArrayRef()
+                                         : ArrayRef<int64_t>(),
+               g.multicast)
+         : mk::GemmScheduleAttr::get(ctx, mk::Engine::simt);
+  auto op = mk::GemmOp::create(
+      b, loc, g.epilogue, g.a, g.b, g.out, g.rowExpert, g.offsets,
+      tc ? g.tensorMaps : Value(), g.gatherRows, tc ? g.paddingRows : Value(),
+      g.a2, g.kOffsets, g.kCounts, g.saves, schedule, g.limit,
+      tc ? b.getDenseI64ArrayAttr(g.maps) : DenseI64ArrayAttr(),
+      g.gatherRows ? b.getI64IntegerAttr(g.gatherTopK) : IntegerAttr(),
+      g.transposeA, g.transposeB, g.accumulate);
+  // The plan asks the chip's lowering about every GEMM before it goes on:
+  // a GEMM it does not implement is the planner's error, reported here
+  // rather than by convert-mk-to-gpu.
+  if (std::string why = support.whyNot(mk::GemmForm::of(op), schedule);
+      !why.empty()) {
+    op.emitError() << "convert-moe-to-mk: the planned " << g.role
+                   << " GEMM is not implemented on " << support.chip() << ": "
+                   << why;
+    status = failure();
+  }
+}

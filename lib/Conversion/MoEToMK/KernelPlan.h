@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// convert-moe-to-mk's plans, shared by the forward (Forward.cpp) and the
+// backward (Backward.cpp): the layer's sizes, the kernel's parameters and
+// tensor maps, its description for the runtime, and the builder of its
+// schedule (buffers by name, barriers, the routing plan, GEMMs checked
+// against the chip's lowering). Private to MoEToMK.
+//
+#ifndef MOK_LIB_CONVERSION_MOETOMK_KERNELPLAN_H
+#define MOK_LIB_CONVERSION_MOETOMK_KERNELPLAN_H
+
+#include "mok/Dialect/MK/IR/MKSchedule.h"
+#include "mok/Dialect/MoE/IR/MoEOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <string>
+
+namespace mok::moe_to_mk {
+
+namespace sched = mok::mk::schedule;
+
+/// One kernel parameter: a buffer of static shape, passed as a bare pointer.
+struct Param {
+  std::string name;
+  std::string role; // "input", "output", "workspace" or "tensor_maps"
+  mlir::MemRefType type;
+  /// Inputs only: "tensor_maps" when the kernel never dereferences the
+  /// pointer (it reads the buffer through tensor maps), else "pointer".
+  std::string access = "pointer";
+  /// Outputs only: the kernel adds into the buffer (main_grad += dW), so
+  /// the caller passes it with the values to add to.
+  bool accumulate = false;
+};
+
+/// A 2-D bf16 view of a kernel buffer that the runtime encodes with
+/// cuTensorMapEncodeTiled (SWIZZLE_128B, OOB zero fill). With experts > 1,
+/// `experts` consecutive slots, slot e viewing expert e's [rows, cols].
+struct TensorMapSpec {
+  std::string buffer;
+  int64_t rows, cols, rowStride, boxRows, boxCols, experts = 1;
+};
+
+/// The sizes of the layer, all static.
+struct Sizes {
+  int64_t tokens, hidden, inter, experts, topK, padding, sharedInter = 0;
+  /// The dispatch copy fused into the gate/up GEMM's A loads (no mk.gather,
+  /// no routed_x): sm_90a tensor-core kernels with fuse-dispatch.
+  bool fusedDispatch = false;
+  int64_t routedCapacity() const {
+    return tokens * topK + experts * (padding - 1);
+  }
+  /// Routes of a chunk of the routing plan: a warp's 32 routes a round
+  /// (one thread walking them without whole warps), a multiple of 32, and few
+  /// enough chunks (<= 1024) that the scan's lanes, one warp an expert,
+  /// load all theirs at once (32 each). (On the H200, with the plan by
+  /// warps: dsv3-shard's 1024 chunks scanned in 7 us, qwen3-30b's 2048 in
+  /// 28 us; by threads, 64 and <= 1024, scanned by one thread an expert,
+  /// took 65 us of planning on dsv3-shard and 114 us on qwen3-30b.)
+  int64_t chunk() const {
+    int64_t routes = tokens * topK;
+    int64_t chunk = std::max<int64_t>(32, (routes + 1023) / 1024);
+    return (chunk + 31) / 32 * 32; // whole rounds of a warp
+  }
+  int64_t chunks() const { return (tokens * topK + chunk() - 1) / chunk(); }
+  bool hasShared() const { return sharedInter > 0; }
+  /// Whether the tensor-core GEMMs apply: K and N fit the tiles (H, the
+  /// down GEMMs' N, may be a multiple of 64: the last n-tile's extra columns
+  /// are computed and dropped), and every expert segment of the plan is a
+  /// whole number of m-tiles. TMA coordinates are 32-bit.
+  bool tensorCoreEligible() const {
+    int64_t maxRows =
+        std::max({routedCapacity(), inter, hidden, tokens, sharedInter});
+    return hidden % sched::kTileK == 0 && inter % sched::kTileN == 0 &&
+           (!hasShared() || sharedInter % sched::kTileN == 0) &&
+           padding % sched::kTileM == 0 && maxRows < (int64_t(1) << 31);
+  }
+};
+
+/// The slots of the tensor maps of a tensor-core kernel.
+struct MapSlots {
+  int64_t routedX, gate, up, hidden, down;                        // routed
+  int64_t x = -1, sharedGate, sharedUp, sharedHidden, sharedDown; // shared
+};
+
+/// One mk.gemm of a schedule, forward or backward: simt, or with `maps`
+/// (slots: a, each B, then a2) on `engine` with tile [tileM, tileN, 64].
+struct GemmPlan {
+  /// What it computes, for diagnostics ("routed gate/up", "down dgrad").
+  mlir::StringRef role;
+  mk::Epilogue epilogue = mk::Epilogue::store;
+  mlir::Value a, a2, out, rowExpert, offsets, kOffsets, kCounts;
+  /// wgmma: the row_route of a grouped GEMM's rows, so that a tile half of
+  /// padding rows skips its MMAs (mk.gemm's `padding`).
+  mlir::Value paddingRows;
+  mlir::SmallVector<mlir::Value> b, saves;
+  bool transposeA = false, transposeB = false;
+  mlir::FloatAttr limit;
+  mlir::SmallVector<int64_t> maps;
+  mlir::Value tensorMaps;
+  mk::Engine engine = mk::Engine::wgmma; // with maps
+  int64_t tileM = sched::kTileM, tileN = 2 * sched::kTileN;
+  mlir::Value
+      gatherRows; // a gathered A (wgmma): row r is a's row gatherRows[r] / k
+  int64_t gatherTopK = 0;
+  /// wgmma: warp roles (a producer warpgroup), with registers moved to the
+  /// consumers when set.
+  bool producer = false;
+  mlir::DenseI64ArrayAttr registers;
+  /// wgmma in clusters of 2 CTAs: the pair's tasks share each B box.
+  bool multicast = false;
+  /// out += the product (an f32 out: main_grad += dW).
+  bool accumulate = false;
+};
+
+/// What every kernel's schedule starts with: its buffers by parameter
+/// name, grid barriers (each followed, when profiling, by a timestamp into
+/// `phase_clock` and `phase_cycles`) and the routing plan.
+struct ScheduleBuilder {
+  mlir::OpBuilder &b;
+  mlir::Location loc;
+  llvm::StringMap<mlir::Value> buf;
+  mlir::Value clock, cycles;
+  int64_t stamps = 0;
+  /// The chip's lowering, asked about every GEMM the schedule gets.
+  const mk::TargetSupport &support;
+  /// Whether every GEMM so far is one the chip's lowering implements.
+  mlir::LogicalResult status = mlir::success();
+
+  ScheduleBuilder(mlir::OpBuilder &b, mlir::Location loc,
+                  mlir::ArrayRef<Param> params, mlir::gpu::GPUFuncOp func,
+                  const mk::TargetSupport &support)
+      : b(b), loc(loc), support(support) {
+    for (auto [i, p] : llvm::enumerate(params))
+      buf[p.name] = func.getArgument(i);
+    clock = buf.lookup("phase_clock");
+    cycles = buf.lookup("phase_cycles");
+    timestamp();
+  }
+  void timestamp() {
+    if (clock)
+      mk::TimestampOp::create(b, loc, clock, stamps++, cycles);
+  }
+  void barrier() {
+    mk::GridBarrierOp::create(b, loc, buf["grid_barrier"]);
+    timestamp();
+  }
+  /// The routing plan's four steps, each ending in a barrier: parallel over
+  /// chunks of routes and over experts, and deterministic (rows in route
+  /// order within each expert).
+  void plan(const Sizes &s) {
+    mk::FillOp::create(b, loc, buf["row_route"], -1);
+    mk::FillOp::create(b, loc, buf["row_expert"], -1);
+    mk::CountRoutesOp::create(b, loc, buf["top_experts"], buf["chunk_counts"],
+                              s.chunk());
+    barrier();
+    mk::ScanChunksOp::create(b, loc, buf["chunk_counts"], buf["counts"]);
+    barrier();
+    mk::PadOffsetsOp::create(b, loc, buf["counts"], buf["offsets"], s.padding);
+    barrier();
+    mk::AssignRowsOp::create(b, loc, buf["top_experts"], buf["offsets"],
+                             buf["chunk_counts"], buf["route_row"],
+                             buf["row_route"], buf["row_expert"], s.chunk());
+    barrier();
+  }
+  /// Emits `g` as an mk.gemm, which the chip's lowering must implement
+  /// (else a diagnostic naming the GEMM, and `status` fails).
+  void gemm(const GemmPlan &g);
+};
+
+/// The sizes of a forward or backward layer (static tokens, checked).
+template <typename LayerLike> Sizes sizesOf(LayerLike layer) {
+  moe::PlanType plan = layer.getPlanType();
+  auto x = mlir::cast<mlir::RankedTensorType>(layer.getX().getType());
+  auto wg =
+      mlir::cast<mlir::RankedTensorType>(layer.getGateWeights().getType());
+  Sizes s{plan.getTokens(),       x.getDimSize(1), wg.getDimSize(1),
+          plan.getLocalExperts(), plan.getTopK(),  plan.getPadding()};
+  if (layer.hasSharedExpert())
+    s.sharedInter = mlir::cast<mlir::RankedTensorType>(
+                        layer.getSharedWeights()[0].getType())
+                        .getDimSize(0);
+  return s;
+}
+
+int64_t slotCount(mlir::ArrayRef<TensorMapSpec> maps);
+
+/// The kernel's description for the runtime, on the gpu.func.
+mlir::DictionaryAttr
+describeKernel(mlir::MLIRContext *ctx, mlir::ArrayRef<Param> params,
+               const Sizes &s, mlir::StringRef chip, unsigned blockSize,
+               mlir::ArrayRef<TensorMapSpec> tensorMaps,
+               mlir::ArrayRef<mlir::StringRef> phases, int64_t cluster);
+
+/// A kernel `<func>_<suffix>` in a new gpu.module `<func>_kernels` (one a
+/// function), with its description; the builder is left at its body.
+mlir::gpu::GPUFuncOp createKernel(mlir::OpBuilder &b, mlir::ModuleOp module,
+                                  mlir::func::FuncOp func,
+                                  mlir::Operation *layer,
+                                  mlir::StringRef suffix,
+                                  mlir::ArrayRef<Param> params, unsigned block,
+                                  mlir::DictionaryAttr description);
+
+/// What the plans read of convert-moe-to-mk's options (checked by the pass).
+struct PlanOptions {
+  mk::TargetSupport support;
+  unsigned blockSize;
+  bool tensorCores, profile, warpSpecialize, fuseDispatch, copyDispatch,
+      multicast;
+};
+
+/// Plans `layer` (the body of `func`) as the kernel `<func>_forward` in a
+/// new gpu.module of `module`; fails with a diagnostic.
+mlir::LogicalResult planForward(mlir::ModuleOp module, mlir::func::FuncOp func,
+                                moe::LayerOp layer, const PlanOptions &options);
+/// The same for a backward, `<func>_backward`.
+mlir::LogicalResult planBackward(mlir::ModuleOp module, mlir::func::FuncOp func,
+                                 moe::LayerGradOp grad,
+                                 const PlanOptions &options);
+
+} // namespace mok::moe_to_mk
+
+#endif // MOK_LIB_CONVERSION_MOETOMK_KERNELPLAN_H
