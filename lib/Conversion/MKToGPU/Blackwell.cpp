@@ -44,6 +44,7 @@
 #include "mlir/IR/BuiltinOps.h"
 
 using namespace mlir;
+using namespace mok::mk::schedule;
 using namespace mok::conversion::gemm;
 
 namespace mok::conversion::sm100 {

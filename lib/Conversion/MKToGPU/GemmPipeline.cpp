@@ -43,6 +43,7 @@
 #include "llvm/Support/ErrorHandling.h"
 
 using namespace mlir;
+using namespace mok::mk::schedule;
 
 namespace mok::conversion::gemm {
 

@@ -29,18 +29,21 @@ namespace mok::conversion::gemm {
 
 // The schedule (tile, stages, threads) is the one convert-moe-to-mk plans
 // with (mok/Dialect/MK/IR/MKSchedule.h); convert-mk-to-gpu refuses others.
-using namespace mok::mk::schedule;
-constexpr unsigned kThreads = kWarpgroup;
+namespace schedule = mok::mk::schedule;
+constexpr unsigned kThreads = schedule::kWarpgroup;
 
 /// The shared-memory stage ring: per stage [A tileM x 64 | B_0 tileN x 64 |
 /// B_1 tileN x 64] bf16 (at most 48 KiB, kStageBytes), each part
 /// 1024-aligned (the 128-byte swizzle atom). kBytesA is one warpgroup's
 /// 64 rows of A.
 constexpr int64_t kBf16 = 2, kF32 = 4;
-constexpr int64_t kBytesA = kTileM * kTileK * kBf16;  // 8 KiB
-constexpr int64_t kBytesB = kTileN * kTileK * kBf16;  // 16 KiB
-constexpr int64_t kAccBytes = kTileM * kTileN * kF32; // one accumulator tile
-constexpr int64_t kAlign = 1024;                      // 128B-swizzle atom
+constexpr int64_t kBytesA =
+    schedule::kTileM * schedule::kTileK * kBf16; // 8 KiB
+constexpr int64_t kBytesB =
+    schedule::kTileN * schedule::kTileK * kBf16; // 16 KiB
+constexpr int64_t kAccBytes =
+    schedule::kTileM * schedule::kTileN * kF32; // one accumulator tile
+constexpr int64_t kAlign = 1024;                // 128B-swizzle atom
 /// One MMA k-step (16 bf16) along a 128-byte swizzled row, in bytes.
 constexpr int64_t kK16Bytes = 16 * kBf16;
 
@@ -87,13 +90,13 @@ struct GemmPhase {
       storePair;
   /// Output columns of a tile: kTileN, or 2 * kTileN with one B operand
   /// (the same stage bytes; sm_90a only).
-  int64_t tileN = kTileN;
+  int64_t tileN = schedule::kTileN;
   /// Rows of a tile: kTileM (one warpgroup computes it), or 2 * kTileM (two
   /// consumer warpgroups, one half each, sharing the B boxes; sm_90a only).
-  int64_t tileM = kTileM;
+  int64_t tileM = schedule::kTileM;
   /// Bytes of one B box / of the A box in a stage.
-  int64_t bytesB() const { return tileN * kTileK * kBf16; }
-  int64_t bytesA() const { return tileM * kTileK * kBf16; }
+  int64_t bytesB() const { return tileN * schedule::kTileK * kBf16; }
+  int64_t bytesA() const { return tileM * schedule::kTileK * kBf16; }
   /// Gathered A: row r of A is row gatherRows[r] / gatherTopK of the bf16
   /// matrix [*, k] at global address gatherSource (i64); a negative entry
   /// (a padding row) is a row of zeros. The consumer threads (with a
@@ -174,7 +177,7 @@ struct GemmPhase {
   /// n-tiles of the output.
   int64_t nTiles() const { return (n + tileN - 1) / tileN; }
   /// Warpgroups computing a tile (the CTA's first ones).
-  int64_t consumers() const { return tileM / kTileM; }
+  int64_t consumers() const { return tileM / schedule::kTileM; }
 };
 
 /// Who does what in a kernel's GEMM phases (the same for all of them).
@@ -224,7 +227,7 @@ struct Task {
 /// copying threads (the consumers, 128 per 64 rows, or the producer
 /// warpgroup) copy a tile in passes of threads / 8 rows.
 constexpr int64_t kGatherChunkBytes = 16;
-constexpr int64_t kGatherChunks = kTileK * kBf16 / kGatherChunkBytes;
+constexpr int64_t kGatherChunks = schedule::kTileK * kBf16 / kGatherChunkBytes;
 
 /// Emits the GEMM phases of one kernel. Construction (through a chip's
 /// factory, sm90::createGemmEmitter or sm100::createGemmEmitter) emits the

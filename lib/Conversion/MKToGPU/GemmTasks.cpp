@@ -14,6 +14,7 @@
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 
 using namespace mlir;
+using namespace mok::mk::schedule;
 
 namespace mok::conversion::gemm {
 

@@ -45,6 +45,7 @@
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 
 using namespace mlir;
+using namespace mok::mk::schedule;
 using namespace mok::conversion::gemm;
 
 namespace mok::conversion::sm90 {
