@@ -22,7 +22,7 @@ say() { printf '\n== %s\n' "$*"; }
 
 # --- 1. System packages (Debian's LLVM/MLIR 22 and the build tools) --------
 packages=(libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
-          libzstd-dev ccache cmake ninja-build g++ python3)
+          libzstd-dev ccache cmake ninja-build g++ python3 python3-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
@@ -76,9 +76,8 @@ if ! command -v cuobjdump >/dev/null && [[ ! -x /usr/local/cuda/bin/cuobjdump ]]
 fi
 
 # --- 3. Configure and build -------------------------------------------------
-# ccache keyed on paths relative to the checkout, so fresh clones (CI) hit the
-# cache of earlier builds on the same machine.
-export CCACHE_BASEDIR=$root
+# (CMakeLists.txt runs ccache keyed on paths relative to the checkout, so
+# fresh clones (CI) hit the cache of earlier builds on the same machine.)
 say "configuring $build"
 # shellcheck disable=SC2086
 cmake -G Ninja -S "$root" -B "$build" \
@@ -108,3 +107,5 @@ done
 say "main job, CPU: the same layer (smaller) compiled and run from Python"
 PYTHONPATH=$build/python "$py" "$root/examples/run_cpu_layer.py"
 say "done; run the tests with scripts/test.sh"
+echo "Python: PYTHONPATH=$build/python uses this build's package; pip install $root"
+echo "installs it (docs/Building.md)"

@@ -9,8 +9,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
 import tempfile
 from dataclasses import dataclass
+
+from ._version import __version__
 
 try:
     from ._runtime import MokRuntimeError
@@ -19,8 +23,6 @@ except ImportError:  # the package without its runtime extension
         """A failing runtime call or a refused argument; the message names
         the argument (or the driver call), `status` is the mok_status name."""
 
-
-__version__ = "0.3.0"
 
 _DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
 # What the runtime reads (version 2 adds params' "access" and tensor maps'
@@ -98,10 +100,26 @@ def _compile_with_extension(source, name, target, functions, toolkit, profile,
     return arts
 
 
+def _installed_scripts_dir():
+    """The scripts folder of the Python installation that holds this package
+    (pip install puts mok-compile there, on PATH or not; an editable install's
+    package path names its folder in site-packages too), or "" when it is not
+    installed (a build tree on PYTHONPATH)."""
+    parents = {os.path.realpath(os.path.join(p, ".."))
+               for p in sys.modules[__package__].__path__}
+    for scheme in [{}, {"scheme": f"{os.name}_user"}]:
+        paths = sysconfig.get_paths(**scheme)
+        if parents & {os.path.realpath(paths["purelib"]), os.path.realpath(paths["platlib"])}:
+            return paths["scripts"]
+    return ""
+
+
 def _find_compiler():
     here = os.path.dirname(__file__)
+    scripts = _installed_scripts_dir()
     for c in [os.environ.get("MOK_COMPILER"),
-              os.path.join(here, "..", "..", "bin", "mok-compile"),
+              os.path.join(here, "..", "..", "bin", "mok-compile"),  # the build tree
+              scripts and os.path.join(scripts, "mok-compile"),
               shutil.which("mok-compile"), shutil.which("mok-compile-static")]:
         if c and os.access(c, os.X_OK):
             return c
