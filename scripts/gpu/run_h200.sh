@@ -11,8 +11,8 @@
 # It builds the runtime and the Python runtime extension (no MLIR), runs the
 # runtime's host tests, compiles the test layers there with the carried
 # compiler, runs the extension's checks and the GPU tests (dense weights and
-# weight views) against a float64 reference and the wgmma probe, and prints
-# a summary table last.
+# weight views) against a float64 reference, and prints a summary table
+# last.
 # Without carry-tools/, it uses layers compiled beforehand into
 # gpu-artifacts/ (scripts/gpu/prepare_artifacts.py).
 #   bash scripts/gpu/run_h200.sh --bench
@@ -91,11 +91,6 @@ step "GPU tests (${MOK_GPU_TESTS:-python/tests/gpu}; $MOK_GPU_ARTIFACTS)"
 # shellcheck disable=SC2086
 timeout "${MOK_GPU_TIMEOUT:-420}" python3 -m pytest -q -p no:cacheprovider ${MOK_GPU_TESTS:-python/tests/gpu} 2>&1 | tee -a "$log" | tail -25 || status=1
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
-
-if [[ -f scripts/probe/run_on_h200.sh ]]; then
-  step "probe: TMA + mbarrier + wgmma GEMM tile generated from MLIR"
-  bash scripts/probe/run_on_h200.sh 2>&1 | grep -v "^ptxas" | tee -a "$log" || status=1
-fi
 
 if (( training )); then
   artifacts=$root/bench-artifacts
