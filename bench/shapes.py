@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""Benchmark shapes (bf16, EP = 1, one GPU). Compiled on a development
-machine (bench/prepare.py), timed on the GPU machine (bench/moe_forward.py)."""
+"""Benchmark shapes (bf16, EP = 1, one GPU). Compiled by bench.compile (on
+a development machine, or on the GPU machine with the carried compiler),
+timed on the GPU machine (bench.moe_forward, bench.moe_training)."""
 
 SHAPES = {
     "dsv3-shard": dict(tokens=4096, hidden=7168, intermediate=2048, experts=32, top_k=8,
@@ -25,3 +26,6 @@ for _name in ("dsv3-shard", "qwen3-30b"):
 for _name in ("dsv3-shard", "qwen3-30b"):
     SHAPES[_name + "-mc"] = dict(SHAPES[_name], multicast=True)
 del _name
+# The forward benchmark's shapes (bench.moe_forward's and bench.compile's
+# default): all of the above.
+FORWARD_SHAPES = tuple(SHAPES)

@@ -14,22 +14,22 @@
 # weight views) against a float64 reference, and prints a summary table
 # last.
 # Without carry-tools/, it uses layers compiled beforehand into
-# gpu-artifacts/ (scripts/gpu/prepare_artifacts.py).
+# gpu-artifacts/ (python3 -m bench.compile tests gpu-artifacts).
 #   bash scripts/gpu/run_h200.sh --bench
-# also runs the forward benchmark after the tests (bench/prepare.py with the
-# carried compiler, or bench-artifacts/ compiled beforehand; their SASS
-# checked for HGMMA and their ptxas report for spills,
-# scripts/gpu/sass_check.sh; then bench/moe_forward.py, JSON + PNG in $OUT
-# or /tmp/bench), its tables last. MOK_BENCH_SHAPES="a b ..." limits the
-# benchmark to those shapes (bench/shapes.py; default all), e.g. to keep a
-# call under the GPU machine's 10 minutes.
+# also runs the forward benchmark after the tests (python3 -m bench.compile
+# shapes with the carried compiler, or bench-artifacts/ compiled
+# beforehand; their SASS checked for HGMMA and their ptxas report for
+# spills, scripts/gpu/sass_check.sh; then bench.moe_forward, JSON + PNG in
+# $OUT or /tmp/bench), its tables last. MOK_BENCH_SHAPES="a b ..." limits
+# the benchmark to those shapes (bench/shapes.py; default the forward
+# ones), e.g. to keep a call under the GPU machine's 10 minutes.
 #   bash scripts/gpu/run_h200.sh --bench-training
-# runs the tests, then the training benchmark instead (bench/prepare.py
-# --training, then bench/moe_training.py: forward + backward against
-# PyTorch autograd; MOK_BENCH_SHAPES default "dsv3-shard qwen3-30b").
+# runs the tests, then the training benchmark instead (bench.compile
+# --training, then bench.moe_training: forward + backward against PyTorch
+# autograd; MOK_BENCH_SHAPES default "dsv3-shard qwen3-30b").
 # MOK_GPU_TESTS="file ..." runs those GPU test files instead of all of
-# python/tests/gpu (all of them took about 4.5 minutes in the tenth
-# session; with --bench-training, e.g. MOK_GPU_TESTS="python/tests/gpu/
+# python/tests/gpu (all of them take about 4.5 minutes; with
+# --bench-training, e.g. MOK_GPU_TESTS="python/tests/gpu/
 # test_gpu_backward.py python/tests/gpu/test_gpu_torch.py" keeps the call
 # well inside the GPU machine's 10 minutes).
 set -uo pipefail
@@ -62,14 +62,19 @@ export PYTHONPATH=$root/build-gpu/python
 export MOK_GPU_ARTIFACTS=$root/gpu-artifacts
 tool=carry-tools/mok-compile-static
 if [[ -f $tool.xz || -f $tool ]]; then
-  step "compiler: the carried static mok-compile compiles the test layers here"
   export MOK_COMPILER=/tmp/mok-compile-static
   if [[ -f $tool.xz ]]; then xz -dc "$tool.xz" > "$MOK_COMPILER"; else cp "$tool" "$MOK_COMPILER"; fi
   chmod +x "$MOK_COMPILER"
+fi
+export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
+commit=${MOK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+
+if [[ -n ${MOK_COMPILER:-} ]]; then
+  step "compiler: the carried static mok-compile compiles the test layers here"
   export MOK_GPU_ARTIFACTS=/tmp/gpu-artifacts-here
   rm -rf "$MOK_GPU_ARTIFACTS"
-  python3 scripts/gpu/prepare_artifacts.py "$MOK_GPU_ARTIFACTS" 2>&1 | tee -a "$log" | tail -3 ||
-    { echo "compiling on this machine failed"; exit 1; }
+  python3 -m bench.compile tests "$MOK_GPU_ARTIFACTS" 2>&1 | tee -a "$log" | tail -3
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "compiling on this machine failed"; exit 1; }
 fi
 
 if python3 -c "import numpy" 2>/dev/null; then
@@ -81,7 +86,6 @@ fi
 # The driver compiles each layer's PTX when it loads it, seconds for a
 # megakernel; several processes load every test layer once first, so that
 # the tests find the machine code in the JIT cache.
-export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 step "JIT cache: the test layers loaded in parallel ($MOK_GPU_ARTIFACTS)"
 timeout 300 python3 scripts/gpu/warm_jit.py "$MOK_GPU_ARTIFACTS" 2>&1 | tee -a "$log" | tail -3
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
@@ -100,13 +104,13 @@ if (( training )); then
     artifacts=/tmp/bench-artifacts-here
     rm -rf "$artifacts"
     # shellcheck disable=SC2086
-    python3 bench/prepare.py "$artifacts" sm_90a --training $shapes 2>&1 | tee -a "$log" | tail -2 || status=1
+    python3 -m bench.compile shapes "$artifacts" --training $shapes 2>&1 | tee -a "$log" | tail -2
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   fi
   step "training benchmark: mok forward + backward against PyTorch autograd, same run ($artifacts)"
   # shellcheck disable=SC2086
-  timeout "${MOK_GPU_TIMEOUT:-420}" python3 bench/moe_training.py --artifacts "$artifacts" \
-      --out "${OUT:-/tmp/bench}" --shapes $shapes \
-      --commit "${MOK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" 2>&1 |
+  timeout "${MOK_GPU_TIMEOUT:-420}" python3 -m bench.moe_training --artifacts "$artifacts" \
+      --out "${OUT:-/tmp/bench}" --shapes $shapes --commit "$commit" 2>&1 |
     tee -a "$log" | tail -70
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   exit $status
@@ -119,16 +123,17 @@ if (( bench )); then
     artifacts=/tmp/bench-artifacts-here
     rm -rf "$artifacts"
     # shellcheck disable=SC2086
-    python3 bench/prepare.py "$artifacts" sm_90a ${MOK_BENCH_SHAPES:-} 2>&1 | tee -a "$log" | tail -2 || status=1
+    python3 -m bench.compile shapes "$artifacts" ${MOK_BENCH_SHAPES:-} 2>&1 | tee -a "$log" | tail -2
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   fi
   step "benchmark: the kernels' SASS (HGMMA) and ptxas report (registers, spills)"
   bash scripts/gpu/sass_check.sh "$artifacts" 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   step "benchmark: mok against plain PyTorch, same run ($artifacts)"
   # shellcheck disable=SC2086
-  timeout "${MOK_GPU_TIMEOUT:-420}" python3 bench/moe_forward.py --artifacts "$artifacts" --out "${OUT:-/tmp/bench}" \
-      ${MOK_BENCH_SHAPES:+--shapes $MOK_BENCH_SHAPES} \
-      --commit "${MOK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" 2>&1 |
+  timeout "${MOK_GPU_TIMEOUT:-420}" python3 -m bench.moe_forward --artifacts "$artifacts" \
+      --out "${OUT:-/tmp/bench}" ${MOK_BENCH_SHAPES:+--shapes $MOK_BENCH_SHAPES} \
+      --commit "$commit" 2>&1 |
     tee -a "$log" | tail -16
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
