@@ -8,7 +8,8 @@ package, e.g. build-gpu/python):
   the compiler, or on the GPU machine with the carried static one);
 - the float64 PyTorch reference both check against (`torch_reference`);
 - the benchmarks: `moe_forward` and `moe_training` (mok against the
-  plain-PyTorch layer), `main_grad`, `power`, `call_time`, `host_overhead`, `ab` (compiled
+  plain-PyTorch layer), `peers` (mok beside open-source MoE kernels),
+  `main_grad`, `power`, `call_time`, `host_overhead`, `ab` (compiled
   variants side by side) and the Nsight Compute drivers (`ncu.sh`,
   `ncu_forward`, `ncu_training`).
 

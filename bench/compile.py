@@ -15,7 +15,7 @@ mok-compile named by $MOK_COMPILER). Two sets:
 `shapes`: the benchmark shapes of bench/shapes.py (the forward ones unless
 some are named): <out>/<shape> and its profiling twin <out>/<shape>-profile
 (bench.moe_forward's phase breakdown). With --training, the training layers
-instead: <shape>-train (bench.moe_training),
+instead: <shape>-train (bench.moe_training, bench.peers),
 <shape>-train-profile (their phases) and <shape>-train-maingrad, whose
 backward adds the weights' gradients into fp32 main_grads (bench.main_grad).
 --plain-only leaves out the twins (-profile; -train-profile and

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """The bench package and the GPU machine's scripts, without a GPU: the
 benchmarks' timing rounds and arithmetic, the compile step's layer lists,
-the A/B driver, and the scripts' argument checks. The GPU timers are replaced by recorders."""
+the A/B driver, the peers benchmark (its refusals, its ratios, its JSON, and
+a whole run on the CPU with stand-ins for mok and the peers' harness), and
+the scripts' argument checks. The GPU timers are replaced by recorders."""
 import importlib
 import json
 import os
@@ -169,7 +171,7 @@ def test_main_grad_bench_loads_without_a_gpu(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["ab", "call_time", "host_overhead", "moe_training",
-                                  "ncu_forward", "ncu_training"])
+                                  "ncu_forward", "ncu_training", "peers"])
 def test_every_tool_imports_from_the_package(monkeypatch, name):
     assert callable(bench_module(monkeypatch, name).main)
 
@@ -205,16 +207,18 @@ def test_compile_shapes_and_their_twins():
         ("dsv3-shard-train-profile", {"training": True, "profile": True, "main_grads": False}),
         ("dsv3-shard-train-maingrad", {"training": True, "profile": False, "main_grads": True})]
     assert training[0][1]["shared_intermediate"] == 2048
-    plain = comp.shape_layers(["dsv3-shard", "qwen3-30b"], training=True, plain_only=True)
-    assert [n for n, _, _ in plain] == ["dsv3-shard-train", "qwen3-30b-train"]
+    plain = comp.shape_layers(["dsv3-routed", "qwen3-30b"], training=True, plain_only=True)
+    assert [n for n, _, _ in plain] == ["dsv3-routed-train", "qwen3-30b-train"]
+    assert "shared_intermediate" not in plain[0][1]
     assert [n for n, _, _ in comp.shape_layers(["small-top2"], False, True)] == ["small-top2"]
 
 
-def test_compile_defaults_to_the_forward_shapes():
+def test_compile_defaults_to_the_forward_shapes_not_the_peers_one():
     from bench import compile as comp
     from bench.shapes import FORWARD_SHAPES, SHAPES
     args = comp.parse_args(["shapes", "out"])
-    assert [n for n, _, _ in args.layers][::2] == list(FORWARD_SHAPES) == list(SHAPES)
+    assert [n for n, _, _ in args.layers][::2] == list(FORWARD_SHAPES)
+    assert "dsv3-routed" in SHAPES and "dsv3-routed" not in FORWARD_SHAPES
     assert comp.parse_args(["tests", "out", "--jobs", "3"]).jobs == 3
 
 
@@ -344,9 +348,527 @@ def test_ab_sh_refuses_bad_arguments_before_touching_the_gpu(args, message, tmp_
     assert message in r.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--bench-peers"], "--bench-peers needs .peers/peer_bench.py"),
+    (["--peers"],
+     "usage: bash scripts/gpu/run_h200.sh [--bench | --bench-training | --bench-peers]"),
+])
+def test_run_h200_refuses_before_touching_the_gpu(args, message, tmp_path):
+    """A copy of run_h200.sh in a tree without .peers/: --bench-peers stops
+    first, naming what to carry."""
+    (tmp_path / "scripts" / "gpu").mkdir(parents=True)
+    script = tmp_path / "scripts" / "gpu" / "run_h200.sh"
+    shutil.copy(os.path.join(ROOT, "scripts", "gpu", "run_h200.sh"), script)
+    r = subprocess.run(["bash", str(script), *args], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, OUT=str(tmp_path)))
+    assert r.returncode == 2
+    assert message in r.stderr
+
+
+# bench.peers: mok beside the open-source kernels.
+
+def peer_layer_json(path, shape, access="tensor_maps", ids="i32", **override):
+    """Writes the metadata of a training layer of `shape` (a SHAPES entry)
+    under `path`, as bench.compile would (the PTX files empty)."""
+    T, H, I, E, k = (shape[n] for n in ("tokens", "hidden", "intermediate", "experts", "top_k"))
+    inputs = {"x": ("bf16", [T, H]), "top_experts": (ids, [T, k]),
+              "router_weights": ("f32", [T, k]), "gate_weights": ("bf16", [E, I, H]),
+              "up_weights": ("bf16", [E, I, H]), "down_weights": ("bf16", [E, H, I])}
+    inputs.update(override)
+    params = [dict(name=n, dtype=d, shape=s, role="input",
+                   **({"access": access} if n.endswith("_weights") and n != "router_weights"
+                      else {})) for n, (d, s) in inputs.items()]
+    params.append(dict(name="out", dtype="bf16", shape=[T, H], role="output"))
+    os.makedirs(path, exist_ok=True)
+    for kind in ("forward", "backward"):
+        with open(os.path.join(path, f"moe_layer_{kind}.json"), "w") as f:
+            json.dump({"params": params, "chip": "sm_90a"}, f)
+        open(os.path.join(path, f"moe_layer_{kind}.ptx"), "w").close()
+
+
+@pytest.fixture
+def peers(monkeypatch):
+    return bench_module(monkeypatch, "peers")
+
+
+@pytest.fixture
+def peer_artifacts(tmp_path, peers):
+    for name in ("dsv3-routed", "qwen3-30b"):
+        peer_layer_json(str(tmp_path / "art" / (name + "-train")), peers.SHAPES[name])
+    return str(tmp_path / "art")
+
+
+def test_peers_defaults(peers, peer_artifacts):
+    args = peers.parse_args(["--artifacts", peer_artifacts])
+    assert args.shapes == ["dsv3-routed", "qwen3-30b"]
+    assert (args.iters, args.rounds, args.liger_tune, args.sonic_tune) == (20, 3, "small", "off")
+    assert args.peer_list[:4] == ["moe_ops", "scattermoe", "liger_fused_moe", "hf_grouped_mm"]
+    assert args.layer_paths["qwen3-30b"] == os.path.join(peer_artifacts, "qwen3-30b-train")
+    assert peers.parse_args(["--artifacts", peer_artifacts, "--peers", "moe_ops, scattermoe",
+                             "--shapes", "qwen3-30b"]).peer_list == ["moe_ops", "scattermoe"]
+
+
+def test_peers_default_list_adds_sonicmoe_when_installed(peers):
+    assert peers.default_peers(lambda n: None) == list(peers.DEFAULT_PEERS)
+    assert peers.default_peers(lambda n: object())[-1] == "sonicmoe"
+
+    def broken(name):
+        raise ImportError(name)
+    assert "sonicmoe" not in peers.default_peers(broken)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--iters", "19"], "--iters: expected at least 20 (a median of 20 calls), got 19"),
+    (["--warmup", "0"], "--warmup: expected at least 1, got 0"),
+    (["--rounds", "0"], "--rounds: expected at least 1, got 0"),
+    (["--budget-s", "0"], "--budget-s: expected seconds above 0"),
+    (["--shapes", "nope"], "--shapes: unknown shape 'nope'"),
+    (["--shapes", "dsv3-shard"], "dsv3-shard has a shared expert; the peers compute routed"),
+    (["--shapes", "qwen3-30b-skewed"], "qwen3-30b-skewed has zipf routing"),
+    (["--shapes", "qwen3-30b", "qwen3-30b"], "--shapes: a shape given twice"),
+    (["--peers", "moe_ops,,liger"], "--peers: expected comma-separated peer names"),
+    (["--peers", "mok,moe_ops"], "--peers: mok always run"),
+    (["--peers", "torch_ref"], "--peers: torch_ref always run"),
+    (["--peers", "moe_ops,moe_ops"], "--peers: a peer given twice"),
+    (["--liger-tune", "huge"], "invalid choice: 'huge'"),
+])
+def test_peers_refuse_bad_arguments(peers, peer_artifacts, capsys, argv, message):
+    with pytest.raises(SystemExit):
+        peers.parse_args(["--artifacts", peer_artifacts] + argv)
+    assert message in capsys.readouterr().err
+
+
+def test_peers_refuse_a_clamped_shape(peers, peer_artifacts, monkeypatch, capsys):
+    monkeypatch.setitem(peers.SHAPES, "clamped", dict(peers.SHAPES["qwen3-30b"],
+                                                      swiglu_limit=7.0))
+    with pytest.raises(SystemExit):
+        peers.parse_args(["--artifacts", peer_artifacts, "--shapes", "clamped"])
+    assert "clamped has a SwiGLU clamp" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layer, message", [
+    (None, "no training layer of qwen3-30b at ART/qwen3-30b-train (missing "
+           "moe_layer_forward.ptx, moe_layer_forward.json, moe_layer_backward.ptx, "
+           "moe_layer_backward.json); compile it: python3 -m bench.compile shapes ART "
+           "--training --plain-only qwen3-30b"),
+    (dict(shared_gate_weights=("bf16", [768, 2048])), "takes {"),
+    (dict(gate_weights=("bf16", [128, 512, 2048])), "the peers' qwen3-30b is {"),
+    (dict(access="pointer"), "reads gate_weights, up_weights by pointer"),
+    (dict(ids="f32"), "top_experts is f32, expected i32 or i64"),
+])
+def test_peers_refuse_a_layer_that_is_not_the_peers_shape(peers, tmp_path, capsys, layer, message):
+    art = str(tmp_path / "art")
+    os.makedirs(art)
+    if layer is not None:
+        kwargs = {k: layer.pop(k) for k in ("access", "ids") if k in layer}
+        peer_layer_json(os.path.join(art, "qwen3-30b-train"), peers.SHAPES["qwen3-30b"],
+                        **kwargs, **layer)
+    with pytest.raises(SystemExit):
+        peers.parse_args(["--artifacts", art, "--shapes", "qwen3-30b"])
+    assert message.replace("ART", art) in capsys.readouterr().err
+
+
+def test_peers_accept_int64_ids(peers, tmp_path):
+    peer_layer_json(str(tmp_path / "qwen3-30b-train"), peers.SHAPES["qwen3-30b"], ids="i64")
+    assert peers.check_artifact(str(tmp_path), "qwen3-30b")
+
+
+def test_peers_refuse_a_peer_bench_that_is_not_one(peers, tmp_path):
+    with pytest.raises(ValueError, match="--peer-bench: .*missing.py is not a file"):
+        peers.load_peer_bench(str(tmp_path / "missing.py"))
+    (tmp_path / "other.py").write_text("PEER_CLASSES = {}\ndef time_fn(): pass\n")
+    with pytest.raises(ValueError, match="has no make_inputs, run_once, torch_ref_fwd"):
+        peers.load_peer_bench(str(tmp_path / "other.py"))
+    pb = types.SimpleNamespace(PEER_CLASSES={"torch_ref": 0, "moe_ops": 0, "liger_fused_moe": 0})
+    peers.check_peer_names(pb, ["moe_ops"])
+    with pytest.raises(ValueError, match="unknown peer.s. sonicmoe, x; .* has moe_ops, "
+                                         "liger_fused_moe"):
+        peers.check_peer_names(pb, ["sonicmoe", "moe_ops", "x"])
+
+
+def result(fwd_ms, fwdbwd_ms, check="ok", status="ok"):
+    return dict(status=status, check=check, fwd_ms=fwd_ms, fwdbwd_ms=fwdbwd_ms)
+
+
+def test_peers_best_peer_and_ratios(peers):
+    """The best peer is the fastest that passed its check, per direction;
+    the ratios are mok's TFLOP/s over the others'."""
+    flops = 6 * 8192 * 8 * 2048 * 768
+    results = {"mok": result(1.0, 4.0), "torch_ref": result(2.0, 6.0),
+               "moe_ops": result(1.25, 5.0), "liger_fused_moe": result(1.5, 4.8),
+               "scattermoe": result(0.5, 1.0, check="MISMATCH (>2.0e-02 vs gold)"),
+               "hf_grouped_mm": {"status": "error", "error": "boom"},
+               "sonicmoe": {"status": "skipped: time budget"}}
+    s = peers.summarize(results, flops)
+    fwd, both = s["forward"], s["forward_backward"]
+    assert (fwd["best_peer"], both["best_peer"]) == ("moe_ops", "liger_fused_moe")
+    assert fwd["mok_over_best_peer"] == pytest.approx(1.25)
+    assert both["mok_over_best_peer"] == pytest.approx(1.2)
+    assert fwd["mok_over_torch"] == pytest.approx(2.0)
+    assert both["mok_over_torch"] == pytest.approx(1.5)
+    assert fwd["mok_tflops"] == pytest.approx(flops / 1e-3 / 1e12)
+    assert both["best_peer_tflops"] == pytest.approx(3 * flops / 4.8e-3 / 1e12)
+    assert results["scattermoe"]["fwd_tflops"] == pytest.approx(2 * fwd["mok_tflops"])
+    assert results["moe_ops"]["fwdbwd_tflops"] == pytest.approx(3 * flops / 5e-3 / 1e12)
+    assert "fwd_tflops" not in results["hf_grouped_mm"]
+    assert fwd["mok_check"] == "ok"
+
+
+def test_peers_no_ratio_without_a_checked_side(peers):
+    s = peers.summarize({"mok": result(1.0, 3.0, check="MISMATCH (>3e-2 vs torch_ref)"),
+                         "torch_ref": result(2.0, 6.0), "moe_ops": result(1.5, 4.0)}, 10**12)
+    assert s["forward"]["best_peer"] == "moe_ops"
+    assert s["forward"]["mok_over_best_peer"] is None and s["forward"]["mok_ms"] is None
+    assert s["forward"]["mok_check"].startswith("MISMATCH")
+    s = peers.summarize({"mok": result(1.0, 3.0), "torch_ref": {"status": "error"},
+                         "moe_ops": {"status": "unavailable"}}, 10**12)
+    assert s["forward_backward"]["best_peer"] is None
+    assert s["forward_backward"]["mok_over_best_peer"] is None
+    assert s["forward_backward"]["mok_over_torch"] is None
+    assert s["forward_backward"]["mok_ms"] == 3.0
+
+
+def test_peers_rotation(peers):
+    names = ["mok", "torch_ref", "a", "b"]
+    assert [peers.rotation(names, r) for r in range(5)] == [
+        names, ["torch_ref", "a", "b", "mok"], ["a", "b", "mok", "torch_ref"],
+        ["b", "mok", "torch_ref", "a"], names]
+
+
+SUMMARY_KEYS = {"mok_ms", "mok_tflops", "torch_ms", "torch_tflops", "best_peer",
+                "best_peer_ms", "best_peer_tflops", "mok_over_best_peer", "mok_over_torch",
+                "mok_check"}
+
+
+def check_document(doc, peer_names):
+    """The JSON's schema: what docs/performance.md cites from it."""
+    assert doc["benchmark"] == "bench.peers"
+    for key in ("date", "commit", "gpu", "torch", "method", "peers", "shapes"):
+        assert key in doc, key
+    for key in ("timing", "flops", "routing", "iters", "warmup", "rounds", "peer_bench_sha256"):
+        assert key in doc["method"], key
+    for s in doc["shapes"]:
+        for key in ("shape", "T", "H", "I", "E", "k", "flops_fwd", "results"):
+            assert key in s, key
+        assert s["flops_fwd"] == 6 * s["T"] * s["k"] * s["H"] * s["I"]
+        assert list(s["results"])[:2] == ["mok", "torch_ref"]
+        assert set(s["results"]) == {"mok", "torch_ref", *peer_names}
+        for mode in ("forward", "forward_backward"):
+            assert set(s[mode]) == SUMMARY_KEYS
+        for r in s["results"].values():
+            if r["status"] == "ok":
+                assert {"fwd_ms", "fwd_tflops", "fwdbwd_ms", "fwdbwd_tflops", "check",
+                        "worst_rel_l2_vs_ref"} <= set(r)
+    json.loads(json.dumps(doc))
+
+
+def test_peers_json_without_matplotlib(peers, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    results = {"mok": dict(result(1.0, 3.0), worst_rel_l2_vs_ref=1e-3),
+               "torch_ref": dict(result(2.0, 6.0), worst_rel_l2_vs_ref=0.0),
+               "moe_ops": {"status": "unavailable"}}
+    entry = peers.shape_entry("qwen3-30b", 6 * 8192 * 8 * 2048 * 768, results)
+    doc = peers.document({"commit": "abc", "gpu": "G", "torch": "2"},
+                         {"timing": "t", "flops": "f", "routing": "r", "iters": 20, "warmup": 5,
+                          "rounds": 3, "peer_bench_sha256": "0"}, {}, [entry])
+    written = peers.write_outputs(str(tmp_path / "o"), doc)
+    assert written == [str(tmp_path / "o" / "peers_bench.json")]
+    with open(written[0]) as f:
+        check_document(json.load(f), ["moe_ops"])
+    assert entry["forward"]["mok_over_torch"] == pytest.approx(2.0)
+
+
+# A stand-in for the peers' harness (the API bench.peers uses), on the CPU:
+# each contestant's call adds its made-up milliseconds to CLOCK, which the
+# timer reads, and names itself in CALLS.
+FAKE_PEER_BENCH = '''
+import torch
+import torch.nn.functional as F
+
+CLOCK = [0.0]
+CALLS = []
+
+
+def reference(x, w, idx, W13, Wd):
+    I = Wd.shape[2]
+    gu = torch.einsum("th,tkih->tki", x, W13[idx])
+    h = F.silu(gu[..., :I]) * gu[..., I:]
+    return torch.einsum("tk,tki,tkhi->th", w.to(h.dtype), h, Wd[idx].to(h.dtype)).to(x.dtype)
+
+
+torch_ref_fwd = gold_fwd = reference
+
+
+class Peer:
+    variant = "made up"
+
+    def __init__(self, name, ms, scale=1.0, load_error=None):
+        self.name, self.ms, self.scale, self.load_error = name, ms, scale, load_error
+
+    def load(self, args, dev):
+        assert args.liger_tune in ("small", "full", "off")
+        if self.load_error:
+            raise ImportError(self.load_error)
+
+    def versions(self):
+        return {"peer": "1.0"}
+
+    def fwd(self, x, w, idx, W13, Wd):
+        CLOCK[0] += self.ms
+        CALLS.append(self.name)
+        return reference(x, w, idx, W13, Wd) * self.scale
+
+
+PEER_CLASSES = {"torch_ref": lambda: Peer("torch_ref", 3.0),
+                "fast": lambda: Peer("fast", 1.0),
+                "wrong": lambda: Peer("wrong", 0.5, scale=2.0),
+                "missing": lambda: Peer("missing", 1.0, load_error="no module named missing")}
+
+
+def make_inputs(T, H, I, E, k, dev, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, H, generator=g).requires_grad_()
+    idx = torch.randn(T, E, generator=g).topk(k, dim=1).indices
+    w = torch.softmax(torch.randn(T, k, generator=g), 1).requires_grad_()
+    W13 = (torch.randn(E, 2 * I, H, generator=g) * H ** -0.5).requires_grad_()
+    Wd = (torch.randn(E, H, I, generator=g) * I ** -0.5).requires_grad_()
+    return x, w, idx, W13, Wd, torch.randn(T, H, generator=g)
+
+
+def run_once(fwd, leaves, idx, go):
+    x, w, W13, Wd = leaves
+    out = fwd(x, w, idx, W13, Wd)
+    dx, dw, dW13, dWd = torch.autograd.grad(out, (x, w, W13, Wd), go)
+    return {"out": out.detach(), "dx": dx, "dw": dw, "dW13": dW13, "dWd": dWd}
+
+
+def compare(res, ref):
+    return {k: {"rel_l2": float((res[k].double() - ref[k].double()).norm()
+                                / ref[k].double().norm())} for k in ref}
+
+
+def worst(errs):
+    return max(e["rel_l2"] for e in errs.values())
+
+
+def verdict(r, case):
+    assert "torch_ref" in case["results"]
+    return "ok" if r["worst_rel_l2_vs_gold"] <= 1e-4 else "MISMATCH"
+
+
+def time_fn(fn, dev, warmup, iters):
+    CLOCK[0] = 0.0
+    fn()
+    return {"median_ms": CLOCK[0], "min_ms": CLOCK[0], "max_ms": CLOCK[0], "n": iters}
+
+
+def matmul_ceiling(dev):
+    raise AssertionError("not on the CPU")
+
+
+def pkg_version(name):
+    return None
+
+
+def gpu_info():
+    return {"nvidia_smi": "none"}
+'''
+
+
+class FakeMokLayer:
+    """mok's training layer on the CPU: the harness's reference under
+    autograd; 0.8 ms a forward and 1.6 a backward on the harness's clock."""
+
+    def __init__(self, pb, ids, poisoned):
+        self.pb, self.ids, self.poisoned, self.fc1 = pb, ids, poisoned, None
+
+    def bind_fc1(self, fc1):
+        assert not fc1.requires_grad
+        self.fc1 = fc1
+
+    def forward(self, x, top_experts, router_weights, down_weights):
+        import torch
+        assert self.fc1 is not None and top_experts.dtype == self.ids
+        assert not (x.requires_grad or router_weights.requires_grad or down_weights.requires_grad)
+        self.pb.CLOCK[0] += 0.8
+        self.pb.CALLS.append("mok")
+        leaves = [t.detach().clone().requires_grad_() for t in (x, router_weights, self.fc1,
+                                                                 down_weights)]
+        with torch.enable_grad():
+            out = self.pb.reference(leaves[0], leaves[1], top_experts.long(), leaves[2],
+                                    leaves[3])
+        return out.detach(), (out, leaves)
+
+    def backward(self, ctx, d_out):
+        import torch
+        self.pb.CLOCK[0] += 1.6
+        out, leaves = ctx
+        dx, dw, d13, dd = torch.autograd.grad(out, leaves, d_out)
+        I = dd.shape[2]
+        return {"x": dx, "router_weights": dw, "gate_weights": d13[:, :I],
+                "up_weights": d13[:, I:], "down_weights": dd}
+
+
+def fake_mok(pb, loads):
+    import torch
+
+    class Artifact:
+        def __init__(self, path):
+            with open(os.path.join(path, "moe_layer_forward.json")) as f:
+                self.forward = types.SimpleNamespace(metadata=json.load(f))
+
+        @staticmethod
+        def from_files(path):
+            return Artifact(path)
+
+        def load(self, poison_outputs=False):
+            loads.append(poison_outputs)
+            ids = {p["name"]: p["dtype"] for p in self.forward.metadata["params"]}
+            return FakeMokLayer(pb, {"i32": torch.int32, "i64": torch.int64}[ids["top_experts"]],
+                                poison_outputs)
+    return types.SimpleNamespace(GpuTrainingArtifact=Artifact)
+
+
+TINY = dict(tokens=12, hidden=16, intermediate=8, experts=4, top_k=2, padding=8,
+            routing="uniform")
+
+
+@pytest.fixture
+def tiny_run(peers, tmp_path, monkeypatch):
+    """(bench.peers's args for the tiny shape, the fake harness, mok's loads)."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setitem(peers.SHAPES, "tiny", TINY)
+    (tmp_path / "peer_bench.py").write_text(FAKE_PEER_BENCH)
+    peer_layer_json(str(tmp_path / "art" / "tiny-train"), TINY)
+    pb = peers.load_peer_bench(str(tmp_path / "peer_bench.py"))
+    torch.manual_seed(0)
+
+    def args(*extra):
+        return peers.parse_args(["--artifacts", str(tmp_path / "art"), "--shapes", "tiny",
+                                 "--peer-bench", str(tmp_path / "peer_bench.py"),
+                                 "--peers", "fast,wrong,missing", "--rounds", "2",
+                                 "--out", str(tmp_path / "out"), "--commit", "c0ffee",
+                                 *extra])
+    return args, pb
+
+
+def test_peers_whole_run_on_the_cpu(peers, tiny_run, capsys):
+    """The run's plumbing with stand-ins: mok checked (poisoned layer) then
+    timed (plain one) on the shared W13 with int32 ids; the peers loaded,
+    checked and timed in rotating rounds; a peer that fails its check gets
+    no ratio; the JSON written."""
+    import torch
+    args, pb = tiny_run
+    args = args()
+    loads = []
+    doc = peers.run(args, pb, mok=fake_mok(pb, loads), dev=torch.device("cpu"))
+    assert loads == [True, False]
+    assert doc["peers"]["missing"] == {"status": "unavailable",
+                                       "error": "ImportError: no module named missing"}
+    (s,) = doc["shapes"]
+    r = s["results"]
+    assert list(r) == ["mok", "torch_ref", "fast", "wrong", "missing"]
+    assert (r["mok"]["check"], r["fast"]["check"], r["wrong"]["check"]) == ("ok", "ok",
+                                                                            "MISMATCH")
+    assert r["missing"] == {"status": "unavailable"}
+    # mok: 0.8 ms forward, + 1.6 backward; a peer's clock moves in its forward.
+    assert (r["mok"]["fwd_ms"], r["mok"]["fwdbwd_ms"]) == (pytest.approx(0.8),
+                                                           pytest.approx(2.4))
+    assert r["mok"]["fwd_ms_rounds"] == [pytest.approx(0.8)] * 2
+    assert (r["torch_ref"]["fwd_ms"], r["fast"]["fwdbwd_ms"]) == (3.0, 1.0)
+    assert s["forward"]["best_peer"] == "fast"  # "wrong" is faster, but wrong
+    assert s["forward"]["mok_over_best_peer"] == pytest.approx(1.25)
+    assert s["forward_backward"]["mok_over_best_peer"] == pytest.approx(1 / 2.4)
+    assert s["forward"]["mok_over_torch"] == pytest.approx(3.75)
+    # The timings: round 1 mok, torch_ref, fast, wrong (each forward, then
+    # forward + backward), round 2 rotated by one.
+    timed = pb.CALLS[-16:]
+    assert timed[::2] == ["mok", "torch_ref", "fast", "wrong", "torch_ref", "fast", "wrong",
+                          "mok"]
+    check_document(doc, ["fast", "wrong", "missing"])
+    assert peers.mok_failures(doc) == []
+    r["mok"]["check"] = "MISMATCH (>2.0e-02 vs gold)"
+    assert peers.mok_failures(doc) == ["tiny (MISMATCH (>2.0e-02 vs gold))"]
+    r["mok"]["check"] = "ok"
+    assert (doc["commit"], doc["gpu"], doc["matmul_8192_tflops"]) == ("c0ffee", "cpu", None)
+    with open(os.path.join(args.out, "peers_bench.json")) as f:
+        assert json.load(f)["shapes"][0]["forward"] == json.loads(json.dumps(s["forward"]))
+    peers.print_tables(doc)
+    out = capsys.readouterr().out
+    assert "tiny         forward" in out and "fast" in out and "1.250x" in out
+
+
+def test_peers_skip_peers_past_the_budget(peers, tiny_run):
+    """Past --budget-s no peer starts (their first calls compile and
+    autotune); mok and PyTorch are still timed."""
+    import torch
+    args, pb = tiny_run
+    args = args("--budget-s", "1e-9")
+    doc = peers.run(args, pb, mok=fake_mok(pb, []), dev=torch.device("cpu"))
+    r = doc["shapes"][0]["results"]
+    assert r["fast"] == r["wrong"] == {"status": "skipped: time budget"}
+    assert r["mok"]["status"] == r["torch_ref"]["status"] == "ok"
+    assert doc["shapes"][0]["forward"]["best_peer"] is None
+    assert doc["shapes"][0]["forward"]["mok_over_torch"] == pytest.approx(3.75)
+
+
+def test_peers_record_a_mok_failure_and_still_time_the_peers(peers, tiny_run):
+    import torch
+    args, pb = tiny_run
+    mok = fake_mok(pb, [])
+    bad = mok.GpuTrainingArtifact.load
+
+    def load(self, poison_outputs=False):
+        layer = bad(self, poison_outputs)
+        layer.bind_fc1 = lambda fc1: (_ for _ in ()).throw(ValueError("fc1: refused"))
+        return layer
+    mok.GpuTrainingArtifact.load = load
+    doc = peers.run(args(), pb, mok=mok, dev=torch.device("cpu"))
+    s = doc["shapes"][0]
+    assert s["results"]["mok"] == {"status": "error", "error": "ValueError: fc1: refused"}
+    assert peers.mok_failures(doc) == ["tiny (ValueError: fc1: refused)"]
+    assert s["forward"]["mok_over_best_peer"] is None
+    assert s["results"]["fast"]["fwd_ms"] == 1.0
+
+
+def test_peers_a_contestant_failing_its_timing_leaves_the_rounds(peers):
+    calls = []
+
+    def time_fn(fn, dev, warmup, iters):
+        calls.append((fn(), warmup))
+        if calls[-1][0] == "bad" and len(calls) > 2:
+            raise RuntimeError("illegal memory access")
+        return {"median_ms": 2.0, "min_ms": 1.5}
+    pb = types.SimpleNamespace(time_fn=time_fn)
+    fns = {n: (lambda n=n: n, lambda n=n: n) for n in ("good", "bad")}
+    results = {"good": {"status": "ok"}, "bad": {"status": "ok", "check": "ok"}}
+    args = types.SimpleNamespace(rounds=3, warmup=5, iters=20)
+    peers.time_contestants(pb, fns, ["good", "bad"], results, args, None)
+    # Round 1: good's two timings, bad's first raises; rounds 2 and 3 good alone.
+    assert [c[0] for c in calls] == ["good", "good", "bad"] + ["good"] * 4
+    assert [c[1] for c in calls[:2]] == [5, 2]
+    assert results["bad"] == {"status": "error", "check": "ok",
+                              "error": "timing: RuntimeError: illegal memory access"}
+    assert results["good"]["fwd_ms_rounds"] == [2.0, 2.0, 2.0]
+    assert (results["good"]["fwdbwd_ms"], results["good"]["fwd_min_ms"]) == (2.0, 1.5)
+
+
 def test_compile_takes_shapes_after_the_options():
     from bench import compile as comp
     args = comp.parse_args(["shapes", "out", "--training", "--jobs", "2", "qwen3-30b",
                             "small-top2", "--plain-only"])
     assert [n for n, _, _ in args.layers] == ["qwen3-30b-train", "small-top2-train"]
 
+
+def test_peers_chart_with_matplotlib(peers, tiny_run):
+    """With matplotlib (the GPU machine's), the run's chart beside its JSON."""
+    pytest.importorskip("matplotlib")
+    import torch
+    args, pb = tiny_run
+    args = args()
+    peers.run(args, pb, mok=fake_mok(pb, []), dev=torch.device("cpu"))
+    doc = json.load(open(os.path.join(args.out, "peers_bench.json")))
+    written = peers.write_outputs(args.out, doc)
+    assert written[1] == os.path.join(args.out, "peers_bench.png")
+    with open(written[1], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"

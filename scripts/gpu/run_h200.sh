@@ -32,17 +32,37 @@
 # --bench-training, e.g. MOK_GPU_TESTS="python/tests/gpu/
 # test_gpu_backward.py python/tests/gpu/test_gpu_torch.py" keeps the call
 # well inside the GPU machine's 10 minutes).
+#   bash scripts/gpu/run_h200.sh --bench-peers
+# runs no GPU tests: mok's training layers of the peers' shapes (routed
+# experts only: MOK_BENCH_SHAPES default "dsv3-routed qwen3-30b"; compiled
+# here with the carried compiler, or bench-artifacts/ from `python3 -m
+# bench.compile shapes bench-artifacts --training --plain-only dsv3-routed
+# qwen3-30b`) timed forward and forward + backward beside the open-source
+# MoE kernels and PyTorch, in one process (bench.peers; JSON + PNG in $OUT
+# or /tmp/bench). The peers come as .peers/ (a copy of the peers folder:
+# peer_bench.py and its wheels in whl/, optionally SonicMoE's sonic_pack/;
+# git-ignored, carried), installed here into /tmp/site. MOK_PEERS="a,b"
+# picks the peers (default: bench.peers's).
 set -uo pipefail
 bench=0
 training=0
+peers=0
 case "${1:-}" in
   --bench) bench=1 ;;
   --bench-training) bench=1; training=1 ;;
+  --bench-peers) peers=1 ;;
   "") ;;
-  *) echo "usage: bash scripts/gpu/run_h200.sh [--bench | --bench-training]" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/run_h200.sh [--bench | --bench-training | --bench-peers]" >&2
+     exit 2 ;;
 esac
+start=$(date +%s)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
+if (( peers )) && [[ ! -f .peers/peer_bench.py ]]; then
+  echo "run_h200.sh: --bench-peers needs .peers/peer_bench.py (copy the peers folder to" \
+       ".peers/ and name it in the device call's carry)" >&2
+  exit 2
+fi
 log=${OUT:-/tmp}/gpu-run.log
 : > "$log"
 status=0
@@ -68,6 +88,50 @@ if [[ -f $tool.xz || -f $tool ]]; then
 fi
 export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 commit=${MOK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+
+if (( peers )); then
+  artifacts=$root/bench-artifacts
+  read -ra shapes <<< "${MOK_BENCH_SHAPES:-dsv3-routed qwen3-30b}"
+  if [[ -n ${MOK_COMPILER:-} ]]; then
+    step "peers benchmark: the carried static mok-compile compiles the training layers here"
+    artifacts=/tmp/bench-artifacts-here
+    rm -rf "$artifacts"
+    python3 -m bench.compile shapes "$artifacts" --training --plain-only "${shapes[@]}" 2>&1 |
+      tee -a "$log" | tail -3
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "compiling on this machine failed"; exit 1; }
+  fi
+  step "peers benchmark: the peers' wheels into /tmp/site"
+  rm -rf /tmp/site
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .peers/whl/*.whl 2>&1 |
+    tee -a "$log" | tail -3
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "installing the peers' wheels failed"; exit 1; }
+  if [[ -d .peers/sonic_pack ]]; then
+    # Optional (53 MiB): SonicMoE's wheels and the CUTLASS DSL libraries.
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .peers/sonic_pack/*.whl \
+      2>&1 | tee -a "$log" | tail -3
+    for libs in .peers/sonic_pack/*.tar.xz; do
+      [[ -f $libs ]] && tar -xJf "$libs" -C /tmp/site
+    done
+  fi
+  export PYTHONPATH=$PYTHONPATH:/tmp/site PYTHONUNBUFFERED=1
+  step "peers benchmark: mok's layers loaded in parallel ($artifacts)"
+  timeout 200 python3 scripts/gpu/warm_jit.py "$artifacts" 2>&1 | tee -a "$log" | tail -3
+  left=$(( ${MOK_TOTAL_S:-570} - ($(date +%s) - start) ))
+  step "peers benchmark: mok, PyTorch and the peers, same run ($artifacts; $left s left)"
+  # No peer's first call (its compile and autotune) starts in the last
+  # 120 s, which leave room for the timings; the step is bounded by the time
+  # left (the JSON is written after each shape).
+  if (( left < 180 )); then
+    echo "run_h200.sh: $left s left, too few for the peers benchmark"
+    exit 1
+  fi
+  timeout "$left" python3 -m bench.peers --artifacts "$artifacts" --shapes "${shapes[@]}" \
+      --peer-bench .peers/peer_bench.py ${MOK_PEERS:+--peers "$MOK_PEERS"} \
+      --budget-s $(( left - 120 )) --out "${OUT:-/tmp/bench}" --commit "$commit" 2>&1 |
+    tee -a "$log" | tail -40
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  exit $status
+fi
 
 if [[ -n ${MOK_COMPILER:-} ]]; then
   step "compiler: the carried static mok-compile compiles the test layers here"
