@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Where a layer call's time goes, for one benchmark shape (compiled by
-bench/prepare.py, with its -profile twin):
+bench.compile, with its -profile twin):
 
-    PYTHONPATH=build-gpu/python python3 bench/call_time.py ARTIFACTS SHAPE
+    PYTHONPATH=build-gpu/python python3 -m bench.call_time ARTIFACTS SHAPE
 
 Prints median milliseconds (CUDA events) of: the call as moe_forward.py
 times it (back to back); the same with a synchronization after each call;
@@ -17,19 +17,16 @@ at clocks (power) rather than at the kernel.
 """
 import os
 import statistics
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
-import mok  # noqa: E402
-from moe_forward import layer_and_inputs, median_event_ms as events  # noqa: E402
+import mok
+from bench.moe_forward import layer_and_inputs, median_event_ms as events
 
 
 def main():
-    artifacts, name, layer, a = layer_and_inputs("call_time.py", 7)
+    artifacts, name, layer, a = layer_and_inputs("python3 -m bench.call_time", 7)
     for _ in range(3):
         layer(**a)
     rows = [("call, back to back", events(lambda: layer(**a), 40, False)),

@@ -11,23 +11,20 @@ synchronization inside it); one that returns in about its idle time did
 not. Also the tensor-map slots of each kernel (descriptors rebuilt and
 uploaded when a mapped buffer moves). Prints a table.
 
-    PYTHONPATH=build-gpu/python python3 bench/host_overhead.py \\
+    PYTHONPATH=build-gpu/python python3 -m bench.host_overhead \\
         --artifacts bench-artifacts --shapes dsv3-shard qwen3-30b
 """
 import argparse
 import os
 import statistics
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
-import mok  # noqa: E402
-from moe_forward import sleep_cycles_per_ms  # noqa: E402
-from shapes import SHAPES  # noqa: E402
-from torch_reference import make_inputs  # noqa: E402
+import mok
+from bench.moe_forward import sleep_cycles_per_ms
+from bench.shapes import SHAPES
+from bench.torch_reference import make_inputs
 
 
 def slots(meta):

@@ -19,8 +19,8 @@ main_grads after one step from zeros: `fused` against `add` (relative
 difference: bf16 rounding of dW in `add`) and against float64 autograd.
 Writes <out>/main_grad.json; prints a table.
 
-    PYTHONPATH=build/python python3 bench/prepare.py bench-artifacts sm_90a --training SHAPE...
-    PYTHONPATH=build-gpu/python python3 bench/main_grad.py --artifacts bench-artifacts \\
+    PYTHONPATH=build/python python3 -m bench.compile shapes bench-artifacts --training SHAPE...
+    PYTHONPATH=build-gpu/python python3 -m bench.main_grad --artifacts bench-artifacts \\
         --out /tmp/bench --shapes qwen3-30b dsv3-shard
 """
 import argparse
@@ -31,14 +31,12 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
-import mok  # noqa: E402
-from moe_forward import time_rounds, torch_layer  # noqa: E402
-from moe_training import torch_leaves, training_inputs  # noqa: E402
-from shapes import SHAPES  # noqa: E402
-from torch_reference import backward as reference_grads  # noqa: E402
-from torch_reference import relative_error  # noqa: E402
+import mok
+from bench.moe_forward import time_rounds, torch_layer
+from bench.moe_training import torch_leaves, training_inputs
+from bench.shapes import SHAPES
+from bench.torch_reference import backward as reference_grads
+from bench.torch_reference import relative_error
 
 
 def peak_extra_mb(fn):
@@ -68,7 +66,7 @@ def main():
         plain = mok.GpuTrainingArtifact.from_files(base + "-train").load()
         if not fused.main_grads or plain.main_grads:
             sys.exit(f"{base}-train-maingrad must be compiled with main_grads=True and "
-                     f"{base}-train without (bench/prepare.py --training)")
+                     f"{base}-train without (python3 -m bench.compile shapes ... --training)")
         a, d_out = training_inputs(s, torch.Generator().manual_seed(1))
         weights = [n for n in fused.arg_names if n.endswith("_weights") and n != "router_weights"]
         main = {w: {n: torch.zeros(a[n].shape, dtype=torch.float32, device=a[n].device)

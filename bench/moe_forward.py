@@ -11,14 +11,15 @@ combine, shared expert) with CUDA events (median after warm-up) in
 power state fall on both alike; each reported time is the median of the
 rounds' medians, the rounds' values in the JSON), and an 8192^3 bf16
 torch.matmul for the ceiling. FLOPs = 6 (T k + T_shared) H I.
-When <artifacts>/<shape>-profile exists (bench/prepare.py compiles it), also
+When <artifacts>/<shape>-profile exists (bench.compile compiles it), also
 a phase breakdown: the same layer compiled to record the global timer after
 each grid barrier, median milliseconds per phase over the timed runs
 (profiling adds one barrier; its total is close to, not equal to, mok ms).
 Writes <out>/moe_forward.json and .png; prints the tables last.
 
-    # on the GPU machine, after scripts/gpu/run_h200.sh built build-gpu/
-    PYTHONPATH=build-gpu/python python3 bench/moe_forward.py \\
+    # on the GPU machine, from the repository root, after
+    # scripts/gpu/run_h200.sh built build-gpu/
+    PYTHONPATH=build-gpu/python python3 -m bench.moe_forward \\
         --artifacts bench-artifacts --out /tmp/bench
 """
 import argparse
@@ -30,12 +31,10 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
-import mok  # noqa: E402
-from shapes import SHAPES  # noqa: E402
-from torch_reference import (forward as reference, make_inputs,  # noqa: E402
-                             relative_error as rel_error)
+import mok
+from bench.shapes import FORWARD_SHAPES, SHAPES
+from bench.torch_reference import forward as reference, make_inputs
+from bench.torch_reference import relative_error as rel_error
 
 
 def swiglu(g, u, limit):
@@ -216,7 +215,7 @@ def main():
                     help="seconds per timing of a layer, over all its rounds")
     ap.add_argument("--rounds", type=int, default=5,
                     help="alternating rounds of mok and PyTorch timings (median reported)")
-    ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
+    ap.add_argument("--shapes", nargs="*", default=list(FORWARD_SHAPES), choices=list(SHAPES))
     ap.add_argument("--commit", default=os.environ.get("MOK_COMMIT", "unknown"),
                     help="the commit the kernels were compiled from (recorded)")
     args = ap.parse_args()

@@ -16,27 +16,24 @@ the backward alone (one call at a time), and with
 Writes <out>/moe_training.json and .png; prints the tables last.
 
     # compiled beforehand (needs the compiler):
-    PYTHONPATH=build/python python3 bench/prepare.py bench-artifacts sm_90a --training SHAPE...
-    # on the GPU machine:
-    PYTHONPATH=build-gpu/python python3 bench/moe_training.py \\
+    PYTHONPATH=build/python python3 -m bench.compile shapes bench-artifacts --training SHAPE...
+    # on the GPU machine (from the repository root, as every bench tool):
+    PYTHONPATH=build-gpu/python python3 -m bench.moe_training \\
         --artifacts bench-artifacts --out /tmp/bench --shapes dsv3-shard qwen3-30b
 """
 import argparse
 import os
 import statistics
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
-import mok  # noqa: E402
-from moe_forward import (matmul_ceiling, median_phases, sleep_cycles_per_ms,  # noqa: E402
-                         time_rounds, timing_row, torch_layer, write_result)
-from shapes import SHAPES  # noqa: E402
-from torch_reference import backward as reference_grads  # noqa: E402
-from torch_reference import make_inputs, relative_error  # noqa: E402
+import mok
+from bench.moe_forward import (matmul_ceiling, median_phases, sleep_cycles_per_ms,
+                               time_rounds, timing_row, torch_layer, write_result)
+from bench.shapes import SHAPES
+from bench.torch_reference import backward as reference_grads
+from bench.torch_reference import make_inputs, relative_error
 
 FLOAT_ARGS = ("x", "router_weights", "gate_weights", "up_weights", "down_weights",
               "shared_gate_weights", "shared_up_weights", "shared_down_weights")

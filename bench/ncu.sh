@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #
 # Nsight Compute on one launch of each named shape's mok kernel (compiled
-# by bench/prepare.py into ARTIFACTS), e.g. the default and the
+# by `python3 -m bench.compile shapes ARTIFACTS`), e.g. the default and the
 # warp-specialized GEMMs side by side:
 #   bash bench/ncu.sh /tmp/b dsv3-shard dsv3-shard-ws
 # Writes OUT/ncu-<shape>.csv (OUT defaults to /tmp) and prints the
@@ -18,15 +18,17 @@ if (( $# < 2 )); then
   echo "usage: bash bench/ncu.sh [--source] ARTIFACTS SHAPE..." >&2
   exit 2
 fi
-artifacts=$1; shift
-out=${OUT:-/tmp}
-here=$(cd "$(dirname "$0")" && pwd)
+artifacts=$(cd "$1" && pwd) || exit 2
+shift
+out=$(cd "${OUT:-/tmp}" && pwd) || exit 2
+# python3 -m bench.ncu_forward from the repository root (the bench package).
+cd "$(dirname "$0")/.." || exit 1
 for shape in "$@"; do
   if (( source_mode )); then
     rm -f "$out/ncu-src-$shape.ncu-rep"
     timeout 300 ncu --kernel-name regex:'_forward$' --launch-skip 2 --launch-count 1 \
         --section SourceCounters --section WarpStateStats -o "$out/ncu-src-$shape" \
-        python3 "$here/ncu_forward.py" "$artifacts" "$shape" > "$out/ncu-src-$shape.err" 2>&1 &&
+        python3 -m bench.ncu_forward "$artifacts" "$shape" > "$out/ncu-src-$shape.err" 2>&1 &&
       ncu -i "$out/ncu-src-$shape.ncu-rep" --page source --print-source sass --csv \
         > "$out/ncu-src-$shape.csv" 2>>"$out/ncu-src-$shape.err" ||
       { echo "ncu --source failed for $shape:"; tail -5 "$out/ncu-src-$shape.err"; continue; }
@@ -40,7 +42,7 @@ for shape in "$@"; do
       --section SpeedOfLight --section WarpStateStats \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
       --csv --page details \
-      python3 "$here/ncu_forward.py" "$artifacts" "$shape" > "$out/ncu-$shape.csv" 2>"$out/ncu-$shape.err" ||
+      python3 -m bench.ncu_forward "$artifacts" "$shape" > "$out/ncu-$shape.csv" 2>"$out/ncu-$shape.err" ||
     { echo "ncu failed for $shape:"; tail -5 "$out/ncu-$shape.err"; continue; }
   echo "== $shape"
   grep -E '"(Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Duration|Executed Ipc Active|Issue Slots Busy|Warp Cycles Per Issued Instruction|L2 Hit Rate|Registers Per Thread)"' \

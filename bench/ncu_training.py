@@ -4,13 +4,13 @@
 backward) a few times, for Nsight Compute to catch one launch of its
 backward (or forward) kernel:
 
-    PYTHONPATH=build/python python3 bench/prepare.py /tmp/b sm_90a --training qwen3-30b
+    PYTHONPATH=build/python python3 -m bench.compile shapes /tmp/b --training qwen3-30b
     PYTHONPATH=build-gpu/python ncu --kernel-name regex:'_backward$' \\
         --launch-skip 2 --launch-count 1 \\
         --section SpeedOfLight --section WarpStateStats \\
         --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \\
         --csv --page details \\
-        python3 bench/ncu_training.py /tmp/b qwen3-30b > qwen3-backward.csv
+        python3 -m bench.ncu_training /tmp/b qwen3-30b > qwen3-backward.csv
 
 (`_forward$` for the training forward.) The kernel mixes phases (plan,
 memory-bound steps, GEMMs); its counters are the sum over all of them.
@@ -20,11 +20,9 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
-import mok  # noqa: E402
-from shapes import SHAPES  # noqa: E402
-from moe_training import training_inputs  # noqa: E402
+import mok
+from bench.moe_training import training_inputs
+from bench.shapes import SHAPES
 
 
 def main():
@@ -35,7 +33,7 @@ def main():
         sys.exit(f"ncu_training.py: unknown shape {shape}; known: {', '.join(SHAPES)}")
     path = os.path.join(artifacts, shape + "-train")
     if not os.path.isdir(path):
-        sys.exit(f"ncu_training.py: no training layer at {path} (bench/prepare.py ... --training)")
+        sys.exit(f"ncu_training.py: no training layer at {path} (python3 -m bench.compile shapes ... --training)")
     s = SHAPES[shape]
     layer = mok.GpuTrainingArtifact.from_files(path).load()
     a, d_out = training_inputs(s, torch.Generator().manual_seed(1))

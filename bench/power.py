@@ -19,7 +19,7 @@ of a plain GEMM at the same power, the floor for the layer's GEMMs. A step whose
 power is power-bound: only less work (energy) shortens it, not fewer
 stalls.
 
-    PYTHONPATH=build-gpu/python python3 bench/power.py mok=bench-artifacts \\
+    PYTHONPATH=build-gpu/python python3 -m bench.power mok=bench-artifacts \\
         [other=DIR ...] --shapes dsv3-shard qwen3-30b --seconds 4
 """
 import argparse
@@ -32,12 +32,10 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu"))
-import mok  # noqa: E402
-from moe_training import (FLOAT_ARGS, mok_step, torch_leaves, torch_step,  # noqa: E402
-                          training_inputs)
-from shapes import SHAPES  # noqa: E402
+import mok
+from bench.moe_training import (FLOAT_ARGS, mok_step, torch_leaves, torch_step,
+                                training_inputs)
+from bench.shapes import SHAPES
 
 SW_POWER_CAP = 0x4  # nvidia-smi clocks_throttle_reasons.active bit
 

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""Benchmark shapes (bf16, EP = 1, one GPU). Compiled on a development
-machine (bench/prepare.py), timed on the GPU machine (bench/moe_forward.py)."""
+"""Benchmark shapes (bf16, EP = 1, one GPU). Compiled by bench.compile (on
+a development machine, or on the GPU machine with the carried compiler),
+timed on the GPU machine (bench.moe_forward, bench.moe_training,
+bench.peers)."""
 
 SHAPES = {
     "dsv3-shard": dict(tokens=4096, hidden=7168, intermediate=2048, experts=32, top_k=8,
@@ -25,3 +27,13 @@ for _name in ("dsv3-shard", "qwen3-30b"):
 for _name in ("dsv3-shard", "qwen3-30b"):
     SHAPES[_name + "-mc"] = dict(SHAPES[_name], multicast=True)
 del _name
+# The forward benchmark's shapes (bench.moe_forward's and bench.compile's
+# default): all of the above.
+FORWARD_SHAPES = tuple(SHAPES)
+
+# The peers' shapes (bench.peers): routed experts only, uniform routing, no
+# clamp, as the open-source kernels compute. qwen3-30b is one of them; the
+# DeepSeek-V3 shard without its shared expert is the other.
+SHAPES["dsv3-routed"] = {k: v for k, v in SHAPES["dsv3-shard"].items()
+                         if k != "shared_intermediate"}
+PEER_SHAPES = ("dsv3-routed", "qwen3-30b")

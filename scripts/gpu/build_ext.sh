@@ -4,7 +4,7 @@
 # Builds the runtime and the Python runtime extension (python/runtime-ext:
 # libmok_runtime.so, its host test and the mok package with mok._runtime,
 # nanobind, for this python3) into build-gpu/, with cmake and no MLIR; the
-# GPU machine's scripts (run_h200.sh, ab_run.sh) share it. From the
+# GPU machine's scripts (run_h200.sh, ab.sh) share it. From the
 # repository root:
 #   bash scripts/gpu/build_ext.sh [LOG]
 # cmake's output goes to LOG (appended; default /dev/null); on failure the

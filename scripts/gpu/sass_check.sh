@@ -2,14 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #
 # What the compiled kernels are on the chip: assembles each layer's PTX in
-# ARTIFACTS (bench/prepare.py's or scripts/gpu/prepare_artifacts.py's
-# folders, one per layer) for sm_90a and prints, per layer, the wgmma
+# ARTIFACTS (python3 -m bench.compile's folders, shapes or tests, one per
+# layer) for sm_90a and prints, per layer, the wgmma
 # instructions in the SASS (HGMMA, from cuobjdump --dump-sass), the
 # registers and the spill bytes (ptxas -v):
 #   bash scripts/gpu/sass_check.sh /tmp/bench-artifacts-here
 # Fails if a sm_90a layer whose PTX has wgmma has no HGMMA in its SASS,
 # if a layer spills, or if ptxas warns (layers without tensor-core GEMMs,
-# e.g. some of scripts/gpu/prepare_artifacts.py's, show "-").
+# e.g. some of the test layers, show "-").
 # Needs ptxas and cuobjdump (CUDA toolkit); profiling kernels are skipped.
 set -uo pipefail
 artifacts=${1:?usage: bash scripts/gpu/sass_check.sh ARTIFACTS}

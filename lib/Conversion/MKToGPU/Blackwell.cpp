@@ -101,9 +101,10 @@ constexpr int8_t kDescSwizzle128B = 2;
 /// (M or N) x 64 (K), 128-byte rows along MN, 8 KiB apart along MN. The
 /// leading dimension byte offset steps between those 64-element MN blocks
 /// (8192 bytes), the stride dimension byte offset between 8-row K groups
-/// (1024 bytes): wgmma's values for the same layout, which the H200 probe
-/// verified (scripts/probe/gemm_sm90_nmajor.mlir). A k16 step is 16 K rows,
-/// +2048 bytes.
+/// (1024 bytes): wgmma's values for the same layout, which the backward's
+/// GPU tests check on the H200 (the sm_90a descriptors:
+/// test/Conversion/MoEToPTX/wgmma-operand-forms.mlir). A k16 step is 16 K
+/// rows, +2048 bytes.
 constexpr int32_t kDescLeadingOffsetMN = (kTileK * kTileK * 2) >> 4;
 constexpr int64_t kK16BytesMN = 16 * kTileK * 2;
 

@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
 // The tensor-core mk.gemm above the MMA layer, shared by sm_90a and sm_100a
-// (the shape of the H200-verified probe, scripts/probe/gemm_sm90.mlir, made
-// persistent):
+// (a TMA + mbarrier pipeline of k-tiles feeding the MMAs, made persistent):
 //
 //   * the first one or two warpgroups of each CTA compute (one 64-row half
 //     of a tile each); tasks (m-tile, n-tile) are assigned to CTAs

@@ -1,14 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""The GPU tests: skipped without torch and a CUDA GPU; their measured
+errors printed last. The layers' definitions and the float64 reference
+come from the bench package (bench/cases.py, bench/torch_reference.py),
+importable from the repository root (pytest.ini's pythonpath)."""
 import os
-import sys
 
 import pytest
 
-HERE = os.path.dirname(__file__)
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "scripts", "gpu"))
+from gpu_results import BACKWARD_RESULTS, RESULTS
 
-from gpu_results import BACKWARD_RESULTS, RESULTS  # noqa: E402
+HERE = os.path.dirname(__file__)
 
 
 def pytest_collection_modifyitems(config, items):

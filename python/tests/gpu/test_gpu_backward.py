@@ -3,16 +3,16 @@
 random inputs, with every output poisoned (NaN) before each launch; their
 determinism, recompute against the saved context, and CUDA-graph capture of
 forward + backward. Needs what test_gpu_forward.py needs; the training
-cases are scripts/gpu/cases.py's TRAIN_CASES (compiled by
-prepare_artifacts.py).
+cases are bench/cases.py's TRAIN_CASES (compiled by
+`python3 -m bench.compile tests`).
 """
 import os
 
 import pytest
 
 import mok
-import torch_reference
-from cases import MAIN_GRAD_CASES, TRAIN_CASES
+from bench import torch_reference
+from bench.cases import MAIN_GRAD_CASES, TRAIN_CASES
 from gpu_results import BACKWARD_RESULTS
 
 ARTIFACTS = os.environ.get("MOK_GPU_ARTIFACTS", "gpu-artifacts")
@@ -23,7 +23,7 @@ def _layer(name, poison=True):
     directory = os.path.join(ARTIFACTS, name)
     if not os.path.exists(os.path.join(directory, "moe_layer_backward.ptx")):
         pytest.fail(f"{directory}/moe_layer_backward.ptx is missing: run "
-                    "scripts/gpu/prepare_artifacts.py")
+                    "python3 -m bench.compile tests")
     return mok.GpuTrainingArtifact.from_files(directory).load(poison_outputs=poison)
 
 

@@ -3,15 +3,15 @@
 with the output poisoned (NaN) before every launch. Needs a CUDA GPU, torch,
 the runtime extension mok._runtime (build/python, or build-gpu/python from
 python/runtime-ext) and the artifacts compiled by
-scripts/gpu/prepare_artifacts.py (MOK_GPU_ARTIFACTS, default gpu-artifacts).
+python3 -m bench.compile tests (MOK_GPU_ARTIFACTS, default gpu-artifacts).
 """
 import os
 
 import pytest
 
 import mok
-import torch_reference
-from cases import CASES
+from bench import torch_reference
+from bench.cases import CASES
 from gpu_results import RESULTS
 
 ARTIFACTS = os.environ.get("MOK_GPU_ARTIFACTS", "gpu-artifacts")
@@ -21,7 +21,7 @@ REL_BOUND = 1e-2
 def layer_artifact(name):
     path = os.path.join(ARTIFACTS, name, "moe_layer")
     if not os.path.exists(path + ".ptx"):
-        pytest.fail(f"{path}.ptx is missing: run scripts/gpu/prepare_artifacts.py")
+        pytest.fail(f"{path}.ptx is missing: run python3 -m bench.compile tests")
     return mok.GpuArtifact.from_files(path)
 
 

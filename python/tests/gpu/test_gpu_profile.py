@@ -17,8 +17,8 @@ import os
 import pytest
 
 import mok
-import torch_reference
-from cases import CASES, spec_kwargs
+from bench import torch_reference
+from bench.cases import CASES, spec_kwargs
 from gpu_results import RESULTS
 
 ARTIFACTS = os.environ.get("MOK_GPU_ARTIFACTS", "gpu-artifacts")

@@ -2,15 +2,15 @@
 """mok.torch on the GPU: the module's gradients through torch autograd
 against float64 autograd, Megatron's main_grad accumulation, the context
 through save_for_backward, recompute. Uses the training artifacts of
-scripts/gpu/cases.py (compiled by prepare_artifacts.py), so it needs no
+bench/cases.py (compiled by `python3 -m bench.compile tests`), so it needs no
 compiler here."""
 import os
 
 import pytest
 
 import mok
-import torch_reference
-from cases import MAIN_GRAD_CASES, TRAIN_CASES, spec_kwargs
+from bench import torch_reference
+from bench.cases import MAIN_GRAD_CASES, TRAIN_CASES, spec_kwargs
 
 ARTIFACTS = os.environ.get("MOK_GPU_ARTIFACTS", "gpu-artifacts")
 REL_BOUND = 1e-2

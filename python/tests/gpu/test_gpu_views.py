@@ -5,7 +5,7 @@ bound to the halves of a fused FC1 tensor, and with one allocation per
 expert for all three weights — each against the float64 reference with the
 output poisoned (NaN) before the launch, and the three bitwise equal: the
 same kernel and tiles, only where the per-expert tensor maps point differs.
-Needs the artifacts of scripts/gpu/prepare_artifacts.py (MOK_GPU_ARTIFACTS),
+Needs the artifacts of python3 -m bench.compile tests (MOK_GPU_ARTIFACTS),
 compiled by a compiler whose tensor-core kernels read the routed weights
 through per-expert tensor maps (metadata "access": "tensor_maps").
 """
@@ -14,8 +14,8 @@ import os
 import pytest
 
 import mok
-import torch_reference
-from cases import CASES
+from bench import torch_reference
+from bench.cases import CASES
 from gpu_results import RESULTS
 
 ARTIFACTS = os.environ.get("MOK_GPU_ARTIFACTS", "gpu-artifacts")
@@ -28,7 +28,7 @@ VIEW_CASES = ["top1_clamp", "qwen3_top2_clamp"]
 def _artifact(name):
     path = os.path.join(ARTIFACTS, name, "moe_layer")
     if not os.path.exists(path + ".ptx"):
-        pytest.fail(f"{path}.ptx is missing: run scripts/gpu/prepare_artifacts.py")
+        pytest.fail(f"{path}.ptx is missing: run python3 -m bench.compile tests")
     art = mok.GpuArtifact.from_files(path)
     access = {p["name"]: p.get("access", "pointer") for p in art.metadata["params"]}
     by_pointer = [n for n in ROUTED if access.get(n) != "tensor_maps"]
@@ -164,7 +164,7 @@ def test_weight_view_argument_errors():
 def _scalar_layer():
     path = os.path.join(ARTIFACTS, "one_token_top8", "moe_layer")
     if not os.path.exists(path + ".ptx"):
-        pytest.fail(f"{path}.ptx is missing: run scripts/gpu/prepare_artifacts.py")
+        pytest.fail(f"{path}.ptx is missing: run python3 -m bench.compile tests")
     return mok.GpuArtifact.from_files(path).load(poison_outputs=True)
 
 

@@ -13,7 +13,7 @@ machines without it.
 
 
 def make_inputs(c, gen, tokens=None):
-    """Fresh random inputs of a layer described like scripts/gpu/cases.py
+    """Fresh random inputs of a layer described like bench/cases.py
     (routing "zipf" or uniform, optional -1 routes, zero weights, a subset
     of used experts), weights scaled by d^-0.5, on the GPU."""
     import torch

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""The layers the GPU tests run: compiled here (the compiler needs MLIR), run
-on the GPU machine (which has none). Shared by prepare_artifacts.py and
+"""The layers the GPU tests run: compiled where the compiler is
+(`python3 -m bench.compile tests DIR`), run on the GPU machine by
 python/tests/gpu."""
 
 CASES = {
