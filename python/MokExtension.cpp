@@ -9,7 +9,8 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
-#include <nanobind/stl/optional.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
@@ -39,16 +40,19 @@ void runPipeline(mok::Module &m, const std::string &pipeline) {
     raise(error);
 }
 
-std::vector<mok::GpuKernel>
-compileGPU(const mok::Module &m, const std::string &chip,
-           const std::string &toolkit, bool profile, bool warpSpecialize,
-           std::optional<bool> fuseDispatch, bool multicast) {
+/// The kernels, and the IR stages by name when asked for (else empty).
+std::pair<std::vector<mok::GpuKernel>, std::map<std::string, std::string>>
+compileGPU(const mok::Module &m, const mok::CompileOptions &options,
+           bool keepStages) {
   std::string error;
   std::vector<mok::GpuKernel> kernels;
-  if (!m.compileGPU(chip, toolkit, kernels, error, profile, warpSpecialize,
-                    fuseDispatch, multicast))
+  std::vector<mok::Stage> stages;
+  if (!m.compileGPU(options, kernels, error, keepStages ? &stages : nullptr))
     raise(error);
-  return kernels;
+  std::map<std::string, std::string> byName;
+  for (mok::Stage &s : stages)
+    byName[s.name] = std::move(s.ir);
+  return {std::move(kernels), std::move(byName)};
 }
 
 std::unique_ptr<mok::HostExecutable> compileHost(const mok::Module &m) {
@@ -125,6 +129,34 @@ NB_MODULE(_mok, m) {
       .def_ro("ptx", &mok::GpuKernel::ptx)
       .def_ro("metadata", &mok::GpuKernel::metadata);
 
+  // mok::CompileOptions, its fields named as mok.CompileOptions' (and the
+  // dispatch by its name), so that the Python layer sets them by name.
+  nb::class_<mok::CompileOptions>(m, "CompileOptions")
+      .def(nb::init<>())
+      .def_rw("chip", &mok::CompileOptions::chip)
+      .def_rw("toolkit", &mok::CompileOptions::toolkit)
+      .def_rw("tensor_cores", &mok::CompileOptions::tensorCores)
+      .def_rw("profile", &mok::CompileOptions::profile)
+      .def_rw("warp_specialize", &mok::CompileOptions::warpSpecialize)
+      .def_prop_rw(
+          "dispatch",
+          [](const mok::CompileOptions &o) {
+            return std::string(mok::toString(o.dispatch));
+          },
+          [](mok::CompileOptions &o, const std::string &name) {
+            std::optional<mok::Dispatch> d = mok::parseDispatch(name);
+            if (!d)
+              raise("dispatch: expected 'auto', 'fused' or 'copy', got '" +
+                    name + "'");
+            o.dispatch = *d;
+          })
+      .def_rw("multicast", &mok::CompileOptions::multicast)
+      .def_rw("training", &mok::CompileOptions::training)
+      .def_rw("recompute", &mok::CompileOptions::recompute)
+      .def_rw("main_grads", &mok::CompileOptions::mainGrads)
+      .def("validate", &mok::CompileOptions::validate,
+           "'' when the options can be compiled, else why not, naming them.");
+
   nb::class_<mok::Module>(m, "Module")
       .def_static("parse", &parse, nb::arg("source"),
                   nb::arg("name") = "<string>",
@@ -134,13 +166,12 @@ NB_MODULE(_mok, m) {
            "Run a pass pipeline, e.g. 'moe-fuse-layer'.")
       .def("functions", &mok::Module::functions,
            "The func.func signatures, with layer operand names and roles.")
-      .def("compile_gpu", &compileGPU, nb::arg("chip"), nb::arg("toolkit"),
-           nb::arg("profile") = false, nb::arg("warp_specialize") = false,
-           nb::arg("fuse_dispatch") = nb::none(), nb::arg("multicast") = false,
-           "PTX and runtime metadata of every fused forward layer (profile: "
-           "kernels that time their phases; warp_specialize: sm_90a GEMMs "
-           "with a TMA producer warpgroup; multicast: sm_90a clusters of 2 "
-           "CTAs sharing weight boxes).")
+      .def("compile_gpu", &compileGPU, nb::arg("options"),
+           nb::arg("stages") = false,
+           "(kernels, stages): the PTX and runtime metadata of every fused "
+           "layer, compiled with `options` (a CompileOptions: ValueError "
+           "naming what it refuses), and with stages=True the IR after each "
+           "step by name ('moe', 'training', 'mk', 'gpu', 'llvm').")
       .def("__str__", &mok::Module::print);
 
   nb::class_<mok::HostExecutable>(m, "HostExecutable")

@@ -234,20 +234,42 @@ static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
   return s;
 }
 
-bool Module::compileGPU(const std::string &chip, const std::string &toolkit,
+bool Module::compileGPU(const CompileOptions &options,
                         std::vector<GpuKernel> &kernels, std::string &error,
-                        bool profile, bool warpSpecialize,
-                        std::optional<bool> fuseDispatch,
-                        bool multicast) const {
-  DiagnosticCollector diags(impl->ctx.get());
-  OwningOpRef<ModuleOp> copy = cast<ModuleOp>((*impl->module)->clone());
-  PassManager toKernels(impl->ctx.get());
-  buildMoEToGPUPipeline(toKernels, chip, /*tensorCores=*/true, profile,
-                        warpSpecialize, fuseDispatch, multicast);
-  if (failed(toKernels.run(*copy))) {
-    error = diags.take("lowering to GPU kernels failed");
+                        std::vector<Stage> *stages) const {
+  if (std::string why = options.validate(); !why.empty()) {
+    error = "invalid compile options: " + why;
     return false;
   }
+  DiagnosticCollector diags(impl->ctx.get());
+  OwningOpRef<ModuleOp> copy = cast<ModuleOp>((*impl->module)->clone());
+  auto print = [&](const char *name) {
+    if (!stages)
+      return;
+    std::string ir;
+    llvm::raw_string_ostream os(ir);
+    copy->print(os);
+    stages->push_back({name, std::move(ir)});
+  };
+  // Runs one step on the copy; prints the IR it leaves.
+  auto step = [&](PTXStep s, const char *failure) {
+    PassManager pm(impl->ctx.get());
+    buildPTXStep(pm, s, options);
+    if (failed(pm.run(*copy))) {
+      error = diags.take(failure);
+      return false;
+    }
+    if (s != PTXStep::PTX)
+      print(stageName(s));
+    return true;
+  };
+  print("moe");
+  if (options.training &&
+      !step(PTXStep::Training, "deriving the training functions failed"))
+    return false;
+  for (PTXStep s : {PTXStep::MK, PTXStep::GPU})
+    if (!step(s, "lowering to GPU kernels failed"))
+      return false;
   std::map<std::string, GpuKernel> byModule;
   for (auto gm : copy->getOps<gpu::GPUModuleOp>())
     for (auto func : gm.getOps<gpu::GPUFuncOp>()) {
@@ -264,12 +286,9 @@ bool Module::compileGPU(const std::string &chip, const std::string &toolkit,
     error = "no fused forward MoE layer to compile for the GPU";
     return false;
   }
-  PassManager toPTX(impl->ctx.get());
-  buildGPUToPTXPipeline(toPTX, chip, toolkit);
-  if (failed(toPTX.run(*copy))) {
-    error = diags.take("PTX emission failed");
-    return false;
-  }
+  for (PTXStep s : {PTXStep::LLVM, PTXStep::PTX})
+    if (!step(s, "PTX emission failed"))
+      return false;
   for (auto bin : copy->getOps<gpu::BinaryOp>()) {
     auto it = byModule.find(bin.getName().str());
     if (it == byModule.end())

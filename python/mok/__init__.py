@@ -12,18 +12,28 @@ bf16 arrays are NumPy ``uint16`` arrays of bf16 bit patterns (or
 and ``bf16_to_float32`` convert. torch is not needed; ``import mok.torch``
 (which needs it) gives the layer as a PyTorch autograd function and module.
 
-On a GPU (torch tensors): ``mok.compile(spec, target="sm_90a")`` is the
-inference kernel (``GpuArtifact``); with ``training=True`` the training
-forward and backward kernels (``GpuTrainingArtifact``, whose ``load()`` is a
-``GpuTrainingLayer`` with the same forward/backward contract).
+``mok.compile(layer, target, options=None, **option_keywords)`` takes a
+``mok.CompileOptions`` (or its fields as keywords) and returns a
+``mok.Artifact``: ``target``, ``options``, ``stages`` (the IR of each step),
+``save(directory)``, ``load(device=None)``. On the CPU it is a
+``CompiledLayer``; on a GPU (torch tensors, ``target="sm_90a"``) a
+``GpuArtifact`` of the inference kernel, or with ``training=True`` a
+``GpuTrainingArtifact`` of the training forward and backward kernels, whose
+``load()`` is a ``GpuTrainingLayer`` with the same forward/backward contract.
 """
+from ._artifact import Artifact, Stages
 from ._bf16 import bf16_to_float32, to_bf16
-from ._gpu import GpuArtifact, GpuLayer, MokRuntimeError, __version__
+from ._compile import compile
+from ._gpu import GpuArtifact, GpuLayer, MokRuntimeError
 from ._gpu_train import GpuTrainingArtifact, GpuTrainingLayer
-from ._layer import CompiledLayer, Context, Gradients, compile
+from ._layer import CompiledLayer, Context, Gradients
+from ._options import CompileOptions
 from ._spec import LayerSpec
+from ._version import __version__
 
 __all__ = [
+    "Artifact",
+    "CompileOptions",
     "CompiledLayer",
     "GpuArtifact",
     "GpuLayer",
@@ -33,6 +43,7 @@ __all__ = [
     "Context",
     "Gradients",
     "LayerSpec",
+    "Stages",
     "bf16_to_float32",
     "compile",
     "to_bf16",

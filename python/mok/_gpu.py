@@ -1,20 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""GPU layers: compile to PTX + metadata (needs the compiler: the mok._mok
-extension or the mok-compile binary), and run them with torch through the
-mok runtime (needs no MLIR: the mok._runtime extension over libmok_runtime.so,
-runtime/include/mok/Runtime/mok_runtime.h, and a CUDA driver).
+"""GPU targets: the artifact (PTX + metadata) of one kernel, and the layer
+that runs it with torch through the mok runtime (needs no MLIR: the
+mok._runtime extension over libmok_runtime.so,
+runtime/include/mok/Runtime/mok_runtime.h, and a CUDA driver). Compiling
+is mok._compile's.
 """
-import hashlib
 import json
 import os
-import shutil
-import subprocess
-import sys
-import sysconfig
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ._version import __version__
+from . import _extensions
+from ._artifact import Artifact, read_options, write_options
+from ._options import CompileOptions
 
 try:
     from ._runtime import MokRuntimeError
@@ -30,34 +27,42 @@ _DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
 _METADATA_VERSIONS = (1, 2, 3)
 
 
-def _cache_dir(cache_dir):
-    return cache_dir or os.environ.get("MOK_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "mok")
-
-
 @dataclass
-class GpuArtifact:
-    """What the compiler emits for one layer on one GPU target."""
+class GpuArtifact(Artifact):
+    """What the compiler emits for one layer on one GPU target: the PTX of
+    its kernel and the runtime's metadata (docs/Runtime.md); a mok.Artifact
+    whose `target` is the metadata's chip. `path`: where it was saved or
+    read (<path>.ptx, <path>.json), "" if nowhere."""
     ptx: str
     metadata: dict
     path: str = ""
+    options: CompileOptions = field(default=None, compare=False, repr=False)
+
+    @property
+    def target(self):
+        return self.metadata.get("chip")
 
     @property
     def kernel(self):
         return self.metadata["kernel"]
 
     def save(self, directory):
+        """Writes <directory>/<function>.ptx and .json (and the options it
+        was compiled with, <function>.options.json); returns that base
+        path, which from_files reads."""
         os.makedirs(directory, exist_ok=True)
         base = os.path.join(directory, self.metadata["function"])
         with open(base + ".ptx", "w") as f:
             f.write(self.ptx)
         with open(base + ".json", "w") as f:
             json.dump(self.metadata, f, indent=2)
+        write_options(base, self.target, self.options)
         return base
 
     @staticmethod
     def from_files(base):
-        """Reads <base>.ptx and <base>.json, as save() wrote them."""
+        """Reads <base>.ptx and <base>.json, as save() wrote them (and the
+        options, where save() recorded them). It holds no IR stages."""
         with open(base + ".ptx") as f:
             ptx = f.read()
         with open(base + ".json") as f:
@@ -65,7 +70,8 @@ class GpuArtifact:
         if metadata.get("mok_metadata_version") not in _METADATA_VERSIONS:
             raise ValueError(f"{base}.json: unsupported metadata version "
                              f"{metadata.get('mok_metadata_version')!r}")
-        return GpuArtifact(ptx, metadata, base)
+        _, options = read_options(base)
+        return GpuArtifact(ptx, metadata, base, options)
 
     def load(self, device=None, ep_group=None, poison_outputs=False):
         """A callable GpuLayer on CUDA `device` (None: torch's current
@@ -73,158 +79,6 @@ class GpuArtifact:
         GpuLayer); `poison_outputs`: fill each output it allocates with NaN
         before the launch (see GpuLayer)."""
         return GpuLayer(self, device, ep_group, poison_outputs)
-
-
-def _training_pipeline(recompute, main_grads=False):
-    options = [o for o, on in (("recompute=true", recompute), ("main-grads=true", main_grads))
-               if on]
-    return "moe-generate-backward" + ("{" + " ".join(options) + "}" if options else "")
-
-
-def _compile_with_extension(source, name, target, functions, toolkit, profile,
-                            warp_specialize, fuse_dispatch, multicast, training, recompute,
-                            main_grads):
-    from . import _mok
-    module = _mok.Module.parse(source, name)
-    if training:
-        module.run_pipeline(_training_pipeline(recompute, main_grads))
-    kernels = {k.function: k
-               for k in module.compile_gpu(target, toolkit, profile, warp_specialize,
-                                           fuse_dispatch, multicast)}
-    arts = {}
-    for function in functions:
-        if function not in kernels:
-            raise ValueError(f"no fused forward layer in @{function}")
-        k = kernels[function]
-        arts[function] = GpuArtifact(k.ptx, json.loads(k.metadata))
-    return arts
-
-
-def _installed_scripts_dir():
-    """The scripts folder of the Python installation that holds this package
-    (pip install puts mok-compile there, on PATH or not; an editable install's
-    package path names its folder in site-packages too), or "" when it is not
-    installed (a build tree on PYTHONPATH)."""
-    parents = {os.path.realpath(os.path.join(p, ".."))
-               for p in sys.modules[__package__].__path__}
-    for scheme in [{}, {"scheme": f"{os.name}_user"}]:
-        paths = sysconfig.get_paths(**scheme)
-        if parents & {os.path.realpath(paths["purelib"]), os.path.realpath(paths["platlib"])}:
-            return paths["scripts"]
-    return ""
-
-
-def _find_compiler():
-    here = os.path.dirname(__file__)
-    scripts = _installed_scripts_dir()
-    for c in [os.environ.get("MOK_COMPILER"),
-              os.path.join(here, "..", "..", "bin", "mok-compile"),  # the build tree
-              scripts and os.path.join(scripts, "mok-compile"),
-              shutil.which("mok-compile"), shutil.which("mok-compile-static")]:
-        if c and os.access(c, os.X_OK):
-            return c
-    return None
-
-
-def _compile_with_tool(tool, source, target, functions, toolkit, profile, warp_specialize,
-                       fuse_dispatch, multicast, training, recompute, main_grads):
-    """The same through the mok-compile binary (e.g. the static one carried
-    to a GPU machine without MLIR)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "layer.mlir")
-        with open(path, "w") as f:
-            f.write(source)
-        proc = subprocess.run([tool, path, "--chip", target, "--toolkit", toolkit,
-                               "-o", tmp] + (["--profile"] if profile else [])
-                              + (["--warp-specialize"] if warp_specialize else [])
-                              + {None: [], True: ["--fuse-dispatch"],
-                                 False: ["--copy-dispatch"]}[fuse_dispatch]
-                              + (["--multicast"] if multicast else [])
-                              + (["--training"] if training else [])
-                              + (["--recompute"] if recompute else [])
-                              + (["--main-grads"] if main_grads else []),
-                              capture_output=True, text=True)
-        if proc.returncode:
-            raise ValueError(proc.stderr.strip() or f"{tool} failed")
-        arts = {}
-        for function in functions:
-            base = os.path.join(tmp, function)
-            if not os.path.exists(base + ".ptx"):
-                raise ValueError(f"no fused forward layer in @{function}")
-            arts[function] = GpuArtifact.from_files(base)
-        return arts
-
-
-def _compiler_identity():
-    """The compiler a compile would use, for the cache key: the path, size
-    and modification time of the mok._mok extension, or else of the
-    mok-compile binary (so that a rebuilt compiler never gets the kernels
-    of the one before it from the cache)."""
-    try:
-        from . import _mok
-        path = _mok.__file__
-    except ImportError:
-        path = _find_compiler()
-    if not path:
-        return "no compiler"
-    st = os.stat(path)
-    return f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}"
-
-
-def compile_gpu(source, name, target, function, cache_dir, profile=False,
-                warp_specialize=False, fuse_dispatch=None, multicast=False,
-                training=False, recompute=False, main_grads=False):
-    """The GpuArtifact of `function`; with `training`, a GpuTrainingArtifact
-    of its training forward and backward (moe-generate-backward's
-    <function>_forward and <function>_backward; with `main_grads`, a
-    backward that adds the weights' gradients into fp32 main_grads)."""
-    functions = [f"{function}_forward", f"{function}_backward"] if training else [function]
-    key = hashlib.sha256("\0".join([source, target, function, __version__,
-                                    _compiler_identity()]
-                                   + (["profile"] if profile else [])
-                                   + (["warp_specialize"] if warp_specialize else [])
-                                   + {None: [], True: ["fuse_dispatch"],
-                                      False: ["copy_dispatch"]}[fuse_dispatch]
-                                   + (["multicast"] if multicast else [])
-                                   + (["training"] if training else [])
-                                   + (["recompute"] if recompute else [])
-                                   + (["main_grads"] if main_grads else [])
-                                   ).encode())
-    directory = os.path.join(_cache_dir(cache_dir), key.hexdigest()[:24])
-    bases = [os.path.join(directory, f) for f in functions]
-    if all(os.path.exists(b + ".json") and os.path.exists(b + ".ptx") for b in bases):
-        arts = {f: GpuArtifact.from_files(b) for f, b in zip(functions, bases)}
-    else:
-        toolkit = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
-        options = (profile, warp_specialize, fuse_dispatch, multicast, training, recompute,
-                   main_grads)
-        try:
-            arts = _compile_with_extension(source, name, target, functions, toolkit, *options)
-        except ImportError:
-            tool = _find_compiler()
-            if tool is None:
-                raise ImportError("compiling for a GPU needs the compiler: the mok._mok "
-                                  "extension (build/python) or the mok-compile binary "
-                                  "(set MOK_COMPILER)") from None
-            arts = _compile_with_tool(tool, source, target, functions, toolkit, *options)
-        for a in arts.values():
-            a.path = a.save(directory)
-    if not training:
-        return arts[function]
-    from ._gpu_train import GpuTrainingArtifact
-    return GpuTrainingArtifact(arts[functions[0]], arts[functions[1]], recompute)
-
-
-def _runtime():
-    try:
-        from . import _runtime as rt
-    except ImportError as e:
-        raise ImportError(
-            f"running GPU layers needs the runtime extension mok._runtime ({e}); it is "
-            "built into build/python by the main build, or without MLIR by "
-            "`cmake -S python/runtime-ext -B build-gpu && cmake --build build-gpu` "
-            "(then PYTHONPATH=build-gpu/python)") from None
-    return rt
 
 
 def _ep_group_args(ep_group):
@@ -357,7 +211,7 @@ class GpuLayer:
 
     def __init__(self, artifact, device=None, ep_group=None, poison_outputs=False):
         import torch
-        rt = _runtime()
+        rt = _extensions.runtime()
         self.torch = torch
         if not isinstance(poison_outputs, bool):
             raise TypeError(f"poison_outputs: expected a bool, got "
@@ -516,7 +370,7 @@ class GpuLayer:
         forward that reads it has finished); calls then take the operand
         from it and refuse it among their arguments. The weights are read in
         stream order: update them on the stream the layer runs on."""
-        rt = _runtime()
+        rt = _extensions.runtime()
         if name not in _ROUTED_WEIGHTS:
             raise ValueError(f"{name}: only the routed weights "
                              f"({', '.join(_ROUTED_WEIGHTS)}) can be bound to views")
@@ -539,7 +393,7 @@ class GpuLayer:
         """Binds gate_weights and up_weights to the halves of a fused FC1
         tensor [E, 2I, H] (gate: rows [0, I) of each expert, up: rows
         [I, 2I)), without a copy."""
-        rt = _runtime()
+        rt = _extensions.runtime()
         experts, inter, hidden = self._param("gate_weights")["shape"]
         t = self._tensor("fc1", fc1, "bf16", [experts, 2 * inter, hidden])
         gate, up = rt.weights_split_fc1(t, "fc1")

@@ -6,6 +6,7 @@ layer (docs/Backward.md), with the CPU layer's forward/backward contract
 import os
 from dataclasses import dataclass
 
+from ._artifact import Artifact
 from ._gpu import GpuArtifact, GpuLayer
 from ._layer import Context, Gradients, bind_arguments
 
@@ -15,12 +16,22 @@ def _listed(names):
 
 
 @dataclass
-class GpuTrainingArtifact:
+class GpuTrainingArtifact(Artifact):
     """The two kernels of a training layer: `forward` (saves the backward
-    context as extra outputs, unless `recompute`) and `backward`."""
+    context as extra outputs, unless `recompute`) and `backward`; a
+    mok.Artifact whose target and options are its kernels'. Its "ptx"
+    stage holds both kernels' PTX, the forward's first."""
     forward: GpuArtifact
     backward: GpuArtifact
     recompute: bool = False
+
+    @property
+    def target(self):
+        return self.forward.target
+
+    @property
+    def options(self):
+        return self.forward.options
 
     @property
     def main_grads(self):
@@ -29,15 +40,16 @@ class GpuTrainingArtifact:
         return any(p.get("accumulate") for p in self.backward.metadata.get("params", []))
 
     def save(self, directory):
-        """Writes both kernels (<function>_forward / _backward .ptx/.json);
-        returns the directory."""
+        """Writes both kernels (<function>_forward / _backward .ptx/.json,
+        and their options); returns the directory, which from_files
+        reads."""
         self.forward.save(directory)
         self.backward.save(directory)
         return directory
 
     @staticmethod
     def from_files(directory, function="moe_layer"):
-        """Reads what save() wrote for `function`."""
+        """Reads what save() wrote for `function` (no IR stages)."""
         fwd = GpuArtifact.from_files(os.path.join(directory, f"{function}_forward"))
         bwd = GpuArtifact.from_files(os.path.join(directory, f"{function}_backward"))
         saved = [p for p in fwd.metadata["params"] if p["role"] == "output"][1:]

@@ -1,10 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""Compile a layer and call it on NumPy arrays, with every argument checked."""
+"""The CPU target: a layer compiled for the host, called on NumPy arrays
+with every argument checked; and the Context and Gradients that every
+target's training layers share."""
+import os
 from dataclasses import dataclass, field
 import numpy as np
 
+from . import _extensions
+from ._artifact import Artifact, Stages, read_options, write_options
 from ._bf16 import is_bf16
-from ._spec import LayerSpec
+from ._options import CompileOptions
 
 _NUMPY_DTYPES = {"f32": np.dtype(np.float32), "i32": np.dtype(np.int32),
                  "i64": np.dtype(np.int64)}
@@ -65,18 +70,24 @@ class Gradients(dict):
             raise AttributeError(name) from None
 
 
-class CompiledLayer:
-    """A MoE layer compiled for the host CPU (the executable reference).
+class CompiledLayer(Artifact):
+    """A MoE layer compiled for the host CPU (the executable reference); a
+    mok.Artifact of target "cpu" that is its own loaded layer.
 
     Call it for inference, or use forward/backward for training. Arguments are
     passed by position (the function's argument order) or by name: x,
     top_experts, router_weights, gate_weights, up_weights, down_weights and,
     with a shared expert, shared_gate_weights, shared_up_weights,
     shared_down_weights.
+
+    `stages`: "moe" (the input), "training" (fused, with forward and
+    backward functions), "llvm" (what was JIT-compiled).
     """
 
-    def __init__(self, module, stages, name):
-        self.stages = stages
+    target = "cpu"
+
+    def __init__(self, module, stages, name, options=None):
+        self.options = options if options is not None else CompileOptions()
         infos = {f.name: f for f in module.functions()}
         for fn in (name, f"{name}_forward", f"{name}_backward"):
             if fn not in infos:
@@ -89,11 +100,41 @@ class CompiledLayer:
         if self._infer.ep != 1:
             raise ValueError(f"expert parallelism (ep = {self._infer.ep}) is not "
                              "supported by the CPU target; use ep = 1")
-        from . import _mok
-        self._exe = _mok.HostExecutable.compile(module)
-        self.stages["llvm"] = self._exe.lowered_ir
+        self._exe = _extensions.compiler().HostExecutable.compile(module)
+        texts = dict(stages, llvm=self._exe.lowered_ir)
+        self._stages = Stages([n for n in ("moe", "training", "llvm") if n in texts], texts)
         self.name = name
         self.arg_names = [a.name or f"argument #{i}" for i, a in enumerate(self._infer.args)]
+
+    def save(self, directory):
+        """Writes <directory>/<function>.mlir (the "moe" stage) and its
+        options (<function>.options.json); returns that base path, which
+        from_files compiles again (the JIT-compiled code is not saved)."""
+        os.makedirs(directory, exist_ok=True)
+        base = os.path.join(directory, self.name)
+        with open(base + ".mlir", "w") as f:
+            f.write(self.stages["moe"])
+        write_options(base, self.target, self.options)
+        return base
+
+    @staticmethod
+    def from_files(base):
+        """Compiles again what save() wrote at `base` (needs the compiler
+        extension)."""
+        with open(base + ".mlir") as f:
+            source = f.read()
+        target, options = read_options(base)
+        if target not in (None, "cpu"):
+            raise ValueError(f"{base}: saved for target {target!r}, not 'cpu'")
+        return compile_cpu(source, base + ".mlir", os.path.basename(base),
+                           (options or CompileOptions()).for_target("cpu"))
+
+    def load(self, device=None):
+        """The layer itself: it runs on the host (`device` None or "cpu")."""
+        if device not in (None, "cpu"):
+            raise ValueError(f"device: a CPU-target layer runs on the host; expected None "
+                             f"or 'cpu', got {device!r}")
+        return self
 
     @property
     def recomputes(self):
@@ -238,98 +279,12 @@ class CompiledLayer:
         return grads
 
 
-GPU_TARGETS = ("sm_90a", "sm_100a")
-
-
-def compile(layer, target="cpu", recompute=False, function="moe_layer", cache_dir=None,
-            profile=False, warp_specialize=False, fuse_dispatch=None, multicast=False,
-            training=False, main_grads=False):
-    """Compiles a layer for `target`.
-
-    layer: a LayerSpec, or moe IR text holding `function` (one MoE layer,
-    fused or as an unfused chain).
-
-    target="cpu": the executable reference, JIT-compiled for this host.
-    `recompute`: save no context in forward; backward recomputes gate/up.
-    Returns a CompiledLayer whose `stages` hold the IR of every step:
-    "moe" (input), "training" (fused, with forward and backward functions),
-    "llvm" (what was JIT-compiled).
-
-    target="sm_90a" or "sm_100a": the forward layer as one persistent GPU
-    kernel. Returns a GpuArtifact (PTX + runtime metadata), cached on disk by
-    IR, target and compiler version (cache_dir, or $MOK_CACHE_DIR, or
-    ~/.cache/mok); `GpuArtifact.load()` runs it on a CUDA device with torch.
-    `profile=True`: a kernel that records the global timer after each phase
-    (GpuLayer.phase_times()). `warp_specialize=True` (sm_90a): GEMMs with a
-    TMA producer warpgroup (convert-moe-to-mk's warp-specialize option; see
-    docs/performance.md for when it is faster). `fuse_dispatch`: None
-    (default) fuses the dispatch into the gate/up GEMM on sm_90a
-    tensor-core GEMMs without warp_specialize (no dispatch copy, the GEMM
-    loads its A rows straight from x); True requires it (an error where it
-    is not implemented, sm_100a; with warp_specialize the producer
-    warpgroup copies the rows); False keeps the dispatch copy. `multicast=True` (sm_90a tensor-core GEMMs without
-    warp_specialize): the kernel runs in clusters of 2 CTAs whose paired
-    tasks of one expert and n-tile load each weight box once for both (TMA
-    multicast; convert-moe-to-mk's multicast option; see docs/performance.md
-    for its measurements).
-
-    `training=True` (GPU targets): the training forward and the backward
-    (two kernels, see docs/Backward.md) instead of the inference layer;
-    returns a GpuTrainingArtifact, whose `load()` gives a GpuTrainingLayer
-    with forward/backward as the CPU layer's. `recompute=True` (implies
-    training on a GPU target): the forward saves no context and backward
-    recomputes it; the forward is then the inference kernel.
-    `main_grads=True` (training on a GPU target): Megatron-Core's gradient
-    accumulation in the kernel; the backward adds each weight's gradient,
-    unrounded fp32, into an fp32 main_grad the caller passes
-    (GpuTrainingLayer.backward's `main_grads`) instead of returning it.
-    Every GPU plan has it (sm_100a's tcgen05 form is checked by ptxas
-    only: no such GPU here); the CPU target refuses it.
-    """
-    if target != "cpu" and target not in GPU_TARGETS:
-        raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")
-    if fuse_dispatch not in (None, True, False):
-        raise TypeError(f"fuse_dispatch: expected None, True or False, got {fuse_dispatch!r}")
-    if not isinstance(multicast, bool):
-        raise TypeError(f"multicast: expected True or False, got {multicast!r}")
-    if isinstance(layer, LayerSpec):
-        source, name = layer.to_mlir(function), "<LayerSpec>"
-    elif isinstance(layer, str):
-        source, name = layer, "<ir>"
-    else:
-        raise TypeError(f"layer: expected a mok.LayerSpec or moe IR text, got "
-                        f"{type(layer).__name__}")
-    if not isinstance(training, bool):
-        raise TypeError(f"training: expected True or False, got {training!r}")
-    if not isinstance(main_grads, bool):
-        raise TypeError(f"main_grads: expected True or False, got {main_grads!r}")
-    if main_grads and target not in GPU_TARGETS:
-        raise ValueError("main_grads: the kernel's main_grad accumulation is for GPU "
-                         "targets (mok.torch adds into main_grad on the CPU target)")
-    if target in GPU_TARGETS:
-        from ._gpu import compile_gpu
-        if multicast and (target != "sm_90a" or warp_specialize):
-            raise ValueError("multicast: implemented for the sm_90a target without "
-                             "warp_specialize only")
-        return compile_gpu(source, name, target, function, cache_dir, profile,
-                           warp_specialize, fuse_dispatch, multicast,
-                           training=training or bool(recompute) or main_grads,
-                           recompute=bool(recompute), main_grads=main_grads)
-    if training:
-        raise ValueError("training: the CPU target always compiles forward and "
-                         "backward; training=True is for GPU targets")
-    if profile:
-        raise ValueError("profile: only GPU targets time their phases")
-    if warp_specialize:
-        raise ValueError("warp_specialize: only the sm_90a target has warp roles")
-    if fuse_dispatch is not None:
-        raise ValueError("fuse_dispatch: only the sm_90a target fuses the dispatch")
-    if multicast:
-        raise ValueError("multicast: only the sm_90a target launches clusters")
-    from . import _mok
-    module = _mok.Module.parse(source, name)
+def compile_cpu(source, name, function, options):
+    """The CompiledLayer of `function` in moe IR `source` (`name` for
+    diagnostics), with `options` as the CPU target takes them."""
+    module = _extensions.compiler().Module.parse(source, name)
     stages = {"moe": str(module)}
-    options = "{recompute=true}" if recompute else ""
-    module.run_pipeline(f"moe-generate-backward{options}")
+    module.run_pipeline("moe-generate-backward{recompute=true}" if options.recompute
+                        else "moe-generate-backward")
     stages["training"] = str(module)
-    return CompiledLayer(module, stages, function)
+    return CompiledLayer(module, stages, function, options)

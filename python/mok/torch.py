@@ -44,9 +44,11 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
+from ._compile import compile as _compile
 from ._gpu import GpuArtifact
 from ._gpu_train import GpuTrainingArtifact, GpuTrainingLayer
-from ._layer import GPU_TARGETS, CompiledLayer, compile as _compile
+from ._layer import CompiledLayer
+from ._options import GPU_TARGETS
 from ._spec import LayerSpec
 
 __all__ = ["GpuMoEFunction", "MoEFunction", "MoELayer"]
@@ -321,9 +323,10 @@ class MoELayer(torch.nn.Module):
     the backward kernel adds its unrounded fp32 dW into the main_grads in
     place (the layer compiled with main_grads=True), or returns bf16 dW
     that is added after it. By default (None) the kernel adds on sm_90a:
-    no bf16 dW tensors and a faster step (run 84: 5.49 against 6.46 ms a
-    qwen3-30b step, 20.34 against 22.86 ms on dsv3-shard; a step's peak
-    memory 744 against 1896 MB on qwen3-30b shapes). On sm_100a, whose
+    no bf16 dW tensors and a faster step (on the H200, bench/main_grad.py:
+    5.49 against 6.46 ms a qwen3-30b step, 20.34 against 22.86 ms on
+    dsv3-shard; a step's peak memory 744 against 1896 MB on qwen3-30b
+    shapes; docs/performance.md). On sm_100a, whose
     kernels have never run (no such GPU here), or with an `artifact`
     compiled without main_grads, dW is added after the kernel unless True
     asks for the kernel; False keeps the add after it. An `artifact`

@@ -229,3 +229,25 @@ def test_compile_from_ir_text_matches_spec(compiled):
     rng = np.random.default_rng(seed_for("ir"))
     args = _inputs(c, rng)
     assert np.array_equal(from_ir(*args.values()), compiled(c)(**args))
+
+
+def test_cpu_layer_is_an_artifact(tmp_path):
+    """The CPU layer has the Artifact interface: target, options, stages,
+    save() and from_files() (which compiles the saved moe stage again),
+    load() (itself)."""
+    spec = _spec(CASES[0], "same")
+    layer = mok.compile(spec, recompute=True)
+    assert isinstance(layer, mok.Artifact) and layer.target == "cpu"
+    assert layer.options == mok.CompileOptions(recompute=True)
+    assert list(layer.stages) == ["moe", "training", "llvm"]
+    assert layer.load() is layer and layer.load("cpu") is layer
+    with pytest.raises(ValueError, match="device: a CPU-target layer runs on the host"):
+        layer.load("cuda:0")
+    base = layer.save(str(tmp_path))
+    assert open(base + ".mlir").read() == layer.stages["moe"]
+    again = mok.CompiledLayer.from_files(base)
+    assert again.options == layer.options and again.recomputes
+    assert again.stages["training"] == layer.stages["training"]
+    rng = np.random.default_rng(seed_for("artifact"))
+    args = _inputs(CASES[0], rng)
+    assert np.array_equal(again(**args), layer(**args))

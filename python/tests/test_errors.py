@@ -106,8 +106,8 @@ def test_unsupported_target_and_ep(tmp_path):
         mok.compile(SPEC, training=True)
     with pytest.raises(TypeError, match="training: expected True or False"):
         mok.compile(SPEC, target="sm_90a", training=1)
-    with pytest.raises(ValueError, match=r"warp-specialize is not implemented for the "
-                                         r"training forward \(saved context\) yet"):
+    with pytest.raises(ValueError, match=r"warp_specialize: not implemented for the "
+                                         r"training kernels"):
         mok.compile(mok.LayerSpec(tokens=8, hidden=64, intermediate=128, experts=4, top_k=2,
                                   padding=64), target="sm_90a", training=True,
                     warp_specialize=True, cache_dir=str(tmp_path))

@@ -70,7 +70,7 @@ def test_warp_specialized_kernels(tmp_path):
     assert "setmaxnreg" not in plain.ptx
     assert "setmaxnreg.inc.sync.aligned.u32 \t224;" in ws.ptx
     assert ".maxnreg 168" in ws.ptx
-    with pytest.raises(ValueError, match="warp-specialize is implemented for sm_90a"):
+    with pytest.raises(ValueError, match="warp_specialize: implemented for the sm_90a target"):
         mok.compile(TC_SPEC, target="sm_100a", cache_dir=str(tmp_path), warp_specialize=True)
     with pytest.raises(ValueError, match="warp_specialize: only the sm_90a target"):
         mok.compile(TC_SPEC, target="cpu", warp_specialize=True)
@@ -125,10 +125,14 @@ def test_fused_dispatch_kernels(tmp_path):
     assert wsf.metadata["block"] == ws.metadata["block"] == 384
     assert "cp.async.mbarrier.arrive.shared.b64" in wsf.ptx
     assert "cp.async.mbarrier.arrive" not in ws.ptx and "cp.async.mbarrier.arrive" not in fd.ptx
-    with pytest.raises(ValueError, match="fuse-dispatch is implemented for sm_90a only"):
+    with pytest.raises(ValueError, match="dispatch: the fused dispatch is implemented for "
+                                         "the sm_90a target only"):
         mok.compile(TC_SPEC, target="sm_100a", cache_dir=str(tmp_path), fuse_dispatch=True)
-    with pytest.raises(ValueError, match="fuse_dispatch: only the sm_90a target"):
+    with pytest.raises(ValueError, match="dispatch: only the sm_90a target fuses the dispatch"):
         mok.compile(TC_SPEC, target="cpu", fuse_dispatch=True)
+    # dispatch= is the same option by its name.
+    assert mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), profile=True,
+                       dispatch="copy").path == plain.path
 
 
 def test_multicast_kernels(tmp_path):
@@ -180,9 +184,9 @@ def test_artifacts_are_cached_and_reloadable(tmp_path):
 def test_cache_is_per_compiler(tmp_path, monkeypatch):
     """A rebuilt compiler (another size or time stamp) compiles afresh
     instead of reusing the kernels of the one before it."""
-    from mok import _gpu
+    from mok import _compile
     a = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path))
-    monkeypatch.setattr(_gpu, "_compiler_identity", lambda: "another build")
+    monkeypatch.setattr(_compile, "_compiler_identity", lambda: "another build")
     b = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path))
     assert b.path != a.path and b.ptx == a.ptx
 
@@ -191,8 +195,8 @@ def test_compiler_identity_follows_the_build(tmp_path, monkeypatch):
     """The identity names the extension's file; without the extension, the
     mok-compile binary's, and changes when that file is rebuilt."""
     import sys
-    from mok import _gpu
-    assert "_mok" in _gpu._compiler_identity()
+    from mok import _compile
+    assert "_mok" in _compile._compiler_identity()
     tool = tmp_path / "mok-compile"
     tool.write_text("#!/bin/sh\n")
     tool.chmod(0o755)
@@ -200,32 +204,132 @@ def test_compiler_identity_follows_the_build(tmp_path, monkeypatch):
     # The import of mok._mok fails.
     monkeypatch.delattr(mok, "_mok", raising=False)
     monkeypatch.setitem(sys.modules, "mok._mok", None)
-    first = _gpu._compiler_identity()
+    first = _compile._compiler_identity()
     assert str(tool.resolve()) in first
     os.utime(tool, ns=(1, 1))
-    assert _gpu._compiler_identity() != first
+    assert _compile._compiler_identity() != first
 
 
-def test_compile_through_the_mok_compile_binary(tmp_path, monkeypatch):
-    """Where the extension is missing (a GPU machine without MLIR), the
-    carried mok-compile binary produces the same artifact."""
-    from mok import _gpu
+def _tool():
     tool = os.path.join(os.path.dirname(mok.__file__), "..", "..", "bin", "mok-compile")
     if not os.access(tool, os.X_OK):
         pytest.skip("mok-compile is not built next to the package")
-    with_ext = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path / "a"))
+    return tool
+
+
+def _without_extension(monkeypatch):
+    """Compiles go through $MOK_COMPILER, as on a machine without mok._mok."""
+    from mok import _compile
 
     def no_extension(*args, **kwargs):
         raise ImportError("no extension here")
-    monkeypatch.setattr(_gpu, "_compile_with_extension", no_extension)
-    monkeypatch.setenv("MOK_COMPILER", tool)
-    with_tool = mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path / "b"))
-    assert with_tool.ptx == with_ext.ptx
-    assert with_tool.metadata == with_ext.metadata
+    monkeypatch.setattr(_compile, "_compile_with_extension", no_extension)
+    monkeypatch.setenv("MOK_COMPILER", _tool())
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"profile": True, "dispatch": "copy"}, {"warp_specialize": True},
+    {"multicast": True}, {"tensor_cores": False}, {"training": True, "main_grads": True},
+    {"recompute": True}], ids=lambda o: ",".join(o) or "defaults")
+def test_compile_through_the_mok_compile_binary(options, tmp_path, monkeypatch):
+    """Where the extension is missing (a GPU machine without MLIR), the
+    carried mok-compile binary produces the same artifact, every option
+    passed as its flag, with the same stages."""
+    from mok import _compile
+    spec = SPEC if options.get("tensor_cores", True) is False else TC_SPEC
+    with_ext = mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path / "a"), **options)
+    _without_extension(monkeypatch)
+    with_tool = mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path / "b"), **options)
+    kernels = ((with_ext.forward, with_tool.forward), (with_ext.backward, with_tool.backward)) \
+        if with_ext.options.training else ((with_ext, with_tool),)
+    for e, t in kernels:
+        assert t.ptx == e.ptx and t.metadata == e.metadata
+    assert dict(with_tool.stages) == dict(with_ext.stages)
     monkeypatch.setenv("MOK_COMPILER", "/nonexistent")
-    monkeypatch.setattr(_gpu, "_find_compiler", lambda: None)
+    monkeypatch.setattr(_compile, "_find_compiler", lambda: None)
     with pytest.raises(ImportError, match="compiling for a GPU needs the compiler"):
         mok.compile(SPEC, target="sm_100a", cache_dir=str(tmp_path / "c"))
+
+
+def test_tensor_cores_off_compiles_scalar_gemms(tmp_path):
+    tc = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path))
+    scalar = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), tensor_cores=False)
+    assert "wgmma" in tc.ptx and "wgmma" not in scalar.ptx
+    assert "tensor_maps" not in [p["role"] for p in scalar.metadata["params"]]
+    assert "schedule <simt>" in scalar.stages["mk"]
+    assert "schedule <simt>" not in tc.stages["mk"]
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
+def test_gpu_stages(target, tmp_path, monkeypatch):
+    """A GPU compile keeps the IR after each step, printed in the one
+    compile; a cached artifact keeps the small stages and compiles the
+    others again when they are first read."""
+    from mok import _compile
+    art = mok.compile(TC_SPEC, target=target, cache_dir=str(tmp_path))
+    assert isinstance(art, mok.Artifact) and art.target == target
+    assert art.options == mok.CompileOptions()
+    stages = art.stages
+    assert list(stages) == ["moe", "mk", "gpu", "llvm", "ptx"]
+    assert "moe.layer" in stages["moe"] and "mk.kernel" not in stages["moe"]
+    # The megakernel schedule: mk ops in the kernel's gpu.func, no nvgpu yet.
+    assert "mk.gemm" in stages["mk"] and "mk.grid_barrier" in stages["mk"]
+    assert "nvgpu." not in stages["mk"]
+    assert "gpu.func @moe_layer_forward" in stages["gpu"] and "mk.gemm" not in stages["gpu"]
+    assert "nvgpu." in stages["gpu"] or "nvvm." in stages["gpu"]
+    assert "llvm.func @moe_layer_forward" in stages["llvm"] and "nvvm." in stages["llvm"]
+    assert f"#nvvm.target<O = 3, chip = \"{target}\"" in stages["llvm"]
+    assert stages["ptx"] == art.ptx
+    with pytest.raises(KeyError, match="no stage 'training' in this compile"):
+        stages["training"]
+    # From the cache: the small stages at once, the others compiled again.
+    compiles = []
+    fresh = _compile._compile_fresh
+    monkeypatch.setattr(_compile, "_compile_fresh",
+                        lambda *a: compiles.append(a) or fresh(*a))
+    cached = mok.compile(TC_SPEC, target=target, cache_dir=str(tmp_path))
+    assert cached.path == art.path and compiles == []
+    assert set(cached.stages.at_hand()) == {"moe", "mk", "ptx"}
+    assert "gpu" in cached.stages and "training" not in cached.stages and compiles == []
+    assert cached.stages["mk"] == stages["mk"] and compiles == []
+    assert cached.stages["llvm"] == stages["llvm"] and len(compiles) == 1
+    assert dict(cached.stages) == dict(stages) and len(compiles) == 1
+
+
+def test_training_stages(tmp_path):
+    art = mok.compile(SPEC, target="sm_90a", training=True, cache_dir=str(tmp_path))
+    stages = art.stages
+    assert list(stages) == ["moe", "training", "mk", "gpu", "llvm", "ptx"]
+    assert "@moe_layer_backward" not in stages["moe"]
+    assert "func.func @moe_layer_backward" in stages["training"]
+    assert "moe.layer_grad" in stages["training"]
+    assert "gpu.func @moe_layer_backward_backward" in stages["gpu"]
+    assert stages["ptx"] == (f"// @moe_layer_forward\n{art.forward.ptx}\n"
+                             f"// @moe_layer_backward\n{art.backward.ptx}")
+    assert art.forward.stages is stages and art.target == "sm_90a"
+    assert art.options == mok.CompileOptions(training=True)
+    # recompute implies training on a GPU target: the options say so.
+    assert mok.compile(SPEC, target="sm_90a", recompute=True,
+                       cache_dir=str(tmp_path)).options.training
+
+
+def test_saved_artifacts_keep_their_options(tmp_path):
+    art = mok.compile(SPEC, target="sm_100a", profile=True, cache_dir=str(tmp_path / "c"))
+    again = mok.GpuArtifact.from_files(art.save(str(tmp_path / "saved")))
+    assert again.options == art.options and again.target == "sm_100a"
+    assert (again.ptx, again.metadata) == (art.ptx, art.metadata)
+    with pytest.raises(ValueError, match="stages: this artifact holds no IR stages"):
+        again.stages
+    # Files saved without options (by mok-compile, or an older mok): None.
+    os.remove(str(tmp_path / "saved" / "moe_layer.options.json"))
+    assert mok.GpuArtifact.from_files(str(tmp_path / "saved" / "moe_layer")).options is None
+    (tmp_path / "saved" / "moe_layer.options.json").write_text("{}")
+    with pytest.raises(ValueError, match="moe_layer.options.json: not the target and options"):
+        mok.GpuArtifact.from_files(str(tmp_path / "saved" / "moe_layer"))
+    train = mok.compile(SPEC, target="sm_90a", training=True, main_grads=True,
+                        cache_dir=str(tmp_path / "c"))
+    back = mok.GpuTrainingArtifact.from_files(train.save(str(tmp_path / "train")))
+    assert back.options == train.options == mok.CompileOptions(training=True, main_grads=True)
 
 
 @pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])

@@ -38,7 +38,7 @@
 // MAINGRADS: "accumulate": true,
 // MAINGRADS-NEXT: "dtype": "f32",
 // MAINGRADS-NEXT: "name": "d_gate_weights",
-// USAGE-MG: --main-grads needs --training
+// USAGE-MG: mok-compile: invalid compile options: main-grads needs training
 // The additions are reductions in L2 (sm_90a: 8-byte pairs from the
 // register epilogue; sm_100a: 4-byte elements from the shared one).
 // REDUCTIONS: {{^[1-9][0-9]*$}}
@@ -173,7 +173,7 @@
 // INFERENCE-NEXT: "role": "output",
 // INFERENCE-NOT: "role": "output"
 
-// USAGE: mok-compile: --recompute needs --training
+// USAGE: mok-compile: invalid compile options: recompute needs training
 // USAGE: usage: mok-compile INPUT.mlir
 
 !plan = !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 64>

@@ -56,7 +56,7 @@
 
 // EP: deepseek-v3.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-moe-to-mk: expert parallelism (ep = 8) is not supported yet
 // USAGE: mok-compile: an input file and -o OUTDIR are required
-// CHIP: convert-moe-to-mk: chip 'sm_80' is not supported
+// CHIP: mok-compile: invalid compile options: chip 'sm_80' is not supported; expected sm_90a or sm_100a
 
 // By default sm_90a fuses the dispatch into the gate/up GEMM: no routed_x
 // workspace; x is read through a map of one-row boxes.
@@ -64,7 +64,7 @@
 // FUSED: "box_rows": 1,
 // FUSED-NEXT: "buffer": "x",
 // FUSED-NOT: "routed_x"
-// BOTH: --fuse-dispatch and --copy-dispatch exclude each other
+// BOTH: mok-compile: --dispatch, --fuse-dispatch and --copy-dispatch exclude each other
 
 // --multicast: clusters of 2 CTAs (metadata "cluster"); the down weights'
 // maps get 128-row boxes (each CTA of a pair loads one half of a 256-row
@@ -78,4 +78,4 @@
 // NOMC: "box_rows": 256,
 // NOMC-NEXT: "buffer": "down_weights",
 // NOMC-NOT: "cluster"
-// MC100: convert-moe-to-mk: multicast is implemented for sm_90a without warp-specialize only
+// MC100: mok-compile: invalid compile options: multicast is implemented for sm_90a without warp-specialize only

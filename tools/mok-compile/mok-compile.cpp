@@ -10,7 +10,6 @@
 #include "mok/Compiler/Compiler.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,28 +19,45 @@ static int usage(const char *why) {
   std::fprintf(
       stderr,
       "mok-compile: %s\n"
-      "usage: mok-compile INPUT.mlir [--chip sm_90a|sm_100a] [--profile] -o "
-      "OUTDIR\n"
-      "       [--warp-specialize] [--fuse-dispatch | --copy-dispatch]\n"
-      "       [--multicast] [--training [--recompute] [--main-grads]]\n"
-      "       [--toolkit CUDA_DIR]\n"
+      "usage: mok-compile INPUT.mlir [--chip sm_90a|sm_100a] -o OUTDIR\n"
+      "       [--profile] [--warp-specialize] [--multicast]\n"
+      "       [--dispatch auto|fused|copy | --fuse-dispatch | --copy-dispatch]\n"
+      "       [--no-tensor-cores] [--training [--recompute] [--main-grads]]\n"
+      "       [--toolkit CUDA_DIR] [--stages-dir DIR]\n"
       "       (--toolkit: libdevice; default $CUDA_HOME or /usr/local/cuda;\n"
+      "        --fuse-dispatch, --copy-dispatch: --dispatch fused, copy;\n"
       "        --training: first derive <fn>_forward, which saves the\n"
       "        backward context, and <fn>_backward (moe-generate-backward);\n"
       "        --recompute: save no context, backward recomputes it;\n"
       "        --main-grads: backward adds the weights' gradients into fp32\n"
-      "        main_grad outputs)\n",
+      "        main_grad outputs;\n"
+      "        --stages-dir: also write the IR after each step, DIR/moe.mlir,\n"
+      "        training.mlir, mk.mlir, gpu.mlir, llvm.mlir)\n",
       why);
   return 2;
 }
 
+static bool writeFile(const std::string &path, const std::string &text) {
+  std::ofstream f(path);
+  f << text;
+  if (!f)
+    std::fprintf(stderr, "mok-compile: cannot write '%s'\n", path.c_str());
+  return static_cast<bool>(f);
+}
+
+static bool makeDirectory(const std::string &path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec)
+    std::fprintf(stderr, "mok-compile: cannot create '%s': %s\n", path.c_str(),
+                 ec.message().c_str());
+  return !ec;
+}
+
 int main(int argc, char **argv) {
-  std::string input, out, chip = "sm_90a";
-  bool profile = false, warpSpecialize = false, multicast = false;
-  bool training = false, recompute = false, mainGrads = false;
-  std::optional<bool> fuseDispatch; // unset: fused where implemented
-  const char *home = std::getenv("CUDA_HOME");
-  std::string toolkit = home && *home ? home : "/usr/local/cuda";
+  std::string input, out, stagesDir;
+  mok::CompileOptions options;
+  bool dispatchGiven = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](std::string &dst) {
@@ -50,34 +66,41 @@ int main(int argc, char **argv) {
       dst = argv[++i];
       return true;
     };
-    if ((a == "-o" && value(out)) || (a == "--chip" && value(chip)) ||
-        (a == "--toolkit" && value(toolkit)))
+    if ((a == "-o" && value(out)) || (a == "--chip" && value(options.chip)) ||
+        (a == "--toolkit" && value(options.toolkit)) ||
+        (a == "--stages-dir" && value(stagesDir)))
       continue;
-    if (a == "--profile") {
-      profile = true;
-      continue;
-    }
-    if (a == "--warp-specialize") {
-      warpSpecialize = true;
-      continue;
-    }
-    if (a == "--multicast") {
-      multicast = true;
-      continue;
-    }
-    if (a == "--training" || a == "--recompute") {
-      (a == "--training" ? training : recompute) = true;
+    bool *flag = a == "--profile"           ? &options.profile
+                 : a == "--warp-specialize" ? &options.warpSpecialize
+                 : a == "--multicast"       ? &options.multicast
+                 : a == "--training"        ? &options.training
+                 : a == "--recompute"       ? &options.recompute
+                 : a == "--main-grads"      ? &options.mainGrads
+                                            : nullptr;
+    if (flag) {
+      *flag = true;
       continue;
     }
-    if (a == "--main-grads") {
-      mainGrads = true;
+    if (a == "--no-tensor-cores") {
+      options.tensorCores = false;
       continue;
     }
-    if (a == "--fuse-dispatch" || a == "--copy-dispatch") {
-      if (fuseDispatch)
-        return usage("--fuse-dispatch and --copy-dispatch exclude each other "
-                     "and are given once");
-      fuseDispatch = a == "--fuse-dispatch";
+    if (a == "--dispatch" || a == "--fuse-dispatch" || a == "--copy-dispatch") {
+      std::string name = a == "--fuse-dispatch"   ? "fused"
+                         : a == "--copy-dispatch" ? "copy"
+                                                  : "";
+      if (name.empty() && !value(name))
+        return usage("--dispatch needs a value: auto, fused or copy");
+      if (dispatchGiven)
+        return usage("--dispatch, --fuse-dispatch and --copy-dispatch exclude "
+                     "each other and are given once");
+      std::optional<mok::Dispatch> dispatch = mok::parseDispatch(name);
+      if (!dispatch)
+        return usage(("--dispatch: expected auto, fused or copy, got '" +
+                      name + "'")
+                         .c_str());
+      options.dispatch = *dispatch;
+      dispatchGiven = true;
       continue;
     }
     if (a == "-h" || a == "--help")
@@ -90,10 +113,8 @@ int main(int argc, char **argv) {
   }
   if (input.empty() || out.empty())
     return usage("an input file and -o OUTDIR are required");
-  if (recompute && !training)
-    return usage("--recompute needs --training");
-  if (mainGrads && !training)
-    return usage("--main-grads needs --training");
+  if (std::string why = options.validate(); !why.empty())
+    return usage(("invalid compile options: " + why).c_str());
 
   std::ifstream file(input);
   if (!file)
@@ -106,40 +127,29 @@ int main(int argc, char **argv) {
   auto module = mok::Module::parse(source.str(), input, error);
   if (!module)
     return std::fprintf(stderr, "%s", error.c_str()), 1;
-  std::string options;
-  if (recompute)
-    options += " recompute=true";
-  if (mainGrads)
-    options += " main-grads=true";
-  if (training &&
-      !module->runPipeline(
-          "moe-generate-backward" +
-              (options.empty() ? std::string() : "{" + options.substr(1) + "}"),
-          error))
-    return std::fprintf(stderr, "%s\n", error.c_str()), 1;
   std::vector<mok::GpuKernel> kernels;
-  if (!module->compileGPU(chip, toolkit, kernels, error, profile,
-                          warpSpecialize, fuseDispatch, multicast))
+  std::vector<mok::Stage> stages;
+  if (!module->compileGPU(options, kernels, error,
+                          stagesDir.empty() ? nullptr : &stages))
     return std::fprintf(stderr, "%s\n", error.c_str()), 1;
-  std::error_code ec;
-  std::filesystem::create_directories(out, ec);
-  if (ec)
-    return std::fprintf(stderr, "mok-compile: cannot create '%s': %s\n",
-                        out.c_str(), ec.message().c_str()),
-           1;
+  if (!makeDirectory(out))
+    return 1;
   for (const mok::GpuKernel &k : kernels) {
     for (auto [ext, text] :
          {std::pair<const char *, const std::string *>{".ptx", &k.ptx},
           {".json", &k.metadata}}) {
       std::string path = out + "/" + k.function + ext;
-      std::ofstream f(path);
-      f << *text;
-      if (!f)
-        return std::fprintf(stderr, "mok-compile: cannot write '%s'\n",
-                            path.c_str()),
-               1;
+      if (!writeFile(path, *text))
+        return 1;
       std::printf("%s\n", path.c_str());
     }
+  }
+  if (!stagesDir.empty()) {
+    if (!makeDirectory(stagesDir))
+      return 1;
+    for (const mok::Stage &s : stages)
+      if (!writeFile(stagesDir + "/" + s.name + ".mlir", s.ir))
+        return 1;
   }
   return 0;
 }

@@ -7,9 +7,10 @@
 #ifndef MOK_COMPILER_COMPILER_H
 #define MOK_COMPILER_COMPILER_H
 
+#include "mok/Conversion/MoEToPTX/CompileOptions.h"
+
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,15 @@ struct GpuKernel {
   std::string metadata;
 };
 
+/// The IR of one step of a GPU compile, as text: "moe" (the input),
+/// "training" (after moe-generate-backward, with options.training), "mk"
+/// (the megakernel schedules), "gpu" (the kernels in gpu/nvgpu), "llvm"
+/// (the kernels in the LLVM dialect, just before PTX emission).
+struct Stage {
+  std::string name;
+  std::string ir;
+};
+
 /// A module of the moe dialect (and whatever the pipelines lower it to).
 /// Errors are reported by returning false with a message in `error()`, which
 /// carries the diagnostics with their locations.
@@ -77,19 +87,15 @@ public:
   /// The functions of the module (func.func), in order.
   std::vector<FunctionInfo> functions() const;
 
-  /// Compiles every fused forward layer of (a copy of) the module for `chip`
-  /// ("sm_90a" or "sm_100a"); `toolkit` holds libdevice. `profile`: kernels
-  /// that record the global timer after each phase (convert-moe-to-mk's
-  /// profile option); `warpSpecialize`: its warp-specialize option;
-  /// `fuseDispatch`: unset, the fused dispatch wherever it is implemented;
-  /// true, required (fuse-dispatch); false, the dispatch copy
-  /// (copy-dispatch); `multicast`: sm_90a clusters of 2 CTAs sharing
-  /// weight boxes (its multicast option).
-  bool compileGPU(const std::string &chip, const std::string &toolkit,
+  /// Compiles every fused layer of (a copy of) the module for the GPU, as
+  /// `options` say (checked first: CompileOptions::validate); with
+  /// options.training, each layer's training forward and backward too
+  /// (moe-generate-backward). One GpuKernel a layer function. `stages`, if
+  /// given, receives the IR between the steps (Stage), printed in this one
+  /// compile; the PTX is each kernel's.
+  bool compileGPU(const CompileOptions &options,
                   std::vector<GpuKernel> &kernels, std::string &error,
-                  bool profile = false, bool warpSpecialize = false,
-                  std::optional<bool> fuseDispatch = std::nullopt,
-                  bool multicast = false) const;
+                  std::vector<Stage> *stages = nullptr) const;
 
 private:
   Module();

@@ -20,60 +20,48 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
-#include <cstdlib>
-
 using namespace mlir;
 
-void mok::buildMoEToPTXPipeline(OpPassManager &pm, const std::string &chip,
-                                const std::string &toolkit, bool tensorCores,
-                                bool warpSpecialize,
-                                std::optional<bool> fuseDispatch,
-                                bool multicast) {
-  buildMoEToGPUPipeline(pm, chip, tensorCores, /*profile=*/false,
-                        warpSpecialize, fuseDispatch, multicast);
-  buildGPUToPTXPipeline(pm, chip, toolkit);
+const char *mok::stageName(PTXStep step) {
+  switch (step) {
+  case PTXStep::Training:
+    return "training";
+  case PTXStep::MK:
+    return "mk";
+  case PTXStep::GPU:
+    return "gpu";
+  case PTXStep::LLVM:
+    return "llvm";
+  case PTXStep::PTX:
+    return "ptx";
+  }
+  return "";
 }
 
-/// convert-moe-to-mk's dispatch options: neither set, fused wherever it is
-/// implemented; fuse-dispatch requires it; copy-dispatch keeps the copy
-/// (both set: the pass refuses them).
-static void addMoEToMK(OpPassManager &pm, const std::string &chip,
-                       bool tensorCores, bool profile, bool warpSpecialize,
-                       bool fuseDispatch, bool copyDispatch, bool multicast) {
+/// moe-fuse-layer, then convert-moe-to-mk with `options` (which checks
+/// them: mok-opt's textual options reach it unchecked).
+static void addMoEToMK(OpPassManager &pm,
+                       const mok::ConvertMoEToMKOptions &options) {
   pm.addPass(mok::moe::createMoEFuseLayer());
-  mok::ConvertMoEToMKOptions options;
-  options.chip = chip;
-  options.tensorCores = tensorCores;
-  options.profile = profile;
-  options.warpSpecialize = warpSpecialize;
-  options.fuseDispatch = fuseDispatch;
-  options.copyDispatch = copyDispatch;
-  options.multicast = multicast;
   pm.addPass(mok::createConvertMoEToMK(options));
 }
 
-void mok::buildMoEToMKPipeline(OpPassManager &pm, const std::string &chip,
-                               bool tensorCores, bool profile,
-                               bool warpSpecialize,
-                               std::optional<bool> fuseDispatch,
-                               bool multicast) {
-  addMoEToMK(pm, chip, tensorCores, profile, warpSpecialize,
-             fuseDispatch.value_or(false),
-             fuseDispatch.has_value() && !*fuseDispatch, multicast);
+/// convert-moe-to-mk's options for `options`: the dispatch enum is its two
+/// flags (neither: fused wherever implemented).
+static mok::ConvertMoEToMKOptions moeToMKOptions(const mok::CompileOptions &o) {
+  mok::ConvertMoEToMKOptions options;
+  options.chip = o.chip;
+  options.tensorCores = o.tensorCores;
+  options.profile = o.profile;
+  options.warpSpecialize = o.warpSpecialize;
+  options.fuseDispatch = o.dispatch == mok::Dispatch::Fused;
+  options.copyDispatch = o.dispatch == mok::Dispatch::Copy;
+  options.multicast = o.multicast;
+  return options;
 }
 
-void mok::buildMoEToGPUPipeline(OpPassManager &pm, const std::string &chip,
-                                bool tensorCores, bool profile,
-                                bool warpSpecialize,
-                                std::optional<bool> fuseDispatch,
-                                bool multicast) {
-  buildMoEToMKPipeline(pm, chip, tensorCores, profile, warpSpecialize,
-                       fuseDispatch, multicast);
-  pm.addPass(createConvertMKToGPU());
-}
-
-void mok::buildGPUToPTXPipeline(OpPassManager &pm, const std::string &chip,
-                                const std::string &toolkit) {
+/// The NVVM target and the kernels' lowering to the LLVM dialect.
+static void addGPUToNVVM(OpPassManager &pm, const std::string &chip) {
   GpuNVVMAttachTargetOptions target;
   target.chip = chip;
   // tcgen05's block-scaled forms need PTX 8.8 (without it the NVPTX backend
@@ -97,11 +85,64 @@ void mok::buildGPUToPTXPipeline(OpPassManager &pm, const std::string &chip,
   kernels.addPass(createConvertGpuOpsToNVVMOps(nvvm));
   kernels.addPass(createConvertNVVMToLLVMPass());
   kernels.addPass(createReconcileUnrealizedCastsPass());
+}
 
+/// PTX text (assembled by the driver) in a gpu.binary a kernel module.
+static void addModuleToBinary(OpPassManager &pm, const std::string &toolkit) {
   GpuModuleToBinaryPassOptions binary;
-  binary.compilationTarget = "isa"; // PTX text, assembled by the driver
-  binary.toolkitPath = toolkit;     // libdevice, for expf
+  binary.compilationTarget = "isa";
+  binary.toolkitPath = toolkit; // libdevice, for expf
   pm.addPass(createGpuModuleToBinaryPass(binary));
+}
+
+void mok::buildPTXStep(OpPassManager &pm, PTXStep step,
+                       const CompileOptions &options) {
+  switch (step) {
+  case PTXStep::Training:
+    if (options.training) {
+      moe::MoEGenerateBackwardOptions backward;
+      backward.recompute = options.recompute;
+      backward.mainGrads = options.mainGrads;
+      pm.addPass(moe::createMoEGenerateBackward(backward));
+    }
+    return;
+  case PTXStep::MK:
+    return addMoEToMK(pm, moeToMKOptions(options));
+  case PTXStep::GPU:
+    pm.addPass(createConvertMKToGPU());
+    return;
+  case PTXStep::LLVM:
+    return addGPUToNVVM(pm, options.chip);
+  case PTXStep::PTX:
+    return addModuleToBinary(pm, options.resolvedToolkit());
+  }
+}
+
+/// Adds the steps [first, last] in order.
+static void addSteps(OpPassManager &pm, mok::PTXStep first, mok::PTXStep last,
+                     const mok::CompileOptions &options) {
+  for (int s = static_cast<int>(first); s <= static_cast<int>(last); ++s)
+    mok::buildPTXStep(pm, static_cast<mok::PTXStep>(s), options);
+}
+
+void mok::buildMoEToPTXPipeline(OpPassManager &pm,
+                                const CompileOptions &options) {
+  addSteps(pm, PTXStep::Training, PTXStep::PTX, options);
+}
+
+void mok::buildMoEToMKPipeline(OpPassManager &pm,
+                               const CompileOptions &options) {
+  addSteps(pm, PTXStep::Training, PTXStep::MK, options);
+}
+
+void mok::buildMoEToGPUPipeline(OpPassManager &pm,
+                                const CompileOptions &options) {
+  addSteps(pm, PTXStep::Training, PTXStep::GPU, options);
+}
+
+void mok::buildGPUToPTXPipeline(OpPassManager &pm,
+                                const CompileOptions &options) {
+  addSteps(pm, PTXStep::LLVM, PTXStep::PTX, options);
 }
 
 namespace {
@@ -147,16 +188,20 @@ void mok::registerMoEToPTXPipeline() {
       "moe-to-ptx",
       "Lower fused forward MoE layers to one persistent GPU kernel each and "
       "emit PTX for chip=sm_90a or chip=sm_100a (in a gpu.binary)",
-      [](OpPassManager &pm, const MoEToPTXOptions &options) {
-        std::string toolkit = options.toolkit;
-        if (toolkit.empty()) {
-          const char *home = std::getenv("CUDA_HOME");
-          toolkit = home && *home ? home : "/usr/local/cuda";
-        }
-        addMoEToMK(pm, options.chip, options.tensorCores, /*profile=*/false,
-                   options.warpSpecialize, options.fuseDispatch,
-                   options.copyDispatch, options.multicast);
-        pm.addPass(createConvertMKToGPU());
-        buildGPUToPTXPipeline(pm, options.chip, toolkit);
+      [](OpPassManager &pm, const MoEToPTXOptions &textual) {
+        // Both dispatch flags may be given here: convert-moe-to-mk gets
+        // them as they are, and refuses them together.
+        ConvertMoEToMKOptions moeToMK;
+        moeToMK.chip = textual.chip;
+        moeToMK.tensorCores = textual.tensorCores;
+        moeToMK.warpSpecialize = textual.warpSpecialize;
+        moeToMK.fuseDispatch = textual.fuseDispatch;
+        moeToMK.copyDispatch = textual.copyDispatch;
+        moeToMK.multicast = textual.multicast;
+        addMoEToMK(pm, moeToMK);
+        CompileOptions options;
+        options.chip = textual.chip;
+        options.toolkit = textual.toolkit;
+        addSteps(pm, PTXStep::GPU, PTXStep::PTX, options);
       });
 }

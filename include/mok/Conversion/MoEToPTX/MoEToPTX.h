@@ -2,10 +2,9 @@
 #ifndef MOK_CONVERSION_MOETOPTX_MOETOPTX_H
 #define MOK_CONVERSION_MOETOPTX_MOETOPTX_H
 
-#include "mlir/Pass/Pass.h"
+#include "mok/Conversion/MoEToPTX/CompileOptions.h"
 
-#include <optional>
-#include <string>
+#include "mlir/Pass/Pass.h"
 
 namespace mlir {
 class OpPassManager;
@@ -13,37 +12,51 @@ class OpPassManager;
 
 namespace mok {
 
+/// The steps of moe → PTX, each ending at an IR that a GPU compile can show
+/// (mok::Module::compileGPU's stages, named by stageName):
+enum class PTXStep {
+  /// moe-generate-backward: each layer's training forward and backward
+  /// (only with options.training; its recompute and main-grads options).
+  Training,
+  /// moe-fuse-layer + convert-moe-to-mk: one persistent megakernel schedule
+  /// (mk) a layer.
+  MK,
+  /// convert-mk-to-gpu: the kernels in gpu/nvgpu, with their `mok.kernel`
+  /// descriptions.
+  GPU,
+  /// The NVVM target attached, the kernels lowered to the LLVM dialect
+  /// (NVVM): what the NVPTX backend gets.
+  LLVM,
+  /// gpu-module-to-binary: PTX text in a gpu.binary a kernel.
+  PTX,
+};
+
+/// "training", "mk", "gpu", "llvm", "ptx".
+const char *stageName(PTXStep step);
+
+/// Adds the passes of `step` to `pm`, as `options` asks (the Training step
+/// adds nothing without options.training).
+void buildPTXStep(mlir::OpPassManager &pm, PTXStep step,
+                  const CompileOptions &options);
+
 /// moe → one persistent megakernel (mk) → gpu/nvgpu → NVVM → PTX (in a
-/// gpu.binary), for `chip`
-/// ("sm_90a" or "sm_100a"). `toolkit` is the CUDA toolkit holding libdevice.
-/// `tensorCores`: TMA + tensor-core GEMM phases for eligible layers (wgmma
-/// on sm_90a, tcgen05 on sm_100a). `warpSpecialize`: sm_90a GEMMs with a TMA
-/// producer warpgroup (convert-moe-to-mk's warp-specialize). `multicast`:
-/// sm_90a clusters of 2 CTAs sharing weight boxes (convert-moe-to-mk's
+/// gpu.binary): every step in order. The options are not checked here
+/// (convert-moe-to-mk checks its own; CompileOptions::validate checks all).
+void buildMoEToPTXPipeline(mlir::OpPassManager &pm,
+                           const CompileOptions &options);
+
+/// Its parts: up to the megakernel schedule (Training, MK), up to the GPU
+/// kernels (and GPU), and from the GPU kernels to PTX (LLVM, PTX).
+void buildMoEToMKPipeline(mlir::OpPassManager &pm,
+                          const CompileOptions &options);
+void buildMoEToGPUPipeline(mlir::OpPassManager &pm,
+                           const CompileOptions &options);
+void buildGPUToPTXPipeline(mlir::OpPassManager &pm,
+                           const CompileOptions &options);
+
+/// Registers `--moe-to-ptx="chip=sm_90a"` (mok-opt's textual options: chip,
+/// toolkit, tensor-cores, warp-specialize, fuse-dispatch, copy-dispatch,
 /// multicast).
-void buildMoEToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
-                           const std::string &toolkit, bool tensorCores = true,
-                           bool warpSpecialize = false,
-                           std::optional<bool> fuseDispatch = std::nullopt,
-                           bool multicast = false);
-
-/// Its halves: fuse + convert-moe-to-mk + convert-mk-to-gpu (the kernels,
-/// with their `mok.kernel` descriptions), then NVVM lowering and PTX
-/// emission; buildMoEToMKPipeline stops at the megakernel schedule.
-void buildMoEToMKPipeline(mlir::OpPassManager &pm, const std::string &chip,
-                          bool tensorCores = true, bool profile = false,
-                          bool warpSpecialize = false,
-                          std::optional<bool> fuseDispatch = std::nullopt,
-                          bool multicast = false);
-void buildMoEToGPUPipeline(mlir::OpPassManager &pm, const std::string &chip,
-                           bool tensorCores = true, bool profile = false,
-                           bool warpSpecialize = false,
-                           std::optional<bool> fuseDispatch = std::nullopt,
-                           bool multicast = false);
-void buildGPUToPTXPipeline(mlir::OpPassManager &pm, const std::string &chip,
-                           const std::string &toolkit);
-
-/// Registers `--moe-to-ptx="chip=sm_90a"`.
 void registerMoEToPTXPipeline();
 
 } // namespace mok

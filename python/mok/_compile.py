@@ -1,0 +1,267 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""mok.compile: options in, an Artifact out. The GPU targets compile through
+the compiler extension (mok._mok) or, without it, the mok-compile binary,
+and keep their artifacts in an on-disk cache keyed on everything that
+decides the kernels."""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+from . import _extensions
+from ._artifact import STAGE_NAMES, Stages
+from ._gpu import GpuArtifact
+from ._gpu_train import GpuTrainingArtifact
+from ._layer import compile_cpu
+from ._options import CompileOptions, resolve_options
+from ._spec import LayerSpec
+from ._version import __version__
+
+# The stages a cached GPU artifact keeps on disk beside its kernels: the
+# small ones. "gpu" and "llvm" (megabytes on the benchmark shapes) are
+# compiled again the first time they are read.
+_CACHED_STAGES = ("moe", "training", "mk")
+
+
+def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_dir=None,
+            **option_kwargs):
+    """Compiles a layer for `target`; returns a mok.Artifact.
+
+    layer: a LayerSpec, or moe IR text holding `function` (one MoE layer,
+    fused or as an unfused chain).
+    target: "cpu" (the executable reference, JIT-compiled for this host),
+    "sm_90a" or "sm_100a" (one persistent GPU kernel a layer).
+    options: a mok.CompileOptions, or None for the defaults; keyword
+    arguments name its fields (training=True, profile=True, ...) and
+    replace those fields of `options` when both are given. An unknown
+    keyword is a TypeError naming it and listing the known ones;
+    fuse_dispatch=None/True/False is accepted as the older spelling of
+    dispatch="auto"/"fused"/"copy". The options are checked against the
+    target (CompileOptions.for_target: what a target refuses is a
+    ValueError naming the option).
+    cache_dir (GPU targets): the on-disk cache (default $MOK_CACHE_DIR, or
+    ~/.cache/mok), keyed on the IR, the target, `function`, every option,
+    mok's version and the compiler build.
+
+    Returns, by target and options: a CompiledLayer (target "cpu": call it,
+    or forward/backward), a GpuArtifact (a GPU target: PTX + runtime
+    metadata; .load() runs it on a CUDA device with torch) or, with
+    training (or recompute or main_grads, which imply it on a GPU target),
+    a GpuTrainingArtifact (.load() is a GpuTrainingLayer with the CPU
+    layer's forward/backward contract). Each has `target`, `options`,
+    `stages` (the IR of every step: "moe", "training", "mk", "gpu", "llvm",
+    "ptx", those the target has), `save(directory)` and `load(device=None)`.
+    """
+    options = resolve_options(options, option_kwargs).for_target(target)
+    if isinstance(layer, LayerSpec):
+        source, name = layer.to_mlir(function), "<LayerSpec>"
+    elif isinstance(layer, str):
+        source, name = layer, "<ir>"
+    else:
+        raise TypeError(f"layer: expected a mok.LayerSpec or moe IR text, got "
+                        f"{type(layer).__name__}")
+    if not isinstance(function, str) or not function:
+        raise TypeError(f"function: expected a function name, got {function!r}")
+    if target == "cpu":
+        return compile_cpu(source, name, function, options)
+    return _compile_gpu(source, name, target, function, cache_dir, options)
+
+
+def _cache_dir(cache_dir):
+    return cache_dir or os.environ.get("MOK_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "mok")
+
+
+def _toolkit(options):
+    return options.toolkit or os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+
+
+def _native_options(ext, target, options):
+    """The compiler library's CompileOptions (mok::CompileOptions) for these:
+    the same field names, the toolkit resolved."""
+    native = ext.CompileOptions()
+    native.chip = target
+    for name, value in options.as_dict().items():
+        setattr(native, name, _toolkit(options) if name == "toolkit" else value)
+    return native
+
+
+def _compile_with_extension(source, name, target, functions, options):
+    """({function: GpuArtifact}, {stage: IR}) through mok._mok."""
+    ext = _extensions.compiler()
+    module = ext.Module.parse(source, name)
+    kernels, stages = module.compile_gpu(_native_options(ext, target, options), stages=True)
+    kernels = {k.function: k for k in kernels}
+    arts = {}
+    for function in functions:
+        if function not in kernels:
+            raise ValueError(f"no fused forward layer in @{function}")
+        k = kernels[function]
+        arts[function] = GpuArtifact(k.ptx, json.loads(k.metadata))
+    return arts, dict(stages)
+
+
+def _tool_flags(options):
+    """mok-compile's flags for the options that differ from the defaults
+    (--<name> for True, --no-<name> for False, --<name> VALUE otherwise)."""
+    flags, defaults = [], CompileOptions().as_dict()
+    for name, value in options.as_dict().items():
+        if name == "toolkit" or value == defaults[name]:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            flags.append(flag)
+        elif value is False:
+            flags.append("--no-" + name.replace("_", "-"))
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def _installed_scripts_dir():
+    """The scripts folder of the Python installation that holds this package
+    (pip install puts mok-compile there, on PATH or not; an editable install's
+    package path names its folder in site-packages too), or "" when it is not
+    installed (a build tree on PYTHONPATH)."""
+    parents = {os.path.realpath(os.path.join(p, ".."))
+               for p in sys.modules[__package__].__path__}
+    for scheme in [{}, {"scheme": f"{os.name}_user"}]:
+        paths = sysconfig.get_paths(**scheme)
+        if parents & {os.path.realpath(paths["purelib"]), os.path.realpath(paths["platlib"])}:
+            return paths["scripts"]
+    return ""
+
+
+def _find_compiler():
+    here = os.path.dirname(__file__)
+    scripts = _installed_scripts_dir()
+    for c in [os.environ.get("MOK_COMPILER"),
+              os.path.join(here, "..", "..", "bin", "mok-compile"),  # the build tree
+              scripts and os.path.join(scripts, "mok-compile"),
+              shutil.which("mok-compile"), shutil.which("mok-compile-static")]:
+        if c and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def _compile_with_tool(tool, source, target, functions, options):
+    """The same through the mok-compile binary (e.g. the static one carried
+    to a GPU machine without MLIR), its stages written by --stages-dir."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "layer.mlir")
+        with open(path, "w") as f:
+            f.write(source)
+        stages_dir = os.path.join(tmp, "stages")
+        proc = subprocess.run([tool, path, "--chip", target, "--toolkit", _toolkit(options),
+                               "-o", tmp, "--stages-dir", stages_dir] + _tool_flags(options),
+                              capture_output=True, text=True)
+        if proc.returncode:
+            raise ValueError(proc.stderr.strip() or f"{tool} failed")
+        arts = {}
+        for function in functions:
+            base = os.path.join(tmp, function)
+            if not os.path.exists(base + ".ptx"):
+                raise ValueError(f"no fused forward layer in @{function}")
+            arts[function] = GpuArtifact.from_files(base)
+        stages = {}
+        for stage in STAGE_NAMES:
+            stage_path = os.path.join(stages_dir, stage + ".mlir")
+            if os.path.exists(stage_path):
+                with open(stage_path) as f:
+                    stages[stage] = f.read()
+        return arts, stages
+
+
+def _compiler_identity():
+    """The compiler a compile would use, for the cache key: the path, size
+    and modification time of the mok._mok extension, or else of the
+    mok-compile binary (so that a rebuilt compiler never gets the kernels
+    of the one before it from the cache)."""
+    try:
+        path = _extensions.compiler().__file__
+    except ImportError:
+        path = _find_compiler()
+    if not path:
+        return "no compiler"
+    st = os.stat(path)
+    return f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _cache_key(source, target, function, options):
+    """Everything that decides the kernels: the IR, the target, the
+    function, every field of the options, mok's version and the compiler
+    build."""
+    inputs = {"source": source, "target": target, "function": function,
+              "options": options.as_dict(), "version": __version__,
+              "compiler": _compiler_identity()}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _compile_fresh(source, name, target, functions, options):
+    """({function: GpuArtifact}, {stage: IR}), compiled now."""
+    try:
+        return _compile_with_extension(source, name, target, functions, options)
+    except ImportError:
+        tool = _find_compiler()
+        if tool is None:
+            raise ImportError("compiling for a GPU needs the compiler: the mok._mok "
+                              "extension (build/python) or the mok-compile binary "
+                              "(set MOK_COMPILER)") from None
+        return _compile_with_tool(tool, source, target, functions, options)
+
+
+def _ptx_stage(arts):
+    """The "ptx" stage: each kernel's PTX, after a line naming its function
+    when there are several."""
+    if len(arts) == 1:
+        return arts[0].ptx
+    return "\n".join(f"// @{a.metadata['function']}\n{a.ptx}" for a in arts)
+
+
+def _compile_gpu(source, name, target, function, cache_dir, options):
+    functions = ([f"{function}_forward", f"{function}_backward"] if options.training
+                 else [function])
+    directory = os.path.join(_cache_dir(cache_dir),
+                             _cache_key(source, target, function, options))
+    stages_dir = os.path.join(directory, "stages")
+    bases = [os.path.join(directory, f) for f in functions]
+    if all(os.path.exists(b + ".json") and os.path.exists(b + ".ptx") for b in bases):
+        arts = {f: GpuArtifact.from_files(b) for f, b in zip(functions, bases)}
+        texts = {}
+        for stage in _CACHED_STAGES:
+            path = os.path.join(stages_dir, stage + ".mlir")
+            if os.path.exists(path):
+                with open(path) as f:
+                    texts[stage] = f.read()
+    else:
+        arts, texts = _compile_fresh(source, name, target, functions, options)
+        for a in arts.values():
+            a.options = options
+            a.path = a.save(directory)
+        os.makedirs(stages_dir, exist_ok=True)
+        for stage in _CACHED_STAGES:
+            if stage in texts:
+                with open(os.path.join(stages_dir, stage + ".mlir"), "w") as f:
+                    f.write(texts[stage])
+    kernels = [arts[f] for f in functions]
+    texts["ptx"] = _ptx_stage(kernels)
+    names = [s for s in STAGE_NAMES if s != "training" or options.training]
+
+    def regenerate():
+        again, fresh = _compile_fresh(source, name, target, functions, options)
+        fresh["ptx"] = _ptx_stage([again[f] for f in functions])
+        return fresh
+
+    stages = Stages(names, texts, regenerate)
+    for a in kernels:
+        a.options = options
+        a._stages = stages
+    if not options.training:
+        return arts[function]
+    art = GpuTrainingArtifact(arts[functions[0]], arts[functions[1]], options.recompute)
+    art._stages = stages
+    return art

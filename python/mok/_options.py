@@ -1,0 +1,211 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""What a compile builds: targets and mok.CompileOptions, checked by name."""
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+GPU_TARGETS = ("sm_90a", "sm_100a")
+TARGETS = ("cpu",) + GPU_TARGETS
+DISPATCH = ("auto", "fused", "copy")
+
+# What each target does with an option set away from its default: refuses it
+# (ValueError naming the option, with the reason) or ignores it. An option
+# not listed for a target is used by it.
+_REFUSED = {
+    "cpu": {
+        "training": "the CPU target always compiles forward and backward; "
+                    "training=True is for GPU targets",
+        "main_grads": "the kernel's main_grad accumulation is for GPU targets "
+                      "(mok.torch adds into main_grad on the CPU target)",
+        "profile": "only GPU targets time their phases",
+        "warp_specialize": "only the sm_90a target has warp roles",
+        "dispatch": "only the sm_90a target fuses the dispatch",
+        "multicast": "only the sm_90a target launches clusters",
+    },
+    "sm_100a": {
+        "warp_specialize": "implemented for the sm_90a target (wgmma) only",
+        "dispatch": "the fused dispatch is implemented for the sm_90a target only",
+        "multicast": "implemented for the sm_90a target without warp_specialize only",
+    },
+}
+_IGNORED = {
+    "cpu": {
+        "tensor_cores": "the CPU target runs loops, not tensor-core GEMMs",
+        "toolkit": "the CPU target needs no CUDA toolkit",
+    },
+}
+# sm_100a refuses dispatch="fused" only: "copy" is what it does anyway.
+_DEFAULT_BY_TARGET = {("sm_100a", "dispatch"): ("auto", "copy")}
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """What mok.compile builds, besides the layer and the target. Every field
+    is checked when the object is made (TypeError for a wrong type,
+    ValueError for a wrong value or options that exclude each other, each
+    naming the field); `for_target` checks what a target refuses.
+
+    training: GPU targets: the training forward and backward kernels
+        (GpuTrainingArtifact) instead of the inference kernel. The CPU target
+        always compiles both and refuses it.
+    recompute: the forward saves no context; backward recomputes it. On a
+        GPU target it implies training.
+    main_grads: GPU targets: the backward adds the weights' gradients,
+        unrounded fp32, into main_grads the caller passes (Megatron-Core's
+        main_grad += dW). Implies training.
+    profile: GPU targets: kernels that record the global timer after each
+        phase (GpuLayer.phase_times()).
+    warp_specialize: sm_90a: GEMMs with a TMA producer warpgroup.
+    dispatch: "auto" (fused into the gate/up GEMM on sm_90a tensor-core
+        GEMMs without warp_specialize, else copied), "fused" (required:
+        the GEMM loads its A rows straight from x; sm_90a) or "copy" (the
+        dispatch copy into routed_x).
+    multicast: sm_90a tensor-core GEMMs without warp_specialize: clusters
+        of 2 CTAs sharing weight boxes by TMA multicast.
+    tensor_cores: GPU targets: tensor-core GEMMs (wgmma, tcgen05) where the
+        layer's shapes fit the tiles; False: scalar GEMMs everywhere.
+    toolkit: GPU targets: the CUDA toolkit holding libdevice (None:
+        $CUDA_HOME, else /usr/local/cuda).
+
+    The options that change the tensor-core GEMMs (warp_specialize,
+    dispatch="fused", multicast) are refused without tensor_cores and for
+    the training kernels; multicast is refused with warp_specialize. By
+    target (`for_target`, `ignored_by`): "cpu" refuses training,
+    main_grads, profile, warp_specialize, dispatch other than "auto" and
+    multicast, and ignores tensor_cores and toolkit; "sm_100a" refuses
+    warp_specialize, dispatch="fused" and multicast; "sm_90a" uses every
+    option. A layer whose shapes do not fit the tiles runs scalar GEMMs,
+    and the compiler then refuses the tensor-core options too, naming the
+    tile rule.
+    """
+    training: bool = False
+    recompute: bool = False
+    main_grads: bool = False
+    profile: bool = False
+    warp_specialize: bool = False
+    dispatch: str = "auto"
+    multicast: bool = False
+    tensor_cores: bool = True
+    toolkit: Optional[str] = None
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type is bool and not isinstance(value, bool):
+                raise TypeError(f"CompileOptions.{f.name}: expected True or False, "
+                                f"got {value!r}")
+        if not isinstance(self.dispatch, str):
+            raise TypeError(f"CompileOptions.dispatch: expected one of "
+                            f"{', '.join(map(repr, DISPATCH))}, got {self.dispatch!r}")
+        if self.dispatch not in DISPATCH:
+            raise ValueError(f"CompileOptions.dispatch: expected one of "
+                             f"{', '.join(map(repr, DISPATCH))}, got {self.dispatch!r}")
+        if self.toolkit is not None and (not isinstance(self.toolkit, str)
+                                         or not self.toolkit):
+            raise TypeError(f"CompileOptions.toolkit: expected None or a CUDA toolkit "
+                            f"directory, got {self.toolkit!r}")
+        if self.multicast and self.warp_specialize:
+            raise ValueError("CompileOptions.multicast: implemented for the sm_90a target "
+                             "without warp_specialize only")
+        gemm = self._gemm_option()
+        if gemm and not self.tensor_cores:
+            raise ValueError(f"CompileOptions.{gemm}: needs tensor-core GEMMs, and "
+                             "tensor_cores is False")
+        if gemm and self.training:
+            raise ValueError(f"CompileOptions.{gemm}: not implemented for the training "
+                             "kernels (the training forward and the backward) yet")
+
+    def _gemm_option(self):
+        """The first option set that changes the tensor-core GEMMs, or None."""
+        if self.warp_specialize:
+            return "warp_specialize"
+        if self.dispatch == "fused":
+            return "dispatch"
+        if self.multicast:
+            return "multicast"
+        return None
+
+    def _non_default(self):
+        return [f.name for f in dataclasses.fields(self)
+                if getattr(self, f.name) != f.default]
+
+    def ignored_by(self, target):
+        """The options set away from their defaults that `target` ignores
+        (by name), e.g. ("toolkit",) for the CPU target."""
+        _check_target(target)
+        return tuple(n for n in self._non_default() if n in _IGNORED.get(target, {}))
+
+    def for_target(self, target):
+        """These options as `target` compiles them: ValueError naming the
+        first option it refuses (and why); on a GPU target recompute and
+        main_grads imply training (so the result may differ from self)."""
+        _check_target(target)
+        for name in self._non_default():
+            why = _REFUSED.get(target, {}).get(name)
+            allowed = _DEFAULT_BY_TARGET.get((target, name), ())
+            if why and getattr(self, name) not in allowed:
+                raise ValueError(f"CompileOptions.{name}: {why} (target {target!r})")
+        if target in GPU_TARGETS and (self.recompute or self.main_grads) and not self.training:
+            return self.replace(training=True)
+        return self
+
+    def replace(self, **changes):
+        """A copy with `changes` (checked as the constructor checks)."""
+        unknown = [k for k in changes if k not in _FIELDS]
+        if unknown:
+            raise TypeError(_unknown_message(unknown[0]))
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self):
+        """Every field by name (the on-disk cache's key and the saved
+        artifacts record this)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, fields):
+        """The options as_dict() gave; unknown names are refused."""
+        if not isinstance(fields, dict):
+            raise TypeError(f"CompileOptions.from_dict: expected a dict, got "
+                            f"{type(fields).__name__}")
+        unknown = [k for k in fields if k not in _FIELDS]
+        if unknown:
+            raise TypeError(_unknown_message(unknown[0]))
+        return cls(**fields)
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(CompileOptions))
+# Older keyword spellings mok.compile still takes: fuse_dispatch=None/True/
+# False is dispatch="auto"/"fused"/"copy".
+_FUSE_DISPATCH = {None: "auto", True: "fused", False: "copy"}
+
+
+def _unknown_message(name):
+    return (f"unknown compile option {name!r}; expected one of {', '.join(_FIELDS)} "
+            "(or fuse_dispatch, the older spelling of dispatch)")
+
+
+def _check_target(target):
+    if target not in TARGETS:
+        raise ValueError(f"target: expected {', '.join(map(repr, TARGETS[:-1]))} or "
+                         f"{TARGETS[-1]!r}, got {target!r}")
+
+
+def resolve_options(options, keywords):
+    """mok.compile's `options=` merged with its option keywords (a keyword
+    replaces that field of `options`), checked. TypeError for an unknown
+    keyword, naming it and listing the known ones."""
+    if options is None:
+        options = CompileOptions()
+    elif not isinstance(options, CompileOptions):
+        raise TypeError(f"options: expected a mok.CompileOptions or None, got "
+                        f"{type(options).__name__}")
+    keywords = dict(keywords)
+    if "fuse_dispatch" in keywords:
+        fuse = keywords.pop("fuse_dispatch")
+        if "dispatch" in keywords:
+            raise TypeError("fuse_dispatch: give dispatch= only (fuse_dispatch is its "
+                            "older spelling)")
+        if fuse is not None and not isinstance(fuse, bool):
+            raise TypeError(f"fuse_dispatch: expected None, True or False, got {fuse!r}")
+        keywords["dispatch"] = _FUSE_DISPATCH[fuse]
+    return options.replace(**keywords) if keywords else options
