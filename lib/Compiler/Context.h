@@ -20,8 +20,6 @@
 
 namespace mok::detail {
 
-using namespace mlir;
-
 /// Passes and pipelines are registered once per process, for parsing
 /// pipeline strings.
 inline void registerOnce() {
@@ -32,14 +30,14 @@ inline void registerOnce() {
 /// Collects every diagnostic reported while it lives, as text with locations.
 class DiagnosticCollector {
 public:
-  explicit DiagnosticCollector(MLIRContext *ctx)
-      : handler(ctx, [this](Diagnostic &diag) {
+  explicit DiagnosticCollector(mlir::MLIRContext *ctx)
+      : handler(ctx, [this](mlir::Diagnostic &diag) {
           llvm::raw_string_ostream os(text);
           os << location(diag.getLocation()) << ": " << severity(diag) << diag
              << "\n";
-          for (Diagnostic &note : diag.getNotes())
+          for (mlir::Diagnostic &note : diag.getNotes())
             os << location(note.getLocation()) << ": note: " << note << "\n";
-          return success();
+          return mlir::success();
         }) {}
   std::string take(const char *fallback) {
     return text.empty() ? std::string(fallback) : std::move(text);
@@ -47,41 +45,41 @@ public:
 
 private:
   /// file:line:col, as compilers print it, when the location has one.
-  static std::string location(Location loc) {
+  static std::string location(mlir::Location loc) {
     std::string s;
     llvm::raw_string_ostream os(s);
-    if (auto flc = dyn_cast<FileLineColLoc>(loc))
+    if (auto flc = mlir::dyn_cast<mlir::FileLineColLoc>(loc))
       os << flc.getFilename().getValue() << ":" << flc.getLine() << ":"
          << flc.getColumn();
-    else if (auto fused = dyn_cast<FusedLoc>(loc);
+    else if (auto fused = mlir::dyn_cast<mlir::FusedLoc>(loc);
              fused && !fused.getLocations().empty())
       return location(fused.getLocations().front());
     else
       os << loc;
     return s;
   }
-  static const char *severity(Diagnostic &d) {
+  static const char *severity(mlir::Diagnostic &d) {
     switch (d.getSeverity()) {
-    case DiagnosticSeverity::Error:
+    case mlir::DiagnosticSeverity::Error:
       return "error: ";
-    case DiagnosticSeverity::Warning:
+    case mlir::DiagnosticSeverity::Warning:
       return "warning: ";
-    case DiagnosticSeverity::Remark:
+    case mlir::DiagnosticSeverity::Remark:
       return "remark: ";
     default:
       return "note: ";
     }
   }
   std::string text;
-  ScopedDiagnosticHandler handler;
+  mlir::ScopedDiagnosticHandler handler;
 };
 
-inline std::unique_ptr<MLIRContext> makeContext() {
-  DialectRegistry registry;
+inline std::unique_ptr<mlir::MLIRContext> makeContext() {
+  mlir::DialectRegistry registry;
   mok::registerAllDialects(registry);
-  registerBuiltinDialectTranslation(registry);
-  registerLLVMDialectTranslation(registry);
-  auto ctx = std::make_unique<MLIRContext>(registry);
+  mlir::registerBuiltinDialectTranslation(registry);
+  mlir::registerLLVMDialectTranslation(registry);
+  auto ctx = std::make_unique<mlir::MLIRContext>(registry);
   ctx->loadAllAvailableDialects();
   // Diagnostics name their op, not the whole module.
   ctx->printOpOnDiagnostic(false);
