@@ -167,13 +167,18 @@ def _compile_with_tool(tool, source, target, functions, options):
             if not os.path.exists(base + ".ptx"):
                 raise ValueError(f"no fused forward layer in @{function}")
             arts[function] = GpuArtifact.from_files(base)
-        stages = {}
-        for stage in STAGE_NAMES:
-            stage_path = os.path.join(stages_dir, stage + ".mlir")
-            if os.path.exists(stage_path):
-                with open(stage_path) as f:
-                    stages[stage] = f.read()
-        return arts, stages
+        return arts, _read_stages(stages_dir, STAGE_NAMES)
+
+
+def _read_stages(directory, names):
+    """{stage: IR} of the `names` whose <stage>.mlir is in `directory`."""
+    stages = {}
+    for stage in names:
+        path = os.path.join(directory, stage + ".mlir")
+        if os.path.exists(path):
+            with open(path) as f:
+                stages[stage] = f.read()
+    return stages
 
 
 def _compiler_identity():
@@ -231,12 +236,7 @@ def _compile_gpu(source, name, target, function, cache_dir, options):
     bases = [os.path.join(directory, f) for f in functions]
     if all(os.path.exists(b + ".json") and os.path.exists(b + ".ptx") for b in bases):
         arts = {f: GpuArtifact.from_files(b) for f, b in zip(functions, bases)}
-        texts = {}
-        for stage in _CACHED_STAGES:
-            path = os.path.join(stages_dir, stage + ".mlir")
-            if os.path.exists(path):
-                with open(path) as f:
-                    texts[stage] = f.read()
+        texts = _read_stages(stages_dir, _CACHED_STAGES)
     else:
         arts, texts = _compile_fresh(source, name, target, functions, options)
         for a in arts.values():
