@@ -95,7 +95,7 @@ struct mok_layer_s {
       for (CUdeviceptr p : workspace)
         if (p)
           d->memFree(p);
-      mok_module_destroy(module);
+      destroyModule(module);
     }
   }
 };
@@ -344,29 +344,69 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
              << "metadata: zero_before_first_launch names '" << z
              << "', which is not a workspace buffer";
   layer->views.resize(layer->params.size());
+  addHandle(HandleKind::Layer, layer.get());
   *out = layer.release();
   return ok();
 }
 
-extern "C" void mok_layer_destroy(mok_layer layer) { delete layer; }
+/// A live layer, or the error naming `layer` (NULL, destroyed, forged).
+static mok_status checkLayer(mok_layer layer) {
+  return checkHandle(HandleKind::Layer, layer);
+}
+
+extern "C" void mok_layer_destroy(mok_layer layer) {
+  if (!layer) {
+    ok();
+    return;
+  }
+  // A second destroy (or a pointer that is no layer) is refused, recorded
+  // in mok_last_error, and frees nothing.
+  if (mok_status s = checkLayer(layer)) {
+    (void)s;
+    return;
+  }
+  removeHandle(HandleKind::Layer, layer);
+  delete layer;
+  ok();
+}
+
+/// The error of an accessor given a bad index: `count` entries of `what`.
+static void badIndex(const char *what, int index, size_t count) {
+  mok_status s = Fail(MOK_ERROR_INVALID_ARGUMENT)
+                 << "index: expected 0 <= index < " << count << " (the layer's "
+                 << what << "), got " << index;
+  (void)s; // recorded; the accessor returns NULL
+}
 
 extern "C" int mok_layer_input_count(mok_layer layer) {
-  return layer ? static_cast<int>(layer->inputs.size()) : 0;
+  if (checkLayer(layer))
+    return 0;
+  return static_cast<int>(layer->inputs.size());
 }
 
 extern "C" const char *mok_layer_input_name(mok_layer layer, int index) {
-  if (!layer || index < 0 || index >= static_cast<int>(layer->inputs.size()))
+  if (checkLayer(layer))
     return nullptr;
+  if (index < 0 || index >= static_cast<int>(layer->inputs.size())) {
+    badIndex("inputs", index, layer->inputs.size());
+    return nullptr;
+  }
   return layer->params[layer->inputs[index]].name.c_str();
 }
 
 extern "C" int mok_layer_output_count(mok_layer layer) {
-  return layer ? static_cast<int>(layer->outputs.size()) : 0;
+  if (checkLayer(layer))
+    return 0;
+  return static_cast<int>(layer->outputs.size());
 }
 
 extern "C" const char *mok_layer_output_name(mok_layer layer, int index) {
-  if (!layer || index < 0 || index >= static_cast<int>(layer->outputs.size()))
+  if (checkLayer(layer))
     return nullptr;
+  if (index < 0 || index >= static_cast<int>(layer->outputs.size())) {
+    badIndex("outputs", index, layer->outputs.size());
+    return nullptr;
+  }
   return layer->params[layer->outputs[index]].name.c_str();
 }
 
@@ -550,8 +590,8 @@ static mok_status checkGroupSize(mok_layer layer) {
 extern "C" mok_status mok_layer_check(mok_layer layer,
                                       const mok_named_tensor *inputs,
                                       size_t count, const mok_tensor *out) {
-  if (!layer)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (mok_status s = checkLayer(layer))
+    return s;
   if (mok_status s = checkGroupSize(layer))
     return s;
   std::vector<void *> pointers;
@@ -566,8 +606,8 @@ extern "C" mok_status mok_layer_check(mok_layer layer,
 
 extern "C" mok_status mok_layer_load(mok_layer layer, int device,
                                      const char *ptx) {
-  if (!layer)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (mok_status s = checkLayer(layer))
+    return s;
   if (layer->module)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is already loaded";
   int sms = 0;
@@ -581,14 +621,14 @@ extern "C" mok_status mok_layer_load(mok_layer layer, int device,
   // The workspace is allocated into a local vector and the layer's fields
   // are set only once all of it is: a failed load frees what it allocated
   // and unloads the module, leaving the layer as it was (not loaded, so a
-  // later load may try again). (Not yet run on a GPU: the failure paths
-  // need a driver, so the host tests cannot reach them.)
+  // later load may try again). (The host tests fail each driver call in
+  // turn, against a stand-in driver: runtime/tests/driver_test.cpp.)
   std::vector<CUdeviceptr> workspace(layer->params.size(), 0);
   auto undo = [&] {
     for (CUdeviceptr p : workspace)
       if (p)
         d->memFree(p);
-    mok_module_destroy(module);
+    destroyModule(module); // keeps the failure's message
   };
   for (size_t i = 0; i < layer->params.size(); ++i) {
     const Param &p = layer->params[i];
@@ -671,7 +711,8 @@ static mok_status updateTensorMaps(mok_layer layer,
                      m.experts, m.rows, m.rowStride, key);
   }
   const Driver *d = layer->module->driver;
-  d->ctxSetCurrent(layer->module->context);
+  if (CUresult r = d->ctxSetCurrent(layer->module->context); r != CUDA_SUCCESS)
+    return Fail(MOK_ERROR_CUDA) << "cuCtxSetCurrent: " << d->describe(r);
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   if (CUresult r = d->streamIsCapturing(stream, &capture); r != CUDA_SUCCESS)
     return Fail(MOK_ERROR_CUDA)
@@ -737,8 +778,8 @@ extern "C" mok_status mok_layer_forward(mok_layer layer,
                                         const mok_named_tensor *inputs,
                                         size_t count, const mok_tensor *out,
                                         void *stream) {
-  if (!layer)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (mok_status s = checkLayer(layer))
+    return s;
   if (!layer->module)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "layer: not loaded (call mok_layer_load first)";
@@ -841,8 +882,8 @@ static mok_status checkViewForTMA(const mok_expert_weights &w,
 
 extern "C" mok_status mok_layer_bind_weights(mok_layer layer, const char *name,
                                              const mok_expert_weights *view) {
-  if (!layer)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (mok_status s = checkLayer(layer))
+    return s;
   if (!name)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "name: is NULL";
   int found = -1;
@@ -895,8 +936,8 @@ extern "C" mok_status mok_layer_bind_weights(mok_layer layer, const char *name,
 
 extern "C" mok_status mok_layer_set_ep_group(mok_layer layer,
                                              const mok_ep_group *group) {
-  if (!layer)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (mok_status s = checkLayer(layer))
+    return s;
   const mok_ep_group defaultGroup{1, 0, nullptr};
   const mok_ep_group &g = group ? *group : defaultGroup;
   if (mok_status s = checkEpGroup(&g))
@@ -920,8 +961,8 @@ extern "C" mok_status mok_layer_set_ep_group(mok_layer layer,
 }
 
 extern "C" mok_status mok_layer_ep_group(mok_layer layer, mok_ep_group *group) {
-  if (!layer)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (mok_status s = checkLayer(layer))
+    return s;
   if (!group)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "group: is NULL";
   *group = layer->group;
@@ -929,8 +970,8 @@ extern "C" mok_status mok_layer_ep_group(mok_layer layer, mok_ep_group *group) {
 }
 
 extern "C" mok_status mok_layer_ep_size(mok_layer layer, int32_t *size) {
-  if (!layer)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (mok_status s = checkLayer(layer))
+    return s;
   if (!size)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "size: is NULL";
   *size = layer->epSize;
@@ -987,8 +1028,8 @@ static size_t byteSize(const Param &p) {
 static mok_status lookupWorkspace(mok_layer layer, const char *name,
                                   const void *out, const char *what,
                                   int &index) {
-  if (!layer)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (mok_status s = checkLayer(layer))
+    return s;
   if (!name)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "name: is NULL";
   if (!out)
@@ -1027,7 +1068,8 @@ extern "C" mok_status mok_layer_read_workspace(mok_layer layer,
   if (!size) // nothing was allocated for an empty buffer
     return ok();
   const Driver *d = layer->module->driver;
-  d->ctxSetCurrent(layer->module->context);
+  if (CUresult r = d->ctxSetCurrent(layer->module->context); r != CUDA_SUCCESS)
+    return Fail(MOK_ERROR_CUDA) << "cuCtxSetCurrent: " << d->describe(r);
   if (CUresult r = d->memcpyDtoH(host, layer->workspace[index], size);
       r != CUDA_SUCCESS)
     return Fail(MOK_ERROR_CUDA) << "copying the workspace buffer '" << p.name

@@ -27,6 +27,27 @@ mok_status checkTensor(const mok_tensor *t, const char *name, mok_dtype dtype,
 /// communicator for size > 1), without refusing size > 1: the caller says
 /// why it cannot run one.
 mok_status checkEpGroup(const mok_ep_group *g);
+
+/// The kinds of handle the C API gives out.
+enum class HandleKind { Module, Layer };
+
+/// The registry of live handles: every mok_module and mok_layer made and
+/// not yet destroyed. Entry points look a handle up before they touch it,
+/// so a destroyed or forged one is refused by name instead of dereferenced.
+/// (An address freed by a destroy may be reused by a later create: the old
+/// handle then names the new object. The registry catches a use after
+/// destroy until that happens, not ownership mistakes in general.)
+void addHandle(HandleKind kind, const void *handle);
+/// Forgets `handle`; false if it was not live.
+bool removeHandle(HandleKind kind, const void *handle);
+/// MOK_OK for a live handle; else MOK_ERROR_INVALID_ARGUMENT naming it
+/// ("layer: is NULL", "layer: 0x... is not a live mok_layer ...").
+mok_status checkHandle(HandleKind kind, const void *handle);
+
+/// Unloads a live module and releases its context, without the handle
+/// check of mok_module_destroy and without touching mok_last_error (for
+/// cleanup after a recorded failure).
+void destroyModule(mok_module module);
 } // namespace mok::runtime
 
 #endif // MOK_RUNTIME_MODULE_H

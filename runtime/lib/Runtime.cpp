@@ -7,7 +7,9 @@
 
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 using namespace mok::runtime;
@@ -48,6 +50,64 @@ extern "C" const char *mok_status_name(mok_status status) {
     return "MOK_ERROR_OUT_OF_MEMORY";
   }
   return "MOK_ERROR_(unknown)";
+}
+
+//===----------------------------------------------------------------------===//
+// Live handles
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct Registry {
+  std::mutex mutex;
+  std::unordered_set<const void *> live[2];
+};
+
+Registry &registry() {
+  // Never destroyed: a layer may be destroyed by another library's static
+  // destructor after this one's would have run.
+  static Registry *r = new Registry;
+  return *r;
+}
+
+const char *handleName(HandleKind kind) {
+  return kind == HandleKind::Module ? "module" : "layer";
+}
+
+const char *handleType(HandleKind kind) {
+  return kind == HandleKind::Module ? "mok_module" : "mok_layer";
+}
+
+const char *handleMaker(HandleKind kind) {
+  return kind == HandleKind::Module ? "mok_module_load_ptx" : "mok_layer_create";
+}
+} // namespace
+
+void mok::runtime::addHandle(HandleKind kind, const void *handle) {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.live[static_cast<int>(kind)].insert(handle);
+}
+
+bool mok::runtime::removeHandle(HandleKind kind, const void *handle) {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.live[static_cast<int>(kind)].erase(handle) == 1;
+}
+
+mok_status mok::runtime::checkHandle(HandleKind kind, const void *handle) {
+  if (!handle)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << handleName(kind) << ": is NULL";
+  Registry &r = registry();
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    if (r.live[static_cast<int>(kind)].count(handle))
+      return MOK_OK;
+  }
+  return Fail(MOK_ERROR_INVALID_ARGUMENT)
+         << handleName(kind) << ": 0x"
+         << Hex{static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle))}
+         << " is not a live " << handleType(kind)
+         << " (destroyed already, or not made by " << handleMaker(kind) << ")";
 }
 
 //===----------------------------------------------------------------------===//
@@ -373,7 +433,8 @@ extern "C" mok_status mok_module_load_ptx(int device, const char *ptx,
   if (mok_status s = driverOrFail(d))
     return s;
   int count = 0;
-  d->deviceGetCount(&count);
+  if (CUresult r = d->deviceGetCount(&count); r != CUDA_SUCCESS)
+    return Fail(MOK_ERROR_CUDA) << "cuDeviceGetCount: " << d->describe(r);
   if (device < 0 || device >= count)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "device: expected 0 <= device < " << count << ", got " << device;
@@ -383,7 +444,10 @@ extern "C" mok_status mok_module_load_ptx(int device, const char *ptx,
     return Fail(MOK_ERROR_CUDA) << "cuDeviceGet: " << d->describe(r);
   if (CUresult r = d->primaryCtxRetain(&m->context, m->device); r != CUDA_SUCCESS)
     return Fail(MOK_ERROR_CUDA) << "cuDevicePrimaryCtxRetain: " << d->describe(r);
-  d->ctxSetCurrent(m->context);
+  if (CUresult r = d->ctxSetCurrent(m->context); r != CUDA_SUCCESS) {
+    d->primaryCtxRelease(m->device);
+    return Fail(MOK_ERROR_CUDA) << "cuCtxSetCurrent: " << d->describe(r);
+  }
   std::vector<char> log(16384, 0);
   CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER,
                             CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
@@ -391,21 +455,38 @@ extern "C" mok_status mok_module_load_ptx(int device, const char *ptx,
   if (CUresult r = d->moduleLoadDataEx(&m->module, ptx, 2, options, values);
       r != CUDA_SUCCESS) {
     d->primaryCtxRelease(m->device);
+    log.back() = 0; // whatever the driver wrote, a terminated string
     return Fail(MOK_ERROR_CUDA)
            << "loading the PTX failed: " << d->describe(r) << "; JIT log: "
            << log.data();
   }
+  addHandle(HandleKind::Module, m.get());
   *out = m.release();
   return ok();
 }
 
-extern "C" void mok_module_destroy(mok_module m) {
-  if (!m)
+void mok::runtime::destroyModule(mok_module m) {
+  if (!m || !removeHandle(HandleKind::Module, m))
     return;
+  // Errors are ignored: there is nothing left to undo, and the module's
+  // host memory goes either way.
   m->driver->ctxSetCurrent(m->context);
   m->driver->moduleUnload(m->module);
   m->driver->primaryCtxRelease(m->device);
   delete m;
+}
+
+extern "C" void mok_module_destroy(mok_module m) {
+  if (!m) {
+    ok();
+    return;
+  }
+  if (mok_status s = checkHandle(HandleKind::Module, m)) {
+    (void)s; // recorded: a second destroy, or not a module, is harmless
+    return;
+  }
+  destroyModule(m);
+  ok();
 }
 
 extern "C" mok_status mok_device_sm_count(int device, int *count) {
@@ -415,10 +496,13 @@ extern "C" mok_status mok_device_sm_count(int device, int *count) {
   if (mok_status s = driverOrFail(d))
     return s;
   CUdevice dev;
-  if (CUresult r = d->deviceGet(&dev, device); r != CUDA_SUCCESS)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT)
-           << "device: " << device << " is not a device (" << d->describe(r)
-           << ")";
+  if (CUresult r = d->deviceGet(&dev, device); r != CUDA_SUCCESS) {
+    if (r == CUDA_ERROR_INVALID_DEVICE)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "device: " << device << " is not a device (" << d->describe(r)
+             << ")";
+    return Fail(MOK_ERROR_CUDA) << "cuDeviceGet: " << d->describe(r);
+  }
   if (CUresult r = d->deviceGetAttribute(
           count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
       r != CUDA_SUCCESS)
@@ -431,11 +515,16 @@ extern "C" mok_status mok_device_sm_count(int device, int *count) {
 static mok_status kernelOf(mok_module m, const char *kernel,
                            uint32_t dynamicSmem, CUfunction &f) {
   const Driver *d = m->driver;
-  d->ctxSetCurrent(m->context);
-  if (CUresult r = d->moduleGetFunction(&f, m->module, kernel); r != CUDA_SUCCESS)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT)
-           << "kernel: no kernel named '" << kernel << "' in the module ("
-           << d->describe(r) << ")";
+  if (CUresult r = d->ctxSetCurrent(m->context); r != CUDA_SUCCESS)
+    return Fail(MOK_ERROR_CUDA) << "cuCtxSetCurrent: " << d->describe(r);
+  if (CUresult r = d->moduleGetFunction(&f, m->module, kernel); r != CUDA_SUCCESS) {
+    if (r == CUDA_ERROR_NOT_FOUND)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "kernel: no kernel named '" << kernel << "' in the module ("
+             << d->describe(r) << ")";
+    return Fail(MOK_ERROR_CUDA) << "cuModuleGetFunction for '" << kernel
+                                << "': " << d->describe(r);
+  }
   if (dynamicSmem > 48 * 1024)
     if (CUresult r = d->funcSetAttribute(
             f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamicSmem);
@@ -491,8 +580,8 @@ mok_module_launch_clusters(mok_module m, const char *kernel,
   if (flags & ~uint32_t(MOK_LAUNCH_COOPERATIVE))
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "flags: unknown bits 0x"
                                             << Hex{static_cast<uint64_t>(flags)};
-  if (!m)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "module: is NULL";
+  if (mok_status s = checkHandle(HandleKind::Module, m))
+    return s;
   const Driver *d = m->driver;
   CUfunction f;
   if (mok_status s = kernelOf(m, kernel, dynamicSmem, f))
@@ -544,8 +633,8 @@ mok_module_max_active_clusters(mok_module m, const char *kernel, uint32_t block,
   if (block < 1 || block > 1024)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "block: expected 1 to 1024 threads, got " << block;
-  if (!m)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "module: is NULL";
+  if (mok_status s = checkHandle(HandleKind::Module, m))
+    return s;
   const Driver *d = m->driver;
   CUfunction f;
   if (mok_status s = kernelOf(m, kernel, dynamicSmem, f))

@@ -1,13 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
 // The runtime's host logic — argument checks, weight-view arithmetic, the
-// expert-parallel check, and the behaviour without a CUDA driver — tested
-// on any machine. MOK_CUDA_DRIVER is pointed at a library that does not
-// exist, so the driver-missing path is tested on GPU machines too.
+// expert-parallel check, handles, and the behaviour without a CUDA driver —
+// tested on any machine. MOK_CUDA_DRIVER is pointed at a library that does
+// not exist, so the driver-missing path is tested on GPU machines too; the
+// driver's calls and their failures are tested in a child process against
+// a stand-in driver (driver_test.cpp, FakeCuda.cpp).
 //
 #include "mok/Runtime/mok_runtime.h"
 
+#include "Check.h"
 #include "TensorMaps.h" // internal: the slot address arithmetic
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -15,9 +21,9 @@
 #include <string>
 #include <vector>
 
-static int passed = 0, failed = 0;
+int passed = 0, failed = 0;
 
-static void check(bool cond, const char *what, int line) {
+void check(bool cond, const char *what, int line) {
   if (cond) {
     ++passed;
     return;
@@ -26,15 +32,6 @@ static void check(bool cond, const char *what, int line) {
   std::printf("FAILED line %d: %s (last error: %s)\n", line, what,
               mok_last_error());
 }
-#define CHECK(c) check((c), #c, __LINE__)
-// The call fails with `status` and its message contains `text`.
-#define CHECK_FAILS(call, status, text)                                        \
-  do {                                                                         \
-    mok_status s_ = (call);                                                    \
-    check(s_ == (status), #call " returns " #status, __LINE__);                \
-    check(std::strstr(mok_last_error(), (text)) != nullptr,                    \
-          #call " says \"" text "\"", __LINE__);                               \
-  } while (0)
 
 alignas(64) static unsigned char memory[1 << 16];
 
@@ -1129,8 +1126,141 @@ static void testReadWorkspace() {
   mok_layer_destroy(layer);
 }
 
+// Handles: NULL, destroyed (a second destroy) and forged ones are refused
+// by name by every entry point, never dereferenced (the registry of live
+// handles; an ASan build of this test checks the "never").
+static void testHandles() {
+  mok_layer layer = nullptr;
+  CHECK(mok_layer_create(kMetadata, &layer) == MOK_OK);
+  mok_layer destroyed = layer;
+  mok_layer_destroy(layer);
+  CHECK(std::string(mok_last_error()).empty());
+  // A second destroy is harmless, and said.
+  mok_layer_destroy(destroyed);
+  CHECK_ERROR("layer: 0x");
+  CHECK_ERROR(" is not a live mok_layer (destroyed already, or not made by "
+              "mok_layer_create)");
+  mok_layer_destroy(nullptr); // a no-op, as free(NULL)
+  CHECK(std::string(mok_last_error()).empty());
+  // Some memory that is no layer.
+  mok_layer forged = reinterpret_cast<mok_layer>(memory + 256);
+  alignas(16) static unsigned char buffer[64];
+  int64_t shape[1] = {4};
+  mok_tensor t = mok_tensor_contiguous(buffer, MOK_DTYPE_F32, 1, shape);
+  mok_named_tensor named[1] = {{"x", t}};
+  mok_ep_group group{1, 0, nullptr};
+  int32_t size = 0;
+  size_t bytes = 0;
+  mok_expert_weights view{};
+  for (mok_layer bad : {destroyed, forged}) {
+    CHECK(mok_layer_input_count(bad) == 0);
+    CHECK_ERROR("is not a live mok_layer");
+    CHECK(mok_layer_output_count(bad) == 0);
+    CHECK_ERROR("is not a live mok_layer");
+    CHECK(mok_layer_input_name(bad, 0) == nullptr);
+    CHECK_ERROR("is not a live mok_layer");
+    CHECK(mok_layer_output_name(bad, 0) == nullptr);
+    CHECK_ERROR("is not a live mok_layer");
+    CHECK_FAILS(mok_layer_check(bad, named, 1, &t), MOK_ERROR_INVALID_ARGUMENT,
+                "is not a live mok_layer");
+    CHECK_FAILS(mok_layer_load(bad, 0, ".version 8.0\n"),
+                MOK_ERROR_INVALID_ARGUMENT, "is not a live mok_layer");
+    CHECK_FAILS(mok_layer_forward(bad, named, 1, &t, nullptr),
+                MOK_ERROR_INVALID_ARGUMENT, "is not a live mok_layer");
+    CHECK_FAILS(mok_layer_bind_weights(bad, "gate_weights", &view),
+                MOK_ERROR_INVALID_ARGUMENT, "is not a live mok_layer");
+    CHECK_FAILS(mok_layer_set_ep_group(bad, &group), MOK_ERROR_INVALID_ARGUMENT,
+                "is not a live mok_layer");
+    CHECK_FAILS(mok_layer_ep_group(bad, &group), MOK_ERROR_INVALID_ARGUMENT,
+                "is not a live mok_layer");
+    CHECK_FAILS(mok_layer_ep_size(bad, &size), MOK_ERROR_INVALID_ARGUMENT,
+                "is not a live mok_layer");
+    CHECK_FAILS(mok_layer_workspace_size(bad, "w", &bytes),
+                MOK_ERROR_INVALID_ARGUMENT, "is not a live mok_layer");
+    CHECK_FAILS(mok_layer_read_workspace(bad, "w", buffer, 16),
+                MOK_ERROR_INVALID_ARGUMENT, "is not a live mok_layer");
+    mok_layer_destroy(bad);
+    CHECK_ERROR("is not a live mok_layer");
+  }
+  // The message names the handle's address.
+  char address[32];
+  std::snprintf(address, sizeof address, "layer: 0x%llx is",
+                static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(forged)));
+  CHECK_FAILS(mok_layer_ep_size(forged, &size), MOK_ERROR_INVALID_ARGUMENT, "");
+  CHECK(std::strstr(mok_last_error(), address) != nullptr);
+  // NULL is named as NULL everywhere.
+  CHECK(mok_layer_input_count(nullptr) == 0);
+  CHECK_ERROR("layer: is NULL");
+  CHECK(mok_layer_output_name(nullptr, 0) == nullptr);
+  CHECK_ERROR("layer: is NULL");
+  CHECK_FAILS(mok_layer_load(nullptr, 0, "x"), MOK_ERROR_INVALID_ARGUMENT,
+              "layer: is NULL");
+  CHECK_FAILS(mok_layer_forward(nullptr, named, 1, &t, nullptr),
+              MOK_ERROR_INVALID_ARGUMENT, "layer: is NULL");
+  // A live layer's accessors name a bad index.
+  CHECK(mok_layer_create(kMetadata, &layer) == MOK_OK);
+  CHECK(mok_layer_input_name(layer, 3) == nullptr);
+  CHECK_ERROR("index: expected 0 <= index < 3 (the layer's inputs), got 3");
+  CHECK(mok_layer_output_name(layer, -1) == nullptr);
+  CHECK_ERROR("index: expected 0 <= index < 1 (the layer's outputs), got -1");
+  mok_layer_destroy(layer);
+
+  // Modules: the same, before any driver is needed.
+  mok_module fake = reinterpret_cast<mok_module>(memory + 512);
+  uint32_t grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+  CHECK_FAILS(mok_module_launch(fake, "k", grid, block, 0, nullptr, nullptr, 0),
+              MOK_ERROR_INVALID_ARGUMENT,
+              " is not a live mok_module (destroyed already, or not made by "
+              "mok_module_load_ptx)");
+  int clusters = 0;
+  CHECK_FAILS(mok_module_max_active_clusters(fake, "k", 32, 1, 0, &clusters),
+              MOK_ERROR_INVALID_ARGUMENT, "module: 0x");
+  mok_module_destroy(fake);
+  CHECK_ERROR("is not a live mok_module");
+  mok_module_destroy(nullptr);
+  CHECK(std::string(mok_last_error()).empty());
+}
+
+/// Runs the fake-driver tests in a child process (the runtime loads its
+/// driver once a process, and this one has none); their counts are added
+/// to this process's through a pipe.
+static void runFakeDriverTests() {
+  std::fflush(stdout);
+  int fds[2];
+  if (pipe(fds) != 0) {
+    std::printf("FAILED: pipe\n");
+    ++failed;
+    return;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    passed = failed = 0;
+    setenv("MOK_CUDA_DRIVER", MOK_FAKE_CUDA, 1);
+    testWithFakeDriver(MOK_FAKE_CUDA);
+    std::fflush(stdout);
+    int counts[2] = {passed, failed};
+    ssize_t n = write(fds[1], counts, sizeof counts);
+    _exit(n == sizeof counts ? 0 : 1);
+  }
+  close(fds[1]);
+  int counts[2] = {0, 0}, status = 0;
+  ssize_t n = read(fds[0], counts, sizeof counts);
+  close(fds[0]);
+  waitpid(pid, &status, 0);
+  if (n != sizeof counts || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::printf("FAILED: the fake-driver tests did not finish (status %d)\n",
+                status);
+    ++failed;
+  }
+  passed += counts[0];
+  failed += counts[1];
+}
+
 int main() {
+  runFakeDriverTests();
   setenv("MOK_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+  testHandles();
   testTensorChecks();
   testWeightViews();
   testExpertParallelGroup();

@@ -7,6 +7,15 @@
  *
  * Every function returns a mok_status; on failure, mok_last_error() holds a
  * message for this thread naming the argument and what was expected.
+ *
+ * Handles (mok_module, mok_layer) are checked against a registry of the
+ * live ones before use: NULL, a destroyed handle or a pointer that was never
+ * one is refused with MOK_ERROR_INVALID_ARGUMENT naming it ("layer: 0x...
+ * is not a live mok_layer (destroyed already, or not made by
+ * mok_layer_create)"), never dereferenced. Destroying a handle twice is
+ * harmless: the second destroy frees nothing and says so in
+ * mok_last_error(). (The registry knows addresses: once a later create
+ * reuses a destroyed handle's address, the old handle names the new object.)
  */
 #ifndef MOK_RUNTIME_H
 #define MOK_RUNTIME_H
@@ -149,6 +158,9 @@ typedef struct mok_module_s *mok_module;
 /* Loads PTX (NUL-terminated) for `device` into its primary context, with the
  * JIT's error log in the message on failure. */
 MOK_API mok_status mok_module_load_ptx(int device, const char *ptx, mok_module *out);
+/* Unloads the module and releases its context. NULL is a no-op; both clear
+ * mok_last_error(). A destroyed (or unknown) handle is refused: nothing is
+ * freed, and mok_last_error() names it. */
 MOK_API void mok_module_destroy(mok_module module);
 
 /* The number of multiprocessors of `device` (the persistent grid size). */
@@ -208,8 +220,13 @@ typedef struct mok_named_tensor {
 
 /* Parses and checks the metadata (versions 1 to 3, docs/Runtime.md). */
 MOK_API mok_status mok_layer_create(const char *metadata_json, mok_layer *out);
+/* Frees the layer: its workspace, its module, its bound views' copies. The
+ * caller first synchronizes the streams of its forwards in flight. NULL is a
+ * no-op; both clear mok_last_error(). A destroyed (or unknown) handle is
+ * refused: nothing is freed, and mok_last_error() names it. */
 MOK_API void mok_layer_destroy(mok_layer layer);
-/* The layer's inputs in order (NULL past the last). */
+/* The layer's inputs in order (NULL past the last). A bad handle (0 or
+ * NULL) or index (NULL) is named in mok_last_error(). */
 MOK_API int mok_layer_input_count(mok_layer layer);
 MOK_API const char *mok_layer_input_name(mok_layer layer, int index);
 /* The layer's outputs in order (params of role "output"; at least one; NULL

@@ -1,0 +1,457 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// A stand-in for the CUDA driver, FOR TESTS ONLY: the runtime loads it when
+// MOK_CUDA_DRIVER names it, so that loading, launching and every driver
+// failure path run on machines without a GPU. "Device" memory is host
+// memory (filled with 0xA5 bytes when allocated, so zeroing shows); modules
+// remember the `.entry` names of their PTX; launches run nothing and are
+// counted. The mok_fake_cuda_* functions let a test see what is still
+// allocated, loaded or retained (through dlopen of the same path, or
+// ctypes), so it can check that nothing leaks.
+//
+#include <cuda.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kSMs = 132; // an H200's
+
+struct Module {
+  std::vector<std::string> kernels;
+};
+
+struct Function {
+  Module *module;
+  std::string name;
+};
+
+struct State {
+  std::mutex mutex;
+  std::map<uintptr_t, size_t> allocations; // base -> bytes
+  std::set<Module *> modules;
+  std::vector<Function *> functions; // owned, freed with nothing (tests)
+  int64_t retains = 0;     // primary-context retains minus releases
+  int64_t launches = 0;
+  int64_t badReleases = 0; // frees/unloads/releases of what is not live
+  int64_t tensorMaps = 0;
+  int capturing = 0; // what cuStreamIsCapturing answers
+  std::string lastKernel;
+  unsigned lastGrid = 0;
+};
+
+State &state() {
+  static State *s = new State; // outlives every user's static destructors
+  return *s;
+}
+
+int deviceCount() {
+  const char *n = std::getenv("MOK_FAKE_CUDA_DEVICES");
+  return n && *n ? std::atoi(n) : 1;
+}
+
+CUcontext contextOf(CUdevice d) {
+  return reinterpret_cast<CUcontext>(static_cast<uintptr_t>(0x1000 + 16 * d));
+}
+
+/// Whether [p, p + bytes) lies in one live allocation (lock held).
+bool inAllocation(State &s, uintptr_t p, size_t bytes) {
+  auto it = s.allocations.upper_bound(p);
+  if (it == s.allocations.begin())
+    return false;
+  --it;
+  return p >= it->first && p + bytes <= it->first + it->second;
+}
+
+CUresult getErrorString(CUresult r, const char **out) {
+  switch (r) {
+  case CUDA_SUCCESS:
+    *out = "no error";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_VALUE:
+    *out = "invalid argument";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_OUT_OF_MEMORY:
+    *out = "out of memory";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_DEVICE:
+    *out = "invalid device ordinal";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_PTX:
+    *out = "a PTX JIT compilation failed";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_HANDLE:
+    *out = "invalid resource handle";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_NOT_FOUND:
+    *out = "named symbol not found";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_ILLEGAL_ADDRESS:
+    *out = "an illegal memory access was encountered";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_LAUNCH_FAILED:
+    *out = "unspecified launch failure";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE:
+    *out = "too many blocks in cooperative launch";
+    return CUDA_SUCCESS;
+  default:
+    *out = nullptr;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUresult init(unsigned) { return CUDA_SUCCESS; }
+
+CUresult deviceGetCount(int *count) {
+  *count = deviceCount();
+  return CUDA_SUCCESS;
+}
+
+CUresult deviceGet(CUdevice *d, int ordinal) {
+  if (ordinal < 0 || ordinal >= deviceCount())
+    return CUDA_ERROR_INVALID_DEVICE;
+  *d = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult primaryCtxRetain(CUcontext *c, CUdevice d) {
+  if (d < 0 || d >= deviceCount())
+    return CUDA_ERROR_INVALID_DEVICE;
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  ++s.retains;
+  *c = contextOf(d);
+  return CUDA_SUCCESS;
+}
+
+CUresult primaryCtxRelease(CUdevice d) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (d < 0 || d >= deviceCount() || s.retains == 0) {
+    ++s.badReleases;
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  --s.retains;
+  return CUDA_SUCCESS;
+}
+
+CUresult ctxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
+
+CUresult moduleLoadDataEx(CUmodule *out, const void *image, unsigned n,
+                          CUjit_option *options, void **values) {
+  const char *ptx = static_cast<const char *>(image);
+  auto m = new Module;
+  for (const char *p = std::strstr(ptx, ".entry"); p;
+       p = std::strstr(p + 1, ".entry")) {
+    p += std::strlen(".entry");
+    while (*p == ' ' || *p == '\t')
+      ++p;
+    size_t len = std::strcspn(p, " \t\n(");
+    m->kernels.emplace_back(p, len);
+  }
+  if (m->kernels.empty()) {
+    delete m;
+    // What ptxas would say, in the caller's log buffer.
+    char *log = nullptr;
+    size_t size = 0;
+    for (unsigned i = 0; i < n; ++i) {
+      if (options[i] == CU_JIT_ERROR_LOG_BUFFER)
+        log = static_cast<char *>(values[i]);
+      if (options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+        size = reinterpret_cast<uintptr_t>(values[i]);
+    }
+    if (log && size)
+      std::snprintf(log, size, "fake ptxas: no .entry in the PTX");
+    return CUDA_ERROR_INVALID_PTX;
+  }
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.modules.insert(m);
+  *out = reinterpret_cast<CUmodule>(m);
+  return CUDA_SUCCESS;
+}
+
+CUresult moduleUnload(CUmodule module) {
+  auto m = reinterpret_cast<Module *>(module);
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.modules.erase(m)) {
+    ++s.badReleases;
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  delete m;
+  return CUDA_SUCCESS;
+}
+
+CUresult moduleGetFunction(CUfunction *f, CUmodule module, const char *name) {
+  auto m = reinterpret_cast<Module *>(module);
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.modules.count(m))
+    return CUDA_ERROR_INVALID_HANDLE;
+  for (const std::string &k : m->kernels)
+    if (k == name) {
+      s.functions.push_back(new Function{m, k});
+      *f = reinterpret_cast<CUfunction>(s.functions.back());
+      return CUDA_SUCCESS;
+    }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult funcSetAttribute(CUfunction, CUfunction_attribute, int) {
+  return CUDA_SUCCESS;
+}
+
+CUresult launch(CUfunction f, unsigned grid, bool cooperative) {
+  auto fn = reinterpret_cast<Function *>(f);
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!fn || !s.modules.count(fn->module))
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (cooperative && grid > kSMs)
+    return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+  ++s.launches;
+  s.lastKernel = fn->name;
+  s.lastGrid = grid;
+  return CUDA_SUCCESS;
+}
+
+CUresult launchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                      unsigned, unsigned, unsigned, unsigned, CUstream,
+                      void **, void **) {
+  return launch(f, gx * gy * gz, false);
+}
+
+CUresult launchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy,
+                                 unsigned gz, unsigned, unsigned, unsigned,
+                                 unsigned, CUstream, void **) {
+  return launch(f, gx * gy * gz, true);
+}
+
+CUresult launchKernelEx(const CUlaunchConfig *config, CUfunction f, void **,
+                        void **) {
+  bool cooperative = false;
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
+      cooperative = config->attrs[i].value.cooperative;
+  return launch(f, config->gridDimX * config->gridDimY * config->gridDimZ,
+                cooperative);
+}
+
+CUresult occupancyMaxActiveClusters(int *count, CUfunction,
+                                    const CUlaunchConfig *config) {
+  *count = kSMs / static_cast<int>(config->gridDimX);
+  return CUDA_SUCCESS;
+}
+
+CUresult deviceGetAttribute(int *value, CUdevice_attribute attribute,
+                            CUdevice) {
+  *value = attribute == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? kSMs : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult memAlloc(CUdeviceptr *p, size_t bytes) {
+  if (!bytes)
+    return CUDA_ERROR_INVALID_VALUE;
+  size_t rounded = (bytes + 255) / 256 * 256;
+  void *m = std::aligned_alloc(256, rounded);
+  if (!m)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  std::memset(m, 0xA5, rounded);
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.allocations[reinterpret_cast<uintptr_t>(m)] = bytes;
+  *p = reinterpret_cast<CUdeviceptr>(m);
+  return CUDA_SUCCESS;
+}
+
+CUresult memFree(CUdeviceptr p) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.allocations.erase(static_cast<uintptr_t>(p))) {
+    ++s.badReleases;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::free(reinterpret_cast<void *>(p));
+  return CUDA_SUCCESS;
+}
+
+CUresult memsetD8(CUdeviceptr p, unsigned char value, size_t bytes) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!inAllocation(s, p, bytes))
+    return CUDA_ERROR_INVALID_VALUE;
+  std::memset(reinterpret_cast<void *>(p), value, bytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult memcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes,
+                         CUstream) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!inAllocation(s, dst, bytes))
+    return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(reinterpret_cast<void *>(dst), src, bytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult streamIsCapturing(CUstream, CUstreamCaptureStatus *status) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  *status = s.capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                        : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+CUresult memcpyDtoH(void *dst, CUdeviceptr src, size_t bytes) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!inAllocation(s, src, bytes))
+    return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult tensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType,
+                              cuuint32_t rank, void *address,
+                              const cuuint64_t *, const cuuint64_t *,
+                              const cuuint32_t *, const cuuint32_t *,
+                              CUtensorMapInterleave, CUtensorMapSwizzle,
+                              CUtensorMapL2promotion,
+                              CUtensorMapFloatOOBfill) {
+  if (!map || !address || reinterpret_cast<uintptr_t>(address) % 16 ||
+      rank < 1 || rank > 5)
+    return CUDA_ERROR_INVALID_VALUE;
+  // The runtime builds its host maps 64-byte aligned, CUDA 13's header
+  // gives the type 128-byte alignment: written as bytes, not through it.
+  uint64_t words[CU_TENSOR_MAP_NUM_QWORDS] = {reinterpret_cast<uintptr_t>(address)};
+  std::memcpy(static_cast<void *>(map), words, sizeof words);
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  ++s.tensorMaps;
+  return CUDA_SUCCESS;
+}
+
+struct Entry {
+  const char *name;
+  void *fn;
+};
+
+// The entry points the runtime looks up, each checked against the header's
+// signature.
+#define MOK_FAKE(name, fn)                                                     \
+  Entry{#name, reinterpret_cast<void *>(                                       \
+                   static_cast<decltype(&::name)>(&fn))}
+const Entry entries[] = {
+    MOK_FAKE(cuGetErrorString, getErrorString),
+    MOK_FAKE(cuInit, init),
+    MOK_FAKE(cuDeviceGetCount, deviceGetCount),
+    MOK_FAKE(cuDeviceGet, deviceGet),
+    MOK_FAKE(cuDevicePrimaryCtxRetain, primaryCtxRetain),
+    MOK_FAKE(cuDevicePrimaryCtxRelease, primaryCtxRelease),
+    MOK_FAKE(cuCtxSetCurrent, ctxSetCurrent),
+    MOK_FAKE(cuModuleLoadDataEx, moduleLoadDataEx),
+    MOK_FAKE(cuModuleUnload, moduleUnload),
+    MOK_FAKE(cuModuleGetFunction, moduleGetFunction),
+    MOK_FAKE(cuFuncSetAttribute, funcSetAttribute),
+    MOK_FAKE(cuLaunchKernel, launchKernel),
+    MOK_FAKE(cuLaunchCooperativeKernel, launchCooperativeKernel),
+    MOK_FAKE(cuLaunchKernelEx, launchKernelEx),
+    MOK_FAKE(cuOccupancyMaxActiveClusters, occupancyMaxActiveClusters),
+    MOK_FAKE(cuDeviceGetAttribute, deviceGetAttribute),
+    MOK_FAKE(cuMemAlloc, memAlloc),
+    MOK_FAKE(cuMemFree, memFree),
+    MOK_FAKE(cuMemsetD8, memsetD8),
+    MOK_FAKE(cuMemcpyHtoDAsync, memcpyHtoDAsync),
+    MOK_FAKE(cuStreamIsCapturing, streamIsCapturing),
+    MOK_FAKE(cuMemcpyDtoH, memcpyDtoH),
+    MOK_FAKE(cuTensorMapEncodeTiled, tensorMapEncodeTiled),
+};
+#undef MOK_FAKE
+
+} // namespace
+
+#define MOK_FAKE_API extern "C" __attribute__((visibility("default")))
+
+// The one symbol the runtime looks up: every entry point by its name (the
+// runtime asks for the unversioned names; CUDA_VERSION picks the version).
+MOK_FAKE_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int,
+                                          cuuint64_t,
+                                          CUdriverProcAddressQueryResult *status) {
+  for (const Entry &e : entries)
+    if (std::strcmp(e.name, symbol) == 0) {
+      *pfn = e.fn;
+      if (status)
+        *status = CU_GET_PROC_ADDRESS_SUCCESS;
+      return CUDA_SUCCESS;
+    }
+  *pfn = nullptr;
+  if (status)
+    *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+/* What a test reads back. */
+MOK_FAKE_API int64_t mok_fake_cuda_live_allocations() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return static_cast<int64_t>(state().allocations.size());
+}
+
+MOK_FAKE_API int64_t mok_fake_cuda_live_bytes() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  int64_t bytes = 0;
+  for (const auto &a : state().allocations)
+    bytes += static_cast<int64_t>(a.second);
+  return bytes;
+}
+
+MOK_FAKE_API int64_t mok_fake_cuda_live_modules() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return static_cast<int64_t>(state().modules.size());
+}
+
+/// Primary-context retains not yet released.
+MOK_FAKE_API int64_t mok_fake_cuda_context_retains() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().retains;
+}
+
+/// Frees, unloads and releases of what was not live (double frees).
+MOK_FAKE_API int64_t mok_fake_cuda_bad_releases() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().badReleases;
+}
+
+MOK_FAKE_API int64_t mok_fake_cuda_launches() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().launches;
+}
+
+MOK_FAKE_API int64_t mok_fake_cuda_tensor_maps() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().tensorMaps;
+}
+
+/// The kernel name and grid size of the last launch.
+MOK_FAKE_API const char *mok_fake_cuda_last_kernel(unsigned *grid) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  if (grid)
+    *grid = state().lastGrid;
+  return state().lastKernel.c_str();
+}
+
+/// Makes cuStreamIsCapturing say that every stream is (1) or is not (0)
+/// being captured into a CUDA graph.
+MOK_FAKE_API void mok_fake_cuda_set_capturing(int capturing) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().capturing = capturing;
+}

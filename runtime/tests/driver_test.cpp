@@ -1,0 +1,461 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+//
+// The runtime's driver calls against a stand-in driver (FakeCuda.cpp): modules,
+// launches, layers loaded, run and destroyed, and every driver failure
+// injected (Testing.h) — each one's message, and that nothing it allocated,
+// loaded or retained outlives it (the stand-in counts). Runs in a process of
+// its own, started by host_test.cpp's main.
+//
+#include "mok/Runtime/mok_runtime.h"
+
+#include "Check.h"
+#include "Testing.h" // internal: injected driver failures
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace {
+
+/// The stand-in's counters (the same library the runtime loaded).
+struct Fake {
+  int64_t (*liveAllocations)();
+  int64_t (*liveModules)();
+  int64_t (*contextRetains)();
+  int64_t (*badReleases)();
+  int64_t (*launches)();
+  int64_t (*tensorMaps)();
+  const char *(*lastKernel)(unsigned *);
+  void (*setCapturing)(int);
+
+  /// Nothing allocated, loaded or retained; nothing released twice.
+  bool clean() const {
+    return liveAllocations() == 0 && liveModules() == 0 &&
+           contextRetains() == 0 && badReleases() == 0;
+  }
+};
+
+Fake fake;
+
+bool bindFake(const char *path) {
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    return false;
+  bool ok = true;
+  auto get = [&](auto &fn, const char *name) {
+    void *p = dlsym(lib, name);
+    ok = ok && p;
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+  };
+  get(fake.liveAllocations, "mok_fake_cuda_live_allocations");
+  get(fake.liveModules, "mok_fake_cuda_live_modules");
+  get(fake.contextRetains, "mok_fake_cuda_context_retains");
+  get(fake.badReleases, "mok_fake_cuda_bad_releases");
+  get(fake.launches, "mok_fake_cuda_launches");
+  get(fake.tensorMaps, "mok_fake_cuda_tensor_maps");
+  get(fake.lastKernel, "mok_fake_cuda_last_kernel");
+  get(fake.setCapturing, "mok_fake_cuda_set_capturing");
+  return ok;
+}
+
+/// Fails the next call(s) of `function` with `result`.
+void inject(const char *function, CUresult result, int64_t skip = 0,
+            int64_t times = 1) {
+  mok_status s = mok_testing_fail_driver_call(function, result, skip, times);
+  check(s == MOK_OK, function, __LINE__);
+}
+
+const char *kPtx = ".version 8.1\n.target sm_90a\n.address_size 64\n"
+                   ".visible .entry moe_layer_forward(\n  .param .u64 p0\n)\n"
+                   "{\n  ret;\n}\n";
+
+// A cooperative kernel with large dynamic shared memory, two workspace
+// buffers (one zeroed at load) and tensor maps over the input and output.
+const char *kLayer = R"({
+  "mok_metadata_version": 3, "kernel": "moe_layer_forward", "block": 256,
+  "cooperative": true, "dynamic_shared_memory": 65536,
+  "zero_before_first_launch": ["grid_barrier"],
+  "params": [
+    {"name": "x", "role": "input", "dtype": "bf16", "shape": [4, 64]},
+    {"name": "out", "role": "output", "dtype": "bf16", "shape": [4, 64]},
+    {"name": "grid_barrier", "role": "workspace", "dtype": "i32", "shape": [2]},
+    {"name": "scratch", "role": "workspace", "dtype": "f32", "shape": [8]},
+    {"name": "tensor_maps", "role": "tensor_maps", "dtype": "i64", "shape": [32]}],
+  "tensor_maps": [
+    {"buffer": "x", "rows": 4, "cols": 64, "row_stride": 64, "box_rows": 4, "box_cols": 64},
+    {"buffer": "out", "rows": 4, "cols": 64, "row_stride": 64, "box_rows": 4, "box_cols": 64}]
+})";
+
+std::string withCluster(int cluster) {
+  std::string s = kLayer;
+  s.insert(s.find("\"block\""), "\"cluster\": " + std::to_string(cluster) + ", ");
+  return s;
+}
+
+alignas(64) unsigned char xs[2][4 * 64 * 2], outs[2][4 * 64 * 2];
+
+struct Args {
+  mok_named_tensor in[1];
+  mok_tensor out;
+};
+
+Args args(int buffers = 0) {
+  int64_t shape[2] = {4, 64};
+  Args a;
+  a.in[0] = {"x", mok_tensor_contiguous(xs[buffers], MOK_DTYPE_BF16, 2, shape)};
+  a.out = mok_tensor_contiguous(outs[buffers], MOK_DTYPE_BF16, 2, shape);
+  return a;
+}
+
+void testProbeAndModules() {
+  int available = 0, count = 0;
+  CHECK(mok_driver_probe(&available, &count) == MOK_OK);
+  CHECK(available == 1 && count == 1);
+  int sms = 0;
+  CHECK(mok_device_sm_count(0, &sms) == MOK_OK && sms == 132);
+  CHECK_FAILS(mok_device_sm_count(1, &sms), MOK_ERROR_INVALID_ARGUMENT,
+              "device: 1 is not a device (invalid device ordinal");
+  inject("cuDeviceGetAttribute", CUDA_ERROR_LAUNCH_FAILED);
+  CHECK_FAILS(mok_device_sm_count(0, &sms), MOK_ERROR_CUDA,
+              "cuDeviceGetAttribute: unspecified launch failure (CUresult 719)");
+  // A driver error that is not a bad ordinal is the driver's, not the
+  // argument's.
+  inject("cuDeviceGet", CUDA_ERROR_LAUNCH_FAILED);
+  CHECK_FAILS(mok_device_sm_count(0, &sms), MOK_ERROR_CUDA,
+              "cuDeviceGet: unspecified launch failure");
+
+  mok_module m = nullptr;
+  CHECK_FAILS(mok_module_load_ptx(1, kPtx, &m), MOK_ERROR_INVALID_ARGUMENT,
+              "device: expected 0 <= device < 1, got 1");
+  CHECK_FAILS(mok_module_load_ptx(0, "not ptx", &m), MOK_ERROR_CUDA,
+              "loading the PTX failed: a PTX JIT compilation failed (CUresult "
+              "218); JIT log: fake ptxas: no .entry in the PTX");
+  CHECK(m == nullptr && fake.clean());
+  // Each driver call of a load failing: nothing retained or loaded after.
+  struct {
+    const char *function;
+    const char *message;
+  } failures[] = {
+      {"cuDeviceGetCount", "cuDeviceGetCount: out of memory"},
+      {"cuDeviceGet", "cuDeviceGet: out of memory"},
+      {"cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain: out of memory"},
+      {"cuCtxSetCurrent", "cuCtxSetCurrent: out of memory"},
+      {"cuModuleLoadDataEx", "loading the PTX failed: out of memory (CUresult 2)"},
+  };
+  for (auto &f : failures) {
+    inject(f.function, CUDA_ERROR_OUT_OF_MEMORY);
+    mok_status s = mok_module_load_ptx(0, kPtx, &m);
+    check(s == MOK_ERROR_CUDA, f.function, __LINE__);
+    check(std::strstr(mok_last_error(), f.message) != nullptr, f.message,
+          __LINE__);
+    check(m == nullptr && fake.clean(), f.function, __LINE__);
+  }
+
+  CHECK(mok_module_load_ptx(0, kPtx, &m) == MOK_OK && m);
+  CHECK(fake.liveModules() == 1 && fake.contextRetains() == 1);
+  uint32_t grid[3] = {132, 1, 1}, block[3] = {256, 1, 1};
+  int64_t launches = fake.launches();
+  CHECK(mok_module_launch(m, "moe_layer_forward", grid, block, 65536, nullptr,
+                          nullptr, MOK_LAUNCH_COOPERATIVE) == MOK_OK);
+  CHECK(fake.launches() == launches + 1);
+  CHECK_FAILS(mok_module_launch(m, "other", grid, block, 0, nullptr, nullptr, 0),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "kernel: no kernel named 'other' in the module (named symbol not "
+              "found");
+  uint32_t tooMany[3] = {133, 1, 1};
+  CHECK_FAILS(mok_module_launch(m, "moe_layer_forward", tooMany, block, 0,
+                                nullptr, nullptr, MOK_LAUNCH_COOPERATIVE),
+              MOK_ERROR_CUDA,
+              "launching 'moe_layer_forward' failed: too many blocks in "
+              "cooperative launch (CUresult 720) (a cooperative grid must fit "
+              "on the device at once)");
+  struct {
+    const char *function;
+    uint32_t cluster;
+    const char *message;
+  } launchFailures[] = {
+      {"cuCtxSetCurrent", 1, "cuCtxSetCurrent: invalid resource handle"},
+      {"cuModuleGetFunction", 1,
+       "cuModuleGetFunction for 'moe_layer_forward': invalid resource handle"},
+      {"cuFuncSetAttribute", 1,
+       "dynamic_smem: 65536 bytes refused by the device: invalid resource"},
+      {"cuLaunchCooperativeKernel", 1,
+       "launching 'moe_layer_forward' failed: invalid resource handle"},
+      {"cuLaunchKernelEx", 2,
+       "launching 'moe_layer_forward' failed: invalid resource handle"},
+  };
+  for (auto &f : launchFailures) {
+    inject(f.function, CUDA_ERROR_INVALID_HANDLE);
+    launches = fake.launches();
+    mok_status s = mok_module_launch_clusters(
+        m, "moe_layer_forward", grid, block, f.cluster, 65536, nullptr,
+        nullptr, MOK_LAUNCH_COOPERATIVE);
+    check(s != MOK_OK, f.function, __LINE__);
+    check(std::strstr(mok_last_error(), f.message) != nullptr, f.message,
+          __LINE__);
+    check(fake.launches() == launches, f.function, __LINE__);
+  }
+  int clusters = 0;
+  CHECK(mok_module_max_active_clusters(m, "moe_layer_forward", 256, 2, 0,
+                                       &clusters) == MOK_OK &&
+        clusters == 66);
+  inject("cuOccupancyMaxActiveClusters", CUDA_ERROR_INVALID_VALUE);
+  CHECK_FAILS(mok_module_max_active_clusters(m, "moe_layer_forward", 256, 2, 0,
+                                             &clusters),
+              MOK_ERROR_CUDA,
+              "cuOccupancyMaxActiveClusters for 'moe_layer_forward': invalid "
+              "argument (CUresult 1)");
+
+  // Destroy once; a second destroy is refused, and the driver is not
+  // called again (nothing is released twice).
+  int64_t unloads = mok_testing_driver_calls("cuModuleUnload");
+  mok_module_destroy(m);
+  CHECK(std::string(mok_last_error()).empty());
+  CHECK(fake.clean());
+  mok_module_destroy(m);
+  CHECK_ERROR("is not a live mok_module");
+  CHECK(mok_testing_driver_calls("cuModuleUnload") == unloads + 1);
+  CHECK(fake.clean());
+  CHECK_FAILS(mok_module_launch(m, "moe_layer_forward", grid, block, 0, nullptr,
+                                nullptr, 0),
+              MOK_ERROR_INVALID_ARGUMENT, "is not a live mok_module");
+
+  alignas(64) static unsigned char descriptor[128], data[64 * 128];
+  CHECK(mok_tma_descriptor_2d(descriptor, data, 64, 64, 64, 64, 64) == MOK_OK);
+  inject("cuTensorMapEncodeTiled", CUDA_ERROR_INVALID_VALUE);
+  CHECK_FAILS(mok_tma_descriptor_2d(descriptor, data, 64, 64, 64, 64, 64),
+              MOK_ERROR_CUDA, "cuTensorMapEncodeTiled: invalid argument");
+}
+
+void testInjection() {
+  CHECK_FAILS(mok_testing_fail_driver_call("cuMalloc", 2, 0, 1),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "function: unknown driver entry point 'cuMalloc'; expected one "
+              "of cuGetErrorString, cuInit");
+  CHECK_FAILS(mok_testing_fail_driver_call("cuMemAlloc", 2, 0, 0),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "expected skip >= 0 and times >= 1 or -1, got skip 0, times 0");
+  CHECK(mok_testing_driver_calls("cuMalloc") == -1);
+  // skip, then times: the third and fourth probes fail, the fifth passes.
+  inject("cuDeviceGetCount", CUDA_ERROR_LAUNCH_FAILED, 2, 2);
+  int available = 0, count = 0, seen[5];
+  for (int &a : seen) {
+    mok_driver_probe(&available, &count);
+    a = available;
+  }
+  CHECK(seen[0] && seen[1] && !seen[2] && !seen[3] && seen[4]);
+  // -1: until cleared.
+  inject("cuDeviceGetCount", CUDA_ERROR_LAUNCH_FAILED, 0, -1);
+  for (int i = 0; i < 3; ++i)
+    CHECK(mok_driver_probe(&available, &count) == MOK_OK && !available);
+  CHECK_ERROR("cuDeviceGetCount failed: unspecified launch failure");
+  CHECK(mok_testing_fail_driver_call(nullptr, 0, 0, 1) == MOK_OK);
+  CHECK(mok_driver_probe(&available, &count) == MOK_OK && available);
+}
+
+void testLayerLoad() {
+  mok_layer layer = nullptr;
+  CHECK(mok_layer_create(kLayer, &layer) == MOK_OK);
+  Args a = args();
+  CHECK_FAILS(mok_layer_forward(layer, a.in, 1, &a.out, nullptr),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "layer: not loaded (call mok_layer_load first)");
+  alignas(16) unsigned char host[64];
+  CHECK_FAILS(mok_layer_read_workspace(layer, "scratch", host, 32),
+              MOK_ERROR_INVALID_ARGUMENT, "layer: not loaded");
+
+  // Each failure of a load leaves nothing behind, and the layer not loaded
+  // (a later load works).
+  struct {
+    const char *function;
+    int64_t skip;
+    CUresult result;
+    mok_status status;
+    const char *message;
+  } failures[] = {
+      {"cuDeviceGetAttribute", 0, CUDA_ERROR_INVALID_VALUE, MOK_ERROR_CUDA,
+       "cuDeviceGetAttribute: invalid argument"},
+      {"cuModuleLoadDataEx", 0, CUDA_ERROR_INVALID_PTX, MOK_ERROR_CUDA,
+       "loading the PTX failed: a PTX JIT compilation failed"},
+      {"cuMemAlloc", 0, CUDA_ERROR_OUT_OF_MEMORY, MOK_ERROR_OUT_OF_MEMORY,
+       "allocating the workspace buffer 'grid_barrier' (8 bytes): out of "
+       "memory (CUresult 2)"},
+      {"cuMemAlloc", 1, CUDA_ERROR_OUT_OF_MEMORY, MOK_ERROR_OUT_OF_MEMORY,
+       "allocating the workspace buffer 'scratch' (32 bytes): out of memory"},
+      {"cuMemAlloc", 2, CUDA_ERROR_ILLEGAL_ADDRESS, MOK_ERROR_CUDA,
+       "allocating the workspace buffer 'tensor_maps' (256 bytes): an "
+       "illegal memory access was encountered (CUresult 700)"},
+      {"cuMemsetD8", 0, CUDA_ERROR_ILLEGAL_ADDRESS, MOK_ERROR_CUDA,
+       "zeroing 'grid_barrier': an illegal memory access"},
+  };
+  for (auto &f : failures) {
+    inject(f.function, f.result, f.skip);
+    mok_status s = mok_layer_load(layer, 0, kPtx);
+    check(s == f.status, f.function, __LINE__);
+    check(std::strstr(mok_last_error(), f.message) != nullptr, f.message,
+          __LINE__);
+    check(fake.clean(), f.function, __LINE__);
+    s = mok_layer_read_workspace(layer, "scratch", host, 32);
+    check(s == MOK_ERROR_INVALID_ARGUMENT &&
+              std::strstr(mok_last_error(), "not loaded"),
+          f.function, __LINE__);
+  }
+  CHECK_FAILS(mok_layer_load(layer, 0, "no kernel here"), MOK_ERROR_CUDA,
+              "JIT log: fake ptxas: no .entry in the PTX");
+  CHECK(fake.clean());
+
+  CHECK(mok_layer_load(layer, 0, kPtx) == MOK_OK);
+  CHECK(fake.liveAllocations() == 3 && fake.liveModules() == 1 &&
+        fake.contextRetains() == 1);
+  CHECK_FAILS(mok_layer_load(layer, 0, kPtx), MOK_ERROR_INVALID_ARGUMENT,
+              "layer: is already loaded");
+  CHECK(fake.liveAllocations() == 3 && fake.liveModules() == 1);
+  // The zeroed buffer reads zeros; the other the stand-in's fill.
+  alignas(16) int32_t barrier[2] = {7, 7};
+  CHECK(mok_layer_read_workspace(layer, "grid_barrier", barrier, 8) == MOK_OK);
+  CHECK(barrier[0] == 0 && barrier[1] == 0);
+  CHECK(mok_layer_read_workspace(layer, "scratch", host, 32) == MOK_OK);
+  CHECK(host[0] == 0xA5 && host[31] == 0xA5);
+  inject("cuMemcpyDtoH", CUDA_ERROR_ILLEGAL_ADDRESS);
+  CHECK_FAILS(mok_layer_read_workspace(layer, "scratch", host, 32),
+              MOK_ERROR_CUDA,
+              "copying the workspace buffer 'scratch' to the host: an illegal "
+              "memory access");
+  mok_layer_destroy(layer);
+  CHECK(std::string(mok_last_error()).empty());
+  CHECK(fake.clean());
+  // A second destroy of a loaded layer frees nothing twice.
+  mok_layer_destroy(layer);
+  CHECK_ERROR("is not a live mok_layer");
+  CHECK(fake.clean());
+}
+
+void testLayerForward() {
+  mok_layer layer = nullptr;
+  CHECK(mok_layer_create(kLayer, &layer) == MOK_OK);
+  CHECK(mok_layer_load(layer, 0, kPtx) == MOK_OK);
+  Args a = args(), b = args(1);
+  auto uploads = [] { return mok_testing_driver_calls("cuMemcpyHtoDAsync"); };
+  int64_t launches = fake.launches(), maps = fake.tensorMaps(), up = uploads();
+  CHECK(mok_layer_forward(layer, a.in, 1, &a.out, nullptr) == MOK_OK);
+  unsigned grid = 0;
+  CHECK(std::string(fake.lastKernel(&grid)) == "moe_layer_forward" && grid == 132);
+  CHECK(fake.launches() == launches + 1 && fake.tensorMaps() == maps + 2 &&
+        uploads() == up + 1);
+  // The same buffers: nothing rebuilt or uploaded.
+  CHECK(mok_layer_forward(layer, a.in, 1, &a.out, nullptr) == MOK_OK);
+  CHECK(fake.tensorMaps() == maps + 2 && uploads() == up + 1);
+
+  // Failures of a forward, each named. Each uses other buffers than the
+  // forward before it, so that the maps are to be rebuilt; a failure leaves
+  // them to be rebuilt by the next forward, but for a failed launch, whose
+  // maps were built and uploaded.
+  struct {
+    const char *function;
+    const char *message;
+    bool rebuilds; // the next forward, with the same buffers, builds maps
+  } failures[] = {
+      {"cuStreamIsCapturing",
+       "stream: cuStreamIsCapturing failed: invalid resource handle", true},
+      {"cuCtxSetCurrent", "cuCtxSetCurrent: invalid resource handle", true},
+      {"cuTensorMapEncodeTiled",
+       "tensor map 0 of 'x': cuTensorMapEncodeTiled: invalid resource handle",
+       true},
+      {"cuMemcpyHtoDAsync",
+       "copying the tensor maps to the device: invalid resource handle", true},
+      {"cuLaunchCooperativeKernel",
+       "launching 'moe_layer_forward' failed: invalid resource handle", false},
+  };
+  for (auto &f : failures) {
+    Args &now = (&f - failures) % 2 ? a : b;
+    inject(f.function, CUDA_ERROR_INVALID_HANDLE);
+    launches = fake.launches();
+    mok_status s = mok_layer_forward(layer, now.in, 1, &now.out, nullptr);
+    check(s == MOK_ERROR_CUDA, f.function, __LINE__);
+    check(std::strstr(mok_last_error(), f.message) != nullptr, f.message,
+          __LINE__);
+    check(fake.launches() == launches, f.function, __LINE__);
+    maps = fake.tensorMaps();
+    up = uploads();
+    check(mok_layer_forward(layer, now.in, 1, &now.out, nullptr) == MOK_OK,
+          f.function, __LINE__);
+    check(fake.launches() == launches + 1, f.function, __LINE__);
+    check((fake.tensorMaps() == maps + 2) == f.rebuilds &&
+              (uploads() == up + 1) == f.rebuilds,
+          f.function, __LINE__);
+  }
+
+  // Captured into a CUDA graph: each capture builds its own maps, and every
+  // later forward uploads again.
+  fake.setCapturing(1);
+  maps = fake.tensorMaps();
+  CHECK(mok_layer_forward(layer, a.in, 1, &a.out, nullptr) == MOK_OK);
+  CHECK(fake.tensorMaps() == maps + 2);
+  fake.setCapturing(0);
+  up = uploads();
+  CHECK(mok_layer_forward(layer, a.in, 1, &a.out, nullptr) == MOK_OK);
+  CHECK(mok_layer_forward(layer, a.in, 1, &a.out, nullptr) == MOK_OK);
+  CHECK(uploads() == up + 2);
+  mok_layer_destroy(layer);
+  CHECK(fake.clean());
+}
+
+void testClusterLayer() {
+  mok_layer layer = nullptr;
+  std::string json = withCluster(2);
+  CHECK(mok_layer_create(json.c_str(), &layer) == MOK_OK);
+  inject("cuOccupancyMaxActiveClusters", CUDA_ERROR_INVALID_VALUE);
+  CHECK_FAILS(mok_layer_load(layer, 0, kPtx), MOK_ERROR_CUDA,
+              "cuOccupancyMaxActiveClusters for 'moe_layer_forward'");
+  CHECK(fake.clean());
+  CHECK(mok_layer_load(layer, 0, kPtx) == MOK_OK);
+  Args a = args();
+  CHECK(mok_layer_forward(layer, a.in, 1, &a.out, nullptr) == MOK_OK);
+  unsigned grid = 0;
+  fake.lastKernel(&grid);
+  CHECK(grid == 132); // 66 clusters of 2
+  inject("cuLaunchKernelEx", CUDA_ERROR_LAUNCH_FAILED);
+  CHECK_FAILS(mok_layer_forward(layer, a.in, 1, &a.out, nullptr), MOK_ERROR_CUDA,
+              "launching 'moe_layer_forward' failed: unspecified launch failure");
+  mok_layer_destroy(layer);
+  CHECK(fake.clean());
+}
+
+/// Load, forward and destroy many times: the stand-in's counts come back
+/// to zero, and the runtime's own host memory does not grow per cycle (the
+/// GPU test of the same loop measures device memory and RSS).
+void testLoadUnloadLoop() {
+  Args a = args();
+  for (int i = 0; i < 1000; ++i) {
+    mok_layer layer = nullptr;
+    if (mok_layer_create(kLayer, &layer) != MOK_OK ||
+        mok_layer_load(layer, 0, kPtx) != MOK_OK ||
+        mok_layer_forward(layer, a.in, 1, &a.out, nullptr) != MOK_OK) {
+      check(false, "a load/forward/destroy cycle", __LINE__);
+      mok_layer_destroy(layer);
+      break;
+    }
+    mok_layer_destroy(layer);
+  }
+  CHECK(fake.clean());
+}
+
+} // namespace
+
+void testWithFakeDriver(const char *path) {
+  if (!bindFake(path)) {
+    check(false, "the stand-in driver loads (MOK_FAKE_CUDA)", __LINE__);
+    return;
+  }
+  testInjection();
+  testProbeAndModules();
+  testLayerLoad();
+  testLayerForward();
+  testClusterLayer();
+  testLoadUnloadLoop();
+  mok_testing_fail_driver_call(nullptr, 0, 0, 1);
+}
