@@ -22,9 +22,14 @@ struct Value {
   std::vector<Value> array;
   std::map<std::string, Value> object;
 
+  /// An integer that a double holds exactly: |number| <= 2^53 (larger ones
+  /// are not told apart from their neighbours, and converting one past
+  /// int64's range would be undefined).
   bool isInteger() const {
-    return kind == Number && number == static_cast<double>(static_cast<int64_t>(number));
+    return kind == Number && number >= -kMaxExact && number <= kMaxExact &&
+           number == static_cast<double>(static_cast<int64_t>(number));
   }
+  static constexpr double kMaxExact = 9007199254740992.0; // 2^53
   /// The member `key` of an object, or null.
   const Value *get(const std::string &key) const {
     auto it = object.find(key);

@@ -28,7 +28,12 @@ struct Param {
   // reads the buffer through tensor maps only — what lets a weight view
   // (not one dense tensor) stand in for it.
   bool tensorMapsOnly = false;
+  /// At most 2^62 / the element size: mok_layer_create refuses larger
+  /// buffers (and a buffer with an empty dimension holds nothing).
   int64_t elements() const {
+    for (int64_t d : shape)
+      if (d == 0)
+        return 0;
     int64_t n = 1;
     for (int64_t d : shape)
       n *= d;
@@ -118,6 +123,29 @@ static bool dtypeOf(const std::string &s, mok_dtype &out) {
   return true;
 }
 
+/// Whether a buffer of `shape` and `elementSize`-byte elements holds at
+/// most 2^62 bytes (the product computed without overflowing).
+static bool fitsInBytes(const std::vector<int64_t> &shape, size_t elementSize) {
+  const uint64_t limit = uint64_t(1) << 62;
+  for (int64_t d : shape)
+    if (d == 0)
+      return true;
+  uint64_t bytes = elementSize;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) ||
+        bytes > limit)
+      return false;
+  }
+  return bytes <= limit;
+}
+
+static std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 static bool readByTMA(mok_layer layer, const std::string &name) {
   for (const TensorMapSpec &m : layer->maps)
     if (m.buffer == name)
@@ -140,19 +168,25 @@ struct Reader {
     }
     return v;
   }
+  /// The integer member `key` in [min, max] (max: what a double holds
+  /// exactly, 2^53, unless said; a value past it would be truncated where
+  /// it is stored, e.g. a uint32_t block).
   int64_t integer(const json::Value &o, const std::string &key,
-                  const std::string &where, int64_t min = 0) {
+                  const std::string &where, int64_t min = 0,
+                  int64_t max = kMaxInteger) {
     const json::Value *v = member(o, key, json::Value::Number, where);
     if (!v)
       return 0;
-    if (!v->isInteger() || v->number < min) {
+    if (!v->isInteger() || v->number < static_cast<double>(min) ||
+        v->number > static_cast<double>(max)) {
       if (ok())
-        error = where + ": '" + key +
-                "' must be an integer >= " + std::to_string(min);
+        error = where + ": '" + key + "' must be an integer >= " +
+                std::to_string(min) + " and <= " + std::to_string(max);
       return 0;
     }
     return static_cast<int64_t>(v->number);
   }
+  static constexpr int64_t kMaxInteger = int64_t(1) << 53;
   std::string string(const json::Value &o, const std::string &key,
                      const std::string &where) {
     const json::Value *v = member(o, key, json::Value::String, where);
@@ -184,9 +218,10 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
               "layer with this version of mok)";
   auto layer = std::make_unique<mok_layer_s>();
   layer->kernel = r.string(root, "kernel", "metadata");
-  layer->block = static_cast<uint32_t>(r.integer(root, "block", "metadata", 1));
+  layer->block =
+      static_cast<uint32_t>(r.integer(root, "block", "metadata", 1, 1024));
   layer->dynamicSmem = static_cast<uint32_t>(
-      r.integer(root, "dynamic_shared_memory", "metadata", 0));
+      r.integer(root, "dynamic_shared_memory", "metadata", 0, UINT32_MAX));
   if (const json::Value *c =
           r.member(root, "cooperative", json::Value::Bool, "metadata"))
     layer->cooperative = c->boolean;
@@ -223,11 +258,18 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
               r.member(p, "shape", json::Value::Array, where))
         for (const json::Value &d : shape->array) {
           if (!d.isInteger() || d.number < 0) {
-            r.error = where + ": shape entries must be integers >= 0";
+            r.error = where + ": shape entries must be integers >= 0 and <= "
+                              "2^53";
             break;
           }
           param.shape.push_back(static_cast<int64_t>(d.number));
         }
+      // Sizes are computed in int64 (bytes, element offsets): a buffer must
+      // stay well inside it.
+      if (r.ok() && !fitsInBytes(param.shape, mok_dtype_size(param.dtype)))
+        r.error = where + " ('" + param.name + "'): " +
+                  mok_dtype_name(param.dtype) + " " + shapeText(param.shape) +
+                  " holds more than 2^62 bytes";
       if (r.ok() && p.get("access")) {
         std::string access =
             r.string(p, "access", where + " ('" + param.name + "')");
@@ -255,8 +297,8 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
                          r.integer(m, "rows", where, 1),
                          r.integer(m, "cols", where, 1),
                          r.integer(m, "row_stride", where, 1),
-                         r.integer(m, "box_rows", where, 1),
-                         r.integer(m, "box_cols", where, 1)};
+                         r.integer(m, "box_rows", where, 1, 256),
+                         r.integer(m, "box_cols", where, 1, 256)};
       if (m.get("experts"))
         spec.experts = r.integer(m, "experts", where, 1);
       layer->maps.push_back(spec);
@@ -291,12 +333,19 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
              << where << ": row_stride " << m.rowStride << " is less than cols "
              << m.cols;
-    int64_t end = (m.experts * m.rows - 1) * m.rowStride + m.cols;
-    if (end > p.elements())
+    // (experts*rows - 1) * row_stride + cols, in 128 bits: each factor is
+    // at most 2^53, so the product fits there, not in int64.
+    __int128 end128 =
+        (static_cast<__int128>(m.experts) * m.rows - 1) * m.rowStride + m.cols;
+    if (end128 > p.elements()) {
+      std::string end = end128 > INT64_MAX
+                            ? std::string("past 2^63")
+                            : std::to_string(static_cast<int64_t>(end128));
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
              << where << ": " << m.experts << " x [" << m.rows << ", " << m.cols
              << "] with row stride " << m.rowStride << " ends at element "
              << end << ", past the buffer's " << p.elements();
+    }
     layer->slots += static_cast<size_t>(m.experts);
   }
   for (size_t i = 0; i < layer->params.size(); ++i) {

@@ -318,6 +318,43 @@ static void testLayerMetadata() {
            "tensor_maps": [{"buffer": "w", "rows": 1, "cols": 64, "row_stride": 64,
                             "box_rows": 1, "box_cols": 64}]})",
        "metadata: tensor map of unknown buffer 'w'"},
+      // Integers out of what the fields they land in hold (a uint32_t
+      // block, int64 byte sizes): refused, never truncated or overflowed.
+      {R"({"mok_metadata_version": 1, "kernel": "k", "block": 4294967328, "cooperative": true,
+           "dynamic_shared_memory": 0, "params": []})",
+       "metadata: 'block' must be an integer >= 1 and <= 1024"},
+      {R"({"mok_metadata_version": 1, "kernel": "k", "block": 32, "cooperative": true,
+           "dynamic_shared_memory": 4294967296, "params": []})",
+       "'dynamic_shared_memory' must be an integer >= 0 and <= 4294967295"},
+      {R"({"mok_metadata_version": 1, "kernel": "k", "block": 1e300, "cooperative": true,
+           "dynamic_shared_memory": 0, "params": []})",
+       "'block' must be an integer >= 1 and <= 1024"},
+      {R"({"mok_metadata_version": 1, "kernel": "k", "block": 32, "cooperative": true,
+           "dynamic_shared_memory": 0, "params": [
+             {"name": "o", "role": "output", "dtype": "bf16", "shape": [1e30]}]})",
+       "metadata: params[0]: shape entries must be integers >= 0 and <= 2^53"},
+      {R"({"mok_metadata_version": 1, "kernel": "k", "block": 32, "cooperative": true,
+           "dynamic_shared_memory": 0, "params": [
+             {"name": "o", "role": "output", "dtype": "bf16",
+              "shape": [2147483648, 2147483648]}]})",
+       "metadata: params[0] ('o'): bf16 [2147483648, 2147483648] holds more than "
+       "2^62 bytes"},
+      {R"({"mok_metadata_version": 1, "kernel": "k", "block": 32, "cooperative": true,
+           "dynamic_shared_memory": 0, "params": [
+             {"name": "o", "role": "output", "dtype": "bf16", "shape": [4, 64]},
+             {"name": "m", "role": "tensor_maps", "dtype": "i64", "shape": [16]}],
+           "tensor_maps": [{"buffer": "o", "rows": 4, "cols": 64, "row_stride": 64,
+                            "box_rows": 4, "box_cols": 4294967360}]})",
+       "metadata: tensor_maps[0]: 'box_cols' must be an integer >= 1 and <= 256"},
+      {R"({"mok_metadata_version": 1, "kernel": "k", "block": 32, "cooperative": true,
+           "dynamic_shared_memory": 0, "params": [
+             {"name": "o", "role": "output", "dtype": "bf16", "shape": [4, 64]},
+             {"name": "m", "role": "tensor_maps", "dtype": "i64", "shape": [16]}],
+           "tensor_maps": [{"buffer": "o", "rows": 9007199254740992, "cols": 64,
+                            "row_stride": 9007199254740992, "box_rows": 4,
+                            "box_cols": 64}]})",
+       "metadata: tensor_maps[0] ('o'): 1 x [9007199254740992, 64] with row stride "
+       "9007199254740992 ends at element past 2^63, past the buffer's 256"},
   };
   for (auto &b : bad) {
     mok_layer l = nullptr;
@@ -325,6 +362,20 @@ static void testLayerMetadata() {
     check(std::strstr(mok_last_error(), b.message) != nullptr, b.message, __LINE__);
     CHECK(l == nullptr);
   }
+}
+
+// Huge dimensions next to an empty one: a buffer of no bytes, accepted
+// (its element count is never formed as a product that overflows).
+static void testEmptyHugeBuffer() {
+  mok_layer l = nullptr;
+  CHECK(mok_layer_create(R"({"mok_metadata_version": 1, "kernel": "k", "block": 32,
+      "cooperative": false, "dynamic_shared_memory": 0, "params": [
+        {"name": "o", "role": "output", "dtype": "f32", "shape": [4]},
+        {"name": "w", "role": "workspace", "dtype": "f32",
+         "shape": [9007199254740992, 9007199254740992, 0]}]})", &l) == MOK_OK);
+  size_t bytes = 1;
+  CHECK(mok_layer_workspace_size(l, "w", &bytes) == MOK_OK && bytes == 0);
+  mok_layer_destroy(l);
 }
 
 // kMetadata with a top-level "ep" (what the compiler will emit for an
@@ -1266,6 +1317,7 @@ int main() {
   testExpertParallelGroup();
   testWithoutDriver();
   testLayerMetadata();
+  testEmptyHugeBuffer();
   testLayerExpertParallelGroup();
   testTensorMapSlots();
   testWeightMetadata();
