@@ -63,33 +63,43 @@ std::unique_ptr<mok::HostExecutable> compileHost(const mok::Module &m) {
   return exe;
 }
 
-using Array = nb::ndarray<nb::numpy, nb::device::cpu>;
+// Inputs are only read: read-only arrays are taken (a NumPy array with
+// writeable=False, or over bytes). Outputs must be writable.
+using Input = nb::ndarray<nb::ro, nb::device::cpu>;
+using Output = nb::ndarray<nb::numpy, nb::device::cpu>;
+
+/// The buffer view of array #i of `function`, which must be C-contiguous.
+template <typename A>
+mok::BufferView bufferView(const A &a, size_t i, const std::string &function) {
+  mok::BufferView v;
+  v.data = const_cast<void *>(static_cast<const void *>(a.data()));
+  int64_t expected = 1;
+  // (An empty array has no element to lay out: its strides are whatever
+  // the producer chose, e.g. zero.)
+  bool empty = a.size() == 0;
+  for (size_t d = a.ndim(); d-- > 0;) {
+    // Contiguity keeps the calling convention simple; the Python layer
+    // makes arrays contiguous or names the offending argument first.
+    if (!empty && a.shape(d) > 1 && a.stride(d) != expected)
+      raise("buffer #" + std::to_string(i) + " of '" + function +
+            "' is not C-contiguous");
+    expected *= a.shape(d);
+  }
+  for (size_t d = 0; d < a.ndim(); ++d) {
+    v.sizes.push_back(a.shape(d));
+    v.strides.push_back(a.stride(d));
+  }
+  return v;
+}
 
 void invoke(mok::HostExecutable &exe, const std::string &function,
-            std::vector<Array> arrays) {
+            const std::vector<Input> &inputs,
+            const std::vector<Output> &outputs) {
   std::vector<mok::BufferView> views;
-  for (size_t i = 0; i < arrays.size(); ++i) {
-    Array &a = arrays[i];
-    mok::BufferView v;
-    v.data = a.data();
-    int64_t expected = 1;
-    // (An empty array has no element to lay out: its strides are whatever
-    // the producer chose, e.g. zero.)
-    bool empty = a.size() == 0;
-    for (size_t d = a.ndim(); d-- > 0;) {
-      // Contiguity keeps the calling convention simple; the Python layer
-      // makes arrays contiguous or names the offending argument first.
-      if (!empty && a.shape(d) > 1 && a.stride(d) != expected)
-        raise("buffer #" + std::to_string(i) + " of '" + function +
-              "' is not C-contiguous");
-      expected *= a.shape(d);
-    }
-    for (size_t d = 0; d < a.ndim(); ++d) {
-      v.sizes.push_back(a.shape(d));
-      v.strides.push_back(a.stride(d));
-    }
-    views.push_back(std::move(v));
-  }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    views.push_back(bufferView(inputs[i], i, function));
+  for (size_t i = 0; i < outputs.size(); ++i)
+    views.push_back(bufferView(outputs[i], inputs.size() + i, function));
   std::string error;
   bool ok;
   {
@@ -178,7 +188,9 @@ NB_MODULE(_mok, m) {
       .def_static("compile", &compileHost, nb::arg("module"),
                   "Lower with moe-to-cpu and JIT-compile for the host.")
       .def_prop_ro("lowered_ir", &mok::HostExecutable::loweredIR)
-      .def("invoke", &invoke, nb::arg("function"), nb::arg("buffers"),
-           "Call a lowered function with C-contiguous NumPy buffers "
-           "(inputs, then outputs).");
+      .def("invoke", &invoke, nb::arg("function"), nb::arg("inputs"),
+           nb::arg("outputs"),
+           "Call a lowered function with C-contiguous CPU arrays: the "
+           "inputs (read only; read-only arrays are taken) and the outputs "
+           "(writable NumPy arrays).");
 }

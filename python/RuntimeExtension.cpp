@@ -56,6 +56,53 @@ void check(mok_status status) {
 
 std::string typeName(nb::handle h) { return Py_TYPE(h.ptr())->tp_name; }
 
+/// Argument `name` as an integer in [min, max]: a TypeError naming it for
+/// what is not an int (bool included), a MokRuntimeError (invalid
+/// argument) for an int out of range. (Typed C++ parameters would make
+/// nanobind answer "incompatible function arguments" without naming the
+/// argument.)
+int64_t intArg(nb::handle value, const std::string &name, int64_t min,
+               int64_t max) {
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr()))
+    typeError(name + ": expected an int, got " + typeName(value));
+  nb::object index = nb::steal(PyNumber_Index(value.ptr()));
+  if (!index.is_valid())
+    throw nb::python_error();
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred())
+    throw nb::python_error();
+  if (overflow || v < min || v > max)
+    invalid(name + ": expected an int from " + std::to_string(min) + " to " +
+            std::to_string(max) + ", got " +
+            nb::cast<std::string>(nb::str(index)));
+  return v;
+}
+
+/// An unsigned integer that stands for a pointer or a handle (a CUstream, an
+/// ncclComm_t): 0 to 2^64 - 1.
+uintptr_t addressArg(nb::handle value, const std::string &name) {
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr()))
+    typeError(name + ": expected an int (an address), got " + typeName(value));
+  nb::object index = nb::steal(PyNumber_Index(value.ptr()));
+  if (!index.is_valid())
+    throw nb::python_error();
+  unsigned long long v = PyLong_AsUnsignedLongLong(index.ptr());
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    invalid(name + ": expected an address from 0 to 2^64 - 1, got " +
+            nb::cast<std::string>(nb::str(index)));
+  }
+  return static_cast<uintptr_t>(v);
+}
+
+/// Argument `name` as a str (TypeError naming it otherwise).
+std::string strArg(nb::handle value, const std::string &name) {
+  if (!nb::isinstance<nb::str>(value))
+    typeError(name + ": expected a str, got " + typeName(value));
+  return nb::cast<std::string>(value);
+}
+
 //===----------------------------------------------------------------------===//
 // Arrays
 //===----------------------------------------------------------------------===//
@@ -96,6 +143,55 @@ void checkDevice(const std::string &name, int type, int id, int want) {
 
 using Array = nb::ndarray<nb::ro>; // any dtype, shape, layout and device
 
+/// Calls `call` (a method `method` of argument `name`'s producer); a Python
+/// error it raises (torch refusing to export a tensor that requires grad, a
+/// NumPy dtype DLPack lacks, ...) becomes a TypeError naming the argument,
+/// chained to the producer's.
+template <typename F>
+nb::object producerCall(const std::string &name, const char *method, F call) {
+  try {
+    return call();
+  } catch (nb::python_error &e) {
+    std::string what = nb::cast<std::string>(nb::str(e.value()));
+    std::string type = typeName(e.value());
+    nb::object cause = nb::borrow(e.value()); // the producer's error
+    nb::object error = nb::handle(PyExc_TypeError)(
+        name + ": its " + method + "() failed (" + type + ": " + what +
+        "); expected an array that DLPack can export");
+    PyException_SetCause(error.ptr(), cause.release().ptr());
+    PyErr_SetObject(PyExc_TypeError, error.ptr());
+    throw nb::python_error();
+  }
+}
+
+/// (device type, device id) from the producer's __dlpack_device__(), which
+/// must be a pair of ints (a TypeError naming the argument otherwise).
+std::pair<int, int> dlpackDevice(nb::handle obj, const std::string &name) {
+  nb::object where = producerCall(name, "__dlpack_device__", [&] {
+    return obj.attr("__dlpack_device__")();
+  });
+  auto bad = [&] {
+    typeError(name + ": __dlpack_device__() returned " +
+              nb::cast<std::string>(nb::repr(where)) +
+              "; expected a (device_type, device_id) pair of ints");
+  };
+  if (!nb::isinstance<nb::tuple>(where) || nb::len(where) != 2)
+    bad();
+  nb::tuple pair = nb::borrow<nb::tuple>(where);
+  int out[2];
+  for (int i = 0; i < 2; ++i) {
+    PyObject *v = pair[i].ptr();
+    if (PyBool_Check(v) || !PyLong_Check(v))
+      bad();
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || n < INT32_MIN || n > INT32_MAX)
+      bad();
+    out[i] = static_cast<int>(n);
+  }
+  return {out[0], out[1]};
+}
+
 /// `obj` as an array, zero-copy, on the device `device` asks for. A CUDA
 /// array is exported with __dlpack__(stream=dlpackStream), the consumer's
 /// stream in DLPack's terms (1: the legacy default stream, -1: no
@@ -106,16 +202,14 @@ Array importArray(nb::handle obj, const std::string &name, int device,
   nb::object source = nb::borrow(obj);
   if (!PyCapsule_CheckExact(obj.ptr()) && nb::hasattr(obj, "__dlpack__") &&
       nb::hasattr(obj, "__dlpack_device__")) {
-    nb::tuple where = nb::tuple(obj.attr("__dlpack_device__")());
-    int type = static_cast<int>(PyLong_AsLong(where[0].ptr()));
-    int id = static_cast<int>(PyLong_AsLong(where[1].ptr()));
-    if (PyErr_Occurred())
-      throw nb::python_error();
+    auto [type, id] = dlpackDevice(obj, name);
     // Before exporting: a wrong device is the argument's error, not the
     // producer's.
     checkDevice(name, type, id, device);
     if (type == kDLCUDA)
-      source = obj.attr("__dlpack__")("stream"_a = dlpackStream);
+      source = producerCall(name, "__dlpack__", [&] {
+        return obj.attr("__dlpack__")("stream"_a = dlpackStream);
+      });
   }
   Array a;
   if (!nb::try_cast(source, a, /*convert=*/false))
@@ -392,7 +486,9 @@ struct Layer {
     check(mok_layer_check(handle, n.data(), n.size(), &ot));
   }
 
-  void load(int dev, const std::string &ptx) {
+  void load(nb::handle deviceArg, nb::handle ptxArg) {
+    int dev = static_cast<int>(intArg(deviceArg, "device", 0, INT32_MAX));
+    std::string ptx = strArg(ptxArg, "ptx");
     for (auto &[name, view] : bound) {
       const WeightView &v = nb::cast<const WeightView &>(view);
       checkDevice(name + " (bound weight view)", v.deviceType, v.deviceId, dev);
@@ -401,8 +497,9 @@ struct Layer {
     device = dev;
   }
 
-  nb::object forward(nb::handle inputs, nb::handle out, uintptr_t stream,
+  nb::object forward(nb::handle inputs, nb::handle out, nb::handle streamArg,
                      const nb::kwargs &named) {
+    uintptr_t stream = addressArg(streamArg, "stream");
     // DLPack spells the legacy default stream 1 (0 is not a valid value).
     int64_t dlpackStream = stream ? static_cast<int64_t>(stream) : 1;
     NamedArrays args = collect(inputs, named, arrayDevice(), dlpackStream);
@@ -416,9 +513,10 @@ struct Layer {
     return nb::borrow(out);
   }
 
-  void bindWeights(const std::string &name, nb::handle view) {
+  void bindWeights(nb::handle nameArg, nb::handle view) {
+    std::string name = strArg(nameArg, "name");
     if (view.is_none())
-      return unbindWeights(name);
+      return unbindWeights(nameArg);
     WeightView *v = nullptr;
     if (!nb::try_cast(view, v) || !v)
       typeError(name +
@@ -432,7 +530,8 @@ struct Layer {
     bound[name] = nb::borrow(view);
   }
 
-  void unbindWeights(const std::string &name) {
+  void unbindWeights(nb::handle nameArg) {
+    std::string name = strArg(nameArg, "name");
     check(mok_layer_bind_weights(handle, name.c_str(), nullptr));
     bound.erase(name);
   }
@@ -440,7 +539,8 @@ struct Layer {
   /// The workspace buffer `name`, copied to host memory after the runtime
   /// checked the name (before the loaded-ness, as the runtime orders them).
   /// Synchronous; the caller synchronizes the stream the layer ran on.
-  nb::bytes readWorkspace(const std::string &name) {
+  nb::bytes readWorkspace(nb::handle nameArg) {
+    std::string name = strArg(nameArg, "name");
     size_t size = 0;
     check(mok_layer_workspace_size(handle, name.c_str(), &size));
     if (device < 0)
@@ -469,8 +569,11 @@ struct Layer {
   /// The expert-parallel group, checked and refused by the runtime (size > 1
   /// by name until expert parallelism exists). `ncclComm` is an ncclComm_t
   /// as an integer (0: none).
-  void setEpGroup(int32_t size, int32_t rank, uintptr_t ncclComm) {
-    mok_ep_group group{size, rank, reinterpret_cast<void *>(ncclComm)};
+  void setEpGroup(nb::handle sizeArg, nb::handle rankArg, nb::handle commArg) {
+    mok_ep_group group{
+        static_cast<int32_t>(intArg(sizeArg, "size", INT32_MIN, INT32_MAX)),
+        static_cast<int32_t>(intArg(rankArg, "rank", INT32_MIN, INT32_MAX)),
+        reinterpret_cast<void *>(addressArg(commArg, "nccl_comm"))};
     check(mok_layer_set_ep_group(handle, &group));
   }
 
@@ -526,12 +629,14 @@ NB_MODULE(_runtime, m) {
       "sees; `reason` says why not when unavailable.");
   m.def(
       "device_sm_count",
-      [](int device) {
+      [](nb::handle device) {
         int count = 0;
-        check(mok_device_sm_count(device, &count));
+        check(mok_device_sm_count(
+            static_cast<int>(intArg(device, "device", INT32_MIN, INT32_MAX)),
+            &count));
         return count;
       },
-      "device"_a, "The number of multiprocessors of CUDA `device`.");
+      "device"_a.none(), "The number of multiprocessors of CUDA `device`.");
 
   nb::class_<WeightView>(m, "WeightView",
                          "One routed projection of every local expert, "
@@ -564,13 +669,16 @@ NB_MODULE(_runtime, m) {
                    "Where the arrays are: 'cuda:0', 'cpu', ...")
       .def(
           "element_address",
-          [](const WeightView &v, int64_t expert, int64_t row, int64_t col) {
+          [](const WeightView &v, nb::handle expert, nb::handle row,
+             nb::handle col) {
             uintptr_t address = 0;
-            check(
-                mok_weights_element_address(&v.w, expert, row, col, &address));
+            check(mok_weights_element_address(
+                &v.w, intArg(expert, "expert", INT64_MIN, INT64_MAX),
+                intArg(row, "row", INT64_MIN, INT64_MAX),
+                intArg(col, "col", INT64_MIN, INT64_MAX), &address));
             return address;
           },
-          "expert"_a, "row"_a, "col"_a,
+          "expert"_a.none(), "row"_a.none(), "col"_a.none(),
           "The address of element (expert, row, col).")
       .def("__repr__", [](const WeightView &v) {
         return "WeightView(" +
@@ -581,22 +689,40 @@ NB_MODULE(_runtime, m) {
                ", " + std::to_string(v.w.cols) + "] on " + v.device() + ")";
       });
 
-  m.def("weights_from_tensor", &weightsFromTensor, "array"_a,
-        "name"_a = "weights",
+  m.def("weights_from_tensor",
+        [](nb::handle array, nb::handle name) {
+          return weightsFromTensor(array, strArg(name, "name"));
+        },
+        "array"_a.none(),
+        "name"_a.none() = "weights",
         "A view of one [E, rows, cols] array (cols contiguous). `name` is "
         "used in error messages.");
-  m.def("weights_split_fc1", &weightsSplitFC1, "fc1"_a, "name"_a = "fc1",
+  m.def("weights_split_fc1",
+        [](nb::handle fc1, nb::handle name) {
+          return weightsSplitFC1(fc1, strArg(name, "name"));
+        },
+        "fc1"_a.none(), "name"_a.none() = "fc1",
         "(gate, up) views of a fused FC1 array [E, 2*I, H]: gate is rows "
         "[0, I) of each expert, up rows [I, 2I).");
-  m.def("weights_per_expert", &weightsPerExpert, "arrays"_a,
-        "name"_a = "weights",
+  m.def("weights_per_expert",
+        [](nb::handle arrays, nb::handle name) {
+          return weightsPerExpert(arrays, strArg(name, "name"));
+        },
+        "arrays"_a.none(),
+        "name"_a.none() = "weights",
         "A view over one [rows, cols] array per expert (a list), with one "
         "row stride; the host pointer table is built here.");
 
   nb::class_<Layer>(m, "Layer",
                     "A compiled layer (mok_layer): create from the metadata "
                     "(no driver needed), load on a device, run forwards.")
-      .def(nb::init<const std::string &>(), "metadata_json"_a)
+      .def(
+          "__init__",
+          [](Layer *self, nb::handle json) {
+            std::string metadata = strArg(json, "metadata_json");
+            new (self) Layer(metadata);
+          },
+          "metadata_json"_a.none())
       .def_prop_ro("input_names", &Layer::inputNames,
                    "The layer's inputs, in the kernel's order.")
       .def_prop_ro("output_names", &Layer::outputNames,
@@ -613,30 +739,30 @@ NB_MODULE(_runtime, m) {
           "The CUDA device it is loaded on (None before load).")
       .def_prop_ro("bound_weights", &Layer::boundWeights,
                    "The bound weight views, by operand name.")
-      .def("check", &Layer::checkArgs, "inputs"_a = nb::none(), nb::kw_only(),
-           "out"_a, "named"_a,
+      .def("check", &Layer::checkArgs, "inputs"_a.none() = nb::none(), nb::kw_only(),
+           "out"_a.none(), "named"_a,
            "Checks the operands (a dict and/or keyword arguments: every "
            "input and every extra output, output_names[1:]) and `out` (the "
            "first output) against the metadata as forward would, without "
            "the driver; arrays may be on any device until the layer is "
            "loaded.")
-      .def("load", &Layer::load, "device"_a, "ptx"_a,
+      .def("load", &Layer::load, "device"_a.none(), "ptx"_a.none(),
            "Loads the PTX on CUDA `device` and allocates the workspace.")
-      .def("forward", &Layer::forward, "inputs"_a = nb::none(), nb::kw_only(),
-           "out"_a, "stream"_a = 0, "named"_a,
+      .def("forward", &Layer::forward, "inputs"_a.none() = nb::none(), nb::kw_only(),
+           "out"_a.none(), "stream"_a.none() = 0, "named"_a,
            "Checks and launches on `stream` (a CUstream handle as an int, 0 "
            "= the legacy default stream), asynchronously; returns `out`. "
            "Operands (the inputs and the extra outputs, written in place) as "
            "a dict and/or keyword arguments, CUDA arrays on the layer's "
            "device.")
-      .def("bind_weights", &Layer::bindWeights, "name"_a, "view"_a.none(),
+      .def("bind_weights", &Layer::bindWeights, "name"_a.none(), "view"_a.none(),
            "Binds a WeightView to the routed weight operand `name` "
            "(gate_weights, up_weights, down_weights): forwards then take it "
            "from the view and refuse it among the operands. None unbinds. "
            "The layer keeps the view (and its arrays) referenced while "
            "bound; replacing or unbinding it drops that reference at once, "
            "as unbind_weights says.")
-      .def("unbind_weights", &Layer::unbindWeights, "name"_a,
+      .def("unbind_weights", &Layer::unbindWeights, "name"_a.none(),
            "Unbinds `name` (nothing happens if it is not bound). The layer "
            "drops its reference to the view at once, without waiting for "
            "forwards in flight: the device memory must stay valid (not "
@@ -645,8 +771,8 @@ NB_MODULE(_runtime, m) {
            "forwards' stream first. (torch's caching allocator reuses freed "
            "memory in the order of the stream it was allocated on, so "
            "forwards on that stream need neither.)")
-      .def("set_ep_group", &Layer::setEpGroup, "size"_a = 1, "rank"_a = 0,
-           "nccl_comm"_a = 0,
+      .def("set_ep_group", &Layer::setEpGroup, "size"_a.none() = 1, "rank"_a.none() = 0,
+           "nccl_comm"_a.none() = 0,
            "Sets the expert-parallel group the layer runs in: its size, this "
            "process's rank in it, and its NCCL communicator (an ncclComm_t "
            "as an int, 0 = none). The default is (1, 0, 0). Checked by the "
@@ -660,14 +786,15 @@ NB_MODULE(_runtime, m) {
       .def_prop_ro("ep_size", &Layer::epSize,
                    "The expert-parallel size the layer was compiled for (the "
                    "metadata's \"ep\"; 1 without it).")
-      .def("workspace_size", [](const Layer &l, const std::string &name) {
+      .def("workspace_size", [](const Layer &l, nb::handle nameArg) {
+             std::string name = strArg(nameArg, "name");
              size_t size = 0;
              check(mok_layer_workspace_size(l.handle, name.c_str(), &size));
              return size;
-           }, "name"_a,
+           }, "name"_a.none(),
            "The size in bytes of the workspace buffer `name` (a metadata "
            "param of role \"workspace\"); no driver needed.")
-      .def("read_workspace", &Layer::readWorkspace, "name"_a,
+      .def("read_workspace", &Layer::readWorkspace, "name"_a.none(),
            "A copy of the workspace buffer `name` (role \"workspace\", e.g. "
            "a profiling kernel's \"phase_clock\") as bytes, synchronously. "
            "The copy is ordered only against the legacy default stream: "

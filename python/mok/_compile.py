@@ -66,6 +66,9 @@ def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_di
                         f"{type(layer).__name__}")
     if not isinstance(function, str) or not function:
         raise TypeError(f"function: expected a function name, got {function!r}")
+    if target != "cpu" and isinstance(layer, LayerSpec) and layer.tokens == 0:
+        raise ValueError(f"layer: LayerSpec.tokens = 0; a GPU target ({target}) compiles "
+                         "its kernel for one token count of at least 1")
     if target == "cpu":
         return compile_cpu(source, name, function, options)
     return _compile_gpu(source, name, target, function, cache_dir, options)

@@ -245,7 +245,12 @@ class GpuLayer:
         torch = self.torch
         want = self._torch_dtype(dtype)
         if not isinstance(t, torch.Tensor) and hasattr(t, "__dlpack__"):
-            t = torch.from_dlpack(t)
+            try:
+                t = torch.from_dlpack(t)
+            except Exception as e:  # the producer's or torch's refusal, named
+                raise TypeError(f"{name}: expected a torch.Tensor or a DLPack array "
+                                f"({dtype} {list(shape)}); torch.from_dlpack of the "
+                                f"{type(t).__name__} failed: {e}") from e
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor ({dtype} {list(shape)}), "
                             f"got {type(t).__name__}")

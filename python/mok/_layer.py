@@ -169,6 +169,12 @@ class CompiledLayer(Artifact):
         if not value.flags.c_contiguous:
             raise ValueError(f"{name}: expected a C-contiguous array "
                              "(numpy.ascontiguousarray makes one)")
+        if not value.flags.aligned:
+            # The compiled code loads whole elements: an address that is not
+            # a multiple of the element size is undefined behaviour there.
+            raise ValueError(f"{name}: expected an array aligned to its {value.itemsize}-byte "
+                             f"elements, got address {value.ctypes.data:#x} (a copy, "
+                             "value.copy(), is aligned)")
         if info.shape and info.shape[0] < 0 and tokens is None:
             return value.shape[0]
         return tokens
@@ -209,9 +215,9 @@ class CompiledLayer(Artifact):
         return outs
 
     def _call(self, fn, inputs, outputs):
-        buffers = [a.view(np.uint16) if a.dtype.name == "bfloat16" else a
-                   for a in list(inputs) + list(outputs)]
-        self._exe.invoke(fn.name, buffers)
+        def plain(arrays):
+            return [a.view(np.uint16) if a.dtype.name == "bfloat16" else a for a in arrays]
+        self._exe.invoke(fn.name, plain(inputs), plain(outputs))
 
     # -- entry points ---------------------------------------------------------
 
@@ -263,9 +269,10 @@ class CompiledLayer(Artifact):
                 value = ctx.saved[name]
                 shape = self._shape(fn, arg, tokens)
                 if not isinstance(value, np.ndarray) or not is_bf16(value.dtype) \
-                        or list(value.shape) != shape or not value.flags.c_contiguous:
-                    raise ValueError(f"ctx.saved[{name!r}]: expected a C-contiguous bf16 array "
-                                     f"of shape {shape}")
+                        or list(value.shape) != shape or not value.flags.c_contiguous \
+                        or not value.flags.aligned:
+                    raise ValueError(f"ctx.saved[{name!r}]: expected a C-contiguous, aligned "
+                                     f"bf16 array of shape {shape}")
                 values.append(value)
             elif arg.role == "cotangent":
                 self._check("d_out", d_out, arg, tokens)

@@ -5,6 +5,21 @@ from typing import Optional
 import math
 
 
+# The largest size (and routed row count) a layer may have.
+MAX_SIZE = 2**31 - 1
+
+
+def _positive_finite(v):
+    """Whether `v` is an int or float > 0 that a float holds finitely."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        v = float(v)
+    except OverflowError:  # an int past the largest float
+        return False
+    return v > 0 and math.isfinite(v)
+
+
 @dataclass(frozen=True)
 class LayerSpec:
     """One MoE layer (one expert-parallel rank).
@@ -17,6 +32,11 @@ class LayerSpec:
     padding: each expert's rows are padded to a multiple of this (power of 2).
     ep: expert-parallel group size (the CPU target runs ep = 1 only).
     expert_id_dtype: "int32" or "int64", the dtype of top_experts.
+
+    Every size is at most 2**31 - 1 (MAX_SIZE), and so is the routed row
+    count tokens*top_k + (experts/ep)*(padding - 1) (its part without
+    tokens when tokens is None): the compiler's index arithmetic wraps past
+    that. A field out of range is a ValueError naming it.
     """
     hidden: int
     intermediate: int
@@ -32,16 +52,18 @@ class LayerSpec:
     def __post_init__(self):
         def positive(name):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"LayerSpec.{name}: expected a positive int, got {v!r}")
+            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_SIZE:
+                raise ValueError(f"LayerSpec.{name}: expected a positive int up to "
+                                 f"{MAX_SIZE}, got {v!r}")
         for name in ("hidden", "intermediate", "experts", "top_k", "padding", "ep"):
             positive(name)
         if self.shared_intermediate is not None:
             positive("shared_intermediate")
         if self.tokens is not None and (not isinstance(self.tokens, int)
                                         or isinstance(self.tokens, bool)
-                                        or self.tokens < 0):
-            raise ValueError(f"LayerSpec.tokens: expected None or an int >= 0, got {self.tokens!r}")
+                                        or not 0 <= self.tokens <= MAX_SIZE):
+            raise ValueError(f"LayerSpec.tokens: expected None or an int from 0 to "
+                             f"{MAX_SIZE}, got {self.tokens!r}")
         if self.top_k > self.experts:
             raise ValueError(f"LayerSpec.top_k: expected at most experts = {self.experts}, "
                              f"got {self.top_k}")
@@ -50,12 +72,17 @@ class LayerSpec:
                              f"by ep, got {self.ep}")
         if self.padding & (self.padding - 1):
             raise ValueError(f"LayerSpec.padding: expected a power of two, got {self.padding}")
-        if self.swiglu_limit is not None and not (
-                isinstance(self.swiglu_limit, (int, float))
-                and not isinstance(self.swiglu_limit, bool)
-                and self.swiglu_limit > 0 and not math.isnan(self.swiglu_limit)):
+        tokens = self.tokens or 0
+        if tokens * self.top_k > MAX_SIZE:
+            raise ValueError(f"LayerSpec.tokens: tokens*top_k = {tokens}*{self.top_k} routes "
+                             f"exceed {MAX_SIZE}")
+        rows = tokens * self.top_k + self.local_experts * (self.padding - 1)
+        if rows > MAX_SIZE:
+            raise ValueError(f"LayerSpec.padding: the routed rows, tokens*top_k + "
+                             f"(experts/ep)*(padding - 1) = {rows}, exceed {MAX_SIZE}")
+        if self.swiglu_limit is not None and not _positive_finite(self.swiglu_limit):
             raise ValueError("LayerSpec.swiglu_limit: expected None or a positive "
-                             f"number, got {self.swiglu_limit!r}")
+                             f"finite number, got {self.swiglu_limit!r}")
         if self.expert_id_dtype not in ("int32", "int64"):
             raise ValueError("LayerSpec.expert_id_dtype: expected 'int32' or 'int64', "
                              f"got {self.expert_id_dtype!r}")

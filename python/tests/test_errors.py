@@ -86,10 +86,20 @@ def test_backward_checks(layer):
 @pytest.mark.parametrize("kwargs,message", [
     (dict(top_k=5), "LayerSpec.top_k: expected at most experts = 4, got 5"),
     (dict(padding=96), "LayerSpec.padding: expected a power of two, got 96"),
-    (dict(swiglu_limit=-1.0), "LayerSpec.swiglu_limit: expected None or a positive number"),
-    (dict(hidden=0), "LayerSpec.hidden: expected a positive int, got 0"),
+    (dict(swiglu_limit=-1.0),
+     "LayerSpec.swiglu_limit: expected None or a positive finite number, got -1.0"),
+    (dict(swiglu_limit=float("inf")),
+     "LayerSpec.swiglu_limit: expected None or a positive finite number, got inf"),
+    (dict(hidden=0), "LayerSpec.hidden: expected a positive int up to 2147483647, got 0"),
+    (dict(intermediate=2**31), "LayerSpec.intermediate: expected a positive int up to "
+     "2147483647, got 2147483648"),
     (dict(ep=3), "LayerSpec.ep: experts = 4 must be divisible by ep, got 3"),
-    (dict(tokens=-1), "LayerSpec.tokens: expected None or an int >= 0, got -1"),
+    (dict(tokens=-1), "LayerSpec.tokens: expected None or an int from 0 to 2147483647, got -1"),
+    # The routed rows the compiler indexes: wrapped past 2^31 - 1 before.
+    (dict(tokens=2**30), "LayerSpec.tokens: tokens*top_k = 1073741824*2 routes exceed "
+     "2147483647"),
+    (dict(padding=2**30), "LayerSpec.padding: the routed rows, tokens*top_k + "
+     "(experts/ep)*(padding - 1) = 4294967292, exceed 2147483647"),
     (dict(expert_id_dtype="int8"), "LayerSpec.expert_id_dtype: expected 'int32' or 'int64'"),
 ])
 def test_bad_spec(kwargs, message):
