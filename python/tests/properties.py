@@ -103,6 +103,7 @@ class _Managed(ctypes.Structure):
                 ("deleter", ctypes.c_void_p)]
 
 
+_DELETER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
@@ -118,7 +119,9 @@ class Producer:
     bytes into `memory` (a NumPy array kept alive with every capsule, which
     only the checks read)."""
 
-    keep = []  # what exported capsules point into, for the session
+    # What exported capsules point into, by the address of their managed
+    # tensor, until the consumer calls its deleter.
+    keep = {}
 
     def __init__(self, memory, shape, dtype=(4, 16, 1), strides=None, offset=0,
                  device=CPU):
@@ -155,8 +158,17 @@ class Producer:
         code, bits, lanes = self.dtype
         m.dl_tensor = _DLTensor(self.address, _Device(*self.device), n,
                                 _DType(code, bits, lanes), shape, strides, 0)
-        Producer.keep.append((self.memory, shape, strides, m))
+        m.deleter = ctypes.cast(_DELETER, ctypes.c_void_p)
+        Producer.keep[ctypes.addressof(m)] = (self.memory, shape, strides, m)
         return _capsule_new(ctypes.addressof(m), _NAME, None)
+
+
+def _delete(managed):
+    """DLManagedTensor.deleter: the consumer is done with the capsule."""
+    Producer.keep.pop(managed, None)
+
+
+_DELETER = _DELETER_TYPE(_delete)
 
 
 def backing(nbytes):

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -25,20 +26,22 @@ namespace {
 
 constexpr int kSMs = 132; // an H200's
 
-struct Module {
-  std::vector<std::string> kernels;
-};
+struct Module;
 
 struct Function {
   Module *module;
   std::string name;
 };
 
+struct Module {
+  std::vector<std::string> kernels;
+  std::vector<std::unique_ptr<Function>> functions; // handed out, by kernel
+};
+
 struct State {
   std::mutex mutex;
   std::map<uintptr_t, size_t> allocations; // base -> bytes
   std::set<Module *> modules;
-  std::vector<Function *> functions; // owned, freed with nothing (tests)
   int64_t retains = 0;     // primary-context retains minus releases
   int64_t launches = 0;
   int64_t badReleases = 0; // frees/unloads/releases of what is not live
@@ -198,10 +201,15 @@ CUresult moduleGetFunction(CUfunction *f, CUmodule module, const char *name) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.modules.count(m))
     return CUDA_ERROR_INVALID_HANDLE;
+  for (const auto &fn : m->functions)
+    if (fn->name == name) {
+      *f = reinterpret_cast<CUfunction>(fn.get());
+      return CUDA_SUCCESS;
+    }
   for (const std::string &k : m->kernels)
     if (k == name) {
-      s.functions.push_back(new Function{m, k});
-      *f = reinterpret_cast<CUfunction>(s.functions.back());
+      m->functions.push_back(std::make_unique<Function>(Function{m, k}));
+      *f = reinterpret_cast<CUfunction>(m->functions.back().get());
       return CUDA_SUCCESS;
     }
   return CUDA_ERROR_NOT_FOUND;

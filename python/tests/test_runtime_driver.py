@@ -1,0 +1,66 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""mok._runtime with layers loaded and run on the stand-in CUDA driver
+(runtime/tests/FakeCuda.cpp; driver_scenarios.py, one process each): the
+argument mutations of test_api_properties.py on a loaded layer's forward
+(each named, none launched), driver calls failing at random (each a named
+MokRuntimeError; nothing left allocated, loaded or retained; the layer
+usable after), and 1,000 load + forward + drop cycles (nothing left, host
+memory flat). The GPU's own loop is gpu/test_gpu_reliability.py."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import driver_scenarios
+from properties import CASES, SEED
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLEAN = {"live_allocations": 0, "live_modules": 0, "context_retains": 0, "bad_releases": 0}
+
+pytestmark = pytest.mark.skipif(bool(driver_scenarios.available()),
+                                reason=driver_scenarios.available() or "built")
+
+
+def run(scenario, n, seed=SEED):
+    """(the scenario's JSON report, its stderr), after checking it exited 0
+    and nanobind reported no leaked instance at its exit."""
+    env = dict(os.environ, MOK_CUDA_DRIVER=driver_scenarios.FAKE,
+               PYTHONPATH=os.pathsep.join([HERE] + sys.path))
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "driver_scenarios.py"),
+                           scenario, str(seed), str(n)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "leaked" not in proc.stderr, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_loaded_layer_names_every_wrong_argument_and_launches_nothing():
+    report, _ = run("loaded_arguments", CASES)
+    assert report["problems"] == [], "\n".join(report["problems"][:20])
+    assert report["named"] > CASES // 2 and report["launched"] > 0
+    assert report["device_error"].startswith("x: expected a CUDA array on device 0, got "
+                                             "cuda:1")
+    assert report["after"] == CLEAN
+
+
+def test_driver_failures_are_named_and_leave_nothing():
+    report, _ = run("driver_failures", CASES // 3)
+    assert report["problems"] == [], "\n".join(report["problems"][:20])
+    assert set(report["errors"]) <= {"MOK_ERROR_CUDA", "MOK_ERROR_OUT_OF_MEMORY"}
+    assert "MOK_ERROR_CUDA" in report["errors"]
+    assert report["read_error"].startswith("copying the workspace buffer 'grid_barrier' "
+                                           "to the host: unspecified launch failure")
+    assert report["after"] == CLEAN
+
+
+def test_load_unload_loop_leaves_nothing():
+    report, _ = run("load_unload_loop", 1000)
+    print(f"1,000 load + forward + drop cycles on the stand-in driver: RSS "
+          f"{report['rss_before_kib']} -> {report['rss_after_kib']} KiB")
+    assert report["after"] == CLEAN
+    assert report["launches"] >= 1000
+    # Each cycle allocates and frees a layer, its module, its workspace and
+    # its tensor maps: a leak of any of them a cycle (a kilobyte) shows.
+    assert report["rss_after_kib"] - report["rss_before_kib"] < 512, report
