@@ -5,12 +5,15 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 
 from cpu_results import MEASURED, SEED  # noqa: E402
+import properties  # noqa: E402
 
 
 def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
-    # The seed, to rerun a failure with the same inputs.
-    tr.write_line(f"random inputs from MOK_TEST_SEED={SEED}")
+    # The seeds, to rerun a failure with the same inputs.
+    tr.write_line(f"random inputs from MOK_TEST_SEED={SEED}; property cases from "
+                  f"MOK_PROPERTY_SEED={properties.SEED} "
+                  f"(MOK_PROPERTY_CASES={properties.CASES})")
     if not MEASURED:
         return
     tr.section("errors against the float64 reference (sum|diff| / sum|ref|, max|diff|)")
