@@ -536,6 +536,24 @@ struct Layer {
     bound.erase(name);
   }
 
+  /// What the kernels reported since the last take (mok_layer_take_report):
+  /// None, or raises MokRuntimeError (MOK_ERROR_BAD_ROUTING /
+  /// MOK_ERROR_TIMEOUT) naming the route or the barrier. `wait`: after
+  /// synchronizing `stream` (without the GIL).
+  void takeReport(uintptr_t stream, bool wait) {
+    mok_status status;
+    std::string message;
+    {
+      nb::gil_scoped_release release;
+      status = mok_layer_take_report(handle, reinterpret_cast<void *>(stream),
+                                     wait ? 1 : 0, nullptr);
+      if (status != MOK_OK)
+        message = mok_last_error();
+    }
+    if (status != MOK_OK)
+      raise(status, message);
+  }
+
   /// The workspace buffer `name`, copied to host memory after the runtime
   /// checked the name (before the loaded-ness, as the runtime orders them).
   /// Synchronous; the caller synchronizes the stream the layer ran on.
@@ -794,6 +812,25 @@ NB_MODULE(_runtime, m) {
            }, "name"_a.none(),
            "The size in bytes of the workspace buffer `name` (a metadata "
            "param of role \"workspace\"); no driver needed.")
+      .def("take_report", &Layer::takeReport, "stream"_a = 0,
+           "wait"_a = true,
+           "Raises MokRuntimeError if the layer's kernels reported something "
+           "since the last take: expert ids outside [-1, E) "
+           "(MOK_ERROR_BAD_ROUTING; the kernels dropped those routes) or a "
+           "bounded grid barrier that timed out (MOK_ERROR_TIMEOUT). `wait`: "
+           "synchronize `stream` first; else only finished launches count.")
+      .def("set_grid", [](Layer &l, uint32_t ctas) {
+             check(mok_layer_set_grid(l.handle, ctas));
+           }, "ctas"_a,
+           "The grid of the next forwards, in CTAs (0: one a "
+           "multiprocessor). Refused above what can be resident at once.")
+      .def_prop_ro("grid", [](const Layer &l) {
+             uint32_t ctas = 0, most = 0;
+             check(mok_layer_grid(l.handle, &ctas, &most));
+             return nb::make_tuple(ctas, most);
+           },
+           "(the grid the next forward launches, the most CTAs that can be "
+           "resident at once; 0 before load).")
       .def("read_workspace", &Layer::readWorkspace, "name"_a.none(),
            "A copy of the workspace buffer `name` (role \"workspace\", e.g. "
            "a profiling kernel's \"phase_clock\") as bytes, synchronously. "

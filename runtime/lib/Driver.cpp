@@ -43,6 +43,12 @@ namespace {
   X(memAlloc, "cuMemAlloc")                                                    \
   X(memFree, "cuMemFree")                                                      \
   X(memsetD8, "cuMemsetD8")                                                    \
+  X(memHostAlloc, "cuMemHostAlloc")                                            \
+  X(memFreeHost, "cuMemFreeHost")                                              \
+  X(memHostGetDevicePointer, "cuMemHostGetDevicePointer")                      \
+  X(streamSynchronize, "cuStreamSynchronize")                                  \
+  X(occupancyMaxActiveBlocksPerMultiprocessor,                                 \
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor")                             \
   /* cuMemcpyHtoDAsync_v2, looked up with the same flags as cuLaunchKernel:  \
      a NULL stream means the same stream to both. */                           \
   X(memcpyHtoDAsync, "cuMemcpyHtoDAsync")                                      \

@@ -32,6 +32,12 @@ struct Driver {
   decltype(&::cuMemAlloc) memAlloc;
   decltype(&::cuMemFree) memFree;
   decltype(&::cuMemsetD8) memsetD8;
+  decltype(&::cuMemHostAlloc) memHostAlloc;
+  decltype(&::cuMemFreeHost) memFreeHost;
+  decltype(&::cuMemHostGetDevicePointer) memHostGetDevicePointer;
+  decltype(&::cuStreamSynchronize) streamSynchronize;
+  decltype(&::cuOccupancyMaxActiveBlocksPerMultiprocessor)
+      occupancyMaxActiveBlocksPerMultiprocessor;
   decltype(&::cuMemcpyHtoDAsync) memcpyHtoDAsync;
   decltype(&::cuStreamIsCapturing) streamIsCapturing;
   decltype(&::cuMemcpyDtoH) memcpyDtoH;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -92,14 +93,29 @@ struct mok_layer_s {
   // until the layer is destroyed; and once a graph exists, a replay may
   // have overwritten the device copy, so every later call uploads again.
   std::vector<std::vector<unsigned char>> captured;
+  // The kernel's report (the param of role "status", 8 words): pinned host
+  // memory mapped into the device's address space, so the kernel writes it
+  // with no copy and the host reads it after the call (zero: nothing to
+  // report). Null when the kernel has none.
+  int statusParam = -1;
+  volatile int32_t *report = nullptr;
+  // The largest grid the kernel's CTAs fill at once (occupancy), and the
+  // grid mok_layer_set_grid chose (0: the default, one CTA an SM).
+  uint32_t maxGrid = 0, gridChosen = 0;
+  // Testing only (MOK_TESTING_OVERSUBSCRIBE=1 when mok_layer_set_grid ran):
+  // a grid larger than can be resident, launched without the cooperative
+  // guarantee, so that the bounded grid barriers' timeout can be tested.
+  bool oversubscribed = false;
 
   ~mok_layer_s() {
     if (module) {
       const Driver *d = module->driver;
       d->ctxSetCurrent(module->context);
-      for (CUdeviceptr p : workspace)
-        if (p)
-          d->memFree(p);
+      for (size_t i = 0; i < workspace.size(); ++i)
+        if (workspace[i] && static_cast<int>(i) != statusParam)
+          d->memFree(workspace[i]);
+      if (report)
+        d->memFreeHost(const_cast<int32_t *>(report));
       destroyModule(module);
     }
   }
@@ -284,7 +300,15 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
           layer->inputs.push_back(static_cast<int>(layer->params.size()));
         else if (param.role == "output")
           layer->outputs.push_back(static_cast<int>(layer->params.size()));
-        else if (param.role != "workspace" && param.role != "tensor_maps")
+        else if (param.role == "status") {
+          if (param.dtype != MOK_DTYPE_I32 || param.shape.size() != 1 ||
+              param.shape[0] < 8)
+            r.error = where + ": the kernel's report (role 'status') must be "
+                              "i32 [8] or longer";
+          else if (layer->statusParam >= 0)
+            r.error = where + ": more than one parameter has role 'status'";
+          layer->statusParam = static_cast<int>(layer->params.size());
+        } else if (param.role != "workspace" && param.role != "tensor_maps")
           r.error = where + ": unknown role '" + param.role + "'";
       }
       layer->params.push_back(std::move(param));
@@ -673,12 +697,36 @@ extern "C" mok_status mok_layer_load(mok_layer layer, int device,
   // later load may try again). (The host tests fail each driver call in
   // turn, against a stand-in driver: runtime/tests/driver_test.cpp.)
   std::vector<CUdeviceptr> workspace(layer->params.size(), 0);
+  void *report = nullptr;
   auto undo = [&] {
-    for (CUdeviceptr p : workspace)
-      if (p)
-        d->memFree(p);
+    for (size_t i = 0; i < workspace.size(); ++i)
+      if (workspace[i] && static_cast<int>(i) != layer->statusParam)
+        d->memFree(workspace[i]);
+    if (report)
+      d->memFreeHost(report);
     destroyModule(module); // keeps the failure's message
   };
+  if (layer->statusParam >= 0) {
+    const Param &p = layer->params[layer->statusParam];
+    size_t bytes = static_cast<size_t>(p.elements()) * sizeof(int32_t);
+    CUdeviceptr mapped = 0;
+    CUresult r = d->memHostAlloc(&report, bytes,
+                                 CU_MEMHOSTALLOC_DEVICEMAP |
+                                     CU_MEMHOSTALLOC_PORTABLE);
+    if (r == CUDA_SUCCESS)
+      r = d->memHostGetDevicePointer(&mapped, report, 0);
+    if (r != CUDA_SUCCESS) {
+      mok_status s =
+          Fail(r == CUDA_ERROR_OUT_OF_MEMORY ? MOK_ERROR_OUT_OF_MEMORY
+                                             : MOK_ERROR_CUDA)
+          << "allocating the kernel's report '" << p.name << "' (" << bytes
+          << " bytes of mapped host memory): " << d->describe(r);
+      undo();
+      return s;
+    }
+    std::memset(report, 0, bytes);
+    workspace[layer->statusParam] = mapped;
+  }
   for (size_t i = 0; i < layer->params.size(); ++i) {
     const Param &p = layer->params[i];
     if (p.role != "workspace" && p.role != "tensor_maps")
@@ -710,7 +758,29 @@ extern "C" mok_status mok_layer_load(mok_layer layer, int device,
   // one fits; a cooperative launch refuses the grid otherwise); with
   // clusters, as many whole clusters as fit at once. (Before the layer's
   // fields are set: a failure here leaves the layer not loaded.)
+  // Every CTA of the grid must be resident at once (the grid barriers wait
+  // for all of them): the occupancy of the kernel as compiled (its
+  // registers, shared memory and block) bounds the grid, and a kernel of
+  // which not one CTA fits an SM is refused here, by name, rather than at
+  // its first launch.
+  int perSM = 0;
+  if (mok_status s = mok_module_max_active_blocks(
+          module, layer->kernel.c_str(), layer->block, layer->dynamicSmem,
+          &perSM)) {
+    undo();
+    return s;
+  }
+  if (perSM < 1) {
+    undo();
+    return Fail(MOK_ERROR_UNSUPPORTED)
+           << "metadata: no CTA of '" << layer->kernel << "' (" << layer->block
+           << " threads, " << layer->dynamicSmem
+           << " bytes of dynamic shared memory) fits on a multiprocessor of "
+              "device "
+           << device;
+  }
   uint32_t grid = static_cast<uint32_t>(sms);
+  uint32_t maxGrid = static_cast<uint32_t>(sms) * static_cast<uint32_t>(perSM);
   if (layer->cluster > 1) {
     int clusters = 0;
     if (mok_status s = mok_module_max_active_clusters(
@@ -728,7 +798,17 @@ extern "C" mok_status mok_layer_load(mok_layer layer, int device,
              << " CTAs of the kernel fits on device " << device;
     }
     grid = fit * layer->cluster;
+    maxGrid = grid;
   }
+  if (layer->gridChosen > maxGrid) {
+    undo();
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "grid: " << layer->gridChosen << " CTAs were asked for "
+           << "(mok_layer_set_grid), but at most " << maxGrid
+           << " fit on device " << device << " at once";
+  }
+  layer->maxGrid = maxGrid;
+  layer->report = static_cast<volatile int32_t *>(report);
   layer->module = module;
   layer->device = device;
   layer->grid = grid;
@@ -848,11 +928,13 @@ extern "C" mok_status mok_layer_forward(mok_layer layer,
                             : static_cast<uint64_t>(layer->workspace[i]);
     params[i] = &values[i];
   }
-  uint32_t grid[3] = {layer->grid, 1, 1}, block[3] = {layer->block, 1, 1};
+  uint32_t ctas = layer->gridChosen ? layer->gridChosen : layer->grid;
+  uint32_t grid[3] = {ctas, 1, 1}, block[3] = {layer->block, 1, 1};
   return mok_module_launch_clusters(
       layer->module, layer->kernel.c_str(), grid, block, layer->cluster,
       layer->dynamicSmem, stream, params.data(),
-      layer->cooperative ? MOK_LAUNCH_COOPERATIVE : 0);
+      layer->cooperative && !layer->oversubscribed ? MOK_LAUNCH_COOPERATIVE
+                                                   : 0);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1124,4 +1206,126 @@ extern "C" mok_status mok_layer_read_workspace(mok_layer layer,
     return Fail(MOK_ERROR_CUDA) << "copying the workspace buffer '" << p.name
                                 << "' to the host: " << d->describe(r);
   return ok();
+}
+
+//===----------------------------------------------------------------------===//
+// The kernels' report and the grid
+//===----------------------------------------------------------------------===//
+
+extern "C" mok_status mok_layer_take_report(mok_layer layer, void *stream,
+                                            int wait,
+                                            mok_kernel_report *report) {
+  if (report)
+    *report = mok_kernel_report{};
+  if (!layer)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (!layer->module)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "layer: not loaded (call mok_layer_load first)";
+  if (!layer->report)
+    return MOK_OK;
+  const Driver *d = layer->module->driver;
+  d->ctxSetCurrent(layer->module->context);
+  // A stream being captured into a CUDA graph has run nothing to wait for
+  // (and may not be synchronized): only what finished launches wrote.
+  if (wait) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (d->streamIsCapturing(static_cast<CUstream>(stream), &capture) ==
+            CUDA_SUCCESS &&
+        capture != CU_STREAM_CAPTURE_STATUS_NONE)
+      wait = 0;
+  }
+  if (wait)
+    if (CUresult r = d->streamSynchronize(static_cast<CUstream>(stream));
+        r != CUDA_SUCCESS)
+      return Fail(MOK_ERROR_CUDA)
+             << "stream: synchronizing before reading the kernel's report: "
+             << d->describe(r);
+  volatile int32_t *w = layer->report;
+  mok_kernel_report got{};
+  got.bad_routes = w[0];
+  got.bad_expert_id = w[1];
+  got.bad_route = w[2];
+  got.barrier_timed_out = w[3] != 0;
+  got.barrier_index = w[3] - 1;
+  got.barrier_arrived = w[4];
+  got.barrier_grid = w[5];
+  got.barrier_cta = w[6];
+  if (!got.bad_routes && !got.barrier_timed_out)
+    return MOK_OK;
+  if (report)
+    *report = got;
+  for (int i = 0; i < 8; ++i)
+    w[i] = 0;
+  if (got.barrier_timed_out) {
+    // The barrier's count and generation are whatever the CTAs that gave
+    // up left: start the next launch from zero (after this one ended).
+    int bar = -1;
+    for (size_t i = 0; i < layer->params.size(); ++i)
+      if (layer->params[i].name == "grid_barrier")
+        bar = static_cast<int>(i);
+    CUresult r = d->streamSynchronize(static_cast<CUstream>(stream));
+    if (r == CUDA_SUCCESS && bar >= 0)
+      r = d->memsetD8(layer->workspace[bar], 0,
+                      static_cast<size_t>(layer->params[bar].elements()) *
+                          mok_dtype_size(layer->params[bar].dtype));
+    Fail f(MOK_ERROR_TIMEOUT);
+    f << "kernel '" << layer->kernel << "': grid barrier "
+      << got.barrier_index << " waited longer than its bound "
+      << "(barrier-timeout-ms) with " << got.barrier_arrived << " of "
+      << got.barrier_grid << " CTAs arrived (CTA " << got.barrier_cta
+      << " gave up); the kernel ended early and its results are not defined";
+    if (r != CUDA_SUCCESS)
+      f << "; resetting the barrier failed: " << d->describe(r);
+    return f;
+  }
+  int64_t k = 1;
+  for (int i : layer->inputs)
+    if (layer->params[i].name == "top_experts" &&
+        layer->params[i].shape.size() == 2)
+      k = std::max<int64_t>(1, layer->params[i].shape[1]);
+  return Fail(MOK_ERROR_BAD_ROUTING)
+         << "top_experts: an expert id outside [-1, E) was routed (id "
+         << got.bad_expert_id << " at route " << got.bad_route << ": token "
+         << got.bad_route / k << ", slot " << got.bad_route % k
+         << "); the kernel dropped such routes (no expert output, a zero "
+            "router-weight gradient), so the results are those of -1 routes "
+            "there";
+}
+
+extern "C" mok_status mok_layer_set_grid(mok_layer layer, uint32_t ctas) {
+  if (!layer)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (ctas % layer->cluster)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "ctas: " << ctas << " is not a multiple of the kernel's cluster "
+           << "of " << layer->cluster << " CTAs";
+  // The testing hook: the bounded barriers' tests need CTAs that cannot
+  // all be resident (docs/Reliability.md); never for real work.
+  const char *testing = std::getenv("MOK_TESTING_OVERSUBSCRIBE");
+  bool oversubscribe = testing && std::string(testing) == "1";
+  if (layer->module && ctas > layer->maxGrid && oversubscribe) {
+    layer->gridChosen = ctas;
+    layer->oversubscribed = true;
+    return MOK_OK;
+  }
+  layer->oversubscribed = false;
+  if (layer->module && ctas > layer->maxGrid)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "ctas: " << ctas << " CTAs cannot be resident at once; at most "
+           << layer->maxGrid << " of '" << layer->kernel << "' fit on device "
+           << layer->device;
+  layer->gridChosen = ctas;
+  return MOK_OK;
+}
+
+extern "C" mok_status mok_layer_grid(mok_layer layer, uint32_t *ctas,
+                                     uint32_t *maxCtas) {
+  if (!layer)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is NULL";
+  if (ctas)
+    *ctas = layer->gridChosen ? layer->gridChosen : layer->grid;
+  if (maxCtas)
+    *maxCtas = layer->module ? layer->maxGrid : 0;
+  return MOK_OK;
 }

@@ -48,6 +48,10 @@ extern "C" const char *mok_status_name(mok_status status) {
     return "MOK_ERROR_UNSUPPORTED";
   case MOK_ERROR_OUT_OF_MEMORY:
     return "MOK_ERROR_OUT_OF_MEMORY";
+  case MOK_ERROR_BAD_ROUTING:
+    return "MOK_ERROR_BAD_ROUTING";
+  case MOK_ERROR_TIMEOUT:
+    return "MOK_ERROR_TIMEOUT";
   }
   return "MOK_ERROR_(unknown)";
 }
@@ -653,6 +657,32 @@ mok_module_max_active_clusters(mok_module m, const char *kernel, uint32_t block,
       r != CUDA_SUCCESS)
     return Fail(MOK_ERROR_CUDA) << "cuOccupancyMaxActiveClusters for '"
                                 << kernel << "': " << d->describe(r);
+  return ok();
+}
+
+extern "C" mok_status mok_module_max_active_blocks(mok_module m,
+                                                   const char *kernel,
+                                                   uint32_t block,
+                                                   uint32_t dynamicSmem,
+                                                   int *perMultiprocessor) {
+  if (!kernel || !perMultiprocessor)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "kernel/per_multiprocessor: is NULL";
+  if (block < 1 || block > 1024)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "block: expected 1 to 1024 threads, got " << block;
+  if (!m)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "module: is NULL";
+  const Driver *d = m->driver;
+  CUfunction f;
+  if (mok_status s = kernelOf(m, kernel, dynamicSmem, f))
+    return s;
+  if (CUresult r = d->occupancyMaxActiveBlocksPerMultiprocessor(
+          perMultiprocessor, f, static_cast<int>(block), dynamicSmem);
+      r != CUDA_SUCCESS)
+    return Fail(MOK_ERROR_CUDA)
+           << "cuOccupancyMaxActiveBlocksPerMultiprocessor for '" << kernel
+           << "': " << d->describe(r);
   return ok();
 }
 

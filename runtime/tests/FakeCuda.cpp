@@ -302,6 +302,37 @@ CUresult memsetD8(CUdeviceptr p, unsigned char value, size_t bytes) {
   return CUDA_SUCCESS;
 }
 
+// Mapped host memory (the kernels' report): an allocation like the
+// device's, its device address the host address.
+CUresult memHostAlloc(void **p, size_t bytes, unsigned int) {
+  CUdeviceptr d = 0;
+  if (CUresult r = memAlloc(&d, bytes); r != CUDA_SUCCESS)
+    return r;
+  *p = reinterpret_cast<void *>(d);
+  return CUDA_SUCCESS;
+}
+
+CUresult memFreeHost(void *p) {
+  return memFree(reinterpret_cast<CUdeviceptr>(p));
+}
+
+CUresult memHostGetDevicePointer(CUdeviceptr *d, void *p, unsigned int) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!inAllocation(s, reinterpret_cast<uintptr_t>(p), 1))
+    return CUDA_ERROR_INVALID_VALUE;
+  *d = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult streamSynchronize(CUstream) { return CUDA_SUCCESS; }
+
+CUresult occupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction, int,
+                                                   size_t) {
+  *n = 1;
+  return CUDA_SUCCESS;
+}
+
 CUresult memcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes,
                          CUstream) {
   State &s = state();
@@ -379,6 +410,12 @@ const Entry entries[] = {
     MOK_FAKE(cuMemAlloc, memAlloc),
     MOK_FAKE(cuMemFree, memFree),
     MOK_FAKE(cuMemsetD8, memsetD8),
+    MOK_FAKE(cuMemHostAlloc, memHostAlloc),
+    MOK_FAKE(cuMemFreeHost, memFreeHost),
+    MOK_FAKE(cuMemHostGetDevicePointer, memHostGetDevicePointer),
+    MOK_FAKE(cuStreamSynchronize, streamSynchronize),
+    MOK_FAKE(cuOccupancyMaxActiveBlocksPerMultiprocessor,
+             occupancyMaxActiveBlocksPerMultiprocessor),
     MOK_FAKE(cuMemcpyHtoDAsync, memcpyHtoDAsync),
     MOK_FAKE(cuStreamIsCapturing, streamIsCapturing),
     MOK_FAKE(cuMemcpyDtoH, memcpyDtoH),

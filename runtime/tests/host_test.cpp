@@ -1177,6 +1177,72 @@ static void testReadWorkspace() {
   mok_layer_destroy(layer);
 }
 
+/// The kernels' report and the grid, without a driver: the status param's
+/// metadata, and the calls that need a loaded layer refuse by name.
+static void testReportAndGrid() {
+  std::string withStatus = kMetadata;
+  std::string statusParam =
+      R"({"name": "grid_barrier", "role": "workspace", "dtype": "i32", "shape": [2]},
+    {"name": "status", "role": "status", "dtype": "i32", "shape": [8]},)";
+  auto at = withStatus.find(
+      R"({"name": "grid_barrier", "role": "workspace", "dtype": "i32", "shape": [2]},)");
+  CHECK(at != std::string::npos);
+  std::string good = withStatus;
+  good.replace(at, 77, statusParam);
+  mok_layer layer = nullptr;
+  CHECK(mok_layer_create(good.c_str(), &layer) == MOK_OK);
+  mok_kernel_report report;
+  report.bad_routes = 7;
+  CHECK_FAILS(mok_layer_take_report(layer, nullptr, 1, &report),
+              MOK_ERROR_INVALID_ARGUMENT, "layer: not loaded");
+  CHECK(report.bad_routes == 0); // zeroed even when refused
+  CHECK_FAILS(mok_layer_take_report(nullptr, nullptr, 0, nullptr),
+              MOK_ERROR_INVALID_ARGUMENT, "layer: is NULL");
+  uint32_t ctas = 99, most = 99;
+  CHECK(mok_layer_grid(layer, &ctas, &most) == MOK_OK);
+  CHECK(ctas == 0 && most == 0); // before load: the default, nothing known
+  CHECK(mok_layer_set_grid(layer, 66) == MOK_OK);
+  CHECK(mok_layer_grid(layer, &ctas, nullptr) == MOK_OK && ctas == 66);
+  CHECK(mok_layer_set_grid(layer, 0) == MOK_OK);
+  CHECK_FAILS(mok_layer_set_grid(nullptr, 1), MOK_ERROR_INVALID_ARGUMENT,
+              "layer: is NULL");
+  CHECK_FAILS(mok_layer_grid(nullptr, &ctas, &most), MOK_ERROR_INVALID_ARGUMENT,
+              "layer: is NULL");
+  mok_layer_destroy(layer);
+  // A cluster of 2: the grid holds whole clusters.
+  std::string clustered = good;
+  clustered.replace(clustered.find(R"("block": 256,)"), 13,
+                    R"("block": 256, "cluster": 2,)");
+  clustered.replace(clustered.find(R"("mok_metadata_version": 1)"), 25,
+                    R"("mok_metadata_version": 3)");
+  CHECK(mok_layer_create(clustered.c_str(), &layer) == MOK_OK);
+  CHECK_FAILS(mok_layer_set_grid(layer, 3), MOK_ERROR_INVALID_ARGUMENT,
+              "ctas: 3 is not a multiple of the kernel's cluster of 2 CTAs");
+  CHECK(mok_layer_set_grid(layer, 4) == MOK_OK);
+  mok_layer_destroy(layer);
+  // The report must be i32 [8] (or longer), and one of them.
+  std::string shortReport = good;
+  shortReport.replace(shortReport.find(R"("shape": [8])"), 12, R"("shape": [4])");
+  CHECK_FAILS(mok_layer_create(shortReport.c_str(), &layer),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "the kernel's report (role 'status') must be i32 [8] or longer");
+  std::string wideReport = good;
+  wideReport.replace(wideReport.find(R"("dtype": "i32", "shape": [8])"), 28,
+                     R"("dtype": "i64", "shape": [8])");
+  CHECK_FAILS(mok_layer_create(wideReport.c_str(), &layer),
+              MOK_ERROR_INVALID_ARGUMENT, "must be i32 [8] or longer");
+  std::string twoReports = good;
+  twoReports.replace(twoReports.find(R"({"name": "status")"), 0,
+                     R"({"name": "status2", "role": "status", "dtype": "i32", "shape": [8]},
+    )");
+  CHECK_FAILS(mok_layer_create(twoReports.c_str(), &layer),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "more than one parameter has role 'status'");
+  CHECK(std::string(mok_status_name(MOK_ERROR_BAD_ROUTING)) ==
+        "MOK_ERROR_BAD_ROUTING");
+  CHECK(std::string(mok_status_name(MOK_ERROR_TIMEOUT)) == "MOK_ERROR_TIMEOUT");
+}
+
 // Handles: NULL, destroyed (a second destroy) and forged ones are refused
 // by name by every entry point, never dereferenced (the registry of live
 // handles; an ASan build of this test checks the "never").
@@ -1324,6 +1390,7 @@ int main() {
   testBindWeights();
   testLayerOutputs();
   testReadWorkspace();
+  testReportAndGrid();
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

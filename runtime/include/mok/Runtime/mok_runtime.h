@@ -43,6 +43,8 @@ typedef enum mok_status {
   MOK_ERROR_CUDA = 3,               /* a driver call failed */
   MOK_ERROR_UNSUPPORTED = 4,        /* a feature not implemented yet */
   MOK_ERROR_OUT_OF_MEMORY = 6,
+  MOK_ERROR_BAD_ROUTING = 7, /* a kernel found expert ids outside [-1, E) */
+  MOK_ERROR_TIMEOUT = 8,     /* a bounded grid barrier timed out */
 } mok_status;
 
 /* The message of the last failing call on this thread ("" if none). */
@@ -197,6 +199,13 @@ MOK_API mok_status mok_module_max_active_clusters(mok_module module,
                              uint32_t cluster, uint32_t dynamic_smem,
                              int *count);
 
+/* How many CTAs of `kernel` (of `block` threads and `dynamic_smem` bytes
+ * each) can be resident on one multiprocessor at once
+ * (cuOccupancyMaxActiveBlocksPerMultiprocessor), in *per_multiprocessor. */
+MOK_API mok_status mok_module_max_active_blocks(mok_module module,
+                             const char *kernel, uint32_t block,
+                             uint32_t dynamic_smem, int *per_multiprocessor);
+
 /* A 2-D TMA descriptor (CUtensorMap, 128 bytes) of a row-major bf16 matrix
  * [rows, cols] with `row_stride` elements between rows, a box of
  * [box_rows, box_cols] and 128-byte swizzle, written to `descriptor`. */
@@ -316,6 +325,53 @@ MOK_API mok_status mok_layer_workspace_size(mok_layer layer, const char *name,
  * loaded — so a wrong name or size is reported without a driver. */
 MOK_API mok_status mok_layer_read_workspace(mok_layer layer, const char *name,
                                             void *host, size_t bytes);
+
+/* What a layer's kernels reported (mok_layer_take_report). */
+typedef struct mok_kernel_report {
+  /* Routes whose expert id was neither -1 nor in [0, E): the kernels
+   * dropped them (no row, no output, a zero router-weight gradient), and
+   * report one of them: its id (low 32 bits) and its route (token * top_k +
+   * slot). */
+  int32_t bad_routes;
+  int32_t bad_expert_id;
+  int64_t bad_route;
+  /* A grid barrier whose bounded wait (compiled with barrier-timeout-ms)
+   * timed out: its index among the kernel's barriers (in schedule order),
+   * the CTAs that had arrived, the grid's CTAs and the CTA that gave up. The
+   * kernel's results are not defined. */
+  int32_t barrier_timed_out;
+  int32_t barrier_index, barrier_arrived, barrier_grid, barrier_cta;
+} mok_kernel_report;
+
+/* Takes what the layer's kernels reported since the last take: with `wait`,
+ * after synchronizing `stream` (the stream of the layer's last forward, a
+ * CUstream, NULL = legacy default; a stream being captured into a CUDA
+ * graph is not waited for); without, whatever launches that have finished
+ * wrote (never blocking). MOK_OK with *report zeroed when nothing
+ * was reported; else MOK_ERROR_BAD_ROUTING or MOK_ERROR_TIMEOUT (a timeout
+ * first) with *report filled, the message naming the route or the barrier,
+ * and the report cleared. After a timeout the grid barrier's state is
+ * reset, so the layer may run again. A kernel without a report (compiled
+ * before it existed) reports nothing. `report` may be NULL. */
+MOK_API mok_status mok_layer_take_report(mok_layer layer, void *stream,
+                                         int wait, mok_kernel_report *report);
+
+/* The grid of the layer's forwards, in CTAs: 0 (the default) for one CTA a
+ * multiprocessor (as many whole clusters as fit, with clusters), or a
+ * smaller grid, for a layer that shares the GPU with kernels it must run
+ * beside (a multiple of the kernel's cluster size). Every CTA must be
+ * resident at once: mok_layer_load refuses a grid larger than the
+ * kernel's occupancy allows, and so does this call on a loaded layer
+ * (MOK_ERROR_INVALID_ARGUMENT, naming both sizes). The launch is
+ * cooperative, so the driver refuses a grid that cannot be resident at
+ * once (another context holding multiprocessors, MPS limits) rather than
+ * letting it hang. */
+MOK_API mok_status mok_layer_set_grid(mok_layer layer, uint32_t ctas);
+/* The grid the next forward launches (*ctas) and, on a loaded layer, the
+ * most CTAs the kernel's occupancy lets be resident at once (*max_ctas; 0
+ * before mok_layer_load). Either pointer may be NULL. */
+MOK_API mok_status mok_layer_grid(mok_layer layer, uint32_t *ctas,
+                                  uint32_t *max_ctas);
 
 #ifdef __cplusplus
 } /* extern "C" */
