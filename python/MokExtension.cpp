@@ -164,6 +164,7 @@ NB_MODULE(_mok, m) {
       .def_rw("training", &mok::CompileOptions::training)
       .def_rw("recompute", &mok::CompileOptions::recompute)
       .def_rw("main_grads", &mok::CompileOptions::mainGrads)
+      .def_rw("barrier_timeout_ms", &mok::CompileOptions::barrierTimeoutMs)
       .def("validate", &mok::CompileOptions::validate,
            "'' when the options can be compiled, else why not, naming them.");
 

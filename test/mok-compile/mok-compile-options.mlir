@@ -16,6 +16,11 @@
 // RUN: not mok-compile %s --dispatch both -o %t/x 2>&1 | FileCheck %s --check-prefix=BAD-DISPATCH
 // RUN: not mok-compile %s -o %t/x --dispatch 2>&1 | FileCheck %s --check-prefix=NO-DISPATCH
 // RUN: not mok-compile %s --copy-dispatch --dispatch copy -o %t/x 2>&1 | FileCheck %s --check-prefix=TWICE
+// RUN: not mok-compile %s --barrier-timeout-ms -5 -o %t/x 2>&1 | FileCheck %s --check-prefix=TIMEOUT
+// RUN: not mok-compile %s --barrier-timeout-ms 10s -o %t/x 2>&1 | FileCheck %s --check-prefix=TIMEOUT
+// RUN: not mok-compile %s -o %t/x --barrier-timeout-ms 2>&1 | FileCheck %s --check-prefix=NO-TIMEOUT
+// TIMEOUT: mok-compile: --barrier-timeout-ms: expected milliseconds from 0 to 3600000, got
+// NO-TIMEOUT: mok-compile: --barrier-timeout-ms needs a value (milliseconds)
 // The refusals come before the input is read.
 // RUN: not mok-compile %t/missing.mlir --chip sm_100a --multicast -o %t/x 2>&1 | FileCheck %s --check-prefix=MC100
 // CHIP: mok-compile: invalid compile options: chip 'sm_80' is not supported; expected sm_90a or sm_100a

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <cerrno>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -23,7 +25,7 @@ static int usage(const char *why) {
       "       [--profile] [--warp-specialize] [--multicast]\n"
       "       [--dispatch auto|fused|copy | --fuse-dispatch | --copy-dispatch]\n"
       "       [--no-tensor-cores] [--training [--recompute] [--main-grads]]\n"
-      "       [--toolkit CUDA_DIR] [--stages-dir DIR]\n"
+      "       [--toolkit CUDA_DIR] [--stages-dir DIR] [--barrier-timeout-ms N]\n"
       "       (--toolkit: libdevice; default $CUDA_HOME or /usr/local/cuda;\n"
       "        --fuse-dispatch, --copy-dispatch: --dispatch fused, copy;\n"
       "        --training: first derive <fn>_forward, which saves the\n"
@@ -32,7 +34,9 @@ static int usage(const char *why) {
       "        --main-grads: backward adds the weights' gradients into fp32\n"
       "        main_grad outputs;\n"
       "        --stages-dir: also write the IR after each step, DIR/moe.mlir,\n"
-      "        training.mlir, mk.mlir, gpu.mlir, llvm.mlir)\n",
+      "        training.mlir, mk.mlir, gpu.mlir, llvm.mlir;\n"
+      "        --barrier-timeout-ms: debugging, bound every grid barrier's\n"
+      "        wait; the runtime reports a barrier that timed out)\n",
       why);
   return 2;
 }
@@ -79,6 +83,21 @@ int main(int argc, char **argv) {
                                             : nullptr;
     if (flag) {
       *flag = true;
+      continue;
+    }
+    if (a == "--barrier-timeout-ms") {
+      std::string n;
+      if (!value(n))
+        return usage("--barrier-timeout-ms needs a value (milliseconds)");
+      char *end = nullptr;
+      errno = 0;
+      unsigned long ms = std::strtoul(n.c_str(), &end, 10);
+      if (n.empty() || n[0] == '-' || *end || errno || ms > 3600000)
+        return usage(("--barrier-timeout-ms: expected milliseconds from 0 to "
+                      "3600000, got '" +
+                      n + "'")
+                         .c_str());
+      options.barrierTimeoutMs = static_cast<unsigned>(ms);
       continue;
     }
     if (a == "--no-tensor-cores") {

@@ -153,6 +153,13 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
            "of one expert and n-tile load each weight box once for both "
            "(TMA multicast of two 128-row halves; the down projections' "
            "maps get 128-row boxes). Refused where not implemented">,
+    Option<"barrierTimeoutMs", "barrier-timeout-ms", "unsigned",
+           /*default=*/"0",
+           "Debugging: bound every grid barrier's wait to this many "
+           "milliseconds (0: unbounded). A barrier that times out is "
+           "recorded in the kernel's `status` report and the kernel ends "
+           "instead of hanging; the runtime names the barrier after the "
+           "call">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect",
                            "::mok::mk::MKDialect"];

@@ -130,8 +130,8 @@ void lowerKernel(gpu::GPUFuncOp func, std::optional<mk::Engine> engine) {
   for (Operation *op : ops) {
     b.setInsertionPoint(op);
     TypeSwitch<Operation *>(op)
-        .Case<mk::FillOp, mk::CountRoutesOp, mk::ScanChunksOp, mk::PadOffsetsOp,
-              mk::AssignRowsOp>(
+        .Case<mk::FillOp, mk::CheckRoutesOp, mk::CountRoutesOp,
+              mk::ScanChunksOp, mk::PadOffsetsOp, mk::AssignRowsOp>(
             [&](Operation *step) { lowerRoutingPlanStep(grid, step); })
         .Case([&](mk::GatherOp gather) { lowerGather(grid, gather); })
         .Case([&](mk::GemmOp gemm) {

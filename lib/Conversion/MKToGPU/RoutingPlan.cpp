@@ -23,6 +23,7 @@ public:
   explicit RoutingPlanLowering(const GridBuilder &grid) : GridBuilder(grid) {}
 
   void lower(mk::FillOp op);
+  void lower(mk::CheckRoutesOp op);
   void lower(mk::CountRoutesOp op);
   void lower(mk::ScanChunksOp op);
   void lower(mk::PadOffsetsOp op);
@@ -69,6 +70,30 @@ void RoutingPlanLowering::lower(mk::FillOp op) {
   Value v = arith::ConstantIntOp::create(e.b, e.loc, op.getValue(), 64);
   Value buffer = op.getBuffer();
   forAll(e.index(size(buffer, 0)), [&](Value i) { e.store(v, buffer, {i}); });
+}
+
+void RoutingPlanLowering::lower(mk::CheckRoutesOp op) {
+  Value top = op.getTopExperts(), status = op.getStatus();
+  int64_t k = size(top, 1), routes = size(top, 0) * k;
+  forAll(e.index(routes), [&](Value q) {
+    Value id = e.toIndex(e.load(top, {e.div(q, e.index(k)), e.rem(q, e.index(k))}));
+    // bad = id != -1 and id outside [0, E): unsigned, id >= E covers the
+    // negative ids too.
+    Value bad = arith::AndIOp::create(
+        e.b, e.loc, e.cmp(arith::CmpIPredicate::ne, id, e.index(-1)),
+        e.cmp(arith::CmpIPredicate::uge, id, e.index(op.getExperts())));
+    // Plain stores: any bad route's words will do (each word one store).
+    e.ifThen(bad, [&] {
+      auto word = [&](Value v) {
+        return arith::IndexCastOp::create(e.b, e.loc, e.b.getI32Type(), v)
+            .getResult();
+      };
+      e.store(word(id), status, {e.index(1)});
+      e.store(word(q), status, {e.index(2)});
+      e.store(arith::ConstantIntOp::create(e.b, e.loc, 1, 32), status,
+              {e.index(0)});
+    });
+  });
 }
 
 void RoutingPlanLowering::lower(mk::CountRoutesOp op) {
@@ -406,6 +431,7 @@ void mok::conversion::lowerRoutingPlanStep(const GridBuilder &grid,
                                            Operation *op) {
   RoutingPlanLowering plan(grid);
   TypeSwitch<Operation *>(op)
-      .Case<mk::FillOp, mk::CountRoutesOp, mk::ScanChunksOp, mk::PadOffsetsOp,
-            mk::AssignRowsOp>([&](auto typed) { plan.lower(typed); });
+      .Case<mk::FillOp, mk::CheckRoutesOp, mk::CountRoutesOp,
+            mk::ScanChunksOp, mk::PadOffsetsOp, mk::AssignRowsOp>(
+          [&](auto typed) { plan.lower(typed); });
 }

@@ -22,6 +22,12 @@ public:
   /// threads wrote before the barrier).
   void lower(mk::GridBarrierOp op, bool tensorCores);
   void lower(mk::TimestampOp op);
+
+private:
+  Type i1() { return e.b.getI1Type(); }
+  Value trueValue() {
+    return arith::ConstantIntOp::create(e.b, e.loc, 1, 1);
+  }
 };
 
 } // namespace
@@ -72,23 +78,82 @@ void SyncLowering::lower(mk::GridBarrierOp op, bool tensorCores) {
                                       bar, ValueRange{c1});
         },
         [&] {
-          auto spin = scf::WhileOp::create(b, loc, TypeRange{}, ValueRange{});
+          // Bounded (status and timeout_ns): the wait also ends when
+          // another CTA gave up (status[3] set) or after timeout_ns.
+          Value status = op.getStatus();
+          Value start, words;
+          Type i32 = b.getI32Type(), i64 = b.getI64Type();
+          auto word = [&](int64_t i) { return at(words, e.index(i), 4); };
+          if (status) {
+            words = base(status);
+            start = NVVM::GlobalTimerOp::create(b, loc, i64);
+          }
+          auto spin = scf::WhileOp::create(b, loc, TypeRange{i1()},
+                                           ValueRange{trueValue()});
           Block *before = b.createBlock(&spin.getBefore());
+          before->addArgument(i1(), loc);
           {
             OpBuilder::InsertionGuard g(b);
             b.setInsertionPointToEnd(before);
             Value now = memref::AtomicRMWOp::create(
                 b, loc, arith::AtomicRMWKind::addi, zero, bar, ValueRange{c1});
             Value same = e.cmp(arith::CmpIPredicate::eq, now, gen);
-            scf::ConditionOp::create(b, loc, same, ValueRange{});
+            Value waiting = same;
+            if (status) {
+              // The report is host memory the kernel does not own: read
+              // it afresh each time (volatile).
+              Value gaveUp = e.cmp(
+                  arith::CmpIPredicate::ne,
+                  e.toIndex(LLVM::LoadOp::create(b, loc, i32, word(3), 4,
+                                                 /*isVolatile=*/true)),
+                  e.index(0));
+              Value elapsed = arith::SubIOp::create(
+                  b, loc, NVVM::GlobalTimerOp::create(b, loc, i64), start);
+              Value inTime = arith::CmpIOp::create(
+                  b, loc, arith::CmpIPredicate::slt, elapsed,
+                  arith::ConstantIntOp::create(b, loc, *op.getTimeoutNs(), 64));
+              waiting = arith::AndIOp::create(
+                  b, loc, waiting,
+                  arith::AndIOp::create(
+                      b, loc, inTime,
+                      arith::XOrIOp::create(b, loc, gaveUp, trueValue())));
+            }
+            scf::ConditionOp::create(b, loc, waiting, ValueRange{same});
           }
           Block *after = b.createBlock(&spin.getAfter());
+          after->addArgument(i1(), loc);
           {
             OpBuilder::InsertionGuard g(b);
             b.setInsertionPointToEnd(after);
-            scf::YieldOp::create(b, loc);
+            scf::YieldOp::create(b, loc, ValueRange{trueValue()});
           }
           b.setInsertionPointAfter(spin);
+          if (status) {
+            // Still the same generation: record this barrier, unless a CTA
+            // already recorded one.
+            Value stuck = spin.getResult(0);
+            Value first = e.cmp(
+                arith::CmpIPredicate::eq,
+                e.toIndex(LLVM::LoadOp::create(b, loc, i32, word(3), 4,
+                                               /*isVolatile=*/true)),
+                e.index(0));
+            e.ifThen(arith::AndIOp::create(b, loc, stuck, first), [&] {
+              Value arrivedNow = memref::AtomicRMWOp::create(
+                  b, loc, arith::AtomicRMWKind::addi, zero, bar,
+                  ValueRange{c0});
+              auto put = [&](int64_t i, Value v) {
+                LLVM::StoreOp::create(b, loc, v, word(i), 4,
+                                      /*isVolatile=*/true);
+              };
+              put(4, arrivedNow);
+              put(5, arith::IndexCastOp::create(b, loc, i32, numBlocks));
+              put(6, arith::IndexCastOp::create(
+                         b, loc, i32,
+                         gpu::BlockIdOp::create(b, loc, gpu::Dimension::x)));
+              put(3, arith::ConstantIntOp::create(b, loc, *op.getIndex() + 1,
+                                                  32));
+            });
+          }
         });
     LLVM::FenceOp::create(b, loc, LLVM::AtomicOrdering::acq_rel, "device");
   });

@@ -241,6 +241,9 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
     params.push_back({"d_shared_x", "workspace", ty({t, s.hidden}, bf16)});
   }
   params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
+  // The kernel's report to the runtime (mk.check_routes, bounded grid
+  // barriers): host memory the runtime zeroes and reads after the call.
+  params.push_back({"status", "status", ty({8}, tb.getI32Type())});
   if (profile)
     for (StringRef name : {"phase_clock", "phase_cycles"})
       params.push_back(
@@ -258,9 +261,10 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
                                    const Sizes &s, ArrayRef<Param> params,
                                    gpu::GPUFuncOp func, int64_t phases,
                                    const BackwardMaps &tc,
-                                   const mk::TargetSupport &support) {
+                                   const mk::TargetSupport &support,
+                                   unsigned timeoutMs) {
   Location loc = grad.getLoc();
-  ScheduleBuilder frame(b, loc, params, func, support);
+  ScheduleBuilder frame(b, loc, params, func, support, timeoutMs);
   llvm::StringMap<Value> &buf = frame.buf;
   Value clock = frame.clock;
   auto barrier = [&] { frame.barrier(); };
@@ -478,5 +482,6 @@ LogicalResult mok::moe_to_mk::planBackward(ModuleOp module, func::FuncOp func,
                                      : ArrayRef<StringRef>(),
                      /*cluster=*/1));
   return emitBackwardSchedule(b, grad, s, params, kernel,
-                              static_cast<int64_t>(phases.size()), tc, support);
+                              static_cast<int64_t>(phases.size()), tc, support,
+                              options.barrierTimeoutMs);
 }

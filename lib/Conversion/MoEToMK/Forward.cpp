@@ -142,6 +142,9 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   // [arrived CTAs, generation]; zero before the first launch, and left
   // reusable by every launch.
   params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
+  // The kernel's report to the runtime (mk.check_routes, bounded grid
+  // barriers): host memory the runtime zeroes and reads after the call.
+  params.push_back({"status", "status", ty({8}, tb.getI32Type())});
   // Profiling: %globaltimer and the first SM's %clock64 at the start and
   // after each phase.
   if (profile)
@@ -165,9 +168,10 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
                            std::optional<mk::Engine> engine,
                            const MapSlots &slots, int64_t tileM,
                            int64_t storeTileN, bool warpSpecialize,
-                           int64_t cluster, const mk::TargetSupport &support) {
+                           int64_t cluster, const mk::TargetSupport &support,
+                           unsigned timeoutMs) {
   Location loc = layer.getLoc();
-  ScheduleBuilder frame(b, loc, params, func, support);
+  ScheduleBuilder frame(b, loc, params, func, support, timeoutMs);
   llvm::StringMap<Value> &buf = frame.buf;
   Value clock = frame.clock;
   auto barrier = [&] { frame.barrier(); };
@@ -368,5 +372,6 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
                                           : ArrayRef<StringRef>(),
                                   cluster));
   return emitSchedule(b, layer, s, params, kernel, engine, slots, tileM,
-                      storeTileN, warpSpecialize, cluster, support);
+                      storeTileN, warpSpecialize, cluster, support,
+                      options.barrierTimeoutMs);
 }

@@ -130,12 +130,19 @@ struct ScheduleBuilder {
   /// Whether every GEMM so far is one the chip's lowering implements.
   mlir::LogicalResult status = mlir::success();
 
+  /// The kernel's report to the runtime (mk.check_routes, bounded
+  /// barriers) and the bound of each grid barrier's wait (0: none).
+  mlir::Value report;
+  int64_t timeoutNs = 0, barriers = 0;
+
   ScheduleBuilder(mlir::OpBuilder &b, mlir::Location loc,
                   mlir::ArrayRef<Param> params, mlir::gpu::GPUFuncOp func,
-                  const mk::TargetSupport &support)
-      : b(b), loc(loc), support(support) {
+                  const mk::TargetSupport &support, unsigned timeoutMs = 0)
+      : b(b), loc(loc), support(support),
+        timeoutNs(int64_t(timeoutMs) * 1000000) {
     for (auto [i, p] : llvm::enumerate(params))
       buf[p.name] = func.getArgument(i);
+    report = buf.lookup("status");
     clock = buf.lookup("phase_clock");
     cycles = buf.lookup("phase_cycles");
     timestamp();
@@ -145,7 +152,14 @@ struct ScheduleBuilder {
       mk::TimestampOp::create(b, loc, clock, stamps++, cycles);
   }
   void barrier() {
-    mk::GridBarrierOp::create(b, loc, buf["grid_barrier"]);
+    if (timeoutNs)
+      mk::GridBarrierOp::create(b, loc, buf["grid_barrier"], report,
+                                b.getI64IntegerAttr(timeoutNs),
+                                b.getI64IntegerAttr(barriers));
+    else
+      mk::GridBarrierOp::create(b, loc, buf["grid_barrier"], mlir::Value(),
+                                nullptr, nullptr);
+    ++barriers;
     timestamp();
   }
   /// The routing plan's four steps, each ending in a barrier: parallel over
@@ -154,6 +168,8 @@ struct ScheduleBuilder {
   void plan(const Sizes &s) {
     mk::FillOp::create(b, loc, buf["row_route"], -1);
     mk::FillOp::create(b, loc, buf["row_expert"], -1);
+    mk::CheckRoutesOp::create(b, loc, buf["top_experts"], report,
+                              s.experts);
     mk::CountRoutesOp::create(b, loc, buf["top_experts"], buf["chunk_counts"],
                               s.chunk());
     barrier();
@@ -210,6 +226,8 @@ struct PlanOptions {
   unsigned blockSize;
   bool tensorCores, profile, warpSpecialize, fuseDispatch, copyDispatch,
       multicast;
+  /// Bounded grid barriers (debugging): 0 = unbounded.
+  unsigned barrierTimeoutMs = 0;
 };
 
 /// Plans `layer` (the body of `func`) as the kernel `<func>_forward` in a

@@ -122,7 +122,8 @@ struct ConvertMoEToMKPass
                         warpSpecialize,
                         fuseDispatch,
                         copyDispatch,
-                        multicast};
+                        multicast,
+                        barrierTimeoutMs};
     for (auto [func, layer] : layers)
       if (failed(planForward(module, func, layer, options)))
         return signalPassFailure();

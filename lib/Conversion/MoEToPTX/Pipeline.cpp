@@ -57,6 +57,7 @@ static mok::ConvertMoEToMKOptions moeToMKOptions(const mok::CompileOptions &o) {
   options.fuseDispatch = o.dispatch == mok::Dispatch::Fused;
   options.copyDispatch = o.dispatch == mok::Dispatch::Copy;
   options.multicast = o.multicast;
+  options.barrierTimeoutMs = o.barrierTimeoutMs;
   return options;
 }
 

@@ -20,10 +20,10 @@
 // CHECK: memref.global "private" @mok_tmem_base : memref<1xi32, #gpu.address_space<workgroup>> {alignment = 4 : i64}
 // CHECK: memref.global "public" @mok_dyn_smem : memref<0xi8, #gpu.address_space<workgroup>> {alignment = 1024 : i64}
 // CHECK: gpu.func @eligible_forward(
-// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %[[MAPS:[^:]*]]: memref<304xi64>) kernel
+// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %{{[^:]*}}: memref<8xi32>, %[[MAPS:[^:]*]]: memref<304xi64>) kernel
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
 // CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_100a", cooperative = true, dynamic_shared_memory = 197632 : i64
-// CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 304>}]
+// CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i32", name = "status", role = "status", shape = array<i64: 8>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 304>}]
 // CHECK-SAME: tensor_maps = [
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "routed_x", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 332 : i64}
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_down_weights", cols = 128 : i64, experts = 1 : i64, row_stride = 128 : i64, rows = 64 : i64}]
@@ -166,7 +166,7 @@
 // CHECK-LABEL: gpu.module @padding8_kernels
 // CHECK-NOT: mok_tmem_base
 // CHECK: gpu.func @padding8_forward(
-// CHECK-SAME: %{{[^:]*}}: memref<2xi32>) kernel
+// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %{{[^:]*}}: memref<8xi32>) kernel
 // CHECK-SAME: chip = "sm_100a"
 // CHECK-SAME: dynamic_shared_memory = 0 : i64
 // CHECK-NOT: tensor_maps
@@ -175,13 +175,13 @@
 // CHECK: gpu.return
 // CHECK-LABEL: gpu.module @inter96_kernels
 // CHECK: gpu.func @inter96_forward(
-// CHECK-SAME: %{{[^:]*}}: memref<2xi32>) kernel
+// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %{{[^:]*}}: memref<8xi32>) kernel
 // CHECK-NOT: nvgpu.
 // CHECK-NOT: tcgen05
 // CHECK: gpu.return
 
 // SCALAR: gpu.func @eligible_forward(
-// SCALAR-SAME: %{{[^:]*}}: memref<2xi32>) kernel
+// SCALAR-SAME: %{{[^:]*}}: memref<2xi32>, %{{[^:]*}}: memref<8xi32>) kernel
 // SCALAR-SAME: known_block_size = array<i32: 256, 1, 1>
 // SCALAR-SAME: chip = "sm_100a"
 // SCALAR-SAME: dynamic_shared_memory = 0 : i64

@@ -15,11 +15,11 @@
 // CHECK-LABEL: gpu.module @eligible_kernels
 // CHECK: memref.global "public" @mok_dyn_smem : memref<0xi8, #gpu.address_space<workgroup>> {alignment = 1024 : i64}
 // CHECK: gpu.func @eligible_forward(
-// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %[[MAPS:[^:]*]]: memref<304xi64>) kernel
+// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %{{[^:]*}}: memref<8xi32>, %[[MAPS:[^:]*]]: memref<304xi64>) kernel
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
 // CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_90a", cooperative = true, dynamic_shared_memory = 214016 : i64
 // The existing parameters are unchanged; tensor_maps comes last.
-// CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 304>}]
+// CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i32", name = "status", role = "status", shape = array<i64: 8>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 304>}]
 // Map entry i views a kernel buffer as 2-D bf16 [rows, cols]: A operands in
 // boxes of 64 rows (routed_x is [Rcap = 40*2 + 4*63 = 332, H]), B operands
 // in boxes of 128 (gate, up) or 256 (down: 256-column tiles on sm_90a); a
@@ -147,7 +147,7 @@
 // CHECK-LABEL: gpu.module @padding8_kernels
 // CHECK-NOT: mok_dyn_smem
 // CHECK: gpu.func @padding8_forward(
-// CHECK-SAME: %{{[^:]*}}: memref<2xi32>) kernel
+// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %{{[^:]*}}: memref<8xi32>) kernel
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
 // CHECK-SAME: dynamic_shared_memory = 0 : i64
 // CHECK-NOT: tensor_maps
@@ -157,12 +157,12 @@
 // The same with I = 96 (not a multiple of the 128-column tile).
 // CHECK-LABEL: gpu.module @inter96_kernels
 // CHECK: gpu.func @inter96_forward(
-// CHECK-SAME: %{{[^:]*}}: memref<2xi32>) kernel
+// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %{{[^:]*}}: memref<8xi32>) kernel
 // CHECK-NOT: nvgpu.
 // CHECK: gpu.return
 
 // SCALAR: gpu.func @eligible_forward(
-// SCALAR-SAME: %{{[^:]*}}: memref<2xi32>) kernel
+// SCALAR-SAME: %{{[^:]*}}: memref<2xi32>, %{{[^:]*}}: memref<8xi32>) kernel
 // SCALAR-SAME: known_block_size = array<i32: 256, 1, 1>
 // SCALAR-SAME: dynamic_shared_memory = 0 : i64
 // SCALAR: gpu.func @padding8_forward(

@@ -14,7 +14,7 @@
 // CHECK: func.func @eligible(
 // CHECK: moe.layer
 // CHECK-LABEL: gpu.module @eligible_kernels
-// CHECK: gpu.func @eligible_forward(%[[X:[^:]*]]: memref<40x64xbf16>, %[[TOP:[^:]*]]: memref<40x2xi32>, %[[RW:[^:]*]]: memref<40x2xf32>, %[[WG:[^:]*]]: memref<4x128x64xbf16>, %[[WU:[^:]*]]: memref<4x128x64xbf16>, %[[WD:[^:]*]]: memref<4x64x128xbf16>, %[[SG:[^:]*]]: memref<128x64xbf16>, %[[SU:[^:]*]]: memref<128x64xbf16>, %[[SD:[^:]*]]: memref<64x128xbf16>, %[[OUT:[^:]*]]: memref<40x64xbf16>, %[[COUNTS:[^:]*]]: memref<4xi64>, %[[CC:[^:]*]]: memref<3x4xi64>, %[[OFF:[^:]*]]: memref<5xi64>, %[[RR:[^:]*]]: memref<80xi64>, %[[ROWR:[^:]*]]: memref<332xi64>, %[[ROWE:[^:]*]]: memref<332xi64>, %[[RX:[^:]*]]: memref<332x64xbf16>, %[[H:[^:]*]]: memref<332x128xbf16>, %[[Y:[^:]*]]: memref<332x64xbf16>, %[[SH:[^:]*]]: memref<40x128xbf16>, %[[SO:[^:]*]]: memref<40x64xbf16>, %[[BAR:[^:]*]]: memref<2xi32>, %[[MAPS:[^:]*]]: memref<304xi64>) kernel
+// CHECK: gpu.func @eligible_forward(%[[X:[^:]*]]: memref<40x64xbf16>, %[[TOP:[^:]*]]: memref<40x2xi32>, %[[RW:[^:]*]]: memref<40x2xf32>, %[[WG:[^:]*]]: memref<4x128x64xbf16>, %[[WU:[^:]*]]: memref<4x128x64xbf16>, %[[WD:[^:]*]]: memref<4x64x128xbf16>, %[[SG:[^:]*]]: memref<128x64xbf16>, %[[SU:[^:]*]]: memref<128x64xbf16>, %[[SD:[^:]*]]: memref<64x128xbf16>, %[[OUT:[^:]*]]: memref<40x64xbf16>, %[[COUNTS:[^:]*]]: memref<4xi64>, %[[CC:[^:]*]]: memref<3x4xi64>, %[[OFF:[^:]*]]: memref<5xi64>, %[[RR:[^:]*]]: memref<80xi64>, %[[ROWR:[^:]*]]: memref<332xi64>, %[[ROWE:[^:]*]]: memref<332xi64>, %[[RX:[^:]*]]: memref<332x64xbf16>, %[[H:[^:]*]]: memref<332x128xbf16>, %[[Y:[^:]*]]: memref<332x64xbf16>, %[[SH:[^:]*]]: memref<40x128xbf16>, %[[SO:[^:]*]]: memref<40x64xbf16>, %[[BAR:[^:]*]]: memref<2xi32>, %[[STATUS:[^:]*]]: memref<8xi32>, %[[MAPS:[^:]*]]: memref<304xi64>) kernel
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
 // SM90-SAME: chip = "sm_90a"
 // SM100-SAME: chip = "sm_100a"
@@ -26,11 +26,13 @@
 // One CTA per SM, said to ptxas (.minnctapersm 1) so it does not trade
 // registers for occupancy the persistent kernel never uses.
 // CHECK-SAME: nvvm.minctasm = 1 : i32
-// Phase 1, the routing plan: reset the row maps and count each chunk of 32
-// routes (80 routes: 3 chunks), scan the chunks per expert, pad, assign; a
-// barrier after each.
+// Phase 1, the routing plan: reset the row maps, report expert ids outside
+// [-1, E) into the kernel's status, count each chunk of 32 routes (80
+// routes: 3 chunks), scan the chunks per expert, pad, assign; a barrier
+// after each.
 // CHECK-NEXT: mk.fill %[[ROWR]], -1 : memref<332xi64>
 // CHECK-NEXT: mk.fill %[[ROWE]], -1 : memref<332xi64>
+// CHECK-NEXT: mk.check_routes %[[TOP]] into %[[STATUS]] {experts = 4 : i64} : memref<40x2xi32>, memref<8xi32>
 // CHECK-NEXT: mk.count_routes %[[TOP]] into %[[CC]] {chunk = 32 : i64}
 // CHECK-NEXT: mk.grid_barrier %[[BAR]]
 // CHECK-NEXT: mk.scan_chunks %[[CC]] into %[[COUNTS]]
@@ -78,7 +80,7 @@
 // tensor maps, the weights read by pointer.
 // CHECK-LABEL: gpu.module @padding8_kernels
 // CHECK: gpu.func @padding8_forward(
-// CHECK-SAME: %{{[^:]*}}: memref<2xi32>) kernel
+// CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %{{[^:]*}}: memref<8xi32>) kernel
 // CHECK-SAME: {access = "pointer", dtype = "bf16", name = "gate_weights"
 // CHECK-NOT: tensor_maps
 // CHECK: mk.gemm swiglu {{.*}}schedule <simt>
@@ -89,7 +91,7 @@
 
 // tensor-cores=false: simt everywhere, with the requested block size.
 // SIMT: gpu.func @eligible_forward(
-// SIMT-SAME: %{{[^:]*}}: memref<2xi32>) kernel
+// SIMT-SAME: %{{[^:]*}}: memref<2xi32>, %{{[^:]*}}: memref<8xi32>) kernel
 // SIMT-SAME: known_block_size = array<i32: 128, 1, 1>
 // SIMT-SAME: dynamic_shared_memory = 0 : i64
 // SIMT-COUNT-4: mk.gemm {{.*}} schedule <simt>
@@ -124,7 +126,7 @@ func.func @padding8(%x: tensor<40x64xbf16>, %top: tensor<40x2xi32>, %rw: tensor<
 // stamp.
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a profile=true copy-dispatch=true" | FileCheck %s --check-prefix=PROFILE
 // PROFILE-LABEL: gpu.func @eligible_forward(
-// PROFILE-SAME: %[[BAR:[^:]*]]: memref<2xi32>, %[[CLOCK:[^:]*]]: memref<9xi64>, %[[CYCLES:[^:]*]]: memref<9xi64>, %{{[^:]*}}: memref<304xi64>) kernel
+// PROFILE-SAME: %[[BAR:[^:]*]]: memref<2xi32>, %[[STATUS:[^:]*]]: memref<8xi32>, %[[CLOCK:[^:]*]]: memref<9xi64>, %[[CYCLES:[^:]*]]: memref<9xi64>, %{{[^:]*}}: memref<304xi64>) kernel
 // PROFILE-SAME: {dtype = "i64", name = "phase_clock", role = "workspace", shape = array<i64: 9>}, {dtype = "i64", name = "phase_cycles", role = "workspace", shape = array<i64: 9>}
 // PROFILE-SAME: phases = ["plan: count", "plan: scan", "plan: offsets", "plan: assign", "dispatch", "gate/up + SwiGLU", "down", "combine"]
 // PROFILE-NEXT: mk.timestamp %[[CLOCK]][0] cycles(%[[CYCLES]] : memref<9xi64>)

@@ -929,3 +929,53 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @report_size(%top: memref<40x2xi32>, %s: memref<4xi32>) kernel {
+    // expected-error @+1 {{status dimension 0 must be 8 (the kernel's report words), got 4}}
+    mk.check_routes %top into %s {experts = 4 : i64} : memref<40x2xi32>, memref<4xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @check_routes_experts(%top: memref<40x2xi32>, %s: memref<8xi32>) kernel {
+    // expected-error @+1 {{attribute 'experts' failed to satisfy constraint}}
+    mk.check_routes %top into %s {experts = 0 : i64} : memref<40x2xi32>, memref<8xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @bounded_without_status(%b: memref<2xi32>) kernel {
+    // expected-error @+1 {{a bounded wait needs both status and timeout_ns}}
+    mk.grid_barrier %b {index = 0 : i64, timeout_ns = 1000 : i64} : memref<2xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @bounded_without_index(%b: memref<2xi32>, %s: memref<8xi32>) kernel {
+    // expected-error @+1 {{index names a bounded wait's barrier}}
+    mk.grid_barrier %b status(%s : memref<8xi32>) {timeout_ns = 1000 : i64} : memref<2xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @bounded_report_size(%b: memref<2xi32>, %s: memref<6xi32>) kernel {
+    // expected-error @+1 {{status dimension 0 must be 8 (the kernel's report words), got 6}}
+    mk.grid_barrier %b status(%s : memref<6xi32>) {index = 0 : i64, timeout_ns = 1000 : i64} : memref<2xi32>
+    gpu.return
+  }
+}

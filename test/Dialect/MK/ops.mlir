@@ -6,8 +6,10 @@
 
 // CHECK-LABEL: gpu.func @schedule
 // CHECK: mk.fill %{{.*}}, -1 : memref<108xi64>
+// CHECK: mk.check_routes %{{.*}} into %[[ST:.*]] {experts = 4 : i64} : memref<40x2xi32>, memref<8xi32>
 // CHECK: mk.count_routes %{{.*}} into %[[CC:.*]] {chunk = 64 : i64} : memref<40x2xi32>, memref<2x4xi64>
 // CHECK: mk.grid_barrier %[[BAR:.*]] : memref<2xi32>
+// CHECK: mk.grid_barrier %[[BAR]] status(%[[ST]] : memref<8xi32>) {index = 1 : i64, timeout_ns = 200000000 : i64} : memref<2xi32>
 // CHECK: mk.scan_chunks %[[CC]] into %[[COUNTS:.*]] : memref<2x4xi64>, memref<4xi64>
 // CHECK: mk.pad_offsets %[[COUNTS]] into %{{.*}} {padding = 8 : i64} : memref<4xi64>, memref<5xi64>
 // CHECK: mk.assign_rows %{{.*}}, %{{.*}}, %[[CC]] into %{{.*}}, %{{.*}}, %{{.*}} {chunk = 64 : i64} : memref<40x2xi32>, memref<5xi64>, memref<2x4xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
@@ -52,10 +54,12 @@ gpu.module @kernels {
                      %routed_x: memref<108x64xbf16>, %hidden: memref<108x32xbf16>,
                      %routed_y: memref<108x64xbf16>, %shared_hidden: memref<40x16xbf16>,
                      %shared_out: memref<40x64xbf16>, %bar: memref<2xi32>,
-                     %clock: memref<9xi64>) kernel {
+                     %clock: memref<9xi64>, %status: memref<8xi32>) kernel {
     mk.fill %row_route, -1 : memref<108xi64>
+    mk.check_routes %top into %status {experts = 4 : i64} : memref<40x2xi32>, memref<8xi32>
     mk.count_routes %top into %cc {chunk = 64 : i64} : memref<40x2xi32>, memref<2x4xi64>
     mk.grid_barrier %bar : memref<2xi32>
+    mk.grid_barrier %bar status(%status : memref<8xi32>) {index = 1 : i64, timeout_ns = 200000000 : i64} : memref<2xi32>
     mk.scan_chunks %cc into %counts : memref<2x4xi64>, memref<4xi64>
     mk.pad_offsets %counts into %offsets {padding = 8 : i64} : memref<4xi64>, memref<5xi64>
     mk.assign_rows %top, %offsets, %cc into %route_row, %row_route, %row_expert {chunk = 64 : i64}

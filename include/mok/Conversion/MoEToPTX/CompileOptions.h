@@ -60,6 +60,10 @@ struct CompileOptions {
   /// With training: the backward adds the weights' gradients into fp32
   /// main_grad outputs (moe-generate-backward's main-grads).
   bool mainGrads = false;
+  /// Debugging: every grid barrier's wait bounded to this many
+  /// milliseconds (0: unbounded); a barrier that times out is reported by
+  /// the runtime after the call instead of hanging (barrier-timeout-ms).
+  unsigned barrierTimeoutMs = 0;
 
   /// Empty when the options can be compiled; otherwise why not, naming the
   /// options by their pass-option spelling (e.g. "multicast is implemented

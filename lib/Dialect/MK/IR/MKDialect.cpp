@@ -440,9 +440,24 @@ LogicalResult SwigluGradOp::verify() {
   return success();
 }
 
+/// The kernel's report to the runtime: 8 words.
+static LogicalResult checkStatus(Operation *op, Value status) {
+  return expectDim(op, status, "status", 0, 8, "the kernel's report words");
+}
+
+LogicalResult CheckRoutesOp::verify() { return checkStatus(*this, getStatus()); }
+
 LogicalResult GridBarrierOp::verify() {
-  return expectDim(*this, getState(), "state", 0, 2,
-                   "[arrived CTAs, generation]");
+  if (failed(expectDim(*this, getState(), "state", 0, 2,
+                       "[arrived CTAs, generation]")))
+    return failure();
+  bool bounded = getTimeoutNs().has_value();
+  if (static_cast<bool>(getStatus()) != bounded)
+    return emitOpError("a bounded wait needs both status and timeout_ns");
+  if (getIndex().has_value() != bounded)
+    return emitOpError("index names a bounded wait's barrier: it needs "
+                       "status and timeout_ns, and they need it");
+  return bounded ? checkStatus(*this, getStatus()) : success();
 }
 
 LogicalResult TimestampOp::verify() {

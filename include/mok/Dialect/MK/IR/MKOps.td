@@ -189,6 +189,35 @@ def MK_CountRoutesOp : MK_Op<"count_routes"> {
   let hasVerifier = 1;
 }
 
+def MK_Status : MemRefRankOf<[I32], [1]>;
+
+def MK_CheckRoutesOp : MK_Op<"check_routes"> {
+  let summary = "Reports expert ids that are neither -1 nor an expert";
+  let description = [{
+    Every route of `top_experts [T, k]` whose id is not -1 (no route) and
+    not in `[0, experts)` is reported in `status` (8 words, the kernel's
+    report to the runtime, zero before the launch): `status[0]` becomes 1,
+    `status[1]` one such id (its low 32 bits) and `status[2]` its route
+    `q` (token `q / k`, slot `q % k`). The routing plan treats such a route
+    as no route (`mk.count_routes`, `mk.assign_rows`), so nothing reads or
+    writes out of bounds; the runtime turns the report into an error after
+    the call (`mok_layer_take_report`). One thread a route, spread over the
+    grid; only threads that find a bad id write.
+
+    ```mlir
+    mk.check_routes %top into %status {experts = 8 : i64} : memref<40x2xi32>, memref<8xi32>
+    ```
+  }];
+  let arguments = (ins Arg<MK_Ids, "", [MemRead]>:$top_experts,
+                       Arg<MK_Status, "", [MemWrite]>:$status,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$experts);
+  let assemblyFormat = [{
+    $top_experts `into` $status attr-dict `:` type($top_experts) `,`
+    type($status)
+  }];
+  let hasVerifier = 1;
+}
+
 def MK_ScanChunksOp : MK_Op<"scan_chunks"> {
   let summary = "Per expert, each chunk's first rank and the total count";
   let description = [{
@@ -561,13 +590,30 @@ def MK_GridBarrierOp : MK_Op<"grid_barrier"> {
     generation the others spin on, and a CTA barrier again. Everything any
     thread wrote before it is visible to every thread after it.
 
+    With `status` (the kernel's report, 8 words) and `timeout_ns`, the wait
+    is bounded (a debugging mode): a CTA that has waited `timeout_ns`
+    nanoseconds (`%globaltimer`) without the generation moving records the
+    barrier in `status` (`status[3]` = `index` + 1, `status[4]` the CTAs
+    arrived, `status[5]` the grid's CTAs, `status[6]` the waiting CTA) and
+    goes on; every CTA waiting at this or a later barrier goes on as soon
+    as `status[3]` is set. The kernel then ends (its results are not
+    defined) instead of hanging, and the runtime reports the barrier after
+    the call and resets `state`.
+
     ```mlir
     mk.grid_barrier %bar : memref<2xi32>
+    mk.grid_barrier %bar status(%st : memref<8xi32>) {index = 2 : i64, timeout_ns = 1000000000 : i64} : memref<2xi32>
     ```
   }];
   let arguments = (ins Arg<MemRefRankOf<[I32], [1]>, "",
-                           [MemRead, MemWrite]>:$state);
-  let assemblyFormat = "$state attr-dict `:` type($state)";
+                           [MemRead, MemWrite]>:$state,
+                       Arg<Optional<MK_Status>, "", [MemRead, MemWrite]>:$status,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$timeout_ns,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$index);
+  let assemblyFormat = [{
+    $state (`status` `(` $status^ `:` type($status) `)`)? attr-dict `:`
+    type($state)
+  }];
   let hasVerifier = 1;
 }
 
