@@ -23,12 +23,14 @@ private:
   void swigluGradVector(mk::SwigluGradOp op);
   void swigluGradScalar(mk::SwigluGradOp op);
   /// mk.swiglu_grad's row loop: one warp a row (warps spread over the
-  /// blocks first); `row(r, lane, valid, t, kk, scale)` does row r (valid,
-  /// t, kk: its route, routed form only; scale: its weight, 1 shared) and
-  /// returns the lane's partial of d_w, which a fixed butterfly sums and
-  /// lane 0 stores; then the routes without a row get zeros.
+  /// blocks first); `row(r, lane, scale)` does row r (scale: its route's
+  /// weight, 1 shared) and returns the lane's partial of d_w, which a
+  /// fixed butterfly sums and lane 0 stores; routed, a padding row's
+  /// `zeros(r, lane)` stores its zero d_gate and d_up instead; then the
+  /// routes without a row get zeros.
   void swigluGradRows(mk::SwigluGradOp op,
-                      function_ref<Value(Value, Value, Value, Value)> row);
+                      function_ref<Value(Value, Value, Value)> row,
+                      function_ref<void(Value, Value)> zeros);
 };
 
 } // namespace
@@ -50,7 +52,8 @@ void SwigluGradLowering::lower(mk::SwigluGradOp op) {
 }
 
 void SwigluGradLowering::swigluGradRows(
-    mk::SwigluGradOp op, function_ref<Value(Value, Value, Value, Value)> row) {
+    mk::SwigluGradOp op, function_ref<Value(Value, Value, Value)> row,
+    function_ref<void(Value, Value)> zeros) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   Value dh = op.getDHiddenU(), rowRoute = op.getRowRoute();
@@ -61,30 +64,31 @@ void SwigluGradLowering::swigluGradRows(
   // One warp a row, warps spread over the blocks first.
   Value width = arith::ConstantIntOp::create(b, loc, 32, 32);
   forAllWarps(rows, [&](Value r, Value lane) {
-    Value valid, t, kk, scale = e.f32(1.0f);
-    if (routed) {
-      Value q = e.toIndex(e.load(rowRoute, {r}));
-      valid = e.isValid(q);
-      Value route = e.select(valid, q, e.index(0));
-      t = e.div(route, k);
-      kk = e.rem(route, k);
-      scale = e.select(valid, e.load(w, {t, kk}), e.f32(0.0f));
-    }
-    Value partial = row(r, lane, valid, scale);
-    if (!routed)
+    if (!routed) {
+      row(r, lane, e.f32(1.0f));
       return;
-    // The row sum: a fixed butterfly over the lanes.
-    for (int64_t d = 16; d >= 1; d /= 2) {
-      Value off = arith::ConstantIntOp::create(b, loc, d, 32);
-      Value other = gpu::ShuffleOp::create(b, loc, partial, off, width,
-                                           gpu::ShuffleMode::XOR)
-                        .getResult(0);
-      partial = e.add(partial, other);
     }
-    Value first = e.cmp(arith::CmpIPredicate::eq, lane, e.index(0));
-    e.ifThen(arith::AndIOp::create(b, loc, first, valid), [&] {
-      e.store(partial, dw, {t, kk});
-    });
+    Value q = e.toIndex(e.load(rowRoute, {r}));
+    // A padding row (no route; its warp is uniform) reads nothing: what the
+    // GEMMs left in its d_hidden_u, gate and up rows was never written, and
+    // its d_gate and d_up rows are zeros for the weight gradients' sums.
+    e.ifThen(
+        e.isValid(q),
+        [&] {
+          Value t = e.div(q, k), kk = e.rem(q, k);
+          Value partial = row(r, lane, e.load(w, {t, kk}));
+          // The row sum: a fixed butterfly over the lanes.
+          for (int64_t d = 16; d >= 1; d /= 2) {
+            Value off = arith::ConstantIntOp::create(b, loc, d, 32);
+            Value other = gpu::ShuffleOp::create(b, loc, partial, off, width,
+                                                 gpu::ShuffleMode::XOR)
+                              .getResult(0);
+            partial = e.add(partial, other);
+          }
+          e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)),
+                   [&] { e.store(partial, dw, {t, kk}); });
+        },
+        [&] { zeros(r, lane); });
   });
   if (!routed)
     return;
@@ -105,22 +109,23 @@ void SwigluGradLowering::swigluGradScalar(mk::SwigluGradOp op) {
   bool routed = static_cast<bool>(op.getRowRoute());
   int64_t cols = size(dh, 1);
   Limit limit = getLimit(op.getSwigluLimitAttr());
-  swigluGradRows(op, [&](Value r, Value lane, Value valid, Value scale) {
+  swigluGradRows(op, [&](Value r, Value lane, Value scale) {
     return e.fold(
         lane, e.index(cols), e.index(32), e.f32(0.0f), [&](Value i, Value acc) {
           Value dhU = e.loadF32(dh, {r, i});
           auto [dg, du] = swigluGrad(
               e, e.roundBF16(e.mul(scale, dhU)), e.loadF32(gate, {r, i}),
               e.loadF32(up, {r, i}), limit, sigmoidFor(limit));
-          if (routed) { // padding rows: zeros, whatever gate and up hold
-            dg = e.select(valid, dg, e.f32(0.0f));
-            du = e.select(valid, du, e.f32(0.0f));
-          }
           e.storeRounded(dg, op.getDGate(), {r, i});
           e.storeRounded(du, op.getDUp(), {r, i});
           return routed ? e.add(acc, e.mul(dhU, e.loadF32(hidden, {r, i})))
                         : acc;
         });
+  }, [&](Value r, Value lane) {
+    e.loop(lane, e.index(cols), e.index(32), [&](Value i) {
+      e.storeRounded(e.f32(0.0f), op.getDGate(), {r, i});
+      e.storeRounded(e.f32(0.0f), op.getDUp(), {r, i});
+    });
   });
 }
 
@@ -144,7 +149,7 @@ void SwigluGradLowering::swigluGradVector(mk::SwigluGradOp op) {
     SmallVector<Value, 2> dh;
     Value g, u, h;
   };
-  swigluGradRows(op, [&](Value r, Value lane, Value valid, Value scale) {
+  swigluGradRows(op, [&](Value r, Value lane, Value scale) {
     return e.fold(
         lane, e.index(pieces), e.index(32 * per), e.f32(0.0f),
         [&](Value c0, Value acc) {
@@ -181,11 +186,8 @@ void SwigluGradLowering::swigluGradVector(mk::SwigluGradOp op) {
             for (int64_t i = 0; i < 8; ++i) {
               auto [dg, du] = swigluGrad(e, e.roundBF16(e.mul(scale, dhU[i])),
                                          g[i], u[i], limit, sigmoidFor(limit));
-              if (routed) {
-                dg = e.select(valid, dg, e.f32(0.0f));
-                du = e.select(valid, du, e.f32(0.0f));
+              if (routed)
                 partial = e.add(partial, e.mul(dhU[i], h[i]));
-              }
               dgs.push_back(dg);
               dus.push_back(du);
             }
@@ -204,6 +206,14 @@ void SwigluGradLowering::swigluGradVector(mk::SwigluGradOp op) {
           }
           return acc;
         });
+  }, [&](Value r, Value lane) {
+    SmallVector<Value> zero(8, e.f32(0.0f));
+    Value z = pack8(zero);
+    e.loop(lane, e.index(pieces), e.index(32), [&](Value c) {
+      Value at0 = e.add(e.mul(r, e.index(cols)), e.mul(c, e.index(8)));
+      store16Streaming(z, at(dgBase, at0));
+      store16Streaming(z, at(duBase, at0));
+    });
   });
 }
 

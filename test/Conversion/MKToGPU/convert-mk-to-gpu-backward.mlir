@@ -27,10 +27,12 @@
 // CHECK: scf.for %[[ROW:.*]] = %{{.*}} to %{{.*}} step %[[WARPS]] {
 // CHECK: %[[Q:.*]] = memref.load %[[RR]][%[[ROW]]]
 // CHECK: %[[VALID:.*]] = arith.cmpi sge,
+// A row with a route reads its d_hidden_u, gate, up and hidden rows; a
+// padding row (else branch, below) reads nothing.
+// CHECK-NEXT: scf.if %[[VALID]] {
 // CHECK: %[[T:.*]] = arith.divsi %{{.*}}, %c2 : index
 // CHECK: %[[SLOT:.*]] = arith.remsi %{{.*}}, %c2 : index
-// CHECK: %[[WQ:.*]] = memref.load %[[W]][%[[T]], %[[SLOT]]]
-// CHECK: %[[SCALE:.*]] = arith.select %[[VALID]], %[[WQ]], %{{.*}} : f32
+// CHECK: %[[SCALE:.*]] = memref.load %[[W]][%[[T]], %[[SLOT]]]
 // CHECK: %[[PARTIAL:.*]] = scf.for %[[COL:.*]] = %[[LANE]] to %c36{{.*}} step %c32{{.*}} iter_args(%[[ACC:.*]] = %{{.*}}) -> (f32) {
 // CHECK: %[[DHU:.*]] = memref.load %[[DH]][%[[ROW]], %[[COL]]]
 // CHECK: %[[SCALED:.*]] = arith.mulf %[[SCALE]], %[[DHU]] : f32
@@ -59,9 +61,17 @@
 // CHECK-NEXT: %[[SUM:.*]] = arith.addf %[[P2]], %[[S1]] : f32
 // CHECK-NOT: gpu.shuffle
 // CHECK: %[[FIRST:.*]] = arith.cmpi eq, %[[LANE]], %{{.*}} : index
-// CHECK-NEXT: %[[STORE:.*]] = arith.andi %[[FIRST]], %[[VALID]] : i1
-// CHECK-NEXT: scf.if %[[STORE]] {
+// CHECK-NEXT: scf.if %[[FIRST]] {
 // CHECK-NEXT: memref.store %[[SUM]], %[[DW]][%[[T]], %[[SLOT]]]
+// A padding row: zero d_gate and d_up, no loads.
+// CHECK: } else {
+// CHECK-NEXT: arith.constant 32
+// CHECK-NEXT: arith.constant 36
+// CHECK-NEXT: scf.for %[[ZCOL:.*]] = %[[LANE]] to
+// CHECK-NOT: memref.load
+// CHECK: memref.store %{{.*}}, %[[DG]][%[[ROW]], %[[ZCOL]]]
+// CHECK-NOT: memref.load
+// CHECK: memref.store %{{.*}}, %[[DU]][%[[ROW]], %[[ZCOL]]]
 // Routes without a row (route_row < 0): a zero gradient, grid-stride.
 // CHECK: scf.for %[[ROUTE:.*]] = %{{.*}} to %c80 step
 // CHECK: memref.load %[[QR]][%[[ROUTE]]]
