@@ -118,12 +118,13 @@ def test_fused_dispatch_kernels(tmp_path):
     assert [m["box_rows"] for m in x_maps] == [1]
     assert "cp.async.cg.shared.global" in fd.ptx and "cp.async.cg" not in plain.ptx
     # With warp roles, asked for: the producer warpgroup copies the rows
-    # (its cp.async copies complete on the stages' full barriers).
+    # (its cp.async copies complete on the stages' gather barriers, each
+    # copy one of the barrier's expected arrivals: .noinc).
     wsf = mok.compile(TC_SPEC, target="sm_90a", cache_dir=str(tmp_path), fuse_dispatch=True,
                       warp_specialize=True)
     assert "routed_x" not in [p["name"] for p in wsf.metadata["params"]]
     assert wsf.metadata["block"] == ws.metadata["block"] == 384
-    assert "cp.async.mbarrier.arrive.shared.b64" in wsf.ptx
+    assert "cp.async.mbarrier.arrive.noinc.shared.b64" in wsf.ptx
     assert "cp.async.mbarrier.arrive" not in ws.ptx and "cp.async.mbarrier.arrive" not in fd.ptx
     with pytest.raises(ValueError, match="dispatch: the fused dispatch is implemented for "
                                          "the sm_90a target only"):

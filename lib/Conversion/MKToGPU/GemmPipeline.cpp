@@ -153,9 +153,12 @@ GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
     rank = arith::IndexCastUIOp::create(b, loc, b.getIndexType(), r);
     peer = arith::SubIOp::create(b, loc, i32(1), r);
   }
-  if (roles.producer)
+  if (roles.producer) {
     emptyBarriers = nvgpu::MBarrierCreateOp::create(
         b, loc, nvgpu::MBarrierGroupType::get(ctx, workgroup(ctx), kStages));
+    gatherBarriers = nvgpu::MBarrierCreateOp::create(
+        b, loc, nvgpu::MBarrierGroupType::get(ctx, workgroup(ctx), kStages));
+  }
 
   // The tensor maps: 128-byte CUtensorMaps, back to back in global memory.
   mapsBase = arith::IndexCastOp::create(
@@ -172,10 +175,14 @@ GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
       nvgpu::MBarrierInitOp::create(b, loc, barriers, e.index(1), e.index(s),
                                     Value());
       // Empty: one arrival per consumer warp.
-      if (roles.producer)
+      if (roles.producer) {
         nvgpu::MBarrierInitOp::create(b, loc, emptyBarriers,
                                       e.index(4 * roles.consumers), e.index(s),
                                       Value());
+        // Gathered A: one arrival per producer thread.
+        nvgpu::MBarrierInitOp::create(b, loc, gatherBarriers,
+                                      e.index(kThreads), e.index(s), Value());
+      }
       // Clusters: one arrival per CTA of the pair.
       if (clusterEmpty)
         NVVM::MBarrierInitOp::create(b, loc, emptyBarrier(e.index(s)), i32(2),
@@ -422,10 +429,25 @@ Value GemmEmitter::sharedPointer(Value address) {
 void GemmEmitter::syncWarpgroup(int64_t warpgroups) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
-  NVVM::BarrierOp::create(
-      b, loc, Type(), arith::ConstantIntOp::create(b, loc, kNamedBarrier, 32),
-      arith::ConstantIntOp::create(b, loc, kThreads * warpgroups, 32),
-      NVVM::BarrierReductionAttr(), Value());
+  if (!splitWarpgroups) {
+    NVVM::BarrierOp::create(
+        b, loc, Type(), arith::ConstantIntOp::create(b, loc, kNamedBarrier, 32),
+        arith::ConstantIntOp::create(b, loc, kThreads * warpgroups, 32),
+        NVVM::BarrierReductionAttr(), Value());
+    return;
+  }
+  // The warpgroups run k-loops of their own (one of them skips its MMAs):
+  // they reach this barrier at different instructions, which bar.sync
+  // (nvvm.barrier, .aligned) does not allow (compute-sanitizer's synccheck
+  // reports "divergent threads in block"); barrier.sync without .aligned
+  // does.
+  LLVM::InlineAsmOp::create(
+      b, loc, TypeRange{}, ValueRange{},
+      "barrier.sync " + std::to_string(kNamedBarrier) + ", " +
+          std::to_string(kThreads * warpgroups) + ";",
+      "~{memory}", /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::tailcallkind::TailCallKind::None, LLVM::AsmDialectAttr(),
+      ArrayAttr());
 }
 
 void GemmEmitter::release(Value g) {

@@ -276,6 +276,10 @@ protected:
   /// (kEpilogueWarpBytes per consumer warp), after the ring.
   mlir::Value staging;
   mlir::Value barriers; // the full barriers, one per stage
+  /// With a producer: one per stage, on which the producer warpgroup's
+  /// threads' copies of a gathered A complete (cp.async.mbarrier.arrive
+  /// .noinc, arrival count kThreads).
+  mlir::Value gatherBarriers;
   mlir::Value tid, isThread0;
   /// Clusters of 2: the shared-window address (index) of the per-stage
   /// empty barriers (i64 each; arrival count 2), this CTA's rank in the
@@ -321,6 +325,10 @@ protected:
   mlir::Value sharedPointer(mlir::Value address);
   /// bar.sync on named barrier 1 for the first `warpgroups` warpgroups.
   void syncWarpgroup(int64_t warpgroups = 1);
+  /// While set, the consumer warpgroups run separate k-loops (a warpgroup
+  /// of padding rows skips its MMAs) and syncWarpgroup emits the barrier
+  /// without .aligned.
+  bool splitWarpgroups = false;
   /// A view of the dynamic shared memory at `byteOffset` (from smem).
   mlir::Value view(mlir::Value byteOffset, mlir::MemRefType type);
   /// The byte offset of the stage of k-tile number `g` (from smem).

@@ -22,8 +22,6 @@ namespace {
 /// Warp roles: the consumers' register decrease before the producer
 /// warpgroup's increase.
 constexpr int32_t kRegisterBarrier = 2;
-/// Warp roles with a gathered A: the producer warpgroup, each k-tile.
-constexpr int32_t kProducerBarrier = 3;
 } // namespace
 
 void GemmEmitter::emit(const GemmPhase &p) {
@@ -334,24 +332,22 @@ void GemmEmitter::producerTasks(const GemmPhase &p) {
                                              e.index(10000000), s);
       if (!p.gatherRows)
         return load(p, g, kt, t);
-      // Gathered A: each thread's copies complete on the stage's full
-      // barrier (cp.async.mbarrier.arrive without .noinc: the pending
-      // count goes up now and down when the copies land, so the barrier
-      // keeps its one expected arrival, the loader's arrive.expect_tx).
-      // Every thread's increment precedes that arrival (the warpgroup's
-      // barrier), else the phase could complete on B's bytes alone.
+      // Gathered A: each thread's copies complete on the stage's gather
+      // barrier (cp.async.mbarrier.arrive.noinc: the arrival, when the
+      // copies land, is one of the kThreads the barrier expects), which
+      // the consumers wait on besides the full barrier (B's bytes, the
+      // loader's arrive.expect_tx). An arrival that raised the full
+      // barrier's pending count instead (without .noinc) is what
+      // compute-sanitizer's synccheck reports as a barrier overflow.
       loadGatheredRows(p, g, kt, t);
-      Value full =
-          nvgpu::MBarrierGetOp::create(b, loc, b.getI32Type(), barriers, s);
+      Value gathered = nvgpu::MBarrierGetOp::create(b, loc, b.getI32Type(),
+                                                    gatherBarriers, s);
       NVVM::CpAsyncMBarrierArriveOp::create(
           b, loc,
           LLVM::IntToPtrOp::create(
-              b, loc, LLVM::LLVMPointerType::get(b.getContext(), 3), full,
+              b, loc, LLVM::LLVMPointerType::get(b.getContext(), 3), gathered,
               LLVM::DereferenceableAttr()),
-          /*noinc=*/false);
-      NVVM::BarrierOp::create(b, loc, Type(), i32(kProducerBarrier),
-                              i32(kThreads), NVVM::BarrierReductionAttr(),
-                              Value());
+          /*noinc=*/true);
       e.ifThen(isLoader, [&] { load(p, g, kt, t); });
     });
     scf::YieldOp::create(b, loc, ValueRange{e.add(it, e.index(kTiles))});

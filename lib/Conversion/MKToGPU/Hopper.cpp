@@ -143,10 +143,17 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       nvgpu::MBarrierTryWaitParityOp::create(b, loc, barriers, phaseParity(g),
                                              e.index(10000000), stage);
     // Gathered A with a producer: its threads' cp.async copies (generic
-    // proxy) completed on the barrier; the wgmmas read through the async
-    // proxy.
-    if (mma && roles.producer && p.gatherRows)
-      fenceAsyncShared();
+    // proxy) completed on the stage's gather barrier, whose phases follow
+    // the full barrier's (a gathered A with a producer is the kernel's
+    // first tensor-core GEMM: every k-tile so far was gathered); the
+    // wgmmas read through the async proxy.
+    if (roles.producer && p.gatherRows) {
+      nvgpu::MBarrierTryWaitParityOp::create(b, loc, gatherBarriers,
+                                             phaseParity(g), e.index(10000000),
+                                             stage);
+      if (mma)
+        fenceAsyncShared();
+    }
     if (mma) {
       Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
       // This warpgroup's 64 rows of the A box (128-byte rows).
@@ -280,10 +287,12 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
         scf::IfOp::create(b, loc, SmallVector<Type>(numAcc, accType), live,
                           /*withElseRegion=*/true);
     OpBuilder::InsertionGuard guard(b);
+    splitWarpgroups = true;
     b.setInsertionPointToStart(ifOp.thenBlock());
     scf::YieldOp::create(b, loc, kLoop(/*mma=*/true));
     b.setInsertionPointToStart(ifOp.elseBlock());
     scf::YieldOp::create(b, loc, kLoop(/*mma=*/false));
+    splitWarpgroups = false;
     accs.assign(ifOp.getResults().begin(), ifOp.getResults().end());
   } else {
     accs = kLoop(/*mma=*/true);

@@ -41,7 +41,11 @@
 // CHECK: nvgpu.mbarrier.try_wait.parity
 // CHECK-COUNT-4: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 256, k = 16>
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 1
-// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256
+// The two warpgroups' loops reach their barriers at different
+// instructions: barrier.sync without .aligned (bar.sync would require the
+// same instruction in every thread).
+// CHECK-NOT: nvvm.barrier id
+// CHECK: llvm.inline_asm has_side_effects "barrier.sync 1, 256;", "~{memory}"
 // CHECK: nvgpu.mbarrier.arrive.expect_tx
 // The other branch: the same loop without the wait for the stage and
 // without MMAs (undefined accumulators, never stored).
@@ -52,7 +56,8 @@
 // CHECK: scf.for
 // CHECK-NOT: nvvm.wgmma
 // CHECK-NOT: nvgpu.mbarrier.try_wait
-// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256
+// CHECK-NOT: nvvm.barrier id
+// CHECK: llvm.inline_asm has_side_effects "barrier.sync 1, 256;", "~{memory}"
 // CHECK-NOT: nvvm.wgmma
 // CHECK-NOT: nvgpu.mbarrier.try_wait
 // CHECK: nvgpu.mbarrier.arrive.expect_tx
