@@ -24,7 +24,7 @@ and ``bf16_to_float32`` convert. torch is not needed; ``import mok.torch``
 from ._artifact import Artifact, Stages
 from ._bf16 import bf16_to_float32, to_bf16
 from ._compile import compile
-from ._gpu import GpuArtifact, GpuLayer, MokRuntimeError
+from ._gpu import ERROR_CHECKS, GpuArtifact, GpuLayer, MokRuntimeError, set_error_checks
 from ._gpu_train import GpuTrainingArtifact, GpuTrainingLayer
 from ._layer import CompiledLayer, Context, Gradients
 from ._options import CompileOptions
@@ -41,10 +41,12 @@ __all__ = [
     "GpuTrainingLayer",
     "MokRuntimeError",
     "Context",
+    "ERROR_CHECKS",
     "Gradients",
     "LayerSpec",
     "Stages",
     "bf16_to_float32",
     "compile",
+    "set_error_checks",
     "to_bf16",
 ]

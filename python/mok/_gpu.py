@@ -21,6 +21,31 @@ except ImportError:  # the package without its runtime extension
         the argument (or the driver call), `status` is the mok_status name."""
 
 
+# When the GPU layers raise what their kernels reported (expert ids outside
+# [-1, E), a bounded grid barrier that timed out): "deferred" (the
+# default) checks after every call without waiting, so a call raises what
+# earlier calls' finished kernels reported; "sync" synchronizes the stream
+# after every call and raises for that call (debugging: the host waits for
+# the GPU); "off" never checks (check_errors() still does). The
+# environment variable MOK_ERROR_CHECKS sets the starting mode.
+ERROR_CHECKS = ("deferred", "sync", "off")
+_error_checks = [os.environ.get("MOK_ERROR_CHECKS", "deferred")]
+if _error_checks[0] not in ERROR_CHECKS:
+    raise ValueError(f"MOK_ERROR_CHECKS: expected one of {', '.join(ERROR_CHECKS)}, "
+                     f"got {_error_checks[0]!r}")
+
+
+def set_error_checks(mode):
+    """When GPU layers raise what their kernels reported: "deferred"
+    (default), "sync" or "off" (see ERROR_CHECKS); returns the previous
+    mode."""
+    if mode not in ERROR_CHECKS:
+        raise ValueError(f"mode: expected one of {', '.join(map(repr, ERROR_CHECKS))}, "
+                         f"got {mode!r}")
+    previous, _error_checks[0] = _error_checks[0], mode
+    return previous
+
+
 _DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
 # What the runtime reads (version 2 adds params' "access" and tensor maps'
 # "experts", both optional).
@@ -230,6 +255,31 @@ class GpuLayer:
         self.outputs = [p for p in params if p["role"] == "output"]
         self.output = self.outputs[0]  # `out` (rt.Layer refused metadata without)
         self._forwards = 0  # launched (a CUDA graph's replays are not counted)
+
+    def check_errors(self):
+        """Waits for the layer's launches on the current stream and raises
+        MokRuntimeError if its kernels reported anything since the last
+        check: expert ids outside [-1, E) in top_experts (status
+        MOK_ERROR_BAD_ROUTING; the kernels dropped those routes, so nothing
+        outside the tensors was read or written) or, compiled with
+        barrier_timeout_ms, a grid barrier that timed out
+        (MOK_ERROR_TIMEOUT)."""
+        stream = self.torch.cuda.current_stream(self.device).cuda_stream
+        self._layer.take_report(stream, wait=True)
+
+    @property
+    def grid(self):
+        """(CTAs the next call launches, the most that can be resident at
+        once)."""
+        return tuple(self._layer.grid)
+
+    def set_grid(self, ctas):
+        """Launch `ctas` CTAs (0: one a multiprocessor, the default), to
+        leave multiprocessors to kernels that run beside the layer;
+        MokRuntimeError above what can be resident at once."""
+        if not isinstance(ctas, int) or isinstance(ctas, bool) or ctas < 0:
+            raise TypeError(f"ctas: expected an int >= 0, got {ctas!r}")
+        self._layer.set_grid(ctas)
 
     def _param(self, name):
         for p in self.inputs:
@@ -502,4 +552,7 @@ class GpuLayer:
         stream = self.torch.cuda.current_stream(self.device).cuda_stream
         self._layer.forward(named, out=self._export(tensors[first]), stream=stream)
         self._forwards += 1
+        mode = _error_checks[0]
+        if mode != "off":  # (the runtime does not wait on a capturing stream)
+            self._layer.take_report(stream, wait=mode == "sync")
         return results if len(self.outputs) > 1 else results[first]

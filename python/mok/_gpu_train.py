@@ -195,6 +195,17 @@ class GpuTrainingLayer:
         main_grads (compiled with main_grads=True)."""
         return bool(self._accumulated)
 
+    def check_errors(self):
+        """The forward's and the backward's GpuLayer.check_errors()."""
+        self._forward.check_errors()
+        self._backward.check_errors()
+
+    def set_grid(self, ctas):
+        """GpuLayer.set_grid for both kernels (each refuses a grid that
+        cannot be resident at once)."""
+        self._forward.set_grid(ctas)
+        self._backward.set_grid(ctas)
+
     def backward(self, ctx, d_out, outputs=None, main_grads=None):
         """Gradients of every floating-point argument, by name (x,
         router_weights, gate_weights, ...). `outputs`: tensors to write them

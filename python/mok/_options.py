@@ -21,6 +21,7 @@ _REFUSED = {
         "warp_specialize": "only the sm_90a target has warp roles",
         "dispatch": "only the sm_90a target fuses the dispatch",
         "multicast": "only the sm_90a target launches clusters",
+        "barrier_timeout_ms": "only GPU targets have grid barriers",
     },
     "sm_100a": {
         "warp_specialize": "implemented for the sm_90a target (wgmma) only",
@@ -66,13 +67,18 @@ class CompileOptions:
         layer's shapes fit the tiles; False: scalar GEMMs everywhere.
     toolkit: GPU targets: the CUDA toolkit holding libdevice (None:
         $CUDA_HOME, else /usr/local/cuda).
+    barrier_timeout_ms: GPU targets, for debugging: bound every grid
+        barrier's wait to this many milliseconds (0, the default:
+        unbounded). A kernel whose barrier times out ends instead of
+        hanging, and the call raises MokRuntimeError (status
+        MOK_ERROR_TIMEOUT) naming the barrier and the CTAs that arrived.
 
     The options that change the tensor-core GEMMs (warp_specialize,
     dispatch="fused", multicast) are refused without tensor_cores and for
     the training kernels; multicast is refused with warp_specialize. By
     target (`for_target`, `ignored_by`): "cpu" refuses training,
-    main_grads, profile, warp_specialize, dispatch other than "auto" and
-    multicast, and ignores tensor_cores and toolkit; "sm_100a" refuses
+    main_grads, profile, warp_specialize, dispatch other than "auto",
+    multicast and barrier_timeout_ms, and ignores tensor_cores and toolkit; "sm_100a" refuses
     warp_specialize, dispatch="fused" and multicast; "sm_90a" uses every
     option. A layer whose shapes do not fit the tiles runs scalar GEMMs,
     and the compiler then refuses the tensor-core options too, naming the
@@ -87,6 +93,7 @@ class CompileOptions:
     multicast: bool = False
     tensor_cores: bool = True
     toolkit: Optional[str] = None
+    barrier_timeout_ms: int = 0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -104,6 +111,13 @@ class CompileOptions:
                                          or not self.toolkit):
             raise TypeError(f"CompileOptions.toolkit: expected None or a CUDA toolkit "
                             f"directory, got {self.toolkit!r}")
+        if (not isinstance(self.barrier_timeout_ms, int)
+                or isinstance(self.barrier_timeout_ms, bool)):
+            raise TypeError(f"CompileOptions.barrier_timeout_ms: expected an int "
+                            f"(milliseconds), got {self.barrier_timeout_ms!r}")
+        if not 0 <= self.barrier_timeout_ms <= 3600000:
+            raise ValueError(f"CompileOptions.barrier_timeout_ms: expected 0 (unbounded) "
+                             f"to 3600000 milliseconds, got {self.barrier_timeout_ms}")
         if self.multicast and self.warp_specialize:
             raise ValueError("CompileOptions.multicast: implemented for the sm_90a target "
                              "without warp_specialize only")

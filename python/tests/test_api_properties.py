@@ -127,6 +127,7 @@ OPTION_FIELDS = {f.name: f for f in dataclasses.fields(mok.CompileOptions)}
 _BOOL_POOL = [True, False, True, False, 1, 0, None, "yes", np.bool_(True)]
 _DISPATCH_POOL = ["auto", "fused", "copy", "auto", "FUSED", "", None, 1, True]
 _TOOLKIT_POOL = [None, None, "/usr/local/cuda", "", 5, b"/usr/local/cuda", ["/x"]]
+_TIMEOUT_POOL = [0, 0, 250, 3600000, 3600001, -1, None, True, 2.5, "250", 2**40]
 
 
 def _options_valid(kw):
@@ -139,6 +140,9 @@ def _options_valid(kw):
     toolkit = merged["toolkit"]
     if toolkit is not None and (type(toolkit) is not str or not toolkit):
         return False
+    timeout = merged["barrier_timeout_ms"]
+    if type(timeout) is not int or not 0 <= timeout <= 3600000:
+        return False
     if merged["multicast"] and merged["warp_specialize"]:
         return False
     gemm = merged["warp_specialize"] or merged["dispatch"] == "fused" or merged["multicast"]
@@ -149,7 +153,8 @@ def _option_kwargs(g):
     kw = {}
     for name in g.sample(list(OPTION_FIELDS), g.randint(1, 4)):
         kw[name] = g.choice(_DISPATCH_POOL if name == "dispatch" else
-                            _TOOLKIT_POOL if name == "toolkit" else _BOOL_POOL)
+                            _TOOLKIT_POOL if name == "toolkit" else
+                            _TIMEOUT_POOL if name == "barrier_timeout_ms" else _BOOL_POOL)
     return kw
 
 

@@ -456,6 +456,10 @@ class _CheckingLayer:
     def __init__(self, meta):
         self.layer = rt.Layer(json.dumps(meta))
         self.calls = []
+        self.reports = []  # take_report's `wait`, per call
+
+    def take_report(self, stream, wait):
+        self.reports.append(wait)
 
     @property
     def bound_weights(self):
@@ -523,6 +527,24 @@ def test_gpu_layer_allocates_and_returns_every_output(monkeypatch):
     assert layer(**args, out=out, outputs={"gate": gate})["out"] is out
     assert layer._layer.calls[-1][1].data_ptr() == out.data_ptr()
     assert layer._forwards == 4
+
+
+def test_gpu_layer_takes_the_kernels_report_by_the_error_check_mode(monkeypatch):
+    layer, torch = _cpu_gpu_layer(MULTI, monkeypatch)
+    args = _torch_inputs(torch)
+    previous = mok.set_error_checks("deferred")
+    try:
+        layer(**args)
+        mok.set_error_checks("sync")
+        layer(**args)
+        mok.set_error_checks("off")
+        layer(**args)
+        assert layer._layer.reports == [False, True]
+        with pytest.raises(ValueError, match="mode: expected one of 'deferred', 'sync', "
+                                             "'off', got 'always'"):
+            mok.set_error_checks("always")
+    finally:
+        mok.set_error_checks(previous)
 
 
 def test_gpu_layer_poisons_the_outputs_it_allocates(monkeypatch):
