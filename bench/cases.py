@@ -38,6 +38,10 @@ CASES = {
     # cover the whole K.
     "short_k": dict(tokens=160, hidden=192, intermediate=128, experts=4, top_k=2,
                     padding=128, shared_intermediate=128),
+    # A small layer with a shared expert and mok.compile's defaults (padding
+    # 1: the SIMT plan), the layer compute-sanitizer first ran on.
+    "small_shared": dict(tokens=300, hidden=512, intermediate=256, experts=8, top_k=2,
+                         shared_intermediate=256),
 }
 
 # The tensor-core cases again with warp-specialized GEMMs (a TMA producer
@@ -69,14 +73,15 @@ CASES["mc_copy_dsv3_shared"] = dict(CASES["dsv3_shared"], multicast=True,
 del _name
 
 # Training (docs/Backward.md): the training forward, which saves the
-# backward context, and the backward, against float64 autograd. Eight
+# backward context, and the backward, against float64 autograd. Nine
 # layers of CASES: clamps, -1 routes and zero router weights (top2_no_route,
 # qwen3_top2_clamp), idle experts, shared experts, int64 ids, one token,
 # ragged Zipf routing; three again with recompute (no context saved,
 # backward recomputes gate/up); and train_shared_tall below (nine layers).
 TRAIN_CASES = {"train_" + n: dict(CASES[n], training=True)
                for n in ("top1_clamp", "top2_no_route", "idle_experts", "shared_clamp_i64",
-                         "qwen3_top2_clamp", "one_token_top8", "short_k", "qwen3_ragged")}
+                         "qwen3_top2_clamp", "one_token_top8", "short_k", "qwen3_ragged",
+                         "small_shared")}
 for _name in ("top2_no_route", "shared_clamp_i64", "qwen3_top2_clamp"):
     TRAIN_CASES["recompute_" + _name] = dict(CASES[_name], training=True, recompute=True)
 # 128-row tiles on every tensor-core GEMM of the backward, with a shared
@@ -106,6 +111,13 @@ MAIN_GRAD_CASES = {"maingrad_" + n[len("train_"):]: dict(TRAIN_CASES[n], main_gr
 MAIN_GRAD_CASES["maingrad_recompute_qwen3_top2_clamp"] = dict(
     TRAIN_CASES["recompute_qwen3_top2_clamp"], main_grads=True)
 
+# Bounded grid barriers (mok.compile(..., barrier_timeout_ms=...), a
+# debugging mode): the SIMT and the wgmma plan, run by the hang tests
+# (python/tests/gpu/test_gpu_hangs.py) on a grid too large to be resident.
+for _name in ("top2_no_route", "top1_clamp"):
+    CASES["timeout_" + _name] = dict(CASES[_name], barrier_timeout_ms=200)
+del _name
+
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
                "shared_intermediate", "swiglu_limit", "expert_id_dtype")
 
@@ -123,4 +135,6 @@ def compile_kwargs(case):
         kwargs.update(training=True, recompute=case.get("recompute", False))
     if case.get("main_grads"):
         kwargs.update(main_grads=True)
+    if case.get("barrier_timeout_ms"):
+        kwargs.update(barrier_timeout_ms=case["barrier_timeout_ms"])
     return kwargs
