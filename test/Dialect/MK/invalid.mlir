@@ -724,6 +724,9 @@ gpu.module @k {
 
 // -----
 
+// The ranks are checked before N is read from B's shape: reading dimension 2
+// of this rank-2 B read past its shape (the assertion-enabled sanitizer
+// build, docs/Building.md, stops there).
 gpu.module @k {
   gpu.func @transpose_b_grouped_rank(%a: memref<64x64xbf16>, %b: memref<64x128xbf16>, %o: memref<64x128xbf16>,
                                      %re: memref<64xi64>, %off: memref<5xi64>) kernel {

@@ -277,7 +277,7 @@ LogicalResult GemmOp::verify() {
   // a is [M, K], or [K, M] transposed.
   int64_t k = dim(a, ta ? 0 : 1), m = dim(a, ta ? 1 : 0);
   unsigned bRank = isGrouped() ? 3 : 2;
-  int64_t n = dim(getB()[0], tb ? bRank - 1 : bRank - 2);
+  // The ranks first: N is read from the first B operand's shape.
   for (Value b : getB()) {
     if (cast<MemRefType>(b.getType()).getRank() != bRank)
       return emitOpError() << "B operands must be "
@@ -290,6 +290,9 @@ LogicalResult GemmOp::verify() {
                            << cast<MemRefType>(b.getType()).getRank();
     if (b.getType() != getB()[0].getType())
       return emitOpError("B operands must have one type");
+  }
+  int64_t n = dim(getB()[0], tb ? bRank - 1 : bRank - 2);
+  for (Value b : getB()) {
     if (failed(expectDim(*this, b, "B", tb ? bRank - 2 : bRank - 1, k,
                          ta ? "K, a's rows" : "K, a's columns")) ||
         failed(expectDim(*this, b, "B", tb ? bRank - 1 : bRank - 2, n,
