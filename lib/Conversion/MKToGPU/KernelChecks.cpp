@@ -84,9 +84,11 @@ std::optional<int64_t> mapBoxRows(gpu::GPUFuncOp func, int64_t slot) {
     auto m = dyn_cast<DictionaryAttr>(a);
     auto experts = m ? m.getAs<IntegerAttr>("experts") : IntegerAttr();
     auto rows = m ? m.getAs<IntegerAttr>("box_rows") : IntegerAttr();
-    if (!experts || !rows)
+    if (!experts || !rows || experts.getInt() < 0)
       return std::nullopt;
-    if (slot < first + experts.getInt())
+    // (slot - first, not first + experts: no overflow; when the slot is
+    // past this map, first + experts <= slot.)
+    if (slot - first < experts.getInt())
       return rows.getInt();
     first += experts.getInt();
   }
@@ -204,11 +206,16 @@ FailureOr<std::optional<mk::Engine>> checkTensorCoreGemms(gpu::GPUFuncOp func) {
         gemm.isGrouped()
             ? cast<MemRefType>(gemm.getB()[0].getType()).getDimSize(0)
             : 1;
-    for (auto [i, slot] : llvm::enumerate(mapSlots))
-      if (slot + (i == 0 ? 1 : perB) > slots)
+    // The shapes are static (checkKernel). Slots are >= 0 (mk.gemm's
+    // verifier) and may be as large as int64_t goes: compared with
+    // slots - width, which cannot overflow.
+    for (auto [i, slot] : llvm::enumerate(mapSlots)) {
+      int64_t width = i == 0 ? 1 : perB;
+      if (slot > slots - width)
         return gemm.emitOpError()
-               << "map slot " << slot << " (+" << (i == 0 ? 1 : perB)
+               << "map slot " << slot << " (+" << width
                << ") is out of the tensor_maps buffer's " << slots << " slots";
+    }
     // Gathered A: the map at maps[0] must have one-row boxes (the
     // planner's map of x for it: never read on the device, it has the
     // runtime check x's 16-byte alignment when it encodes it, which the

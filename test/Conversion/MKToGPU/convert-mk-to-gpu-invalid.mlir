@@ -210,6 +210,38 @@ gpu.module @k {
 
 // -----
 
+// The largest slot is out of the buffer too (slot + 1 overflowed int64_t and
+// passed; found by fuzzing under UBSan).
+gpu.module @k {
+  gpu.func @slot_max(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{map slot 9223372036854775807 (+1) is out of the tensor_maps buffer's 2 slots}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4> {maps = array<i64: 9223372036854775807, 1>}
+        : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// A description whose maps cover the whole int64_t range: finding the
+// slot's map must not overflow (the UBSan build checks that), and the slot
+// is still out of the buffer.
+gpu.module @k {
+  gpu.func @cluster_box_far(%a: memref<128x64xbf16>, %b: memref<256x64xbf16>, %o: memref<128x256xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2, dynamic_shared_memory = 214016,
+                  tensor_maps = [{box_rows = 128, experts = 9223372036854775807}, {box_rows = 128, experts = 9223372036854775807}]}} {
+    // expected-error @+1 {{map slot 9223372036854775807 (+1) is out of the tensor_maps buffer's 2 slots}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 256, 64], stages = 4, multicast> {maps = array<i64: 0, 9223372036854775807>}
+        : memref<128x64xbf16>, memref<256x64xbf16> -> memref<128x256xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
 // Segments padded to 64 rows cannot be cut into 128-row tiles.
 gpu.module @k {
   gpu.func @padding(%a: memref<128x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<128x128xbf16>,
