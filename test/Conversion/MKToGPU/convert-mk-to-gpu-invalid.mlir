@@ -401,6 +401,21 @@ gpu.module @k {
 
 // -----
 
+// A tile's N as large as int64_t goes: the B columns of a tile (operands
+// times N) are computed without overflow (the UBSan build checks that).
+gpu.module @k {
+  gpu.func @cluster_huge_tile(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %m: memref<48xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2, dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{with multicast the B boxes of a tile must be two 128-row halves (gate and up, or one operand of 256-column tiles); got 2 operand(s) of 4611686018427387904-column tiles}}
+    mk.gemm swiglu %a, %b, %b into %o maps(%m : memref<48xi64>)
+        schedule <wgmma, tile = [128, 4611686018427387904, 64], stages = 4, multicast> {maps = array<i64: 0, 1, 2>}
+        : memref<128x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
 // The CTA pairs of a 2-CTA cluster run every phase's tasks together: every
 // tensor-core GEMM of such a kernel multicasts, and only such a kernel's.
 gpu.module @k {
