@@ -6,9 +6,14 @@
 
 #include "mok/Dialect/MK/IR/MKSchedule.h"
 
+#include "llvm/Support/CheckedArithmetic.h"
+
 using namespace mlir;
 using namespace mok;
 using namespace mok::conversion;
+
+/// The largest buffer the lowering takes, in elements.
+static constexpr int64_t kMaxElements = int64_t(1) << 40;
 namespace sched = mok::mk::schedule;
 
 namespace {
@@ -287,12 +292,26 @@ mok::conversion::checkKernel(gpu::GPUFuncOp func) {
         continue;
       if (&block != &func.getBody().front())
         return op.emitOpError("must be in the entry block of its kernel");
-      // The lowering sizes loops, tiles and scans from the shapes.
-      for (auto [i, operand] : llvm::enumerate(op.getOperands()))
-        if (auto type = dyn_cast<MemRefType>(operand.getType());
-            type && !type.hasStaticShape())
+      // The lowering sizes loops, tiles and scans from the shapes, in
+      // int64_t arithmetic: static shapes, of at most 2^40 elements (a
+      // size-0 dimension counted as 1; far beyond a GPU's memory).
+      for (auto [i, operand] : llvm::enumerate(op.getOperands())) {
+        auto type = dyn_cast<MemRefType>(operand.getType());
+        if (!type)
+          continue;
+        if (!type.hasStaticShape())
           return op.emitOpError() << "convert-mk-to-gpu needs static shapes: "
                                   << "operand #" << i << " is " << type;
+        std::optional<int64_t> elements = 1;
+        for (int64_t d : type.getShape())
+          if (elements)
+            elements = llvm::checkedMul(*elements, std::max<int64_t>(d, 1));
+        if (!elements || *elements > kMaxElements)
+          return op.emitOpError()
+                 << "convert-mk-to-gpu takes buffers of at most 2^40 "
+                    "elements: operand #"
+                 << i << " is " << type;
+      }
     }
   if (failed(checkBarrierIntervals(func)))
     return failure();

@@ -191,6 +191,30 @@ gpu.module @k {
 
 // -----
 
+// The lowering computes in int64_t from the shapes: buffers are limited to
+// 2^40 elements (9223372036854775807 experts overflowed (experts + 31) / 32;
+// found under UBSan). A dimension of size 0 does not hide another one's.
+gpu.module @k {
+  gpu.func @huge_counts(%c: memref<9223372036854775807xi64>, %off: memref<5xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    // expected-error @+1 {{'mk.pad_offsets' op convert-mk-to-gpu takes buffers of at most 2^40 elements: operand #0 is 'memref<9223372036854775807xi64>'}}
+    mk.pad_offsets %c into %off {padding = 8 : i64} : memref<9223372036854775807xi64>, memref<5xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @huge_empty(%t: memref<0x2199023255552xi32>, %cc: memref<0x4xi64>) kernel attributes {known_block_size = array<i32: 256, 1, 1>} {
+    // expected-error @+1 {{'mk.count_routes' op convert-mk-to-gpu takes buffers of at most 2^40 elements: operand #0 is 'memref<0x2199023255552xi32>'}}
+    mk.count_routes %t into %cc {chunk = 64 : i64} : memref<0x2199023255552xi32>, memref<0x4xi64>
+    gpu.return
+  }
+}
+
+// -----
+
 // A grouped B operand takes one map slot per expert: 4 experts from slot 1
 // need slots 1..4, the buffer has 2.
 gpu.module @k {
