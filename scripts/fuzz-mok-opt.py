@@ -527,7 +527,8 @@ def main():
             if fuzzer.failed() and not args.keep_going:
                 break
             if args.duration > 0 or args.count > 10 * args.round:
-                print(f"fuzz: {mutants} mutants, {fuzzer.runs} runs, "
+                print(f"fuzz: {mutants} mutants, {fuzzer.runs} runs "
+                      f"({fuzzer.compiles} by mok-compile), "
                       f"{fuzzer.failed()} failures, "
                       f"{time.monotonic() - start:.0f} s", file=sys.stderr,
                       flush=True)
