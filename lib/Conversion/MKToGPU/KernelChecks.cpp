@@ -266,9 +266,10 @@ FailureOr<std::optional<mk::Engine>> checkTensorCoreGemms(gpu::GPUFuncOp func) {
           "other threads do not count the k-tiles of the GEMMs before it)");
     roles = schedule;
     unsigned threads = support->blockSize(schedule);
-    std::optional<DenseI32ArrayAttr> block = func.getKnownBlockSizeAttr();
-    if (!block || (*block)[0] != static_cast<int32_t>(threads) ||
-        (*block)[1] != 1 || (*block)[2] != 1)
+    // (Null when the kernel has no known_block_size.)
+    DenseI32ArrayAttr block = func.getKnownBlockSizeAttr();
+    if (!block || block[0] != static_cast<int32_t>(threads) || block[1] != 1 ||
+        block[2] != 1)
       return gemm.emitOpError()
              << "tensor-core GEMMs "
              << (schedule.getProducer() ? "with a producer " : "") << "of "

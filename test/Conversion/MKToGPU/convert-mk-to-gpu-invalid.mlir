@@ -126,6 +126,20 @@ gpu.module @k {
 
 // -----
 
+// Without a known_block_size at all (this crashed; found by fuzzing).
+gpu.module @k {
+  gpu.func @no_block(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{tensor-core GEMMs of 64-row tiles need a kernel with known_block_size = [256, 1, 1]}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
 gpu.module @k {
   gpu.func @two_map_buffers(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>,
                             %o2: memref<64x128xbf16>, %m: memref<32xi64>, %m2: memref<32xi64>) kernel
