@@ -6,9 +6,14 @@
 
 #include "mok/Dialect/MK/IR/MKSchedule.h"
 
+#include "llvm/Support/CheckedArithmetic.h"
+
 using namespace mlir;
 using namespace mok;
 using namespace mok::conversion;
+
+/// The largest buffer the lowering takes, in elements.
+static constexpr int64_t kMaxElements = int64_t(1) << 40;
 namespace sched = mok::mk::schedule;
 
 namespace {
@@ -84,9 +89,11 @@ std::optional<int64_t> mapBoxRows(gpu::GPUFuncOp func, int64_t slot) {
     auto m = dyn_cast<DictionaryAttr>(a);
     auto experts = m ? m.getAs<IntegerAttr>("experts") : IntegerAttr();
     auto rows = m ? m.getAs<IntegerAttr>("box_rows") : IntegerAttr();
-    if (!experts || !rows)
+    if (!experts || !rows || experts.getInt() < 0)
       return std::nullopt;
-    if (slot < first + experts.getInt())
+    // (slot - first, not first + experts: no overflow; when the slot is
+    // past this map, first + experts <= slot.)
+    if (slot - first < experts.getInt())
       return rows.getInt();
     first += experts.getInt();
   }
@@ -204,11 +211,16 @@ FailureOr<std::optional<mk::Engine>> checkTensorCoreGemms(gpu::GPUFuncOp func) {
         gemm.isGrouped()
             ? cast<MemRefType>(gemm.getB()[0].getType()).getDimSize(0)
             : 1;
-    for (auto [i, slot] : llvm::enumerate(mapSlots))
-      if (slot + (i == 0 ? 1 : perB) > slots)
+    // The shapes are static (checkKernel). Slots are >= 0 (mk.gemm's
+    // verifier) and may be as large as int64_t goes: compared with
+    // slots - width, which cannot overflow.
+    for (auto [i, slot] : llvm::enumerate(mapSlots)) {
+      int64_t width = i == 0 ? 1 : perB;
+      if (slot > slots - width)
         return gemm.emitOpError()
-               << "map slot " << slot << " (+" << (i == 0 ? 1 : perB)
+               << "map slot " << slot << " (+" << width
                << ") is out of the tensor_maps buffer's " << slots << " slots";
+    }
     // Gathered A: the map at maps[0] must have one-row boxes (the
     // planner's map of x for it: never read on the device, it has the
     // runtime check x's 16-byte alignment when it encodes it, which the
@@ -254,9 +266,10 @@ FailureOr<std::optional<mk::Engine>> checkTensorCoreGemms(gpu::GPUFuncOp func) {
           "other threads do not count the k-tiles of the GEMMs before it)");
     roles = schedule;
     unsigned threads = support->blockSize(schedule);
-    std::optional<DenseI32ArrayAttr> block = func.getKnownBlockSizeAttr();
-    if (!block || (*block)[0] != static_cast<int32_t>(threads) ||
-        (*block)[1] != 1 || (*block)[2] != 1)
+    // (Null when the kernel has no known_block_size.)
+    DenseI32ArrayAttr block = func.getKnownBlockSizeAttr();
+    if (!block || block[0] != static_cast<int32_t>(threads) || block[1] != 1 ||
+        block[2] != 1)
       return gemm.emitOpError()
              << "tensor-core GEMMs "
              << (schedule.getProducer() ? "with a producer " : "") << "of "
@@ -280,12 +293,26 @@ mok::conversion::checkKernel(gpu::GPUFuncOp func) {
         continue;
       if (&block != &func.getBody().front())
         return op.emitOpError("must be in the entry block of its kernel");
-      // The lowering sizes loops, tiles and scans from the shapes.
-      for (auto [i, operand] : llvm::enumerate(op.getOperands()))
-        if (auto type = dyn_cast<MemRefType>(operand.getType());
-            type && !type.hasStaticShape())
+      // The lowering sizes loops, tiles and scans from the shapes, in
+      // int64_t arithmetic: static shapes, of at most 2^40 elements (a
+      // size-0 dimension counted as 1; far beyond a GPU's memory).
+      for (auto [i, operand] : llvm::enumerate(op.getOperands())) {
+        auto type = dyn_cast<MemRefType>(operand.getType());
+        if (!type)
+          continue;
+        if (!type.hasStaticShape())
           return op.emitOpError() << "convert-mk-to-gpu needs static shapes: "
                                   << "operand #" << i << " is " << type;
+        std::optional<int64_t> elements = 1;
+        for (int64_t d : type.getShape())
+          if (elements)
+            elements = llvm::checkedMul(*elements, std::max<int64_t>(d, 1));
+        if (!elements || *elements > kMaxElements)
+          return op.emitOpError()
+                 << "convert-mk-to-gpu takes buffers of at most 2^40 "
+                    "elements: operand #"
+                 << i << " is " << type;
+      }
     }
   if (failed(checkBarrierIntervals(func)))
     return failure();

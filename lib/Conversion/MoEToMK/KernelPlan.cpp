@@ -5,10 +5,48 @@
 //
 #include "KernelPlan.h"
 
+#include "llvm/Support/CheckedArithmetic.h"
+
 using namespace mlir;
 using namespace mok;
 using namespace mok::moe;
 using namespace mok::moe_to_mk;
+
+std::string Sizes::whyTooLarge() const {
+  // Products and sums that stay empty once one overflows.
+  using Size = std::optional<int64_t>;
+  auto mul = [](Size a, Size b) -> Size {
+    return a && b ? llvm::checkedMul(*a, *b) : std::nullopt;
+  };
+  auto add = [](Size a, Size b) -> Size {
+    return a && b ? llvm::checkedAdd(*a, *b) : std::nullopt;
+  };
+  // The routes (route_row, 8 bytes each), the routed capacity, the largest
+  // rows x columns buffer (fp32 at most: d_hidden_u), the weights and their
+  // fp32 gradients, chunk_counts, and the tensor maps (128 bytes each, at
+  // most 8 per expert).
+  Size routes = mul(tokens, topK);
+  Size capacity = add(routes, mul(experts, padding - 1));
+  int64_t cols = std::max({hidden, inter, sharedInter});
+  Size sizes[] = {mul(routes, 8),
+                  capacity,
+                  mul(mul(add(capacity, tokens), cols), 4),
+                  mul(mul(mul(experts, inter), hidden), 4),
+                  mul(mul(sharedInter, hidden), 4),
+                  mul(mul(add(routes, 1024), experts), 8),
+                  mul(experts, 1024)};
+  if (llvm::all_of(sizes, [](Size s) { return s.has_value(); }))
+    return "";
+  std::string why;
+  llvm::raw_string_ostream os(why);
+  os << "the layer's buffers are too large for 64-bit sizes (T = " << tokens
+     << ", top_k = " << topK << ", E = " << experts << ", padding = " << padding
+     << ", H = " << hidden << ", I = " << inter;
+  if (hasShared())
+    os << ", I_s = " << sharedInter;
+  os << ")";
+  return why;
+}
 
 int64_t mok::moe_to_mk::slotCount(ArrayRef<TensorMapSpec> maps) {
   int64_t n = 0;

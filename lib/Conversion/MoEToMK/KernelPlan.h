@@ -67,6 +67,10 @@ struct Sizes {
   }
   int64_t chunks() const { return (tokens * topK + chunk() - 1) / chunk(); }
   bool hasShared() const { return sharedInter > 0; }
+  /// Why the kernel's buffers cannot be planned with these sizes (their
+  /// element counts and byte sizes, and the routed capacity, must fit in
+  /// int64_t), or "" when they can.
+  std::string whyTooLarge() const;
   /// Whether the tensor-core GEMMs apply: K and N fit the tiles (H, the
   /// down GEMMs' N, may be a multiple of 64: the last n-tile's extra columns
   /// are computed and dropped), and every expert segment of the plan is a

@@ -86,6 +86,13 @@ struct ConvertMoEToMKPass
                       "supported yet; the GPU kernel is compiled for one T");
         return WalkResult::interrupt();
       }
+      std::string tooLarge = isa<LayerOp>(op)
+                                 ? sizesOf(cast<LayerOp>(op)).whyTooLarge()
+                                 : sizesOf(cast<LayerGradOp>(op)).whyTooLarge();
+      if (!tooLarge.empty()) {
+        op->emitError() << "convert-moe-to-mk: " << tooLarge;
+        return WalkResult::interrupt();
+      }
       // The backward and the training forward have their own tensor-core
       // plan (docs/Backward.md), without warp roles, clusters or the fused
       // dispatch of x: those options are refused for them, not ignored.

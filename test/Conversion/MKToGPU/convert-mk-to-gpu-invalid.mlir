@@ -126,6 +126,20 @@ gpu.module @k {
 
 // -----
 
+// Without a known_block_size at all (this crashed; found by fuzzing).
+gpu.module @k {
+  gpu.func @no_block(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{tensor-core GEMMs of 64-row tiles need a kernel with known_block_size = [256, 1, 1]}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
+        : memref<64x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
 gpu.module @k {
   gpu.func @two_map_buffers(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>,
                             %o2: memref<64x128xbf16>, %m: memref<32xi64>, %m2: memref<32xi64>) kernel
@@ -191,6 +205,30 @@ gpu.module @k {
 
 // -----
 
+// The lowering computes in int64_t from the shapes: buffers are limited to
+// 2^40 elements (9223372036854775807 experts overflowed (experts + 31) / 32;
+// found under UBSan). A dimension of size 0 does not hide another one's.
+gpu.module @k {
+  gpu.func @huge_counts(%c: memref<9223372036854775807xi64>, %off: memref<5xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    // expected-error @+1 {{'mk.pad_offsets' op convert-mk-to-gpu takes buffers of at most 2^40 elements: operand #0 is 'memref<9223372036854775807xi64>'}}
+    mk.pad_offsets %c into %off {padding = 8 : i64} : memref<9223372036854775807xi64>, memref<5xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @huge_empty(%t: memref<0x2199023255552xi32>, %cc: memref<0x4xi64>) kernel attributes {known_block_size = array<i32: 256, 1, 1>} {
+    // expected-error @+1 {{'mk.count_routes' op convert-mk-to-gpu takes buffers of at most 2^40 elements: operand #0 is 'memref<0x2199023255552xi32>'}}
+    mk.count_routes %t into %cc {chunk = 64 : i64} : memref<0x2199023255552xi32>, memref<0x4xi64>
+    gpu.return
+  }
+}
+
+// -----
+
 // A grouped B operand takes one map slot per expert: 4 experts from slot 1
 // need slots 1..4, the buffer has 2.
 gpu.module @k {
@@ -204,6 +242,38 @@ gpu.module @k {
     mk.gemm store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) maps(%m : memref<32xi64>)
         schedule <wgmma, tile = [64, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<64x64xbf16>, memref<4x128x64xbf16> -> memref<64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// The largest slot is out of the buffer too (slot + 1 overflowed int64_t and
+// passed; found by fuzzing under UBSan).
+gpu.module @k {
+  gpu.func @slot_max(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{map slot 9223372036854775807 (+1) is out of the tensor_maps buffer's 2 slots}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 128, 64], stages = 4> {maps = array<i64: 9223372036854775807, 1>}
+        : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// A description whose maps cover the whole int64_t range: finding the
+// slot's map must not overflow (the UBSan build checks that), and the slot
+// is still out of the buffer.
+gpu.module @k {
+  gpu.func @cluster_box_far(%a: memref<128x64xbf16>, %b: memref<256x64xbf16>, %o: memref<128x256xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2, dynamic_shared_memory = 214016,
+                  tensor_maps = [{box_rows = 128, experts = 9223372036854775807}, {box_rows = 128, experts = 9223372036854775807}]}} {
+    // expected-error @+1 {{map slot 9223372036854775807 (+1) is out of the tensor_maps buffer's 2 slots}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
+        schedule <wgmma, tile = [128, 256, 64], stages = 4, multicast> {maps = array<i64: 0, 9223372036854775807>}
+        : memref<128x64xbf16>, memref<256x64xbf16> -> memref<128x256xbf16>
     gpu.return
   }
 }
@@ -363,6 +433,21 @@ gpu.module @k {
     mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
         schedule <wgmma, tile = [128, 128, 64], stages = 4, multicast> {maps = array<i64: 0, 1>}
         : memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// A tile's N as large as int64_t goes: the B columns of a tile (operands
+// times N) are computed without overflow (the UBSan build checks that).
+gpu.module @k {
+  gpu.func @cluster_huge_tile(%a: memref<128x64xbf16>, %b: memref<128x64xbf16>, %o: memref<128x128xbf16>, %m: memref<48xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2, dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{with multicast the B boxes of a tile must be two 128-row halves (gate and up, or one operand of 256-column tiles); got 2 operand(s) of 4611686018427387904-column tiles}}
+    mk.gemm swiglu %a, %b, %b into %o maps(%m : memref<48xi64>)
+        schedule <wgmma, tile = [128, 4611686018427387904, 64], stages = 4, multicast> {maps = array<i64: 0, 1, 2>}
+        : memref<128x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<128x128xbf16>
     gpu.return
   }
 }

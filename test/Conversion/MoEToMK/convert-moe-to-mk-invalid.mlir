@@ -19,6 +19,35 @@ func.func @dynamic_tokens(%x: tensor<?x64xbf16>, %top: tensor<?x2xi32>, %rw: ten
 
 // -----
 
+// Sizes whose buffers overflow int64_t are refused (T * top_k overflowed
+// and the kernel got negative buffer sizes; found under UBSan).
+func.func @huge_tokens(%x: tensor<4611686018427387904x64xbf16>, %top: tensor<4611686018427387904x2xi32>,
+                       %rw: tensor<4611686018427387904x2xf32>, %wg: tensor<4x32x64xbf16>,
+                       %wd: tensor<4x64x32xbf16>) -> tensor<4611686018427387904x64xbf16> {
+  // expected-error @+1 {{convert-moe-to-mk: the layer's buffers are too large for 64-bit sizes (T = 4611686018427387904, top_k = 2, E = 4, padding = 8, H = 64, I = 32)}}
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd
+      plan !moe.plan<tokens = 4611686018427387904, top_k = 2, experts = 4, ep = 1, padding = 8>
+      : (tensor<4611686018427387904x64xbf16>, tensor<4611686018427387904x2xi32>, tensor<4611686018427387904x2xf32>,
+         tensor<4x32x64xbf16>, tensor<4x32x64xbf16>, tensor<4x64x32xbf16>) -> tensor<4611686018427387904x64xbf16>
+  return %o : tensor<4611686018427387904x64xbf16>
+}
+
+// -----
+
+// A model size alone can be too large: E * I * H (the weights).
+func.func @huge_weights(%x: tensor<8x1099511627776xbf16>, %top: tensor<8x2xi32>, %rw: tensor<8x2xf32>,
+                        %wg: tensor<4x1099511627776x1099511627776xbf16>,
+                        %wd: tensor<4x1099511627776x1099511627776xbf16>) -> tensor<8x1099511627776xbf16> {
+  // expected-error @+1 {{convert-moe-to-mk: the layer's buffers are too large for 64-bit sizes (T = 8, top_k = 2, E = 4, padding = 8, H = 1099511627776, I = 1099511627776)}}
+  %o = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd
+      plan !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 1, padding = 8>
+      : (tensor<8x1099511627776xbf16>, tensor<8x2xi32>, tensor<8x2xf32>, tensor<4x1099511627776x1099511627776xbf16>,
+         tensor<4x1099511627776x1099511627776xbf16>, tensor<4x1099511627776x1099511627776xbf16>) -> tensor<8x1099511627776xbf16>
+  return %o : tensor<8x1099511627776xbf16>
+}
+
+// -----
+
 func.func @expert_parallel(%x: tensor<8x64xbf16>, %top: tensor<8x2xi32>, %rw: tensor<8x2xf32>,
                            %wg: tensor<2x32x64xbf16>, %wd: tensor<2x64x32xbf16>) -> tensor<8x64xbf16> {
   // expected-error @+1 {{convert-moe-to-mk: expert parallelism (ep = 2) is not supported yet}}

@@ -724,6 +724,9 @@ gpu.module @k {
 
 // -----
 
+// The ranks are checked before N is read from B's shape: reading dimension 2
+// of this rank-2 B read past its shape (the assertion-enabled sanitizer
+// build, docs/Building.md, stops there).
 gpu.module @k {
   gpu.func @transpose_b_grouped_rank(%a: memref<64x64xbf16>, %b: memref<64x128xbf16>, %o: memref<64x128xbf16>,
                                      %re: memref<64xi64>, %off: memref<5xi64>) kernel {
@@ -926,6 +929,62 @@ gpu.module @k {
   gpu.func @k_counts_groups(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<4x64x32xbf16>, %off: memref<5xi64>, %cnt: memref<5xi64>) kernel {
     // expected-error @+1 {{k_counts dimension 0 must be 4 (E, offsets - 1), got 5}}
     mk.gemm store %a, %b into %o k_groups(%off : memref<5xi64>) k_counts(%cnt : memref<5xi64>) schedule <simt> {transpose_a, transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// A dynamic size is unknown, not a number: the checks that compute with one
+// (experts + 1, offsets - 1, tokens * top_k) skip it rather than compare
+// with -2^63 + 1 or an int64_t overflow's result (found by fuzzing under
+// UBSan). These verify.
+gpu.module @k {
+  gpu.func @dynamic_counts(%c: memref<?xi64>, %off: memref<5xi64>) kernel {
+    mk.pad_offsets %c into %off {padding = 8 : i64} : memref<?xi64>, memref<5xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @dynamic_routes(%t: memref<?x2xi32>, %off: memref<?xi64>, %cc: memref<2x4xi64>, %rr: memref<80xi64>,
+                           %r: memref<108xi64>, %re: memref<108xi64>) kernel {
+    mk.assign_rows %t, %off, %cc into %rr, %r, %re {chunk = 64 : i64}
+        : memref<?x2xi32>, memref<?xi64>, memref<2x4xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @dynamic_k_groups(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<4x64x32xbf16>,
+                             %off: memref<?xi64>) kernel {
+    mk.gemm store %a, %b into %o k_groups(%off : memref<?xi64>) schedule <simt> {transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @dynamic_experts(%a: memref<108x64xbf16>, %wg: memref<?x32x64xbf16>, %wu: memref<?x32x64xbf16>,
+                            %h: memref<108x32xbf16>, %re: memref<108xi64>, %off: memref<5xi64>) kernel {
+    mk.gemm swiglu %a, %wg, %wu into %h grouped(%re, %off : memref<108xi64>, memref<5xi64>) schedule <simt>
+        : memref<108x64xbf16>, memref<?x32x64xbf16>, memref<?x32x64xbf16> -> memref<108x32xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @dynamic_weights(%ry: memref<108x64xbf16>, %rr: memref<80xi64>, %w: memref<?x2xf32>,
+                            %out: memref<40x64xbf16>) kernel {
+    mk.combine %ry, %rr weights(%w : memref<?x2xf32>) into %out : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
     gpu.return
   }
 }

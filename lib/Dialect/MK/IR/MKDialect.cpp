@@ -12,6 +12,7 @@
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/CheckedArithmetic.h"
 
 using namespace mlir;
 using namespace mok::mk;
@@ -165,6 +166,19 @@ namespace {
 int64_t dim(Value v, unsigned i) {
   return cast<MemRefType>(v.getType()).getDimSize(i);
 }
+/// Sums and products of dimension sizes: dynamic when an operand is, or
+/// when the result does not fit in int64_t (the check it feeds is then
+/// left to the shapes that are known).
+int64_t dimAdd(int64_t a, int64_t b) {
+  if (ShapedType::isDynamic(a) || ShapedType::isDynamic(b))
+    return ShapedType::kDynamic;
+  return llvm::checkedAdd(a, b).value_or(ShapedType::kDynamic);
+}
+int64_t dimMul(int64_t a, int64_t b) {
+  if (ShapedType::isDynamic(a) || ShapedType::isDynamic(b))
+    return ShapedType::kDynamic;
+  return llvm::checkedMul(a, b).value_or(ShapedType::kDynamic);
+}
 /// Checks that operand `what`'s dimension `i` is `expected` (both static),
 /// naming what it should match.
 LogicalResult expectDim(Operation *op, Value v, StringRef what, unsigned i,
@@ -179,18 +193,18 @@ LogicalResult expectDim(Operation *op, Value v, StringRef what, unsigned i,
 } // namespace
 
 LogicalResult PadOffsetsOp::verify() {
-  return expectDim(*this, getOffsets(), "offsets", 0, dim(getCounts(), 0) + 1,
-                   "experts + 1");
+  return expectDim(*this, getOffsets(), "offsets", 0,
+                   dimAdd(dim(getCounts(), 0), 1), "experts + 1");
 }
 
 /// chunk_counts must be [ceil(routes / chunk), experts].
 static LogicalResult checkChunks(Operation *op, Value top, Value chunkCounts,
                                  int64_t chunk) {
-  int64_t routes = dim(top, 0) * dim(top, 1);
-  if (ShapedType::isDynamic(dim(top, 0)))
+  int64_t routes = dimMul(dim(top, 0), dim(top, 1));
+  if (ShapedType::isDynamic(routes))
     return success();
   return expectDim(op, chunkCounts, "chunk_counts", 0,
-                   (routes + chunk - 1) / chunk,
+                   routes / chunk + (routes % chunk != 0),
                    "ceil(tokens * top_k / chunk)");
 }
 
@@ -206,14 +220,15 @@ LogicalResult ScanChunksOp::verify() {
 LogicalResult AssignRowsOp::verify() {
   Value top = getTopExperts();
   if (failed(expectDim(*this, getRouteRow(), "route_row", 0,
-                       dim(top, 0) * dim(top, 1), "tokens * top_k")) ||
+                       dimMul(dim(top, 0), dim(top, 1)), "tokens * top_k")) ||
       failed(expectDim(*this, getRowExpert(), "row_expert", 0,
                        dim(getRowRoute(), 0), "the size of row_route")) ||
       failed(checkChunks(*this, top, getChunkCounts(), getChunk())) ||
       failed(expectDim(*this, getChunkCounts(), "chunk_counts", 1,
-                       dim(getOffsets(), 0) - 1, "experts, offsets - 1")))
+                       dimAdd(dim(getOffsets(), 0), -1),
+                       "experts, offsets - 1")))
     return failure();
-  if (dim(getOffsets(), 0) < 2)
+  if (!ShapedType::isDynamic(dim(getOffsets(), 0)) && dim(getOffsets(), 0) < 2)
     return emitOpError("offsets must hold experts + 1 >= 2 entries");
   return success();
 }
@@ -277,7 +292,7 @@ LogicalResult GemmOp::verify() {
   // a is [M, K], or [K, M] transposed.
   int64_t k = dim(a, ta ? 0 : 1), m = dim(a, ta ? 1 : 0);
   unsigned bRank = isGrouped() ? 3 : 2;
-  int64_t n = dim(getB()[0], tb ? bRank - 1 : bRank - 2);
+  // The ranks first: N is read from the first B operand's shape.
   for (Value b : getB()) {
     if (cast<MemRefType>(b.getType()).getRank() != bRank)
       return emitOpError() << "B operands must be "
@@ -290,6 +305,9 @@ LogicalResult GemmOp::verify() {
                            << cast<MemRefType>(b.getType()).getRank();
     if (b.getType() != getB()[0].getType())
       return emitOpError("B operands must have one type");
+  }
+  int64_t n = dim(getB()[0], tb ? bRank - 1 : bRank - 2);
+  for (Value b : getB()) {
     if (failed(expectDim(*this, b, "B", tb ? bRank - 2 : bRank - 1, k,
                          ta ? "K, a's rows" : "K, a's columns")) ||
         failed(expectDim(*this, b, "B", tb ? bRank - 1 : bRank - 2, n,
@@ -300,7 +318,7 @@ LogicalResult GemmOp::verify() {
     return emitOpError("k_counts needs k_groups (it counts each K group's "
                        "rows)");
   if (kGroups) {
-    int64_t groups = dim(getKOffsets(), 0) - 1;
+    int64_t groups = dimAdd(dim(getKOffsets(), 0), -1);
     if (Value counts = getKCounts())
       if (failed(expectDim(*this, counts, "k_counts", 0, groups,
                            "E, offsets - 1")))
@@ -324,7 +342,7 @@ LogicalResult GemmOp::verify() {
   }
   if (isGrouped()) {
     int64_t experts = dim(getB()[0], 0);
-    if (failed(expectDim(*this, getOffsets(), "offsets", 0, experts + 1,
+    if (failed(expectDim(*this, getOffsets(), "offsets", 0, dimAdd(experts, 1),
                          "experts + 1")) ||
         failed(expectDim(*this, getRowExpert(), "row_expert", 0, dim(out, 0),
                          "out's rows")))
@@ -387,7 +405,7 @@ LogicalResult CombineOp::verify() {
     if (failed(expectDim(*this, w, "router_weights", 0, dim(out, 0),
                          "tokens, out's rows")) ||
         failed(expectDim(*this, getRouteRow(), "route_row", 0,
-                         dim(w, 0) * dim(w, 1), "tokens * top_k")))
+                         dimMul(dim(w, 0), dim(w, 1)), "tokens * top_k")))
       return failure();
   } else {
     int64_t routes = dim(getRouteRow(), 0), tokens = dim(out, 0);
@@ -433,7 +451,7 @@ LogicalResult SwigluGradOp::verify() {
       failed(expectDim(*this, getRowRoute(), "row_route", 0, dim(dh, 0),
                        "d_hidden_u's rows")) ||
       failed(expectDim(*this, getRouteRow(), "route_row", 0,
-                       dim(w, 0) * dim(w, 1), "tokens * top_k")))
+                       dimMul(dim(w, 0), dim(w, 1)), "tokens * top_k")))
     return failure();
   if (getDRouterWeights().getType() != w.getType())
     return emitOpError("d_router_weights must have router_weights' type");

@@ -4,6 +4,7 @@
 //
 #include "mok/Dialect/MK/IR/MKSchedule.h"
 
+#include "llvm/Support/CheckedArithmetic.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
@@ -84,9 +85,10 @@ std::string TargetSupport::whyNot(const GemmForm &f,
   // the partner may already fill), B two 128-row halves (gate + up, or one
   // 256-column operand).
   if (multicast) {
-    int64_t halves =
-        static_cast<int64_t>(f.bOperands) * tile[1] / sched::kTileN;
-    if (halves != 2) {
+    // (The tile's N is any positive int64_t here: the product is checked.)
+    std::optional<int64_t> columns =
+        llvm::checkedMul(static_cast<int64_t>(f.bOperands), tile[1]);
+    if (!columns || *columns / sched::kTileN != 2) {
       os << "with multicast the B boxes of a tile must be two " << sched::kTileN
          << "-row halves (gate and up, or one operand of " << 2 * sched::kTileN
          << "-column tiles); got " << f.bOperands << " operand(s) of "
