@@ -193,8 +193,10 @@ static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
   auto desc = func->getAttrOfType<DictionaryAttr>("mok.kernel");
   llvm::json::Object root;
   // Version 2: params' "access" and tensor maps' "experts"; version 3:
-  // "cluster" (docs/Runtime.md).
-  root["mok_metadata_version"] = 3;
+  // "cluster"; version 4: a kernel for any token count ("any_tokens", the
+  // "tokens" parameter, "call_rows") (docs/Runtime.md).
+  auto anyTokens = desc.getAs<BoolAttr>("any_tokens");
+  root["mok_metadata_version"] = anyTokens && anyTokens.getValue() ? 4 : 3;
   root["function"] = function.str();
   root["kernel"] = func.getName().str();
   for (NamedAttribute a : desc) {
@@ -225,6 +227,8 @@ static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
       param["access"] = access.getValue().str();
     if (auto accumulate = d.getAs<BoolAttr>("accumulate"))
       param["accumulate"] = accumulate.getValue();
+    if (auto rows = d.getAs<DenseI64ArrayAttr>("call_rows"))
+      param["call_rows"] = toJson(rows);
     params.push_back(std::move(param));
   }
   root["params"] = std::move(params);

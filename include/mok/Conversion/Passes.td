@@ -117,8 +117,20 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
     The tensor-core options (warp-specialize, fuse-dispatch, multicast) are
     refused for them.
 
+    Any token count: a layer whose plan has `tokens = ?` and a capacity
+    (`max_tokens = C`) becomes a kernel for every T from 1 to C. Its
+    buffers are sized for C; it takes the call's T as one more parameter
+    (`tokens`, role "tokens", an i64 by value), which the routing plan, the
+    shared expert's GEMMs, the SwiGLU backward and the combine read
+    (`tokens(%t)` operands). In `mok.kernel`, `max_tokens` is C, and a
+    parameter or tensor map whose rows follow T says so with `call_rows =
+    [scale, offset]`: at a call they are `scale * T + offset` (T for token
+    rows, T * k for routes, T * k + E * (padding - 1) for routed rows);
+    the runtime checks the caller's tensors against those sizes and
+    encodes those maps with them.
+
     Not supported yet, and rejected with an error: expert parallelism
-    (ep > 1) and a dynamic token count.
+    (ep > 1), and a dynamic token count without a capacity.
   }];
   let options = [
     Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
@@ -161,7 +173,8 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
            "instead of hanging; the runtime names the barrier after the "
            "call">,
   ];
-  let dependentDialects = ["::mlir::gpu::GPUDialect",
+  let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::gpu::GPUDialect",
                            "::mok::mk::MKDialect"];
 }
 

@@ -29,6 +29,7 @@ private:
   void gatherVector(mk::GatherOp op);
   void gatherScaledVector(mk::GatherOp op);
   void combineScalar(mk::CombineOp op);
+  Value tokensOf(mk::CombineOp op);
   void combineVector(mk::CombineOp op);
   /// The routes a token has in a combine: router_weights' columns, or
   /// (unweighted) route_row's size over the tokens.
@@ -147,6 +148,13 @@ void DispatchLowering::gatherScaledVector(mk::GatherOp op) {
   });
 }
 
+/// The tokens a combine sums: out's rows, or the call's T (any T).
+Value DispatchLowering::tokensOf(mk::CombineOp op) {
+  if (Value t = op.getTokens())
+    return t;
+  return e.index(size(op.getOut(), 0));
+}
+
 void DispatchLowering::lower(mk::CombineOp op) {
   if (size(op.getOut(), 1) % 8)
     return combineScalar(op);
@@ -162,7 +170,7 @@ void DispatchLowering::combineScalar(mk::CombineOp op) {
   Value out = op.getOut(), w = op.getRouterWeights(), y = op.getRoutedY();
   Value routeRow = op.getRouteRow(), shared = op.getSharedOut();
   Value k = e.index(topKOf(op));
-  forAll2(e.index(size(out, 0)), size(out, 1), [&](Value t, Value j) {
+  forAll2(tokensOf(op), size(out, 1), [&](Value t, Value j) {
     Value init = shared ? e.loadF32(shared, {t, j}) : e.f32(0.0f);
     Value acc = e.fold(e.index(0), k, init, [&](Value kk, Value acc) {
       Value row = e.toIndex(e.load(routeRow, {e.add(e.mul(t, k), kk)}));
@@ -255,7 +263,7 @@ void DispatchLowering::combineVector(mk::CombineOp op) {
   // an item's loads wait on its route rows, then on the routed rows, and
   // the stores keep LLVM from moving the next iteration's loads up. An
   // item past the end loads the last item again and stores nothing.
-  Value n = e.mul(e.index(size(op.getOut(), 0)), cols);
+  Value n = e.mul(tokensOf(op), cols);
   Value last = e.sub(n, e.index(1));
   e.loop(globalId, n, e.mul(gridThreads, e.index(combineItems)), [&](Value i) {
     SmallVector<Value> items = {i};

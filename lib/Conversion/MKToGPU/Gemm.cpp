@@ -87,8 +87,13 @@ void GemmLowering::lowerSimt(mk::GemmOp op) {
     return;
   }
   int64_t n = size(out, 1);
-  Value rows = op.isGrouped() ? routedRows(op.getOffsets())
-                              : e.index(size(a, ta ? 1 : 0));
+  // Any T (`tokens`): a's token rows are the call's: the rows computed, or
+  // with transpose_a the K rows summed.
+  Value tokens = op.getTokens();
+  Value rows = op.isGrouped()  ? routedRows(op.getOffsets())
+               : tokens && !ta ? tokens
+                               : e.index(size(a, ta ? 1 : 0));
+  Value kEnd = tokens && ta ? tokens : e.index(k);
   Limit limit = getLimit(op.getSwigluLimitAttr());
   bool swigluEpilogue = op.getEpilogue() == mk::Epilogue::swiglu;
   forAll2(rows, n, [&](Value r, Value c) {
@@ -98,7 +103,7 @@ void GemmLowering::lowerSimt(mk::GemmOp op) {
     if (op.isGrouped())
       prefix.push_back(e.toIndex(e.load(op.getRowExpert(), {r})));
     auto dot = [&](Value src, Value w, Value init) {
-      return e.fold(e.index(0), e.index(k), init, [&](Value j, Value acc) {
+      return e.fold(e.index(0), kEnd, init, [&](Value j, Value acc) {
         return e.add(acc, e.mul(aAt(src, r, j), bAt(w, prefix, c, j)));
       });
     };
@@ -130,9 +135,12 @@ void GemmLowering::lowerTensorCores(mk::GemmOp op) {
   Value kOffsets = op.getKOffsets();
   // K in groups: out [E, M, N] as [E * M, N] rows.
   int64_t groupRows = kOffsets ? size(out, 1) : 0;
-  Value rows = op.isGrouped() ? routedRows(op.getOffsets())
-               : kOffsets     ? e.index(size(out, 0) * groupRows)
-                              : e.index(size(op.getA(), ta ? 1 : 0));
+  // Any T (`tokens`): a's token rows are the call's (with transpose_a, K).
+  Value tokens = op.getTokens();
+  Value rows = op.isGrouped()  ? routedRows(op.getOffsets())
+               : kOffsets      ? e.index(size(out, 0) * groupRows)
+               : tokens && !ta ? tokens
+                               : e.index(size(op.getA(), ta ? 1 : 0));
   // The output element of (flattened) row `row`.
   auto outAt = [&](Value row, Value col) -> SmallVector<Value> {
     if (!kOffsets)
@@ -333,6 +341,10 @@ void GemmLowering::lowerTensorCores(mk::GemmOp op) {
     phase.kOffsets = kOffsets;
     phase.kCounts = op.getKCounts();
     phase.groupRows = groupRows;
+    phase.k = 0;
+  }
+  if (tokens && ta) { // K = the call's T, in whole k-tiles (zeros past T)
+    phase.kRows = tokens;
     phase.k = 0;
   }
   if (concat) { // maps = [a, b_0, b_1, a2]

@@ -173,6 +173,10 @@ struct GemmPhase {
   /// kCounts[g] on are zero padding; its k-tiles stop after the one that
   /// holds the last counted row.
   mlir::Value kCounts;
+  /// Without kOffsets, optionally (a kernel for any T; then k = 0): K is
+  /// `kRows` rows (index) of A and B, read in whole k-tiles, the rows past
+  /// it as zeros (their maps end there).
+  mlir::Value kRows;
   int64_t groupRows = 0;
   /// n-tiles of the output.
   int64_t nTiles() const { return (n + tileN - 1) / tileN; }

@@ -222,6 +222,9 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
                 e.index(kTileK)));
     t.kTiles = e.div(rows, e.index(kTileK));
     t.aCol = e.sub(m0, e.mul(group, e.index(p.groupRows)));
+  } else if (p.kRows) {
+    t.kTiles =
+        e.div(e.add(p.kRows, e.index(kTileK - 1)), e.index(kTileK));
   }
   // Gathered A: the consumer threads copy the rows (with a producer, the
   // producer warpgroup does: producerTasks).

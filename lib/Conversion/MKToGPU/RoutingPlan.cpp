@@ -10,6 +10,7 @@
 #include "Lowering.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -51,15 +52,23 @@ private:
   Value groupFirst(const RouteRound &r, Value valid = Value());
   void addGroupSize(Value first, const RouteRound &r, Value cc, Value c);
   RouteRound routeRound(Value top, Value c, Value round, Value lane,
-                        int64_t chunk, int64_t routes, int64_t experts);
+                        int64_t chunk, Value routes, int64_t experts);
+  /// The routes of `top_experts [T, k]`: T * k, or with `tokens` (a
+  /// kernel for any T) tokens * k (index).
+  Value routesOf(Value top, Value tokens) {
+    if (tokens)
+      return e.mul(tokens, e.index(size(top, 1)));
+    return e.index(size(top, 0) * size(top, 1));
+  }
   /// for q over chunk `c`'s routes [c * chunk, min((c + 1) * chunk,
   /// routes)), in order, on this thread.
-  void forChunk(Value c, int64_t chunk, int64_t routes,
+  void forChunk(Value c, int64_t chunk, Value routes,
                 function_ref<void(Value)> body) {
     Value first = e.mul(c, e.index(chunk));
     Value end = e.add(first, e.index(chunk));
-    if (routes % chunk)
-      end = arith::MinSIOp::create(e.b, e.loc, end, e.index(routes));
+    std::optional<int64_t> known = getConstantIntValue(routes);
+    if (!known || *known % chunk)
+      end = arith::MinSIOp::create(e.b, e.loc, end, routes);
     e.loop(first, end, body);
   }
 };
@@ -74,8 +83,8 @@ void RoutingPlanLowering::lower(mk::FillOp op) {
 
 void RoutingPlanLowering::lower(mk::CheckRoutesOp op) {
   Value top = op.getTopExperts(), status = op.getStatus();
-  int64_t k = size(top, 1), routes = size(top, 0) * k;
-  forAll(e.index(routes), [&](Value q) {
+  int64_t k = size(top, 1);
+  forAll(routesOf(top, op.getTokens()), [&](Value q) {
     Value id = e.toIndex(e.load(top, {e.div(q, e.index(k)), e.rem(q, e.index(k))}));
     // bad = id != -1 and id outside [0, E): unsigned, id >= E covers the
     // negative ids too.
@@ -101,7 +110,7 @@ void RoutingPlanLowering::lower(mk::CountRoutesOp op) {
     return countRoutesByWarps(op);
   Value top = op.getTopExperts(), cc = op.getChunkCounts();
   int64_t experts = size(cc, 1), chunk = op.getChunk();
-  int64_t routes = size(top, 0) * size(top, 1);
+  Value routes = routesOf(top, op.getTokens());
   Value zero = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
   Value one = arith::ConstantIntOp::create(e.b, e.loc, 1, 64);
   // One thread a chunk: zero its row, then count its routes in order.
@@ -121,15 +130,15 @@ void RoutingPlanLowering::lower(mk::CountRoutesOp op) {
 
 RoutingPlanLowering::RouteRound
 RoutingPlanLowering::routeRound(Value top, Value c, Value round, Value lane,
-                                int64_t chunk, int64_t routes,
+                                int64_t chunk, Value routes,
                                 int64_t experts) {
   Value j = e.add(e.mul(round, e.index(32)), lane);
   Value q = e.add(e.mul(c, e.index(chunk)), j);
   Value inside = arith::AndIOp::create(
       e.b, e.loc, e.cmp(arith::CmpIPredicate::slt, j, e.index(chunk)),
-      e.cmp(arith::CmpIPredicate::slt, q, e.index(routes)));
+      e.cmp(arith::CmpIPredicate::slt, q, routes));
   // Lanes past the chunk read the last route and drop it.
-  Value read = arith::MinSIOp::create(e.b, e.loc, q, e.index(routes - 1));
+  Value read = arith::MinSIOp::create(e.b, e.loc, q, e.sub(routes, e.index(1)));
   Value ex = e.select(inside, expertOf(top, read, experts), e.index(-1));
   Value peers = NVVM::MatchSyncOp::create(
       e.b, e.loc, e.b.getI32Type(),
@@ -169,7 +178,7 @@ void RoutingPlanLowering::addGroupSize(Value first, const RouteRound &r,
 void RoutingPlanLowering::countRoutesByWarps(mk::CountRoutesOp op) {
   Value top = op.getTopExperts(), cc = op.getChunkCounts();
   int64_t experts = size(cc, 1), chunk = op.getChunk();
-  int64_t routes = size(top, 0) * size(top, 1);
+  Value routes = routesOf(top, op.getTokens());
   Value zero = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
   forAllWarps(e.index(size(cc, 0)), [&](Value c, Value lane) {
     e.loop(lane, e.index(experts), e.index(32), [&](Value ex) {
@@ -308,7 +317,8 @@ void RoutingPlanLowering::lower(mk::AssignRowsOp op) {
   Value routeRow = op.getRouteRow(), rowRoute = op.getRowRoute(),
         rowExpert = op.getRowExpert();
   int64_t experts = size(offsets, 0) - 1, chunk = op.getChunk();
-  int64_t routes = size(routeRow, 0);
+  Value routes = op.getTokens() ? routesOf(top, op.getTokens())
+                                : e.index(size(routeRow, 0));
   Value none = arith::ConstantIntOp::create(e.b, e.loc, -1, 64);
   Value one = arith::ConstantIntOp::create(e.b, e.loc, 1, 64);
   // One thread a chunk walks its routes in order; chunk_counts holds the
@@ -386,7 +396,8 @@ void RoutingPlanLowering::assignRowsByWarps(mk::AssignRowsOp op) {
   Value routeRow = op.getRouteRow(), rowRoute = op.getRowRoute(),
         rowExpert = op.getRowExpert();
   int64_t experts = size(offsets, 0) - 1, chunk = op.getChunk();
-  int64_t routes = size(routeRow, 0);
+  Value routes = op.getTokens() ? routesOf(top, op.getTokens())
+                                : e.index(size(routeRow, 0));
   int64_t rounds = (chunk + 31) / 32;
   Type i32 = e.b.getI32Type(), i64 = e.b.getI64Type();
   Value none = arith::ConstantIntOp::create(e.b, e.loc, -1, 64);

@@ -59,7 +59,11 @@ void SwigluGradLowering::swigluGradRows(
   Value dh = op.getDHiddenU(), rowRoute = op.getRowRoute();
   Value w = op.getRouterWeights(), dw = op.getDRouterWeights();
   bool routed = static_cast<bool>(rowRoute);
-  Value rows = routed ? routedRows(op.getOffsets()) : e.index(size(dh, 0));
+  // (Any T: the shared expert's rows are the call's tokens.)
+  Value tokens = op.getTokens();
+  Value rows = routed   ? routedRows(op.getOffsets())
+               : tokens ? tokens
+                        : e.index(size(dh, 0));
   Value k = routed ? e.index(size(w, 1)) : Value();
   // One warp a row, warps spread over the blocks first.
   Value width = arith::ConstantIntOp::create(b, loc, 32, 32);
@@ -94,7 +98,7 @@ void SwigluGradLowering::swigluGradRows(
     return;
   // Routes without a row: a zero gradient.
   Value routeRow = op.getRouteRow();
-  forAll(e.index(size(routeRow, 0)), [&](Value q) {
+  forAll(tokens ? e.mul(tokens, k) : e.index(size(routeRow, 0)), [&](Value q) {
     e.ifThen(e.cmp(arith::CmpIPredicate::slt, e.toIndex(e.load(routeRow, {q})),
                    e.index(0)),
              [&] {

@@ -164,9 +164,14 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   auto ty = [&](ArrayRef<int64_t> shape, Type elt) {
     return MemRefType::get(shape, elt);
   };
+  // (Any T: the token dimension at the capacity.)
   auto tensorType = [&](Value v) {
     auto t = cast<RankedTensorType>(v.getType());
-    return ty(t.getShape(), t.getElementType());
+    SmallVector<int64_t> shape(t.getShape());
+    for (int64_t &d : shape)
+      if (ShapedType::isDynamic(d))
+        d = s.tokens;
+    return ty(shape, t.getElementType());
   };
   int64_t rc = s.routedCapacity(), t = s.tokens;
   SmallVector<Param> params;
@@ -244,6 +249,9 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   // The kernel's report to the runtime (mk.check_routes, bounded grid
   // barriers): host memory the runtime zeroes and reads after the call.
   params.push_back({"status", "status", ty({8}, tb.getI32Type())});
+  // Any T: the call's token count, by value.
+  if (s.anyTokens)
+    params.push_back({"tokens", "tokens", MemRefType()});
   if (profile)
     for (StringRef name : {"phase_clock", "phase_cycles"})
       params.push_back(
@@ -386,12 +394,13 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
   mk::SwigluGradOp::create(
       b, loc, buf["d_hidden_u"], buf["gate"], buf["up"], buf["hidden"],
       buf["d_gate"], buf["d_up"], buf["row_route"], buf["route_row"],
-      buf["router_weights"], buf["offsets"], buf["d_router_weights"], limit);
+      buf["router_weights"], buf["offsets"], buf["d_router_weights"],
+      frame.tokens, limit);
   if (shared)
     mk::SwigluGradOp::create(
         b, loc, buf["d_shared_hidden_u"], buf["shared_gate"], buf["shared_up"],
         buf["shared_hidden"], buf["d_shared_gate"], buf["d_shared_up"], Value(),
-        Value(), Value(), Value(), Value(), limit);
+        Value(), Value(), Value(), Value(), frame.tokens, limit);
   barrier();
 
   // The gate/up dgrad (both K-loops into one accumulator) and the gate and
@@ -450,7 +459,8 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
   // Reverse dispatch: each token sums its routed rows' d_x, in route order.
   mk::CombineOp::create(b, loc, buf["d_routed_x"], buf["route_row"],
                         /*router_weights=*/Value(),
-                        shared ? buf["d_shared_x"] : Value(), buf["d_x"]);
+                        shared ? buf["d_shared_x"] : Value(), buf["d_x"],
+                        frame.tokens);
   if (clock)
     barrier();
   assert((!clock || frame.stamps == phases + 1) &&

@@ -83,9 +83,14 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   auto ty = [&](ArrayRef<int64_t> shape, Type elt) {
     return MemRefType::get(shape, elt);
   };
+  // (Any T: the token dimension at the capacity.)
   auto tensorType = [&](Value v) {
     auto t = cast<RankedTensorType>(v.getType());
-    return ty(t.getShape(), t.getElementType());
+    SmallVector<int64_t> shape(t.getShape());
+    for (int64_t &d : shape)
+      if (ShapedType::isDynamic(d))
+        d = s.tokens;
+    return ty(shape, t.getElementType());
   };
   // With tensor-core GEMMs, the kernel reads the weights only through
   // their tensor maps: the runtime may bind weight views to them.
@@ -145,6 +150,9 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   // The kernel's report to the runtime (mk.check_routes, bounded grid
   // barriers): host memory the runtime zeroes and reads after the call.
   params.push_back({"status", "status", ty({8}, tb.getI32Type())});
+  // Any T: the call's token count, by value.
+  if (s.anyTokens)
+    params.push_back({"tokens", "tokens", MemRefType()});
   // Profiling: %globaltimer and the first SM's %clock64 at the start and
   // after each phase.
   if (profile)
@@ -271,7 +279,7 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   // Phase 5: combine.
   mk::CombineOp::create(
       b, loc, buf["routed_y"], buf["route_row"], buf["router_weights"],
-      s.hasShared() ? buf["shared_out"] : Value(), buf["out"]);
+      s.hasShared() ? buf["shared_out"] : Value(), buf["out"], frame.tokens);
   // Profiling: one more barrier, so the last stamp follows every CTA.
   if (clock)
     barrier();

@@ -5,6 +5,7 @@
 //
 #include "KernelPlan.h"
 
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CheckedArithmetic.h"
 
 using namespace mlir;
@@ -48,6 +49,27 @@ std::string Sizes::whyTooLarge() const {
   return why;
 }
 
+TokenSize mok::moe_to_mk::callRowsOf(StringRef name, const Sizes &s) {
+  // Rows indexed by token (the layer's tensors, the shared expert's), by
+  // route (t * k + slot), and by routed row (the plan's segments).
+  static const llvm::StringSet<> tokens = {
+      "x",           "top_experts",       "router_weights", "out",
+      "shared_gate", "shared_up",         "shared_hidden",  "shared_out",
+      "d_out",       "d_x",               "d_router_weights",
+      "d_shared_hidden_u", "d_shared_gate", "d_shared_up",  "d_shared_x"};
+  static const llvm::StringSet<> routed = {
+      "routed_x", "gate",         "up",         "hidden",    "routed_y",
+      "row_route", "row_expert",  "routed_d_out", "d_y",     "d_hidden_u",
+      "d_gate",   "d_up",         "d_routed_x"};
+  if (tokens.contains(name))
+    return s.tokenRows();
+  if (name == "route_row")
+    return s.routeRows();
+  if (routed.contains(name))
+    return s.routedRows();
+  return {};
+}
+
 int64_t mok::moe_to_mk::slotCount(ArrayRef<TensorMapSpec> maps) {
   int64_t n = 0;
   for (const TensorMapSpec &m : maps)
@@ -61,7 +83,21 @@ DictionaryAttr mok::moe_to_mk::describeKernel(
     ArrayRef<StringRef> phases, int64_t cluster) {
   Builder b(ctx);
   SmallVector<Attribute> ps;
+  auto callRows = [&](StringRef name) {
+    TokenSize rows = callRowsOf(name, s);
+    return b.getNamedAttr(
+        "call_rows", b.getDenseI64ArrayAttr({rows.scale, rows.offset}));
+  };
   for (const Param &p : params) {
+    if (p.role == "tokens") { // the call's T, by value
+      ps.push_back(b.getDictionaryAttr({
+          b.getNamedAttr("name", b.getStringAttr(p.name)),
+          b.getNamedAttr("role", b.getStringAttr(p.role)),
+          b.getNamedAttr("dtype", b.getStringAttr("i64")),
+          b.getNamedAttr("shape", b.getDenseI64ArrayAttr({})),
+      }));
+      continue;
+    }
     std::string dtype;
     llvm::raw_string_ostream(dtype) << p.type.getElementType();
     SmallVector<NamedAttribute> entry = {
@@ -70,6 +106,8 @@ DictionaryAttr mok::moe_to_mk::describeKernel(
         b.getNamedAttr("dtype", b.getStringAttr(dtype)),
         b.getNamedAttr("shape", b.getDenseI64ArrayAttr(p.type.getShape())),
     };
+    if (callRowsOf(p.name, s).dynamic())
+      entry.push_back(callRows(p.name));
     if (p.role == "input")
       entry.push_back(b.getNamedAttr("access", b.getStringAttr(p.access)));
     if (p.accumulate)
@@ -90,6 +128,12 @@ DictionaryAttr mok::moe_to_mk::describeKernel(
                      b.getI64IntegerAttr(s.routedCapacity())),
       b.getNamedAttr("params", b.getArrayAttr(ps)),
   };
+  // Any T: the largest T a call may have.
+  if (s.anyTokens) {
+    entries.push_back(b.getNamedAttr("any_tokens", b.getBoolAttr(true)));
+    entries.push_back(
+        b.getNamedAttr("max_tokens", b.getI64IntegerAttr(s.tokens)));
+  }
   // CTAs per cluster (launched as clusters of that many, grid a multiple).
   if (cluster > 1)
     entries.push_back(b.getNamedAttr("cluster", b.getI64IntegerAttr(cluster)));
@@ -100,8 +144,8 @@ DictionaryAttr mok::moe_to_mk::describeKernel(
   // e's matrix.
   if (!tensorMaps.empty()) {
     SmallVector<Attribute> maps;
-    for (const TensorMapSpec &m : tensorMaps)
-      maps.push_back(b.getDictionaryAttr({
+    for (const TensorMapSpec &m : tensorMaps) {
+      SmallVector<NamedAttribute> entry = {
           b.getNamedAttr("buffer", b.getStringAttr(m.buffer)),
           b.getNamedAttr("rows", b.getI64IntegerAttr(m.rows)),
           b.getNamedAttr("cols", b.getI64IntegerAttr(m.cols)),
@@ -109,7 +153,13 @@ DictionaryAttr mok::moe_to_mk::describeKernel(
           b.getNamedAttr("box_rows", b.getI64IntegerAttr(m.boxRows)),
           b.getNamedAttr("box_cols", b.getI64IntegerAttr(m.boxCols)),
           b.getNamedAttr("experts", b.getI64IntegerAttr(m.experts)),
-      }));
+      };
+      // Any T: the map's rows at a call (TMA reads the rows past them as
+      // zeros: a buffer's rows past the call's hold stale values).
+      if (m.experts == 1 && callRowsOf(m.buffer, s).dynamic())
+        entry.push_back(callRows(m.buffer));
+      maps.push_back(b.getDictionaryAttr(entry));
+    }
     entries.push_back(b.getNamedAttr("tensor_maps", b.getArrayAttr(maps)));
   }
   if (!phases.empty()) {
@@ -134,7 +184,8 @@ gpu::GPUFuncOp mok::moe_to_mk::createKernel(OpBuilder &b, ModuleOp module,
   b.setInsertionPointToEnd(gpuModule.getBody());
   SmallVector<Type> argTypes;
   for (const Param &p : params)
-    argTypes.push_back(p.type);
+    argTypes.push_back(p.role == "tokens" ? Type(b.getI64Type())
+                                          : Type(p.type));
   auto kernel = gpu::GPUFuncOp::create(b, layer->getLoc(), name + suffix.str(),
                                        b.getFunctionType(argTypes, {}));
   kernel->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
@@ -163,7 +214,9 @@ void ScheduleBuilder::gemm(const GemmPlan &g) {
   auto op = mk::GemmOp::create(
       b, loc, g.epilogue, g.a, g.b, g.out, g.rowExpert, g.offsets,
       tc ? g.tensorMaps : Value(), g.gatherRows, tc ? g.paddingRows : Value(),
-      g.a2, g.kOffsets, g.kCounts, g.saves, schedule, g.limit,
+      g.a2, g.kOffsets, g.kCounts, g.saves,
+      // (Any T: a GEMM over token rows reads the call's T.)
+      g.rowExpert || g.kOffsets ? Value() : tokens, schedule, g.limit,
       tc ? b.getDenseI64ArrayAttr(g.maps) : DenseI64ArrayAttr(),
       g.gatherRows ? b.getI64IntegerAttr(g.gatherTopK) : IntegerAttr(),
       g.transposeA, g.transposeB, g.accumulate);

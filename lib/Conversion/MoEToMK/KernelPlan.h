@@ -12,6 +12,7 @@
 #include "mok/Dialect/MK/IR/MKSchedule.h"
 #include "mok/Dialect/MoE/IR/MoEOps.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -23,11 +24,21 @@ namespace mok::moe_to_mk {
 
 namespace sched = mok::mk::schedule;
 
-/// One kernel parameter: a buffer of static shape, passed as a bare pointer.
+/// A size that grows with the call's token count T in a kernel compiled
+/// for any T up to a capacity: `scale * T + offset` (scale 0: a static
+/// size).
+struct TokenSize {
+  int64_t scale = 0, offset = 0;
+  bool dynamic() const { return scale != 0; }
+};
+
+/// One kernel parameter: a buffer of static shape, passed as a bare pointer,
+/// or (role "tokens") the call's token count, an i64 passed by value.
 struct Param {
   std::string name;
-  std::string role; // "input", "output", "workspace" or "tensor_maps"
-  mlir::MemRefType type;
+  std::string role; // "input", "output", "workspace", "tensor_maps",
+                    // "status" or "tokens"
+  mlir::MemRefType type; // null for "tokens"
   /// Inputs only: "tensor_maps" when the kernel never dereferences the
   /// pointer (it reads the buffer through tensor maps), else "pointer".
   std::string access = "pointer";
@@ -44,9 +55,27 @@ struct TensorMapSpec {
   int64_t rows, cols, rowStride, boxRows, boxCols, experts = 1;
 };
 
-/// The sizes of the layer, all static.
+/// Any T: the rows of the kernel buffer `name` at a call (its dimension 0;
+/// the static shape has them at the capacity), by what they index: tokens,
+/// routes or routed rows. Static for the others, and without anyTokens.
+struct Sizes;
+TokenSize callRowsOf(llvm::StringRef name, const Sizes &s);
+
+/// The sizes of the layer, all static. `tokens` is T, or with `anyTokens`
+/// the capacity (the kernel's buffers are sized for it, and the call's T,
+/// 1 <= T <= tokens, is a kernel parameter).
 struct Sizes {
   int64_t tokens, hidden, inter, experts, topK, padding, sharedInter = 0;
+  bool anyTokens = false;
+  /// The call's sizes of buffers with token rows (T), route rows (T * k)
+  /// and routed rows (the routed capacity for T); static without anyTokens.
+  TokenSize tokenRows() const { return anyTokens ? TokenSize{1, 0} : TokenSize{}; }
+  TokenSize routeRows() const {
+    return anyTokens ? TokenSize{topK, 0} : TokenSize{};
+  }
+  TokenSize routedRows() const {
+    return anyTokens ? TokenSize{topK, experts * (padding - 1)} : TokenSize{};
+  }
   /// The dispatch copy fused into the gate/up GEMM's A loads (no mk.gather,
   /// no routed_x): sm_90a tensor-core kernels with fuse-dispatch.
   bool fusedDispatch = false;
@@ -138,6 +167,9 @@ struct ScheduleBuilder {
   /// barriers) and the bound of each grid barrier's wait (0: none).
   mlir::Value report;
   int64_t timeoutNs = 0, barriers = 0;
+  /// Any T: the call's token count (index), from the "tokens" parameter;
+  /// null in a kernel for one T.
+  mlir::Value tokens;
 
   ScheduleBuilder(mlir::OpBuilder &b, mlir::Location loc,
                   mlir::ArrayRef<Param> params, mlir::gpu::GPUFuncOp func,
@@ -147,6 +179,8 @@ struct ScheduleBuilder {
     for (auto [i, p] : llvm::enumerate(params))
       buf[p.name] = func.getArgument(i);
     report = buf.lookup("status");
+    if (mlir::Value t = buf.lookup("tokens"))
+      tokens = mlir::arith::IndexCastOp::create(b, loc, b.getIndexType(), t);
     clock = buf.lookup("phase_clock");
     cycles = buf.lookup("phase_cycles");
     timestamp();
@@ -172,10 +206,10 @@ struct ScheduleBuilder {
   void plan(const Sizes &s) {
     mk::FillOp::create(b, loc, buf["row_route"], -1);
     mk::FillOp::create(b, loc, buf["row_expert"], -1);
-    mk::CheckRoutesOp::create(b, loc, buf["top_experts"], report,
+    mk::CheckRoutesOp::create(b, loc, buf["top_experts"], report, tokens,
                               s.experts);
     mk::CountRoutesOp::create(b, loc, buf["top_experts"], buf["chunk_counts"],
-                              s.chunk());
+                              tokens, s.chunk());
     barrier();
     mk::ScanChunksOp::create(b, loc, buf["chunk_counts"], buf["counts"]);
     barrier();
@@ -183,7 +217,8 @@ struct ScheduleBuilder {
     barrier();
     mk::AssignRowsOp::create(b, loc, buf["top_experts"], buf["offsets"],
                              buf["chunk_counts"], buf["route_row"],
-                             buf["row_route"], buf["row_expert"], s.chunk());
+                             buf["row_route"], buf["row_expert"], tokens,
+                             s.chunk());
     barrier();
   }
   /// Emits `g` as an mk.gemm, which the chip's lowering must implement
@@ -191,14 +226,21 @@ struct ScheduleBuilder {
   void gemm(const GemmPlan &g);
 };
 
-/// The sizes of a forward or backward layer (static tokens, checked).
+/// The sizes of a forward or backward layer (T, or the capacity of a
+/// layer for any T; checked by the pass).
 template <typename LayerLike> Sizes sizesOf(LayerLike layer) {
   moe::PlanType plan = layer.getPlanType();
   auto x = mlir::cast<mlir::RankedTensorType>(layer.getX().getType());
   auto wg =
       mlir::cast<mlir::RankedTensorType>(layer.getGateWeights().getType());
-  Sizes s{plan.getTokens(),       x.getDimSize(1), wg.getDimSize(1),
-          plan.getLocalExperts(), plan.getTopK(),  plan.getPadding()};
+  bool anyTokens = !plan.hasStaticTokens();
+  Sizes s{anyTokens ? plan.getMaxTokens() : plan.getTokens(),
+          x.getDimSize(1),
+          wg.getDimSize(1),
+          plan.getLocalExperts(),
+          plan.getTopK(),
+          plan.getPadding()};
+  s.anyTokens = anyTokens;
   if (layer.hasSharedExpert())
     s.sharedInter = mlir::cast<mlir::RankedTensorType>(
                         layer.getSharedWeights()[0].getType())

@@ -81,9 +81,10 @@ struct ConvertMoEToMKPass
                         << plan.getEp() << ") is not supported yet";
         return WalkResult::interrupt();
       }
-      if (!plan.hasStaticTokens()) {
-        op->emitError("convert-moe-to-mk: a dynamic token count is not "
-                      "supported yet; the GPU kernel is compiled for one T");
+      if (!plan.hasStaticTokens() && !plan.getMaxTokens()) {
+        op->emitError("convert-moe-to-mk: a dynamic token count needs a "
+                      "capacity, the plan's max_tokens (the GPU kernel's "
+                      "buffers are sized for it)");
         return WalkResult::interrupt();
       }
       std::string tooLarge = isa<LayerOp>(op)

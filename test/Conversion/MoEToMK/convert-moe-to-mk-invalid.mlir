@@ -9,7 +9,7 @@
 
 func.func @dynamic_tokens(%x: tensor<?x64xbf16>, %top: tensor<?x2xi32>, %rw: tensor<?x2xf32>,
                           %wg: tensor<4x32x64xbf16>, %wd: tensor<4x64x32xbf16>) -> tensor<?x64xbf16> {
-  // expected-error @+1 {{convert-moe-to-mk: a dynamic token count is not supported yet; the GPU kernel is compiled for one T}}
+  // expected-error @+1 {{convert-moe-to-mk: a dynamic token count needs a capacity, the plan's max_tokens (the GPU kernel's buffers are sized for it)}}
   %o = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd
       plan !moe.plan<tokens = ?, top_k = 2, experts = 4, ep = 1, padding = 8>
       : (tensor<?x64xbf16>, tensor<?x2xi32>, tensor<?x2xf32>, tensor<4x32x64xbf16>,

@@ -907,7 +907,7 @@ gpu.module @m {
 gpu.module @m {
   gpu.func @swiglu_grad_partial_routes(%dh: memref<108x32xf32>, %g: memref<108x32xbf16>, %rr: memref<108xi64>, %q: memref<80xi64>, %w: memref<40x2xf32>, %off: memref<5xi64>) kernel {
     // expected-error @+1 {{the routed form needs all of row_route, route_row, router_weights, offsets and d_router_weights (the shared form none)}}
-    "mk.swiglu_grad"(%dh, %g, %g, %g, %g, %g, %rr, %q, %w, %off) <{operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0>}>
+    "mk.swiglu_grad"(%dh, %g, %g, %g, %g, %g, %rr, %q, %w, %off) <{operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0>}>
         : (memref<108x32xf32>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108x32xbf16>, memref<108xi64>, memref<80xi64>, memref<40x2xf32>, memref<5xi64>) -> ()
     gpu.return
   }
@@ -1035,6 +1035,18 @@ gpu.module @k {
   gpu.func @bounded_report_size(%b: memref<2xi32>, %s: memref<6xi32>) kernel {
     // expected-error @+1 {{status dimension 0 must be 8 (the kernel's report words), got 6}}
     mk.grid_barrier %b status(%s : memref<6xi32>) {index = 0 : i64, timeout_ns = 1000 : i64} : memref<2xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @grouped_tokens(%a: memref<64x64xbf16>, %b: memref<4x128x64xbf16>, %o: memref<64x128xbf16>,
+                           %re: memref<64xi64>, %off: memref<5xi64>, %t: index) kernel {
+    // expected-error @+1 {{tokens (a's token rows) applies to a GEMM over token rows: not grouped, no k_groups (their rows come from the routing plan)}}
+    mk.gemm store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) tokens(%t) schedule <simt>
+        : memref<64x64xbf16>, memref<4x128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }
 }

@@ -184,3 +184,37 @@ gpu.module @accumulate_module {
     gpu.return
   }
 }
+
+// A kernel for any token count: the ops over tokens read the call's T.
+// CHECK-LABEL: gpu.func @any_tokens
+// CHECK: %[[T:.*]] = arith.index_cast
+// CHECK: mk.check_routes %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} tokens(%[[T]]) {experts = 4 : i64}
+// CHECK: mk.count_routes %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} tokens(%[[T]]) {chunk = 64 : i64}
+// CHECK: mk.assign_rows {{.*}} tokens(%[[T]]) {chunk = 64 : i64}
+// CHECK: mk.gemm store %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}} tokens(%[[T]]) schedule <simt>
+// CHECK: mk.gemm store {{.*}} tokens(%[[T]]) schedule <simt> {transpose_a, transpose_b}
+// CHECK: mk.swiglu_grad {{.*}} tokens(%[[T]]) :
+// CHECK: mk.combine %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} weights(%{{[a-z0-9_]+}} : memref<40x2xf32>) into %{{[a-z0-9_]+}} tokens(%[[T]]) :
+gpu.module @any_tokens_module {
+  gpu.func @any_tokens(%t: i64, %top: memref<40x2xi32>, %status: memref<8xi32>, %cc: memref<2x4xi64>,
+                       %offsets: memref<5xi64>, %route_row: memref<80xi64>, %row_route: memref<108xi64>,
+                       %row_expert: memref<108xi64>, %sh: memref<40x16xbf16>, %sd: memref<64x16xbf16>,
+                       %so: memref<40x64xbf16>, %x: memref<40x64xbf16>, %dw: memref<16x64xbf16>,
+                       %sdh: memref<40x16xf32>, %rw: memref<40x2xf32>, %routed_y: memref<108x64xbf16>) kernel {
+    %tokens = arith.index_cast %t : i64 to index
+    mk.check_routes %top into %status tokens(%tokens) {experts = 4 : i64} : memref<40x2xi32>, memref<8xi32>
+    mk.count_routes %top into %cc tokens(%tokens) {chunk = 64 : i64} : memref<40x2xi32>, memref<2x4xi64>
+    mk.assign_rows %top, %offsets, %cc into %route_row, %row_route, %row_expert tokens(%tokens) {chunk = 64 : i64}
+        : memref<40x2xi32>, memref<5xi64>, memref<2x4xi64> -> memref<80xi64>, memref<108xi64>, memref<108xi64>
+    mk.gemm store %sh, %sd into %so tokens(%tokens) schedule <simt>
+        : memref<40x16xbf16>, memref<64x16xbf16> -> memref<40x64xbf16>
+    mk.gemm store %sh, %x into %dw tokens(%tokens) schedule <simt> {transpose_a, transpose_b}
+        : memref<40x16xbf16>, memref<40x64xbf16> -> memref<16x64xbf16>
+    mk.swiglu_grad %sdh, %sh, %sh, %sh into %sh, %sh tokens(%tokens)
+        : memref<40x16xf32>, memref<40x16xbf16>, memref<40x16xbf16>, memref<40x16xbf16>
+          -> memref<40x16xbf16>, memref<40x16xbf16>
+    mk.combine %routed_y, %route_row weights(%rw : memref<40x2xf32>) into %so tokens(%tokens)
+        : memref<108x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
+    gpu.return
+  }
+}

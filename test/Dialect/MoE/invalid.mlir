@@ -647,3 +647,18 @@ func.func @grad_saved_count(%d: tensor<64x32xbf16>, %x: tensor<64x32xbf16>, %top
           tensor<4x32x48xbf16>)
   return
 }
+
+// -----
+
+// expected-error @+1 {{max_tokens (64) is the capacity of a dynamic token count; tokens = 4 is static}}
+func.func private @f(!moe.plan<tokens = 4, top_k = 2, experts = 8, ep = 1, padding = 1, max_tokens = 64>)
+
+// -----
+
+// expected-error @+1 {{max_tokens must be positive, got -3}}
+func.func private @f(!moe.plan<tokens = ?, top_k = 2, experts = 8, ep = 1, padding = 1, max_tokens = -3>)
+
+// -----
+
+// expected-error @+1 {{max_tokens = 1073741824 makes the routed rows, max_tokens * top_k + (experts / ep) * (padding - 1), exceed 2^31 - 1}}
+func.func private @f(!moe.plan<tokens = ?, top_k = 2, experts = 8, ep = 1, padding = 1, max_tokens = 1073741824>)

@@ -6,9 +6,11 @@
 
 !plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
 !dplan = !moe.plan<tokens = ?, top_k = 1, experts = 4, ep = 1, padding = 1>
+!cplan = !moe.plan<tokens = ?, top_k = 2, experts = 8, ep = 1, padding = 16, max_tokens = 4096>
 
 // CHECK-DAG: ![[PLAN:.*]] = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
 // CHECK-DAG: ![[DPLAN:.*]] = !moe.plan<tokens = ?, top_k = 1, experts = 4, ep = 1, padding = 1>
+// CHECK-DAG: ![[CPLAN:.*]] = !moe.plan<tokens = ?, top_k = 2, experts = 8, ep = 1, padding = 16, max_tokens = 4096>
 
 // CHECK-LABEL: func.func @unfused_chain
 func.func @unfused_chain(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
@@ -121,3 +123,7 @@ func.func @training(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
           tensor<4x32x48xbf16>)
   return %out, %dsh#0, %drw2 : tensor<64x32xbf16>, tensor<24x32xbf16>, tensor<64x2xf32>
 }
+
+// A dynamic token count with a capacity (the GPU targets' any-T layers).
+// CHECK: func.func private @capacity(![[CPLAN]])
+func.func private @capacity(!cplan)

@@ -283,6 +283,10 @@ LogicalResult GemmOp::verify() {
         return emitOpError("saves: each buffer must have out's type");
   }
   bool kGroups = static_cast<bool>(getKOffsets());
+  if (getTokens() && (isGrouped() || kGroups))
+    return emitOpError("tokens (a's token rows) applies to a GEMM over token "
+                       "rows: not grouped, no k_groups (their rows come from "
+                       "the routing plan)");
   if (kGroups && (!ta || !tb || isGrouped()))
     return emitOpError("k_groups needs transpose_a and transpose_b (A [K, M] "
                        "and B [K, N], K over the routed rows) and no grouped");

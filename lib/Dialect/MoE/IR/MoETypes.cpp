@@ -31,7 +31,8 @@ static void printDynamicDim(AsmPrinter &printer, int64_t dim) {
 
 LogicalResult PlanType::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t tokens, int64_t topK, int64_t experts,
-                               int64_t ep, int64_t padding) {
+                               int64_t ep, int64_t padding,
+                               int64_t maxTokens) {
   if (!ShapedType::isDynamic(tokens) && tokens < 0)
     return emitError() << "moe.plan: tokens must be non-negative or '?', got "
                        << tokens;
@@ -48,6 +49,23 @@ LogicalResult PlanType::verify(function_ref<InFlightDiagnostic()> emitError,
   if (padding < 1 || !llvm::isPowerOf2_64(padding))
     return emitError() << "moe.plan: padding must be a power of two, got "
                        << padding;
+  if (maxTokens < 0)
+    return emitError() << "moe.plan: max_tokens must be positive, got "
+                       << maxTokens;
+  if (maxTokens && !ShapedType::isDynamic(tokens))
+    return emitError() << "moe.plan: max_tokens (" << maxTokens
+                       << ") is the capacity of a dynamic token count; "
+                          "tokens = "
+                       << tokens << " is static";
+  // The routes and the routed rows at the capacity, in the compiler's
+  // index arithmetic (as LayerSpec and the GPU plans bound them).
+  constexpr __int128 kMaxRows = (int64_t(1) << 31) - 1;
+  if (maxTokens && static_cast<__int128>(maxTokens) * topK +
+                           static_cast<__int128>(experts / ep) * (padding - 1) >
+                       kMaxRows)
+    return emitError() << "moe.plan: max_tokens = " << maxTokens
+                       << " makes the routed rows, max_tokens * top_k + "
+                          "(experts / ep) * (padding - 1), exceed 2^31 - 1";
   return success();
 }
 

@@ -39,6 +39,16 @@ def MK_Dialect : Dialect {
     (`mok/Dialect/MK/IR/MKSchedule.h`): the planner asks it for every GEMM it
     plans, and the lowering checks every GEMM against it.
 
+    *Any token count.* A kernel compiled for every token count up to a
+    capacity (`!moe.plan<tokens = ?, ..., max_tokens = C>`) keeps its buffers'
+    static shapes at the capacity `C` and takes the call's token count `T`
+    (`1 <= T <= C`) as an `i64` parameter. The ops whose work runs over
+    tokens take it as an optional `tokens(%t)` operand (`index`): only the
+    first `T` rows of their token-indexed buffers (`top_experts`,
+    `router_weights`, `x`, `out`, the shared expert's rows, ...) are read or
+    written, and the rows past `T` of those buffers may not exist (the
+    caller's tensors have `T` rows). Without the operand, every row is.
+
     ```mlir
     gpu.func @layer_forward(...) kernel {
       mk.fill %row_route, -1 : memref<34784xi64>
@@ -173,7 +183,8 @@ def MK_CountRoutesOp : MK_Op<"count_routes"> {
     chunk zeroes the row and counts 32 routes a round (`match.sync` groups
     the lanes by expert; each group's first lane adds its size); else one
     thread a chunk walks its routes. Either way a chunk's row is written by
-    its own warp or thread alone.
+    its own warp or thread alone. With `tokens(%t)`, the routes are
+    `q < t * k` (chunks past them get zero counts).
 
     ```mlir
     mk.count_routes %top into %chunk_counts {chunk = 64 : i64} : memref<40x2xi32>, memref<2x4xi64>
@@ -181,10 +192,11 @@ def MK_CountRoutesOp : MK_Op<"count_routes"> {
   }];
   let arguments = (ins Arg<MK_Ids, "", [MemRead]>:$top_experts,
                        Arg<MemRefRankOf<[I64], [2]>, "", [MemWrite]>:$chunk_counts,
+                       Optional<Index>:$tokens,
                        ConfinedAttr<I64Attr, [IntPositive]>:$chunk);
   let assemblyFormat = [{
-    $top_experts `into` $chunk_counts attr-dict `:` type($top_experts) `,`
-    type($chunk_counts)
+    $top_experts `into` $chunk_counts (`tokens` `(` $tokens^ `)`)? attr-dict
+    `:` type($top_experts) `,` type($chunk_counts)
   }];
   let hasVerifier = 1;
 }
@@ -202,7 +214,8 @@ def MK_CheckRoutesOp : MK_Op<"check_routes"> {
     as no route (`mk.count_routes`, `mk.assign_rows`), so nothing reads or
     writes out of bounds; the runtime turns the report into an error after
     the call (`mok_layer_take_report`). One thread a route, spread over the
-    grid; only threads that find a bad id write.
+    grid; only threads that find a bad id write. With `tokens(%t)`, the
+    routes are `q < t * k`.
 
     ```mlir
     mk.check_routes %top into %status {experts = 8 : i64} : memref<40x2xi32>, memref<8xi32>
@@ -210,10 +223,11 @@ def MK_CheckRoutesOp : MK_Op<"check_routes"> {
   }];
   let arguments = (ins Arg<MK_Ids, "", [MemRead]>:$top_experts,
                        Arg<MK_Status, "", [MemWrite]>:$status,
+                       Optional<Index>:$tokens,
                        ConfinedAttr<I64Attr, [IntPositive]>:$experts);
   let assemblyFormat = [{
-    $top_experts `into` $status attr-dict `:` type($top_experts) `,`
-    type($status)
+    $top_experts `into` $status (`tokens` `(` $tokens^ `)`)? attr-dict `:`
+    type($top_experts) `,` type($status)
   }];
   let hasVerifier = 1;
 }
@@ -277,7 +291,9 @@ def MK_AssignRowsOp : MK_Op<"assign_rows"> {
     for invalid routes), `row_route [Rcap]` (the route of a row; padding
     rows keep what they held, -1 from an `mk.fill`) and `row_expert [Rcap]`
     (the expert of every row of a segment, padding rows included, one warp
-    or thread an expert; rows past R are left as they are).
+    or thread an expert; rows past R are left as they are). With
+    `tokens(%t)`, the routes are `q < t * k` (route_row's others are left
+    as they are).
 
     ```mlir
     mk.assign_rows %top, %offsets, %chunk_counts into %route_row, %row_route, %row_expert
@@ -292,10 +308,12 @@ def MK_AssignRowsOp : MK_Op<"assign_rows"> {
                        Arg<MK_I64Vector, "", [MemWrite]>:$route_row,
                        Arg<MK_I64Vector, "", [MemWrite]>:$row_route,
                        Arg<MK_I64Vector, "", [MemWrite]>:$row_expert,
+                       Optional<Index>:$tokens,
                        ConfinedAttr<I64Attr, [IntPositive]>:$chunk);
   let assemblyFormat = [{
     $top_experts `,` $offsets `,` $chunk_counts `into` $route_row `,`
-    $row_route `,` $row_expert attr-dict `:` type($top_experts) `,`
+    $row_route `,` $row_expert (`tokens` `(` $tokens^ `)`)? attr-dict `:`
+    type($top_experts) `,`
     type($offsets) `,` type($chunk_counts) `->` type($route_row) `,`
     type($row_route) `,` type($row_expert)
   }];
@@ -436,6 +454,10 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       they flush subnormals to zero.
     `saves(%gate, %up)` (`swiglu`): also stores `bf16(acc_0)` and
     `bf16(acc_1)`, the activation's inputs (the backward context).
+    `tokens(%t)` (not grouped, not `k_groups`): `a`'s token rows are the
+    first `t` (the rows computed and stored, or with `transpose_a` the K
+    rows summed); the tensor maps of the buffers with token rows must have
+    `t` rows, so that TMA reads the rows past them as zeros.
 
     ```mlir
     mk.gemm store %hidden, %down into %routed_y
@@ -463,6 +485,7 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$k_offsets,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$k_counts,
       Arg<Variadic<MK_Bf16Matrix>, "", [MemWrite]>:$saves,
+      Optional<Index>:$tokens,
       MK_GemmScheduleAttr:$schedule,
       OptionalAttr<F32Attr>:$swiglu_limit,
       OptionalAttr<DenseI64ArrayAttr>:$maps,
@@ -481,6 +504,7 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     (`k_groups` `(` $k_offsets^ `:` type($k_offsets) `)`)?
     (`k_counts` `(` $k_counts^ `:` type($k_counts) `)`)?
     (`saves` `(` $saves^ `:` type($saves) `)`)?
+    (`tokens` `(` $tokens^ `)`)?
     `schedule` $schedule
     attr-dict `:` type($a) `,` type($b) `->` type($out)
   }];
@@ -513,7 +537,8 @@ def MK_SwigluGradOp : MK_Op<"swiglu_grad", [AttrSizedOperandSegments]> {
     is not read (pass any buffer of its shape).
 
     One warp a row; lanes stride over the columns and the row sum is a
-    fixed shuffle tree, so results are bitwise reproducible.
+    fixed shuffle tree, so results are bitwise reproducible. `tokens(%t)`:
+    routed, the routes are `q < t * k`; shared, the rows are `r < t`.
 
     ```mlir
     mk.swiglu_grad %dh_u, %gate, %up, %hidden into %d_gate, %d_up
@@ -536,13 +561,14 @@ def MK_SwigluGradOp : MK_Op<"swiglu_grad", [AttrSizedOperandSegments]> {
       Arg<Optional<MemRefRankOf<[F32], [2]>>, "", [MemRead]>:$router_weights,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$offsets,
       Arg<Optional<MemRefRankOf<[F32], [2]>>, "", [MemWrite]>:$d_router_weights,
+      Optional<Index>:$tokens,
       OptionalAttr<F32Attr>:$swiglu_limit);
   let assemblyFormat = [{
     $d_hidden_u `,` $gate `,` $up `,` $hidden `into` $d_gate `,` $d_up
     (`routes` `(` $row_route^ `,` $route_row `,` $router_weights `,` $offsets
        `:` type($row_route) `,` type($route_row) `,` type($router_weights)
        `,` type($offsets) `)` `->` $d_router_weights)?
-    attr-dict `:` type($d_hidden_u) `,` type($gate) `,` type($up) `,`
+    (`tokens` `(` $tokens^ `)`)? attr-dict `:` type($d_hidden_u) `,` type($gate) `,` type($up) `,`
     type($hidden) `->` type($d_gate) `,` type($d_up)
     (`,` type($d_router_weights)^)?
   }];
@@ -556,6 +582,7 @@ def MK_CombineOp : MK_Op<"combine", [AttrSizedOperandSegments]> {
     skipping routes whose row is -1; without `shared` the sum starts at 0.
     Without `weights` every `w` is 1 (the backward's reverse dispatch, `K`
     = route_row's size / out's rows). Grid-stride over output elements.
+    `tokens(%t)`: the tokens are `t < %t`.
 
     ```mlir
     mk.combine %routed_y, %route_row weights(%router_weights : memref<40x2xf32>)
@@ -567,11 +594,12 @@ def MK_CombineOp : MK_Op<"combine", [AttrSizedOperandSegments]> {
                        Arg<MK_I64Vector, "", [MemRead]>:$route_row,
                        Arg<Optional<MemRefRankOf<[F32], [2]>>, "", [MemRead]>:$router_weights,
                        Arg<Optional<MK_Bf16Matrix>, "", [MemRead]>:$shared_out,
-                       Arg<MK_Bf16Matrix, "", [MemWrite]>:$out);
+                       Arg<MK_Bf16Matrix, "", [MemWrite]>:$out,
+                       Optional<Index>:$tokens);
   let assemblyFormat = [{
     $routed_y `,` $route_row (`weights` `(` $router_weights^ `:` type($router_weights) `)`)?
     (`shared` `(` $shared_out^ `:` type($shared_out) `)`)?
-    `into` $out attr-dict `:` type($routed_y) `,` type($route_row)
+    `into` $out (`tokens` `(` $tokens^ `)`)? attr-dict `:` type($routed_y) `,` type($route_row)
     `->` type($out)
   }];
   let hasVerifier = 1;

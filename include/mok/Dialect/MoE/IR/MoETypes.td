@@ -25,17 +25,24 @@ def MoE_PlanType : MoE_Type<"Plan", "plan"> {
     * `ep` — the expert-parallel group size; `E % ep == 0`, and each rank
       owns `E / ep` consecutive experts;
     * `padding` — each local expert's row segment is padded to a multiple of
-      this (a power of two; `1` means no padding).
+      this (a power of two; `1` means no padding);
+    * `max_tokens` (optional, only with `tokens = ?`) — the capacity: the
+      largest T a call may have. The GPU targets size their kernels' buffers
+      for it and need it for a dynamic T; a call with more tokens is an
+      error, never an overrun. Absent (printed so) when 0.
 
     ```mlir
     !moe.plan<tokens = 4096, top_k = 8, experts = 256, ep = 8, padding = 128>
+    !moe.plan<tokens = ?, top_k = 8, experts = 256, ep = 8, padding = 128, max_tokens = 8192>
     ```
   }];
   let parameters = (ins "int64_t":$tokens, "int64_t":$topK,
-                        "int64_t":$experts, "int64_t":$ep, "int64_t":$padding);
+                        "int64_t":$experts, "int64_t":$ep, "int64_t":$padding,
+                        DefaultValuedParameter<"int64_t", "0">:$maxTokens);
   let assemblyFormat = [{
     `<` `tokens` `=` custom<DynamicDim>($tokens) `,` `top_k` `=` $topK `,`
-        `experts` `=` $experts `,` `ep` `=` $ep `,` `padding` `=` $padding `>`
+        `experts` `=` $experts `,` `ep` `=` $ep `,` `padding` `=` $padding
+        (`,` `max_tokens` `=` $maxTokens^)? `>`
   }];
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
