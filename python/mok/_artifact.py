@@ -137,7 +137,7 @@ def read_options(base):
 
 # Saved beside a GPU kernel's <base>.ptx (save(..., cubin=True), mok-compile
 # --cubin): its machine code for the target, made by ptxas, and what it was
-# made from (JSON: "chip", "ptx_sha256", "ptxas"), so that a cubin is never
+# made from (JSON: "chip", "ptx_sha256"), so that a cubin is never
 # used with other PTX than its own.
 CUBIN_SUFFIX = ".cubin"
 CUBIN_INFO_SUFFIX = ".cubin.json"
@@ -186,7 +186,7 @@ def _ptx_sha256(ptx):
     return hashlib.sha256(ptx.encode()).hexdigest()
 
 
-def write_cubin(base, cubin, ptx, target, made_by):
+def write_cubin(base, cubin, ptx, target):
     """Writes <base>.cubin and <base>.cubin.json (what it was made from); a
     `cubin` None removes both (so no cubin is left beside other PTX)."""
     if cubin is None:
@@ -197,8 +197,8 @@ def write_cubin(base, cubin, ptx, target, made_by):
     with open(base + CUBIN_SUFFIX, "wb") as f:
         f.write(cubin)
     with open(base + CUBIN_INFO_SUFFIX, "w") as f:
-        json.dump({"chip": target, "ptx_sha256": _ptx_sha256(ptx), "ptxas": made_by}, f,
-                  indent=2, sort_keys=True)
+        json.dump({"chip": target, "ptx_sha256": _ptx_sha256(ptx)}, f, indent=2,
+                  sort_keys=True)
 
 
 def read_cubin(base, ptx, target):

@@ -106,8 +106,7 @@ class GpuArtifact(Artifact):
         with open(base + ".json", "w") as f:
             json.dump(self.metadata, f, indent=2)
         write_options(base, self.target, self.options)
-        write_cubin(base, None if cubin is False else self.cubin, self.ptx, self.target,
-                    "ptxas")
+        write_cubin(base, None if cubin is False else self.cubin, self.ptx, self.target)
         return base
 
     @staticmethod
