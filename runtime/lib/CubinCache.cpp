@@ -322,7 +322,8 @@ bool mok::runtime::readCubin(const std::string &directory, const CubinKey &key,
       std::memcmp(bytes.data(), head.data(), head.size()) != 0)
     return corrupt("is not an entry for this PTX, chip and driver");
   // "size N\nsha256 HEX\n\n" follows; parse N, then check the rest.
-  const char *p = bytes.data() + head.size(), *end = bytes.data() + bytes.size();
+  const char *p = bytes.data() + head.size();
+  const char *end = bytes.data() + bytes.size();
   const char *sizeEnd = static_cast<const char *>(
       std::memchr(p, '\n', static_cast<size_t>(end - p)));
   if (end - p < 5 || std::memcmp(p, "size ", 5) != 0 || !sizeEnd)
@@ -357,8 +358,8 @@ bool mok::runtime::writeCubin(const std::string &directory, const CubinKey &key,
   std::string temporary = directory + "/." + name + "." +
                           std::to_string(getpid()) + "." +
                           std::to_string(counter.fetch_add(1)) + ".tmp";
-  std::string head = key.text() +
-                     sizeAndSum(image.size(), sha256Hex(image.data(), image.size()));
+  std::string sum = sha256Hex(image.data(), image.size());
+  std::string head = key.text() + sizeAndSum(image.size(), sum);
   int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
                 0644);
   if (fd < 0) {

@@ -250,7 +250,8 @@ extern "C" mok_status mok_module_load_image(int device, const char *ptx,
                       " was refused by the driver (" + d->describe(r) +
                       "), and is replaced");
     } else if (!why.empty()) {
-      notes.push_back("ignored a bad cache entry: " + why + " (it is replaced)");
+      notes.push_back("ignored a bad cache entry: " + why +
+                      " (it is replaced)");
     }
     if (!prepareCacheDirectory(cacheDirectory, why)) {
       caching = false;
