@@ -486,15 +486,39 @@ struct Layer {
     check(mok_layer_check(handle, n.data(), n.size(), &ot));
   }
 
-  void load(nb::handle deviceArg, nb::handle ptxArg) {
+  void load(nb::handle deviceArg, nb::handle ptxArg, nb::handle cubinArg) {
     int dev = static_cast<int>(intArg(deviceArg, "device", 0, INT32_MAX));
-    std::string ptx = strArg(ptxArg, "ptx");
+    // PTX may be None only beside a cubin.
+    std::string ptx;
+    if (!ptxArg.is_none() || cubinArg.is_none())
+      ptx = strArg(ptxArg, "ptx");
+    std::string cubin;
+    if (!cubinArg.is_none()) {
+      if (!nb::isinstance<nb::bytes>(cubinArg))
+        typeError("cubin: expected bytes (a cubin) or None, got " +
+                  typeName(cubinArg));
+      nb::bytes b = nb::borrow<nb::bytes>(cubinArg);
+      cubin.assign(b.c_str(), b.size());
+    }
     for (auto &[name, view] : bound) {
       const WeightView &v = nb::cast<const WeightView &>(view);
       checkDevice(name + " (bound weight view)", v.deviceType, v.deviceId, dev);
     }
-    check(mok_layer_load(handle, dev, ptx.c_str()));
+    check(mok_layer_load_image(handle, dev, ptxArg.is_none() ? nullptr : ptx.c_str(),
+                               cubinArg.is_none() ? nullptr : cubin.data(), cubin.size()));
     device = dev;
+  }
+
+  /// (how the module was loaded, the runtime's sentence about it).
+  nb::tuple loadSource() const {
+    mok_load_source source = MOK_LOAD_NONE;
+    const char *detail = nullptr;
+    check(mok_layer_load_source(handle, &source, &detail));
+    const char *name = source == MOK_LOAD_CUBIN          ? "cubin"
+                       : source == MOK_LOAD_CACHED_CUBIN ? "cached_cubin"
+                       : source == MOK_LOAD_PTX          ? "ptx"
+                                                         : "none";
+    return nb::make_tuple(name, detail ? detail : "");
   }
 
   nb::object forward(nb::handle inputs, nb::handle out, nb::handle streamArg,
@@ -765,7 +789,16 @@ NB_MODULE(_runtime, m) {
            "the driver; arrays may be on any device until the layer is "
            "loaded.")
       .def("load", &Layer::load, "device"_a.none(), "ptx"_a.none(),
-           "Loads the PTX on CUDA `device` and allocates the workspace.")
+           "cubin"_a.none() = nb::none(),
+           "Loads the layer's module on CUDA `device` and allocates the "
+           "workspace: `cubin` (bytes) when the driver takes it for the "
+           "device, else `ptx` (a str; None only beside a cubin) through the "
+           "runtime's cubin cache (mok_layer_load_image).")
+      .def_prop_ro("load_source", &Layer::loadSource,
+                   "(source, detail): how the module was loaded, \"cubin\" "
+                   "(the one given), \"cached_cubin\" (from the cubin "
+                   "cache), \"ptx\" (compiled by the driver) or \"none\" "
+                   "(not loaded), and the runtime's sentence saying so.")
       .def("forward", &Layer::forward, "inputs"_a.none() = nb::none(), nb::kw_only(),
            "out"_a.none(), "stream"_a.none() = 0, "named"_a,
            "Checks and launches on `stream` (a CUstream handle as an int, 0 "

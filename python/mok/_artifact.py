@@ -1,8 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """What every compile returns: mok.Artifact, and the IR stages it keeps."""
 import abc
+import hashlib
 import json
 import os
+import shutil
+import subprocess
+import tempfile
+import warnings
 from collections.abc import Mapping
 
 from ._options import CompileOptions
@@ -69,7 +74,10 @@ class Artifact(abc.ABC):
     - `stages`: the IR of each step of the compile, by name ("moe",
       "training", "mk", "gpu", "llvm", "ptx": those the target has);
     - `save(directory)`: writes what `load` needs elsewhere; returns the
-      path the class's `from_files` reads back;
+      path the class's `from_files` reads back (GPU artifacts:
+      `save(directory, cubin=True)` also writes the kernels' machine code
+      for the target, made by ptxas, which `load` then uses instead of the
+      driver's JIT);
     - `load(device=None)`: the callable layer (a CompiledLayer is one
       already: it returns itself; GPU artifacts load onto a CUDA device).
 
@@ -125,3 +133,95 @@ def read_options(base):
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{path}: not the target and options an artifact's save() "
                          f"writes ({error})") from None
+
+
+# Saved beside a GPU kernel's <base>.ptx (save(..., cubin=True), mok-compile
+# --cubin): its machine code for the target, made by ptxas, and what it was
+# made from (JSON: "chip", "ptx_sha256"), so that a cubin is never
+# used with other PTX than its own.
+CUBIN_SUFFIX = ".cubin"
+CUBIN_INFO_SUFFIX = ".cubin.json"
+
+
+def find_ptxas(toolkit=None):
+    """The ptxas of `toolkit` (a CUDA toolkit directory), else $CUDA_HOME's,
+    else /usr/local/cuda's, else the one on PATH; FileNotFoundError saying
+    where it looked."""
+    looked = []
+    roots = [toolkit] if toolkit else [os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    for root in roots:
+        if root:
+            path = os.path.join(root, "bin", "ptxas")
+            looked.append(path)
+            if os.access(path, os.X_OK):
+                return path
+    if not toolkit:
+        found = shutil.which("ptxas")
+        if found:
+            return found
+        looked.append("PATH")
+    raise FileNotFoundError(f"cubin: ptxas (the CUDA toolkit's assembler) is needed to "
+                            f"make a cubin; looked in {', '.join(looked)}")
+
+
+def make_cubin(ptx, target, toolkit=None):
+    """The cubin ptxas makes of `ptx` for `target` ("sm_90a"): bytes.
+    FileNotFoundError without ptxas, RuntimeError with its messages when it
+    fails."""
+    ptxas = find_ptxas(toolkit)
+    with tempfile.TemporaryDirectory(prefix="mok-ptxas-") as tmp:
+        source, out = os.path.join(tmp, "kernel.ptx"), os.path.join(tmp, "kernel.cubin")
+        with open(source, "w") as f:
+            f.write(ptx)
+        proc = subprocess.run([ptxas, f"-arch={target}", source, "-o", out],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"cubin: {ptxas} -arch={target} failed (exit "
+                               f"{proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def _ptx_sha256(ptx):
+    return hashlib.sha256(ptx.encode()).hexdigest()
+
+
+def write_cubin(base, cubin, ptx, target):
+    """Writes <base>.cubin and <base>.cubin.json (what it was made from); a
+    `cubin` None removes both (so no cubin is left beside other PTX)."""
+    if cubin is None:
+        for suffix in (CUBIN_SUFFIX, CUBIN_INFO_SUFFIX):
+            if os.path.exists(base + suffix):
+                os.remove(base + suffix)
+        return
+    with open(base + CUBIN_SUFFIX, "wb") as f:
+        f.write(cubin)
+    with open(base + CUBIN_INFO_SUFFIX, "w") as f:
+        json.dump({"chip": target, "ptx_sha256": _ptx_sha256(ptx)}, f, indent=2,
+                  sort_keys=True)
+
+
+def read_cubin(base, ptx, target):
+    """<base>.cubin when it was made from `ptx` for `target` (as
+    <base>.cubin.json says), else None: without the file; with a warning
+    when it is there but made from other PTX, for another chip, or without
+    its .cubin.json (a cubin is never loaded with PTX it was not made
+    from)."""
+    if not os.path.exists(base + CUBIN_SUFFIX):
+        return None
+    try:
+        with open(base + CUBIN_INFO_SUFFIX) as f:
+            info = json.load(f)
+        made_from, chip = info["ptx_sha256"], info["chip"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        warnings.warn(f"{base}{CUBIN_SUFFIX} ignored: {base}{CUBIN_INFO_SUFFIX} does not say "
+                      f"what it was made from ({error}); write both with save(..., "
+                      f"cubin=True) or mok-compile --cubin", stacklevel=3)
+        return None
+    if made_from != _ptx_sha256(ptx) or chip != target:
+        warnings.warn(f"{base}{CUBIN_SUFFIX} ignored: it was made from other PTX or for "
+                      f"another chip ({chip}) than {base}.ptx ({target}); the PTX is "
+                      f"loaded instead", stacklevel=3)
+        return None
+    with open(base + CUBIN_SUFFIX, "rb") as f:
+        return f.read()

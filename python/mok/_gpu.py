@@ -10,7 +10,8 @@ import os
 from dataclasses import dataclass, field
 
 from . import _extensions
-from ._artifact import Artifact, read_options, write_options
+from ._artifact import (Artifact, make_cubin, read_cubin, read_options, write_cubin,
+                        write_options)
 from ._options import CompileOptions
 
 try:
@@ -57,11 +58,15 @@ class GpuArtifact(Artifact):
     """What the compiler emits for one layer on one GPU target: the PTX of
     its kernel and the runtime's metadata (docs/Runtime.md); a mok.Artifact
     whose `target` is the metadata's chip. `path`: where it was saved or
-    read (<path>.ptx, <path>.json), "" if nowhere."""
+    read (<path>.ptx, <path>.json), "" if nowhere. `cubin`: the kernel's
+    machine code for the target (bytes, made by ptxas: make_cubin(),
+    save(..., cubin=True)) or None; load() uses it when the device's chip
+    is the target, and the PTX otherwise."""
     ptx: str
     metadata: dict
     path: str = ""
     options: CompileOptions = field(default=None, compare=False, repr=False)
+    cubin: bytes = field(default=None, compare=False, repr=False)
 
     @property
     def target(self):
@@ -71,10 +76,29 @@ class GpuArtifact(Artifact):
     def kernel(self):
         return self.metadata["kernel"]
 
-    def save(self, directory):
+    def make_cubin(self, toolkit=None):
+        """Makes `cubin` with ptxas (-arch=<target>; from `toolkit`, else
+        the options' toolkit, $CUDA_HOME or /usr/local/cuda, else PATH) and
+        returns it. Seconds for a megakernel, as the driver's JIT would
+        take at load: worth it for an artifact saved once and loaded in
+        many processes. FileNotFoundError without ptxas."""
+        if toolkit is None and self.options is not None:
+            toolkit = self.options.toolkit
+        self.cubin = make_cubin(self.ptx, self.target, toolkit)
+        return self.cubin
+
+    def save(self, directory, cubin=None):
         """Writes <directory>/<function>.ptx and .json (and the options it
         was compiled with, <function>.options.json); returns that base
-        path, which from_files reads."""
+        path, which from_files reads. `cubin`: None (the default) also
+        writes the artifact's cubin if it has one, True makes one first if
+        it has none (make_cubin: ptxas), False writes none; <function>.cubin
+        and <function>.cubin.json (what it was made from) are written or,
+        without a cubin, removed."""
+        if cubin not in (None, True, False):
+            raise TypeError(f"cubin: expected None, True or False, got {cubin!r}")
+        if cubin and self.cubin is None:
+            self.make_cubin()
         os.makedirs(directory, exist_ok=True)
         base = os.path.join(directory, self.metadata["function"])
         with open(base + ".ptx", "w") as f:
@@ -82,12 +106,14 @@ class GpuArtifact(Artifact):
         with open(base + ".json", "w") as f:
             json.dump(self.metadata, f, indent=2)
         write_options(base, self.target, self.options)
+        write_cubin(base, None if cubin is False else self.cubin, self.ptx, self.target)
         return base
 
     @staticmethod
     def from_files(base):
         """Reads <base>.ptx and <base>.json, as save() wrote them (and the
-        options, where save() recorded them). It holds no IR stages."""
+        options, where save() recorded them, and the cubin, where there is
+        one made from this PTX). It holds no IR stages."""
         with open(base + ".ptx") as f:
             ptx = f.read()
         with open(base + ".json") as f:
@@ -96,7 +122,8 @@ class GpuArtifact(Artifact):
             raise ValueError(f"{base}.json: unsupported metadata version "
                              f"{metadata.get('mok_metadata_version')!r}")
         _, options = read_options(base)
-        return GpuArtifact(ptx, metadata, base, options)
+        return GpuArtifact(ptx, metadata, base, options,
+                           read_cubin(base, ptx, metadata.get("chip")))
 
     def load(self, device=None, ep_group=None, poison_outputs=False):
         """A callable GpuLayer on CUDA `device` (None: torch's current
@@ -227,6 +254,14 @@ class GpuLayer:
     A layer compiled with mok.compile(..., profile=True) times its phases:
     phase_times() reads the timestamps its kernel wrote (read_workspace).
 
+    Loading avoids the driver's JIT of the PTX (seconds for a megakernel)
+    where it can: it loads the artifact's cubin when the device's chip is
+    its target, else a cubin from the runtime's cubin cache, else the PTX
+    (whose cubin is then cached for the next process; docs/Runtime.md).
+    `load_source` says which ("cubin", "cached_cubin", "ptx") and
+    `load_detail` how (the JIT's time, the cache entry, why a cubin was not
+    used).
+
     It runs in an expert-parallel group, `ep_group`: None (EP = 1), a tuple
     (size, rank, nccl_comm) with an ncclComm_t as an int, or a process group
     with .size() and .rank() (torch.distributed.ProcessGroup; its NCCL
@@ -249,7 +284,11 @@ class GpuLayer:
         if device is None:
             device = torch.cuda.current_device()
         self.device = torch.device("cuda", device)
-        self._layer.load(device, artifact.ptx)
+        self._layer.load(device, artifact.ptx, artifact.cubin)
+        # How the kernel was loaded: "cubin" (the artifact's), "cached_cubin"
+        # (the runtime's cubin cache) or "ptx" (the driver's JIT), and the
+        # runtime's sentence about it.
+        self.load_source, self.load_detail = self._layer.load_source
         params = self.meta["params"]
         self.inputs = [p for p in params if p["role"] == "input"]
         self.outputs = [p for p in params if p["role"] == "output"]

@@ -39,12 +39,12 @@ class GpuTrainingArtifact(Artifact):
         main_grads (mok.compile(..., main_grads=True))."""
         return any(p.get("accumulate") for p in self.backward.metadata.get("params", []))
 
-    def save(self, directory):
+    def save(self, directory, cubin=None):
         """Writes both kernels (<function>_forward / _backward .ptx/.json,
-        and their options); returns the directory, which from_files
-        reads."""
-        self.forward.save(directory)
-        self.backward.save(directory)
+        and their options; their cubins as GpuArtifact.save's `cubin`
+        says); returns the directory, which from_files reads."""
+        self.forward.save(directory, cubin)
+        self.backward.save(directory, cubin)
         return directory
 
     @staticmethod
@@ -99,6 +99,13 @@ class GpuTrainingLayer:
         self._accumulated = [p["name"] for p in self._backward.outputs
                              if p.get("accumulate")]
         self.torch = self._forward.torch
+
+    @property
+    def load_sources(self):
+        """How each kernel was loaded (GpuLayer.load_source): {"forward":
+        ..., "backward": ...}, each "cubin", "cached_cubin" or "ptx"."""
+        return {"forward": self._forward.load_source,
+                "backward": self._backward.load_source}
 
     @property
     def recomputes(self):

@@ -49,19 +49,35 @@ class Fake:
     def __init__(self):
         self.lib = ctypes.CDLL(FAKE)
         for name in ("live_allocations", "live_bytes", "live_modules", "context_retains",
-                     "bad_releases", "launches", "tensor_maps"):
+                     "bad_releases", "launches", "tensor_maps", "live_links"):
             getattr(self.lib, "mok_fake_cuda_" + name).restype = ctypes.c_int64
+        self.lib.mok_fake_cuda_cubin.restype = ctypes.c_size_t
+        self.lib.mok_fake_cuda_cubin.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
+                                                 ctypes.c_void_p, ctypes.c_size_t]
         self.runtime = ctypes.CDLL(RUNTIME)
         self.runtime.mok_testing_fail_driver_call.restype = ctypes.c_int
         self.runtime.mok_testing_fail_driver_call.argtypes = [
             ctypes.c_char_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+        self.runtime.mok_testing_driver_calls.restype = ctypes.c_int64
+        self.runtime.mok_testing_driver_calls.argtypes = [ctypes.c_char_p]
 
     def count(self, name):
         return getattr(self.lib, "mok_fake_cuda_" + name)()
 
     def clean(self):
         return {n: self.count(n) for n in ("live_allocations", "live_modules",
-                                           "context_retains", "bad_releases")}
+                                           "context_retains", "bad_releases", "live_links")}
+
+    def cubin(self, chip, ptx):
+        """The stand-in's cubin of `ptx`'s kernels for `chip` (bytes)."""
+        size = self.lib.mok_fake_cuda_cubin(chip.encode(), ptx.encode(), None, 0)
+        buf = ctypes.create_string_buffer(size)
+        self.lib.mok_fake_cuda_cubin(chip.encode(), ptx.encode(), buf, size)
+        return buf.raw
+
+    def calls(self, function):
+        """The runtime's calls of driver entry point `function` so far."""
+        return self.runtime.mok_testing_driver_calls(function.encode())
 
     def inject(self, function, result, skip=0, times=1):
         status = self.runtime.mok_testing_fail_driver_call(function.encode(), result, skip,
@@ -144,8 +160,12 @@ def driver_failures(seed, cases):
     are gone."""
     fake, g = Fake(), random.Random(f"{seed}/failures")
     report = {"errors": {}, "problems": []}
+    # (With the cubin cache, $MOK_CACHE_DIR: the first load compiles through
+    # the linker, later ones load the cached cubin.)
     load_calls = ["cuDeviceGetAttribute", "cuModuleLoadDataEx", "cuMemAlloc", "cuMemsetD8",
-                  "cuCtxSetCurrent", "cuDevicePrimaryCtxRetain", "cuDeviceGetCount"]
+                  "cuCtxSetCurrent", "cuDevicePrimaryCtxRetain", "cuDeviceGetCount",
+                  "cuModuleLoadData", "cuLinkCreate", "cuLinkAddData", "cuLinkComplete",
+                  "cuDriverGetVersion"]
     forward_calls = ["cuStreamIsCapturing", "cuTensorMapEncodeTiled", "cuMemcpyHtoDAsync",
                      "cuLaunchCooperativeKernel", "cuModuleGetFunction", "cuCtxSetCurrent"]
     meta = dict(RT_META, zero_before_first_launch=["grid_barrier"])
@@ -252,8 +272,76 @@ def leaks(seed, cases):
     print(json.dumps({"after_run": fake.clean(), "kept": len(kept)}))
 
 
+def _entry(path):
+    """(key text, the rest of the head, cubin) of a cubin cache entry."""
+    with open(path, "rb") as f:
+        data = f.read()
+    key, rest = data.split(b"size ", 1)
+    head, cubin = rest.split(b"\n\n", 1)
+    return key.decode(), "size " + head.decode(), cubin
+
+
+def cubin_loads(seed, cases):
+    """Layers loaded from a given cubin, from the runtime's cubin cache
+    ($MOK_CACHE_DIR/cubin) and from the PTX, through mok._runtime; the
+    cache's entries checked against hashlib; artifacts carrying a cubin."""
+    import hashlib
+    import tempfile
+    fake = Fake()
+    args, out = _good()
+    report = {"problems": []}
+
+    def load(ptx, cubin=None):
+        layer = rt.Layer(json.dumps(RT_META))
+        before = layer.load_source
+        layer.load(0, ptx, cubin)
+        layer.forward(args, out=out)
+        return [before, list(layer.load_source)]
+
+    links = fake.calls("cuLinkComplete")
+    report["first"] = load(PTX)
+    report["second"] = load(PTX)
+    report["links"] = fake.calls("cuLinkComplete") - links
+    directory = os.path.join(os.environ["MOK_CACHE_DIR"], "cubin")
+    entries = sorted(os.listdir(directory))
+    report["entries"] = entries
+    key, head, cubin = _entry(os.path.join(directory, entries[0]))
+    report["entry"] = {
+        "name": entries[0] == hashlib.sha256(key.encode()).hexdigest() + ".cubin",
+        "ptx": f"\nptx {hashlib.sha256(PTX.encode()).hexdigest()}\n" in key,
+        "sum": head == f"size {len(cubin)}\nsha256 {hashlib.sha256(cubin).hexdigest()}",
+        "key": key,
+    }
+    ours, theirs = fake.cubin("sm_90a", PTX), fake.cubin("sm_100a", PTX)
+    report["given"] = load(PTX, ours)[1]
+    report["alone"] = load(None, ours)[1]
+    report["other_chip"] = load(PTX, theirs)[1]
+    try:
+        real = mok._artifact.make_cubin(PTX, "sm_90a")
+        report["ptxas"] = [real[:4].decode("latin-1"), load(PTX, real)[1]]
+    except FileNotFoundError as e:
+        report["ptxas"] = str(e)
+    report["errors"] = []
+    for ptx, cubin in ((None, b""), (PTX, "text"), (None, None), (None, theirs)):
+        try:
+            load(ptx, cubin)
+            report["problems"].append(f"load({ptx!r:.8}, {cubin!r:.8}) passed")
+        except (TypeError, mok.MokRuntimeError) as e:
+            report["errors"].append(f"{type(e).__name__}: {e}")
+    # An artifact carrying a cubin: saved, read back, loaded from it.
+    with tempfile.TemporaryDirectory() as tmp:
+        meta = dict(RT_META, chip="sm_90a")
+        base = mok.GpuArtifact(PTX, meta, cubin=ours).save(tmp)
+        read = mok.GpuArtifact.from_files(base)
+        report["artifact"] = [read.cubin == ours, sorted(os.listdir(tmp)),
+                              load(read.ptx, read.cubin)[1][0]]
+    report["after"] = fake.clean()
+    print(json.dumps(report))
+
+
 SCENARIOS = {"loaded_arguments": loaded_arguments, "driver_failures": driver_failures,
-             "load_unload_loop": load_unload_loop, "leaks": leaks}
+             "load_unload_loop": load_unload_loop, "leaks": leaks,
+             "cubin_loads": cubin_loads}
 
 if __name__ == "__main__":
     name, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

@@ -10,14 +10,17 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 import driver_scenarios
+import mok
 from properties import CASES, SEED
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CLEAN = {"live_allocations": 0, "live_modules": 0, "context_retains": 0, "bad_releases": 0}
+CLEAN = {"live_allocations": 0, "live_modules": 0, "context_retains": 0, "bad_releases": 0,
+         "live_links": 0}
 
 pytestmark = pytest.mark.skipif(bool(driver_scenarios.available()),
                                 reason=driver_scenarios.available() or "built")
@@ -26,11 +29,14 @@ pytestmark = pytest.mark.skipif(bool(driver_scenarios.available()),
 def run(scenario, n, seed=SEED):
     """(the scenario's JSON report, its stderr), after checking it exited 0
     and nanobind reported no leaked instance at its exit."""
-    env = dict(os.environ, MOK_CUDA_DRIVER=driver_scenarios.FAKE,
-               PYTHONPATH=os.pathsep.join([HERE] + sys.path))
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "driver_scenarios.py"),
-                           scenario, str(seed), str(n)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    with tempfile.TemporaryDirectory(prefix="mok-cache-") as cache:
+        # The runtime's cubin cache in a folder of the scenario's own.
+        env = dict(os.environ, MOK_CUDA_DRIVER=driver_scenarios.FAKE, MOK_CACHE_DIR=cache,
+                   PYTHONPATH=os.pathsep.join([HERE] + sys.path))
+        env.pop("MOK_CUBIN_CACHE", None)
+        proc = subprocess.run([sys.executable, os.path.join(HERE, "driver_scenarios.py"),
+                               scenario, str(seed), str(n)], capture_output=True, text=True,
+                              env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "leaked" not in proc.stderr, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
@@ -64,3 +70,47 @@ def test_load_unload_loop_leaves_nothing():
     # Each cycle allocates and frees a layer, its module, its workspace and
     # its tensor maps: a leak of any of them a cycle (a kilobyte) shows.
     assert report["rss_after_kib"] - report["rss_before_kib"] < 512, report
+
+
+def test_cubins_given_cached_and_compiled():
+    """A layer's module from a given cubin, from the runtime's cubin cache
+    (a second load of the same PTX: no JIT) or from the PTX; the cache's
+    entries as docs/Runtime.md describes them; artifacts carrying a cubin
+    (saved, read back, loaded from it)."""
+    report, _ = run("cubin_loads", 1)
+    assert report["problems"] == [], report["problems"]
+    before, (source, detail) = report["first"]
+    assert before == ["none", ""]
+    assert source == "ptx"
+    assert "the PTX, compiled by the driver's linker in " in detail
+    assert "stored in the cache, " in detail and detail.endswith(".cubin")
+    assert report["second"][1][0] == "cached_cubin"
+    assert report["second"][1][1].startswith("a cubin from the cache, ")
+    assert report["links"] == 1 and len(report["entries"]) == 1
+    entry = report["entry"]
+    assert entry["name"] and entry["ptx"] and entry["sum"], entry
+    assert entry["key"].startswith(f"mok cubin cache entry 1\nmok {mok.__version__}\n"
+                                   "chip sm_90\ndriver 13000\njit_target 65626\nptx ")
+    assert report["given"][0] == "cubin" and report["given"][1].startswith("the given cubin (")
+    assert report["alone"][0] == "cubin"
+    source, detail = report["other_chip"]
+    assert source == "cached_cubin"
+    assert ("the given cubin was refused by the driver: no kernel image is available for "
+            "execution on the device") in detail
+    if isinstance(report["ptxas"], list):
+        # ptxas's cubin passes the runtime's ELF check; the stand-in cannot
+        # run it and says so, as a driver of another chip would.
+        magic, (source, detail) = report["ptxas"]
+        assert magic == "\x7fELF" and source == "cached_cubin"
+        assert "the given cubin was refused by the driver: device kernel image is invalid" \
+            in detail
+    errors = report["errors"]
+    assert errors[0] == "MokRuntimeError: cubin_size: is 0, but a cubin is given"
+    assert errors[1] == "TypeError: cubin: expected bytes (a cubin) or None, got str"
+    assert errors[2] == "TypeError: ptx: expected a str, got NoneType"
+    assert errors[3].startswith("MokRuntimeError: loading the cubin failed: no kernel image")
+    same, files, source = report["artifact"]
+    assert same and source == "cubin"
+    assert files == ["moe_layer.cubin", "moe_layer.cubin.json", "moe_layer.json",
+                     "moe_layer.ptx"]
+    assert report["after"] == CLEAN

@@ -54,7 +54,14 @@ namespace {
   X(memcpyHtoDAsync, "cuMemcpyHtoDAsync")                                      \
   X(streamIsCapturing, "cuStreamIsCapturing")                                  \
   X(memcpyDtoH, "cuMemcpyDtoH")                                                \
-  X(tensorMapEncodeTiled, "cuTensorMapEncodeTiled")
+  X(tensorMapEncodeTiled, "cuTensorMapEncodeTiled")                            \
+  /* Loading cubins, and making them (the cubin cache, ModuleLoad.cpp). */    \
+  X(moduleLoadData, "cuModuleLoadData")                                        \
+  X(driverGetVersion, "cuDriverGetVersion")                                    \
+  X(linkCreate, "cuLinkCreate")                                                \
+  X(linkAddData, "cuLinkAddData")                                              \
+  X(linkComplete, "cuLinkComplete")                                            \
+  X(linkDestroy, "cuLinkDestroy")
 
 enum Entry {
 #define MOK_ENTRY(member, name) Entry_##member,

@@ -21,6 +21,7 @@ struct Driver {
   decltype(&::cuDevicePrimaryCtxRelease) primaryCtxRelease;
   decltype(&::cuCtxSetCurrent) ctxSetCurrent;
   decltype(&::cuModuleLoadDataEx) moduleLoadDataEx;
+  decltype(&::cuModuleLoadData) moduleLoadData;
   decltype(&::cuModuleUnload) moduleUnload;
   decltype(&::cuModuleGetFunction) moduleGetFunction;
   decltype(&::cuFuncSetAttribute) funcSetAttribute;
@@ -42,6 +43,11 @@ struct Driver {
   decltype(&::cuStreamIsCapturing) streamIsCapturing;
   decltype(&::cuMemcpyDtoH) memcpyDtoH;
   decltype(&::cuTensorMapEncodeTiled) tensorMapEncodeTiled;
+  decltype(&::cuDriverGetVersion) driverGetVersion;
+  decltype(&::cuLinkCreate) linkCreate;
+  decltype(&::cuLinkAddData) linkAddData;
+  decltype(&::cuLinkComplete) linkComplete;
+  decltype(&::cuLinkDestroy) linkDestroy;
 
   /// "CUDA_ERROR_X: description" for `r`.
   std::string describe(CUresult r) const;

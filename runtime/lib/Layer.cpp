@@ -679,6 +679,28 @@ extern "C" mok_status mok_layer_check(mok_layer layer,
 
 extern "C" mok_status mok_layer_load(mok_layer layer, int device,
                                      const char *ptx) {
+  return mok_layer_load_image(layer, device, ptx, nullptr, 0);
+}
+
+extern "C" mok_status mok_layer_load_source(mok_layer layer,
+                                            mok_load_source *source,
+                                            const char **detail) {
+  if (mok_status s = checkLayer(layer))
+    return s;
+  if (!source)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "source: is NULL";
+  if (!layer->module) {
+    *source = MOK_LOAD_NONE;
+    if (detail)
+      *detail = "";
+    return ok();
+  }
+  return mok_module_load_source(layer->module, source, detail);
+}
+
+extern "C" mok_status mok_layer_load_image(mok_layer layer, int device,
+                                           const char *ptx, const void *cubin,
+                                           size_t cubinSize) {
   if (mok_status s = checkLayer(layer))
     return s;
   if (layer->module)
@@ -687,7 +709,8 @@ extern "C" mok_status mok_layer_load(mok_layer layer, int device,
   if (mok_status s = mok_device_sm_count(device, &sms))
     return s;
   mok_module module = nullptr;
-  if (mok_status s = mok_module_load_ptx(device, ptx, &module))
+  if (mok_status s =
+          mok_module_load_image(device, ptx, cubin, cubinSize, &module))
     return s;
   const Driver *d = module->driver;
   d->ctxSetCurrent(module->context);

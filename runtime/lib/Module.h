@@ -6,12 +6,17 @@
 
 #include "mok/Runtime/mok_runtime.h"
 
-/// A loaded PTX module, in its device's primary context.
+#include <string>
+
+/// A loaded module, in its device's primary context.
 struct mok_module_s {
   const mok::runtime::Driver *driver = nullptr;
   CUdevice device = 0;
   CUcontext context = nullptr;
   CUmodule module = nullptr;
+  // Where its machine code came from (mok_module_load_source).
+  mok_load_source source = MOK_LOAD_NONE;
+  std::string loadDetail;
 };
 
 namespace mok::runtime {

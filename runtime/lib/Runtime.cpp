@@ -427,47 +427,7 @@ mok_status mok::runtime::driverOrFail(const Driver *&d) {
   return MOK_OK;
 }
 
-extern "C" mok_status mok_module_load_ptx(int device, const char *ptx,
-                                          mok_module *out) {
-  if (!ptx || !*ptx)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "ptx: is empty";
-  if (!out)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "out: is NULL";
-  const Driver *d;
-  if (mok_status s = driverOrFail(d))
-    return s;
-  int count = 0;
-  if (CUresult r = d->deviceGetCount(&count); r != CUDA_SUCCESS)
-    return Fail(MOK_ERROR_CUDA) << "cuDeviceGetCount: " << d->describe(r);
-  if (device < 0 || device >= count)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT)
-           << "device: expected 0 <= device < " << count << ", got " << device;
-  auto m = std::make_unique<mok_module_s>();
-  m->driver = d;
-  if (CUresult r = d->deviceGet(&m->device, device); r != CUDA_SUCCESS)
-    return Fail(MOK_ERROR_CUDA) << "cuDeviceGet: " << d->describe(r);
-  if (CUresult r = d->primaryCtxRetain(&m->context, m->device); r != CUDA_SUCCESS)
-    return Fail(MOK_ERROR_CUDA) << "cuDevicePrimaryCtxRetain: " << d->describe(r);
-  if (CUresult r = d->ctxSetCurrent(m->context); r != CUDA_SUCCESS) {
-    d->primaryCtxRelease(m->device);
-    return Fail(MOK_ERROR_CUDA) << "cuCtxSetCurrent: " << d->describe(r);
-  }
-  std::vector<char> log(16384, 0);
-  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER,
-                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-  void *values[] = {log.data(), reinterpret_cast<void *>(log.size())};
-  if (CUresult r = d->moduleLoadDataEx(&m->module, ptx, 2, options, values);
-      r != CUDA_SUCCESS) {
-    d->primaryCtxRelease(m->device);
-    log.back() = 0; // whatever the driver wrote, a terminated string
-    return Fail(MOK_ERROR_CUDA)
-           << "loading the PTX failed: " << d->describe(r) << "; JIT log: "
-           << log.data();
-  }
-  addHandle(HandleKind::Module, m.get());
-  *out = m.release();
-  return ok();
-}
+// mok_module_load_ptx and mok_module_load_image: ModuleLoad.cpp.
 
 void mok::runtime::destroyModule(mok_module m) {
   if (!m || !removeHandle(HandleKind::Module, m))

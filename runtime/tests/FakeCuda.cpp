@@ -5,7 +5,10 @@
 // failure path run on machines without a GPU. "Device" memory is host
 // memory (filled with 0xA5 bytes when allocated, so zeroing shows); modules
 // remember the `.entry` names of their PTX; launches run nothing and are
-// counted. The mok_fake_cuda_* functions let a test see what is still
+// counted. Its "cubins" (what its linker makes, mok_fake_cuda_cubin) are an
+// ELF header for the CUDA machine, then text: the chip they are for and
+// the kernels; it loads one only on a device of that chip, as the driver
+// does. The mok_fake_cuda_* functions let a test see what is still
 // allocated, loaded or retained (through dlopen of the same path, or
 // ctypes), so it can check that nothing leaks.
 //
@@ -38,10 +41,23 @@ struct Module {
   std::vector<std::unique_ptr<Function>> functions; // handed out, by kernel
 };
 
+/// A link in progress (cuLinkCreate .. cuLinkDestroy).
+struct Link {
+  std::string chip; // what its cubin is for: "sm_90", "sm_90a"
+  char *log = nullptr;
+  size_t logSize = 0;
+  std::vector<std::string> kernels;
+  bool added = false;
+  std::vector<char> cubin; // cuLinkComplete's, owned by the link
+};
+
 struct State {
   std::mutex mutex;
   std::map<uintptr_t, size_t> allocations; // base -> bytes
   std::set<Module *> modules;
+  std::set<Link *> links;
+  int computeCapability = 0; // 0: MOK_FAKE_CUDA_CC, else 90
+  int driverVersion = 13000;
   int64_t retains = 0;     // primary-context retains minus releases
   int64_t launches = 0;
   int64_t badReleases = 0; // frees/unloads/releases of what is not live
@@ -59,6 +75,17 @@ State &state() {
 int deviceCount() {
   const char *n = std::getenv("MOK_FAKE_CUDA_DEVICES");
   return n && *n ? std::atoi(n) : 1;
+}
+
+/// The devices' compute capability, major * 10 + minor (every device's).
+int computeCapability() {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.computeCapability) {
+    const char *cc = std::getenv("MOK_FAKE_CUDA_CC");
+    s.computeCapability = cc && *cc ? std::atoi(cc) : 90;
+  }
+  return s.computeCapability;
 }
 
 CUcontext contextOf(CUdevice d) {
@@ -106,6 +133,12 @@ CUresult getErrorString(CUresult r, const char **out) {
   case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE:
     *out = "too many blocks in cooperative launch";
     return CUDA_SUCCESS;
+  case CUDA_ERROR_INVALID_IMAGE:
+    *out = "device kernel image is invalid";
+    return CUDA_SUCCESS;
+  case CUDA_ERROR_NO_BINARY_FOR_GPU:
+    *out = "no kernel image is available for execution on the device";
+    return CUDA_SUCCESS;
   default:
     *out = nullptr;
     return CUDA_ERROR_INVALID_VALUE;
@@ -149,37 +182,198 @@ CUresult primaryCtxRelease(CUdevice d) {
 
 CUresult ctxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
 
-CUresult moduleLoadDataEx(CUmodule *out, const void *image, unsigned n,
-                          CUjit_option *options, void **values) {
-  const char *ptx = static_cast<const char *>(image);
-  auto m = new Module;
+/// The `.entry` names of `ptx`.
+std::vector<std::string> entriesOf(const char *ptx) {
+  std::vector<std::string> kernels;
   for (const char *p = std::strstr(ptx, ".entry"); p;
        p = std::strstr(p + 1, ".entry")) {
     p += std::strlen(".entry");
     while (*p == ' ' || *p == '\t')
       ++p;
     size_t len = std::strcspn(p, " \t\n(");
-    m->kernels.emplace_back(p, len);
+    kernels.emplace_back(p, len);
   }
-  if (m->kernels.empty()) {
-    delete m;
-    // What ptxas would say, in the caller's log buffer.
-    char *log = nullptr;
-    size_t size = 0;
-    for (unsigned i = 0; i < n; ++i) {
-      if (options[i] == CU_JIT_ERROR_LOG_BUFFER)
-        log = static_cast<char *>(values[i]);
-      if (options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
-        size = reinterpret_cast<uintptr_t>(values[i]);
-    }
-    if (log && size)
-      std::snprintf(log, size, "fake ptxas: no .entry in the PTX");
-    return CUDA_ERROR_INVALID_PTX;
+  return kernels;
+}
+
+/// The error log buffer among JIT options, or null.
+void logBuffer(unsigned n, const CUjit_option *options, void *const *values,
+               char *&log, size_t &size) {
+  log = nullptr;
+  size = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    if (options[i] == CU_JIT_ERROR_LOG_BUFFER)
+      log = static_cast<char *>(values[i]);
+    if (options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+      size = reinterpret_cast<uintptr_t>(values[i]);
   }
+}
+
+CUresult loadModule(CUmodule *out, std::vector<std::string> kernels) {
+  auto m = new Module;
+  m->kernels = std::move(kernels);
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.modules.insert(m);
   *out = reinterpret_cast<CUmodule>(m);
+  return CUDA_SUCCESS;
+}
+
+CUresult moduleLoadDataEx(CUmodule *out, const void *image, unsigned n,
+                          CUjit_option *options, void **values) {
+  std::vector<std::string> kernels =
+      entriesOf(static_cast<const char *>(image));
+  if (kernels.empty()) {
+    // What ptxas would say, in the caller's log buffer.
+    char *log;
+    size_t size;
+    logBuffer(n, options, values, log, size);
+    if (log && size)
+      std::snprintf(log, size, "fake ptxas: no .entry in the PTX");
+    return CUDA_ERROR_INVALID_PTX;
+  }
+  return loadModule(out, std::move(kernels));
+}
+
+constexpr size_t kElfHeader = 64;
+// CU_TARGET_COMPUTE_90A is this plus 90.
+constexpr unsigned kSpecificTarget = 0x10000;
+const char kCubinTag[] = "mok-fake-cubin ";
+
+/// A cubin of the stand-in: an ELF header (64-bit, little-endian, the CUDA
+/// machine, no sections) and "mok-fake-cubin CHIP\nentry NAME\n...", NUL
+/// terminated.
+std::vector<char> makeCubin(const std::string &chip,
+                            const std::vector<std::string> &kernels) {
+  std::vector<char> image(kElfHeader, 0);
+  std::memcpy(image.data(), "\x7f" "ELF", 4);
+  image[4] = 2; // ELFCLASS64
+  image[5] = 1; // little-endian
+  image[6] = 1; // EV_CURRENT
+  uint16_t type = 2, machine = 190, headerSize = kElfHeader;
+  uint32_t version = 1;
+  std::memcpy(&image[16], &type, 2);
+  std::memcpy(&image[18], &machine, 2);
+  std::memcpy(&image[20], &version, 4);
+  std::memcpy(&image[52], &headerSize, 2);
+  std::string text = kCubinTag + chip + "\n";
+  for (const std::string &k : kernels)
+    text += "entry " + k + "\n";
+  image.insert(image.end(), text.begin(), text.end());
+  image.push_back(0);
+  return image;
+}
+
+CUresult moduleLoadData(CUmodule *out, const void *image) {
+  const char *p = static_cast<const char *>(image);
+  uint16_t machine = 0;
+  if (p)
+    std::memcpy(&machine, p + 18, 2);
+  if (!p || std::memcmp(p, "\x7f" "ELF", 4) != 0 || machine != 190 ||
+      std::strncmp(p + kElfHeader, kCubinTag, sizeof kCubinTag - 1) != 0)
+    return CUDA_ERROR_INVALID_IMAGE;
+  const char *text = p + kElfHeader + sizeof kCubinTag - 1;
+  std::string chip(text, std::strcspn(text, "\n"));
+  std::string device = "sm_" + std::to_string(computeCapability());
+  if (chip != device && chip != device + "a")
+    return CUDA_ERROR_NO_BINARY_FOR_GPU;
+  std::vector<std::string> kernels;
+  for (const char *e = std::strstr(text, "\nentry "); e;
+       e = std::strstr(e + 1, "\nentry ")) {
+    e += std::strlen("\nentry ");
+    kernels.emplace_back(e, std::strcspn(e, "\n"));
+  }
+  return loadModule(out, std::move(kernels));
+}
+
+CUresult driverGetVersion(int *version) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  *version = s.driverVersion;
+  return CUDA_SUCCESS;
+}
+
+CUresult linkCreate(unsigned n, CUjit_option *options, void **values,
+                    CUlinkState *out) {
+  auto link = new Link;
+  logBuffer(n, options, values, link->log, link->logSize);
+  link->chip = "sm_" + std::to_string(computeCapability());
+  for (unsigned i = 0; i < n; ++i)
+    if (options[i] == CU_JIT_TARGET) {
+      auto target = static_cast<unsigned>(reinterpret_cast<uintptr_t>(values[i]));
+      bool specific = target & kSpecificTarget;
+      link->chip = "sm_" + std::to_string(target & ~kSpecificTarget) +
+                   (specific ? "a" : "");
+    }
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.links.insert(link);
+  *out = reinterpret_cast<CUlinkState>(link);
+  return CUDA_SUCCESS;
+}
+
+/// The live link `state`, or null (lock held).
+Link *liveLink(State &s, CUlinkState handle) {
+  auto link = reinterpret_cast<Link *>(handle);
+  return s.links.count(link) ? link : nullptr;
+}
+
+CUresult linkAddData(CUlinkState handle, CUjitInputType type, void *data,
+                     size_t size, const char *, unsigned, CUjit_option *,
+                     void **) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Link *link = liveLink(s, handle);
+  if (!link)
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (type != CU_JIT_INPUT_PTX || !data || !size)
+    return CUDA_ERROR_INVALID_VALUE;
+  std::string ptx(static_cast<const char *>(data), size);
+  std::vector<std::string> kernels = entriesOf(ptx.c_str());
+  // An architecture-specific PTX (".target sm_90a") compiles only for that
+  // target, as ptxas's -arch says: what CU_JIT_TARGET must be.
+  const char *target = std::strstr(ptx.c_str(), ".target ");
+  std::string wanted =
+      target ? std::string(target + 8, std::strcspn(target + 8, " \n,")) : "";
+  const char *why = kernels.empty() ? "fake ptxas: no .entry in the PTX"
+                    : !wanted.empty() && wanted.back() == 'a' &&
+                            wanted != link->chip
+                        ? "fake ptxas: the PTX's .target needs its own JIT target"
+                        : nullptr;
+  if (why) {
+    if (link->log && link->logSize)
+      std::snprintf(link->log, link->logSize, "%s", why);
+    return CUDA_ERROR_INVALID_PTX;
+  }
+  link->kernels = std::move(kernels);
+  link->added = true;
+  return CUDA_SUCCESS;
+}
+
+CUresult linkComplete(CUlinkState handle, void **cubin, size_t *size) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Link *link = liveLink(s, handle);
+  if (!link)
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (!link->added)
+    return CUDA_ERROR_INVALID_VALUE;
+  link->cubin = makeCubin(link->chip, link->kernels);
+  *cubin = link->cubin.data();
+  *size = link->cubin.size();
+  return CUDA_SUCCESS;
+}
+
+CUresult linkDestroy(CUlinkState handle) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  Link *link = liveLink(s, handle);
+  if (!link) {
+    ++s.badReleases;
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  s.links.erase(link);
+  delete link;
   return CUDA_SUCCESS;
 }
 
@@ -263,7 +457,19 @@ CUresult occupancyMaxActiveClusters(int *count, CUfunction,
 
 CUresult deviceGetAttribute(int *value, CUdevice_attribute attribute,
                             CUdevice) {
-  *value = attribute == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? kSMs : 0;
+  switch (attribute) {
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+    *value = kSMs;
+    break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+    *value = computeCapability() / 10;
+    break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+    *value = computeCapability() % 10;
+    break;
+  default:
+    *value = 0;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -420,6 +626,12 @@ const Entry entries[] = {
     MOK_FAKE(cuStreamIsCapturing, streamIsCapturing),
     MOK_FAKE(cuMemcpyDtoH, memcpyDtoH),
     MOK_FAKE(cuTensorMapEncodeTiled, tensorMapEncodeTiled),
+    MOK_FAKE(cuModuleLoadData, moduleLoadData),
+    MOK_FAKE(cuDriverGetVersion, driverGetVersion),
+    MOK_FAKE(cuLinkCreate, linkCreate),
+    MOK_FAKE(cuLinkAddData, linkAddData),
+    MOK_FAKE(cuLinkComplete, linkComplete),
+    MOK_FAKE(cuLinkDestroy, linkDestroy),
 };
 #undef MOK_FAKE
 
@@ -499,4 +711,33 @@ MOK_FAKE_API const char *mok_fake_cuda_last_kernel(unsigned *grid) {
 MOK_FAKE_API void mok_fake_cuda_set_capturing(int capturing) {
   std::lock_guard<std::mutex> lock(state().mutex);
   state().capturing = capturing;
+}
+
+/// Links created and not destroyed.
+MOK_FAKE_API int64_t mok_fake_cuda_live_links() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return static_cast<int64_t>(state().links.size());
+}
+
+/// Makes every device of compute capability `cc` (major * 10 + minor: 90,
+/// 100); 0: back to $MOK_FAKE_CUDA_CC, else 90.
+MOK_FAKE_API void mok_fake_cuda_set_compute_capability(int cc) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().computeCapability = cc;
+}
+
+/// What cuDriverGetVersion answers (13000 until set).
+MOK_FAKE_API void mok_fake_cuda_set_driver_version(int version) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().driverVersion = version;
+}
+
+/// Writes the stand-in's cubin of `ptx`'s kernels for `chip` ("sm_90") to
+/// `out` when it holds `capacity` bytes; returns its size either way.
+MOK_FAKE_API size_t mok_fake_cuda_cubin(const char *chip, const char *ptx,
+                                        void *out, size_t capacity) {
+  std::vector<char> image = makeCubin(chip, entriesOf(ptx));
+  if (out && capacity >= image.size())
+    std::memcpy(out, image.data(), image.size());
+  return image.size();
 }

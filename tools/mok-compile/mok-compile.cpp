@@ -2,20 +2,31 @@
 //
 // mok-compile: compile the MoE layers of an .mlir file for a GPU and write,
 // for each, <out>/<function>.ptx and <out>/<function>.json (the runtime's
-// metadata). Built fully static too (mok-compile-static), to carry to GPU
-// machines that have no MLIR.
+// metadata); with --cubin also <out>/<function>.cubin, ptxas's machine code
+// for the chip, and <out>/<function>.cubin.json (the chip and the PTX it was
+// made from), which the runtime loads instead of compiling the PTX. Built
+// fully static too (mok-compile-static), to carry to GPU machines that have
+// no MLIR.
 //
-//   mok-compile layer.mlir --chip sm_90a -o out/
+//   mok-compile layer.mlir --chip sm_90a -o out/ [--cubin]
 //
 #include "mok/Compiler/Compiler.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/SHA256.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
+#include <vector>
 
 static int usage(const char *why) {
   std::fprintf(
@@ -26,7 +37,9 @@ static int usage(const char *why) {
       "       [--dispatch auto|fused|copy | --fuse-dispatch | --copy-dispatch]\n"
       "       [--no-tensor-cores] [--training [--recompute] [--main-grads]]\n"
       "       [--toolkit CUDA_DIR] [--stages-dir DIR] [--barrier-timeout-ms N]\n"
-      "       (--toolkit: libdevice; default $CUDA_HOME or /usr/local/cuda;\n"
+      "       [--cubin]\n"
+      "       (--toolkit: libdevice (and ptxas); default $CUDA_HOME or\n"
+      "        /usr/local/cuda;\n"
       "        --fuse-dispatch, --copy-dispatch: --dispatch fused, copy;\n"
       "        --training: first derive <fn>_forward, which saves the\n"
       "        backward context, and <fn>_backward (moe-generate-backward);\n"
@@ -36,7 +49,10 @@ static int usage(const char *why) {
       "        --stages-dir: also write the IR after each step, DIR/moe.mlir,\n"
       "        training.mlir, mk.mlir, gpu.mlir, llvm.mlir;\n"
       "        --barrier-timeout-ms: debugging, bound every grid barrier's\n"
-      "        wait; the runtime reports a barrier that timed out)\n",
+      "        wait; the runtime reports a barrier that timed out;\n"
+      "        --cubin: also write <fn>.cubin, ptxas -arch=CHIP's machine code\n"
+      "        (seconds a megakernel), and <fn>.cubin.json: the runtime then\n"
+      "        loads the layer on that chip without the driver's JIT)\n",
       why);
   return 2;
 }
@@ -58,10 +74,82 @@ static bool makeDirectory(const std::string &path) {
   return !ec;
 }
 
+/// The ptxas of `toolkit`, else $CUDA_HOME's, else /usr/local/cuda's, else
+/// one on PATH; "" with the places looked in, in `looked`, if none.
+static std::string findPtxas(const std::string &toolkit, std::string &looked) {
+  std::vector<std::string> roots;
+  if (!toolkit.empty()) {
+    roots.push_back(toolkit);
+  } else {
+    if (const char *home = std::getenv("CUDA_HOME"); home && *home)
+      roots.push_back(home);
+    roots.push_back("/usr/local/cuda");
+  }
+  for (const std::string &root : roots) {
+    std::string path = root + "/bin/ptxas";
+    looked += (looked.empty() ? "" : ", ") + path;
+    if (access(path.c_str(), X_OK) == 0)
+      return path;
+  }
+  if (!toolkit.empty())
+    return "";
+  looked += ", PATH";
+  const char *path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (!dir.empty() && access((dir + "/ptxas").c_str(), X_OK) == 0)
+      return dir + "/ptxas";
+  return "";
+}
+
+/// Runs `argv` (argv[0] a path), its output going to ours; whether it
+/// exited 0.
+static bool run(const std::vector<std::string> &argv) {
+  std::vector<char *> args;
+  for (const std::string &a : argv)
+    args.push_back(const_cast<char *>(a.c_str()));
+  args.push_back(nullptr);
+  std::fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    execv(args[0], args.data());
+    std::fprintf(stderr, "mok-compile: cannot run '%s': %s\n", args[0],
+                 std::strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+    std::fprintf(stderr, "mok-compile: cannot run '%s': %s\n", args[0],
+                 std::strerror(errno));
+    return false;
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/// <base>.cubin made by ptxas from <base>.ptx (which holds `ptx`) for
+/// `chip`, and <base>.cubin.json: the chip and the PTX's SHA-256, which
+/// the Python loader checks (python/mok/_artifact.py, read_cubin).
+static bool writeCubin(const std::string &ptxas, const std::string &base,
+                       const std::string &ptx, const std::string &chip) {
+  if (!run({ptxas, "-arch=" + chip, base + ".ptx", "-o", base + ".cubin"})) {
+    std::fprintf(stderr, "mok-compile: %s -arch=%s %s.ptx failed\n",
+                 ptxas.c_str(), chip.c_str(), base.c_str());
+    return false;
+  }
+  std::string sum = llvm::toHex(
+      llvm::SHA256::hash(llvm::arrayRefFromStringRef(ptx)), /*LowerCase=*/true);
+  if (!writeFile(base + ".cubin.json", "{\n  \"chip\": \"" + chip +
+                                           "\",\n  \"ptx_sha256\": \"" + sum +
+                                           "\"\n}\n"))
+    return false;
+  std::printf("%s.cubin\n", base.c_str());
+  return true;
+}
+
 int main(int argc, char **argv) {
   std::string input, out, stagesDir;
   mok::CompileOptions options;
-  bool dispatchGiven = false;
+  bool dispatchGiven = false, cubin = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](std::string &dst) {
@@ -80,6 +168,7 @@ int main(int argc, char **argv) {
                  : a == "--training"        ? &options.training
                  : a == "--recompute"       ? &options.recompute
                  : a == "--main-grads"      ? &options.mainGrads
+                 : a == "--cubin"           ? &cubin
                                             : nullptr;
     if (flag) {
       *flag = true;
@@ -134,6 +223,16 @@ int main(int argc, char **argv) {
     return usage("an input file and -o OUTDIR are required");
   if (std::string why = options.validate(); !why.empty())
     return usage(("invalid compile options: " + why).c_str());
+  std::string ptxas;
+  if (cubin) {
+    std::string looked;
+    ptxas = findPtxas(options.toolkit, looked);
+    if (ptxas.empty())
+      return usage(("--cubin needs ptxas (the CUDA toolkit's assembler); "
+                    "looked in " +
+                    looked)
+                       .c_str());
+  }
 
   std::ifstream file(input);
   if (!file)
@@ -161,6 +260,15 @@ int main(int argc, char **argv) {
       if (!writeFile(path, *text))
         return 1;
       std::printf("%s\n", path.c_str());
+    }
+    std::string base = out + "/" + k.function;
+    if (cubin) {
+      if (!writeCubin(ptxas, base, k.ptx, options.chip))
+        return 1;
+    } else {
+      // No cubin is left beside PTX it was not made from.
+      std::remove((base + ".cubin").c_str());
+      std::remove((base + ".cubin.json").c_str());
     }
   }
   if (!stagesDir.empty()) {
