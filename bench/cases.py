@@ -118,8 +118,32 @@ for _name in ("top2_no_route", "top1_clamp"):
     CASES["timeout_" + _name] = dict(CASES[_name], barrier_timeout_ms=200)
 del _name
 
+# Any token count (LayerSpec(tokens=None, max_tokens=C)): every case above
+# (forward, training, main_grad; the bounded-barrier ones aside) again as one
+# layer for every T up to a capacity C = its T + 37 (no tile's multiple), run
+# by python/tests/gpu/test_gpu_any_tokens.py at several T: 1, 67 (a multiple
+# of no tile), the case's own T and C.
+ANY_TOKENS_EXTRA = 37
+
+
+def _any_tokens(case):
+    return dict(case, tokens=None, max_tokens=case["tokens"] + ANY_TOKENS_EXTRA,
+                fixed_tokens=case["tokens"])
+
+
+ANY_TOKENS_CASES = {"anyt_" + n: _any_tokens(c)
+                    for table in (CASES, TRAIN_CASES, MAIN_GRAD_CASES)
+                    for n, c in table.items() if not n.startswith("timeout_")}
+
+
+def call_tokens(case):
+    """The token counts test_gpu_any_tokens.py runs an any-T case at."""
+    cap = case["max_tokens"]
+    return sorted({1, min(67, cap), case["fixed_tokens"], cap})
+
+
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
-               "shared_intermediate", "swiglu_limit", "expert_id_dtype")
+               "shared_intermediate", "swiglu_limit", "expert_id_dtype", "max_tokens")
 
 
 def spec_kwargs(case):

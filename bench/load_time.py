@@ -112,7 +112,7 @@ def environment(base, mode, cache, driver_cache):
     """The environment of a `mode` measurement: mok's cubin cache in
     `cache`, the driver's JIT cache off or (driver-*) in `driver_cache`."""
     env = dict(base, MOK_CACHE_DIR=cache)
-    env.pop("MOK_CUBIN_CACHE", None)
+    env["MOK_CUBIN_CACHE"] = "1"  # (off by default)
     for k in ("CUDA_CACHE_DISABLE", "CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE"):
         env.pop(k, None)
     if mode.startswith("driver-"):

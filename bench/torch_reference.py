@@ -20,7 +20,9 @@ def make_inputs(c, gen, tokens=None):
     dev = "cuda"
     T = c["tokens"] if tokens is None else tokens
     H, I, E, k = c["hidden"], c["intermediate"], c["experts"], c["top_k"]
-    if c.get("routing") == "zipf":
+    if T == 0:
+        top = torch.empty(0, k, dtype=torch.int64)
+    elif c.get("routing") == "zipf":
         p = 1.0 / torch.arange(1, E + 1, dtype=torch.float64) ** 1.2
         top = torch.stack([torch.multinomial(p, k, replacement=False, generator=gen)
                            for _ in range(T)])

@@ -143,6 +143,7 @@ std::vector<FunctionInfo> Module::functions() const {
       info.experts = plan.getExperts();
       info.ep = plan.getEp();
       info.padding = plan.getPadding();
+      info.maxTokens = plan.getMaxTokens();
     };
     func.walk([&](moe::LayerOp l) { nameArgs(l, l.getPlanType()); });
     func.walk([&](moe::LayerGradOp g) {

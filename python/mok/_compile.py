@@ -3,6 +3,7 @@
 the compiler extension (mok._mok) or, without it, the mok-compile binary,
 and keep their artifacts in an on-disk cache keyed on everything that
 decides the kernels."""
+import dataclasses
 import hashlib
 import json
 import os
@@ -18,7 +19,7 @@ from ._gpu import GpuArtifact
 from ._gpu_train import GpuTrainingArtifact
 from ._layer import compile_cpu
 from ._options import CompileOptions, resolve_options
-from ._spec import LayerSpec
+from ._spec import DEFAULT_MAX_TOKENS, LayerSpec
 from ._version import __version__
 
 # The stages a cached GPU artifact keeps on disk beside its kernels: the
@@ -66,6 +67,11 @@ def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_di
                         f"{type(layer).__name__}")
     if not isinstance(function, str) or not function:
         raise TypeError(f"function: expected a function name, got {function!r}")
+    if (target != "cpu" and isinstance(layer, LayerSpec) and layer.tokens is None
+            and layer.max_tokens is None):
+        # A GPU layer for any T has buffers for a capacity: the default one.
+        layer = dataclasses.replace(layer, max_tokens=DEFAULT_MAX_TOKENS)
+        source = layer.to_mlir(function)
     if target != "cpu" and isinstance(layer, LayerSpec) and layer.tokens == 0:
         raise ValueError(f"layer: LayerSpec.tokens = 0; a GPU target ({target}) compiles "
                          "its kernel for one token count of at least 1")

@@ -50,7 +50,7 @@ def set_error_checks(mode):
 _DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
 # What the runtime reads (version 2 adds params' "access" and tensor maps'
 # "experts", both optional).
-_METADATA_VERSIONS = (1, 2, 3)
+_METADATA_VERSIONS = (1, 2, 3, 4)
 
 
 @dataclass
@@ -294,6 +294,21 @@ class GpuLayer:
         self.outputs = [p for p in params if p["role"] == "output"]
         self.output = self.outputs[0]  # `out` (rt.Layer refused metadata without)
         self._forwards = 0  # launched (a CUDA graph's replays are not counted)
+        self._init_tokens()
+
+    def _init_tokens(self):
+        # The input whose rows are the tokens (x; a backward's d_out), and
+        # the token counts a call may have: 1 to max_tokens for a kernel
+        # compiled for any T (LayerSpec(tokens=None)), else the one T.
+        self.any_tokens = bool(self.meta.get("any_tokens"))
+        self._token_input = next(
+            (p["name"] for p in self.inputs
+             if list(p.get("call_rows", ())) == [1, 0]
+             or (not self.any_tokens and p["name"] in ("x", "d_out"))),
+            self.inputs[0]["name"])
+        self.max_tokens = (self.meta["max_tokens"] if self.any_tokens
+                           else self._param(self._token_input)["shape"][0])
+        self._call_tokens = self.max_tokens
 
     def check_errors(self):
         """Waits for the layer's launches on the current stream and raises
@@ -351,6 +366,25 @@ class GpuLayer:
             raise ValueError(f"{name}: expected a tensor on {self.device}, got {t.device}")
         return t.detach()
 
+    def _tokens_of(self, given):
+        """The call's token count: the rows of the token input (x, or a
+        backward's d_out), checked against the capacity of a layer for any
+        T; a layer for one T takes that T (its shape check names others)."""
+        if not self.any_tokens:
+            return self.max_tokens
+        name = self._token_input
+        t = given[name]
+        shape = getattr(t, "shape", None)
+        if shape is None or len(shape) < 1:
+            return self.max_tokens  # the shape check names it
+        tokens = int(shape[0])
+        if tokens > self.max_tokens:
+            raise ValueError(f"{name}: {tokens} tokens, more than this layer's capacity "
+                             f"max_tokens = {self.max_tokens} (compile it with "
+                             f"LayerSpec(tokens=None, max_tokens=...) of at least "
+                             f"{tokens})")
+        return tokens
+
     def _torch_dtype(self, dtype):
         return getattr(self.torch, _DTYPES[dtype])
 
@@ -371,7 +405,7 @@ class GpuLayer:
         out = self._validate(name, out, p)
         if not out.is_contiguous():
             raise ValueError(f"{name}: expected a contiguous tensor "
-                             f"{list(p['shape'])}, got strides {list(out.stride())}")
+                             f"{self._shape(p)}, got strides {list(out.stride())}")
         for kind, others in (("input", inputs), ("output", outputs)):
             for n, t in others.items():
                 if _overlap(out, t):
@@ -421,19 +455,29 @@ class GpuLayer:
                 raise TypeError(f"outputs: {n!r} is accumulated into (the kernel adds to "
                                 f"it: main_grad += dW); pass it in outputs=, a "
                                 f"{self._torch_dtype(p['dtype'])} tensor of shape "
-                                f"{list(p['shape'])}")
+                                f"{self._shape(p)}")
             # Every element is written by the kernel (the combine writes each
             # token's row; a kernel's extra outputs must be written whole too,
             # which poison_outputs shows): no fill unless asked.
-            t = torch.empty(p["shape"], dtype=self._torch_dtype(p["dtype"]),
+            t = torch.empty(self._shape(p), dtype=self._torch_dtype(p["dtype"]),
                             device=self.device)
             if self.poison_outputs:
                 _poison(t)
+            if self._call_tokens == 0 and not p.get("call_rows"):
+                t.zero_()  # T = 0 launches nothing: a gradient of nothing is 0
             tensors[n] = results[n] = t
         return tensors, results
 
+    def _shape(self, p):
+        """Param `p`'s shape at this call: rows that follow the token count
+        (`call_rows` = [scale, offset]) at the call's T."""
+        rows = p.get("call_rows")
+        if not rows:
+            return list(p["shape"])
+        return [rows[0] * self._call_tokens + rows[1]] + list(p["shape"][1:])
+
     def _validate(self, name, t, p):
-        return self._tensor(name, t, p["dtype"], p["shape"])
+        return self._tensor(name, t, p["dtype"], self._shape(p))
 
     @staticmethod
     def _export(t):
@@ -581,11 +625,19 @@ class GpuLayer:
         missing = [n for n in names if n not in given]
         if missing:
             raise TypeError(f"missing argument(s): {', '.join(missing)}")
+        self._call_tokens = self._tokens_of(given)
         for p in self.inputs:
             if p["name"] in given:
                 given[p["name"]] = self._validate(p["name"], given[p["name"]], p)
         tensors, results = self._outputs(out, outputs, given)
         first = self.output["name"]
+        if self._call_tokens == 0:
+            # Nothing to compute and nothing launched: empty token rows, and
+            # zeros (or, added into, unchanged) for the rest.
+            for p in self.outputs:
+                if not p.get("call_rows") and not p.get("accumulate"):
+                    tensors[p["name"]].zero_()
+            return results if len(self.outputs) > 1 else results[first]
         named = {n: self._export(t) for n, t in given.items()}
         named.update((n, self._export(t)) for n, t in tensors.items() if n != first)
         stream = self.torch.cuda.current_stream(self.device).cuda_stream

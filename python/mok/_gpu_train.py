@@ -179,7 +179,20 @@ class GpuTrainingLayer:
         return out, Context(dict(inputs), saved, self._tokens(), views)
 
     def _tokens(self):
-        return self._forward.output["shape"][0]
+        """The token count of the last forward (the one T of a layer for one
+        T)."""
+        return self._forward._call_tokens
+
+    @property
+    def max_tokens(self):
+        """The largest token count a call may have (the one T of a layer
+        for one T)."""
+        return self._forward.max_tokens
+
+    @property
+    def any_tokens(self):
+        """Whether the layer serves every T from 1 to max_tokens."""
+        return self._forward.any_tokens
 
     def context_from_tensors(self, tensors):
         """Rebuilds a Context from Context.tensors() (inputs, then the saved

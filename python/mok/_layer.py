@@ -185,6 +185,10 @@ class CompiledLayer(Artifact):
         tokens = fixed if fixed is not None else tokens
         for name, value, info in zip(self.arg_names, values, infos):
             tokens = self._check(name, value, info, tokens)
+        capacity = getattr(fn, "max_tokens", 0)
+        if fixed is None and capacity and tokens is not None and tokens > capacity:
+            raise ValueError(f"{self.arg_names[0]}: {tokens} tokens, more than this layer's "
+                             f"capacity max_tokens = {capacity}")
         ids = values[self.arg_names.index("top_experts")]
         bad = (ids < -1) | (ids >= fn.experts)
         if bad.any():

@@ -8,6 +8,10 @@ import math
 # The largest size (and routed row count) a layer may have.
 MAX_SIZE = 2**31 - 1
 
+# The capacity of a GPU layer compiled for any token count (tokens=None)
+# when LayerSpec.max_tokens is not given.
+DEFAULT_MAX_TOKENS = 8192
+
 
 def _positive_finite(v):
     """Whether `v` is an int or float > 0 that a float holds finitely."""
@@ -27,6 +31,10 @@ class LayerSpec:
     hidden, intermediate: H and I of the routed experts.
     experts: global routed expert count E; top_k routes per token.
     tokens: T, or None to compile for any token count.
+    max_tokens: with tokens=None, the capacity: the largest T a call may
+    have (a GPU layer's buffers are sized for it; a call with more tokens
+    is refused by name). None: DEFAULT_MAX_TOKENS (8192) on the GPU
+    targets, no bound on the CPU target.
     shared_intermediate: I of the shared expert, or None for no shared expert.
     swiglu_limit: clamp of the SwiGLU, or None for no clamp.
     padding: each expert's rows are padded to a multiple of this (power of 2).
@@ -48,6 +56,7 @@ class LayerSpec:
     padding: int = 1
     ep: int = 1
     expert_id_dtype: str = "int32"
+    max_tokens: Optional[int] = None
 
     def __post_init__(self):
         def positive(name):
@@ -64,6 +73,12 @@ class LayerSpec:
                                         or not 0 <= self.tokens <= MAX_SIZE):
             raise ValueError(f"LayerSpec.tokens: expected None or an int from 0 to "
                              f"{MAX_SIZE}, got {self.tokens!r}")
+        if self.max_tokens is not None:
+            positive("max_tokens")
+            if self.tokens is not None:
+                raise ValueError(f"LayerSpec.max_tokens: the capacity of a layer for any "
+                                 f"token count (tokens=None); tokens = {self.tokens} is "
+                                 f"fixed, got max_tokens = {self.max_tokens}")
         if self.top_k > self.experts:
             raise ValueError(f"LayerSpec.top_k: expected at most experts = {self.experts}, "
                              f"got {self.top_k}")
@@ -72,10 +87,11 @@ class LayerSpec:
                              f"by ep, got {self.ep}")
         if self.padding & (self.padding - 1):
             raise ValueError(f"LayerSpec.padding: expected a power of two, got {self.padding}")
-        tokens = self.tokens or 0
+        tokens = self.tokens or self.max_tokens or 0
+        which = "tokens" if self.tokens is not None or self.max_tokens is None else "max_tokens"
         if tokens * self.top_k > MAX_SIZE:
-            raise ValueError(f"LayerSpec.tokens: tokens*top_k = {tokens}*{self.top_k} routes "
-                             f"exceed {MAX_SIZE}")
+            raise ValueError(f"LayerSpec.{which}: {which}*top_k = {tokens}*{self.top_k} "
+                             f"routes exceed {MAX_SIZE}")
         rows = tokens * self.top_k + self.local_experts * (self.padding - 1)
         if rows > MAX_SIZE:
             raise ValueError(f"LayerSpec.padding: the routed rows, tokens*top_k + "
@@ -115,8 +131,10 @@ class LayerSpec:
         out = f"tensor<{t}x{h}xbf16>"
         signature = ", ".join(f"%{n}: {ty}" for n, ty in args)
         types = ", ".join(ty for _, ty in args)
+        capacity = (f", max_tokens = {self.max_tokens}" if self.max_tokens is not None
+                    else "")
         plan = (f"!moe.plan<tokens = {t}, top_k = {k}, experts = {self.experts}, "
-                f"ep = {self.ep}, padding = {self.padding}>")
+                f"ep = {self.ep}, padding = {self.padding}{capacity}>")
         return (
             f"func.func @{name}({signature}) -> {out} {{\n"
             f"  %out = moe.layer %x, %top_experts, %router_weights, gate %gate, "

@@ -96,6 +96,7 @@ def _torch_layers():
         layer.inputs = [p for p in meta["params"] if p["role"] == "input"]
         layer.outputs = [p for p in meta["params"] if p["role"] == "output"]
         layer.output, layer._forwards = layer.outputs[0], 0
+        layer._init_tokens()
         return layer
 
     args = dict(x=torch.zeros(4, 64, dtype=torch.bfloat16),

@@ -64,7 +64,10 @@ def _spec_valid(kw):
         return False
     if kw["padding"] & (kw["padding"] - 1):
         return False
-    t = kw["tokens"] or 0
+    if kw["max_tokens"] is not None and (not _is_int(kw["max_tokens"], 1, MAX_SIZE)
+                                         or kw["tokens"] is not None):
+        return False
+    t = kw["tokens"] or kw["max_tokens"] or 0
     if t * kw["top_k"] > MAX_SIZE:
         return False
     if t * kw["top_k"] + kw["experts"] // kw["ep"] * (kw["padding"] - 1) > MAX_SIZE:
@@ -79,7 +82,8 @@ def _spec_kwargs(g):
               experts=g.choice([4, 8, 16]), top_k=g.choice([1, 2, 4]),
               tokens=g.choice([None, 1, 6, 300]), shared_intermediate=g.choice([None, 8]),
               swiglu_limit=g.choice([None, 1.0]), padding=g.choice([1, 8, 64]),
-              ep=1, expert_id_dtype=g.choice(["int32", "int64"]))
+              ep=1, expert_id_dtype=g.choice(["int32", "int64"]),
+              max_tokens=g.choice([None, None, 8, 300]))
     for name in g.sample(SPEC_FIELDS, g.randint(1, 3)):
         pool = (_LIMIT_POOL if name == "swiglu_limit" else
                 _DTYPE_POOL if name == "expert_id_dtype" else _INT_POOL)

@@ -33,7 +33,7 @@ def run(scenario, n, seed=SEED):
         # The runtime's cubin cache in a folder of the scenario's own.
         env = dict(os.environ, MOK_CUDA_DRIVER=driver_scenarios.FAKE, MOK_CACHE_DIR=cache,
                    PYTHONPATH=os.pathsep.join([HERE] + sys.path))
-        env.pop("MOK_CUBIN_CACHE", None)
+        env["MOK_CUBIN_CACHE"] = "1"  # the scenarios exercise the cache (off by default)
         proc = subprocess.run([sys.executable, os.path.join(HERE, "driver_scenarios.py"),
                                scenario, str(seed), str(n)], capture_output=True, text=True,
                               env=env, timeout=600)

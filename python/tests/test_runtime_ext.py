@@ -493,6 +493,7 @@ def _cpu_gpu_layer(meta, monkeypatch, poison_outputs=False):
     layer.outputs = [p for p in meta["params"] if p["role"] == "output"]
     layer.output = layer.outputs[0]
     layer._forwards = 0
+    layer._init_tokens()
     return layer, torch
 
 

@@ -203,13 +203,16 @@ mok_status mok::runtime::cubinCacheDirectory(std::string &directory) {
     }
   }
   directory.clear();
+  // Off unless asked for: on the H200 (driver 580) the cubins the driver's
+  // linker made of the wgmma kernels computed wrong results, where the
+  // same PTX loaded by cuModuleLoadDataEx is right (docs/Runtime.md).
   const char *on = std::getenv("MOK_CUBIN_CACHE");
-  if (on && *on && std::strcmp(on, "1") != 0) {
-    if (std::strcmp(on, "0") == 0)
+  if (!on || !*on || std::strcmp(on, "1") != 0) {
+    if (!on || !*on || std::strcmp(on, "0") == 0)
       return MOK_OK;
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
-           << "MOK_CUBIN_CACHE: expected 0 (no cubin cache) or 1 (the "
-              "default), got '"
+           << "MOK_CUBIN_CACHE: expected 0 (no cubin cache, the default) or "
+              "1, got '"
            << on << "'";
   }
   const char *root = std::getenv("MOK_CACHE_DIR");

@@ -29,8 +29,9 @@ std::string sha256Hex(const void *data, size_t size);
 bool checkCubin(const void *image, size_t size, std::string &why);
 
 /// The directory of the cubin cache: the one mok_runtime_set_cubin_cache
-/// set, else $MOK_CACHE_DIR/cubin, else $HOME/.cache/mok/cubin; "" when
-/// caching is off (set so, $MOK_CUBIN_CACHE=0, or no HOME). Fails
+/// set, else with $MOK_CUBIN_CACHE=1 $MOK_CACHE_DIR/cubin, else
+/// $HOME/.cache/mok/cubin; "" when caching is off (the default, set so,
+/// $MOK_CUBIN_CACHE unset or 0, or no HOME). Fails
 /// (MOK_ERROR_INVALID_ARGUMENT) for a $MOK_CUBIN_CACHE other than 0 or 1.
 mok_status cubinCacheDirectory(std::string &directory);
 

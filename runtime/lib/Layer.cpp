@@ -22,9 +22,20 @@ using namespace mok::runtime;
 namespace {
 
 struct Param {
-  std::string name, role; // role: input, output, workspace, tensor_maps
+  // role: input, output, workspace, tensor_maps, status, tokens
+  std::string name, role;
   mok_dtype dtype = MOK_DTYPE_BF16; // read from the metadata
   std::vector<int64_t> shape;
+  // A kernel for any token count ("call_rows", version 4): dimension 0 is
+  // rowsScale * T + rowsOffset at a call of T tokens (shape has it at the
+  // capacity); rowsScale 0: static.
+  int64_t rowsScale = 0, rowsOffset = 0;
+  std::vector<int64_t> callShape(int64_t tokens) const {
+    std::vector<int64_t> s = shape;
+    if (rowsScale && !s.empty())
+      s[0] = rowsScale * tokens + rowsOffset;
+    return s;
+  }
   // "access": "tensor_maps": the kernel never dereferences the pointer, it
   // reads the buffer through tensor maps only — what lets a weight view
   // (not one dense tensor) stand in for it.
@@ -47,7 +58,21 @@ struct TensorMapSpec {
   int64_t rows, cols, rowStride, boxRows, boxCols;
   int64_t experts = 1; // consecutive slots, slot e over expert e's matrix
   int param = -1;      // the index of `buffer` among the params
+  // Any T ("call_rows"): the map's rows at a call, so that TMA reads the
+  // rows past the call's as zeros.
+  int64_t rowsScale = 0, rowsOffset = 0;
+  int64_t callRows(int64_t tokens) const {
+    return rowsScale ? rowsScale * tokens + rowsOffset : rows;
+  }
 };
+
+/// The elements of a dense buffer of `shape` (0 with an empty dimension).
+int64_t elementsOf(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
 
 /// A weight view bound to an input (mok_layer_bind_weights), with its own
 /// copy of a per-expert pointer table: the caller's need not outlive the call.
@@ -80,6 +105,13 @@ struct mok_layer_s {
   // "ep", 1 without it) and the group it runs in (mok_layer_set_ep_group).
   int32_t epSize = 1;
   mok_ep_group group{1, 0, nullptr};
+  // A kernel for any token count (metadata "any_tokens", version 4): the
+  // capacity, the param that takes the call's T by value, and the T of the
+  // call being checked (the capacity otherwise).
+  bool anyTokens = false;
+  int64_t maxTokens = 0;
+  int tokensParam = -1;
+  int64_t callTokens = 0;
 
   // After mok_layer_load:
   mok_module module = nullptr;
@@ -226,11 +258,10 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
   const json::Value *version = root.get("mok_metadata_version");
   // Version 2 adds params' "access" and tensor maps' "experts"; both are
   // optional with version 1's meaning as default, so version 1 reads alike.
-  if (!version || !version->isInteger() ||
-      (version->number != 1 && version->number != 2 && version->number != 3))
+  if (!version || !version->isInteger() || version->number < 1 ||
+      version->number > 4)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
-           << "metadata: expected mok_metadata_version 1, 2 or 3 (recompile "
-              "the "
+           << "metadata: expected mok_metadata_version 1 to 4 (recompile the "
               "layer with this version of mok)";
   auto layer = std::make_unique<mok_layer_s>();
   layer->kernel = r.string(root, "kernel", "metadata");
@@ -255,6 +286,39 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
       r.error = "metadata: 'ep' must be at most " + std::to_string(INT32_MAX);
     layer->epSize = static_cast<int32_t>(ep);
   }
+  // Optional (version 4): a kernel for every token count up to a capacity.
+  if (root.get("any_tokens")) {
+    if (const json::Value *a =
+            r.member(root, "any_tokens", json::Value::Bool, "metadata"))
+      layer->anyTokens = a->boolean;
+    if (layer->anyTokens)
+      layer->maxTokens = r.integer(root, "max_tokens", "metadata", 1);
+  }
+  // "call_rows": [scale, offset] of a param or map, rows that follow T.
+  auto callRows = [&](const json::Value &o, const std::string &where,
+                      int64_t rows, int64_t &scale, int64_t &offset) {
+    const json::Value *c = o.get("call_rows");
+    if (!c || !r.ok())
+      return;
+    if (!layer->anyTokens) {
+      r.error = where + ": 'call_rows' in a kernel for one token count";
+      return;
+    }
+    if (c->kind != json::Value::Array || c->array.size() != 2 ||
+        !c->array[0].isInteger() || !c->array[1].isInteger() ||
+        c->array[0].number < 1 || c->array[1].number < 0) {
+      r.error = where + ": 'call_rows' must be [scale >= 1, offset >= 0]";
+      return;
+    }
+    scale = static_cast<int64_t>(c->array[0].number);
+    offset = static_cast<int64_t>(c->array[1].number);
+    // At the capacity the rows are the static ones.
+    if (static_cast<__int128>(scale) * layer->maxTokens + offset != rows)
+      r.error = where + ": 'call_rows' [" + std::to_string(scale) + ", " +
+                std::to_string(offset) + "] at max_tokens = " +
+                std::to_string(layer->maxTokens) + " is not its " +
+                std::to_string(rows) + " rows";
+  };
   if (const json::Value *z = root.get("zero_before_first_launch"))
     for (const json::Value &v : z->array)
       layer->zeroFirst.push_back(v.string);
@@ -295,8 +359,20 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
           r.error = where + " ('" + param.name + "'): unknown access '" +
                     access + "' (expected 'pointer' or 'tensor_maps')";
       }
+      if (r.ok() && !param.shape.empty())
+        callRows(p, where + " ('" + param.name + "')", param.shape[0],
+                 param.rowsScale, param.rowsOffset);
       if (r.ok()) {
-        if (param.role == "input")
+        if (param.role == "tokens") {
+          if (!layer->anyTokens)
+            r.error = where + ": role 'tokens' in a kernel for one token count";
+          else if (param.dtype != MOK_DTYPE_I64 || !param.shape.empty())
+            r.error = where + ": the call's token count (role 'tokens') must "
+                              "be an i64 scalar (shape [])";
+          else if (layer->tokensParam >= 0)
+            r.error = where + ": more than one parameter has role 'tokens'";
+          layer->tokensParam = static_cast<int>(layer->params.size());
+        } else if (param.role == "input")
           layer->inputs.push_back(static_cast<int>(layer->params.size()));
         else if (param.role == "output")
           layer->outputs.push_back(static_cast<int>(layer->params.size()));
@@ -325,10 +401,17 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
                          r.integer(m, "box_cols", where, 1, 256)};
       if (m.get("experts"))
         spec.experts = r.integer(m, "experts", where, 1);
+      callRows(m, where, spec.rows, spec.rowsScale, spec.rowsOffset);
+      if (r.ok() && spec.rowsScale && spec.experts != 1)
+        r.error = where + ": 'call_rows' with experts > 1";
       layer->maps.push_back(spec);
     }
+  if (r.ok() && layer->anyTokens && layer->tokensParam < 0)
+    r.error = "metadata: a kernel for any token count without a parameter "
+              "of role 'tokens'";
   if (!r.ok())
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << r.error;
+  layer->callTokens = layer->maxTokens;
   if (layer->outputs.empty())
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "metadata: no parameter has role 'output'";
@@ -490,8 +573,9 @@ extern "C" const char *mok_layer_output_name(mok_layer layer, int index) {
 /// A dense row-major tensor of the param's dtype and shape, aligned to its
 /// element size — and to 16 bytes, with 16-byte row strides, when the
 /// kernel reads it through a TMA descriptor (`tma`).
-static mok_status checkDense(const mok_tensor *t, const Param &p, bool tma) {
-  const std::vector<int64_t> &shape = p.shape;
+static mok_status checkDense(const mok_tensor *t, const Param &p, bool tma,
+                             int64_t tokens) {
+  const std::vector<int64_t> shape = p.callShape(tokens);
   if (mok_status s =
           checkTensor(t, p.name.c_str(), p.dtype,
                       static_cast<int32_t>(shape.size()), shape.data(), tma))
@@ -533,9 +617,10 @@ struct Extent {
   }
 };
 
-static Extent extentOf(const void *data, const Param &p) {
+static Extent extentOf(const void *data, const Param &p, int64_t tokens) {
   uintptr_t begin = reinterpret_cast<uintptr_t>(data);
-  return {begin, begin + static_cast<uintptr_t>(p.elements()) *
+  return {begin, begin + static_cast<uintptr_t>(
+                             elementsOf(p.callShape(tokens))) *
                              mok_dtype_size(p.dtype)};
 }
 
@@ -548,7 +633,8 @@ static Extent extentOf(const void *data, const Param &p) {
 static mok_status checkOutputOverlaps(mok_layer layer,
                                       const std::vector<void *> &pointers) {
   auto extent = [&](int index) {
-    return extentOf(pointers[index], layer->params[index]);
+    return extentOf(pointers[index], layer->params[index],
+                    layer->callTokens);
   };
   for (size_t i = 0; i < layer->outputs.size(); ++i) {
     int o = layer->outputs[i];
@@ -574,6 +660,44 @@ static mok_status checkOutputOverlaps(mok_layer layer,
   return MOK_OK;
 }
 
+/// A kernel for any token count: the call's T, the rows of its first input
+/// whose rows are the tokens (x, or a backward's d_out), checked against
+/// the capacity. T = 0 is refused: there is nothing to launch (an empty
+/// output needs no kernel; a backward's weight gradients are zeros).
+static mok_status callTokensOf(mok_layer layer, const mok_named_tensor *inputs,
+                               size_t count) {
+  layer->callTokens = layer->maxTokens;
+  if (!layer->anyTokens)
+    return MOK_OK;
+  for (int index : layer->inputs) {
+    const Param &p = layer->params[index];
+    if (p.rowsScale != 1 || p.rowsOffset != 0)
+      continue;
+    for (size_t i = 0; i < count; ++i) {
+      if (!inputs[i].name || p.name != inputs[i].name)
+        continue;
+      const mok_tensor &t = inputs[i].tensor;
+      if (t.rank < 1)
+        return Fail(MOK_ERROR_INVALID_ARGUMENT)
+               << p.name << ": expected rank " << p.shape.size()
+               << " ([T, ...], T its token count), got rank " << t.rank;
+      int64_t tokens = t.shape[0];
+      if (tokens < 1 || tokens > layer->maxTokens)
+        return Fail(MOK_ERROR_INVALID_ARGUMENT)
+               << p.name << ": " << tokens << " tokens (rows); the layer "
+               << "takes 1 to max_tokens = " << layer->maxTokens
+               << (tokens < 1 ? " (T = 0 has nothing to compute: the caller "
+                                "returns an empty output without a launch)"
+                              : " (its capacity; compile with a larger "
+                                "max_tokens)");
+      layer->callTokens = tokens;
+      return MOK_OK;
+    }
+    return MOK_OK; // missing: bindInputs names it
+  }
+  return MOK_OK;
+}
+
 /// The pointer of every input and output (by param index) after checking
 /// them all; inputs bound to weight views come from the views, not from
 /// `inputs`. The named tensors are the inputs and the extra outputs (every
@@ -584,6 +708,8 @@ static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
   pointers.assign(layer->params.size(), nullptr);
   if (count && !inputs)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "inputs: is NULL";
+  if (mok_status s = callTokensOf(layer, inputs, count))
+    return s;
   const std::vector<int> &outputs = layer->outputs;
   const std::string &first = layer->params[outputs[0]].name;
   for (size_t i = 0; i < count; ++i) {
@@ -623,7 +749,8 @@ static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
              << kind << name << "' is given twice";
     const Param &p = layer->params[found];
     if (mok_status s =
-            checkDense(&inputs[i].tensor, p, readByTMA(layer, p.name)))
+            checkDense(&inputs[i].tensor, p, readByTMA(layer, p.name),
+                       layer->callTokens))
       return s;
     pointers[found] = inputs[i].tensor.data;
   }
@@ -643,7 +770,8 @@ static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
   if (!out)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "out: is NULL";
   const Param &o = layer->params[outputs[0]];
-  if (mok_status s = checkDense(out, o, readByTMA(layer, o.name)))
+  if (mok_status s =
+          checkDense(out, o, readByTMA(layer, o.name), layer->callTokens))
     return s;
   pointers[outputs[0]] = out->data;
   return checkOutputOverlaps(layer, pointers);
@@ -861,6 +989,8 @@ static mok_status updateTensorMaps(mok_layer layer,
                          : static_cast<uintptr_t>(layer->workspace[m.param]);
     appendDenseSlots(data, mok_dtype_size(layer->params[m.param].dtype),
                      m.experts, m.rows, m.rowStride, key);
+    // (Any T: the map ends at the call's rows; a new T is a new map.)
+    key.back().rows = m.callRows(layer->callTokens);
   }
   const Driver *d = layer->module->driver;
   if (CUresult r = d->ctxSetCurrent(layer->module->context); r != CUDA_SUCCESS)
@@ -886,7 +1016,7 @@ static mok_status updateTensorMaps(mok_layer layer,
     for (int64_t e = 0; e < m.experts; ++e, ++slot)
       if (mok_status s = mok_tma_descriptor_2d(
               base + 128 * slot, reinterpret_cast<void *>(key[slot].address),
-              m.rows, m.cols, key[slot].rowStride,
+              m.callRows(layer->callTokens), m.cols, key[slot].rowStride,
               static_cast<uint32_t>(m.boxRows),
               static_cast<uint32_t>(m.boxCols))) {
         if (!capturing) // mapHost is half rewritten: rebuild next time
@@ -951,6 +1081,9 @@ extern "C" mok_status mok_layer_forward(mok_layer layer,
                             : static_cast<uint64_t>(layer->workspace[i]);
     params[i] = &values[i];
   }
+  // Any T: the call's token count, by value.
+  if (layer->tokensParam >= 0)
+    values[layer->tokensParam] = static_cast<uint64_t>(layer->callTokens);
   uint32_t ctas = layer->gridChosen ? layer->gridChosen : layer->grid;
   uint32_t grid[3] = {ctas, 1, 1}, block[3] = {layer->block, 1, 1};
   return mok_module_launch_clusters(

@@ -20,8 +20,9 @@ namespace mok::runtime {
 struct MapSlot {
   uintptr_t address;
   int64_t rowStride; // elements
+  int64_t rows = 0;  // a map whose rows follow the call's T: those rows
   bool operator==(const MapSlot &o) const {
-    return address == o.address && rowStride == o.rowStride;
+    return address == o.address && rowStride == o.rowStride && rows == o.rows;
   }
   bool operator!=(const MapSlot &o) const { return !(*this == o); }
 };

@@ -865,11 +865,16 @@ void testCubinCache() {
   CHECK(loadOnce(kPtx, detail) == MOK_LOAD_PTX);
   CHECK(contains(detail, "the cubin cache is off"));
 
-  // The default: the environment's.
+  // The default: off, unless the environment asks for it.
   CHECK(mok_runtime_set_cubin_cache(nullptr) == MOK_OK);
   const char *home = std::getenv("HOME");
   std::string savedHome = home ? home : "";
+  unsetenv("MOK_CUBIN_CACHE");
   setenv("MOK_CACHE_DIR", (root + "/env").c_str(), 1);
+  CHECK(mok_runtime_cubin_cache(&current) == MOK_OK && std::string(current).empty());
+  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_PTX);
+  CHECK(contains(detail, "the cubin cache is off"));
+  setenv("MOK_CUBIN_CACHE", "1", 1);
   CHECK(mok_runtime_cubin_cache(&current) == MOK_OK &&
         current == root + "/env/cubin");
   CHECK(loadOnce(kPtx, detail) == MOK_LOAD_PTX);
@@ -882,6 +887,8 @@ void testCubinCache() {
   unsetenv("HOME");
   CHECK(mok_runtime_cubin_cache(&current) == MOK_OK && std::string(current).empty());
   setenv("HOME", (root + "/home").c_str(), 1);
+  unsetenv("MOK_CUBIN_CACHE");
+  CHECK(mok_runtime_cubin_cache(&current) == MOK_OK && std::string(current).empty());
   setenv("MOK_CUBIN_CACHE", "0", 1);
   CHECK(mok_runtime_cubin_cache(&current) == MOK_OK && std::string(current).empty());
   setenv("MOK_CUBIN_CACHE", "1", 1);
@@ -889,8 +896,8 @@ void testCubinCache() {
         current == root + "/home/.cache/mok/cubin");
   setenv("MOK_CUBIN_CACHE", "yes", 1);
   CHECK_FAILS(mok_runtime_cubin_cache(&current), MOK_ERROR_INVALID_ARGUMENT,
-              "MOK_CUBIN_CACHE: expected 0 (no cubin cache) or 1 (the "
-              "default), got 'yes'");
+              "MOK_CUBIN_CACHE: expected 0 (no cubin cache, the default) or "
+              "1, got 'yes'");
   CHECK_FAILS(mok_module_load_ptx(0, kPtx, &m), MOK_ERROR_INVALID_ARGUMENT,
               "MOK_CUBIN_CACHE: expected 0");
   // A cubin alone needs no cache.

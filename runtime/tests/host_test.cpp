@@ -285,7 +285,7 @@ static void testLayerMetadata() {
   struct { const char *json, *message; } bad[] = {
       {"{", "metadata: not JSON (offset 1: expected a member name)"},
       {"[1, 2]", "metadata: not a JSON object"},
-      {R"({"mok_metadata_version": 4})", "expected mok_metadata_version 1, 2 or 3"},
+      {R"({"mok_metadata_version": 5})", "expected mok_metadata_version 1 to 4"},
       {R"({"mok_metadata_version": 1, "kernel": "k", "block": 256, "cooperative": true,
            "dynamic_shared_memory": 0})", "metadata: missing or mistyped 'params'"},
       // Version 3: CTAs per cluster, 1 to 8.

@@ -43,6 +43,8 @@ struct FunctionInfo {
   std::vector<TensorInfo> args, results;
   bool hasPlan = false;
   int64_t tokens = -1, topK = 0, experts = 0, ep = 0, padding = 0;
+  /// With a dynamic token count: the plan's capacity (0: none).
+  int64_t maxTokens = 0;
 };
 
 /// A GPU kernel compiled from a layer: its PTX and the metadata the runtime

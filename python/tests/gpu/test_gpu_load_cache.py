@@ -85,8 +85,9 @@ def _run(root, cache, **env):
     with the cubin cache in `cache` (and `env`)."""
     full = dict(os.environ, MOK_CACHE_DIR=str(cache), CUDA_CACHE_DISABLE="1",
                 PYTHONPATH=os.pathsep.join(sys.path), **env)
-    if "MOK_CUBIN_CACHE" not in env:
-        full.pop("MOK_CUBIN_CACHE", None)
+    full.setdefault("MOK_CUBIN_CACHE", "1")  # (off by default)
+    if "MOK_CUBIN_CACHE" in env:
+        full["MOK_CUBIN_CACHE"] = env["MOK_CUBIN_CACHE"]
     proc = subprocess.run([sys.executable, "-c", _CHILD, root, *NAMES], capture_output=True,
                           text=True, env=full, timeout=400)
     assert proc.returncode == 0, proc.stderr[-6000:]
@@ -113,6 +114,9 @@ def _table(title, runs):
         print(f"{name:18s} " + " ".join(f"{c:>24s}" for c in cells))
 
 
+@pytest.mark.xfail(strict=True, reason="on the H200 (driver 580) the driver linker's cubins "
+                   "of the wgmma kernels compute wrong results; the cubin cache is off "
+                   "by default until that is understood (docs/Runtime.md)")
 def test_second_process_loads_the_cached_cubins(tmp_path):
     _check_artifacts()
     cache = tmp_path / "cache"
