@@ -11,7 +11,21 @@ The layer runs on the CPU target (the executable reference, CPU tensors)
 or on a GPU target (``target="sm_90a"``: CUDA tensors, the training
 forward and backward kernels of docs/Backward.md; the token count is
 fixed at compile time, ``spec.tokens``). bf16 activations and weights, f32
-router weights.
+router weights. A call with T = 0 tokens returns an empty output (and
+empty or zero gradients) without calling the layer; T above the layer's
+capacity (a loaded layer's ``max_tokens``; a GPU layer compiled for one T
+takes that T) is a ValueError naming x, T and the capacity.
+
+torch.compile: under it MoELayer runs custom operators,
+``torch.ops.mok.moe_forward``, ``moe_backward``, ``moe_backward_into``
+(the backward adding into main_grads) and ``moe_infer``, with fake
+implementations (the output's and the saved context's shapes as
+functions of T) and the autograd formula registered, so a model holding
+MoELayer modules compiles with ``fullgraph=True``, forward and backward,
+and one graph serves every T once T is dynamic (docs/Python.md). In
+eager mode it runs the autograd functions below, which take less than
+half the operators' host time a call; both run the same calls of the
+layer.
 
 The backward context crosses autograd as plain tensors: forward hands the
 inputs and the context's saved tensors to ``ctx.save_for_backward``, so
@@ -36,6 +50,7 @@ Double backward is not supported (the backward is one compiled function):
 torch is needed here only: ``import mok`` works without it.
 """
 import hashlib
+import itertools
 import json
 import math
 import weakref
@@ -95,26 +110,6 @@ def _from_numpy(a):
     if a.dtype == np.uint16:
         return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(np.ascontiguousarray(a))
-
-
-def _gradients(ctx, names, tensors, grads, added=False):
-    """The autograd functions' backward result: None for the layer,
-    main_grads and top_experts; for a weight in ctx.main_grads, its gradient
-    added there in fp32 (by the kernel already when `added`) and a zero
-    placeholder; else the gradient (torch tensors by name in `grads`) where
-    an input needs one."""
-    result = [None, None]  # layer, main_grads
-    for i, name in enumerate(names):
-        needed = ctx.needs_input_grad[2 + i]
-        if name == "top_experts":
-            result.append(None)
-        elif name in ctx.main_grads:
-            if not added:
-                ctx.main_grads[name].add_(grads[name])  # fp32 += bf16, no fp32 copy
-            result.append(torch.zeros_like(tensors[i]) if needed else None)
-        else:
-            result.append(grads[name] if needed else None)
-    return tuple(result)
 
 
 # Loaded GPU layers by (kernels, device): what MoELayer modules of one spec
@@ -192,13 +187,357 @@ def _check_inference_artifact(inference, training):
                          f"training layer's {theirs} (another spec?)")
 
 
+def _gradients(ctx, names, tensors, grads, main_grads):
+    """The autograd functions' backward result: None for the layer,
+    main_grads and top_experts; for a weight in `main_grads` (its gradient
+    added there already) a zero placeholder; else the gradient (torch
+    tensors by name in `grads`) where an input needs one."""
+    result = [None, None]  # layer, main_grads
+    for i, name in enumerate(names):
+        needed = ctx.needs_input_grad[2 + i]
+        if name == "top_experts":
+            result.append(None)
+        elif name in main_grads:
+            result.append(torch.zeros_like(tensors[i]) if needed else None)
+        else:
+            result.append(grads[name] if needed else None)
+    return tuple(result)
+
+
+# -- the layers' calls on torch tensors (the custom ops and the autograd
+# functions below both run these) ------------------------------------------
+
+def _capacity(layer):
+    """The most tokens `layer` takes in one call: its `max_tokens`; for a
+    GPU layer without one (compiled for one T) that T; None where any T
+    goes (the CPU target) or where the layer does not say."""
+    capacity = getattr(layer, "max_tokens", None)
+    if capacity is not None:
+        return capacity
+    if isinstance(layer, CompiledLayer):  # a capacity its function may carry
+        return getattr(layer._forward, "max_tokens", 0) or None
+    kernel = getattr(layer, "_forward", layer)  # a GpuTrainingLayer's forward kernel
+    output = getattr(kernel, "output", None)
+    return output["shape"][0] if isinstance(output, dict) else None
+
+
+def _tokens(layer, x):
+    """x's token count T, refused above the layer's capacity; None when x
+    is not a 2-D tensor (the layer's own checks then name what is wrong)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        return None
+    tokens, capacity = x.shape[0], _capacity(layer)
+    if capacity is not None and tokens > capacity:
+        raise ValueError(f"x: {tokens} tokens (x of shape {list(x.shape)}) exceed the layer's "
+                         f"capacity of {capacity} tokens (max_tokens); compile it for more "
+                         "tokens, or split the batch")
+    return tokens
+
+
+def _kernel_inputs(layer):
+    """The metadata params of a GPU layer's inputs (a GpuTrainingLayer's
+    forward kernel's), or None for a layer that has none."""
+    inputs = getattr(getattr(layer, "_forward", layer), "inputs", None)
+    return inputs if isinstance(inputs, list) else None
+
+
+def _check_empty(layer, fn, names, values):
+    """The checks a call with T = 0 gets instead of the layer's (it is not
+    called): the count, dtypes and devices of the tensors, and every size
+    but T. `fn`: the CPU layer's function of the call."""
+    if len(values) != len(names):
+        raise TypeError(f"expected {len(names)} tensors ({', '.join(names)}), "
+                        f"got {len(values)}")
+    if isinstance(layer, CompiledLayer):
+        layer._check_inputs(fn, list(_arrays(layer, fn, values).values()))
+        return
+    params = _kernel_inputs(layer)
+    if params is None:
+        return
+    device = getattr(layer, "device", None)
+    for i, (name, t, p) in enumerate(zip(names, values, params)):
+        shape = [0 if i < 3 and j == 0 else d for j, d in enumerate(p["shape"])]
+        dtype = _TORCH_DTYPES[p["dtype"]]
+        if not isinstance(t, torch.Tensor) or t.dtype != dtype or list(t.shape) != shape \
+                or (device is not None and t.device != device):
+            got = (f"{t.dtype} of shape {list(t.shape)} on {t.device}"
+                   if isinstance(t, torch.Tensor) else type(t).__name__)
+            raise ValueError(f"{name}: expected a {dtype} tensor of shape {shape} on "
+                             f"{device}, got {got}")
+
+
+def _saved_specs(layer, tokens):
+    """[(shape, dtype)] of the context tensors the training forward of
+    `layer` saves for `tokens` tokens (a SymInt while torch.compile traces),
+    in the layer's order: what the forward op returns after `out`. A GPU
+    kernel's params say it: rows that follow T have `call_rows` = [scale,
+    offset] (a layer for any T), the others their shape."""
+    if isinstance(layer, CompiledLayer):
+        fn = layer._forward
+        return [(layer._shape(fn, r, tokens), _TORCH_DTYPES[r.dtype])
+                for r in fn.results if r.role.startswith("saved:")]
+    specs = []
+    for p in layer._forward.outputs[1:]:
+        rows = p.get("call_rows")
+        shape = [rows[0] * tokens + rows[1], *p["shape"][1:]] if rows else list(p["shape"])
+        specs.append((shape, _TORCH_DTYPES[p["dtype"]]))
+    return specs
+
+
+def _run_forward(layer, names, values):
+    """[out, *saved]: the training forward of `layer` (a CompiledLayer or a
+    GpuTrainingLayer) on torch tensors `values` (x, top_experts,
+    router_weights, *weights, in `names`' order): its output and its
+    context's saved tensors. T = 0 calls no layer (empty output, saved
+    tensors of their shapes at T = 0, unwritten)."""
+    tokens = _tokens(layer, values[0])
+    if tokens == 0:
+        _check_empty(layer, getattr(layer, "_forward", None), names, values)
+        x = values[0]
+        return [x.new_empty(x.shape, dtype=torch.bfloat16)] + [
+            x.new_empty(shape, dtype=dtype) for shape, dtype in _saved_specs(layer, 0)]
+    if isinstance(layer, CompiledLayer):
+        out, context = layer.forward(**_arrays(layer, layer._forward, values))
+        return [_from_numpy(out)] + [_from_numpy(a) for a in context.saved.values()]
+    if len(values) != len(names):
+        raise TypeError(f"expected {len(names)} tensors ({', '.join(names)}), "
+                        f"got {len(values)}")
+    detached = [v.detach() if isinstance(v, torch.Tensor) else v for v in values]
+    out, context = layer.forward(**dict(zip(names, detached)))
+    return [out, *context.saved.values()]
+
+
+def _run_backward(layer, names, d_out, tensors, main_grads):
+    """The layer's gradients by argument name, from `tensors` (what
+    _run_forward's caller saved: the inputs, then the saved context) and
+    the output's gradient `d_out`; the gradient of each weight in
+    `main_grads` ({name: fp32 tensor}) is added there (main_grad += dW: by
+    the backward kernel of a GPU layer compiled with main_grads=True, else
+    the bf16 dW after it) and not returned. T = 0 calls no layer: empty
+    gradients for x and router_weights, zero ones for the weights."""
+    tensors = list(tensors)
+    x = tensors[0]
+    if _tokens(layer, x) == 0:
+        grads = {"x": x.new_empty(x.shape), "router_weights": tensors[2].new_empty(
+            tensors[2].shape)}
+        grads.update((n, torch.zeros_like(w)) for n, w in zip(names[3:], tensors[3:len(names)])
+                     if n not in main_grads)
+        return grads
+    if isinstance(layer, CompiledLayer):
+        context = layer.context_from_tensors(
+            [_to_numpy(f"saved tensor {i}", t) for i, t in enumerate(tensors)])
+        grads = {n: _from_numpy(g)
+                 for n, g in layer.backward(context, _to_numpy("d_out", d_out)).items()}
+        fused = False
+    else:
+        context = layer.context_from_tensors([t.detach() for t in tensors])
+        fused = layer.main_grads  # the kernel adds into them
+        grads = layer.backward(context, d_out.contiguous(),
+                               main_grads=dict(main_grads) if fused else None)
+    if not fused:
+        for name, grad in main_grads.items():
+            grad.add_(grads[name])  # fp32 += bf16, no fp32 copy
+    return {n: g for n, g in grads.items() if n not in main_grads}
+
+
+def _run_inference(layer, names, values):
+    """The output of `layer`'s inference function (a CompiledLayer's, a
+    GPU layer's, or any callable taking the tensors by name) on torch
+    tensors `values`. T = 0 calls no layer."""
+    tokens = _tokens(layer, values[0])
+    if tokens == 0:
+        _check_empty(layer, getattr(layer, "_infer", None), names, values)
+        return values[0].new_empty(values[0].shape, dtype=torch.bfloat16)
+    if isinstance(layer, CompiledLayer):
+        return _from_numpy(layer(**_arrays(layer, layer._infer, values)))
+    return layer(**dict(zip(names, values)))
+
+
+# -- custom operators: what torch.compile traces -----------------------------
+#
+# A layer is no tensor, so the operators take it as an `int` (not SymInt)
+# argument: the id under which MoELayer registered it here. torch.compile
+# bakes it into the graph as a constant (guarded like the module's other
+# int attributes), so the fake implementations can look the layer up while
+# tracing, for the shapes of its saved context. Ids are never reused: a
+# graph compiled for a module that is gone raises by name, and never runs
+# another layer. torch 2.11's opaque objects (torch._library.opaque_object)
+# are the alternative, but a private API: the layer classes would have to
+# derive from torch's OpaqueBase, and a reference-type object is a graph
+# input that the fake implementations cannot read. The registry holds the
+# layers weakly: a layer goes with its last module.
+
+_LAYERS = {}  # id -> (weak reference to the layer, its argument names)
+_NEXT_ID = itertools.count(1)
+
+
+def _register(layer, names):
+    """A new id for `layer` (anything _run_forward, _run_backward or
+    _run_inference takes), whose arguments are `names`."""
+    lid = next(_NEXT_ID)
+    _LAYERS[lid] = (weakref.ref(layer), tuple(names))
+    weakref.finalize(layer, _LAYERS.pop, lid, None)
+    return lid
+
+
+def _registered(lid):
+    """(layer, argument names) registered as `lid`."""
+    if isinstance(lid, torch.SymInt):
+        raise TypeError("layer: the layer id must be a constant int while torch.compile "
+                        "traces (it was made symbolic; mark it static)")
+    entry = _LAYERS.get(lid)
+    layer = entry[0]() if entry is not None else None
+    if layer is None:
+        raise ValueError(f"layer: no mok layer is registered as {lid!r} (the module that "
+                         "registered it is gone)")
+    return layer, list(entry[1])
+
+
+@torch.library.custom_op(
+    "mok::moe_forward", mutates_args=(),
+    schema="(int layer, Tensor x, Tensor top_experts, Tensor router_weights, Tensor[] weights, "
+           "Tensor[] main_grads) -> Tensor[]")
+def _moe_forward(layer, x, top_experts, router_weights, weights, main_grads):
+    """The training forward of registered layer `layer`: [out, *saved
+    context]. `main_grads` (empty, or one fp32 tensor per weight) is not
+    read here: autograd hands it to the backward, which adds into it."""
+    obj, names = _registered(layer)
+    return _run_forward(obj, names, [x, top_experts, router_weights, *weights])
+
+
+@_moe_forward.register_fake
+def _moe_forward_fake(layer, x, top_experts, router_weights, weights, main_grads):
+    obj, _ = _registered(layer)
+    return [x.new_empty(x.shape, dtype=torch.bfloat16)] + [
+        x.new_empty(shape, dtype=dtype) for shape, dtype in _saved_specs(obj, x.shape[0])]
+
+
+@torch.library.custom_op(
+    "mok::moe_backward", mutates_args=(),
+    schema="(int layer, Tensor d_out, Tensor[] tensors) -> Tensor[]")
+def _moe_backward(layer, d_out, tensors):
+    """The backward of registered layer `layer` from `tensors` (the
+    forward's inputs, then its saved context): [d_x, d_router_weights,
+    *d_weights]."""
+    obj, names = _registered(layer)
+    grads = _run_backward(obj, names, d_out, tensors, {})
+    return [grads[n] for n in names if n != "top_experts"]
+
+
+@_moe_backward.register_fake
+def _moe_backward_fake(layer, d_out, tensors):
+    _, names = _registered(layer)
+    return [t.new_empty(t.shape) for n, t in zip(names, tensors) if n != "top_experts"]
+
+
+@torch.library.custom_op(
+    "mok::moe_backward_into", mutates_args=("main_grads",),
+    schema="(int layer, Tensor d_out, Tensor[] tensors, Tensor(a!)[] main_grads) "
+           "-> (Tensor, Tensor)")
+def _moe_backward_into(layer, d_out, tensors, main_grads):
+    """mok::moe_backward adding each weight's gradient into its fp32
+    main_grad (one for each weight, in order: main_grad += dW, by the
+    backward kernel of a GPU layer compiled with main_grads=True, else the
+    bf16 dW added after it): (d_x, d_router_weights)."""
+    obj, names = _registered(layer)
+    weights = names[3:]
+    if len(main_grads) != len(weights):
+        raise ValueError(f"main_grads: expected one for each of {', '.join(weights)}, "
+                         f"got {len(main_grads)}")
+    grads = _run_backward(obj, names, d_out, tensors, dict(zip(weights, main_grads)))
+    return grads["x"], grads["router_weights"]
+
+
+@_moe_backward_into.register_fake
+def _moe_backward_into_fake(layer, d_out, tensors, main_grads):
+    _registered(layer)
+    return tensors[0].new_empty(tensors[0].shape), tensors[2].new_empty(tensors[2].shape)
+
+
+@torch.library.custom_op(
+    "mok::moe_infer", mutates_args=(),
+    schema="(int layer, Tensor x, Tensor top_experts, Tensor router_weights, Tensor[] weights) "
+           "-> Tensor")
+def _moe_infer(layer, x, top_experts, router_weights, weights):
+    """The inference function of registered layer `layer`: the output."""
+    obj, names = _registered(layer)
+    return _run_inference(obj, names, [x, top_experts, router_weights, *weights])
+
+
+@_moe_infer.register_fake
+def _moe_infer_fake(layer, x, top_experts, router_weights, weights):
+    _registered(layer)
+    return x.new_empty(x.shape, dtype=torch.bfloat16)
+
+
+def _forward_context(ctx, inputs, output):
+    _, x, top_experts, router_weights, weights, main_grads = inputs
+    ctx.layer = inputs[0]
+    ctx.main_grads = main_grads  # added into by backward: not saved (no hook copies them)
+    # The inputs as given (no copies) and the context's tensors: all of them
+    # through save_for_backward, where hooks and checkpointing see them.
+    ctx.save_for_backward(x, top_experts, router_weights, *weights, *output[1:])
+    ctx.inputs = 3 + len(weights)
+
+
+def _forward_backward(ctx, grads):
+    d_out = grads[0]  # (the saved context's outputs get no gradient)
+    # needs_input_grad: (layer, x, top_experts, router_weights, [weights], [main_grads])
+    needs = ctx.needs_input_grad
+    tensors = ctx.saved_tensors
+    weights = tensors[3:ctx.inputs]
+    main_grads = ctx.main_grads
+    if d_out is None:
+        return None, None, None, None, [None] * len(weights), [None] * len(main_grads)
+    with torch.no_grad():
+        if main_grads:
+            result = _moe_backward_into(ctx.layer, d_out, list(tensors), main_grads)
+        else:
+            result = _moe_backward(ctx.layer, d_out, list(tensors))
+        if main_grads:  # added there; a zero placeholder for gradient hooks
+            d_weights = [torch.zeros_like(w) if need else None
+                         for w, need in zip(weights, needs[4])]
+        else:
+            d_weights = [g if need else None for g, need in zip(result[2:], needs[4])]
+    d_x = result[0] if needs[1] else None
+    d_router_weights = result[1] if needs[3] else None
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (d_out, *tensors)):
+        # create_graph=True: gradients whose own backward raises.
+        d_x, d_router_weights, *d_weights = _differentiated_once(
+            [d_x, d_router_weights, *d_weights])
+    return None, d_x, None, d_router_weights, d_weights, [None] * len(main_grads)
+
+
+def _differentiated_once(grads):
+    """`grads` (tensors or None) as tensors that require grad through a node
+    that raises when backward reaches it: the layer's backward is one
+    compiled function, with no backward of its own."""
+    err = torch._C._functions.DelayedError(
+        b"mok: a mok layer is differentiated once only; double backward "
+        b"(create_graph=True through the layer) is not supported", len(grads))
+
+    def requiring(g):
+        if g is not None:
+            g = g.detach()
+            g.requires_grad = True
+        return g
+
+    out = err(*[requiring(g) for g in grads])
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+_moe_forward.register_autograd(_forward_backward, setup_context=_forward_context)
+
+
 class MoEFunction(torch.autograd.Function):
     """``MoEFunction.apply(layer, main_grads, x, top_experts, router_weights,
     *weights)`` with `layer` a ``mok.CompiledLayer`` (CPU target) and the
     weights in its argument order (gate, up, down, then the shared expert's).
     `main_grads`: {weight name: fp32 tensor} to accumulate weight gradients
     into instead of returning them (may be empty). Gradients: `x`,
-    `router_weights` and every weight not in `main_grads`."""
+    `router_weights` and every weight not in `main_grads`. (MoELayer runs
+    the same calls through the custom ops instead, which torch.compile
+    traces.)"""
 
     @staticmethod
     def forward(ctx, layer, main_grads, x, top_experts, router_weights, *weights):
@@ -207,16 +546,17 @@ class MoEFunction(torch.autograd.Function):
                             f"{type(layer).__name__}")
         names = list(layer.arg_names)
         values = [x, top_experts, router_weights, *weights]
-        arrays = _arrays(layer, layer._forward, values)
+        if len(values) != len(names):
+            raise TypeError(f"expected {len(names)} tensors ({', '.join(names)}), "
+                            f"got {len(values)}")
         _check_main_grads(main_grads, names, values)
-        out, context = layer.forward(**arrays)
-        saved = [_from_numpy(a) for a in context.saved.values()]
+        out, *saved = _run_forward(layer, names, values)
         # The inputs as given (no copies) and the context's tensors: all of
         # them through save_for_backward, where checkpointing sees them.
         ctx.save_for_backward(*values, *saved)
         ctx.layer = layer
         ctx.main_grads = main_grads
-        return _from_numpy(out)
+        return out
 
     @staticmethod
     @once_differentiable
@@ -224,11 +564,8 @@ class MoEFunction(torch.autograd.Function):
         layer = ctx.layer
         names = list(layer.arg_names)
         tensors = ctx.saved_tensors
-        context = layer.context_from_tensors(
-            [_to_numpy(f"saved tensor {i}", t) for i, t in enumerate(tensors)])
-        grads = layer.backward(context, _to_numpy("d_out", d_out))
-        return _gradients(ctx, names, tensors,
-                          {n: _from_numpy(g) for n, g in grads.items()})
+        grads = _run_backward(layer, names, d_out, tensors, ctx.main_grads)
+        return _gradients(ctx, names, tensors, grads, ctx.main_grads)
 
 
 def _check_main_grads(main_grads, names, values):
@@ -244,6 +581,24 @@ def _check_main_grads(main_grads, names, values):
                    if isinstance(grad, torch.Tensor) else type(grad).__name__)
             raise ValueError(f"main_grads['{name}']: expected a float32 tensor of shape "
                              f"{list(weight.shape)} on {weight.device}, got {got}")
+
+
+def _check_tensors(named):
+    """TypeError naming the first of (name, value) pairs that is no tensor."""
+    for name, value in named:
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
+
+
+def _check_fused_main_grads(layer, main_grads, names):
+    """A GPU layer compiled with main_grads=True adds every weight's
+    gradient: each must have its main_grad."""
+    if getattr(layer, "main_grads", False):
+        missing = [n for n in names[3:] if n not in main_grads]
+        if missing:
+            raise ValueError(f"main_grads: the layer adds every weight's gradient "
+                             f"into its main_grad (compiled with main_grads=True); "
+                             f"missing {', '.join(missing)}")
 
 
 class GpuMoEFunction(torch.autograd.Function):
@@ -267,15 +622,9 @@ class GpuMoEFunction(torch.autograd.Function):
             raise TypeError(f"expected {len(names)} tensors ({', '.join(names)}), "
                             f"got {len(values)}")
         _check_main_grads(main_grads, names, values)
-        if layer.main_grads:
-            missing = [n for n in names[3:] if n not in main_grads]
-            if missing:
-                raise ValueError(f"main_grads: the layer adds every weight's gradient "
-                                 f"into its main_grad (compiled with main_grads=True); "
-                                 f"missing {', '.join(missing)}")
-        detached = [v.detach() if isinstance(v, torch.Tensor) else v for v in values]
-        out, context = layer.forward(**dict(zip(names, detached)))
-        ctx.save_for_backward(*values, *context.saved.values())
+        _check_fused_main_grads(layer, main_grads, names)
+        out, *saved = _run_forward(layer, names, values)
+        ctx.save_for_backward(*values, *saved)
         ctx.layer = layer
         ctx.main_grads = main_grads
         return out
@@ -285,12 +634,9 @@ class GpuMoEFunction(torch.autograd.Function):
     def backward(ctx, d_out):
         layer = ctx.layer
         names = list(layer.arg_names)
-        tensors = [t.detach() for t in ctx.saved_tensors]
-        context = layer.context_from_tensors(tensors)
-        added = layer.main_grads  # the kernel adds into them
-        grads = layer.backward(context, d_out.contiguous(),
-                               main_grads=ctx.main_grads if added else None)
-        return _gradients(ctx, names, tensors, grads, added=added)
+        tensors = ctx.saved_tensors
+        grads = _run_backward(layer, names, d_out, tensors, ctx.main_grads)
+        return _gradients(ctx, names, tensors, grads, ctx.main_grads)
 
 
 class MoELayer(torch.nn.Module):
@@ -307,7 +653,9 @@ class MoELayer(torch.nn.Module):
 
     `target`: "cpu" (the default) or a GPU target ("sm_90a", "sm_100a"):
     the layer then runs on CUDA `device` (None: torch's current one), with
-    its parameters there, for `spec.tokens` tokens. `artifact`: a
+    its parameters there, for `spec.tokens` tokens (and T = 0, which calls
+    no kernel). torch.compile traces the module without graph breaks (the
+    module docstring). `artifact`: a
     ``mok.GpuTrainingArtifact`` compiled beforehand for `spec` (e.g. on a
     machine with the compiler) instead of compiling here.
 
@@ -370,22 +718,22 @@ class MoELayer(torch.nn.Module):
                              "kernel itself)")
         self.spec = spec
         self.target = target
-        self._infer = None
+        infer = None
         if target == "cpu":
             if artifact is not None:
                 raise ValueError("artifact: only GPU targets take a compiled artifact")
             self.layer = _compile(spec, target="cpu", recompute=recompute,
                                   cache_dir=cache_dir)
         else:
-            if spec.tokens is None:
+            if spec.tokens is None and not hasattr(spec, "max_tokens"):
                 raise ValueError("spec.tokens: a GPU target compiles for one token count; "
                                  "set it")
             if artifact is None:
                 artifact = _compile(spec, target=target, training=True, recompute=recompute,
                                     cache_dir=cache_dir, main_grads=bool(fuse_main_grad))
                 if not recompute:  # the inference kernel (tensor cores) for no_grad
-                    self._infer = _load(_compile(spec, target=target, cache_dir=cache_dir),
-                                        device, share_layer)
+                    infer = _load(_compile(spec, target=target, cache_dir=cache_dir),
+                                  device, share_layer)
             elif not isinstance(artifact, GpuTrainingArtifact):
                 raise TypeError(f"artifact: expected a mok.GpuTrainingArtifact, got "
                                 f"{type(artifact).__name__}")
@@ -407,7 +755,9 @@ class MoELayer(torch.nn.Module):
                 _check_inference_artifact(inference_artifact, artifact)
             self.layer = _load(artifact, device, share_layer)
             if inference_artifact is not None:
-                self._infer = _load(inference_artifact, device, share_layer)
+                infer = _load(inference_artifact, device, share_layer)
+        self._layer_id = _register(self.layer, self.layer.arg_names)
+        self._infer = infer
         self.accumulate_main_grad = accumulate_main_grad
         e, i, h = spec.local_experts, spec.intermediate, spec.hidden
         shapes = {"gate_weights": (e, i, h), "up_weights": (e, i, h), "down_weights": (e, h, i)}
@@ -423,6 +773,17 @@ class MoELayer(torch.nn.Module):
             self.register_parameter(name, param)
         self.reset_parameters()
 
+    @property
+    def _infer(self):
+        """The inference kernel that forwards under no_grad run (a GPU
+        target's), None for the layer's own."""
+        return self._infer_layer
+
+    @_infer.setter
+    def _infer(self, layer):
+        self._infer_layer = layer
+        self._infer_id = None if layer is None else _register(layer, self.layer.arg_names)
+
     def reset_parameters(self):
         """Normal weights with std 1/sqrt(fan-in) (the last dimension)."""
         with torch.no_grad():
@@ -433,15 +794,22 @@ class MoELayer(torch.nn.Module):
 
     def forward(self, x, top_experts, router_weights):
         weights = [getattr(self, n) for n in self._weight_names]
-        gpu = self.target != "cpu"
+        inputs = (("x", x), ("top_experts", top_experts), ("router_weights", router_weights))
+        # Under torch.compile the custom ops (what it traces); in eager mode
+        # the autograd functions, which take less than half the ops' host
+        # time (no dispatcher round trips, no pytree flattening of the
+        # tensor lists). Both run the same calls underneath.
+        compiling = torch.compiler.is_compiling()
+        names = list(self.layer.arg_names)
+        values = [x, top_experts, router_weights, *weights]
         if not torch.is_grad_enabled():
             # Inference: the layer's inference function, no context.
-            if gpu:
-                args = dict(zip(self.layer.arg_names,
-                                [x, top_experts, router_weights, *weights]))
-                return (self._infer or self.layer)(**args)
-            return _from_numpy(self.layer(**_arrays(
-                self.layer, self.layer._infer, [x, top_experts, router_weights, *weights])))
+            if not compiling:  # (a GPU layer also takes DLPack arrays here)
+                return _run_inference(self._infer or self.layer, names, values)
+            _check_tensors(inputs)
+            lid = self._layer_id if self._infer is None else self._infer_id
+            return torch.ops.mok.moe_infer(lid, x, top_experts, router_weights, weights)
+        _check_tensors(inputs)
         main_grads = {}
         if self.accumulate_main_grad:
             for name, p in zip(self._weight_names, weights):
@@ -452,9 +820,12 @@ class MoELayer(torch.nn.Module):
                                      "every weight parameter")
                 main_grads[name] = grad
                 p.grad_added_to_main_grad = True
-        function = GpuMoEFunction if gpu else MoEFunction
-        return function.apply(self.layer, main_grads, x, top_experts, router_weights,
-                              *weights)
+        if not compiling:
+            function = MoEFunction if self.target == "cpu" else GpuMoEFunction
+            return function.apply(self.layer, main_grads, *values)
+        _check_main_grads(main_grads, names, values)
+        return torch.ops.mok.moe_forward(self._layer_id, x, top_experts, router_weights,
+                                         weights, list(main_grads.values()))[0]
 
     def extra_repr(self):
         s = self.spec
