@@ -9,8 +9,9 @@
 
 The layer runs on the CPU target (the executable reference, CPU tensors)
 or on a GPU target (``target="sm_90a"``: CUDA tensors, the training
-forward and backward kernels of docs/Backward.md; the token count is
-fixed at compile time, ``spec.tokens``). bf16 activations and weights, f32
+forward and backward kernels of docs/Backward.md; for every token count
+up to ``spec.max_tokens`` with ``spec.tokens=None``, 8192 by default, or
+for the one ``spec.tokens``). bf16 activations and weights, f32
 router weights. A call with T = 0 tokens returns an empty output (and
 empty or zero gradients) without calling the layer; T above the layer's
 capacity (a loaded layer's ``max_tokens``; a GPU layer compiled for one T
@@ -653,8 +654,8 @@ class MoELayer(torch.nn.Module):
 
     `target`: "cpu" (the default) or a GPU target ("sm_90a", "sm_100a"):
     the layer then runs on CUDA `device` (None: torch's current one), with
-    its parameters there, for `spec.tokens` tokens (and T = 0, which calls
-    no kernel). torch.compile traces the module without graph breaks (the
+    its parameters there, for any T up to `spec.max_tokens` (tokens=None)
+    or for `spec.tokens` tokens (and T = 0, which calls no kernel). torch.compile traces the module without graph breaks (the
     module docstring). `artifact`: a
     ``mok.GpuTrainingArtifact`` compiled beforehand for `spec` (e.g. on a
     machine with the compiler) instead of compiling here.
@@ -725,9 +726,6 @@ class MoELayer(torch.nn.Module):
             self.layer = _compile(spec, target="cpu", recompute=recompute,
                                   cache_dir=cache_dir)
         else:
-            if spec.tokens is None and not hasattr(spec, "max_tokens"):
-                raise ValueError("spec.tokens: a GPU target compiles for one token count; "
-                                 "set it")
             if artifact is None:
                 artifact = _compile(spec, target=target, training=True, recompute=recompute,
                                     cache_dir=cache_dir, main_grads=bool(fuse_main_grad))
