@@ -1168,3 +1168,103 @@ def test_gpu_artifact_load_refuses_the_ep_group_before_loading(scalar, monkeypat
     # EP = 1 gets past the group, to torch.cuda (absent from the stub).
     with pytest.raises(AttributeError, match="cuda"):
         scalar.load(ep_group=(1, 0, 0))
+
+
+# A layer for any token count (LayerSpec(tokens=None, max_tokens=...)): the
+# runtime's checks at the call's T, and GpuLayer's T = 0 and capacity.
+ANY_T = mok.LayerSpec(hidden=512, intermediate=256, experts=8, top_k=2, padding=128,
+                      shared_intermediate=256, max_tokens=300)
+
+
+@pytest.fixture(scope="module")
+def any_t_forward():
+    return mok.compile(ANY_T, target="sm_90a")
+
+
+@pytest.fixture(scope="module")
+def any_t_training():
+    return mok.compile(ANY_T, target="sm_90a", training=True)
+
+
+def _any_t_inputs(torch, tokens, spec=ANY_T):
+    h, i, e, k, s = (spec.hidden, spec.intermediate, spec.experts, spec.top_k,
+                     spec.shared_intermediate)
+    bf = torch.bfloat16
+    return dict(x=torch.zeros(tokens, h, dtype=bf),
+                top_experts=torch.zeros(tokens, k, dtype=torch.int32),
+                router_weights=torch.zeros(tokens, k),
+                gate_weights=torch.zeros(e, i, h, dtype=bf),
+                up_weights=torch.zeros(e, i, h, dtype=bf),
+                down_weights=torch.zeros(e, h, i, dtype=bf),
+                shared_gate_weights=torch.zeros(s, h, dtype=bf),
+                shared_up_weights=torch.zeros(s, h, dtype=bf),
+                shared_down_weights=torch.zeros(h, s, dtype=bf))
+
+
+def test_any_t_metadata_says_which_rows_follow_t(any_t_forward):
+    meta = any_t_forward.metadata
+    assert meta["mok_metadata_version"] == 4
+    assert meta["any_tokens"] is True and meta["max_tokens"] == 300
+    params = {p["name"]: p for p in meta["params"]}
+    assert params["tokens"]["role"] == "tokens" and params["tokens"]["shape"] == []
+    assert params["x"]["shape"] == [300, 512] and params["x"]["call_rows"] == [1, 0]
+    assert params["route_row"]["call_rows"] == [2, 0]
+    assert params["row_route"]["call_rows"] == [2, 8 * 127]
+    assert "call_rows" not in params["gate_weights"]
+    rows = {m["buffer"]: m.get("call_rows") for m in meta["tensor_maps"]}
+    assert rows["x"] == [1, 0] and rows["shared_gate_weights"] is None
+
+
+def test_any_t_layer_checks_every_tensor_at_the_calls_t(any_t_forward, monkeypatch):
+    layer, torch = _cpu_gpu_layer(any_t_forward.metadata, monkeypatch)
+    assert layer.any_tokens and layer.max_tokens == 300
+    for tokens in (300, 1, 67):
+        out = layer(**_any_t_inputs(torch, tokens))
+        assert list(out.shape) == [tokens, 512]
+    assert len(layer._layer.calls) == 3
+    # Past the capacity: refused by GpuLayer, and by the runtime itself.
+    with raises(ValueError, "x: 301 tokens, more than this layer's capacity "
+                            "max_tokens = 300"):
+        layer(**_any_t_inputs(torch, 301))
+    args = _any_t_inputs(torch, 301)
+    with raises(mok.MokRuntimeError, "x: 301 tokens (rows); the layer takes 1 to "
+                                     "max_tokens = 300"):
+        layer._layer.layer.check(args, out=torch.empty(301, 512, dtype=torch.bfloat16))
+    zero = _any_t_inputs(torch, 0)
+    with raises(mok.MokRuntimeError, "x: 0 tokens (rows); the layer takes 1 to "
+                                     "max_tokens = 300 (T = 0 has nothing to compute"):
+        layer._layer.layer.check(zero, out=torch.empty(0, 512, dtype=torch.bfloat16))
+    # Every other tensor at the call's T.
+    args = _any_t_inputs(torch, 5)
+    args["top_experts"] = torch.zeros(6, 2, dtype=torch.int32)
+    with raises(ValueError, "top_experts: expected shape [5, 2], got [6, 2]"):
+        layer(**args)
+    args["top_experts"] = torch.zeros(5, 2, dtype=torch.int32)
+    with raises(mok.MokRuntimeError, "out"):
+        layer._layer.layer.check(args, out=torch.empty(6, 512, dtype=torch.bfloat16))
+    # T = 0: an empty output, no launch.
+    out = layer(**_any_t_inputs(torch, 0))
+    assert list(out.shape) == [0, 512] and len(layer._layer.calls) == 3
+
+
+def test_any_t_training_layer_sizes_its_context_for_the_call(any_t_training, monkeypatch):
+    layer, torch = _cpu_training_layer(any_t_training, monkeypatch)
+    assert layer.any_tokens and layer.max_tokens == 300
+    for tokens in (7, 300):
+        args = _any_t_inputs(torch, tokens)
+        out, ctx = layer.forward(**args)
+        assert list(out.shape) == [tokens, 512]
+        routed = tokens * 2 + 8 * 127
+        assert list(ctx.saved["routed_x"].shape) == [routed, 512]
+        assert list(ctx.saved["shared_hidden"].shape) == [tokens, 256]
+        d_out = torch.zeros(tokens, 512, dtype=torch.bfloat16)
+        grads = layer.backward(ctx, d_out)  # the runtime's checks of every tensor
+        assert list(grads["x"].shape) == [tokens, 512]
+        assert list(grads["gate_weights"].shape) == [8, 256, 512]
+    # T = 0: nothing launched, zero weight gradients.
+    calls = len(layer._backward._layer.calls)
+    out, ctx = layer.forward(**_any_t_inputs(torch, 0))
+    grads = layer.backward(ctx, torch.zeros(0, 512, dtype=torch.bfloat16))
+    assert len(layer._backward._layer.calls) == calls
+    assert list(grads["x"].shape) == [0, 512]
+    assert not grads["gate_weights"].any() and not grads["shared_down_weights"].any()

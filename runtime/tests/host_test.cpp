@@ -288,6 +288,39 @@ static void testLayerMetadata() {
       {R"({"mok_metadata_version": 5})", "expected mok_metadata_version 1 to 4"},
       {R"({"mok_metadata_version": 1, "kernel": "k", "block": 256, "cooperative": true,
            "dynamic_shared_memory": 0})", "metadata: missing or mistyped 'params'"},
+      // Version 4: a kernel for any token count.
+      {R"({"mok_metadata_version": 4, "kernel": "k", "block": 256, "cooperative": true,
+           "dynamic_shared_memory": 0, "params": [
+           {"name": "x", "role": "input", "dtype": "bf16", "shape": [8, 64],
+            "call_rows": [1, 0]}]})",
+       "metadata: params[0] ('x'): 'call_rows' in a kernel for one token count"},
+      {R"({"mok_metadata_version": 4, "kernel": "k", "block": 256, "cooperative": true,
+           "dynamic_shared_memory": 0, "params": [
+           {"name": "tokens", "role": "tokens", "dtype": "i64", "shape": []}]})",
+       "metadata: params[0]: role 'tokens' in a kernel for one token count"},
+      {R"({"mok_metadata_version": 4, "kernel": "k", "block": 256, "cooperative": true,
+           "dynamic_shared_memory": 0, "any_tokens": true, "max_tokens": 8, "params": [
+           {"name": "x", "role": "input", "dtype": "bf16", "shape": [9, 64],
+            "call_rows": [1, 0]}]})",
+       "metadata: params[0] ('x'): 'call_rows' [1, 0] at max_tokens = 8 is not its 9 rows"},
+      {R"({"mok_metadata_version": 4, "kernel": "k", "block": 256, "cooperative": true,
+           "dynamic_shared_memory": 0, "any_tokens": true, "max_tokens": 8, "params": [
+           {"name": "x", "role": "input", "dtype": "bf16", "shape": [8, 64],
+            "call_rows": [0, 8]}]})",
+       "metadata: params[0] ('x'): 'call_rows' must be [scale >= 1, offset >= 0]"},
+      {R"({"mok_metadata_version": 4, "kernel": "k", "block": 256, "cooperative": true,
+           "dynamic_shared_memory": 0, "any_tokens": true, "max_tokens": 8, "params": [
+           {"name": "tokens", "role": "tokens", "dtype": "i32", "shape": []}]})",
+       "metadata: params[0]: the call's token count (role 'tokens') must be an i64"},
+      {R"({"mok_metadata_version": 4, "kernel": "k", "block": 256, "cooperative": true,
+           "dynamic_shared_memory": 0, "any_tokens": true, "max_tokens": 8, "params": [
+           {"name": "x", "role": "input", "dtype": "bf16", "shape": [8, 64],
+            "call_rows": [1, 0]},
+           {"name": "out", "role": "output", "dtype": "bf16", "shape": [8, 64]}]})",
+       "metadata: a kernel for any token count without a parameter of role 'tokens'"},
+      {R"({"mok_metadata_version": 4, "kernel": "k", "block": 256, "cooperative": true,
+           "dynamic_shared_memory": 0, "any_tokens": true, "max_tokens": 0, "params": []})",
+       "metadata: 'max_tokens' must be an integer >= 1"},
       // Version 3: CTAs per cluster, 1 to 8.
       {R"({"mok_metadata_version": 3, "kernel": "k", "block": 256, "cooperative": true,
            "dynamic_shared_memory": 0, "cluster": 0, "params": []})",
