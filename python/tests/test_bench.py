@@ -184,6 +184,7 @@ def test_compile_lists_every_test_layer_once():
     names = [n for n, _, _ in layers]
     assert len(names) == len(set(names))
     assert set(names) == (set(cases.CASES) | set(cases.TRAIN_CASES) | set(cases.MAIN_GRAD_CASES)
+                          | set(cases.ANY_TOKENS_CASES)
                           | {n + "-profile" for n in comp.PROFILED})
     by_name = {n: (spec, options) for n, spec, options in layers}
     assert by_name["top1_clamp-profile"][1]["profile"] is True
@@ -872,3 +873,20 @@ def test_peers_chart_with_matplotlib(peers, tiny_run):
     assert written[1] == os.path.join(args.out, "peers_bench.png")
     with open(written[1], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_any_tokens_benchmark_compiles_fixed_and_any_t_twins():
+    from bench import any_tokens
+    from bench.shapes import SHAPES
+    layers = {n: (spec, options) for n, spec, options in any_tokens.layers_to_compile(
+        ["qwen3-30b"])}
+    assert sorted(layers) == ["qwen3-30b", "qwen3-30b-anyt", "qwen3-30b-anyt-train",
+                              "qwen3-30b-train"]
+    fixed, anyt = layers["qwen3-30b"][0], layers["qwen3-30b-anyt"][0]
+    assert fixed["tokens"] == SHAPES["qwen3-30b"]["tokens"] and "max_tokens" not in fixed
+    assert anyt["tokens"] is None and anyt["max_tokens"] == fixed["tokens"]
+    assert layers["qwen3-30b-anyt-train"][1] == {"training": True}
+    # Every spec is a valid LayerSpec.
+    import mok
+    for spec, _ in layers.values():
+        mok.LayerSpec(**spec)

@@ -121,9 +121,14 @@ def test_unsupported_target_and_ep(tmp_path):
         mok.compile(mok.LayerSpec(tokens=8, hidden=64, intermediate=128, experts=4, top_k=2,
                                   padding=64), target="sm_90a", training=True,
                     warp_specialize=True, cache_dir=str(tmp_path))
+    # A dynamic token count compiles with the default capacity; IR without
+    # one is refused by name.
     dynamic = mok.LayerSpec(hidden=16, intermediate=8, experts=4, top_k=2)
-    with pytest.raises(ValueError, match="a dynamic token count is not supported yet"):
-        mok.compile(dynamic, target="sm_90a", cache_dir=str(tmp_path))
+    assert mok.compile(dynamic, target="sm_90a",
+                       cache_dir=str(tmp_path)).metadata["max_tokens"] == 8192
+    with pytest.raises(ValueError, match="a dynamic token count needs a capacity, the "
+                                         "plan's max_tokens"):
+        mok.compile(dynamic.to_mlir(), target="sm_90a", cache_dir=str(tmp_path))
     spec = mok.LayerSpec(hidden=16, intermediate=8, experts=4, top_k=2, ep=2)
     with pytest.raises(ValueError, match="ep = 2"):
         mok.compile(spec)
