@@ -205,8 +205,12 @@ class GpuTrainingLayer:
             raise ValueError(f"tensors: expected {len(names)} tensors ({', '.join(names)}), "
                              f"got {len(tensors)}")
         n = len(inputs)
-        return Context(dict(zip(inputs, tensors[:n])),
-                       dict(zip(self.saved_names, tensors[n:])), self._tokens(),
+        given = dict(zip(inputs, tensors[:n]))
+        # The context's T: its x's rows (a layer for any T), not the last
+        # forward's.
+        x = given.get("x")
+        tokens = int(x.shape[0]) if getattr(x, "shape", None) else self._tokens()
+        return Context(given, dict(zip(self.saved_names, tensors[n:])), tokens,
                        self.bound_weights)
 
     @property
