@@ -88,16 +88,9 @@ static void addGPUToNVVM(OpPassManager &pm, const std::string &chip) {
   kernels.addPass(createReconcileUnrealizedCastsPass());
 }
 
-/// PTX text (assembled by the driver) in a gpu.binary a kernel module.
-static void addModuleToBinary(OpPassManager &pm, const std::string &toolkit) {
-  GpuModuleToBinaryPassOptions binary;
-  binary.compilationTarget = "isa";
-  binary.toolkitPath = toolkit; // libdevice, for expf
-  pm.addPass(createGpuModuleToBinaryPass(binary));
-}
-
 void mok::buildPTXStep(OpPassManager &pm, PTXStep step,
-                       const CompileOptions &options) {
+                       const CompileOptions &options,
+                       PTXEmissionTimes *times) {
   switch (step) {
   case PTXStep::Training:
     if (options.training) {
@@ -115,7 +108,9 @@ void mok::buildPTXStep(OpPassManager &pm, PTXStep step,
   case PTXStep::LLVM:
     return addGPUToNVVM(pm, options.chip);
   case PTXStep::PTX:
-    return addModuleToBinary(pm, options.resolvedToolkit());
+    // PTX text (assembled by the driver); the toolkit's libdevice for expf.
+    pm.addPass(createEmitPTXPass(options.resolvedToolkit(), times));
+    return;
   }
 }
 

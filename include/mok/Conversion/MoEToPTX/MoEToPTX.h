@@ -27,17 +27,37 @@ enum class PTXStep {
   /// The NVVM target attached, the kernels lowered to the LLVM dialect
   /// (NVVM): what the NVPTX backend gets.
   LLVM,
-  /// gpu-module-to-binary: PTX text in a gpu.binary a kernel.
+  /// PTX text in a gpu.binary a kernel module (createEmitPTXPass).
   PTX,
 };
 
 /// "training", "mk", "gpu", "llvm", "ptx".
 const char *stageName(PTXStep step);
 
+/// How long the parts of the PTX step took, in seconds, each summed over
+/// the kernel modules (which are emitted in parallel: the sum can exceed
+/// the step's wall time).
+struct PTXEmissionTimes {
+  double translate = 0; ///< the LLVM dialect to LLVM IR
+  double link = 0;      ///< libdevice linked in (what the kernels call)
+  double optimize = 0;  ///< LLVM's optimization pipeline (O3)
+  double codegen = 0;   ///< the NVPTX back end: the PTX text
+};
+
+/// The PTX step's pass: every gpu.module with an NVVM target becomes a
+/// gpu.binary holding its PTX (gpu-module-to-binary's format=isa, the
+/// modules serialized in parallel). `toolkit` holds libdevice; `times`, if
+/// given, has the parts' times added to it.
+std::unique_ptr<mlir::Pass>
+createEmitPTXPass(const std::string &toolkit,
+                  PTXEmissionTimes *times = nullptr);
+
 /// Adds the passes of `step` to `pm`, as `options` asks (the Training step
-/// adds nothing without options.training).
+/// adds nothing without options.training). `times`: the PTX step's
+/// timings (createEmitPTXPass).
 void buildPTXStep(mlir::OpPassManager &pm, PTXStep step,
-                  const CompileOptions &options);
+                  const CompileOptions &options,
+                  PTXEmissionTimes *times = nullptr);
 
 /// moe → one persistent megakernel (mk) → gpu/nvgpu → NVVM → PTX (in a
 /// gpu.binary): every step in order. The options are not checked here
