@@ -12,6 +12,7 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
@@ -40,19 +41,35 @@ void runPipeline(mok::Module &m, const std::string &pipeline) {
     raise(error);
 }
 
-/// The kernels, and the IR stages by name when asked for (else empty).
-std::pair<std::vector<mok::GpuKernel>, std::map<std::string, std::string>>
+/// The kernels, the IR stages asked for by name (`stages`: True for every
+/// stage, False for none, or a list of stage names), and where the time went
+/// ([(part, seconds)], GpuCompileRequest::times).
+std::tuple<std::vector<mok::GpuKernel>, std::map<std::string, std::string>,
+           std::vector<std::pair<std::string, double>>>
 compileGPU(const mok::Module &m, const mok::CompileOptions &options,
-           bool keepStages) {
+           nb::handle stages, const std::vector<std::string> &functions,
+           bool verifyEach) {
+  mok::GpuCompileRequest request;
+  request.functions = functions;
+  request.verifyEachPass = verifyEach;
+  if (nb::isinstance<nb::bool_>(stages)) {
+    if (nb::cast<bool>(stages))
+      request.stageNames = {"moe", "training", "mk", "gpu", "llvm"};
+  } else if (!nb::try_cast(stages, request.stageNames)) {
+    throw nb::type_error("stages: expected True, False or a list of stage "
+                         "names ('moe', 'training', 'mk', 'gpu', 'llvm')");
+  }
   std::string error;
   std::vector<mok::GpuKernel> kernels;
-  std::vector<mok::Stage> stages;
-  if (!m.compileGPU(options, kernels, error, keepStages ? &stages : nullptr))
+  if (!m.compileGPU(options, kernels, error, request))
     raise(error);
   std::map<std::string, std::string> byName;
-  for (mok::Stage &s : stages)
+  for (mok::Stage &s : request.stages)
     byName[s.name] = std::move(s.ir);
-  return {std::move(kernels), std::move(byName)};
+  std::vector<std::pair<std::string, double>> times;
+  for (const mok::StepTime &t : request.times)
+    times.emplace_back(t.name, t.seconds);
+  return {std::move(kernels), std::move(byName), std::move(times)};
 }
 
 std::unique_ptr<mok::HostExecutable> compileHost(const mok::Module &m) {
@@ -180,10 +197,17 @@ NB_MODULE(_mok, m) {
            "The func.func signatures, with layer operand names and roles.")
       .def("compile_gpu", &compileGPU, nb::arg("options"),
            nb::arg("stages") = false,
-           "(kernels, stages): the PTX and runtime metadata of every fused "
-           "layer, compiled with `options` (a CompileOptions: ValueError "
-           "naming what it refuses), and with stages=True the IR after each "
-           "step by name ('moe', 'training', 'mk', 'gpu', 'llvm').")
+           nb::arg("functions") = std::vector<std::string>(),
+           nb::arg("verify_each") = false,
+           "(kernels, stages, times): the PTX and runtime metadata of every "
+           "fused layer, compiled with `options` (a CompileOptions: "
+           "ValueError naming what it refuses); the IR after each step by "
+           "name, for stages=True ('moe', 'training', 'mk', 'gpu', 'llvm') "
+           "or those a list names; and [(part, seconds)], where the time "
+           "went. functions: the layer functions to compile (after the "
+           "training step: '<fn>_forward', '<fn>_backward'); default all. "
+           "verify_each: verify the IR after every pass, not once before "
+           "the PTX emission.")
       .def("__str__", &mok::Module::print);
 
   nb::class_<mok::HostExecutable>(m, "HostExecutable")

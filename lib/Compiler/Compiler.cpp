@@ -13,6 +13,8 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -20,6 +22,7 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/SourceMgr.h"
 
+#include <chrono>
 #include <cstring>
 #include <map>
 
@@ -239,31 +242,91 @@ static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
   return s;
 }
 
+/// Erases the functions of `module` that are not in `names` and that
+/// nothing calls; an error when a name has no function.
+static bool keepFunctions(ModuleOp module,
+                          const std::vector<std::string> &names,
+                          std::string &error) {
+  for (const std::string &name : names) {
+    if (module.lookupSymbol<func::FuncOp>(name))
+      continue;
+    error = "no function @" + name + " to compile; the module has";
+    for (auto func : module.getOps<func::FuncOp>())
+      error += " @" + func.getSymName().str();
+    return false;
+  }
+  for (auto func : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+    if (!llvm::is_contained(names, func.getSymName()) &&
+        SymbolTable::symbolKnownUseEmpty(func, module))
+      func.erase();
+  return true;
+}
+
+/// Every stage a GPU compile can print, in pipeline order.
+static constexpr StringLiteral kStageNames[] = {"moe", "training", "mk", "gpu",
+                                                "llvm"};
+
 bool Module::compileGPU(const CompileOptions &options,
                         std::vector<GpuKernel> &kernels, std::string &error,
                         std::vector<Stage> *stages) const {
+  GpuCompileRequest request;
+  if (stages)
+    request.stageNames.assign(std::begin(kStageNames), std::end(kStageNames));
+  if (!compileGPU(options, kernels, error, request))
+    return false;
+  if (stages)
+    for (Stage &s : request.stages)
+      stages->push_back(std::move(s));
+  return true;
+}
+
+bool Module::compileGPU(const CompileOptions &options,
+                        std::vector<GpuKernel> &kernels, std::string &error,
+                        GpuCompileRequest &request) const {
+  using Clock = std::chrono::steady_clock;
+  auto secondsSince = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
   if (std::string why = options.validate(); !why.empty()) {
     error = "invalid compile options: " + why;
     return false;
   }
+  for (const std::string &name : request.stageNames)
+    if (!llvm::is_contained(kStageNames, name)) {
+      error = "unknown stage '" + name +
+              "'; expected moe, training, mk, gpu or llvm";
+      return false;
+    }
   DiagnosticCollector diags(impl->ctx.get());
   OwningOpRef<ModuleOp> copy = cast<ModuleOp>((*impl->module)->clone());
+  double printing = 0;
   auto print = [&](const char *name) {
-    if (!stages)
+    if (!llvm::is_contained(request.stageNames, name))
       return;
+    Clock::time_point start = Clock::now();
     std::string ir;
     llvm::raw_string_ostream os(ir);
     copy->print(os);
-    stages->push_back({name, std::move(ir)});
+    request.stages.push_back({name, std::move(ir)});
+    printing += secondsSince(start);
   };
-  // Runs one step on the copy; prints the IR it leaves.
+  PTXEmissionTimes ptx;
+  // Runs one step on the copy; prints the IR it leaves, if asked to.
   auto step = [&](PTXStep s, const char *failure) {
+    Clock::time_point start = Clock::now();
     PassManager pm(impl->ctx.get());
-    buildPTXStep(pm, s, options);
+    pm.enableVerifier(request.verifyEachPass);
+    buildPTXStep(pm, s, options, &ptx);
     if (failed(pm.run(*copy))) {
       error = diags.take(failure);
       return false;
     }
+    // The IR the NVPTX back end gets is verified, once.
+    if (s == PTXStep::LLVM && failed(verify(*copy))) {
+      error = diags.take("lowering to the LLVM dialect left invalid IR");
+      return false;
+    }
+    request.times.push_back({stageName(s), secondsSince(start)});
     if (s != PTXStep::PTX)
       print(stageName(s));
     return true;
@@ -271,6 +334,9 @@ bool Module::compileGPU(const CompileOptions &options,
   print("moe");
   if (options.training &&
       !step(PTXStep::Training, "deriving the training functions failed"))
+    return false;
+  if (!request.functions.empty() &&
+      !keepFunctions(*copy, request.functions, error))
     return false;
   for (PTXStep s : {PTXStep::MK, PTXStep::GPU})
     if (!step(s, "lowering to GPU kernels failed"))
@@ -302,6 +368,11 @@ bool Module::compileGPU(const CompileOptions &options,
       it->second.ptx = cast<gpu::ObjectAttr>(o).getObject().getValue().str();
     kernels.push_back(std::move(it->second));
   }
+  request.times.push_back({"ptx.translate", ptx.translate});
+  request.times.push_back({"ptx.link", ptx.link});
+  request.times.push_back({"ptx.optimize", ptx.optimize});
+  request.times.push_back({"ptx.codegen", ptx.codegen});
+  request.times.push_back({"print", printing});
   return true;
 }
 

@@ -5,6 +5,7 @@ and keep their artifacts in an on-disk cache keyed on everything that
 decides the kernels."""
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 
 from . import _extensions
 from ._artifact import STAGE_NAMES, Stages
@@ -22,10 +24,18 @@ from ._options import CompileOptions, resolve_options
 from ._spec import DEFAULT_MAX_TOKENS, LayerSpec
 from ._version import __version__
 
-# The stages a cached GPU artifact keeps on disk beside its kernels: the
-# small ones. "gpu" and "llvm" (megabytes on the benchmark shapes) are
-# compiled again the first time they are read.
+# The stages a GPU compile prints, and a cached artifact keeps on disk
+# beside its kernels: the small ones. "gpu" and "llvm" (megabytes on the
+# benchmark shapes: printing them took longer than the rest of a forward
+# compile) are compiled again the first time they are read.
 _CACHED_STAGES = ("moe", "training", "mk")
+# Every stage the compiler prints ("ptx" is the kernels').
+_PRINTED_STAGES = ("moe", "training", "mk", "gpu", "llvm")
+
+# Where the time of the last compile in this process went: [(part, seconds)]
+# ("parse", then the compiler's parts: mok._mok's compile_gpu times, or
+# mok-compile --times); bench/compile_time.py reads it.
+_last_times = []
 
 
 def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_dir=None,
@@ -99,11 +109,17 @@ def _native_options(ext, target, options):
     return native
 
 
-def _compile_with_extension(source, name, target, functions, options):
-    """({function: GpuArtifact}, {stage: IR}) through mok._mok."""
+def _compile_with_extension(source, name, target, functions, options, stages):
+    """({function: GpuArtifact}, {stage: IR}) through mok._mok, the `stages`
+    printed; records where the time went in _last_times."""
+    global _last_times
     ext = _extensions.compiler()
+    start = time.perf_counter()
     module = ext.Module.parse(source, name)
-    kernels, stages = module.compile_gpu(_native_options(ext, target, options), stages=True)
+    parsed = time.perf_counter()
+    kernels, texts, times = module.compile_gpu(_native_options(ext, target, options),
+                                               stages=list(stages), functions=functions)
+    _last_times = [("parse", parsed - start)] + list(times)
     kernels = {k.function: k for k in kernels}
     arts = {}
     for function in functions:
@@ -111,7 +127,7 @@ def _compile_with_extension(source, name, target, functions, options):
             raise ValueError(f"no fused forward layer in @{function}")
         k = kernels[function]
         arts[function] = GpuArtifact(k.ptx, json.loads(k.metadata))
-    return arts, dict(stages)
+    return arts, dict(texts)
 
 
 def _tool_flags(options):
@@ -157,19 +173,23 @@ def _find_compiler():
     return None
 
 
-def _compile_with_tool(tool, source, target, functions, options):
+def _compile_with_tool(tool, source, target, functions, options, stages):
     """The same through the mok-compile binary (e.g. the static one carried
     to a GPU machine without MLIR), its stages written by --stages-dir."""
+    global _last_times
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "layer.mlir")
         with open(path, "w") as f:
             f.write(source)
         stages_dir = os.path.join(tmp, "stages")
+        selected = ["--stages-dir", stages_dir, "--stages", ",".join(stages)] if stages else []
+        named = [flag for f in functions for flag in ("--function", f)]
         proc = subprocess.run([tool, path, "--chip", target, "--toolkit", _toolkit(options),
-                               "-o", tmp, "--stages-dir", stages_dir] + _tool_flags(options),
+                               "-o", tmp, "--times"] + selected + named + _tool_flags(options),
                               capture_output=True, text=True)
         if proc.returncode:
             raise ValueError(proc.stderr.strip() or f"{tool} failed")
+        _last_times = _read_times(proc.stderr)
         arts = {}
         for function in functions:
             base = os.path.join(tmp, function)
@@ -177,6 +197,18 @@ def _compile_with_tool(tool, source, target, functions, options):
                 raise ValueError(f"no fused forward layer in @{function}")
             arts[function] = GpuArtifact.from_files(base)
         return arts, _read_stages(stages_dir, STAGE_NAMES)
+
+
+def _read_times(report):
+    """[(part, seconds)] from mok-compile --times' lines "<part> <seconds>"."""
+    times = []
+    for line in report.splitlines():
+        part, _, seconds = line.rpartition(" ")
+        try:
+            times.append((part, float(seconds)))
+        except ValueError:
+            pass  # not a time: a warning the compile printed
+    return times
 
 
 def _read_stages(directory, names):
@@ -190,15 +222,26 @@ def _read_stages(directory, names):
     return stages
 
 
+def _extension_file():
+    """The file of the mok._mok extension, found without importing it
+    (loading LLVM and MLIR takes longer than a cached compile); None
+    without it."""
+    loaded = sys.modules.get(f"{__package__}._mok")
+    if loaded is not None:
+        return loaded.__file__
+    try:
+        spec = importlib.util.find_spec(f"{__package__}._mok")
+    except (ImportError, ValueError):  # ValueError: a None in sys.modules
+        return None
+    return spec.origin if spec is not None else None
+
+
 def _compiler_identity():
     """The compiler a compile would use, for the cache key: the path, size
     and modification time of the mok._mok extension, or else of the
     mok-compile binary (so that a rebuilt compiler never gets the kernels
     of the one before it from the cache)."""
-    try:
-        path = _extensions.compiler().__file__
-    except ImportError:
-        path = _find_compiler()
+    path = _extension_file() or _find_compiler()
     if not path:
         return "no compiler"
     st = os.stat(path)
@@ -215,17 +258,18 @@ def _cache_key(source, target, function, options):
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _compile_fresh(source, name, target, functions, options):
-    """({function: GpuArtifact}, {stage: IR}), compiled now."""
+def _compile_fresh(source, name, target, functions, options, stages=_CACHED_STAGES):
+    """({function: GpuArtifact}, {stage: IR}), compiled now, with the
+    `stages` printed."""
     try:
-        return _compile_with_extension(source, name, target, functions, options)
+        return _compile_with_extension(source, name, target, functions, options, stages)
     except ImportError:
         tool = _find_compiler()
         if tool is None:
             raise ImportError("compiling for a GPU needs the compiler: the mok._mok "
                               "extension (build/python) or the mok-compile binary "
                               "(set MOK_COMPILER)") from None
-        return _compile_with_tool(tool, source, target, functions, options)
+        return _compile_with_tool(tool, source, target, functions, options, stages)
 
 
 def _ptx_stage(arts):
@@ -261,7 +305,8 @@ def _compile_gpu(source, name, target, function, cache_dir, options):
     names = [s for s in STAGE_NAMES if s != "training" or options.training]
 
     def regenerate():
-        again, fresh = _compile_fresh(source, name, target, functions, options)
+        again, fresh = _compile_fresh(source, name, target, functions, options,
+                                      _PRINTED_STAGES)
         fresh["ptx"] = _ptx_stage([again[f] for f in functions])
         return fresh
 

@@ -263,31 +263,33 @@ def test_tensor_cores_off_compiles_scalar_gemms(tmp_path):
 
 @pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
 def test_gpu_stages(target, tmp_path, monkeypatch):
-    """A GPU compile keeps the IR after each step, printed in the one
-    compile; a cached artifact keeps the small stages and compiles the
-    others again when they are first read."""
+    """A GPU compile prints the small stages; the large ones ("gpu",
+    "llvm") are compiled again, once, when first read, fresh or from the
+    cache, which keeps the small ones."""
     from mok import _compile
+    compiles = []
+    fresh = _compile._compile_fresh
+    monkeypatch.setattr(_compile, "_compile_fresh",
+                        lambda *a: compiles.append(a) or fresh(*a))
     art = mok.compile(TC_SPEC, target=target, cache_dir=str(tmp_path))
     assert isinstance(art, mok.Artifact) and art.target == target
     assert art.options == mok.CompileOptions()
     stages = art.stages
     assert list(stages) == ["moe", "mk", "gpu", "llvm", "ptx"]
+    assert set(stages.at_hand()) == {"moe", "mk", "ptx"} and len(compiles) == 1
     assert "moe.layer" in stages["moe"] and "mk.kernel" not in stages["moe"]
     # The megakernel schedule: mk ops in the kernel's gpu.func, no nvgpu yet.
     assert "mk.gemm" in stages["mk"] and "mk.grid_barrier" in stages["mk"]
-    assert "nvgpu." not in stages["mk"]
+    assert "nvgpu." not in stages["mk"] and len(compiles) == 1
     assert "gpu.func @moe_layer_forward" in stages["gpu"] and "mk.gemm" not in stages["gpu"]
     assert "nvgpu." in stages["gpu"] or "nvvm." in stages["gpu"]
     assert "llvm.func @moe_layer_forward" in stages["llvm"] and "nvvm." in stages["llvm"]
     assert f"#nvvm.target<O = 3, chip = \"{target}\"" in stages["llvm"]
-    assert stages["ptx"] == art.ptx
+    assert stages["ptx"] == art.ptx and len(compiles) == 2
     with pytest.raises(KeyError, match="no stage 'training' in this compile"):
         stages["training"]
     # From the cache: the small stages at once, the others compiled again.
-    compiles = []
-    fresh = _compile._compile_fresh
-    monkeypatch.setattr(_compile, "_compile_fresh",
-                        lambda *a: compiles.append(a) or fresh(*a))
+    compiles.clear()
     cached = mok.compile(TC_SPEC, target=target, cache_dir=str(tmp_path))
     assert cached.path == art.path and compiles == []
     assert set(cached.stages.at_hand()) == {"moe", "mk", "ptx"}
@@ -295,6 +297,67 @@ def test_gpu_stages(target, tmp_path, monkeypatch):
     assert cached.stages["mk"] == stages["mk"] and compiles == []
     assert cached.stages["llvm"] == stages["llvm"] and len(compiles) == 1
     assert dict(cached.stages) == dict(stages) and len(compiles) == 1
+
+
+def test_compile_gpu_prints_the_stages_asked_for():
+    """The extension prints every stage (stages=True), none, or those named;
+    an unknown name is an error naming it."""
+    ext = pytest.importorskip("mok._mok")
+    module = ext.Module.parse(SPEC.to_mlir())
+    options = ext.CompileOptions()
+    options.training = True
+    kernels, every, _ = module.compile_gpu(options, stages=True)
+    assert sorted(every) == ["gpu", "llvm", "mk", "moe", "training"]
+    _, none, _ = module.compile_gpu(options)
+    assert none == {}
+    again, some, _ = module.compile_gpu(options, stages=["mk", "moe"])
+    assert some == {"moe": every["moe"], "mk": every["mk"]}
+    assert [k.ptx for k in again] == [k.ptx for k in kernels]
+    with pytest.raises(ValueError, match="unknown stage 'ptx'; expected moe, training"):
+        module.compile_gpu(options, stages=["moe", "ptx"])
+    with pytest.raises(TypeError, match="stages: expected True, False or a list"):
+        module.compile_gpu(options, stages=3)
+
+
+def test_compile_gpu_compiles_the_functions_asked_for():
+    """functions= leaves the other layer functions out of the compile (a
+    training compile needs no inference kernel); a name without a function
+    is an error listing the module's."""
+    ext = pytest.importorskip("mok._mok")
+    module = ext.Module.parse(SPEC.to_mlir())
+    options = ext.CompileOptions()
+    options.training = True
+    every, stages, _ = module.compile_gpu(options, stages=["mk"])
+    assert sorted(k.function for k in every) == [
+        "moe_layer", "moe_layer_backward", "moe_layer_forward"]
+    assert "gpu.module @moe_layer_kernels" in stages["mk"]
+    wanted = ["moe_layer_forward", "moe_layer_backward"]
+    some, stages, _ = module.compile_gpu(options, stages=["mk"], functions=wanted)
+    assert sorted(k.function for k in some) == sorted(wanted)
+    assert "gpu.module @moe_layer_kernels" not in stages["mk"]
+    by_name = {k.function: k for k in every}
+    for k in some:
+        assert (k.ptx, k.metadata) == (by_name[k.function].ptx, by_name[k.function].metadata)
+    with pytest.raises(ValueError, match="no function @other to compile; the module has "
+                                         "@moe_layer @moe_layer_forward @moe_layer_backward"):
+        module.compile_gpu(options, functions=["other"])
+
+
+def test_compile_gpu_reports_where_the_time_went(tmp_path):
+    """compile_gpu's times name each step, the PTX step's parts and the
+    printing; mok.compile records them, after the parse, for the benchmark."""
+    ext = pytest.importorskip("mok._mok")
+    from mok import _compile
+    options = ext.CompileOptions()
+    options.training = True
+    _, _, times = ext.Module.parse(SPEC.to_mlir()).compile_gpu(options)
+    assert [name for name, _ in times] == [
+        "training", "mk", "gpu", "llvm", "ptx", "ptx.translate", "ptx.link",
+        "ptx.optimize", "ptx.codegen", "print"]
+    assert all(seconds >= 0 for _, seconds in times)
+    assert dict(times)["ptx.optimize"] > 0 and dict(times)["ptx.codegen"] > 0
+    mok.compile(SPEC, target="sm_100a", cache_dir=str(tmp_path))
+    assert [name for name, _ in _compile._last_times][:3] == ["parse", "mk", "gpu"]
 
 
 def test_training_stages(tmp_path):

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -36,8 +37,9 @@ static int usage(const char *why) {
       "       [--profile] [--warp-specialize] [--multicast]\n"
       "       [--dispatch auto|fused|copy | --fuse-dispatch | --copy-dispatch]\n"
       "       [--no-tensor-cores] [--training [--recompute] [--main-grads]]\n"
-      "       [--toolkit CUDA_DIR] [--stages-dir DIR] [--barrier-timeout-ms N]\n"
-      "       [--cubin]\n"
+      "       [--toolkit CUDA_DIR] [--stages-dir DIR [--stages LIST]]\n"
+      "       [--function NAME]... [--times] [--verify-each]\n"
+      "       [--barrier-timeout-ms N] [--cubin]\n"
       "       (--toolkit: libdevice (and ptxas); default $CUDA_HOME or\n"
       "        /usr/local/cuda;\n"
       "        --fuse-dispatch, --copy-dispatch: --dispatch fused, copy;\n"
@@ -48,6 +50,16 @@ static int usage(const char *why) {
       "        main_grad outputs;\n"
       "        --stages-dir: also write the IR after each step, DIR/moe.mlir,\n"
       "        training.mlir, mk.mlir, gpu.mlir, llvm.mlir;\n"
+      "        --stages: only these of them, comma-separated (gpu and llvm\n"
+      "        are megabytes on large layers and slow to print);\n"
+      "        --function: compile only this layer function's kernel\n"
+      "        (repeatable; with --training, <fn>_forward, <fn>_backward);\n"
+      "        default every layer function's;\n"
+      "        --times: print where the time went to stderr, a line a part:\n"
+      "        parse, the steps, the PTX step's parts summed over kernels\n"
+      "        (ptx.translate, ptx.link, ptx.optimize, ptx.codegen), print;\n"
+      "        --verify-each: verify the IR after every pass, not once before\n"
+      "        the PTX emission (slower; for finding a pass that breaks it);\n"
       "        --barrier-timeout-ms: debugging, bound every grid barrier's\n"
       "        wait; the runtime reports a barrier that timed out;\n"
       "        --cubin: also write <fn>.cubin, ptxas -arch=CHIP's machine code\n"
@@ -147,9 +159,10 @@ static bool writeCubin(const std::string &ptxas, const std::string &base,
 }
 
 int main(int argc, char **argv) {
-  std::string input, out, stagesDir;
+  std::string input, out, stagesDir, stageList;
   mok::CompileOptions options;
-  bool dispatchGiven = false, cubin = false;
+  mok::GpuCompileRequest request;
+  bool dispatchGiven = false, cubin = false, times = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](std::string &dst) {
@@ -160,8 +173,24 @@ int main(int argc, char **argv) {
     };
     if ((a == "-o" && value(out)) || (a == "--chip" && value(options.chip)) ||
         (a == "--toolkit" && value(options.toolkit)) ||
-        (a == "--stages-dir" && value(stagesDir)))
+        (a == "--stages-dir" && value(stagesDir)) ||
+        (a == "--stages" && value(stageList)))
       continue;
+    if (a == "--times") {
+      times = true;
+      continue;
+    }
+    if (a == "--verify-each") {
+      request.verifyEachPass = true;
+      continue;
+    }
+    if (a == "--function") {
+      std::string name;
+      if (!value(name) || name.empty())
+        return usage("--function needs a function name");
+      request.functions.push_back(name);
+      continue;
+    }
     bool *flag = a == "--profile"           ? &options.profile
                  : a == "--warp-specialize" ? &options.warpSpecialize
                  : a == "--multicast"       ? &options.multicast
@@ -223,6 +252,14 @@ int main(int argc, char **argv) {
     return usage("an input file and -o OUTDIR are required");
   if (std::string why = options.validate(); !why.empty())
     return usage(("invalid compile options: " + why).c_str());
+  if (!stageList.empty() && stagesDir.empty())
+    return usage("--stages selects what --stages-dir writes; give --stages-dir");
+  if (!stagesDir.empty()) {
+    std::stringstream names(stageList.empty() ? "moe,training,mk,gpu,llvm"
+                                              : stageList);
+    for (std::string name; std::getline(names, name, ',');)
+      request.stageNames.push_back(name);
+  }
   std::string ptxas;
   if (cubin) {
     std::string looked;
@@ -242,14 +279,21 @@ int main(int argc, char **argv) {
   std::stringstream source;
   source << file.rdbuf();
   std::string error;
+  auto parseStart = std::chrono::steady_clock::now();
   auto module = mok::Module::parse(source.str(), input, error);
   if (!module)
     return std::fprintf(stderr, "%s", error.c_str()), 1;
+  double parseSeconds = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - parseStart)
+                            .count();
   std::vector<mok::GpuKernel> kernels;
-  std::vector<mok::Stage> stages;
-  if (!module->compileGPU(options, kernels, error,
-                          stagesDir.empty() ? nullptr : &stages))
+  if (!module->compileGPU(options, kernels, error, request))
     return std::fprintf(stderr, "%s\n", error.c_str()), 1;
+  if (times) {
+    std::fprintf(stderr, "parse %.4f\n", parseSeconds);
+    for (const mok::StepTime &t : request.times)
+      std::fprintf(stderr, "%s %.4f\n", t.name.c_str(), t.seconds);
+  }
   if (!makeDirectory(out))
     return 1;
   for (const mok::GpuKernel &k : kernels) {
@@ -274,7 +318,7 @@ int main(int argc, char **argv) {
   if (!stagesDir.empty()) {
     if (!makeDirectory(stagesDir))
       return 1;
-    for (const mok::Stage &s : stages)
+    for (const mok::Stage &s : request.stages)
       if (!writeFile(stagesDir + "/" + s.name + ".mlir", s.ir))
         return 1;
   }

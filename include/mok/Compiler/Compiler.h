@@ -66,6 +66,41 @@ struct Stage {
   std::string ir;
 };
 
+/// The wall time of one part of a GPU compile, in seconds.
+struct StepTime {
+  std::string name;
+  double seconds = 0;
+};
+
+/// What a GPU compile is asked for beyond the kernels, and what it reports
+/// (Module::compileGPU).
+struct GpuCompileRequest {
+  /// The layer functions to compile kernels for, by their names after the
+  /// training step (with options.training, "<fn>_forward" and
+  /// "<fn>_backward"); the other functions that nothing calls are left out
+  /// of the compile after that step. Empty: every layer function.
+  std::vector<std::string> functions;
+  /// The stages to print into `stages`, by name (Stage: "moe", "training",
+  /// "mk", "gpu", "llvm"). The "gpu" and "llvm" stages are megabytes on
+  /// large layers, and printing them costs more than the steps that make
+  /// them; ask for the ones that are read.
+  std::vector<std::string> stageNames;
+  /// Verify the IR after every pass, as mok-opt does, instead of once,
+  /// before the PTX emission: for finding a pass that breaks the IR. The
+  /// verifier takes about a third of the lowering to the LLVM dialect on the
+  /// large kernels.
+  bool verifyEachPass = false;
+
+  /// Out: the stages asked for, in pipeline order.
+  std::vector<Stage> stages;
+  /// Out: where the time went, in order: each step ("training" with
+  /// options.training, "mk", "gpu", "llvm", "ptx"), the PTX step's parts
+  /// summed over the kernels, which are emitted in parallel
+  /// ("ptx.translate", "ptx.link", "ptx.optimize", "ptx.codegen"), and the
+  /// printing of the stages ("print"). Module::parse is not part of it.
+  std::vector<StepTime> times;
+};
+
 /// A module of the moe dialect (and whatever the pipelines lower it to).
 /// Errors are reported by returning false with a message in `error()`, which
 /// carries the diagnostics with their locations.
@@ -93,11 +128,17 @@ public:
   /// `options` say (checked first: CompileOptions::validate); with
   /// options.training, each layer's training forward and backward too
   /// (moe-generate-backward). One GpuKernel a layer function. `stages`, if
-  /// given, receives the IR between the steps (Stage), printed in this one
-  /// compile; the PTX is each kernel's.
+  /// given, receives the IR between the steps (Stage: every stage),
+  /// printed in this one compile; the PTX is each kernel's.
   bool compileGPU(const CompileOptions &options,
                   std::vector<GpuKernel> &kernels, std::string &error,
                   std::vector<Stage> *stages = nullptr) const;
+
+  /// The same for the functions and with the stages `request` names; its
+  /// out fields receive the stages and the times.
+  bool compileGPU(const CompileOptions &options,
+                  std::vector<GpuKernel> &kernels, std::string &error,
+                  GpuCompileRequest &request) const;
 
 private:
   Module();
