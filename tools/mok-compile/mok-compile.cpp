@@ -57,7 +57,8 @@ static int usage(const char *why) {
       "        default every layer function's;\n"
       "        --times: print where the time went to stderr, a line a part:\n"
       "        parse, the steps, the PTX step's parts summed over kernels\n"
-      "        (ptx.translate, ptx.link, ptx.optimize, ptx.codegen), print;\n"
+      "        (ptx.translate, ptx.link, ptx.optimize, ptx.codegen), print,\n"
+      "        and with --cubin, cubin (the kernels' ptxas, side by side);\n"
       "        --verify-each: verify the IR after every pass, not once before\n"
       "        the PTX emission (slower; for finding a pass that breaks it);\n"
       "        --barrier-timeout-ms: debugging, bound every grid barrier's\n"
@@ -114,9 +115,9 @@ static std::string findPtxas(const std::string &toolkit, std::string &looked) {
   return "";
 }
 
-/// Runs `argv` (argv[0] a path), its output going to ours; whether it
-/// exited 0.
-static bool run(const std::vector<std::string> &argv) {
+/// Starts `argv` (argv[0] a path), its output going to ours; its process
+/// id, or -1 (said on stderr) when it could not be started.
+static pid_t start(const std::vector<std::string> &argv) {
   std::vector<char *> args;
   for (const std::string &a : argv)
     args.push_back(const_cast<char *>(a.c_str()));
@@ -129,21 +130,34 @@ static bool run(const std::vector<std::string> &argv) {
                  std::strerror(errno));
     _exit(127);
   }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+  if (pid < 0)
     std::fprintf(stderr, "mok-compile: cannot run '%s': %s\n", args[0],
                  std::strerror(errno));
+  return pid;
+}
+
+/// Waits for a process start() started; whether it exited 0.
+static bool finish(pid_t pid) {
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0)
     return false;
-  }
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-/// <base>.cubin made by ptxas from <base>.ptx (which holds `ptx`) for
-/// `chip`, and <base>.cubin.json: the chip and the PTX's SHA-256, which
-/// the Python loader checks (python/mok/_artifact.py, read_cubin).
-static bool writeCubin(const std::string &ptxas, const std::string &base,
-                       const std::string &ptx, const std::string &chip) {
-  if (!run({ptxas, "-arch=" + chip, base + ".ptx", "-o", base + ".cubin"})) {
+/// Starts ptxas making <base>.cubin from <base>.ptx for `chip` (a kernel's
+/// ptxas runs beside the others': seconds each).
+static pid_t startCubin(const std::string &ptxas, const std::string &base,
+                        const std::string &chip) {
+  return start({ptxas, "-arch=" + chip, base + ".ptx", "-o", base + ".cubin"});
+}
+
+/// Once the ptxas `pid` of startCubin is done: <base>.cubin.json, the chip
+/// and the SHA-256 of the PTX (`ptx`) it was made from, which the Python
+/// loader checks (python/mok/_artifact.py, read_cubin).
+static bool writeCubin(pid_t pid, const std::string &ptxas,
+                       const std::string &base, const std::string &ptx,
+                       const std::string &chip) {
+  if (!finish(pid)) {
     std::fprintf(stderr, "mok-compile: %s -arch=%s %s.ptx failed\n",
                  ptxas.c_str(), chip.c_str(), base.c_str());
     return false;
@@ -289,13 +303,10 @@ int main(int argc, char **argv) {
   std::vector<mok::GpuKernel> kernels;
   if (!module->compileGPU(options, kernels, error, request))
     return std::fprintf(stderr, "%s\n", error.c_str()), 1;
-  if (times) {
-    std::fprintf(stderr, "parse %.4f\n", parseSeconds);
-    for (const mok::StepTime &t : request.times)
-      std::fprintf(stderr, "%s %.4f\n", t.name.c_str(), t.seconds);
-  }
   if (!makeDirectory(out))
     return 1;
+  auto cubinStart = std::chrono::steady_clock::now();
+  std::vector<pid_t> assembling;
   for (const mok::GpuKernel &k : kernels) {
     for (auto [ext, text] :
          {std::pair<const char *, const std::string *>{".ptx", &k.ptx},
@@ -307,13 +318,29 @@ int main(int argc, char **argv) {
     }
     std::string base = out + "/" + k.function;
     if (cubin) {
-      if (!writeCubin(ptxas, base, k.ptx, options.chip))
-        return 1;
+      assembling.push_back(startCubin(ptxas, base, options.chip));
     } else {
       // No cubin is left beside PTX it was not made from.
       std::remove((base + ".cubin").c_str());
       std::remove((base + ".cubin.json").c_str());
     }
+  }
+  bool assembled = true;
+  for (size_t i = 0; i < assembling.size(); ++i)
+    assembled &= writeCubin(assembling[i], ptxas,
+                            out + "/" + kernels[i].function, kernels[i].ptx,
+                            options.chip);
+  if (!assembled)
+    return 1;
+  if (times) {
+    std::fprintf(stderr, "parse %.4f\n", parseSeconds);
+    for (const mok::StepTime &t : request.times)
+      std::fprintf(stderr, "%s %.4f\n", t.name.c_str(), t.seconds);
+    if (cubin)
+      std::fprintf(stderr, "cubin %.4f\n",
+                   std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - cubinStart)
+                       .count());
   }
   if (!stagesDir.empty()) {
     if (!makeDirectory(stagesDir))
