@@ -4,7 +4,7 @@
 (needs the compiler: the mok._mok extension, or the mok-compile binary
 named by $MOK_COMPILER; no GPU):
 
-    PYTHONPATH=build/python python3 -m bench.compile_time [--runs 3] \\
+    PYTHONPATH=build/python python3 -m bench.compile_time [--runs=3] \\
         [--targets sm_90a sm_100a] [--forms forward training] \\
         [--json compile-time.json] [SHAPE...]
 
