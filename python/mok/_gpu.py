@@ -463,8 +463,6 @@ class GpuLayer:
                             device=self.device)
             if self.poison_outputs:
                 _poison(t)
-            if self._call_tokens == 0 and not p.get("call_rows"):
-                t.zero_()  # T = 0 launches nothing: a gradient of nothing is 0
             tensors[n] = results[n] = t
         return tensors, results
 

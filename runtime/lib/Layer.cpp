@@ -989,8 +989,10 @@ static mok_status updateTensorMaps(mok_layer layer,
                          : static_cast<uintptr_t>(layer->workspace[m.param]);
     appendDenseSlots(data, mok_dtype_size(layer->params[m.param].dtype),
                      m.experts, m.rows, m.rowStride, key);
-    // (Any T: the map ends at the call's rows; a new T is a new map.)
-    key.back().rows = m.callRows(layer->callTokens);
+    // Any T: the map (one slot) ends at the call's rows; a new T is a new
+    // map.
+    if (m.rowsScale)
+      key.back().rows = m.callRows(layer->callTokens);
   }
   const Driver *d = layer->module->driver;
   if (CUresult r = d->ctxSetCurrent(layer->module->context); r != CUDA_SUCCESS)

@@ -7,39 +7,20 @@ first; T past the capacity refused by name, T = 0 answered without a launch,
 and a CUDA graph captured for one T. The cases are bench/cases.py's
 ANY_TOKENS_CASES, compiled by `python3 -m bench.compile tests`.
 """
-import os
 
 import pytest
 
-import mok
 from bench import torch_reference
 from bench.cases import ANY_TOKENS_CASES, call_tokens
+from gpu_layers import forward_layer, fresh_seed, training_layer
 from gpu_results import BACKWARD_RESULTS, RESULTS
 
-ARTIFACTS = os.environ.get("MOK_GPU_ARTIFACTS", "gpu-artifacts")
 REL_BOUND = 1e-2
 
 FORWARD = [n for n, c in ANY_TOKENS_CASES.items() if not c.get("training")]
 TRAINING = [n for n, c in ANY_TOKENS_CASES.items() if c.get("training")]
 
 
-def _seed():
-    return int.from_bytes(os.urandom(4), "little")
-
-
-def _forward_layer(name):
-    path = os.path.join(ARTIFACTS, name, "moe_layer")
-    if not os.path.exists(path + ".ptx"):
-        pytest.fail(f"{path}.ptx is missing: run python3 -m bench.compile tests")
-    return mok.GpuArtifact.from_files(path).load(poison_outputs=True)
-
-
-def _training_layer(name):
-    directory = os.path.join(ARTIFACTS, name)
-    if not os.path.exists(os.path.join(directory, "moe_layer_backward.ptx")):
-        pytest.fail(f"{directory}/moe_layer_backward.ptx is missing: run "
-                    "python3 -m bench.compile tests")
-    return mok.GpuTrainingArtifact.from_files(directory).load(poison_outputs=True)
 
 
 def _check_out(name, c, tokens, out, ref):
@@ -57,9 +38,9 @@ def _check_out(name, c, tokens, out, ref):
 def test_forward_at_every_token_count(name):
     import torch
     c = ANY_TOKENS_CASES[name]
-    layer = _forward_layer(name)
+    layer = forward_layer(name)
     assert layer.any_tokens and layer.max_tokens == c["max_tokens"]
-    gen = torch.Generator().manual_seed(_seed())
+    gen = torch.Generator().manual_seed(fresh_seed())
     # Largest first, then smaller: rows a larger call left in the workspace
     # must not leak into a smaller one.
     for tokens in reversed(call_tokens(c)):
@@ -74,9 +55,9 @@ def test_forward_at_every_token_count(name):
 def test_training_at_every_token_count(name):
     import torch
     c = ANY_TOKENS_CASES[name]
-    layer = _training_layer(name)
+    layer = training_layer(name)
     assert layer.any_tokens and layer.max_tokens == c["max_tokens"]
-    gen = torch.Generator().manual_seed(_seed())
+    gen = torch.Generator().manual_seed(fresh_seed())
     for tokens in reversed(call_tokens(c)):
         args = torch_reference.make_inputs(c, gen, tokens=tokens)
         d_out = torch.randn(tokens, c["hidden"], generator=gen).to(torch.bfloat16).cuda()
@@ -108,7 +89,7 @@ def test_training_at_every_token_count(name):
 def test_tokens_past_the_capacity_are_refused(name):
     import torch
     c = ANY_TOKENS_CASES[name]
-    layer = _forward_layer(name)
+    layer = forward_layer(name)
     args = torch_reference.make_inputs(c, torch.Generator().manual_seed(1),
                                        tokens=c["max_tokens"] + 1)
     with pytest.raises(ValueError, match=rf"x: {c['max_tokens'] + 1} tokens, more than "
@@ -123,7 +104,7 @@ def test_zero_tokens_launch_nothing(name):
     c = ANY_TOKENS_CASES[name]
     args = torch_reference.make_inputs(c, torch.Generator().manual_seed(2), tokens=0)
     if c.get("training"):
-        layer = _training_layer(name)
+        layer = training_layer(name)
         out, ctx = layer.forward(**args)
         grads = layer.backward(ctx, torch.empty(0, c["hidden"], dtype=torch.bfloat16,
                                                 device="cuda"))
@@ -132,7 +113,7 @@ def test_zero_tokens_launch_nothing(name):
             if n.endswith("_weights") and n != "router_weights":
                 assert torch.count_nonzero(g) == 0, f"d_{n}: a gradient of no tokens is 0"
     else:
-        layer = _forward_layer(name)
+        layer = forward_layer(name)
         out = layer(**args)
     assert list(out.shape) == [0, c["hidden"]]
 
@@ -141,8 +122,8 @@ def test_cuda_graph_of_one_token_count():
     import torch
     name = "anyt_top1_clamp"
     c = ANY_TOKENS_CASES[name]
-    layer = _forward_layer(name)
-    gen = torch.Generator().manual_seed(_seed())
+    layer = forward_layer(name)
+    gen = torch.Generator().manual_seed(fresh_seed())
     args = torch_reference.make_inputs(c, gen, tokens=67)
     static = {n: t.clone() for n, t in args.items()}
     out = torch.empty(67, c["hidden"], dtype=torch.bfloat16, device="cuda")

@@ -15,15 +15,14 @@ every launch (docs/Reliability.md lists the behaviours).
 compute-sanitizer's memcheck runs the bad ids too (scripts/gpu/sanitize.sh,
 its bad_routing: layers): no access outside the tensors.
 """
-import os
 
 import pytest
 
 import mok
 from bench import torch_reference
 from bench.cases import CASES, TRAIN_CASES
+from gpu_layers import forward_layer, fresh_seed, training_layer
 
-ARTIFACTS = os.environ.get("MOK_GPU_ARTIFACTS", "gpu-artifacts")
 REL_BOUND = 1e-2
 
 # The SIMT plan, the wgmma plan (fused dispatch), a shared expert with int64
@@ -39,20 +38,6 @@ def _checks_restored():
     mok.set_error_checks(previous)
 
 
-def _seed():
-    return int.from_bytes(os.urandom(4), "little")
-
-
-def _forward_layer(name):
-    path = os.path.join(ARTIFACTS, name, "moe_layer")
-    if not os.path.exists(path + ".ptx"):
-        pytest.fail(f"{path}.ptx is missing: run python3 -m bench.compile tests")
-    return mok.GpuArtifact.from_files(path).load(poison_outputs=True)
-
-
-def _training_layer(name):
-    return mok.GpuTrainingArtifact.from_files(os.path.join(ARTIFACTS, name)).load(
-        poison_outputs=True)
 
 
 def _bad_ids(c, args, gen):
@@ -80,8 +65,8 @@ def _rel(got, ref):
 def test_out_of_range_expert_ids_are_dropped_and_reported(name):
     import torch
     c = CASES[name]
-    layer = _forward_layer(name)
-    gen = torch.Generator().manual_seed(_seed())
+    layer = forward_layer(name)
+    gen = torch.Generator().manual_seed(fresh_seed())
     args = torch_reference.make_inputs(c, gen)
     bad, dropped, routes = _bad_ids(c, args, gen)
     mok.set_error_checks("off")
@@ -119,8 +104,8 @@ def test_out_of_range_expert_ids_are_dropped_and_reported(name):
 def test_out_of_range_expert_ids_in_training(name):
     import torch
     c = TRAIN_CASES[name]
-    layer = _training_layer(name)
-    gen = torch.Generator().manual_seed(_seed())
+    layer = training_layer(name)
+    gen = torch.Generator().manual_seed(fresh_seed())
     args = torch_reference.make_inputs(c, gen)
     bad, dropped, _ = _bad_ids(c, args, gen)
     d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
@@ -164,8 +149,8 @@ def test_nan_and_inf_stay_in_their_tokens(name):
     c = CASES[name]
     if c["tokens"] < 8:
         pytest.skip("needs a few clean tokens")
-    layer = _forward_layer(name)
-    gen = torch.Generator().manual_seed(_seed())
+    layer = forward_layer(name)
+    gen = torch.Generator().manual_seed(fresh_seed())
     args, tokens = _nonfinite(c, torch_reference.make_inputs(c, gen), gen)
     out = layer(**args).double()
     layer.check_errors()  # NaN is not a routing error
@@ -184,8 +169,8 @@ def test_nan_in_training_stays_in_its_token_for_d_x():
     import torch
     name = "train_small_shared"
     c = TRAIN_CASES[name]
-    layer = _training_layer(name)
-    gen = torch.Generator().manual_seed(_seed())
+    layer = training_layer(name)
+    gen = torch.Generator().manual_seed(fresh_seed())
     args, tokens = _nonfinite(c, torch_reference.make_inputs(c, gen), gen)
     d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
     out, ctx = layer.forward(**args)
@@ -221,8 +206,8 @@ def _routing(c, pattern, gen):
 def test_extreme_routings_match_the_reference(name, pattern):
     import torch
     c = CASES[name]
-    layer = _forward_layer(name)
-    gen = torch.Generator().manual_seed(_seed())
+    layer = forward_layer(name)
+    gen = torch.Generator().manual_seed(fresh_seed())
     args = torch_reference.make_inputs(c, gen)
     top = _routing(c, pattern, gen)
     args["top_experts"] = top.to(args["top_experts"].dtype).cuda()
@@ -242,8 +227,8 @@ def test_extreme_routings_in_training(pattern):
     import torch
     name = "train_shared_tall"
     c = TRAIN_CASES[name]
-    layer = _training_layer(name)
-    gen = torch.Generator().manual_seed(_seed())
+    layer = training_layer(name)
+    gen = torch.Generator().manual_seed(fresh_seed())
     args = torch_reference.make_inputs(c, gen)
     args["top_experts"] = _routing(c, pattern, gen).to(args["top_experts"].dtype).cuda()
     d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
