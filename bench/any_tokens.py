@@ -14,6 +14,8 @@ against T) in --out.
     python3 -m bench.any_tokens compile bench-artifacts
     # on the GPU machine (the runtime extension built, bench-artifacts/):
     python3 -m bench.any_tokens run --artifacts bench-artifacts --out $OUT
+    # the chart again, from a run's JSON:
+    python3 -m bench.any_tokens chart any_tokens.json any_tokens.png
 """
 import argparse
 import json
@@ -128,6 +130,12 @@ def _chart(result, path):
                            ("mok_step_ms", "mok step (any T)"),
                            ("torch_step_ms", "PyTorch step")):
             ax.plot(ts, [e[key] for e in row["by_tokens"]], marker="o", label=label)
+        # The layers compiled for the shape's own T, timed there beside the
+        # any-T layer (the last points of the lines above).
+        ax.plot([row["tokens"]], [row["forward_fixed_ms"]], marker="x", markersize=10,
+                linestyle="none", color="black", label=f"mok forward (fixed T = {row['tokens']})")
+        ax.plot([row["tokens"]], [row["step_fixed_ms"]], marker="+", markersize=12,
+                linestyle="none", color="black", label=f"mok step (fixed T = {row['tokens']})")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("tokens T")
@@ -153,7 +161,14 @@ def main(argv=None):
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--budget", type=float, default=2.0, help="seconds per layer and shape")
     r.add_argument("--commit", default="unknown")
+    ch = sub.add_parser("chart", help="draw the chart of a run's JSON again")
+    ch.add_argument("json")
+    ch.add_argument("png")
     args = parser.parse_args(argv)
+    if args.command == "chart":
+        with open(args.json) as f:
+            _chart(json.load(f), args.png)
+        return 0
     return compile_main(args) if args.command == "compile" else run_main(args)
 
 

@@ -78,12 +78,18 @@ def forward(a, experts, swiglu_limit=None):
 
 
 def relative_error(got, ref):
-    """sum|got - ref| / sum|ref|, NaN if `got` holds a NaN."""
+    """sum|got - ref| / sum|ref|, NaN if `got` holds a NaN. Where `ref` is
+    all zeros (e.g. one token whose routes are all dropped) the error is
+    sum|got|: 0 for an exact zero, else at least that sum, never 0/0."""
     import torch
     got = got.double()
     if torch.isnan(got).any():
         return float("nan")
-    return ((got - ref).abs().sum() / ref.abs().sum()).item()
+    scale = ref.abs().sum()
+    diff = (got - ref).abs().sum()
+    if scale == 0:
+        return diff.item()
+    return (diff / scale).item()
 
 
 def backward(a, d_out, experts, swiglu_limit=None):

@@ -890,3 +890,18 @@ def test_any_tokens_benchmark_compiles_fixed_and_any_t_twins():
     import mok
     for spec, _ in layers.values():
         mok.LayerSpec(**spec)
+
+
+def test_relative_error_of_an_all_zero_reference():
+    """One token whose routes are all dropped has an all-zero output: the
+    error is then the output's own size, 0 for exact zeros, never 0/0."""
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+    from bench import torch_reference
+    zero = torch.zeros(1, 8, dtype=torch.float64)
+    assert torch_reference.relative_error(torch.zeros(1, 8, dtype=torch.bfloat16), zero) == 0.0
+    assert torch_reference.relative_error(torch.ones(1, 8, dtype=torch.bfloat16), zero) == 8.0
+    ref = torch.ones(2, 4, dtype=torch.float64)
+    assert torch_reference.relative_error(ref * 1.5, ref) == pytest.approx(0.5)
+    nan = torch.full((1, 8), float("nan"), dtype=torch.bfloat16)
+    assert torch_reference.relative_error(nan, zero) != torch_reference.relative_error(nan, zero)

@@ -197,8 +197,15 @@ def test_opcheck(name):
     weights = list(moe.parameters())
     main_grads = ([torch.zeros(w.shape, dtype=torch.float32, device=w.device) for w in weights]
                   if moe.accumulate_main_grad else [])
+    # moe_forward's saved context holds rows no kernel writes (routed rows
+    # past the experts' padded counts; never read by the backward), so two
+    # calls differ there and AOT dispatch's eager-vs-traced comparison of
+    # every output cannot hold: its outputs and gradients are compared bit
+    # for bit under torch.compile by test_compiled_module_is_eager_bitwise.
     result = torch.library.opcheck(torch.ops.mok.moe_forward.default,
-                                   (lid, x, top, rw, weights, main_grads))
+                                   (lid, x, top, rw, weights, main_grads),
+                                   test_utils=("test_schema", "test_autograd_registration",
+                                               "test_faketensor"))
     assert set(result.values()) == {"SUCCESS"}, result
     detached = [w.detach() for w in weights]
     outs = torch.ops.mok.moe_forward(lid, x.detach(), top, rw.detach(), detached, [])
