@@ -49,7 +49,7 @@ class Fake:
     def __init__(self):
         self.lib = ctypes.CDLL(FAKE)
         for name in ("live_allocations", "live_bytes", "live_modules", "context_retains",
-                     "bad_releases", "launches", "tensor_maps", "live_links"):
+                     "bad_releases", "launches", "tensor_maps"):
             getattr(self.lib, "mok_fake_cuda_" + name).restype = ctypes.c_int64
         self.lib.mok_fake_cuda_cubin.restype = ctypes.c_size_t
         self.lib.mok_fake_cuda_cubin.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
@@ -66,7 +66,7 @@ class Fake:
 
     def clean(self):
         return {n: self.count(n) for n in ("live_allocations", "live_modules",
-                                           "context_retains", "bad_releases", "live_links")}
+                                           "context_retains", "bad_releases")}
 
     def cubin(self, chip, ptx):
         """The stand-in's cubin of `ptx`'s kernels for `chip` (bytes)."""
@@ -160,12 +160,8 @@ def driver_failures(seed, cases):
     are gone."""
     fake, g = Fake(), random.Random(f"{seed}/failures")
     report = {"errors": {}, "problems": []}
-    # (With the cubin cache, $MOK_CACHE_DIR: the first load compiles through
-    # the linker, later ones load the cached cubin.)
     load_calls = ["cuDeviceGetAttribute", "cuModuleLoadDataEx", "cuMemAlloc", "cuMemsetD8",
-                  "cuCtxSetCurrent", "cuDevicePrimaryCtxRetain", "cuDeviceGetCount",
-                  "cuModuleLoadData", "cuLinkCreate", "cuLinkAddData", "cuLinkComplete",
-                  "cuDriverGetVersion"]
+                  "cuCtxSetCurrent", "cuDevicePrimaryCtxRetain", "cuDeviceGetCount"]
     forward_calls = ["cuStreamIsCapturing", "cuTensorMapEncodeTiled", "cuMemcpyHtoDAsync",
                      "cuLaunchCooperativeKernel", "cuModuleGetFunction", "cuCtxSetCurrent"]
     meta = dict(RT_META, zero_before_first_launch=["grid_barrier"])
@@ -272,20 +268,9 @@ def leaks(seed, cases):
     print(json.dumps({"after_run": fake.clean(), "kept": len(kept)}))
 
 
-def _entry(path):
-    """(key text, the rest of the head, cubin) of a cubin cache entry."""
-    with open(path, "rb") as f:
-        data = f.read()
-    key, rest = data.split(b"size ", 1)
-    head, cubin = rest.split(b"\n\n", 1)
-    return key.decode(), "size " + head.decode(), cubin
-
-
 def cubin_loads(seed, cases):
-    """Layers loaded from a given cubin, from the runtime's cubin cache
-    ($MOK_CACHE_DIR/cubin) and from the PTX, through mok._runtime; the
-    cache's entries checked against hashlib; artifacts carrying a cubin."""
-    import hashlib
+    """Layers loaded from a given cubin and from the PTX, through
+    mok._runtime; artifacts carrying a cubin."""
     import tempfile
     fake = Fake()
     args, out = _good()
@@ -298,20 +283,9 @@ def cubin_loads(seed, cases):
         layer.forward(args, out=out)
         return [before, list(layer.load_source)]
 
-    links = fake.calls("cuLinkComplete")
+    jits = fake.calls("cuModuleLoadDataEx")
     report["first"] = load(PTX)
-    report["second"] = load(PTX)
-    report["links"] = fake.calls("cuLinkComplete") - links
-    directory = os.path.join(os.environ["MOK_CACHE_DIR"], "cubin")
-    entries = sorted(os.listdir(directory))
-    report["entries"] = entries
-    key, head, cubin = _entry(os.path.join(directory, entries[0]))
-    report["entry"] = {
-        "name": entries[0] == hashlib.sha256(key.encode()).hexdigest() + ".cubin",
-        "ptx": f"\nptx {hashlib.sha256(PTX.encode()).hexdigest()}\n" in key,
-        "sum": head == f"size {len(cubin)}\nsha256 {hashlib.sha256(cubin).hexdigest()}",
-        "key": key,
-    }
+    report["jits"] = fake.calls("cuModuleLoadDataEx") - jits
     ours, theirs = fake.cubin("sm_90a", PTX), fake.cubin("sm_100a", PTX)
     report["given"] = load(PTX, ours)[1]
     report["alone"] = load(None, ours)[1]

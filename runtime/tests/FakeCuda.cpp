@@ -5,10 +5,9 @@
 // failure path run on machines without a GPU. "Device" memory is host
 // memory (filled with 0xA5 bytes when allocated, so zeroing shows); modules
 // remember the `.entry` names of their PTX; launches run nothing and are
-// counted. Its "cubins" (what its linker makes, mok_fake_cuda_cubin) are an
-// ELF header for the CUDA machine, then text: the chip they are for and
-// the kernels; it loads one only on a device of that chip, as the driver
-// does. The mok_fake_cuda_* functions let a test see what is still
+// counted. Its "cubins" (made by mok_fake_cuda_cubin) are an ELF header for
+// the CUDA machine, then text: the chip they are for and the kernels; it
+// loads one only on a device of that chip, as the driver does. The mok_fake_cuda_* functions let a test see what is still
 // allocated, loaded or retained (through dlopen of the same path, or
 // ctypes), so it can check that nothing leaks.
 //
@@ -41,23 +40,11 @@ struct Module {
   std::vector<std::unique_ptr<Function>> functions; // handed out, by kernel
 };
 
-/// A link in progress (cuLinkCreate .. cuLinkDestroy).
-struct Link {
-  std::string chip; // what its cubin is for: "sm_90", "sm_90a"
-  char *log = nullptr;
-  size_t logSize = 0;
-  std::vector<std::string> kernels;
-  bool added = false;
-  std::vector<char> cubin; // cuLinkComplete's, owned by the link
-};
-
 struct State {
   std::mutex mutex;
   std::map<uintptr_t, size_t> allocations; // base -> bytes
   std::set<Module *> modules;
-  std::set<Link *> links;
   int computeCapability = 0; // 0: MOK_FAKE_CUDA_CC, else 90
-  int driverVersion = 13000;
   int64_t retains = 0;     // primary-context retains minus releases
   int64_t launches = 0;
   int64_t badReleases = 0; // frees/unloads/releases of what is not live
@@ -236,8 +223,6 @@ CUresult moduleLoadDataEx(CUmodule *out, const void *image, unsigned n,
 }
 
 constexpr size_t kElfHeader = 64;
-// CU_TARGET_COMPUTE_90A is this plus 90.
-constexpr unsigned kSpecificTarget = 0x10000;
 const char kCubinTag[] = "mok-fake-cubin ";
 
 /// A cubin of the stand-in: an ELF header (64-bit, little-endian, the CUDA
@@ -284,97 +269,6 @@ CUresult moduleLoadData(CUmodule *out, const void *image) {
     kernels.emplace_back(e, std::strcspn(e, "\n"));
   }
   return loadModule(out, std::move(kernels));
-}
-
-CUresult driverGetVersion(int *version) {
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  *version = s.driverVersion;
-  return CUDA_SUCCESS;
-}
-
-CUresult linkCreate(unsigned n, CUjit_option *options, void **values,
-                    CUlinkState *out) {
-  auto link = new Link;
-  logBuffer(n, options, values, link->log, link->logSize);
-  link->chip = "sm_" + std::to_string(computeCapability());
-  for (unsigned i = 0; i < n; ++i)
-    if (options[i] == CU_JIT_TARGET) {
-      auto target = static_cast<unsigned>(reinterpret_cast<uintptr_t>(values[i]));
-      bool specific = target & kSpecificTarget;
-      link->chip = "sm_" + std::to_string(target & ~kSpecificTarget) +
-                   (specific ? "a" : "");
-    }
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.links.insert(link);
-  *out = reinterpret_cast<CUlinkState>(link);
-  return CUDA_SUCCESS;
-}
-
-/// The live link `state`, or null (lock held).
-Link *liveLink(State &s, CUlinkState handle) {
-  auto link = reinterpret_cast<Link *>(handle);
-  return s.links.count(link) ? link : nullptr;
-}
-
-CUresult linkAddData(CUlinkState handle, CUjitInputType type, void *data,
-                     size_t size, const char *, unsigned, CUjit_option *,
-                     void **) {
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  Link *link = liveLink(s, handle);
-  if (!link)
-    return CUDA_ERROR_INVALID_HANDLE;
-  if (type != CU_JIT_INPUT_PTX || !data || !size)
-    return CUDA_ERROR_INVALID_VALUE;
-  std::string ptx(static_cast<const char *>(data), size);
-  std::vector<std::string> kernels = entriesOf(ptx.c_str());
-  // An architecture-specific PTX (".target sm_90a") compiles only for that
-  // target, as ptxas's -arch says: what CU_JIT_TARGET must be.
-  const char *target = std::strstr(ptx.c_str(), ".target ");
-  std::string wanted =
-      target ? std::string(target + 8, std::strcspn(target + 8, " \n,")) : "";
-  const char *why = kernels.empty() ? "fake ptxas: no .entry in the PTX"
-                    : !wanted.empty() && wanted.back() == 'a' &&
-                            wanted != link->chip
-                        ? "fake ptxas: the PTX's .target needs its own JIT target"
-                        : nullptr;
-  if (why) {
-    if (link->log && link->logSize)
-      std::snprintf(link->log, link->logSize, "%s", why);
-    return CUDA_ERROR_INVALID_PTX;
-  }
-  link->kernels = std::move(kernels);
-  link->added = true;
-  return CUDA_SUCCESS;
-}
-
-CUresult linkComplete(CUlinkState handle, void **cubin, size_t *size) {
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  Link *link = liveLink(s, handle);
-  if (!link)
-    return CUDA_ERROR_INVALID_HANDLE;
-  if (!link->added)
-    return CUDA_ERROR_INVALID_VALUE;
-  link->cubin = makeCubin(link->chip, link->kernels);
-  *cubin = link->cubin.data();
-  *size = link->cubin.size();
-  return CUDA_SUCCESS;
-}
-
-CUresult linkDestroy(CUlinkState handle) {
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  Link *link = liveLink(s, handle);
-  if (!link) {
-    ++s.badReleases;
-    return CUDA_ERROR_INVALID_HANDLE;
-  }
-  s.links.erase(link);
-  delete link;
-  return CUDA_SUCCESS;
 }
 
 CUresult moduleUnload(CUmodule module) {
@@ -627,11 +521,6 @@ const Entry entries[] = {
     MOK_FAKE(cuMemcpyDtoH, memcpyDtoH),
     MOK_FAKE(cuTensorMapEncodeTiled, tensorMapEncodeTiled),
     MOK_FAKE(cuModuleLoadData, moduleLoadData),
-    MOK_FAKE(cuDriverGetVersion, driverGetVersion),
-    MOK_FAKE(cuLinkCreate, linkCreate),
-    MOK_FAKE(cuLinkAddData, linkAddData),
-    MOK_FAKE(cuLinkComplete, linkComplete),
-    MOK_FAKE(cuLinkDestroy, linkDestroy),
 };
 #undef MOK_FAKE
 
@@ -713,23 +602,11 @@ MOK_FAKE_API void mok_fake_cuda_set_capturing(int capturing) {
   state().capturing = capturing;
 }
 
-/// Links created and not destroyed.
-MOK_FAKE_API int64_t mok_fake_cuda_live_links() {
-  std::lock_guard<std::mutex> lock(state().mutex);
-  return static_cast<int64_t>(state().links.size());
-}
-
 /// Makes every device of compute capability `cc` (major * 10 + minor: 90,
 /// 100); 0: back to $MOK_FAKE_CUDA_CC, else 90.
 MOK_FAKE_API void mok_fake_cuda_set_compute_capability(int cc) {
   std::lock_guard<std::mutex> lock(state().mutex);
   state().computeCapability = cc;
-}
-
-/// What cuDriverGetVersion answers (13000 until set).
-MOK_FAKE_API void mok_fake_cuda_set_driver_version(int version) {
-  std::lock_guard<std::mutex> lock(state().mutex);
-  state().driverVersion = version;
 }
 
 /// Writes the stand-in's cubin of `ptx`'s kernels for `chip` ("sm_90") to

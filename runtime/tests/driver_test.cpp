@@ -18,9 +18,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -36,14 +33,12 @@ struct Fake {
   int64_t (*tensorMaps)();
   const char *(*lastKernel)(unsigned *);
   void (*setCapturing)(int);
-  int64_t (*liveLinks)();
   void (*setComputeCapability)(int);
-  void (*setDriverVersion)(int);
   size_t (*cubin)(const char *, const char *, void *, size_t);
 
-  /// Nothing allocated, loaded, linked or retained; nothing released twice.
+  /// Nothing allocated, loaded or retained; nothing released twice.
   bool clean() const {
-    return liveAllocations() == 0 && liveModules() == 0 && liveLinks() == 0 &&
+    return liveAllocations() == 0 && liveModules() == 0 &&
            contextRetains() == 0 && badReleases() == 0;
   }
 
@@ -75,9 +70,7 @@ bool bindFake(const char *path) {
   get(fake.tensorMaps, "mok_fake_cuda_tensor_maps");
   get(fake.lastKernel, "mok_fake_cuda_last_kernel");
   get(fake.setCapturing, "mok_fake_cuda_set_capturing");
-  get(fake.liveLinks, "mok_fake_cuda_live_links");
   get(fake.setComputeCapability, "mok_fake_cuda_set_compute_capability");
-  get(fake.setDriverVersion, "mok_fake_cuda_set_driver_version");
   get(fake.cubin, "mok_fake_cuda_cubin");
   return ok;
 }
@@ -465,7 +458,7 @@ void testLoadUnloadLoop() {
 }
 
 //===----------------------------------------------------------------------===//
-// Cubins and the cubin cache
+// Cubins
 //===----------------------------------------------------------------------===//
 
 int64_t calls(const char *function) {
@@ -490,19 +483,18 @@ bool contains(const std::string &text, const char *part) {
 }
 
 /// A cubin given by the caller: used when the driver takes it; else the
-/// PTX, or an error without PTX. Without a cache.
+/// PTX, or an error without PTX.
 void testGivenCubin() {
-  CHECK(mok_runtime_set_cubin_cache("") == MOK_OK);
   std::vector<char> good = fake.makeCubin("sm_90a", kPtx);
   std::vector<char> other = fake.makeCubin("sm_100a", kPtx);
   std::string detail;
   mok_module m = nullptr;
-  int64_t jits = calls("cuModuleLoadDataEx"), links = calls("cuLinkComplete");
+  int64_t jits = calls("cuModuleLoadDataEx");
   CHECK(mok_module_load_image(0, kPtx, good.data(), good.size(), &m) == MOK_OK);
   CHECK(sourceOf(m, detail) == MOK_LOAD_CUBIN);
   CHECK(contains(detail, "the given cubin (") &&
         contains(detail, std::to_string(good.size()).c_str()));
-  CHECK(calls("cuModuleLoadDataEx") == jits && calls("cuLinkComplete") == links);
+  CHECK(calls("cuModuleLoadDataEx") == jits);
   uint32_t grid[3] = {132, 1, 1}, block[3] = {256, 1, 1};
   CHECK(mok_module_launch(m, "moe_layer_forward", grid, block, 0, nullptr,
                           nullptr, 0) == MOK_OK);
@@ -520,11 +512,11 @@ void testGivenCubin() {
   CHECK(mok_module_load_image(0, kPtx, other.data(), other.size(), &m) ==
         MOK_OK);
   CHECK(sourceOf(m, detail) == MOK_LOAD_PTX);
-  CHECK(contains(detail, "the PTX, compiled by the driver in ") &&
+  CHECK(contains(detail, "the PTX, compiled by the driver (or taken from its "
+                         "JIT cache) in ") &&
         contains(detail, "the given cubin was refused by the driver: no kernel "
                          "image is available for execution on the device "
-                         "(CUresult 209)") &&
-        contains(detail, "the cubin cache is off"));
+                         "(CUresult 209)"));
   CHECK(calls("cuModuleLoadDataEx") == jits + 1);
   mok_module_destroy(m);
   // Any failure of the cubin's load falls back alike.
@@ -630,291 +622,6 @@ void testGivenCubin() {
   CHECK(fake.clean());
 }
 
-std::string temporaryDirectory() {
-  char path[] = "/tmp/mok-cubin-test-XXXXXX";
-  const char *made = mkdtemp(path);
-  check(made != nullptr, "mkdtemp", __LINE__);
-  return made ? made : "/tmp";
-}
-
-/// The files in `directory` (none when it does not exist).
-std::vector<std::string> filesIn(const std::string &directory) {
-  std::vector<std::string> files;
-  std::error_code ec;
-  for (const auto &e : std::filesystem::directory_iterator(directory, ec))
-    files.push_back(e.path().string());
-  return files;
-}
-
-std::string readFile(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-void writeFile(const std::string &path, const std::string &bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << bytes;
-}
-
-/// Loads `ptx` as a module; its source and detail; nothing left after.
-mok_load_source loadOnce(const char *ptx, std::string &detail,
-                         const void *cubin = nullptr, size_t size = 0) {
-  mok_module m = nullptr;
-  if (mok_module_load_image(0, ptx, cubin, size, &m) != MOK_OK) {
-    detail = mok_last_error();
-    return MOK_LOAD_NONE;
-  }
-  mok_load_source source = sourceOf(m, detail);
-  mok_module_destroy(m);
-  return source;
-}
-
-/// The cubin cache: a miss compiles through the linker and stores, a hit
-/// loads without any JIT; the key's parts; corrupt entries ignored and
-/// replaced; an unwritable directory or a failing linker only means no
-/// caching.
-void testCubinCache() {
-  std::string root = temporaryDirectory();
-  std::string dir = root + "/cubins";
-  CHECK(mok_runtime_set_cubin_cache(dir.c_str()) == MOK_OK);
-  const char *current = nullptr;
-  CHECK(mok_runtime_cubin_cache(&current) == MOK_OK && current == dir);
-  CHECK_FAILS(mok_runtime_cubin_cache(nullptr), MOK_ERROR_INVALID_ARGUMENT,
-              "directory: is NULL");
-
-  // A miss: the linker compiles (with the PTX's own target), the entry is
-  // stored; no cuModuleLoadDataEx.
-  std::string detail;
-  int64_t jits = calls("cuModuleLoadDataEx"), links = calls("cuLinkComplete");
-  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_PTX);
-  CHECK(contains(detail, "the PTX, compiled by the driver's linker in ") &&
-        contains(detail, ("stored in the cache, " + dir + "/").c_str()));
-  CHECK(calls("cuLinkComplete") == links + 1 &&
-        calls("cuModuleLoadDataEx") == jits);
-  std::vector<std::string> files = filesIn(dir);
-  CHECK(files.size() == 1);
-  std::string entry = files.empty() ? "" : files[0];
-  CHECK(entry.size() > 70 && entry.compare(entry.size() - 6, 6, ".cubin") == 0);
-  std::string stored = readFile(entry);
-  CHECK(contains(stored, "mok cubin cache entry 1\nmok ") &&
-        contains(stored, "\nchip sm_90\ndriver 13000\njit_target 65626\nptx ") &&
-        contains(stored, "mok-fake-cubin sm_90a\nentry moe_layer_forward\n"));
-  // A hit: no JIT at all.
-  int64_t images = calls("cuModuleLoadData");
-  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_CACHED_CUBIN);
-  CHECK(contains(detail, ("a cubin from the cache, " + entry).c_str()));
-  CHECK(calls("cuLinkComplete") == links + 1 &&
-        calls("cuModuleLoadDataEx") == jits &&
-        calls("cuModuleLoadData") == images + 1);
-  // A layer too (a second one finds the first one's entry).
-  for (mok_load_source want : {MOK_LOAD_CACHED_CUBIN, MOK_LOAD_CACHED_CUBIN}) {
-    mok_layer layer = nullptr;
-    CHECK(mok_layer_create(kLayer, &layer) == MOK_OK);
-    CHECK(mok_layer_load(layer, 0, kPtx) == MOK_OK);
-    mok_load_source source = MOK_LOAD_NONE;
-    CHECK(mok_layer_load_source(layer, &source, nullptr) == MOK_OK &&
-          source == want);
-    Args a = args();
-    CHECK(mok_layer_forward(layer, a.in, 1, &a.out, nullptr) == MOK_OK);
-    mok_layer_destroy(layer);
-  }
-  CHECK(fake.clean());
-
-  // What keys an entry: the PTX, the driver's version, the chip.
-  std::string other = kPtx;
-  other.replace(other.find("moe_layer_forward"), 17, "moe_layer_backward");
-  CHECK(loadOnce(other.c_str(), detail) == MOK_LOAD_PTX);
-  CHECK(loadOnce(other.c_str(), detail) == MOK_LOAD_CACHED_CUBIN);
-  CHECK(filesIn(dir).size() == 2);
-  fake.setDriverVersion(13010);
-  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_PTX);
-  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_CACHED_CUBIN);
-  CHECK(filesIn(dir).size() == 3);
-  fake.setDriverVersion(13000);
-  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_CACHED_CUBIN);
-  // On another chip an sm_90a PTX gets no target of its own: the linker
-  // refuses it, and the PTX is compiled as without a cache.
-  fake.setComputeCapability(100);
-  jits = calls("cuModuleLoadDataEx");
-  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_PTX);
-  CHECK(contains(detail, "not cached: the driver's linker failed "
-                         "(cuLinkAddData: a PTX JIT compilation failed "
-                         "(CUresult 218); JIT log: fake ptxas: the PTX's "
-                         ".target needs its own JIT target)"));
-  CHECK(calls("cuModuleLoadDataEx") == jits + 1);
-  std::string plain = kPtx;
-  plain.replace(plain.find("sm_90a"), 6, "sm_90");
-  CHECK(loadOnce(plain.c_str(), detail) == MOK_LOAD_PTX);
-  CHECK(contains(detail, "stored in the cache"));
-  fake.setComputeCapability(0);
-  CHECK(filesIn(dir).size() == 4);
-  CHECK(fake.clean());
-
-  // Bad entries are ignored (never loaded), the PTX compiled, the entry
-  // replaced: the next load hits.
-  std::string good = readFile(entry);
-  struct {
-    const char *what;
-    std::string bytes;
-    const char *why;
-  } bad[] = {
-      {"truncated", good.substr(0, good.size() - 10),
-       "is truncated (or has bytes past its size)"},
-      {"empty", "", "is not an entry for this PTX, chip and driver"},
-      {"longer", good + "tail", "is truncated (or has bytes past its size)"},
-      {"another key's", [&] {
-         std::string b = good;
-         b[b.find("driver 13000") + 7] = '9';
-         return b;
-       }(),
-       "is not an entry for this PTX, chip and driver"},
-      {"flipped", [&] {
-         std::string b = good;
-         b[b.size() - 5] ^= 1;
-         return b;
-       }(),
-       "does not match its checksum"},
-      {"no size", [&] {
-         std::string b = good;
-         b.replace(b.find("size "), 5, "SIZE ");
-         return b;
-       }(),
-       "has no size"},
-  };
-  for (auto &b : bad) {
-    writeFile(entry, b.bytes);
-    images = calls("cuModuleLoadData");
-    links = calls("cuLinkComplete");
-    check(loadOnce(kPtx, detail) == MOK_LOAD_PTX, b.what, __LINE__);
-    check(contains(detail, "ignored a bad cache entry: ") &&
-              contains(detail, entry.c_str()) && contains(detail, b.why) &&
-              contains(detail, "stored in the cache"),
-          b.what, __LINE__);
-    // The only image loaded is the linker's.
-    check(calls("cuModuleLoadData") == images + 1 &&
-              calls("cuLinkComplete") == links + 1,
-          b.what, __LINE__);
-    check(readFile(entry) == good, b.what, __LINE__);
-    check(loadOnce(kPtx, detail) == MOK_LOAD_CACHED_CUBIN, b.what, __LINE__);
-  }
-  // An entry the driver refuses: compiled again and replaced.
-  inject("cuModuleLoadData", CUDA_ERROR_INVALID_IMAGE);
-  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_PTX);
-  CHECK(contains(detail, "was refused by the driver (device kernel image is "
-                         "invalid (CUresult 200)), and is replaced"));
-  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_CACHED_CUBIN);
-  // A given cubin comes first; refused, the cache serves.
-  std::vector<char> elsewhere = fake.makeCubin("sm_100a", kPtx);
-  CHECK(loadOnce(kPtx, detail, elsewhere.data(), elsewhere.size()) ==
-        MOK_LOAD_CACHED_CUBIN);
-  CHECK(contains(detail, "the given cubin was refused by the driver"));
-  // No temporary files are left.
-  CHECK(filesIn(dir).size() == 4);
-  CHECK(fake.clean());
-
-  // The linker failing (each of its calls), or the driver not saying its
-  // version: loaded as without a cache, nothing cached, nothing leaked.
-  struct {
-    const char *function;
-    const char *why;
-  } failures[] = {
-      {"cuLinkCreate", "not cached: the driver's linker failed (cuLinkCreate: "
-                       "out of memory (CUresult 2))"},
-      {"cuLinkAddData", "(cuLinkAddData: out of memory"},
-      {"cuLinkComplete", "(cuLinkComplete: out of memory"},
-      {"cuDriverGetVersion", "not cached: the driver's version is unknown "
-                             "(cuDriverGetVersion: out of memory"},
-      {"cuDeviceGetAttribute", "not cached: the device's compute capability "
-                               "is unknown"},
-  };
-  for (auto &f : failures) {
-    std::string fresh = root + "/failing-" + f.function;
-    CHECK(mok_runtime_set_cubin_cache(fresh.c_str()) == MOK_OK);
-    inject(f.function, CUDA_ERROR_OUT_OF_MEMORY);
-    jits = calls("cuModuleLoadDataEx");
-    check(loadOnce(kPtx, detail) == MOK_LOAD_PTX, f.function, __LINE__);
-    check(contains(detail, f.why), f.function, __LINE__);
-    check(calls("cuModuleLoadDataEx") == jits + 1, f.function, __LINE__);
-    check(filesIn(fresh).empty() && fake.clean(), f.function, __LINE__);
-  }
-  // The PTX failing with a cache: the JIT's own error and log.
-  CHECK(mok_runtime_set_cubin_cache(dir.c_str()) == MOK_OK);
-  mok_module m = nullptr;
-  CHECK_FAILS(mok_module_load_ptx(0, "no kernel here", &m), MOK_ERROR_CUDA,
-              "loading the PTX failed: a PTX JIT compilation failed (CUresult "
-              "218); JIT log: fake ptxas: no .entry in the PTX");
-  CHECK(m == nullptr && fake.clean());
-
-  // A directory that cannot be made (under a file): no caching, and no
-  // linking for it.
-  std::string file = root + "/a-file";
-  writeFile(file, "x");
-  std::string under = file + "/cubins";
-  CHECK(mok_runtime_set_cubin_cache(under.c_str()) == MOK_OK);
-  links = calls("cuLinkComplete");
-  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_PTX);
-  CHECK(contains(detail, ("not cached: cannot create " + under).c_str()));
-  CHECK(calls("cuLinkComplete") == links);
-  CHECK(fake.clean());
-
-  // Off: the PTX as ever.
-  CHECK(mok_runtime_set_cubin_cache("") == MOK_OK);
-  CHECK(mok_runtime_cubin_cache(&current) == MOK_OK && std::string(current).empty());
-  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_PTX);
-  CHECK(contains(detail, "the cubin cache is off"));
-
-  // The default: off, unless the environment asks for it.
-  CHECK(mok_runtime_set_cubin_cache(nullptr) == MOK_OK);
-  const char *home = std::getenv("HOME");
-  std::string savedHome = home ? home : "";
-  unsetenv("MOK_CUBIN_CACHE");
-  setenv("MOK_CACHE_DIR", (root + "/env").c_str(), 1);
-  CHECK(mok_runtime_cubin_cache(&current) == MOK_OK && std::string(current).empty());
-  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_PTX);
-  CHECK(contains(detail, "the cubin cache is off"));
-  setenv("MOK_CUBIN_CACHE", "1", 1);
-  CHECK(mok_runtime_cubin_cache(&current) == MOK_OK &&
-        current == root + "/env/cubin");
-  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_PTX);
-  CHECK(loadOnce(kPtx, detail) == MOK_LOAD_CACHED_CUBIN);
-  CHECK(filesIn(root + "/env/cubin").size() == 1);
-  unsetenv("MOK_CACHE_DIR");
-  setenv("HOME", (root + "/home").c_str(), 1);
-  CHECK(mok_runtime_cubin_cache(&current) == MOK_OK &&
-        current == root + "/home/.cache/mok/cubin");
-  unsetenv("HOME");
-  CHECK(mok_runtime_cubin_cache(&current) == MOK_OK && std::string(current).empty());
-  setenv("HOME", (root + "/home").c_str(), 1);
-  unsetenv("MOK_CUBIN_CACHE");
-  CHECK(mok_runtime_cubin_cache(&current) == MOK_OK && std::string(current).empty());
-  setenv("MOK_CUBIN_CACHE", "0", 1);
-  CHECK(mok_runtime_cubin_cache(&current) == MOK_OK && std::string(current).empty());
-  setenv("MOK_CUBIN_CACHE", "1", 1);
-  CHECK(mok_runtime_cubin_cache(&current) == MOK_OK &&
-        current == root + "/home/.cache/mok/cubin");
-  setenv("MOK_CUBIN_CACHE", "yes", 1);
-  CHECK_FAILS(mok_runtime_cubin_cache(&current), MOK_ERROR_INVALID_ARGUMENT,
-              "MOK_CUBIN_CACHE: expected 0 (no cubin cache, the default) or "
-              "1, got 'yes'");
-  CHECK_FAILS(mok_module_load_ptx(0, kPtx, &m), MOK_ERROR_INVALID_ARGUMENT,
-              "MOK_CUBIN_CACHE: expected 0");
-  // A cubin alone needs no cache.
-  std::vector<char> good90 = fake.makeCubin("sm_90a", kPtx);
-  CHECK(loadOnce(nullptr, detail, good90.data(), good90.size()) ==
-        MOK_LOAD_CUBIN);
-  unsetenv("MOK_CUBIN_CACHE");
-  if (home)
-    setenv("HOME", savedHome.c_str(), 1);
-  else
-    unsetenv("HOME");
-  CHECK(mok_runtime_set_cubin_cache("") == MOK_OK);
-  CHECK(fake.clean());
-  std::error_code ec;
-  std::filesystem::remove_all(root, ec);
-}
-
 } // namespace
 
 void testWithFakeDriver(const char *path) {
@@ -922,9 +629,6 @@ void testWithFakeDriver(const char *path) {
     check(false, "the stand-in driver loads (MOK_FAKE_CUDA)", __LINE__);
     return;
   }
-  // The tests written before the cubin cache run without one: the PTX is
-  // compiled by cuModuleLoadDataEx at every load.
-  mok_runtime_set_cubin_cache("");
   testInjection();
   testProbeAndModules();
   testLayerLoad();
@@ -932,6 +636,5 @@ void testWithFakeDriver(const char *path) {
   testClusterLayer();
   testLoadUnloadLoop();
   testGivenCubin();
-  testCubinCache();
   mok_testing_fail_driver_call(nullptr, 0, 0, 1);
 }
