@@ -313,9 +313,61 @@ def cubin_loads(seed, cases):
     print(json.dumps(report))
 
 
+# A kernel with static shared memory (an mbarrier) and dynamic shared
+# memory declared on a 1024-byte boundary, as the tensor-core kernels do.
+ALIGNED_PTX = (".version 8.1\n.target sm_90a\n.address_size 64\n"
+               ".extern .shared .align 1024 .b8 mok_dyn_smem[];\n"
+               ".visible .entry k(\n  .param .u64 k_out\n)\n{\n"
+               "  .shared .align 8 .b64 bar;\n  .reg .b32 %r<3>;\n  .reg .b64 %rd<2>;\n"
+               "  mov.u32 %r1, bar;\n  mbarrier.init.shared.b64 [%r1], 1;\n"
+               "  mov.u32 %r2, mok_dyn_smem;\n  ld.param.u64 %rd1, [k_out];\n"
+               "  st.global.u32 [%rd1], %r2;\n  ret;\n}\n")
+
+
+def toolkit():
+    """(ptxas, nvlink) of the CUDA toolkit, or FileNotFoundError."""
+    ptxas = mok._artifact.find_ptxas()
+    nvlink = os.path.join(os.path.dirname(ptxas), "nvlink")
+    if not os.access(nvlink, os.X_OK):
+        raise FileNotFoundError(f"no nvlink beside {ptxas}")
+    return ptxas, nvlink
+
+
+def toolkit_cubins(seed, cases):
+    """ALIGNED_PTX's cubins made by the toolkit, loaded beside it through
+    mok._runtime: ptxas's whole-program one passes the runtime's check (the
+    stand-in then refuses it: it runs no real machine code), the one linked
+    from relocatable code (ptxas -c, nvlink) is not used."""
+    import subprocess
+    import tempfile
+    fake = Fake()
+    args, out = _good()
+    ptxas, nvlink = toolkit()
+    report = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "k.ptx"), "w") as f:
+            f.write(ALIGNED_PTX)
+        for command in ([ptxas, "-arch=sm_90a", "k.ptx", "-o", "whole.cubin"],
+                        [ptxas, "-c", "-arch=sm_90a", "k.ptx", "-o", "k.o"],
+                        [nvlink, "-arch=sm_90a", "k.o", "-o", "linked.cubin"]):
+            subprocess.run(command, cwd=tmp, check=True, capture_output=True)
+        for name in ("whole", "linked"):
+            with open(os.path.join(tmp, name + ".cubin"), "rb") as f:
+                cubin = f.read()
+            images = fake.calls("cuModuleLoadData")
+            layer = rt.Layer(json.dumps(RT_META))
+            layer.load(0, ALIGNED_PTX, cubin)
+            layer.forward(args, out=out)
+            report[name] = list(layer.load_source) + [fake.calls("cuModuleLoadData") - images]
+            del layer
+    gc.collect()
+    report["after"] = fake.clean()
+    print(json.dumps(report))
+
+
 SCENARIOS = {"loaded_arguments": loaded_arguments, "driver_failures": driver_failures,
              "load_unload_loop": load_unload_loop, "leaks": leaks,
-             "cubin_loads": cubin_loads}
+             "cubin_loads": cubin_loads, "toolkit_cubins": toolkit_cubins}
 
 if __name__ == "__main__":
     name, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

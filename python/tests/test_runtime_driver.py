@@ -100,3 +100,27 @@ def test_cubins_given_and_ptx_compiled():
     assert files == ["moe_layer.cubin", "moe_layer.cubin.json", "moe_layer.json",
                      "moe_layer.ptx"]
     assert report["after"] == CLEAN
+
+
+def test_a_cubin_linked_from_relocatable_code_is_not_used_beside_its_ptx():
+    """The runtime's check of a given cubin against its PTX, on cubins the
+    CUDA toolkit makes: the dynamic shared memory of a cubin linked from
+    relocatable code does not start on the 1024-byte boundary the PTX
+    declares, so the PTX is loaded instead, and the detail says why."""
+    try:
+        driver_scenarios.toolkit()
+    except FileNotFoundError as e:
+        pytest.skip(f"needs ptxas and nvlink (the CUDA toolkit): {e}")
+    report, _ = run("toolkit_cubins", 1)
+    source, detail, images = report["linked"]
+    assert source == "ptx" and images == 0, detail
+    assert ("the given cubin was not used: kernel k's dynamic shared memory would start "
+            "at byte ") in detail
+    assert detail.endswith(", not on the 1024-byte boundary its PTX declares (a cubin "
+                           "linked from relocatable code?)"), detail
+    # The whole-program cubin passes the check and reaches the driver.
+    source, detail, images = report["whole"]
+    assert source == "ptx" and images == 1, detail
+    assert "the given cubin was refused by the driver: device kernel image is invalid" \
+        in detail
+    assert report["after"] == CLEAN

@@ -95,7 +95,10 @@ extern "C" mok_status mok_module_load_image(int device, const char *ptx,
     return ok();
   };
 
-  // 1. The caller's cubin.
+  // 1. The caller's cubin. Beside PTX, it must also start every kernel's
+  // dynamic shared memory where the PTX declares (a cubin linked from
+  // relocatable code does not). Without PTX that alignment is unknown: the
+  // cubin itself does not record it.
   if (cubin) {
     std::string why;
     if (!checkCubin(cubin, cubinSize, why)) {
@@ -104,6 +107,10 @@ extern "C" mok_status mok_module_load_image(int device, const char *ptx,
         return Fail(MOK_ERROR_INVALID_ARGUMENT)
                << "cubin: not a CUDA cubin: " << why;
       }
+      notes.push_back("the given cubin was not used: " + why);
+    } else if (hasPtx && !checkDynamicSharedAlignment(
+                             cubin, cubinSize,
+                             ptxDynamicSharedAlignment(ptx), why)) {
       notes.push_back("the given cubin was not used: " + why);
     } else if (CUresult r = d->moduleLoadData(&m->module, cubin);
                r == CUDA_SUCCESS) {

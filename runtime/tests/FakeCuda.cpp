@@ -6,8 +6,10 @@
 // memory (filled with 0xA5 bytes when allocated, so zeroing shows); modules
 // remember the `.entry` names of their PTX; launches run nothing and are
 // counted. Its "cubins" (made by mok_fake_cuda_cubin) are an ELF header for
-// the CUDA machine, then text: the chip they are for and the kernels; it
-// loads one only on a device of that chip, as the driver does. The mok_fake_cuda_* functions let a test see what is still
+// the CUDA machine, then text: the chip they are for and the kernels (and,
+// when asked for, a section of static shared memory per kernel, as ptxas
+// writes them); it loads one only on a device of that chip, as the driver
+// does. The mok_fake_cuda_* functions let a test see what is still
 // allocated, loaded or retained (through dlopen of the same path, or
 // ctypes), so it can check that nothing leaks.
 //
@@ -225,11 +227,18 @@ CUresult moduleLoadDataEx(CUmodule *out, const void *image, unsigned n,
 constexpr size_t kElfHeader = 64;
 const char kCubinTag[] = "mok-fake-cubin ";
 
+template <typename T> void put(std::vector<char> &image, size_t at, T value) {
+  std::memcpy(&image[at], &value, sizeof value);
+}
+
 /// A cubin of the stand-in: an ELF header (64-bit, little-endian, the CUDA
-/// machine, no sections) and "mok-fake-cubin CHIP\nentry NAME\n...", NUL
-/// terminated.
+/// machine) and "mok-fake-cubin CHIP\nentry NAME\n...", NUL terminated.
+/// With `staticShared` bytes, sections follow: the section names and, per
+/// kernel, `.nv.shared.NAME` (no bytes in the file, that size), as ptxas
+/// writes a kernel's static shared memory; else none.
 std::vector<char> makeCubin(const std::string &chip,
-                            const std::vector<std::string> &kernels) {
+                            const std::vector<std::string> &kernels,
+                            uint64_t staticShared = 0) {
   std::vector<char> image(kElfHeader, 0);
   std::memcpy(image.data(), "\x7f" "ELF", 4);
   image[4] = 2; // ELFCLASS64
@@ -246,6 +255,39 @@ std::vector<char> makeCubin(const std::string &chip,
     text += "entry " + k + "\n";
   image.insert(image.end(), text.begin(), text.end());
   image.push_back(0);
+  if (!staticShared)
+    return image;
+  std::string names = std::string("\0.shstrtab\0", 11);
+  std::vector<uint32_t> nameAt;
+  for (const std::string &k : kernels) {
+    nameAt.push_back(static_cast<uint32_t>(names.size()));
+    names += ".nv.shared." + k + '\0';
+  }
+  uint64_t namesAt = image.size();
+  image.insert(image.end(), names.begin(), names.end());
+  image.resize((image.size() + 7) / 8 * 8, 0);
+  uint64_t headersAt = image.size();
+  uint16_t count = static_cast<uint16_t>(2 + kernels.size());
+  image.resize(image.size() + 64 * count, 0);
+  put<uint64_t>(image, 40, headersAt); // e_shoff
+  put<uint16_t>(image, 58, 64);        // e_shentsize
+  put<uint16_t>(image, 60, count);     // e_shnum
+  put<uint16_t>(image, 62, 1);         // e_shstrndx
+  size_t names1 = headersAt + 64;      // section 1: the names
+  put<uint32_t>(image, names1, 1);
+  put<uint32_t>(image, names1 + 4, 3); // SHT_STRTAB
+  put<uint64_t>(image, names1 + 24, namesAt);
+  put<uint64_t>(image, names1 + 32, names.size());
+  put<uint64_t>(image, names1 + 48, 1);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    size_t at = headersAt + 64 * (2 + i);
+    put<uint32_t>(image, at, nameAt[i]);
+    put<uint32_t>(image, at + 4, 8);   // SHT_NOBITS
+    put<uint64_t>(image, at + 8, 3);   // SHF_WRITE | SHF_ALLOC
+    put<uint64_t>(image, at + 24, headersAt);
+    put<uint64_t>(image, at + 32, staticShared);
+    put<uint64_t>(image, at + 48, 16); // the alignment a linked cubin has
+  }
   return image;
 }
 
@@ -609,12 +651,22 @@ MOK_FAKE_API void mok_fake_cuda_set_compute_capability(int cc) {
   state().computeCapability = cc;
 }
 
-/// Writes the stand-in's cubin of `ptx`'s kernels for `chip` ("sm_90") to
-/// `out` when it holds `capacity` bytes; returns its size either way.
-MOK_FAKE_API size_t mok_fake_cuda_cubin(const char *chip, const char *ptx,
-                                        void *out, size_t capacity) {
-  std::vector<char> image = makeCubin(chip, entriesOf(ptx));
+/// Writes the stand-in's cubin of `ptx`'s kernels for `chip` ("sm_90"),
+/// with a section of `static_shared` bytes of static shared memory per
+/// kernel (`.nv.shared.<kernel>`; none for 0), to `out` when it holds
+/// `capacity` bytes; returns its size either way.
+MOK_FAKE_API size_t mok_fake_cuda_cubin_shared(const char *chip,
+                                               const char *ptx,
+                                               uint64_t static_shared,
+                                               void *out, size_t capacity) {
+  std::vector<char> image = makeCubin(chip, entriesOf(ptx), static_shared);
   if (out && capacity >= image.size())
     std::memcpy(out, image.data(), image.size());
   return image.size();
+}
+
+/// The stand-in's cubin without sections (mok_fake_cuda_cubin_shared, 0).
+MOK_FAKE_API size_t mok_fake_cuda_cubin(const char *chip, const char *ptx,
+                                        void *out, size_t capacity) {
+  return mok_fake_cuda_cubin_shared(chip, ptx, 0, out, capacity);
 }

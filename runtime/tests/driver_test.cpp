@@ -9,6 +9,7 @@
 #include "mok/Runtime/mok_runtime.h"
 
 #include "Check.h"
+#include "Cubin.h"   // internal: the cubin checks (compiled into the test)
 #include "Testing.h" // internal: injected driver failures
 
 #include <cuda.h>
@@ -18,6 +19,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -35,6 +39,7 @@ struct Fake {
   void (*setCapturing)(int);
   void (*setComputeCapability)(int);
   size_t (*cubin)(const char *, const char *, void *, size_t);
+  size_t (*cubinShared)(const char *, const char *, uint64_t, void *, size_t);
 
   /// Nothing allocated, loaded or retained; nothing released twice.
   bool clean() const {
@@ -46,6 +51,14 @@ struct Fake {
   std::vector<char> makeCubin(const char *chip, const char *ptx) const {
     std::vector<char> image(cubin(chip, ptx, nullptr, 0));
     cubin(chip, ptx, image.data(), image.size());
+    return image;
+  }
+
+  /// The same with `staticShared` bytes of static shared memory a kernel.
+  std::vector<char> makeCubin(const char *chip, const char *ptx,
+                              uint64_t staticShared) const {
+    std::vector<char> image(cubinShared(chip, ptx, staticShared, nullptr, 0));
+    cubinShared(chip, ptx, staticShared, image.data(), image.size());
     return image;
   }
 };
@@ -72,6 +85,7 @@ bool bindFake(const char *path) {
   get(fake.setCapturing, "mok_fake_cuda_set_capturing");
   get(fake.setComputeCapability, "mok_fake_cuda_set_compute_capability");
   get(fake.cubin, "mok_fake_cuda_cubin");
+  get(fake.cubinShared, "mok_fake_cuda_cubin_shared");
   return ok;
 }
 
@@ -622,6 +636,213 @@ void testGivenCubin() {
   CHECK(fake.clean());
 }
 
+//===----------------------------------------------------------------------===//
+// Dynamic shared memory's alignment in a given cubin
+//===----------------------------------------------------------------------===//
+
+// A layer's PTX as the tensor-core kernels declare their dynamic shared
+// memory: on a 1024-byte boundary (128-byte-swizzled TMA tiles).
+const char *kAlignedPtx =
+    ".version 8.1\n.target sm_90a\n.address_size 64\n"
+    "// the TMA tiles' buffers\n"
+    ".extern .shared .align 1024 .b8 mok_dyn_smem[];\n"
+    ".visible .entry moe_layer_forward(\n  .param .u64 p0\n)\n"
+    "{\n  ret;\n}\n";
+
+/// Loads a module; its source and detail; nothing left after.
+mok_load_source loadOnce(const char *ptx, const std::vector<char> &cubin,
+                         std::string &detail) {
+  mok_module m = nullptr;
+  if (mok_module_load_image(0, ptx, cubin.data(), cubin.size(), &m) !=
+      MOK_OK) {
+    detail = mok_last_error();
+    return MOK_LOAD_NONE;
+  }
+  mok_load_source source = sourceOf(m, detail);
+  mok_module_destroy(m);
+  return source;
+}
+
+/// The alignment read from PTX: `.extern .shared .align N` declarations,
+/// the largest, none in comments, none of other spaces.
+void testPtxDynamicSharedAlignment() {
+  using mok::runtime::ptxDynamicSharedAlignment;
+  CHECK(ptxDynamicSharedAlignment(kAlignedPtx) == 1024);
+  CHECK(ptxDynamicSharedAlignment(kPtx) == 0);
+  CHECK(ptxDynamicSharedAlignment("") == 0);
+  CHECK(ptxDynamicSharedAlignment(nullptr) == 0);
+  CHECK(ptxDynamicSharedAlignment(".extern .shared .align 16 .b8 a[];\n"
+                                  ".extern .shared .align 128 .b8 b[];\n") ==
+        128);
+  // Any whitespace; inside a kernel's body.
+  CHECK(ptxDynamicSharedAlignment(".entry k()\n{\n\t.extern\t.shared\n  "
+                                  ".align 256 .b8 s[];\n  ret;\n}\n") == 256);
+  // Not a declaration of dynamic shared memory with an alignment.
+  CHECK(ptxDynamicSharedAlignment("// .extern .shared .align 1024 .b8 a[];\n"
+                                  "/* .extern .shared .align 512 .b8 b[]; */\n"
+                                  ".extern .shared .b8 c[];\n"
+                                  ".shared .align 2048 .b8 d[64];\n"
+                                  ".extern .global .align 4096 .b8 e[];\n"
+                                  ".extern .shared .align x .b8 f[];\n") == 0);
+  // A string holding a declaration is not one.
+  CHECK(ptxDynamicSharedAlignment(".file 1 \".extern .shared .align 64 "
+                                  ".b8 a[];\"\n") == 0);
+}
+
+/// The ELF check on the stand-in's cubins: a `.nv.shared.<kernel>` section
+/// whose size is not a multiple of the alignment is refused, naming the
+/// kernel and the byte its dynamic shared memory would start at.
+void testCubinDynamicSharedAlignment() {
+  using mok::runtime::checkCubin;
+  using mok::runtime::checkDynamicSharedAlignment;
+  std::vector<char> linked = fake.makeCubin("sm_90a", kAlignedPtx, 1056);
+  std::vector<char> whole = fake.makeCubin("sm_90a", kAlignedPtx, 2048);
+  std::vector<char> plain = fake.makeCubin("sm_90a", kAlignedPtx);
+  std::string why;
+  CHECK(checkCubin(linked.data(), linked.size(), why));
+  CHECK(!checkDynamicSharedAlignment(linked.data(), linked.size(), 1024, why));
+  CHECK(why == "kernel moe_layer_forward's dynamic shared memory would start "
+               "at byte 1056, not on the 1024-byte boundary its PTX declares "
+               "(a cubin linked from relocatable code?)");
+  why.clear();
+  CHECK(checkDynamicSharedAlignment(whole.data(), whole.size(), 1024, why));
+  CHECK(checkDynamicSharedAlignment(plain.data(), plain.size(), 1024, why));
+  CHECK(checkDynamicSharedAlignment(linked.data(), linked.size(), 32, why));
+  CHECK(checkDynamicSharedAlignment(linked.data(), linked.size(), 16, why));
+  CHECK(checkDynamicSharedAlignment(linked.data(), linked.size(), 0, why));
+  CHECK(why.empty());
+  std::vector<char> odd = fake.makeCubin("sm_90a", kAlignedPtx, 1040);
+  CHECK(!checkDynamicSharedAlignment(odd.data(), odd.size(), 32, why));
+  CHECK(contains(why, "at byte 1040, not on the 32-byte boundary"));
+  // The reserved shared memory's section is no kernel's.
+  std::vector<char> reserved = fake.makeCubin(
+      "sm_90a", ".entry reserved.0(\n)\n{\n  ret;\n}\n", 1056);
+  CHECK(checkDynamicSharedAlignment(reserved.data(), reserved.size(), 1024,
+                                    why));
+  // Sections without names to find the kernels' by: nothing to check.
+  std::vector<char> nameless = linked;
+  uint16_t outOfRange = 99;
+  std::memcpy(&nameless[62], &outOfRange, 2);
+  CHECK(checkDynamicSharedAlignment(nameless.data(), nameless.size(), 1024,
+                                    why));
+}
+
+/// Through mok_module_load_image: beside its PTX, a misaligned cubin is not
+/// used (the PTX is loaded, the detail says why); an aligned one is; a
+/// cubin alone is not checked (it does not record the alignment).
+void testGivenCubinAlignment() {
+  std::vector<char> linked = fake.makeCubin("sm_90a", kAlignedPtx, 1056);
+  std::vector<char> whole = fake.makeCubin("sm_90a", kAlignedPtx, 2048);
+  std::string detail;
+  int64_t images = calls("cuModuleLoadData");
+  CHECK(loadOnce(kAlignedPtx, linked, detail) == MOK_LOAD_PTX);
+  CHECK(contains(detail, "the PTX, compiled by the driver (or taken from its "
+                         "JIT cache) in ") &&
+        contains(detail, "; the given cubin was not used: kernel "
+                         "moe_layer_forward's dynamic shared memory would "
+                         "start at byte 1056, not on the 1024-byte boundary "
+                         "its PTX declares (a cubin linked from relocatable "
+                         "code?)"));
+  CHECK(calls("cuModuleLoadData") == images);
+  CHECK(loadOnce(kAlignedPtx, whole, detail) == MOK_LOAD_CUBIN);
+  CHECK(loadOnce(kPtx, linked, detail) == MOK_LOAD_CUBIN);
+  CHECK(loadOnce(nullptr, linked, detail) == MOK_LOAD_CUBIN);
+  // A layer alike.
+  mok_layer layer = nullptr;
+  CHECK(mok_layer_create(kLayer, &layer) == MOK_OK);
+  CHECK(mok_layer_load_image(layer, 0, kAlignedPtx, linked.data(),
+                             linked.size()) == MOK_OK);
+  mok_load_source source = MOK_LOAD_NONE;
+  const char *text = nullptr;
+  CHECK(mok_layer_load_source(layer, &source, &text) == MOK_OK &&
+        source == MOK_LOAD_PTX &&
+        contains(text, "not on the 1024-byte boundary its PTX declares"));
+  mok_layer_destroy(layer);
+  CHECK(fake.clean());
+}
+
+std::vector<char> readBytes(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(f),
+                           std::istreambuf_iterator<char>());
+}
+
+/// Real cubins of a kernel with static shared memory (an mbarrier) and
+/// 1024-byte-aligned dynamic shared memory, made at test time: ptxas's
+/// whole-program cubin is accepted; the one linked from relocatable code
+/// (ptxas -c, nvlink: how the driver's linker compiles PTX) is refused.
+/// Needs the CUDA toolkit's ptxas and nvlink (found by CMake).
+void testToolkitCubinAlignment() {
+#if defined(MOK_PTXAS) && defined(MOK_NVLINK)
+  char made[] = "/tmp/mok-cubin-test-XXXXXX";
+  if (!mkdtemp(made)) {
+    check(false, "mkdtemp", __LINE__);
+    return;
+  }
+  std::string dir = made;
+  const char *ptx = ".version 8.1\n.target sm_90a\n.address_size 64\n"
+                    ".extern .shared .align 1024 .b8 mok_dyn_smem[];\n"
+                    ".visible .entry k(\n  .param .u64 k_out\n)\n{\n"
+                    "  .shared .align 8 .b64 bar;\n"
+                    "  .reg .b32 %r<3>;\n  .reg .b64 %rd<2>;\n"
+                    "  mov.u32 %r1, bar;\n"
+                    "  mbarrier.init.shared.b64 [%r1], 1;\n"
+                    "  mov.u32 %r2, mok_dyn_smem;\n"
+                    "  ld.param.u64 %rd1, [k_out];\n"
+                    "  st.global.u32 [%rd1], %r2;\n  ret;\n}\n";
+  std::ofstream(dir + "/k.ptx") << ptx;
+  std::string log = dir + "/log.txt";
+  std::string commands =
+      std::string("cd '") + dir + "' && '" MOK_PTXAS "' -arch=sm_90a k.ptx " +
+      "-o whole.cubin && '" MOK_PTXAS "' -c -arch=sm_90a k.ptx -o k.o && '" +
+      MOK_NVLINK "' -arch=sm_90a k.o -o linked.cubin > '" + log +
+      "' 2>&1";
+  int status = std::system(commands.c_str());
+  check(status == 0, "ptxas and nvlink make the test's cubins", __LINE__);
+  if (status != 0) {
+    std::ifstream l(log);
+    std::printf("  %s\n  %s\n", commands.c_str(),
+                std::string(std::istreambuf_iterator<char>(l),
+                            std::istreambuf_iterator<char>())
+                    .c_str());
+  } else {
+    std::vector<char> whole = readBytes(dir + "/whole.cubin");
+    std::vector<char> linked = readBytes(dir + "/linked.cubin");
+    std::string why;
+    CHECK(mok::runtime::checkCubin(whole.data(), whole.size(), why));
+    CHECK(mok::runtime::checkCubin(linked.data(), linked.size(), why));
+    CHECK(mok::runtime::ptxDynamicSharedAlignment(ptx) == 1024);
+    CHECK(mok::runtime::checkDynamicSharedAlignment(whole.data(), whole.size(),
+                                                    1024, why));
+    CHECK(!mok::runtime::checkDynamicSharedAlignment(
+        linked.data(), linked.size(), 1024, why));
+    CHECK(contains(why, "kernel k's dynamic shared memory would start at "
+                        "byte ") &&
+          contains(why, ", not on the 1024-byte boundary its PTX declares "
+                        "(a cubin linked from relocatable code?)"));
+    // Through the load: the linked cubin is not used; the whole-program one
+    // passes the check and reaches the driver (the stand-in refuses it: it
+    // runs no real machine code).
+    std::string detail;
+    int64_t images = calls("cuModuleLoadData");
+    CHECK(loadOnce(ptx, linked, detail) == MOK_LOAD_PTX);
+    CHECK(contains(detail, "the given cubin was not used: kernel k's dynamic "
+                           "shared memory would start at byte "));
+    CHECK(calls("cuModuleLoadData") == images);
+    CHECK(loadOnce(ptx, whole, detail) == MOK_LOAD_PTX);
+    CHECK(contains(detail, "the given cubin was refused by the driver: "
+                           "device kernel image is invalid"));
+    CHECK(calls("cuModuleLoadData") == images + 1);
+    CHECK(fake.clean());
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+#else
+  std::printf("(skipped: the cubin alignment check on ptxas- and "
+              "nvlink-made cubins; CMake found no CUDA toolkit)\n");
+#endif
+}
+
 } // namespace
 
 void testWithFakeDriver(const char *path) {
@@ -636,5 +857,9 @@ void testWithFakeDriver(const char *path) {
   testClusterLayer();
   testLoadUnloadLoop();
   testGivenCubin();
+  testPtxDynamicSharedAlignment();
+  testCubinDynamicSharedAlignment();
+  testGivenCubinAlignment();
+  testToolkitCubinAlignment();
   mok_testing_fail_driver_call(nullptr, 0, 0, 1);
 }

@@ -181,8 +181,13 @@ MOK_API mok_status mok_module_load_ptx(int device, const char *ptx, mok_module *
  * A cubin that is not a whole CUDA ELF image (checked before the driver
  * reads it), or that the driver refuses (another chip, a driver too old for
  * it), falls back to the PTX; without PTX that is an error
- * (MOK_ERROR_INVALID_ARGUMENT, MOK_ERROR_CUDA). mok_module_load_source says
- * which was used and why. */
+ * (MOK_ERROR_INVALID_ARGUMENT, MOK_ERROR_CUDA). Beside PTX that declares its
+ * dynamic shared memory aligned to N > 16 bytes (`.extern .shared .align
+ * N`), a cubin in which some kernel's static shared memory (after which the
+ * dynamic one starts) is not a multiple of N bytes falls back to the PTX
+ * too (a cubin linked from relocatable code, whose kernels would read
+ * misplaced tiles); a cubin alone is not checked so, since it does not
+ * record N. mok_module_load_source says which was used and why. */
 MOK_API mok_status mok_module_load_image(int device, const char *ptx,
                                          const void *cubin, size_t cubin_size,
                                          mok_module *out);
