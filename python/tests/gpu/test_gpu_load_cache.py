@@ -8,7 +8,11 @@ cubins and the driver's JIT cache"). Layers are loaded in fresh processes:
   finds it there, loads in a fraction of the time, and computes the same
   bits as a process with the JIT cache off (CUDA_CACHE_DISABLE=1);
 - from cubins shipped beside the PTX (save(..., cubin=True), ptxas) the
-  layers load with no JIT, and the results match the float64 reference.
+  layers load with no JIT, and the results match the float64 reference;
+- a cubin linked from relocatable code (ptxas -c, nvlink), whose dynamic
+  shared memory starts off the 1024-byte boundary the PTX declares, is not
+  used: the runtime loads the PTX instead, says why, and the results match
+  the reference.
 
 Uses layers of bench/cases.py (python3 -m bench.compile tests): wgmma
 megakernels with and without warp roles (setmaxnreg: sm_90a-specific
@@ -80,11 +84,16 @@ print(json.dumps(report))
 
 
 def _run(root, **env):
-    """The child's report for every layer of NAMES under `root`, loaded
-    with the driver's JIT cache as `env` says (CUDA_CACHE_* of the caller's
-    environment left out)."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_CACHE_")}
-    full.update(PYTHONPATH=os.pathsep.join(sys.path), **env)
+    """The child's report for every layer of NAMES under `root`, loaded in
+    this environment changed by `env` (a None value removes the variable;
+    the caller's JIT cache is only used with its own settings, so that a
+    smaller CUDA_CACHE_MAXSIZE never trims it)."""
+    full = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    for k, v in env.items():
+        if v is None:
+            full.pop(k, None)
+        else:
+            full[k] = v
     proc = subprocess.run([sys.executable, "-c", _CHILD, root, *NAMES], capture_output=True,
                           text=True, env=full, timeout=400)
     assert proc.returncode == 0, proc.stderr[-6000:]
@@ -114,7 +123,7 @@ def _table(title, runs):
 def test_second_process_loads_through_the_driver_jit_cache(tmp_path):
     _check_artifacts()
     jit_cache = {"CUDA_CACHE_PATH": str(tmp_path / "jit-cache"),
-                 "CUDA_CACHE_MAXSIZE": str(4 << 30)}
+                 "CUDA_CACHE_MAXSIZE": str(4 << 30), "CUDA_CACHE_DISABLE": None}
     cold = _run(ARTIFACTS, **jit_cache)
     warm = _run(ARTIFACTS, **jit_cache)
     off = _run(ARTIFACTS, CUDA_CACHE_DISABLE="1")
@@ -155,3 +164,49 @@ def test_cubins_shipped_beside_the_ptx_load_without_jit(tmp_path):
         assert set(r["sources"].values()) == {"cubin"}, r["details"]
         assert r["rel"] <= REL_BOUND, (name, r["rel"])
         assert r["seconds"] < 1.0, (name, r["seconds"])
+
+
+def _save_with(art, name, cubin_of, into):
+    """`art` (of layer `name`) saved under `into`, each kernel with the
+    cubin `cubin_of` gives for its GpuArtifact."""
+    for kernel in ([art.forward, art.backward] if name in TRAIN_CASES else [art]):
+        kernel.cubin = cubin_of(kernel)
+    art.save(str(into / name))
+
+
+def test_a_cubin_linked_from_relocatable_code_is_left_for_the_ptx(tmp_path):
+    _check_artifacts()
+    try:
+        ptxas = mok._artifact.find_ptxas()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    nvlink = os.path.join(os.path.dirname(ptxas), "nvlink")
+    if not os.access(nvlink, os.X_OK):
+        pytest.skip(f"no nvlink beside {ptxas}")
+    work = tmp_path / "link"
+    work.mkdir()
+
+    def linked(kernel):
+        (work / "k.ptx").write_text(kernel.ptx)
+        for command in ([ptxas, "-c", f"-arch={kernel.target}", "k.ptx", "-o", "k.o"],
+                        [nvlink, f"-arch={kernel.target}", "k.o", "-o", "k.cubin"]):
+            proc = subprocess.run(command, cwd=work, capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        return (work / "k.cubin").read_bytes()
+
+    copies = tmp_path / "linked"
+    for name in NAMES:
+        if name in TRAIN_CASES:
+            art = mok.GpuTrainingArtifact.from_files(os.path.join(ARTIFACTS, name))
+        else:
+            art = mok.GpuArtifact.from_files(os.path.join(ARTIFACTS, name, "moe_layer"))
+        _save_with(art, name, linked, copies)
+    report = _run(str(copies))
+    _table("load seconds with linked cubins (the PTX loaded instead)", {"linked cubin": report})
+    for name in NAMES:
+        r = report[name]
+        assert set(r["sources"].values()) == {"ptx"}, r["details"]
+        for kernel, detail in r["details"].items():
+            assert "the given cubin was not used: kernel " in detail, (name, kernel, detail)
+            assert "not on the 1024-byte boundary its PTX declares" in detail, (name, detail)
+        assert r["rel"] <= REL_BOUND, (name, r["rel"])
