@@ -1,27 +1,25 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """How long loading a compiled layer takes in a fresh process, by where its
-machine code comes from (docs/Runtime.md, "Loading: cubins and the cubin
-cache"), for the layers under an artifacts folder (python3 -m bench.compile
-shapes bench-artifacts [--training]):
+machine code comes from (docs/Runtime.md, "Loading: cubins and the driver's
+JIT cache"), for the layers under an artifacts folder (python3 -m
+bench.compile shapes bench-artifacts [--training]):
 
     PYTHONPATH=build-gpu/python python3 -m bench.load_time \\
         --artifacts bench-artifacts --out $OUT
 
 Each measurement is one fresh process that creates the CUDA context, then
 times `load()` (the module and the workspace; the context not included).
-The driver's own JIT cache is off (CUDA_CACHE_DISABLE=1) unless a mode
-says otherwise. Modes:
+Modes:
 
-- `cold`: an empty cubin cache: the driver compiles the PTX (through its
-  linker) and mok stores the cubin;
-- `warm`: the cubin cache `cold` filled: no JIT;
 - `shipped`: a cubin beside the PTX (save(..., cubin=True): ptxas, whose
-  own time is reported as the ahead-of-time cost), an empty cubin cache;
-- `driver-cold`, `driver-warm`: mok's cache off (MOK_CUBIN_CACHE=0) and
-  the driver's JIT cache on (an empty CUDA_CACHE_PATH of its own,
-  CUDA_CACHE_MAXSIZE 4 GiB): what loading was before the cubin cache,
-  its first load and a repeated one.
+  own time is reported as the ahead-of-time cost), the driver's JIT cache
+  off (CUDA_CACHE_DISABLE=1, so that a refused cubin shows the JIT's time);
+- `driver-cold`: the PTX, the driver's JIT cache in an empty folder of the
+  sample's own (CUDA_CACHE_PATH, CUDA_CACHE_MAXSIZE 4 GiB): the driver
+  compiles the PTX and stores the machine code there;
+- `driver-warm`: the same folder, filled by `driver-cold`: the driver finds
+  the machine code in its JIT cache.
 
 Writes <out>/load_time.json (every sample) and prints the median seconds
 per layer and mode. --modes, --repeat, --layers and --with-profile choose
@@ -38,7 +36,7 @@ import sys
 import tempfile
 import time
 
-MODES = ("cold", "warm", "shipped", "driver-cold", "driver-warm")
+MODES = ("shipped", "driver-cold", "driver-warm")
 DRIVER_CACHE_BYTES = 4 << 30
 
 
@@ -66,7 +64,8 @@ def layers_under(root, with_profile=False):
 
 def jit_seconds(detail):
     """The driver's compile time a load's detail states, or None."""
-    m = re.search(r"compiled by the driver(?:'s linker)? in ([0-9.]+) s", detail)
+    m = re.search(r"compiled by the driver(?: \(or taken from its JIT cache\))? in ([0-9.]+) s",
+                  detail)
     return float(m.group(1)) if m else None
 
 
@@ -108,16 +107,14 @@ def measure(kind, path, env):
     return report
 
 
-def environment(base, mode, cache, driver_cache):
-    """The environment of a `mode` measurement: mok's cubin cache in
-    `cache`, the driver's JIT cache off or (driver-*) in `driver_cache`."""
-    env = dict(base, MOK_CACHE_DIR=cache)
-    env["MOK_CUBIN_CACHE"] = "1"  # (off by default)
+def environment(base, mode, driver_cache):
+    """The environment of a `mode` measurement: the driver's JIT cache off
+    (shipped) or in `driver_cache` (driver-*)."""
+    env = dict(base)
     for k in ("CUDA_CACHE_DISABLE", "CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE"):
         env.pop(k, None)
     if mode.startswith("driver-"):
-        env.update(MOK_CUBIN_CACHE="0", CUDA_CACHE_PATH=driver_cache,
-                   CUDA_CACHE_MAXSIZE=str(DRIVER_CACHE_BYTES))
+        env.update(CUDA_CACHE_PATH=driver_cache, CUDA_CACHE_MAXSIZE=str(DRIVER_CACHE_BYTES))
     else:
         env["CUDA_CACHE_DISABLE"] = "1"
     return env
@@ -139,9 +136,9 @@ def ship(name, kind, path, into):
 
 def run(layers, modes, repeat, work, measure=measure, base_env=None, progress=print):
     """Every sample: {layer: {"kind", "ptxas_seconds", mode: [report, ...]}}.
-    Each cold (and driver-cold) sample starts from empty caches of its own;
-    each warm (driver-warm) sample reads the caches its cold twin filled
-    (made first when cold is not among `modes`)."""
+    Each driver-cold sample starts from an empty JIT cache of its own; each
+    driver-warm sample reads the cache its driver-cold twin filled (made
+    first when driver-cold is not among `modes`)."""
     base_env = dict(os.environ if base_env is None else base_env)
     results = {}
     for name, kind, path in layers:
@@ -153,29 +150,25 @@ def run(layers, modes, repeat, work, measure=measure, base_env=None, progress=pr
             except (FileNotFoundError, RuntimeError) as e:
                 progress(f"{name}: no shipped cubin ({e})")
         for i in range(repeat):
-            fresh = os.path.join(work, f"{name}.{i}".replace(os.sep, "_"))
-            cache, driver_cache = fresh + ".mok", fresh + ".driver"
+            driver_cache = os.path.join(work, f"{name}.{i}".replace(os.sep, "_") + ".driver")
             for mode in modes:
                 if mode == "shipped" and shipped is None:
                     continue
-                twin = {"warm": "cold", "driver-warm": "driver-cold"}.get(mode)
-                if twin and twin not in modes:
-                    measure(kind, path, environment(base_env, twin, cache, driver_cache))
+                if mode == "driver-warm" and "driver-cold" not in modes:
+                    measure(kind, path, environment(base_env, "driver-cold", driver_cache))
                 target = shipped if mode == "shipped" else path
-                where = cache + ".shipped" if mode == "shipped" else cache
-                report = measure(kind, target, environment(base_env, mode, where,
-                                                           driver_cache))
+                report = measure(kind, target, environment(base_env, mode, driver_cache))
                 r.setdefault(mode, []).append(report)
                 progress(f"{name} {mode} #{i + 1}: {report['seconds']:.3f} s "
                          f"({'+'.join(sorted(set(report['sources'].values())))})")
-            for d in (cache, driver_cache, cache + ".shipped"):
-                shutil.rmtree(d, ignore_errors=True)
+            shutil.rmtree(driver_cache, ignore_errors=True)
     return results
 
 
 def summary(results, modes):
     """Per layer: the median load seconds of each mode (None: not run),
-    the median JIT seconds of cold, ptxas's seconds, the sources seen."""
+    the median JIT seconds of driver-cold, ptxas's seconds, the sources
+    seen."""
     rows = []
     for name, r in results.items():
         row = {"layer": name, "kind": r["kind"], "ptxas_seconds": r["ptxas_seconds"]}
@@ -183,8 +176,9 @@ def summary(results, modes):
             samples = r.get(mode, [])
             row[mode] = statistics.median(s["seconds"] for s in samples) if samples else None
             row[mode + "_sources"] = sorted({v for s in samples for v in s["sources"].values()})
-        jit = [s["jit_seconds"] for s in r.get("cold", []) if s["jit_seconds"] is not None]
-        row["cold_jit_seconds"] = statistics.median(jit) if jit else None
+        jit = [s["jit_seconds"] for s in r.get("driver-cold", [])
+               if s["jit_seconds"] is not None]
+        row["driver_cold_jit_seconds"] = statistics.median(jit) if jit else None
         rows.append(row)
     return rows
 

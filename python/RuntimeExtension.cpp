@@ -514,10 +514,9 @@ struct Layer {
     mok_load_source source = MOK_LOAD_NONE;
     const char *detail = nullptr;
     check(mok_layer_load_source(handle, &source, &detail));
-    const char *name = source == MOK_LOAD_CUBIN          ? "cubin"
-                       : source == MOK_LOAD_CACHED_CUBIN ? "cached_cubin"
-                       : source == MOK_LOAD_PTX          ? "ptx"
-                                                         : "none";
+    const char *name = source == MOK_LOAD_CUBIN ? "cubin"
+                       : source == MOK_LOAD_PTX ? "ptx"
+                                                : "none";
     return nb::make_tuple(name, detail ? detail : "");
   }
 
@@ -793,12 +792,12 @@ NB_MODULE(_runtime, m) {
            "Loads the layer's module on CUDA `device` and allocates the "
            "workspace: `cubin` (bytes) when the driver takes it for the "
            "device, else `ptx` (a str; None only beside a cubin) through the "
-           "runtime's cubin cache (mok_layer_load_image).")
+           "driver's JIT and its JIT cache (mok_layer_load_image).")
       .def_prop_ro("load_source", &Layer::loadSource,
                    "(source, detail): how the module was loaded, \"cubin\" "
-                   "(the one given), \"cached_cubin\" (from the cubin "
-                   "cache), \"ptx\" (compiled by the driver) or \"none\" "
-                   "(not loaded), and the runtime's sentence saying so.")
+                   "(the one given), \"ptx\" (compiled by the driver, or "
+                   "taken from its JIT cache) or \"none\" (not loaded), and "
+                   "the runtime's sentence saying so.")
       .def("forward", &Layer::forward, "inputs"_a.none() = nb::none(), nb::kw_only(),
            "out"_a.none(), "stream"_a.none() = 0, "named"_a,
            "Checks and launches on `stream` (a CUstream handle as an int, 0 "

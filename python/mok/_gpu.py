@@ -256,11 +256,10 @@ class GpuLayer:
 
     Loading avoids the driver's JIT of the PTX (seconds for a megakernel)
     where it can: it loads the artifact's cubin when the device's chip is
-    its target, else a cubin from the runtime's cubin cache, else the PTX
-    (whose cubin is then cached for the next process; docs/Runtime.md).
-    `load_source` says which ("cubin", "cached_cubin", "ptx") and
-    `load_detail` how (the JIT's time, the cache entry, why a cubin was not
-    used).
+    its target, else the PTX, which the driver compiles or finds in its own
+    JIT cache (CUDA_CACHE_MAXSIZE; docs/Runtime.md). `load_source` says
+    which ("cubin", "ptx") and `load_detail` how (the JIT's time, why a
+    cubin was not used).
 
     It runs in an expert-parallel group, `ep_group`: None (EP = 1), a tuple
     (size, rank, nccl_comm) with an ncclComm_t as an int, or a process group
@@ -285,9 +284,8 @@ class GpuLayer:
             device = torch.cuda.current_device()
         self.device = torch.device("cuda", device)
         self._layer.load(device, artifact.ptx, artifact.cubin)
-        # How the kernel was loaded: "cubin" (the artifact's), "cached_cubin"
-        # (the runtime's cubin cache) or "ptx" (the driver's JIT), and the
-        # runtime's sentence about it.
+        # How the kernel was loaded: "cubin" (the artifact's) or "ptx" (the
+        # driver's JIT, or its JIT cache), and the runtime's sentence about it.
         self.load_source, self.load_detail = self._layer.load_source
         params = self.meta["params"]
         self.inputs = [p for p in params if p["role"] == "input"]

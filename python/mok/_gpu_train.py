@@ -103,7 +103,7 @@ class GpuTrainingLayer:
     @property
     def load_sources(self):
         """How each kernel was loaded (GpuLayer.load_source): {"forward":
-        ..., "backward": ...}, each "cubin", "cached_cubin" or "ptx"."""
+        ..., "backward": ...}, each "cubin" or "ptx"."""
         return {"forward": self._forward.load_source,
                 "backward": self._backward.load_source}
 

@@ -49,7 +49,7 @@ class Fake:
     def __init__(self):
         self.lib = ctypes.CDLL(FAKE)
         for name in ("live_allocations", "live_bytes", "live_modules", "context_retains",
-                     "bad_releases", "launches", "tensor_maps", "live_links"):
+                     "bad_releases", "launches", "tensor_maps"):
             getattr(self.lib, "mok_fake_cuda_" + name).restype = ctypes.c_int64
         self.lib.mok_fake_cuda_cubin.restype = ctypes.c_size_t
         self.lib.mok_fake_cuda_cubin.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
@@ -66,7 +66,7 @@ class Fake:
 
     def clean(self):
         return {n: self.count(n) for n in ("live_allocations", "live_modules",
-                                           "context_retains", "bad_releases", "live_links")}
+                                           "context_retains", "bad_releases")}
 
     def cubin(self, chip, ptx):
         """The stand-in's cubin of `ptx`'s kernels for `chip` (bytes)."""
@@ -160,12 +160,8 @@ def driver_failures(seed, cases):
     are gone."""
     fake, g = Fake(), random.Random(f"{seed}/failures")
     report = {"errors": {}, "problems": []}
-    # (With the cubin cache, $MOK_CACHE_DIR: the first load compiles through
-    # the linker, later ones load the cached cubin.)
     load_calls = ["cuDeviceGetAttribute", "cuModuleLoadDataEx", "cuMemAlloc", "cuMemsetD8",
-                  "cuCtxSetCurrent", "cuDevicePrimaryCtxRetain", "cuDeviceGetCount",
-                  "cuModuleLoadData", "cuLinkCreate", "cuLinkAddData", "cuLinkComplete",
-                  "cuDriverGetVersion"]
+                  "cuCtxSetCurrent", "cuDevicePrimaryCtxRetain", "cuDeviceGetCount"]
     forward_calls = ["cuStreamIsCapturing", "cuTensorMapEncodeTiled", "cuMemcpyHtoDAsync",
                      "cuLaunchCooperativeKernel", "cuModuleGetFunction", "cuCtxSetCurrent"]
     meta = dict(RT_META, zero_before_first_launch=["grid_barrier"])
@@ -272,20 +268,9 @@ def leaks(seed, cases):
     print(json.dumps({"after_run": fake.clean(), "kept": len(kept)}))
 
 
-def _entry(path):
-    """(key text, the rest of the head, cubin) of a cubin cache entry."""
-    with open(path, "rb") as f:
-        data = f.read()
-    key, rest = data.split(b"size ", 1)
-    head, cubin = rest.split(b"\n\n", 1)
-    return key.decode(), "size " + head.decode(), cubin
-
-
 def cubin_loads(seed, cases):
-    """Layers loaded from a given cubin, from the runtime's cubin cache
-    ($MOK_CACHE_DIR/cubin) and from the PTX, through mok._runtime; the
-    cache's entries checked against hashlib; artifacts carrying a cubin."""
-    import hashlib
+    """Layers loaded from a given cubin and from the PTX, through
+    mok._runtime; artifacts carrying a cubin."""
     import tempfile
     fake = Fake()
     args, out = _good()
@@ -298,20 +283,9 @@ def cubin_loads(seed, cases):
         layer.forward(args, out=out)
         return [before, list(layer.load_source)]
 
-    links = fake.calls("cuLinkComplete")
+    jits = fake.calls("cuModuleLoadDataEx")
     report["first"] = load(PTX)
-    report["second"] = load(PTX)
-    report["links"] = fake.calls("cuLinkComplete") - links
-    directory = os.path.join(os.environ["MOK_CACHE_DIR"], "cubin")
-    entries = sorted(os.listdir(directory))
-    report["entries"] = entries
-    key, head, cubin = _entry(os.path.join(directory, entries[0]))
-    report["entry"] = {
-        "name": entries[0] == hashlib.sha256(key.encode()).hexdigest() + ".cubin",
-        "ptx": f"\nptx {hashlib.sha256(PTX.encode()).hexdigest()}\n" in key,
-        "sum": head == f"size {len(cubin)}\nsha256 {hashlib.sha256(cubin).hexdigest()}",
-        "key": key,
-    }
+    report["jits"] = fake.calls("cuModuleLoadDataEx") - jits
     ours, theirs = fake.cubin("sm_90a", PTX), fake.cubin("sm_100a", PTX)
     report["given"] = load(PTX, ours)[1]
     report["alone"] = load(None, ours)[1]
@@ -339,9 +313,61 @@ def cubin_loads(seed, cases):
     print(json.dumps(report))
 
 
+# A kernel with static shared memory (an mbarrier) and dynamic shared
+# memory declared on a 1024-byte boundary, as the tensor-core kernels do.
+ALIGNED_PTX = (".version 8.1\n.target sm_90a\n.address_size 64\n"
+               ".extern .shared .align 1024 .b8 mok_dyn_smem[];\n"
+               ".visible .entry k(\n  .param .u64 k_out\n)\n{\n"
+               "  .shared .align 8 .b64 bar;\n  .reg .b32 %r<3>;\n  .reg .b64 %rd<2>;\n"
+               "  mov.u32 %r1, bar;\n  mbarrier.init.shared.b64 [%r1], 1;\n"
+               "  mov.u32 %r2, mok_dyn_smem;\n  ld.param.u64 %rd1, [k_out];\n"
+               "  st.global.u32 [%rd1], %r2;\n  ret;\n}\n")
+
+
+def toolkit():
+    """(ptxas, nvlink) of the CUDA toolkit, or FileNotFoundError."""
+    ptxas = mok._artifact.find_ptxas()
+    nvlink = os.path.join(os.path.dirname(ptxas), "nvlink")
+    if not os.access(nvlink, os.X_OK):
+        raise FileNotFoundError(f"no nvlink beside {ptxas}")
+    return ptxas, nvlink
+
+
+def toolkit_cubins(seed, cases):
+    """ALIGNED_PTX's cubins made by the toolkit, loaded beside it through
+    mok._runtime: ptxas's whole-program one passes the runtime's check (the
+    stand-in then refuses it: it runs no real machine code), the one linked
+    from relocatable code (ptxas -c, nvlink) is not used."""
+    import subprocess
+    import tempfile
+    fake = Fake()
+    args, out = _good()
+    ptxas, nvlink = toolkit()
+    report = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "k.ptx"), "w") as f:
+            f.write(ALIGNED_PTX)
+        for command in ([ptxas, "-arch=sm_90a", "k.ptx", "-o", "whole.cubin"],
+                        [ptxas, "-c", "-arch=sm_90a", "k.ptx", "-o", "k.o"],
+                        [nvlink, "-arch=sm_90a", "k.o", "-o", "linked.cubin"]):
+            subprocess.run(command, cwd=tmp, check=True, capture_output=True)
+        for name in ("whole", "linked"):
+            with open(os.path.join(tmp, name + ".cubin"), "rb") as f:
+                cubin = f.read()
+            images = fake.calls("cuModuleLoadData")
+            layer = rt.Layer(json.dumps(RT_META))
+            layer.load(0, ALIGNED_PTX, cubin)
+            layer.forward(args, out=out)
+            report[name] = list(layer.load_source) + [fake.calls("cuModuleLoadData") - images]
+            del layer
+    gc.collect()
+    report["after"] = fake.clean()
+    print(json.dumps(report))
+
+
 SCENARIOS = {"loaded_arguments": loaded_arguments, "driver_failures": driver_failures,
              "load_unload_loop": load_unload_loop, "leaks": leaks,
-             "cubin_loads": cubin_loads}
+             "cubin_loads": cubin_loads, "toolkit_cubins": toolkit_cubins}
 
 if __name__ == "__main__":
     name, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

@@ -34,19 +34,20 @@ def test_layers_under_finds_inference_and_training_layers(tmp_path):
 
 
 def test_jit_seconds_reads_the_runtime_detail():
-    assert load_time.jit_seconds("the PTX, compiled by the driver's linker in 2.500 s; "
-                                 "stored in the cache, /c/x.cubin") == 2.5
-    assert load_time.jit_seconds("the PTX, compiled by the driver in 0.125 s; the cubin "
-                                 "cache is off") == 0.125
-    assert load_time.jit_seconds("a cubin from the cache, /c/x.cubin") is None
+    assert load_time.jit_seconds("the PTX, compiled by the driver (or taken from its JIT "
+                                 "cache) in 2.500 s") == 2.5
+    assert load_time.jit_seconds("the PTX, compiled by the driver (or taken from its JIT "
+                                 "cache) in 0.125 s; the given cubin was refused by the "
+                                 "driver: ...") == 0.125
+    assert load_time.jit_seconds("the given cubin (123456 bytes)") is None
 
 
 def _recorder(calls):
     def measure(kind, path, env):
         calls.append((kind, path, env))
-        source = "ptx" if env.get("MOK_CUBIN_CACHE") == "0" else "cached_cubin"
-        return {"seconds": 0.01 * len(calls), "sources": {"forward": source},
-                "details": {"forward": "the PTX, compiled by the driver in 1.000 s"},
+        return {"seconds": 0.01 * len(calls), "sources": {"forward": "ptx"},
+                "details": {"forward": "the PTX, compiled by the driver (or taken from its "
+                                       "JIT cache) in 1.000 s"},
                 "process_seconds": 3.0, "jit_seconds": 1.0}
     return measure
 
@@ -54,50 +55,47 @@ def _recorder(calls):
 def test_each_mode_starts_from_the_caches_it_says(tmp_path):
     calls = []
     layers = [("a", "inference", "/art/a/moe_layer")]
-    modes = ["cold", "warm", "driver-cold", "driver-warm"]
+    modes = ["driver-cold", "driver-warm"]
     results = load_time.run(layers, modes, 2, str(tmp_path), measure=_recorder(calls),
-                            base_env={"PATH": "/bin", "MOK_CUBIN_CACHE": "1",
-                                      "CUDA_CACHE_PATH": "/x"}, progress=lambda s: None)
-    assert [len(results["a"][m]) for m in modes] == [2, 2, 2, 2]
+                            base_env={"PATH": "/bin", "CUDA_CACHE_PATH": "/x",
+                                      "CUDA_CACHE_DISABLE": "1"}, progress=lambda s: None)
+    assert [len(results["a"][m]) for m in modes] == [2, 2]
     envs = [env for _, _, env in calls]
-    assert len(envs) == 8
-    cold, warm, dcold, dwarm = envs[:4]
-    # cold and warm: mok's cache (the same folder), the driver's off.
-    for env in (cold, warm):
-        assert env["CUDA_CACHE_DISABLE"] == "1" and env["MOK_CUBIN_CACHE"] == "1"
-        assert "CUDA_CACHE_PATH" not in env and env["PATH"] == "/bin"
-    assert cold["MOK_CACHE_DIR"] == warm["MOK_CACHE_DIR"]
-    # driver-*: mok's cache off, the driver's in a folder of the sample's own.
+    assert len(envs) == 4
+    dcold, dwarm = envs[:2]
+    # The driver's JIT cache on, in a folder of the sample's own; the
+    # caller's CUDA_CACHE_* replaced.
     for env in (dcold, dwarm):
-        assert env["MOK_CUBIN_CACHE"] == "0" and "CUDA_CACHE_DISABLE" not in env
+        assert "CUDA_CACHE_DISABLE" not in env and env["PATH"] == "/bin"
         assert env["CUDA_CACHE_MAXSIZE"] == str(4 << 30)
     assert dcold["CUDA_CACHE_PATH"] == dwarm["CUDA_CACHE_PATH"] != "/x"
-    # The second sample starts from empty caches of its own.
-    assert envs[4]["MOK_CACHE_DIR"] != cold["MOK_CACHE_DIR"]
-    assert envs[6]["CUDA_CACHE_PATH"] != dcold["CUDA_CACHE_PATH"]
+    # The second sample starts from an empty cache of its own.
+    assert envs[2]["CUDA_CACHE_PATH"] != dcold["CUDA_CACHE_PATH"]
 
 
 def test_warm_alone_fills_the_cache_first_unrecorded(tmp_path):
     calls = []
-    results = load_time.run([("a", "training", "/art/a")], ["warm"], 1, str(tmp_path),
+    results = load_time.run([("a", "training", "/art/a")], ["driver-warm"], 1, str(tmp_path),
                             measure=_recorder(calls), base_env={}, progress=lambda s: None)
-    assert len(calls) == 2 and calls[0][2]["MOK_CACHE_DIR"] == calls[1][2]["MOK_CACHE_DIR"]
-    assert len(results["a"]["warm"]) == 1 and "cold" not in results["a"]
-    assert results["a"]["warm"][0]["seconds"] == pytest.approx(0.02)
+    assert len(calls) == 2
+    assert calls[0][2]["CUDA_CACHE_PATH"] == calls[1][2]["CUDA_CACHE_PATH"]
+    assert len(results["a"]["driver-warm"]) == 1 and "driver-cold" not in results["a"]
+    assert results["a"]["driver-warm"][0]["seconds"] == pytest.approx(0.02)
 
 
-def test_shipped_loads_the_cubin_copy_with_an_empty_cache(tmp_path, monkeypatch):
+def test_shipped_loads_the_cubin_copy_without_the_jit_cache(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(load_time, "ship", lambda name, kind, path, into: (
         os.path.join(into, name, "moe_layer"), 4.5))
-    results = load_time.run([("a", "inference", "/art/a/moe_layer")], ["cold", "shipped"], 1,
-                            str(tmp_path), measure=_recorder(calls), base_env={},
+    results = load_time.run([("a", "inference", "/art/a/moe_layer")],
+                            ["shipped", "driver-cold"], 1, str(tmp_path),
+                            measure=_recorder(calls), base_env={"CUDA_CACHE_PATH": "/x"},
                             progress=lambda s: None)
-    (_, cold_path, cold), (_, shipped_path, shipped) = calls
+    (_, shipped_path, shipped), (_, cold_path, cold) = calls
     assert cold_path == "/art/a/moe_layer"
     assert shipped_path == os.path.join(str(tmp_path), "shipped", "a", "moe_layer")
-    assert shipped["MOK_CACHE_DIR"] != cold["MOK_CACHE_DIR"]
-    assert shipped["CUDA_CACHE_DISABLE"] == "1"
+    assert shipped["CUDA_CACHE_DISABLE"] == "1" and "CUDA_CACHE_PATH" not in shipped
+    assert "CUDA_CACHE_DISABLE" not in cold
     assert results["a"]["ptxas_seconds"] == 4.5
     # Without ptxas, no shipped samples, said so.
     said = []
@@ -114,20 +112,19 @@ def test_shipped_loads_the_cubin_copy_with_an_empty_cache(tmp_path, monkeypatch)
 def test_summary_and_table():
     sample = {"seconds": 2.0, "sources": {"forward": "ptx", "backward": "ptx"},
               "jit_seconds": 1.5}
+    modes = ["driver-cold", "driver-warm", "shipped"]
     results = {"a-train": {"kind": "training", "ptxas_seconds": 3.25,
-                           "cold": [sample, dict(sample, seconds=4.0, jit_seconds=2.5)],
-                           "warm": [dict(sample, seconds=0.04,
-                                         sources={"forward": "cached_cubin",
-                                                  "backward": "cached_cubin"},
-                                         jit_seconds=None)]}}
-    rows = load_time.summary(results, ["cold", "warm", "shipped"])
+                           "driver-cold": [sample, dict(sample, seconds=4.0, jit_seconds=2.5)],
+                           "driver-warm": [dict(sample, seconds=0.04, jit_seconds=0.01)]}}
+    rows = load_time.summary(results, modes)
     assert rows == [{"layer": "a-train", "kind": "training", "ptxas_seconds": 3.25,
-                     "cold": 3.0, "cold_sources": ["ptx"], "warm": 0.04,
-                     "warm_sources": ["cached_cubin"], "shipped": None,
-                     "shipped_sources": [], "cold_jit_seconds": 2.0}]
-    text = load_time.table(rows, ["cold", "warm", "shipped"])
+                     "driver-cold": 3.0, "driver-cold_sources": ["ptx"], "driver-warm": 0.04,
+                     "driver-warm_sources": ["ptx"], "shipped": None,
+                     "shipped_sources": [], "driver_cold_jit_seconds": 2.0}]
+    text = load_time.table(rows, modes)
     assert text.splitlines() == [
-        f"{'layer':28s} {'cold':>12s} {'warm':>12s} {'shipped':>12s} {'ptxas (AOT)':>12s}",
+        f"{'layer':28s} {'driver-cold':>12s} {'driver-warm':>12s} {'shipped':>12s} "
+        f"{'ptxas (AOT)':>12s}",
         f"{'a-train':28s} {'3.000':>12s} {'0.040':>12s} {'-':>12s} {'3.250':>12s}"]
     json.dumps(rows)  # what load_time.json holds
 

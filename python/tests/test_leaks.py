@@ -23,8 +23,6 @@ def _run(script, *args, driver=None):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE] + sys.path))
     if driver:
         env["MOK_CUDA_DRIVER"] = driver
-        # No cubin of the stand-in in the user's cubin cache.
-        env["MOK_CUBIN_CACHE"] = "0"
     proc = subprocess.run([sys.executable, os.path.join(HERE, script), *args],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -55,13 +55,8 @@ namespace {
   X(streamIsCapturing, "cuStreamIsCapturing")                                  \
   X(memcpyDtoH, "cuMemcpyDtoH")                                                \
   X(tensorMapEncodeTiled, "cuTensorMapEncodeTiled")                            \
-  /* Loading cubins, and making them (the cubin cache, ModuleLoad.cpp). */    \
-  X(moduleLoadData, "cuModuleLoadData")                                        \
-  X(driverGetVersion, "cuDriverGetVersion")                                    \
-  X(linkCreate, "cuLinkCreate")                                                \
-  X(linkAddData, "cuLinkAddData")                                              \
-  X(linkComplete, "cuLinkComplete")                                            \
-  X(linkDestroy, "cuLinkDestroy")
+  /* Loading a cubin given by the caller (ModuleLoad.cpp). */                  \
+  X(moduleLoadData, "cuModuleLoadData")
 
 enum Entry {
 #define MOK_ENTRY(member, name) Entry_##member,

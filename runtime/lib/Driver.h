@@ -43,11 +43,6 @@ struct Driver {
   decltype(&::cuStreamIsCapturing) streamIsCapturing;
   decltype(&::cuMemcpyDtoH) memcpyDtoH;
   decltype(&::cuTensorMapEncodeTiled) tensorMapEncodeTiled;
-  decltype(&::cuDriverGetVersion) driverGetVersion;
-  decltype(&::cuLinkCreate) linkCreate;
-  decltype(&::cuLinkAddData) linkAddData;
-  decltype(&::cuLinkComplete) linkComplete;
-  decltype(&::cuLinkDestroy) linkDestroy;
 
   /// "CUDA_ERROR_X: description" for `r`.
   std::string describe(CUresult r) const;

@@ -5,9 +5,10 @@
 // failure path run on machines without a GPU. "Device" memory is host
 // memory (filled with 0xA5 bytes when allocated, so zeroing shows); modules
 // remember the `.entry` names of their PTX; launches run nothing and are
-// counted. Its "cubins" (what its linker makes, mok_fake_cuda_cubin) are an
-// ELF header for the CUDA machine, then text: the chip they are for and
-// the kernels; it loads one only on a device of that chip, as the driver
+// counted. Its "cubins" (made by mok_fake_cuda_cubin) are an ELF header for
+// the CUDA machine, then text: the chip they are for and the kernels (and,
+// when asked for, a section of static shared memory per kernel, as ptxas
+// writes them); it loads one only on a device of that chip, as the driver
 // does. The mok_fake_cuda_* functions let a test see what is still
 // allocated, loaded or retained (through dlopen of the same path, or
 // ctypes), so it can check that nothing leaks.
@@ -41,23 +42,11 @@ struct Module {
   std::vector<std::unique_ptr<Function>> functions; // handed out, by kernel
 };
 
-/// A link in progress (cuLinkCreate .. cuLinkDestroy).
-struct Link {
-  std::string chip; // what its cubin is for: "sm_90", "sm_90a"
-  char *log = nullptr;
-  size_t logSize = 0;
-  std::vector<std::string> kernels;
-  bool added = false;
-  std::vector<char> cubin; // cuLinkComplete's, owned by the link
-};
-
 struct State {
   std::mutex mutex;
   std::map<uintptr_t, size_t> allocations; // base -> bytes
   std::set<Module *> modules;
-  std::set<Link *> links;
   int computeCapability = 0; // 0: MOK_FAKE_CUDA_CC, else 90
-  int driverVersion = 13000;
   int64_t retains = 0;     // primary-context retains minus releases
   int64_t launches = 0;
   int64_t badReleases = 0; // frees/unloads/releases of what is not live
@@ -236,15 +225,20 @@ CUresult moduleLoadDataEx(CUmodule *out, const void *image, unsigned n,
 }
 
 constexpr size_t kElfHeader = 64;
-// CU_TARGET_COMPUTE_90A is this plus 90.
-constexpr unsigned kSpecificTarget = 0x10000;
 const char kCubinTag[] = "mok-fake-cubin ";
 
+template <typename T> void put(std::vector<char> &image, size_t at, T value) {
+  std::memcpy(&image[at], &value, sizeof value);
+}
+
 /// A cubin of the stand-in: an ELF header (64-bit, little-endian, the CUDA
-/// machine, no sections) and "mok-fake-cubin CHIP\nentry NAME\n...", NUL
-/// terminated.
+/// machine) and "mok-fake-cubin CHIP\nentry NAME\n...", NUL terminated.
+/// With `staticShared` bytes, sections follow: the section names and, per
+/// kernel, `.nv.shared.NAME` (no bytes in the file, that size), as ptxas
+/// writes a kernel's static shared memory; else none.
 std::vector<char> makeCubin(const std::string &chip,
-                            const std::vector<std::string> &kernels) {
+                            const std::vector<std::string> &kernels,
+                            uint64_t staticShared = 0) {
   std::vector<char> image(kElfHeader, 0);
   std::memcpy(image.data(), "\x7f" "ELF", 4);
   image[4] = 2; // ELFCLASS64
@@ -261,6 +255,39 @@ std::vector<char> makeCubin(const std::string &chip,
     text += "entry " + k + "\n";
   image.insert(image.end(), text.begin(), text.end());
   image.push_back(0);
+  if (!staticShared)
+    return image;
+  std::string names = std::string("\0.shstrtab\0", 11);
+  std::vector<uint32_t> nameAt;
+  for (const std::string &k : kernels) {
+    nameAt.push_back(static_cast<uint32_t>(names.size()));
+    names += ".nv.shared." + k + '\0';
+  }
+  uint64_t namesAt = image.size();
+  image.insert(image.end(), names.begin(), names.end());
+  image.resize((image.size() + 7) / 8 * 8, 0);
+  uint64_t headersAt = image.size();
+  uint16_t count = static_cast<uint16_t>(2 + kernels.size());
+  image.resize(image.size() + 64 * count, 0);
+  put<uint64_t>(image, 40, headersAt); // e_shoff
+  put<uint16_t>(image, 58, 64);        // e_shentsize
+  put<uint16_t>(image, 60, count);     // e_shnum
+  put<uint16_t>(image, 62, 1);         // e_shstrndx
+  size_t names1 = headersAt + 64;      // section 1: the names
+  put<uint32_t>(image, names1, 1);
+  put<uint32_t>(image, names1 + 4, 3); // SHT_STRTAB
+  put<uint64_t>(image, names1 + 24, namesAt);
+  put<uint64_t>(image, names1 + 32, names.size());
+  put<uint64_t>(image, names1 + 48, 1);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    size_t at = headersAt + 64 * (2 + i);
+    put<uint32_t>(image, at, nameAt[i]);
+    put<uint32_t>(image, at + 4, 8);   // SHT_NOBITS
+    put<uint64_t>(image, at + 8, 3);   // SHF_WRITE | SHF_ALLOC
+    put<uint64_t>(image, at + 24, headersAt);
+    put<uint64_t>(image, at + 32, staticShared);
+    put<uint64_t>(image, at + 48, 16); // the alignment a linked cubin has
+  }
   return image;
 }
 
@@ -284,97 +311,6 @@ CUresult moduleLoadData(CUmodule *out, const void *image) {
     kernels.emplace_back(e, std::strcspn(e, "\n"));
   }
   return loadModule(out, std::move(kernels));
-}
-
-CUresult driverGetVersion(int *version) {
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  *version = s.driverVersion;
-  return CUDA_SUCCESS;
-}
-
-CUresult linkCreate(unsigned n, CUjit_option *options, void **values,
-                    CUlinkState *out) {
-  auto link = new Link;
-  logBuffer(n, options, values, link->log, link->logSize);
-  link->chip = "sm_" + std::to_string(computeCapability());
-  for (unsigned i = 0; i < n; ++i)
-    if (options[i] == CU_JIT_TARGET) {
-      auto target = static_cast<unsigned>(reinterpret_cast<uintptr_t>(values[i]));
-      bool specific = target & kSpecificTarget;
-      link->chip = "sm_" + std::to_string(target & ~kSpecificTarget) +
-                   (specific ? "a" : "");
-    }
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.links.insert(link);
-  *out = reinterpret_cast<CUlinkState>(link);
-  return CUDA_SUCCESS;
-}
-
-/// The live link `state`, or null (lock held).
-Link *liveLink(State &s, CUlinkState handle) {
-  auto link = reinterpret_cast<Link *>(handle);
-  return s.links.count(link) ? link : nullptr;
-}
-
-CUresult linkAddData(CUlinkState handle, CUjitInputType type, void *data,
-                     size_t size, const char *, unsigned, CUjit_option *,
-                     void **) {
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  Link *link = liveLink(s, handle);
-  if (!link)
-    return CUDA_ERROR_INVALID_HANDLE;
-  if (type != CU_JIT_INPUT_PTX || !data || !size)
-    return CUDA_ERROR_INVALID_VALUE;
-  std::string ptx(static_cast<const char *>(data), size);
-  std::vector<std::string> kernels = entriesOf(ptx.c_str());
-  // An architecture-specific PTX (".target sm_90a") compiles only for that
-  // target, as ptxas's -arch says: what CU_JIT_TARGET must be.
-  const char *target = std::strstr(ptx.c_str(), ".target ");
-  std::string wanted =
-      target ? std::string(target + 8, std::strcspn(target + 8, " \n,")) : "";
-  const char *why = kernels.empty() ? "fake ptxas: no .entry in the PTX"
-                    : !wanted.empty() && wanted.back() == 'a' &&
-                            wanted != link->chip
-                        ? "fake ptxas: the PTX's .target needs its own JIT target"
-                        : nullptr;
-  if (why) {
-    if (link->log && link->logSize)
-      std::snprintf(link->log, link->logSize, "%s", why);
-    return CUDA_ERROR_INVALID_PTX;
-  }
-  link->kernels = std::move(kernels);
-  link->added = true;
-  return CUDA_SUCCESS;
-}
-
-CUresult linkComplete(CUlinkState handle, void **cubin, size_t *size) {
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  Link *link = liveLink(s, handle);
-  if (!link)
-    return CUDA_ERROR_INVALID_HANDLE;
-  if (!link->added)
-    return CUDA_ERROR_INVALID_VALUE;
-  link->cubin = makeCubin(link->chip, link->kernels);
-  *cubin = link->cubin.data();
-  *size = link->cubin.size();
-  return CUDA_SUCCESS;
-}
-
-CUresult linkDestroy(CUlinkState handle) {
-  State &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  Link *link = liveLink(s, handle);
-  if (!link) {
-    ++s.badReleases;
-    return CUDA_ERROR_INVALID_HANDLE;
-  }
-  s.links.erase(link);
-  delete link;
-  return CUDA_SUCCESS;
 }
 
 CUresult moduleUnload(CUmodule module) {
@@ -627,11 +563,6 @@ const Entry entries[] = {
     MOK_FAKE(cuMemcpyDtoH, memcpyDtoH),
     MOK_FAKE(cuTensorMapEncodeTiled, tensorMapEncodeTiled),
     MOK_FAKE(cuModuleLoadData, moduleLoadData),
-    MOK_FAKE(cuDriverGetVersion, driverGetVersion),
-    MOK_FAKE(cuLinkCreate, linkCreate),
-    MOK_FAKE(cuLinkAddData, linkAddData),
-    MOK_FAKE(cuLinkComplete, linkComplete),
-    MOK_FAKE(cuLinkDestroy, linkDestroy),
 };
 #undef MOK_FAKE
 
@@ -713,12 +644,6 @@ MOK_FAKE_API void mok_fake_cuda_set_capturing(int capturing) {
   state().capturing = capturing;
 }
 
-/// Links created and not destroyed.
-MOK_FAKE_API int64_t mok_fake_cuda_live_links() {
-  std::lock_guard<std::mutex> lock(state().mutex);
-  return static_cast<int64_t>(state().links.size());
-}
-
 /// Makes every device of compute capability `cc` (major * 10 + minor: 90,
 /// 100); 0: back to $MOK_FAKE_CUDA_CC, else 90.
 MOK_FAKE_API void mok_fake_cuda_set_compute_capability(int cc) {
@@ -726,18 +651,22 @@ MOK_FAKE_API void mok_fake_cuda_set_compute_capability(int cc) {
   state().computeCapability = cc;
 }
 
-/// What cuDriverGetVersion answers (13000 until set).
-MOK_FAKE_API void mok_fake_cuda_set_driver_version(int version) {
-  std::lock_guard<std::mutex> lock(state().mutex);
-  state().driverVersion = version;
-}
-
-/// Writes the stand-in's cubin of `ptx`'s kernels for `chip` ("sm_90") to
-/// `out` when it holds `capacity` bytes; returns its size either way.
-MOK_FAKE_API size_t mok_fake_cuda_cubin(const char *chip, const char *ptx,
-                                        void *out, size_t capacity) {
-  std::vector<char> image = makeCubin(chip, entriesOf(ptx));
+/// Writes the stand-in's cubin of `ptx`'s kernels for `chip` ("sm_90"),
+/// with a section of `static_shared` bytes of static shared memory per
+/// kernel (`.nv.shared.<kernel>`; none for 0), to `out` when it holds
+/// `capacity` bytes; returns its size either way.
+MOK_FAKE_API size_t mok_fake_cuda_cubin_shared(const char *chip,
+                                               const char *ptx,
+                                               uint64_t static_shared,
+                                               void *out, size_t capacity) {
+  std::vector<char> image = makeCubin(chip, entriesOf(ptx), static_shared);
   if (out && capacity >= image.size())
     std::memcpy(out, image.data(), image.size());
   return image.size();
+}
+
+/// The stand-in's cubin without sections (mok_fake_cuda_cubin_shared, 0).
+MOK_FAKE_API size_t mok_fake_cuda_cubin(const char *chip, const char *ptx,
+                                        void *out, size_t capacity) {
+  return mok_fake_cuda_cubin_shared(chip, ptx, 0, out, capacity);
 }

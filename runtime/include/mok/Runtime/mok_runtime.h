@@ -157,57 +157,47 @@ MOK_API mok_status mok_driver_probe(int *available, int *device_count);
 
 typedef struct mok_module_s *mok_module;
 
-/* Where a loaded module's machine code came from. */
+/* Where a loaded module's machine code came from. The values are stable
+ * (2 is not assigned). */
 typedef enum mok_load_source {
-  MOK_LOAD_NONE = 0,         /* not loaded */
-  MOK_LOAD_CUBIN = 1,        /* the cubin the caller gave: no JIT */
-  MOK_LOAD_CACHED_CUBIN = 2, /* a cubin from the cubin cache: no JIT */
-  MOK_LOAD_PTX = 3,          /* the PTX, compiled by the driver's JIT */
+  MOK_LOAD_NONE = 0,  /* not loaded */
+  MOK_LOAD_CUBIN = 1, /* the cubin the caller gave: no JIT */
+  MOK_LOAD_PTX = 3,   /* the PTX, through the driver's JIT (and its cache) */
 } mok_load_source;
 
 /* Loads PTX (NUL-terminated) for `device` into its primary context, with the
  * JIT's error log in the message on failure: mok_module_load_image without
- * a cubin, so through the cubin cache. */
+ * a cubin. */
 MOK_API mok_status mok_module_load_ptx(int device, const char *ptx, mok_module *out);
 /* Loads a module for `device` into its primary context from `cubin` (an ELF
- * image of machine code, as ptxas or the driver's linker writes it,
- * `cubin_size` bytes; NULL and 0 for none) or from `ptx` (NUL-terminated;
- * NULL or "" for none), at least one of them:
+ * image of machine code, as ptxas writes it, `cubin_size` bytes; NULL and 0
+ * for none) or from `ptx` (NUL-terminated; NULL or "" for none), at least
+ * one of them:
  *   1. the cubin, when one is given and the driver takes it for the
  *      device (cuModuleLoadData): no JIT;
- *   2. else a cubin the cubin cache holds for this PTX, chip and driver;
- *   3. else the PTX, compiled by the driver: through its linker
- *      (cuLinkCreate/cuLinkAddData/cuLinkComplete), the resulting cubin
- *      loaded and stored in the cache, when the cache is on and writable;
- *      else (or when the linker fails) by cuModuleLoadDataEx, as without a
- *      cache.
+ *   2. else the PTX, compiled by the driver (cuModuleLoadDataEx), whose
+ *      machine code the driver's own JIT cache keeps for later loads of the
+ *      same PTX (CUDA_CACHE_PATH, CUDA_CACHE_MAXSIZE, CUDA_CACHE_DISABLE).
  * A cubin that is not a whole CUDA ELF image (checked before the driver
  * reads it), or that the driver refuses (another chip, a driver too old for
  * it), falls back to the PTX; without PTX that is an error
- * (MOK_ERROR_INVALID_ARGUMENT, MOK_ERROR_CUDA). The cache never makes a load
- * fail: an unreadable, corrupt or foreign entry is ignored (and replaced), an
- * unwritable directory only means no caching. mok_module_load_source says
- * which was used and why. */
+ * (MOK_ERROR_INVALID_ARGUMENT, MOK_ERROR_CUDA). Beside PTX that declares its
+ * dynamic shared memory aligned to N > 16 bytes (`.extern .shared .align
+ * N`), a cubin in which some kernel's static shared memory (after which the
+ * dynamic one starts) is not a multiple of N bytes falls back to the PTX
+ * too (a cubin linked from relocatable code, whose kernels would read
+ * misplaced tiles); a cubin alone is not checked so, since it does not
+ * record N. mok_module_load_source says which was used and why. */
 MOK_API mok_status mok_module_load_image(int device, const char *ptx,
                                          const void *cubin, size_t cubin_size,
                                          mok_module *out);
 /* How `module` was loaded (*source) and, if `detail` is not NULL, a sentence
- * saying so: the JIT's time, the cache entry read or written, why a cubin
- * was refused or the cache not used (owned by the module, valid until it is
- * destroyed). */
+ * saying so: the JIT's time, why a given cubin was not used (owned by the
+ * module, valid until it is destroyed). */
 MOK_API mok_status mok_module_load_source(mok_module module,
                                           mok_load_source *source,
                                           const char **detail);
 
-/* The cubin cache's directory for later loads of this process: `directory`
- * (created when first written to), "" for no cache, or NULL for the
- * default, which is $MOK_CACHE_DIR/cubin, else $HOME/.cache/mok/cubin, and
- * no cache when $MOK_CUBIN_CACHE is 0 (it must be 0 or 1). */
-MOK_API mok_status mok_runtime_set_cubin_cache(const char *directory);
-/* The cubin cache's directory that loads use now ("" when off), valid
- * until this thread's next call of this function; a $MOK_CUBIN_CACHE other
- * than 0 or 1 is MOK_ERROR_INVALID_ARGUMENT (and fails loads of PTX alike). */
-MOK_API mok_status mok_runtime_cubin_cache(const char **directory);
 /* Unloads the module and releases its context. NULL is a no-op; both clear
  * mok_last_error(). A destroyed (or unknown) handle is refused: nothing is
  * freed, and mok_last_error() names it. */
@@ -302,8 +292,8 @@ MOK_API const char *mok_layer_output_name(mok_layer layer, int index);
 MOK_API mok_status mok_layer_check(mok_layer layer,
                                    const mok_named_tensor *inputs,
                                    size_t count, const mok_tensor *out);
-/* Loads the PTX on `device` (through the cubin cache: mok_module_load_image)
- * and allocates the workspace, zeroing what the metadata says must start at
+/* Loads the PTX on `device` (mok_module_load_image without a cubin) and
+ * allocates the workspace, zeroing what the metadata says must start at
  * zero. A failed load frees what it allocated and unloads the module: the
  * layer stays not loaded, and may be loaded again. */
 MOK_API mok_status mok_layer_load(mok_layer layer, int device, const char *ptx);
