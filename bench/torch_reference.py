@@ -50,9 +50,11 @@ def make_inputs(c, gen, tokens=None):
     return args
 
 
-def forward(a, experts, swiglu_limit=None):
+def forward(a, experts, swiglu_limit=None, route_outputs=None):
     """a: the layer's inputs by name (x, top_experts, router_weights,
-    gate/up/down_weights, optional shared_*_weights)."""
+    gate/up/down_weights, optional shared_*_weights). `route_outputs`: a
+    list to which each expert's (token indices, slot indices, outputs y)
+    is appended, unweighted."""
     import torch
     f = {n: v.double() for n, v in a.items() if n != "top_experts"}
     L = swiglu_limit
@@ -73,6 +75,8 @@ def forward(a, experts, swiglu_limit=None):
         t, j = (top == e).nonzero(as_tuple=True)
         if len(t):
             y = mlp(f["x"][t], f["gate_weights"][e], f["up_weights"][e], f["down_weights"][e])
+            if route_outputs is not None:
+                route_outputs.append((t, j, y))
             out.index_add_(0, t, f["router_weights"][t, j].unsqueeze(1) * y)
     return out
 
@@ -90,6 +94,20 @@ def relative_error(got, ref):
     if scale == 0:
         return diff.item()
     return (diff / scale).item()
+
+
+def router_weights_grad_terms(a, d_out, experts, swiglu_limit=None):
+    """sum over routes (t, j) and h of |d_out[t, h] * y_j[t, h]|: the size
+    of the terms whose sums are d_router_weights. Where few routes give
+    few sums, each may cancel to far below its terms, and the relative
+    error against sum|ref| measures the cancellation, not the kernel; the
+    error against this sum is the bf16 rounding's (about 2^-9)."""
+    import torch
+    routes = []
+    with torch.no_grad():
+        forward(a, experts, swiglu_limit, route_outputs=routes)
+        d = d_out.double()
+        return sum((d[t] * y).abs().sum().item() for t, _, y in routes)
 
 
 def backward(a, d_out, experts, swiglu_limit=None):

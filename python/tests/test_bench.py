@@ -905,3 +905,28 @@ def test_relative_error_of_an_all_zero_reference():
     assert torch_reference.relative_error(ref * 1.5, ref) == pytest.approx(0.5)
     nan = torch.full((1, 8), float("nan"), dtype=torch.bfloat16)
     assert torch_reference.relative_error(nan, zero) != torch_reference.relative_error(nan, zero)
+
+
+def test_router_weights_grad_terms_bound_the_gradient():
+    """The terms' size is sum over routes of |d_out * y|: never below
+    |d_router_weights| (a sum of those terms), and computed from the
+    same expert outputs as the reference's forward."""
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+    from bench import torch_reference
+    gen = torch.Generator().manual_seed(5)
+    T, H, I, E = 3, 16, 8, 4
+    bf = lambda *s: (torch.randn(*s, generator=gen) * 0.3).to(torch.bfloat16)
+    a = dict(x=bf(T, H), top_experts=torch.tensor([[0, 2], [1, -1], [3, 0]]),
+             router_weights=torch.rand(T, 2, generator=gen),
+             gate_weights=bf(E, I, H), up_weights=bf(E, I, H), down_weights=bf(E, H, I))
+    d_out = bf(T, H)
+    terms = torch_reference.router_weights_grad_terms(a, d_out, E)
+    ref = torch_reference.backward(a, d_out, E)["router_weights"]
+    assert terms >= ref.abs().sum().item() > 0
+    routes = []
+    torch_reference.forward(a, E, route_outputs=routes)
+    assert sorted((int(t), int(j)) for ts, js, _ in routes for t, j in zip(ts, js)) == \
+        [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1)]
+    by_hand = sum((d_out.double()[t] * y).abs().sum().item() for t, _, y in routes)
+    assert terms == pytest.approx(by_hand)

@@ -16,6 +16,9 @@ from gpu_layers import forward_layer, fresh_seed, training_layer
 from gpu_results import BACKWARD_RESULTS, RESULTS
 
 REL_BOUND = 1e-2
+# d_router_weights of at most this many routes is measured against the
+# size of its terms (router_weights_grad_terms), not its own size.
+SMALL_ROUTES = 16
 
 FORWARD = [n for n, c in ANY_TOKENS_CASES.items() if not c.get("training")]
 TRAINING = [n for n, c in ANY_TOKENS_CASES.items() if c.get("training")]
@@ -79,6 +82,12 @@ def test_training_at_every_token_count(name):
             g = grads[arg]
             assert not torch.isnan(g).any(), f"{name} T={tokens}: NaN in d_{arg}"
             rel = torch_reference.relative_error(g, r)
+            if arg == "router_weights" and tokens * c["top_k"] <= SMALL_ROUTES:
+                # A few dot products, each free to cancel: against the
+                # size of their terms (torch_reference says why).
+                terms = torch_reference.router_weights_grad_terms(
+                    args, d_out, c["experts"], c.get("swiglu_limit"))
+                rel = ((g.double() - r).abs().sum().item() / terms) if terms else rel
             BACKWARD_RESULTS.append(dict(case=f"{name}@{tokens}", grad=arg, rel=rel,
                                          max=(g.double() - r).abs().max().item(), ms=0.0))
             assert rel <= REL_BOUND, (f"{name} T={tokens}: d_{arg}: relative error "
