@@ -198,9 +198,15 @@ static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
   llvm::json::Object root;
   // Version 2: params' "access" and tensor maps' "experts"; version 3:
   // "cluster"; version 4: a kernel for any token count ("any_tokens", the
-  // "tokens" parameter, "call_rows") (docs/Runtime.md).
+  // "tokens" parameter, "call_rows"); version 5: params' "align", which
+  // an older runtime would not enforce (docs/Runtime.md).
   auto anyTokens = desc.getAs<BoolAttr>("any_tokens");
-  root["mok_metadata_version"] = anyTokens && anyTokens.getValue() ? 4 : 3;
+  bool aligns = llvm::any_of(
+      cast<ArrayAttr>(desc.get("params")), [](Attribute p) {
+        return cast<DictionaryAttr>(p).get("align") != nullptr;
+      });
+  root["mok_metadata_version"] =
+      aligns ? 5 : anyTokens && anyTokens.getValue() ? 4 : 3;
   root["function"] = function.str();
   root["kernel"] = func.getName().str();
   for (NamedAttribute a : desc) {
@@ -233,6 +239,8 @@ static std::string metadataJson(gpu::GPUFuncOp func, StringRef function) {
       param["accumulate"] = accumulate.getValue();
     if (auto rows = d.getAs<DenseI64ArrayAttr>("call_rows"))
       param["call_rows"] = toJson(rows);
+    if (auto align = d.getAs<IntegerAttr>("align"))
+      param["align"] = align.getInt();
     params.push_back(std::move(param));
   }
   root["params"] = std::move(params);

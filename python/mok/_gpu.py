@@ -50,7 +50,7 @@ def set_error_checks(mode):
 _DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
 # What the runtime reads (version 2 adds params' "access" and tensor maps'
 # "experts", both optional).
-_METADATA_VERSIONS = (1, 2, 3, 4)
+_METADATA_VERSIONS = (1, 2, 3, 4, 5)
 
 
 @dataclass

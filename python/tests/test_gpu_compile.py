@@ -19,7 +19,7 @@ def test_compile_emits_ptx_and_metadata(target, tmp_path):
     assert f".target {target}" in art.ptx
     assert f".entry {art.kernel}(" in art.ptx
     meta = art.metadata
-    assert meta["mok_metadata_version"] in (1, 2, 3) and meta["chip"] == target
+    assert meta["mok_metadata_version"] == 5 and meta["chip"] == target
     assert meta["cooperative"] is True and meta["kernel"] == "moe_layer_forward"
     roles = [p["role"] for p in meta["params"]]
     assert roles[:9] == ["input"] * 9 and roles[9] == "output"
@@ -41,7 +41,7 @@ def test_profile_kernels_time_their_phases(tmp_path):
     assert phases[0] == "plan: count" and phases[-1] == "combine"
     clock = [p for p in prof.metadata["params"] if p["name"] == "phase_clock"]
     assert clock == [{"name": "phase_clock", "role": "workspace", "dtype": "i64",
-                      "shape": [len(phases) + 1]}]
+                      "shape": [len(phases) + 1], "align": 16}]
     assert prof.ptx.count("%globaltimer") == len(phases) + 1
     cycles = [p for p in prof.metadata["params"] if p["name"] == "phase_cycles"]
     assert cycles == [dict(clock[0], name="phase_cycles")]
@@ -144,7 +144,7 @@ def test_multicast_kernels(tmp_path):
     # tile's B per CTA of a pair); the weight boxes multicast to both.
     assert mc.path != plain.path
     assert mc.metadata["cluster"] == 2 and "cluster" not in plain.metadata
-    assert mc.metadata["mok_metadata_version"] == 3
+    assert mc.metadata["mok_metadata_version"] == 5
     down = [m["box_rows"] for m in mc.metadata["tensor_maps"] if m["buffer"] == "down_weights"]
     assert down == [128]
     assert [m["box_rows"] for m in plain.metadata["tensor_maps"]

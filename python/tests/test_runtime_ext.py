@@ -241,6 +241,26 @@ def test_check_accepts_matching_arrays(scalar):
     assert layer.check(good_inputs(meta, CUDA0), out=output_of(meta, CUDA0)) is None
 
 
+@pytest.mark.parametrize("fixture", ["scalar", "tensor_core"])
+def test_check_refuses_an_output_off_a_16_byte_boundary(fixture, request):
+    """The compiled kernels write their outputs 16 bytes at a time, with no
+    code for other addresses: the metadata says so ("align": 16) and the
+    runtime refuses an output 2 bytes off, by name, before any launch."""
+    compiled = request.getfixturevalue(fixture)
+    meta = compiled.metadata
+    out = next(p for p in meta["params"] if p["role"] == "output")
+    assert out["align"] == 16 and meta["mok_metadata_version"] == 5
+    memory = np.zeros(int(np.prod(out["shape"])) + 16, np.uint16)
+    start = (-memory.ctypes.data % 16) // 2  # the first 16-byte boundary
+    shifted = memory[start + 1:start + 1 + int(np.prod(out["shape"]))].reshape(out["shape"])
+    layer = layer_of(compiled)
+    with raises(mok.MokRuntimeError, "out: data must be 16-byte aligned (the kernel writes "
+                "it 16 bytes at a time), got address"):
+        layer.check(good_inputs(meta), out=FakeArray(shifted))
+    aligned = memory[start:start + int(np.prod(out["shape"]))].reshape(out["shape"])
+    assert layer.check(good_inputs(meta), out=FakeArray(aligned)) is None
+
+
 def _check_case(meta, name, value):
     args = good_inputs(meta)
     args[name] = value
@@ -1203,9 +1223,12 @@ def _any_t_inputs(torch, tokens, spec=ANY_T):
 
 def test_any_t_metadata_says_which_rows_follow_t(any_t_forward):
     meta = any_t_forward.metadata
-    assert meta["mok_metadata_version"] == 4
+    assert meta["mok_metadata_version"] == 5  # 4's keys, and params' "align"
     assert meta["any_tokens"] is True and meta["max_tokens"] == 300
     params = {p["name"]: p for p in meta["params"]}
+    # What the kernel writes whole is 16-byte aligned; inputs as they come.
+    assert params["out"]["align"] == 16 and params["route_row"]["align"] == 16
+    assert "align" not in params["x"] and "align" not in params["tokens"]
     assert params["tokens"]["role"] == "tokens" and params["tokens"]["shape"] == []
     assert params["x"]["shape"] == [300, 512] and params["x"]["call_rows"] == [1, 0]
     assert params["route_row"]["call_rows"] == [2, 0]

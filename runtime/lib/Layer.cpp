@@ -40,6 +40,10 @@ struct Param {
   // reads the buffer through tensor maps only — what lets a weight view
   // (not one dense tensor) stand in for it.
   bool tensorMapsOnly = false;
+  // "align" (version 5): the bytes the buffer's address must be a multiple
+  // of, where the kernel relies on it (it writes the buffer 16 bytes at a
+  // time, with no code for other addresses); 0: the element's size.
+  int64_t align = 0;
   /// At most 2^62 / the element size: mok_layer_create refuses larger
   /// buffers (and a buffer with an empty dimension holds nothing).
   int64_t elements() const {
@@ -259,9 +263,9 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
   // Version 2 adds params' "access" and tensor maps' "experts"; both are
   // optional with version 1's meaning as default, so version 1 reads alike.
   if (!version || !version->isInteger() || version->number < 1 ||
-      version->number > 4)
+      version->number > 5)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
-           << "metadata: expected mok_metadata_version 1 to 4 (recompile the "
+           << "metadata: expected mok_metadata_version 1 to 5 (recompile the "
               "layer with this version of mok)";
   auto layer = std::make_unique<mok_layer_s>();
   layer->kernel = r.string(root, "kernel", "metadata");
@@ -362,6 +366,14 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
       if (r.ok() && !param.shape.empty())
         callRows(p, where + " ('" + param.name + "')", param.shape[0],
                  param.rowsScale, param.rowsOffset);
+      if (r.ok() && p.get("align")) {
+        param.align = r.integer(p, "align", where + " ('" + param.name + "')",
+                                1, 256);
+        if (r.ok() && (param.align & (param.align - 1)))
+          r.error = where + " ('" + param.name +
+                    "'): align must be a power of two, got " +
+                    std::to_string(param.align);
+      }
       if (r.ok()) {
         if (param.role == "tokens") {
           if (!layer->anyTokens)
@@ -580,6 +592,13 @@ static mok_status checkDense(const mok_tensor *t, const Param &p, bool tma,
           checkTensor(t, p.name.c_str(), p.dtype,
                       static_cast<int32_t>(shape.size()), shape.data(), tma))
     return s;
+  if (p.align > 1 &&
+      reinterpret_cast<uintptr_t>(t->data) % static_cast<uintptr_t>(p.align))
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << p.name << ": data must be " << p.align
+           << "-byte aligned (the kernel writes it " << p.align
+           << " bytes at a time), got address 0x"
+           << Hex{static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t->data))};
   int64_t stride = 1;
   for (size_t d = shape.size(); d-- > 0;) {
     if (shape[d] > 1 && t->strides[d] != stride)

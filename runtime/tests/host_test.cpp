@@ -285,7 +285,7 @@ static void testLayerMetadata() {
   struct { const char *json, *message; } bad[] = {
       {"{", "metadata: not JSON (offset 1: expected a member name)"},
       {"[1, 2]", "metadata: not a JSON object"},
-      {R"({"mok_metadata_version": 5})", "expected mok_metadata_version 1 to 4"},
+      {R"({"mok_metadata_version": 6})", "expected mok_metadata_version 1 to 5"},
       {R"({"mok_metadata_version": 1, "kernel": "k", "block": 256, "cooperative": true,
            "dynamic_shared_memory": 0})", "metadata: missing or mistyped 'params'"},
       // Version 4: a kernel for any token count.
@@ -1118,6 +1118,43 @@ static void testLayerOutputs() {
 // Reading a workspace buffer back (the phase_clock timestamps of a profiling
 // kernel): every check that needs no driver, in the documented order —
 // NULL arguments, the name against the metadata, the size, then loading.
+// Version 5's "align": outputs the kernel writes 16 bytes at a time are
+// refused at other addresses, by name; a bad "align" is refused at create.
+static void testOutputAlignment() {
+  std::string params = kOutputParams;
+  auto withAlign = [&](const std::string &name, const std::string &align) {
+    std::string key = "{\"name\": \"" + name + "\", \"role\": \"output\"";
+    std::string p = params;
+    size_t at = p.find(key);
+    p.insert(at + 1, "\"align\": " + align + ", ");
+    return p;
+  };
+  mok_layer layer = nullptr;
+  CHECK(mok_layer_create(
+            layerJson(5, withAlign("gate", "16"), kOutputMaps).c_str(),
+            &layer) == MOK_OK);
+  OutputArgs a;
+  std::vector<mok_named_tensor> in = a.named();
+  mok_tensor o = a.output();
+  CHECK(mok_layer_check(layer, in.data(), in.size(), &o) == MOK_OK);
+  std::vector<mok_named_tensor> off = in;
+  off[0].tensor.data = memory + a.gate + 2; // element-aligned, not 16
+  CHECK_REFUSED(layer, off, o,
+                "gate: data must be 16-byte aligned (the kernel writes it 16 "
+                "bytes at a time), got address 0x");
+  off[0].tensor.data = memory + a.gate + 8;
+  CHECK_REFUSED(layer, off, o, "gate: data must be 16-byte aligned");
+  mok_layer_destroy(layer);
+  for (const char *bad : {"12", "0", "512", "\"16\""}) {
+    mok_layer l = nullptr;
+    CHECK(mok_layer_create(
+              layerJson(5, withAlign("gate", bad), kOutputMaps).c_str(), &l) ==
+          MOK_ERROR_INVALID_ARGUMENT);
+    CHECK(std::strstr(mok_last_error(), "('gate')") != nullptr);
+    CHECK(l == nullptr);
+  }
+}
+
 static void testReadWorkspace() {
   // A profiling layer's metadata: a "phase_clock" workspace of 4 i64
   // timestamps and a top-level "phases" key, which the runtime ignores (as
@@ -1422,6 +1459,7 @@ int main() {
   testWeightMetadata();
   testBindWeights();
   testLayerOutputs();
+  testOutputAlignment();
   testReadWorkspace();
   testReportAndGrid();
   std::printf("%d passed, %d failed\n", passed, failed);

@@ -21,7 +21,7 @@
 
 // META: "cooperative": true
 // META: "kernel": "qwen3_30b_a3b_moe_forward"
-// META: "mok_metadata_version": 3
+// META: "mok_metadata_version": 5
 // Inputs say how the kernel reads them: the weights only through maps.
 // META: "access": "pointer",
 // META-NEXT: "dtype": "bf16",

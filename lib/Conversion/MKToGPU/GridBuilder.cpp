@@ -133,7 +133,27 @@ void GridBuilder::store16Streaming(Value v, Value ptr) {
       v);
 }
 
+int64_t GridBuilder::guaranteedAlignment(Value buffer) const {
+  auto arg = dyn_cast<BlockArgument>(buffer);
+  gpu::GPUFuncOp kernel = func;
+  if (!arg || arg.getOwner() != &kernel.getBody().front())
+    return 0;
+  auto desc = kernel->getAttrOfType<DictionaryAttr>("mok.kernel");
+  auto params = desc ? desc.getAs<ArrayAttr>("params") : ArrayAttr();
+  if (!params || arg.getArgNumber() >= params.size())
+    return 0;
+  auto param = dyn_cast<DictionaryAttr>(params[arg.getArgNumber()]);
+  auto align = param ? param.getAs<IntegerAttr>("align") : IntegerAttr();
+  return align ? align.getInt() : 0;
+}
+
 Value GridBuilder::aligned(ArrayRef<Value> buffers, int64_t bytes) {
+  // Parameters the runtime aligns (`align` in the kernel's description):
+  // known here, so the branches for unaligned buffers are not emitted.
+  if (llvm::all_of(buffers, [&](Value m) {
+        return guaranteedAlignment(m) >= bytes;
+      }))
+    return arith::ConstantIntOp::create(e.b, e.loc, 1, 1);
   Value bits = arith::ConstantIntOp::create(e.b, e.loc, 0, 64);
   for (Value m : buffers)
     bits = arith::OrIOp::create(e.b, e.loc, bits, base(m));

@@ -138,8 +138,14 @@ protected:
   mlir::Value aligned16(llvm::ArrayRef<mlir::Value> buffers) {
     return aligned(buffers, 16);
   }
-  /// Whether all of `buffers` start `bytes`-aligned (a power of two).
+  /// Whether all of `buffers` start `bytes`-aligned (a power of two): the
+  /// constant true when the runtime guarantees it for every one of them
+  /// (guaranteedAlignment), else the check of their addresses.
   mlir::Value aligned(llvm::ArrayRef<mlir::Value> buffers, int64_t bytes);
+  /// The alignment in bytes the runtime guarantees for `buffer`: its
+  /// parameter's `align` in the kernel's `mok.kernel` description when it
+  /// is a kernel argument, else 0.
+  int64_t guaranteedAlignment(mlir::Value buffer) const;
   /// The 8 bf16 lanes of a 16-byte vector as f32, and back (rounded).
   llvm::SmallVector<mlir::Value> unpack8(mlir::Value vec);
   mlir::Value pack8(llvm::ArrayRef<mlir::Value> xs);

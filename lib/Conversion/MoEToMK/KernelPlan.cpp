@@ -112,6 +112,12 @@ DictionaryAttr mok::moe_to_mk::describeKernel(
       entry.push_back(b.getNamedAttr("access", b.getStringAttr(p.access)));
     if (p.accumulate)
       entry.push_back(b.getNamedAttr("accumulate", b.getBoolAttr(true)));
+    // What the kernel writes whole (not adding into it) starts on a 16-byte
+    // boundary: the runtime refuses other addresses, and the epilogues
+    // store 16 bytes at a time with no fallback for unaligned buffers.
+    if ((p.role == "output" && !p.accumulate) || p.role == "workspace")
+      entry.push_back(
+          b.getNamedAttr("align", b.getI64IntegerAttr(kOutputAlignment)));
     ps.push_back(b.getDictionaryAttr(entry));
   }
   int64_t smem =

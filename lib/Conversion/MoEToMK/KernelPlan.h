@@ -34,6 +34,11 @@ struct TokenSize {
 
 /// One kernel parameter: a buffer of static shape, passed as a bare pointer,
 /// or (role "tokens") the call's token count, an i64 passed by value.
+/// The bytes to which the runtime aligns every buffer a kernel writes
+/// whole (outputs that are not added into, workspaces): the params'
+/// `align` in the kernel description and the metadata.
+inline constexpr int64_t kOutputAlignment = 16;
+
 struct Param {
   std::string name;
   std::string role; // "input", "output", "workspace", "tensor_maps",

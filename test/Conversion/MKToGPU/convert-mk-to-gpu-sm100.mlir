@@ -23,7 +23,7 @@
 // CHECK-SAME: %{{[^:]*}}: memref<2xi32>, %{{[^:]*}}: memref<8xi32>, %[[MAPS:[^:]*]]: memref<304xi64>) kernel
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
 // CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_100a", cooperative = true, dynamic_shared_memory = 197632 : i64
-// CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i32", name = "status", role = "status", shape = array<i64: 8>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 304>}]
+// CHECK-SAME: {align = 16 : i64, dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i32", name = "status", role = "status", shape = array<i64: 8>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 304>}]
 // CHECK-SAME: tensor_maps = [
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 64 : i64, buffer = "routed_x", cols = 64 : i64, experts = 1 : i64, row_stride = 64 : i64, rows = 332 : i64}
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "shared_down_weights", cols = 128 : i64, experts = 1 : i64, row_stride = 128 : i64, rows = 64 : i64}]

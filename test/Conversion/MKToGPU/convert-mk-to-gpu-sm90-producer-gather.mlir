@@ -17,8 +17,8 @@
 // CHECK: %[[FULL:[0-9]+]] = nvgpu.mbarrier.create
 // CHECK-NEXT: %[[EMPTY:[0-9]+]] = nvgpu.mbarrier.create
 // CHECK-NEXT: %[[GATHER:[0-9]+]] = nvgpu.mbarrier.create
-// CHECK: nvgpu.mbarrier.init %[[FULL]][%{{.*}}], %c1 :
-// CHECK: nvgpu.mbarrier.init %[[EMPTY]][%{{.*}}], %c8 :
+// CHECK: nvgpu.mbarrier.init %[[FULL]][%{{.*}}], %c1{{(_[0-9]+)?}} :
+// CHECK: nvgpu.mbarrier.init %[[EMPTY]][%{{.*}}], %c8{{(_[0-9]+)?}} :
 // CHECK: nvgpu.mbarrier.init %[[GATHER]][%{{.*}}], %c128{{(_[0-9]+)?}} :
 // The consumers: each k-tile, the stage's full barrier and its gather
 // barrier, then the proxy fence (the rows were written by the producer's

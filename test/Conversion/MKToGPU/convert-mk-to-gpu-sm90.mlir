@@ -19,7 +19,7 @@
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
 // CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_90a", cooperative = true, dynamic_shared_memory = 214016 : i64
 // The existing parameters are unchanged; tensor_maps comes last.
-// CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i32", name = "status", role = "status", shape = array<i64: 8>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 304>}]
+// CHECK-SAME: {align = 16 : i64, dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i32", name = "status", role = "status", shape = array<i64: 8>}, {dtype = "i64", name = "tensor_maps", role = "tensor_maps", shape = array<i64: 304>}]
 // Map entry i views a kernel buffer as 2-D bf16 [rows, cols]: A operands in
 // boxes of 64 rows (routed_x is [Rcap = 40*2 + 4*63 = 332, H]), B operands
 // in boxes of 128 (gate, up) or 256 (down: 256-column tiles on sm_90a); a
@@ -129,18 +129,22 @@
 // CHECK: nvvm.bar.warp.sync
 // CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xi32>
 // CHECK: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r"
-// CHECK: memref.store {{.*}} : memref<332x128xbf16>
+// The outputs are 16-byte aligned (their params' align = 16, which the
+// runtime enforces): no epilogue for unaligned outputs.
+// CHECK-NOT: memref.store {{.*}} : memref<332x128xbf16>
 // Shared gate/up (x is A: rows >= T = 40 are zero-filled by TMA and not
 // stored), then a grid barrier, then the down GEMMs: 64x256 tiles, A + B =
 // 8 + 32 KiB a stage, one m64n256k16 wgmma per k16 step.
 // CHECK: nvgpu.tma.async.load %{{.*}}[%{{.*}}, %{{.*}}], %[[BARS]]
-// CHECK: memref.store {{.*}} : memref<40x128xbf16>
+// CHECK-NOT: memref.store {{.*}} : memref<40x128xbf16>
 // CHECK: memref.atomic_rmw addi
 // CHECK: nvgpu.mbarrier.arrive.expect_tx %[[BARS]][%{{.*}}], %c40960
 // CHECK: scf.for {{.*}} -> (!llvm.struct<({{(f32, ){127}f32}})>) {
 // CHECK: nvvm.wgmma.mma_async {{.*}}, <m = 64, n = 256, k = 16>
-// CHECK: memref.store {{.*}} : memref<332x64xbf16>
-// CHECK: memref.store {{.*}} : memref<40x64xbf16>
+// The down projections' rows leave 16 bytes at a time (aligned outputs).
+// CHECK-NOT: memref.store {{.*}} : memref<332x64xbf16>
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// CHECK-NOT: memref.store {{.*}} : memref<40x64xbf16>
 // CHECK: gpu.return
 
 // A padding of 8 does not cut expert segments into 64-row tiles: scalar.

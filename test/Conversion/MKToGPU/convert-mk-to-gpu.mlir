@@ -10,7 +10,7 @@
 // CHECK-SAME: %[[BAR:[^:]*]]: memref<2xi32>, %[[STATUS:[^:]*]]: memref<8xi32>) kernel
 // CHECK-SAME: known_block_size = array<i32: 256, 1, 1>
 // CHECK-SAME: mok.kernel = {block = 256 : i64, chip = "sm_90a", cooperative = true
-// CHECK-SAME: {dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i32", name = "status", role = "status", shape = array<i64: 8>}]
+// CHECK-SAME: {align = 16 : i64, dtype = "i32", name = "grid_barrier", role = "workspace", shape = array<i64: 2>}, {dtype = "i32", name = "status", role = "status", shape = array<i64: 8>}]
 // CHECK-SAME: routed_capacity = 108 : i64, zero_before_first_launch = ["grid_barrier"]
 // The routing plan in kernels of whole warps (80 routes, chunks of 32).
 // Count: one warp a chunk zeroes the chunk's row, then per round of 32

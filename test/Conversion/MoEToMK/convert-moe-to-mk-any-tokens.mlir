@@ -14,9 +14,9 @@
 // CHECK-SAME: any_tokens = true
 // CHECK-SAME: max_tokens = 300 : i64
 // CHECK-SAME: {access = "pointer", call_rows = array<i64: 1, 0>, dtype = "bf16", name = "x", role = "input", shape = array<i64: 300, 512>}
-// CHECK-SAME: {call_rows = array<i64: 1, 0>, dtype = "bf16", name = "out", role = "output", shape = array<i64: 300, 512>}
-// CHECK-SAME: {call_rows = array<i64: 2, 0>, dtype = "i64", name = "route_row", role = "workspace", shape = array<i64: 600>}
-// CHECK-SAME: {call_rows = array<i64: 2, 1016>, dtype = "i64", name = "row_route", role = "workspace", shape = array<i64: 1616>}
+// CHECK-SAME: {align = 16 : i64, call_rows = array<i64: 1, 0>, dtype = "bf16", name = "out", role = "output", shape = array<i64: 300, 512>}
+// CHECK-SAME: {align = 16 : i64, call_rows = array<i64: 2, 0>, dtype = "i64", name = "route_row", role = "workspace", shape = array<i64: 600>}
+// CHECK-SAME: {align = 16 : i64, call_rows = array<i64: 2, 1016>, dtype = "i64", name = "row_route", role = "workspace", shape = array<i64: 1616>}
 // CHECK-SAME: {dtype = "i64", name = "tokens", role = "tokens", shape = array<i64>}
 // CHECK-SAME: {box_cols = 64 : i64, box_rows = 128 : i64, buffer = "x", call_rows = array<i64: 1, 0>
 // The routed weights' maps do not follow T.
@@ -33,8 +33,8 @@
 // CHECK: mk.combine {{.*}} tokens(%[[N]])
 
 // BWD-LABEL: gpu.func @layer_forward_forward
-// BWD-SAME: {call_rows = array<i64: 2, 1016>, dtype = "bf16", name = "routed_x", role = "output", shape = array<i64: 1616, 512>}
-// BWD-SAME: {call_rows = array<i64: 1, 0>, dtype = "bf16", name = "shared_gate", role = "output", shape = array<i64: 300, 256>}
+// BWD-SAME: {align = 16 : i64, call_rows = array<i64: 2, 1016>, dtype = "bf16", name = "routed_x", role = "output", shape = array<i64: 1616, 512>}
+// BWD-SAME: {align = 16 : i64, call_rows = array<i64: 1, 0>, dtype = "bf16", name = "shared_gate", role = "output", shape = array<i64: 300, 256>}
 // BWD-LABEL: gpu.func @layer_backward_backward
 // BWD-SAME: %[[T:arg[0-9]+]]: i64
 // BWD: %[[N:.*]] = arith.index_cast %[[T]] : i64 to index

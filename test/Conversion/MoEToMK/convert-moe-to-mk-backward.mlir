@@ -88,7 +88,7 @@
 // CHECK-LABEL: gpu.func @layer_forward_forward(
 // CHECK-SAME: %[[X:[^:]*]]: memref<40x64xbf16>
 // CHECK-SAME: memref<40x64xbf16>, %[[RX:[^:]*]]: memref<332x64xbf16>, %[[G:[^:]*]]: memref<332x128xbf16>, %[[U:[^:]*]]: memref<332x128xbf16>, %[[H:[^:]*]]: memref<332x128xbf16>, %[[SG:[^:]*]]: memref<40x128xbf16>, %[[SU:[^:]*]]: memref<40x128xbf16>, %[[SH:[^:]*]]: memref<40x128xbf16>
-// CHECK-SAME: {dtype = "bf16", name = "out", role = "output", shape = array<i64: 40, 64>}, {dtype = "bf16", name = "routed_x", role = "output", shape = array<i64: 332, 64>}, {dtype = "bf16", name = "gate", role = "output"
+// CHECK-SAME: {align = 16 : i64, dtype = "bf16", name = "out", role = "output", shape = array<i64: 40, 64>}, {align = 16 : i64, dtype = "bf16", name = "routed_x", role = "output", shape = array<i64: 332, 64>}, {align = 16 : i64, dtype = "bf16", name = "gate", role = "output"
 // CHECK: mk.gather %[[X]], %{{.*}}, %{{.*}} into %[[RX]]
 // CHECK: mk.gemm swiglu %[[RX]], %{{.*}}, %{{.*}} into %[[H]] grouped(%{{.*}}) saves(%[[G]], %[[U]] : memref<332x128xbf16>, memref<332x128xbf16>) {{.*}}schedule <simt>
 // CHECK: mk.gemm swiglu %[[X]], %{{.*}}, %{{.*}} into %[[SH]] saves(%[[SG]], %[[SU]] : memref<40x128xbf16>, memref<40x128xbf16>) {{.*}}schedule <simt>
@@ -96,7 +96,7 @@
 // CHECK-LABEL: gpu.func @layer_backward_backward(
 // CHECK-SAME: %[[DOUT:[^:]*]]: memref<40x64xbf16>, %[[BX:[^:]*]]: memref<40x64xbf16>, %[[TOP:[^:]*]]: memref<40x2xi32>, %[[RW:[^:]*]]: memref<40x2xf32>, %[[WG:[^:]*]]: memref<4x128x64xbf16>, %[[WU:[^:]*]]: memref<4x128x64xbf16>, %[[WD:[^:]*]]: memref<4x64x128xbf16>, %[[SWG:[^:]*]]: memref<128x64xbf16>, %[[SWU:[^:]*]]: memref<128x64xbf16>, %[[SWD:[^:]*]]: memref<64x128xbf16>, %[[CRX:[^:]*]]: memref<332x64xbf16>, %[[CG:[^:]*]]: memref<332x128xbf16>, %[[CU:[^:]*]]: memref<332x128xbf16>, %[[CH:[^:]*]]: memref<332x128xbf16>, %[[CSG:[^:]*]]: memref<40x128xbf16>, %[[CSU:[^:]*]]: memref<40x128xbf16>, %[[CSH:[^:]*]]: memref<40x128xbf16>, %[[DX:[^:]*]]: memref<40x64xbf16>, %[[DRW:[^:]*]]: memref<40x2xf32>, %[[DWG:[^:]*]]: memref<4x128x64xbf16>, %[[DWU:[^:]*]]: memref<4x128x64xbf16>, %[[DWD:[^:]*]]: memref<4x64x128xbf16>, %[[DSG:[^:]*]]: memref<128x64xbf16>, %[[DSU:[^:]*]]: memref<128x64xbf16>, %[[DSD:[^:]*]]: memref<64x128xbf16>,
 // CHECK-SAME: {access = "pointer", dtype = "bf16", name = "gate_weights", role = "input", shape = array<i64: 4, 128, 64>}
-// CHECK-SAME: {dtype = "bf16", name = "d_x", role = "output", shape = array<i64: 40, 64>}, {dtype = "f32", name = "d_router_weights", role = "output", shape = array<i64: 40, 2>}
+// CHECK-SAME: {align = 16 : i64, dtype = "bf16", name = "d_x", role = "output", shape = array<i64: 40, 64>}, {align = 16 : i64, dtype = "f32", name = "d_router_weights", role = "output", shape = array<i64: 40, 2>}
 // CHECK: mk.scan_chunks %{{.*}} into %[[CNT:[^ ]*]] : memref<3x4xi64>, memref<4xi64>
 // CHECK: mk.assign_rows %[[TOP]], %[[OFF:[^,]*]], %{{.*}} into %[[RR:[^,]*]], %[[ROWR:[^,]*]], %[[ROWE:[^ ]*]]
 // CHECK-NEXT: mk.grid_barrier

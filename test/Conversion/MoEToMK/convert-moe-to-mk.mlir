@@ -22,7 +22,7 @@
 // CHECK-SAME: {access = "pointer", dtype = "bf16", name = "x", role = "input", shape = array<i64: 40, 64>}
 // CHECK-SAME: {access = "tensor_maps", dtype = "bf16", name = "gate_weights", role = "input", shape = array<i64: 4, 128, 64>}
 // CHECK-SAME: {access = "tensor_maps", dtype = "bf16", name = "shared_down_weights", role = "input", shape = array<i64: 64, 128>}
-// CHECK-SAME: {dtype = "bf16", name = "out", role = "output", shape = array<i64: 40, 64>}
+// CHECK-SAME: {align = 16 : i64, dtype = "bf16", name = "out", role = "output", shape = array<i64: 40, 64>}
 // One CTA per SM, said to ptxas (.minnctapersm 1) so it does not trade
 // registers for occupancy the persistent kernel never uses.
 // CHECK-SAME: nvvm.minctasm = 1 : i32
@@ -127,7 +127,7 @@ func.func @padding8(%x: tensor<40x64xbf16>, %top: tensor<40x2xi32>, %rw: tensor<
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a profile=true copy-dispatch=true" | FileCheck %s --check-prefix=PROFILE
 // PROFILE-LABEL: gpu.func @eligible_forward(
 // PROFILE-SAME: %[[BAR:[^:]*]]: memref<2xi32>, %[[STATUS:[^:]*]]: memref<8xi32>, %[[CLOCK:[^:]*]]: memref<9xi64>, %[[CYCLES:[^:]*]]: memref<9xi64>, %{{[^:]*}}: memref<304xi64>) kernel
-// PROFILE-SAME: {dtype = "i64", name = "phase_clock", role = "workspace", shape = array<i64: 9>}, {dtype = "i64", name = "phase_cycles", role = "workspace", shape = array<i64: 9>}
+// PROFILE-SAME: {align = 16 : i64, dtype = "i64", name = "phase_clock", role = "workspace", shape = array<i64: 9>}, {align = 16 : i64, dtype = "i64", name = "phase_cycles", role = "workspace", shape = array<i64: 9>}
 // PROFILE-SAME: phases = ["plan: count", "plan: scan", "plan: offsets", "plan: assign", "dispatch", "gate/up + SwiGLU", "down", "combine"]
 // PROFILE-NEXT: mk.timestamp %[[CLOCK]][0] cycles(%[[CYCLES]] : memref<9xi64>)
 // PROFILE: mk.count_routes

@@ -13,6 +13,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Matchers.h"
 
 #include <functional>
 #include <optional>
@@ -135,8 +136,18 @@ public:
     return sum(index(0), index(n), addend);
   }
 
+  /// if (cond) then() else otherwise(); a constant `cond` emits only the
+  /// side it takes.
   void ifThen(mlir::Value cond, mlir::function_ref<void()> then,
               mlir::function_ref<void()> otherwise = nullptr) {
+    llvm::APInt known;
+    if (mlir::matchPattern(cond, mlir::m_ConstantInt(&known))) {
+      if (!known.isZero())
+        then();
+      else if (otherwise)
+        otherwise();
+      return;
+    }
     auto op = mlir::scf::IfOp::create(b, loc, cond,
                                       /*withElseRegion=*/bool(otherwise));
     mlir::OpBuilder::InsertionGuard guard(b);
