@@ -18,6 +18,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -440,6 +441,124 @@ std::unique_ptr<WeightView> weightsPerExpert(nb::handle list,
 }
 
 //===----------------------------------------------------------------------===//
+// Communicators and symmetric buffers
+//===----------------------------------------------------------------------===//
+
+/// A runtime call that may wait for other ranks (or NCCL's bootstrap):
+/// made without the GIL, so that ranks that are threads of one process
+/// (tests, the stand-in NCCL) can meet; its error message read on this
+/// thread before Python runs again.
+template <typename F> void checkWithoutGil(F call) {
+  mok_status status;
+  std::string message;
+  {
+    nb::gil_scoped_release release;
+    status = call();
+    if (status != MOK_OK)
+      message = mok_last_error();
+  }
+  if (status != MOK_OK)
+    raise(status, message);
+}
+
+struct Comm {
+  mok_comm handle = nullptr;
+
+  Comm() = default;
+  Comm(const Comm &) = delete;
+  Comm &operator=(const Comm &) = delete;
+  // Layers and buffers hold a reference to the Python object of their
+  // communicator, so none is bound or live by the time this runs.
+  ~Comm() {
+    if (handle)
+      mok_comm_destroy(handle);
+  }
+
+  mok_comm live() const {
+    if (!handle)
+      invalid("comm: destroyed (destroy() was called)");
+    return handle;
+  }
+
+  void destroy() {
+    if (!handle)
+      return;
+    mok_comm h = handle;
+    checkWithoutGil([&] { return mok_comm_destroy(h); });
+    handle = nullptr;
+  }
+
+  int query(mok_status (*get)(mok_comm, int *)) const {
+    int v = 0;
+    check(get(live(), &v));
+    return v;
+  }
+};
+
+struct Symmetric {
+  mok_symmetric handle = nullptr;
+  // A buffer of the caller's (freed here, its communicator kept alive by
+  // `keeper`), or a layer's exchange buffer (`owned` false: the layer frees
+  // it; `keeper` is the layer).
+  bool owned = true;
+  nb::object keeper;
+
+  Symmetric() = default;
+  Symmetric(const Symmetric &) = delete;
+  Symmetric &operator=(const Symmetric &) = delete;
+  ~Symmetric() {
+    if (owned && handle)
+      mok_symmetric_free(handle);
+  }
+
+  mok_symmetric live() const {
+    if (!handle)
+      invalid("buffer: freed (free() was called)");
+    return handle;
+  }
+
+  mok_symmetric_info info() const {
+    mok_symmetric_info i{};
+    check(mok_symmetric_get_info(live(), &i));
+    return i;
+  }
+
+  std::vector<uint64_t> peers() const {
+    mok_symmetric_info i = info();
+    std::vector<uint64_t> entries(static_cast<size_t>(i.ranks));
+    mok_symmetric h = handle;
+    checkWithoutGil(
+        [&] { return mok_symmetric_read_peers(h, entries.data(), entries.size()); });
+    return entries;
+  }
+
+  void free() {
+    if (!handle)
+      return;
+    if (!owned)
+      invalid("buffer: a layer's exchange buffer (unbind the layer instead)");
+    check(mok_symmetric_free(handle));
+    handle = nullptr;
+    keeper = nb::object();
+  }
+};
+
+/// The 128 bytes of a unique id from `value` (bytes), named in errors.
+mok_unique_id uniqueIdArg(nb::handle value) {
+  if (!nb::isinstance<nb::bytes>(value))
+    typeError("unique_id: expected bytes (" +
+              std::to_string(MOK_UNIQUE_ID_BYTES) +
+              ", from unique_id()), got " + typeName(value));
+  nb::bytes b = nb::borrow<nb::bytes>(value);
+  if (b.size() != MOK_UNIQUE_ID_BYTES)
+    invalid("unique_id: expected " + std::to_string(MOK_UNIQUE_ID_BYTES) +
+            " bytes, got " + std::to_string(b.size()));
+  mok_unique_id id;
+  std::memcpy(id.bytes, b.c_str(), MOK_UNIQUE_ID_BYTES);
+  return id;
+}
+
+//===----------------------------------------------------------------------===//
 // Layers
 //===----------------------------------------------------------------------===//
 
@@ -451,6 +570,9 @@ struct Layer {
   // waiting for forwards in flight that still read the arrays (documented in
   // bind_weights/unbind_weights).
   std::map<std::string, nb::object> bound;
+  // The bound communicator (a Comm) and the buffer given with it (a
+  // Symmetric), referenced while bound.
+  nb::object boundComm, boundBuffer;
 
   explicit Layer(const std::string &metadata) {
     check(mok_layer_create(metadata.c_str(), &handle));
@@ -607,9 +729,9 @@ struct Layer {
     return data;
   }
 
-  /// The expert-parallel group, checked and refused by the runtime (size > 1
-  /// by name until expert parallelism exists). `ncclComm` is an ncclComm_t
-  /// as an integer (0: none).
+  /// The expert-parallel group (size 1 only: a larger one is bound as a
+  /// communicator, bind_comm). `ncclComm` is an ncclComm_t as an integer
+  /// (0: none).
   void setEpGroup(nb::handle sizeArg, nb::handle rankArg, nb::handle commArg) {
     mok_ep_group group{
         static_cast<int32_t>(intArg(sizeArg, "size", INT32_MIN, INT32_MAX)),
@@ -629,6 +751,48 @@ struct Layer {
     int32_t size = 0;
     check(mok_layer_ep_size(handle, &size));
     return size;
+  }
+
+  /// Binds (or, with both None, unbinds) a communicator and optionally a
+  /// symmetric buffer of it (mok_layer_bind_comm; collective for NCCL).
+  void bindComm(nb::handle commArg, nb::handle bufferArg) {
+    mok_comm c = nullptr;
+    mok_symmetric b = nullptr;
+    nb::object commObject = nb::borrow(commArg);
+    if (!commArg.is_none()) {
+      Comm *cp = nullptr;
+      if (!nb::try_cast(commArg, cp) || !cp)
+        typeError("comm: expected a Comm (or None), got " + typeName(commArg));
+      c = cp->live();
+    }
+    if (!bufferArg.is_none()) {
+      Symmetric *sp = nullptr;
+      if (!nb::try_cast(bufferArg, sp) || !sp)
+        typeError("buffer: expected a Symmetric buffer (Comm.alloc_symmetric) "
+                  "or None, got " + typeName(bufferArg));
+      b = sp->live();
+      if (commArg.is_none())
+        commObject = sp->keeper;
+    }
+    mok_layer h = handle;
+    checkWithoutGil([&] { return mok_layer_bind_comm(h, c, b); });
+    if (!c && !b) {
+      boundComm = nb::object();
+      boundBuffer = nb::object();
+      return;
+    }
+    boundComm = commObject;
+    // A new buffer replaces the old; binding the comm alone keeps the one
+    // bound (the runtime does too).
+    if (b)
+      boundBuffer = nb::borrow(bufferArg);
+    else {
+      mok_symmetric current = nullptr;
+      check(mok_layer_comm(handle, nullptr, &current));
+      if (!boundBuffer.is_valid() ||
+          nb::cast<const Symmetric &>(boundBuffer).handle != current)
+        boundBuffer = nb::object();
+    }
   }
 
   nb::dict boundWeights() const {
@@ -754,6 +918,149 @@ NB_MODULE(_runtime, m) {
         "A view over one [rows, cols] array per expert (a list), with one "
         "row stride; the host pointer table is built here.");
 
+  m.attr("UNIQUE_ID_BYTES") = MOK_UNIQUE_ID_BYTES;
+  m.def(
+      "nccl_load",
+      [](nb::handle library) {
+        std::string path;
+        if (!library.is_none())
+          path = strArg(library, "library");
+        int version = 0;
+        const char *file = nullptr;
+        checkWithoutGil([&] {
+          return mok_nccl_load(library.is_none() ? nullptr : path.c_str(),
+                               &version, &file);
+        });
+        return nb::make_tuple(version, std::string(file ? file : ""));
+      },
+      "library"_a.none() = nb::none(),
+      "Loads NCCL (once a process; `library` names its file, None: "
+      "$MOK_NCCL_LIBRARY, else libnccl.so.2) and returns (NCCL_VERSION_CODE, "
+      "the file it was loaded from). MokRuntimeError "
+      "(MOK_ERROR_NCCL_UNAVAILABLE) naming the file and why when it cannot "
+      "be loaded or is older than 2.28; another file than the one loaded is "
+      "refused.");
+
+  nb::class_<Comm>(m, "Comm",
+                   "A communicator (mok_comm): NCCL's, made from a unique id "
+                   "or adopted, or one rank of a local group (one GPU, no "
+                   "NCCL). Layers and symmetric buffers keep it alive.")
+      .def_static(
+          "unique_id",
+          []() {
+            mok_unique_id id;
+            checkWithoutGil([&] { return mok_comm_get_unique_id(&id); });
+            return nb::bytes(id.bytes, MOK_UNIQUE_ID_BYTES);
+          },
+          "A new NCCL unique id (128 bytes), made on the rank that starts "
+          "the group and sent to the others by the trainer.")
+      .def_static(
+          "create",
+          [](nb::handle idArg, nb::handle nranks, nb::handle rank,
+             nb::handle device) {
+            mok_unique_id id = uniqueIdArg(idArg);
+            int n = static_cast<int>(intArg(nranks, "nranks", INT32_MIN, INT32_MAX));
+            int r = static_cast<int>(intArg(rank, "rank", INT32_MIN, INT32_MAX));
+            int d = static_cast<int>(intArg(device, "device", INT32_MIN, INT32_MAX));
+            auto c = std::make_unique<Comm>();
+            checkWithoutGil(
+                [&] { return mok_comm_create(&id, n, r, d, &c->handle); });
+            return c;
+          },
+          "unique_id"_a.none(), "nranks"_a.none(), "rank"_a.none(),
+          "device"_a.none(),
+          "Rank `rank` of a communicator of `nranks` on CUDA `device` "
+          "(ncclCommInitRank: returns when every rank has called it).")
+      .def_static(
+          "adopt",
+          [](nb::handle ncclComm, nb::handle device) {
+            uintptr_t raw = addressArg(ncclComm, "nccl_comm");
+            int d = static_cast<int>(intArg(device, "device", INT32_MIN, INT32_MAX));
+            auto c = std::make_unique<Comm>();
+            checkWithoutGil([&] {
+              return mok_comm_adopt(reinterpret_cast<void *>(raw), d, &c->handle);
+            });
+            return c;
+          },
+          "nccl_comm"_a.none(), "device"_a.none() = -1,
+          "A communicator over an existing ncclComm_t (an int), which stays "
+          "its owner's (destroy() does not destroy it). `device`: -1 for the "
+          "communicator's own.")
+      .def_static(
+          "local_group",
+          [](nb::handle nArg, nb::handle device) {
+            int n = static_cast<int>(intArg(nArg, "n", INT32_MIN, INT32_MAX));
+            int d = static_cast<int>(intArg(device, "device", INT32_MIN, INT32_MAX));
+            std::vector<mok_comm> handles(n > 0 && n <= 1024 ? n : 0);
+            check(mok_comm_create_local_group(n, d, handles.data()));
+            nb::list out;
+            for (mok_comm h : handles) {
+              auto c = std::make_unique<Comm>();
+              c->handle = h;
+              out.append(nb::cast(c.release(), nb::rv_policy::take_ownership));
+            }
+            return out;
+          },
+          "n"_a.none(), "device"_a.none(),
+          "The n communicators (ranks 0 to n-1) of a local group on CUDA "
+          "`device`, without NCCL: symmetric buffers are device "
+          "allocations, paired by allocation order.")
+      .def_prop_ro("size", [](const Comm &c) { return c.query(mok_comm_size); })
+      .def_prop_ro("rank", [](const Comm &c) { return c.query(mok_comm_rank); })
+      .def_prop_ro("device",
+                   [](const Comm &c) { return c.query(mok_comm_device); })
+      .def_prop_ro(
+          "nccl_comm",
+          [](const Comm &c) {
+            void *p = nullptr;
+            check(mok_comm_nccl(c.live(), &p));
+            return reinterpret_cast<uintptr_t>(p);
+          },
+          "The ncclComm_t as an int (0 for a local group's).")
+      .def_prop_ro("destroyed", [](const Comm &c) { return !c.handle; })
+      .def(
+          "alloc_symmetric",
+          [](nb::handle self, nb::handle bytesArg) {
+            Comm &c = nb::cast<Comm &>(self);
+            size_t bytes = static_cast<size_t>(
+                intArg(bytesArg, "bytes", 1, int64_t(1) << 46));
+            mok_comm h = c.live();
+            auto s = std::make_unique<Symmetric>();
+            checkWithoutGil(
+                [&] { return mok_comm_alloc_symmetric(h, bytes, &s->handle); });
+            s->keeper = nb::borrow(self);
+            return s;
+          },
+          "bytes"_a.none(),
+          "A zeroed symmetric buffer of `bytes` on every rank (collective: "
+          "every rank, the same size, in the same order).")
+      .def("destroy", &Comm::destroy,
+           "Destroys the communicator now (an NCCL one mok made is finalized "
+           "and destroyed); refused while a layer is bound to it or a "
+           "buffer of it is live.");
+
+  nb::class_<Symmetric>(m, "Symmetric",
+                        "A symmetric buffer (mok_symmetric) and its peer "
+                        "table.")
+      .def_prop_ro("address", [](const Symmetric &s) {
+        return reinterpret_cast<uintptr_t>(s.info().address);
+      }, "This rank's buffer (a device address).")
+      .def_prop_ro("bytes", [](const Symmetric &s) { return s.info().bytes; })
+      .def_prop_ro("peer_table", [](const Symmetric &s) {
+        return reinterpret_cast<uintptr_t>(s.info().peer_table);
+      }, "The peer table's device address: ranks uint64.")
+      .def_prop_ro("ranks", [](const Symmetric &s) { return s.info().ranks; })
+      .def_prop_ro("rank", [](const Symmetric &s) { return s.info().rank; })
+      .def_prop_ro("complete",
+                   [](const Symmetric &s) { return bool(s.info().complete); },
+                   "False while a local group's peer table waits for ranks.")
+      .def_prop_ro("freed", [](const Symmetric &s) { return !s.handle; })
+      .def("peers", &Symmetric::peers,
+           "The peer table, read back from the device: entry i is rank i's "
+           "buffer as this rank's kernels address it.")
+      .def("free", &Symmetric::free,
+           "Frees the buffer now (on every rank); refused for a layer's.");
+
   nb::class_<Layer>(m, "Layer",
                     "A compiled layer (mok_layer): create from the metadata "
                     "(no driver needed), load on a device, run forwards.")
@@ -823,19 +1130,58 @@ NB_MODULE(_runtime, m) {
            "forwards on that stream need neither.)")
       .def("set_ep_group", &Layer::setEpGroup, "size"_a.none() = 1, "rank"_a.none() = 0,
            "nccl_comm"_a.none() = 0,
-           "Sets the expert-parallel group the layer runs in: its size, this "
-           "process's rank in it, and its NCCL communicator (an ncclComm_t "
-           "as an int, 0 = none). The default is (1, 0, 0). Checked by the "
-           "runtime: 0 <= rank < size, a communicator for size > 1; size > 1 "
-           "is refused by name until expert parallelism is supported, and a "
-           "size other than the compiled one (ep_size) naming both. A "
-           "refused group leaves the previous one. No driver needed.")
+           "Sets the expert-parallel group of size 1 the layer runs in: "
+           "(1, 0, nccl_comm) with an ncclComm_t as an int (0 = none). The "
+           "default is (1, 0, 0). Checked by the runtime: 0 <= rank < size, "
+           "a communicator for size > 1; size > 1 is refused by name (a "
+           "layer joins a larger group through bind_comm), and so is a size "
+           "other than the compiled one (ep_size). A refused group leaves "
+           "the previous one. No driver needed.")
       .def_prop_ro("ep_group", &Layer::epGroup,
                    "(size, rank, nccl_comm) of the layer's expert-parallel "
-                   "group; (1, 0, 0) until set_ep_group.")
+                   "group: the bound Comm's, else (1, 0, 0) or what "
+                   "set_ep_group set.")
       .def_prop_ro("ep_size", &Layer::epSize,
                    "The expert-parallel size the layer was compiled for (the "
                    "metadata's \"ep\"; 1 without it).")
+      .def_prop_ro("symmetric_bytes", [](const Layer &l) {
+             size_t bytes = 0;
+             check(mok_layer_symmetric_bytes(l.handle, &bytes));
+             return bytes;
+           },
+           "The bytes of symmetric exchange buffer each rank needs (0 for "
+           "ep = 1).")
+      .def("bind_comm", &Layer::bindComm, "comm"_a.none() = nb::none(),
+           "buffer"_a.none() = nb::none(),
+           "Binds the layer to a Comm of its ep (mok_layer_bind_comm): its "
+           "exchange buffer is `buffer` (a Symmetric of that Comm, of at "
+           "least symmetric_bytes, zeroed here) or one the layer allocates. "
+           "Collective for an NCCL communicator. Both None unbind.")
+      .def_prop_ro("comm", [](const Layer &l) {
+             return l.boundComm.is_valid() ? l.boundComm : nb::none();
+           }, "The bound Comm, or None.")
+      .def_prop_ro("exchange", [](nb::handle self) -> nb::object {
+             Layer &l = nb::cast<Layer &>(self);
+             mok_symmetric b = nullptr;
+             check(mok_layer_comm(l.handle, nullptr, &b));
+             if (!b)
+               return nb::none();
+             if (l.boundBuffer.is_valid())
+               return l.boundBuffer;
+             auto s = std::make_unique<Symmetric>();
+             s->handle = b;
+             s->owned = false;
+             s->keeper = nb::borrow(self);
+             return nb::cast(s.release(), nb::rv_policy::take_ownership);
+           },
+           "The exchange buffer (a Symmetric), or None.")
+      .def_prop_ro("epoch", [](const Layer &l) {
+             uint64_t epoch = 0;
+             check(mok_layer_epoch(l.handle, &epoch));
+             return epoch;
+           },
+           "The epoch the last forward passed its kernel (0: none since "
+           "binding); each forward passes the next.")
       .def("workspace_size", [](const Layer &l, nb::handle nameArg) {
              std::string name = strArg(nameArg, "name");
              size_t size = 0;

@@ -20,9 +20,15 @@ and ``bf16_to_float32`` convert. torch is not needed; ``import mok.torch``
 ``GpuArtifact`` of the inference kernel, or with ``training=True`` a
 ``GpuTrainingArtifact`` of the training forward and backward kernels, whose
 ``load()`` is a ``GpuTrainingLayer`` with the same forward/backward contract.
+
+Expert parallelism: ``mok.Communicator`` (from an NCCL unique id, adopted
+from a torch.distributed process group, or a local group of ranks on one
+GPU) is what a layer compiled for ``ep > 1`` is bound to
+(``GpuArtifact.load(comm=...)``, ``GpuLayer.bind_comm``).
 """
 from ._artifact import Artifact, Stages
 from ._bf16 import bf16_to_float32, to_bf16
+from ._comm import Communicator, load_nccl, nccl_library
 from ._compile import compile
 from ._gpu import ERROR_CHECKS, GpuArtifact, GpuLayer, MokRuntimeError, set_error_checks
 from ._gpu_train import GpuTrainingArtifact, GpuTrainingLayer
@@ -35,6 +41,7 @@ __all__ = [
     "Artifact",
     "CompileOptions",
     "CompiledLayer",
+    "Communicator",
     "GpuArtifact",
     "GpuLayer",
     "GpuTrainingArtifact",
@@ -47,6 +54,8 @@ __all__ = [
     "Stages",
     "bf16_to_float32",
     "compile",
+    "load_nccl",
+    "nccl_library",
     "set_error_checks",
     "to_bf16",
 ]

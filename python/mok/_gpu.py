@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 
 from . import _extensions
+from ._comm import Communicator, comm_arg
 from ._artifact import (Artifact, make_cubin, read_cubin, read_options, write_cubin,
                         write_options)
 from ._options import CompileOptions
@@ -49,7 +50,8 @@ def set_error_checks(mode):
 
 _DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
 # What the runtime reads (version 2 adds params' "access" and tensor maps'
-# "experts", both optional).
+# "experts", both optional; version 5 params' "align" and expert-parallel
+# kernels).
 _METADATA_VERSIONS = (1, 2, 3, 4, 5)
 
 
@@ -125,12 +127,14 @@ class GpuArtifact(Artifact):
         return GpuArtifact(ptx, metadata, base, options,
                            read_cubin(base, ptx, metadata.get("chip")))
 
-    def load(self, device=None, ep_group=None, poison_outputs=False):
+    def load(self, device=None, ep_group=None, poison_outputs=False, comm=None):
         """A callable GpuLayer on CUDA `device` (None: torch's current
-        device), in the expert-parallel group `ep_group` (None: EP = 1; see
-        GpuLayer); `poison_outputs`: fill each output it allocates with NaN
-        before the launch (see GpuLayer)."""
-        return GpuLayer(self, device, ep_group, poison_outputs)
+        device, or `comm`'s), in the expert-parallel group `ep_group` (None:
+        EP = 1; see GpuLayer) or bound to communicator `comm` (a
+        mok.Communicator: a layer compiled for ep > 1 needs one);
+        `poison_outputs`: fill each output it allocates with NaN before the
+        launch (see GpuLayer)."""
+        return GpuLayer(self, device, ep_group, poison_outputs, comm=comm)
 
 
 def _ep_group_args(ep_group):
@@ -138,9 +142,10 @@ def _ep_group_args(ep_group):
     has: None (EP = 1: (1, 0, 0)), a tuple (size, rank, nccl_comm) with
     nccl_comm an ncclComm_t as an int (0 or None: none), or a process group
     with .size() and .rank() methods (torch.distributed.ProcessGroup; torch
-    is not imported), whose NCCL communicator is not reachable from here:
-    nccl_comm 0, so the runtime refuses a size > 1 naming expert
-    parallelism. The runtime checks the values."""
+    is not imported), whose NCCL communicator is not taken from here:
+    nccl_comm 0. The runtime checks the values and refuses a size > 1 (a
+    layer joins a larger group through a communicator: GpuLayer's
+    `comm`, mok.Communicator.adopt(process_group))."""
     if ep_group is None:
         return 1, 0, 0
     if isinstance(ep_group, (tuple, list)):
@@ -261,14 +266,17 @@ class GpuLayer:
     which ("cubin", "ptx") and `load_detail` how (the JIT's time, why a
     cubin was not used).
 
-    It runs in an expert-parallel group, `ep_group`: None (EP = 1), a tuple
-    (size, rank, nccl_comm) with an ncclComm_t as an int, or a process group
-    with .size() and .rank() (torch.distributed.ProcessGroup; its NCCL
-    communicator is not passed). Only size 1 runs today: a larger group is
-    refused by the runtime (MokRuntimeError naming expert parallelism), before
-    anything is loaded."""
+    A layer compiled for ep = N > 1 runs bound to a communicator of N ranks
+    (a mok.Communicator: `comm`, or bind_comm; docs/Runtime.md, "Expert
+    parallelism"), which it needs before it is loaded: its forwards then
+    pass the kernel the exchange buffer's peer table, the rank and the
+    epoch. `ep_group` describes a group of size 1 only: None (EP = 1), a
+    tuple (1, 0, nccl_comm), or a process group with .size() and .rank()
+    (torch.distributed.ProcessGroup); a larger one is refused by the runtime
+    (MokRuntimeError naming bind_comm), before anything is loaded."""
 
-    def __init__(self, artifact, device=None, ep_group=None, poison_outputs=False):
+    def __init__(self, artifact, device=None, ep_group=None, poison_outputs=False,
+                 comm=None):
         import torch
         rt = _extensions.runtime()
         self.torch = torch
@@ -279,9 +287,13 @@ class GpuLayer:
         self.meta = artifact.metadata
         self._layer = rt.Layer(json.dumps(self.meta))
         self._layer.set_ep_group(*_ep_group_args(ep_group))
+        self._comm = None  # the mok.Communicator bound (bind_comm)
+        if comm is not None:
+            self.bind_comm(comm)
         torch.cuda.init()  # the runtime uses the primary context torch uses
         if device is None:
-            device = torch.cuda.current_device()
+            device = self._comm.device if self._comm is not None else \
+                torch.cuda.current_device()
         self.device = torch.device("cuda", device)
         self._layer.load(device, artifact.ptx, artifact.cubin)
         # How the kernel was loaded: "cubin" (the artifact's) or "ptx" (the
@@ -481,6 +493,46 @@ class GpuLayer:
         # current stream, which torch's own work is ordered on already (and
         # an export that synchronizes would break CUDA-graph capture).
         return t.__dlpack__(stream=-1)
+
+    def bind_comm(self, comm, buffer=None):
+        """Binds the layer to `comm` (a mok.Communicator of the layer's ep
+        ranks; None, with `buffer` None, unbinds): its exchange buffer is
+        `buffer` (comm.alloc_symmetric(n) with n >= symmetric_bytes, zeroed
+        here) or one the layer allocates. Collective for an NCCL
+        communicator: every rank binds its layers in the same order. A
+        layer compiled for ep = 1 takes a communicator of one rank and runs
+        as without one."""
+        self._layer.bind_comm(comm_arg(comm), buffer)
+        bound = self._layer.comm
+        if bound is None:
+            self._comm = None
+        elif not (isinstance(comm, Communicator) and comm._comm is bound):
+            self._comm = Communicator(bound)
+        else:
+            self._comm = comm
+
+    @property
+    def comm(self):
+        """The bound mok.Communicator, or None."""
+        return self._comm
+
+    @property
+    def exchange(self):
+        """The exchange buffer (a mok._runtime.Symmetric: address,
+        peer_table, peers()), or None."""
+        return self._layer.exchange
+
+    @property
+    def epoch(self):
+        """The epoch the last forward passed its kernel (0: none since
+        binding); each forward passes the next (docs/Runtime.md)."""
+        return self._layer.epoch
+
+    @property
+    def symmetric_bytes(self):
+        """The bytes of symmetric exchange buffer each rank needs (0 for
+        ep = 1)."""
+        return self._layer.symmetric_bytes
 
     @property
     def ep_group(self):

@@ -1085,14 +1085,17 @@ def test_ep_group_defaults_and_size_one(scalar):
     assert layer.ep_group == (1, 0, 0)
 
 
+_JOIN = ("a layer joins an expert-parallel group through a communicator "
+         "(mok_comm_create or mok_comm_adopt, then mok_layer_bind_comm); "
+         "mok_layer_set_ep_group sets size 1 only")
+
+
 @pytest.mark.parametrize("group,status,message", [
-    ((2, 0, COMM), "MOK_ERROR_UNSUPPORTED",
-     "ep_group: expert parallelism (size 2) is not supported yet; this layer was "
-     "compiled for ep = 1: use size 1 (the default)"),
-    ((8, 7, COMM), "MOK_ERROR_UNSUPPORTED", "expert parallelism (size 8) is not supported yet"),
+    ((2, 0, COMM), "MOK_ERROR_INVALID_ARGUMENT", "ep_group: size 2: " + _JOIN),
+    ((8, 7, COMM), "MOK_ERROR_INVALID_ARGUMENT", "ep_group: size 8: a layer joins"),
     ((2, 0, 0), "MOK_ERROR_INVALID_ARGUMENT",
      "ep_group: expert parallelism (size 2) needs an NCCL communicator, got nccl_comm "
-     "NULL (and it is not supported yet: use size 1)"),
+     "NULL"),
     ((2, 2, COMM), "MOK_ERROR_INVALID_ARGUMENT",
      "ep_group: expected 0 <= rank < size, got rank 2 of size 2"),
     ((1, -1, 0), "MOK_ERROR_INVALID_ARGUMENT",
@@ -1108,23 +1111,36 @@ def test_ep_group_refusals_name_it(scalar, group, status, message):
     assert layer.ep_group == (1, 0, COMM)  # a refused group leaves the previous one
 
 
+def _expert_parallel(metadata, ep, symmetric_bytes=4096):
+    """`metadata` as a kernel for ep (version 5: the exchange's buffer and
+    its peers, rank and epoch params); hand-written, the compiler does not
+    emit them yet."""
+    params = metadata["params"] + [
+        {"name": "peers", "role": "peers", "dtype": "i64", "shape": [ep]},
+        {"name": "rank", "role": "rank", "dtype": "i32", "shape": []},
+        {"name": "epoch", "role": "epoch", "dtype": "i64", "shape": []}]
+    return dict(metadata, mok_metadata_version=5, ep=ep, symmetric_bytes=symmetric_bytes,
+                params=params)
+
+
 def test_ep_group_must_match_the_compiled_ep(scalar):
     """The compiler does not emit "ep" yet: hand-written metadata."""
     assert layer_of(scalar, dict(scalar.metadata, ep=1)).ep_size == 1
-    layer = layer_of(scalar, dict(scalar.metadata, ep=4))
+    with raises(mok.MokRuntimeError, "metadata: 'ep' = 4 needs mok_metadata_version 5"):
+        layer_of(scalar, dict(scalar.metadata, ep=4))
+    layer = layer_of(scalar, _expert_parallel(scalar.metadata, 4))
     assert layer.ep_size == 4 and layer.ep_group == (1, 0, 0)
+    assert layer.symmetric_bytes == 4096 and layer.epoch == 0 and layer.comm is None
     with raises(mok.MokRuntimeError, "ep_group: size 1, but this layer was compiled for "
                 "ep = 4 (the metadata's \"ep\"); the group's size must be the compiled "
-                "one") as info:
+                "one: bind a communicator of 4 ranks with mok_layer_bind_comm") as info:
         layer.set_ep_group()
     assert info.value.status == "MOK_ERROR_INVALID_ARGUMENT"
-    with raises(mok.MokRuntimeError, "ep_group: expert parallelism (size 4) is not "
-                "supported yet; this layer was compiled for ep = 4, which this runtime "
-                "cannot run yet") as info:
+    with raises(mok.MokRuntimeError, "ep_group: size 4: " + _JOIN):
         layer.set_ep_group(4, 1, COMM)
-    assert info.value.status == "MOK_ERROR_UNSUPPORTED"
     with raises(mok.MokRuntimeError, "layer: compiled for ep = 4 (expert parallelism), "
-                "but its ep_group has size 1"):
+                "but no communicator is bound (bind one of 4 ranks with "
+                "mok_layer_bind_comm)"):
         layer.check(good_inputs(scalar.metadata), out=output_of(scalar.metadata))
     for ep, message in [(0, "metadata: 'ep' must be an integer >= 1"),
                         ("4", "metadata: missing or mistyped 'ep'")]:
@@ -1164,12 +1180,12 @@ def test_gpu_layer_ep_group_arguments(scalar):
     layer = layer_of(scalar)
     layer.set_ep_group(*_ep_group_args(_ProcessGroup(1, 0)))
     assert layer.ep_group == (1, 0, 0)
-    # A process group of 8: its communicator is unknown, refused naming expert
-    # parallelism all the same.
+    # A process group of 8: its communicator is not taken from here (a
+    # layer joins one through mok.Communicator.adopt and bind_comm).
     with raises(mok.MokRuntimeError, "ep_group: expert parallelism (size 8) needs an "
-                "NCCL communicator, got nccl_comm NULL (and it is not supported yet"):
+                "NCCL communicator, got nccl_comm NULL"):
         layer.set_ep_group(*_ep_group_args(_ProcessGroup(8, 3)))
-    with raises(mok.MokRuntimeError, "expert parallelism (size 8) is not supported yet"):
+    with raises(mok.MokRuntimeError, "ep_group: size 8: a layer joins"):
         layer.set_ep_group(*_ep_group_args((8, 3, COMM)))
     assert layer.ep_group == (1, 0, 0)
 
@@ -1179,10 +1195,13 @@ def test_gpu_artifact_load_refuses_the_ep_group_before_loading(scalar, monkeypat
     torch without `cuda` is enough to see the refusal."""
     import types
     monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
-    for group in [(2, 1, COMM), _ProcessGroup(4, 0)]:
-        with raises(mok.MokRuntimeError, "expert parallelism (size") as info:
+    for group, message in [((2, 1, COMM), "ep_group: size 2: a layer joins"),
+                           (_ProcessGroup(4, 0), "(size 4) needs an NCCL communicator")]:
+        with raises(mok.MokRuntimeError, message):
             scalar.load(ep_group=group)
-        assert "not supported yet" in str(info.value)
+    # So is a communicator of the wrong type.
+    with raises(TypeError, "comm: expected a mok.Communicator or None, got int"):
+        scalar.load(comm=3)
     with raises(TypeError, "ep_group: expected (size, rank, nccl_comm)"):
         scalar.load(device=0, ep_group=(2, 1))
     # EP = 1 gets past the group, to torch.cuda (absent from the stub).

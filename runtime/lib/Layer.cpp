@@ -5,6 +5,7 @@
 //
 #include "mok/Runtime/mok_runtime.h"
 
+#include "Comm.h"
 #include "Error.h"
 #include "Json.h"
 #include "Module.h"
@@ -109,6 +110,18 @@ struct mok_layer_s {
   // "ep", 1 without it) and the group it runs in (mok_layer_set_ep_group).
   int32_t epSize = 1;
   mok_ep_group group{1, 0, nullptr};
+  // A kernel for ep > 1 (metadata version 5): the bytes of symmetric
+  // exchange buffer a rank needs, and its params of roles "peers" (the peer
+  // table), "rank" and "epoch" (by value).
+  uint64_t symmetricBytes = 0;
+  int peersParam = -1, rankParam = -1, epochParam = -1;
+  // The communicator it is bound to (mok_layer_bind_comm), its exchange
+  // buffer (null for ep = 1), whether the layer allocated that buffer, and
+  // the epoch its last forward passed (0: none since binding).
+  mok_comm comm = nullptr;
+  mok_symmetric exchange = nullptr;
+  bool ownsExchange = false;
+  uint64_t epoch = 0;
   // A kernel for any token count (metadata "any_tokens", version 4): the
   // capacity, the param that takes the call's T by value, and the T of the
   // call being checked (the capacity otherwise).
@@ -156,6 +169,26 @@ struct mok_layer_s {
     }
   }
 };
+
+/// Unbinds the layer's communicator: frees the exchange buffer it allocated
+/// (or gives back the one it was given). Returns the first failure (its
+/// message recorded); the binding is gone either way.
+static mok_status releaseComm(mok_layer layer) {
+  mok_status status = MOK_OK;
+  if (layer->exchange) {
+    if (layer->ownsExchange)
+      status = freeSymmetric(layer->exchange);
+    else
+      layer->exchange->user = nullptr;
+  }
+  if (layer->comm)
+    countBinding(layer->comm, -1);
+  layer->comm = nullptr;
+  layer->exchange = nullptr;
+  layer->ownsExchange = false;
+  layer->epoch = 0;
+  return status;
+}
 
 //===----------------------------------------------------------------------===//
 // Metadata
@@ -290,6 +323,22 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
       r.error = "metadata: 'ep' must be at most " + std::to_string(INT32_MAX);
     layer->epSize = static_cast<int32_t>(ep);
   }
+  // Version 5: an expert-parallel kernel's exchange buffer.
+  if (root.get("symmetric_bytes"))
+    layer->symmetricBytes = static_cast<uint64_t>(
+        r.integer(root, "symmetric_bytes", "metadata", 1));
+  if (r.ok() && layer->epSize > 1 && version->number < 5)
+    r.error = "metadata: 'ep' = " + std::to_string(layer->epSize) +
+              " needs mok_metadata_version 5 (the exchange's "
+              "'symmetric_bytes' and its params of roles peers, rank and "
+              "epoch), got version " +
+              std::to_string(static_cast<int>(version->number));
+  if (r.ok() && layer->epSize > 1 && !layer->symmetricBytes)
+    r.error = "metadata: a kernel for ep = " + std::to_string(layer->epSize) +
+              " without 'symmetric_bytes' (the exchange buffer a rank needs)";
+  if (r.ok() && layer->epSize == 1 && layer->symmetricBytes)
+    r.error = "metadata: 'symmetric_bytes' in a kernel for ep = 1 (it "
+              "exchanges nothing)";
   // Optional (version 4): a kernel for every token count up to a capacity.
   if (root.get("any_tokens")) {
     if (const json::Value *a =
@@ -396,6 +445,36 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
           else if (layer->statusParam >= 0)
             r.error = where + ": more than one parameter has role 'status'";
           layer->statusParam = static_cast<int>(layer->params.size());
+        } else if (param.role == "peers" || param.role == "rank" ||
+                   param.role == "epoch") {
+          // An expert-parallel kernel's: the peer table (a pointer to
+          // `ep` uint64), its rank (i32) and the launch's epoch (a u64),
+          // these two by value.
+          int &slot = param.role == "peers"  ? layer->peersParam
+                      : param.role == "rank" ? layer->rankParam
+                                             : layer->epochParam;
+          bool shapeOk =
+              param.role == "peers"
+                  ? param.dtype == MOK_DTYPE_I64 && param.shape.size() == 1 &&
+                        param.shape[0] == layer->epSize
+                  : param.shape.empty() &&
+                        param.dtype == (param.role == "rank" ? MOK_DTYPE_I32
+                                                             : MOK_DTYPE_I64);
+          if (layer->epSize == 1)
+            r.error = where + ": role '" + param.role +
+                      "' in a kernel for ep = 1";
+          else if (!shapeOk)
+            r.error =
+                where + ": role '" + param.role + "' must be " +
+                (param.role == "peers"
+                     ? "i64 [" + std::to_string(layer->epSize) +
+                           "] (one address a rank)"
+                     : param.role == "rank" ? std::string("an i32 scalar (shape [])")
+                                            : std::string("an i64 scalar (shape [])"));
+          else if (slot >= 0)
+            r.error = where + ": more than one parameter has role '" +
+                      param.role + "'";
+          slot = static_cast<int>(layer->params.size());
         } else if (param.role != "workspace" && param.role != "tensor_maps")
           r.error = where + ": unknown role '" + param.role + "'";
       }
@@ -421,6 +500,14 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
   if (r.ok() && layer->anyTokens && layer->tokensParam < 0)
     r.error = "metadata: a kernel for any token count without a parameter "
               "of role 'tokens'";
+  if (r.ok() && layer->epSize > 1)
+    for (auto [slot, role] : {std::pair{layer->peersParam, "peers"},
+                              {layer->rankParam, "rank"},
+                              {layer->epochParam, "epoch"}})
+      if (slot < 0 && r.ok())
+        r.error = "metadata: a kernel for ep = " +
+                  std::to_string(layer->epSize) +
+                  " without a parameter of role '" + role + "'";
   if (!r.ok())
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << r.error;
   layer->callTokens = layer->maxTokens;
@@ -534,8 +621,10 @@ extern "C" void mok_layer_destroy(mok_layer layer) {
     return;
   }
   removeHandle(HandleKind::Layer, layer);
+  mok_status unbound = releaseComm(layer);
   delete layer;
-  ok();
+  if (!unbound)
+    ok();
 }
 
 /// The error of an accessor given a bad index: `count` entries of `what`.
@@ -796,15 +885,15 @@ static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
   return checkOutputOverlaps(layer, pointers);
 }
 
-/// A layer runs only in a group of the size it was compiled for: one
-/// compiled for ep > 1 and left in the default group is refused here.
+/// A layer compiled for ep > 1 runs only bound to a communicator of its
+/// size (mok_layer_bind_comm).
 static mok_status checkGroupSize(mok_layer layer) {
-  if (layer->group.size == layer->epSize)
+  if (layer->epSize == 1 || layer->comm)
     return MOK_OK;
   return Fail(MOK_ERROR_INVALID_ARGUMENT)
          << "layer: compiled for ep = " << layer->epSize
-         << " (expert parallelism), but its ep_group has size "
-         << layer->group.size << " (set the group with mok_layer_set_ep_group)";
+         << " (expert parallelism), but no communicator is bound (bind one of "
+         << layer->epSize << " ranks with mok_layer_bind_comm)";
 }
 
 extern "C" mok_status mok_layer_check(mok_layer layer,
@@ -852,6 +941,13 @@ extern "C" mok_status mok_layer_load_image(mok_layer layer, int device,
     return s;
   if (layer->module)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "layer: is already loaded";
+  if (mok_status s = checkGroupSize(layer))
+    return s;
+  if (layer->comm && layer->comm->device != device)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "device: " << device << ", but the layer's communicator (rank "
+           << layer->comm->rank << " of " << layer->comm->size
+           << ") is on device " << layer->comm->device;
   int sms = 0;
   if (mok_status s = mok_device_sm_count(device, &sms))
     return s;
@@ -1077,6 +1173,27 @@ static mok_status updateTensorMaps(mok_layer layer,
   return MOK_OK;
 }
 
+/// Before an expert-parallel launch: a filled peer table, and a stream that
+/// is not being captured (a CUDA graph would replay the launch's epoch, and
+/// its kernels would take the flags of an earlier step for this one's).
+static mok_status checkExchange(mok_layer layer, CUstream stream) {
+  if (mok_status s = checkComplete(layer->exchange, "layer: the exchange buffer"))
+    return s;
+  const Driver *d = layer->module->driver;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (CUresult r = d->streamIsCapturing(stream, &capture); r != CUDA_SUCCESS)
+    return Fail(MOK_ERROR_CUDA)
+           << "stream: cuStreamIsCapturing failed: " << d->describe(r);
+  if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    return Fail(MOK_ERROR_UNSUPPORTED)
+           << "stream: is being captured into a CUDA graph, but this layer "
+              "exchanges tokens (ep = "
+           << layer->epSize
+           << "): each launch passes its kernel a new epoch, which a replay "
+              "would repeat";
+  return MOK_OK;
+}
+
 extern "C" mok_status mok_layer_forward(mok_layer layer,
                                         const mok_named_tensor *inputs,
                                         size_t count, const mok_tensor *out,
@@ -1091,6 +1208,9 @@ extern "C" mok_status mok_layer_forward(mok_layer layer,
   std::vector<void *> pointers;
   if (mok_status s = bindInputs(layer, inputs, count, out, pointers))
     return s;
+  if (layer->exchange)
+    if (mok_status s = checkExchange(layer, static_cast<CUstream>(stream)))
+      return s;
   if (mok_status s =
           updateTensorMaps(layer, pointers, static_cast<CUstream>(stream)))
     return s;
@@ -1105,13 +1225,25 @@ extern "C" mok_status mok_layer_forward(mok_layer layer,
   // Any T: the call's token count, by value.
   if (layer->tokensParam >= 0)
     values[layer->tokensParam] = static_cast<uint64_t>(layer->callTokens);
+  // Expert parallelism: the peer table, this rank and the next epoch (the
+  // last two by value; a u32 parameter reads the low half of its word).
+  if (layer->exchange) {
+    values[layer->peersParam] = static_cast<uint64_t>(layer->exchange->table);
+    values[layer->rankParam] = static_cast<uint32_t>(layer->comm->rank);
+    values[layer->epochParam] = layer->epoch + 1;
+  }
   uint32_t ctas = layer->gridChosen ? layer->gridChosen : layer->grid;
   uint32_t grid[3] = {ctas, 1, 1}, block[3] = {layer->block, 1, 1};
-  return mok_module_launch_clusters(
+  mok_status launched = mok_module_launch_clusters(
       layer->module, layer->kernel.c_str(), grid, block, layer->cluster,
       layer->dynamicSmem, stream, params.data(),
       layer->cooperative && !layer->oversubscribed ? MOK_LAUNCH_COOPERATIVE
                                                    : 0);
+  // A launch that failed ran nothing: the next one passes the same epoch,
+  // which the other ranks' kernels of this step wait for.
+  if (!launched && layer->exchange)
+    ++layer->epoch;
+  return launched;
 }
 
 //===----------------------------------------------------------------------===//
@@ -1250,20 +1382,23 @@ extern "C" mok_status mok_layer_set_ep_group(mok_layer layer,
   const mok_ep_group &g = group ? *group : defaultGroup;
   if (mok_status s = checkEpGroup(&g))
     return s;
-  if (g.size > 1) {
-    Fail f(MOK_ERROR_UNSUPPORTED);
-    f << "ep_group: expert parallelism (size " << g.size
-      << ") is not supported yet; this layer was compiled for ep = "
-      << layer->epSize;
-    return layer->epSize == 1 ? f << ": use size 1 (the default)"
-                              : f << ", which this runtime cannot run yet";
-  }
+  if (g.size > 1)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "ep_group: size " << g.size
+           << ": a layer joins an expert-parallel group through a "
+              "communicator (mok_comm_create or mok_comm_adopt, then "
+              "mok_layer_bind_comm); mok_layer_set_ep_group sets size 1 only";
   if (g.size != layer->epSize)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "ep_group: size " << g.size << ", but this layer was compiled "
            << "for ep = " << layer->epSize
            << " (the metadata's \"ep\"); the group's size must be the "
-              "compiled one";
+              "compiled one: bind a communicator of "
+           << layer->epSize << " ranks with mok_layer_bind_comm";
+  if (layer->comm)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "ep_group: a communicator is bound (mok_layer_bind_comm) and is "
+              "the layer's group; unbind it first";
   layer->group = g;
   return ok();
 }
@@ -1273,7 +1408,11 @@ extern "C" mok_status mok_layer_ep_group(mok_layer layer, mok_ep_group *group) {
     return s;
   if (!group)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "group: is NULL";
-  *group = layer->group;
+  if (layer->comm)
+    *group = mok_ep_group{layer->comm->size, layer->comm->rank,
+                          layer->comm->ncclComm};
+  else
+    *group = layer->group;
   return ok();
 }
 
@@ -1283,6 +1422,114 @@ extern "C" mok_status mok_layer_ep_size(mok_layer layer, int32_t *size) {
   if (!size)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "size: is NULL";
   *size = layer->epSize;
+  return ok();
+}
+
+extern "C" mok_status mok_layer_symmetric_bytes(mok_layer layer,
+                                                size_t *bytes) {
+  if (mok_status s = checkLayer(layer))
+    return s;
+  if (!bytes)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "bytes: is NULL";
+  *bytes = static_cast<size_t>(layer->symmetricBytes);
+  return ok();
+}
+
+extern "C" mok_status mok_layer_bind_comm(mok_layer layer, mok_comm comm,
+                                          mok_symmetric buffer) {
+  if (mok_status s = checkLayer(layer))
+    return s;
+  if (!comm && !buffer) {
+    if (mok_status s = releaseComm(layer))
+      return s;
+    return ok();
+  }
+  if (buffer) {
+    if (mok_status s = checkSymmetric(buffer))
+      return s;
+    if (!comm)
+      comm = buffer->comm;
+  }
+  if (mok_status s = checkComm(comm))
+    return s;
+  if (buffer && buffer->comm != comm)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "buffer: a symmetric buffer of another communicator (rank "
+           << buffer->comm->rank << " of " << buffer->comm->size
+           << "), not of `comm` (rank " << comm->rank << " of " << comm->size
+           << ")";
+  // The binding already in place changes nothing (its epoch goes on).
+  if (comm == layer->comm && (!buffer || buffer == layer->exchange))
+    return ok();
+  if (comm->size != layer->epSize)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "comm: a communicator of " << comm->size
+           << " rank(s), but this layer was compiled for ep = "
+           << layer->epSize << " (the metadata's \"ep\"): bind one of "
+           << layer->epSize << " rank(s)";
+  if (layer->module && comm->device != layer->device)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "comm: on device " << comm->device
+           << ", but the layer is loaded on device " << layer->device;
+  if (layer->epSize == 1) {
+    if (buffer)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "buffer: this layer was compiled for ep = 1 and exchanges "
+                "nothing: it takes no symmetric buffer";
+    if (mok_status s = releaseComm(layer))
+      return s;
+    layer->comm = comm;
+    countBinding(comm, +1);
+    return ok();
+  }
+  if (buffer) {
+    if (buffer->bytes < layer->symmetricBytes)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "buffer: " << buffer->bytes
+             << " bytes, but this layer's exchange needs symmetric_bytes = "
+             << layer->symmetricBytes;
+    if (buffer->layerOwned || (buffer->user && buffer->user != layer))
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "buffer: another layer uses it already; each layer needs an "
+                "exchange buffer of its own (its epochs and signal flags are "
+                "its own)";
+    if (mok_status s = checkComplete(buffer, "buffer"))
+      return s;
+    if (mok_status s = resetForLayer(buffer, layer->symmetricBytes))
+      return s;
+  } else if (mok_status s = allocSymmetric(comm, layer->symmetricBytes,
+                                           /*layerOwned=*/true, buffer)) {
+    return s;
+  }
+  // Only now let the previous binding go: a refused one leaves it.
+  if (mok_status s = releaseComm(layer)) {
+    (void)s; // the old buffer failed to free; the new binding stands
+  }
+  layer->comm = comm;
+  layer->exchange = buffer;
+  layer->ownsExchange = buffer->layerOwned;
+  buffer->user = layer;
+  countBinding(comm, +1);
+  return ok();
+}
+
+extern "C" mok_status mok_layer_comm(mok_layer layer, mok_comm *comm,
+                                     mok_symmetric *buffer) {
+  if (mok_status s = checkLayer(layer))
+    return s;
+  if (comm)
+    *comm = layer->comm;
+  if (buffer)
+    *buffer = layer->exchange;
+  return ok();
+}
+
+extern "C" mok_status mok_layer_epoch(mok_layer layer, uint64_t *epoch) {
+  if (mok_status s = checkLayer(layer))
+    return s;
+  if (!epoch)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << "epoch: is NULL";
+  *epoch = layer->epoch;
   return ok();
 }
 

@@ -28,16 +28,15 @@ mok_status driverOrFail(const Driver *&d);
 mok_status checkTensor(const mok_tensor *t, const char *name, mok_dtype dtype,
                        int32_t rank, const int64_t *shape, bool tma);
 
-/// mok_ep_group_check's argument checks (not NULL, 0 <= rank < size, a
-/// communicator for size > 1), without refusing size > 1: the caller says
-/// why it cannot run one.
+/// mok_ep_group_check's checks (not NULL, 0 <= rank < size, a
+/// communicator for size > 1), without clearing the last error.
 mok_status checkEpGroup(const mok_ep_group *g);
 
 /// The kinds of handle the C API gives out.
-enum class HandleKind { Module, Layer };
+enum class HandleKind { Module, Layer, Comm, Symmetric };
 
-/// The registry of live handles: every mok_module and mok_layer made and
-/// not yet destroyed. Entry points look a handle up before they touch it,
+/// The registry of live handles: every mok_module, mok_layer, mok_comm and
+/// mok_symmetric made and not yet destroyed. Entry points look a handle up before they touch it,
 /// so a destroyed or forged one is refused by name instead of dereferenced.
 /// (An address freed by a destroy may be reused by a later create: the old
 /// handle then names the new object. The registry catches a use after
@@ -46,8 +45,10 @@ void addHandle(HandleKind kind, const void *handle);
 /// Forgets `handle`; false if it was not live.
 bool removeHandle(HandleKind kind, const void *handle);
 /// MOK_OK for a live handle; else MOK_ERROR_INVALID_ARGUMENT naming it
-/// ("layer: is NULL", "layer: 0x... is not a live mok_layer ...").
-mok_status checkHandle(HandleKind kind, const void *handle);
+/// ("layer: is NULL", "layer: 0x... is not a live mok_layer ..."), the
+/// argument called `name` (default: the kind's usual name).
+mok_status checkHandle(HandleKind kind, const void *handle,
+                       const char *name = nullptr);
 
 /// Unloads a live module and releases its context, without the handle
 /// check of mok_module_destroy and without touching mok_last_error (for

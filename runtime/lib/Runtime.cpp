@@ -52,6 +52,10 @@ extern "C" const char *mok_status_name(mok_status status) {
     return "MOK_ERROR_BAD_ROUTING";
   case MOK_ERROR_TIMEOUT:
     return "MOK_ERROR_TIMEOUT";
+  case MOK_ERROR_NCCL:
+    return "MOK_ERROR_NCCL";
+  case MOK_ERROR_NCCL_UNAVAILABLE:
+    return "MOK_ERROR_NCCL_UNAVAILABLE";
   }
   return "MOK_ERROR_(unknown)";
 }
@@ -63,7 +67,7 @@ extern "C" const char *mok_status_name(mok_status status) {
 namespace {
 struct Registry {
   std::mutex mutex;
-  std::unordered_set<const void *> live[2];
+  std::unordered_set<const void *> live[4];
 };
 
 Registry &registry() {
@@ -74,15 +78,45 @@ Registry &registry() {
 }
 
 const char *handleName(HandleKind kind) {
-  return kind == HandleKind::Module ? "module" : "layer";
+  switch (kind) {
+  case HandleKind::Module:
+    return "module";
+  case HandleKind::Layer:
+    return "layer";
+  case HandleKind::Comm:
+    return "comm";
+  case HandleKind::Symmetric:
+    return "buffer";
+  }
+  return "handle";
 }
 
 const char *handleType(HandleKind kind) {
-  return kind == HandleKind::Module ? "mok_module" : "mok_layer";
+  switch (kind) {
+  case HandleKind::Module:
+    return "mok_module";
+  case HandleKind::Layer:
+    return "mok_layer";
+  case HandleKind::Comm:
+    return "mok_comm";
+  case HandleKind::Symmetric:
+    return "mok_symmetric";
+  }
+  return "handle";
 }
 
 const char *handleMaker(HandleKind kind) {
-  return kind == HandleKind::Module ? "mok_module_load_ptx" : "mok_layer_create";
+  switch (kind) {
+  case HandleKind::Module:
+    return "mok_module_load_ptx";
+  case HandleKind::Layer:
+    return "mok_layer_create";
+  case HandleKind::Comm:
+    return "mok_comm_create, mok_comm_adopt or mok_comm_create_local_group";
+  case HandleKind::Symmetric:
+    return "mok_comm_alloc_symmetric";
+  }
+  return "mok";
 }
 } // namespace
 
@@ -98,9 +132,12 @@ bool mok::runtime::removeHandle(HandleKind kind, const void *handle) {
   return r.live[static_cast<int>(kind)].erase(handle) == 1;
 }
 
-mok_status mok::runtime::checkHandle(HandleKind kind, const void *handle) {
+mok_status mok::runtime::checkHandle(HandleKind kind, const void *handle,
+                                     const char *name) {
+  if (!name)
+    name = handleName(kind);
   if (!handle)
-    return Fail(MOK_ERROR_INVALID_ARGUMENT) << handleName(kind) << ": is NULL";
+    return Fail(MOK_ERROR_INVALID_ARGUMENT) << name << ": is NULL";
   Registry &r = registry();
   {
     std::lock_guard<std::mutex> lock(r.mutex);
@@ -108,7 +145,7 @@ mok_status mok::runtime::checkHandle(HandleKind kind, const void *handle) {
       return MOK_OK;
   }
   return Fail(MOK_ERROR_INVALID_ARGUMENT)
-         << handleName(kind) << ": 0x"
+         << name << ": 0x"
          << Hex{static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle))}
          << " is not a live " << handleType(kind)
          << " (destroyed already, or not made by " << handleMaker(kind) << ")";
@@ -373,24 +410,16 @@ mok_status mok::runtime::checkEpGroup(const mok_ep_group *g) {
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "ep_group: expected 0 <= rank < size, got rank " << g->rank
            << " of size " << g->size;
-  // Said even while expert parallelism is refused: a caller that has no
-  // communicator to give (a process group whose NCCL communicator it cannot
-  // reach) learns both what is missing and that size 1 is what runs.
   if (g->size > 1 && !g->nccl_comm)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "ep_group: expert parallelism (size " << g->size
-           << ") needs an NCCL communicator, got nccl_comm NULL (and it is "
-              "not supported yet: use size 1)";
+           << ") needs an NCCL communicator, got nccl_comm NULL";
   return MOK_OK;
 }
 
 extern "C" mok_status mok_ep_group_check(const mok_ep_group *g) {
   if (mok_status s = checkEpGroup(g))
     return s;
-  if (g->size > 1)
-    return Fail(MOK_ERROR_UNSUPPORTED)
-           << "ep_group: expert parallelism (size " << g->size
-           << ") is not supported yet; use size 1";
   return ok();
 }
 

@@ -32,4 +32,13 @@ void check(bool cond, const char *what, int line);
 /// run in a process of their own: the runtime loads its driver once.
 void testWithFakeDriver(const char *fakeDriver);
 
+/// Communicators (comm_test.cpp): without NCCL or a driver (MOK_NCCL_LIBRARY
+/// and MOK_CUDA_DRIVER name files that do not exist), and with the stand-in
+/// driver and NCCL at `fakeLibrary` (both variables name it), in a process
+/// of its own; `peerPointerApi`: the variant with NCCL 2.29's
+/// ncclGetPeerDevicePointer.
+void testCommWithoutNccl();
+void testExpertParallelMetadata();
+void testCommWithFakeNccl(const char *fakeLibrary, bool peerPointerApi);
+
 #endif // MOK_RUNTIME_TESTS_CHECK_H

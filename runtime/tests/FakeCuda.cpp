@@ -11,8 +11,11 @@
 // writes them); it loads one only on a device of that chip, as the driver
 // does. The mok_fake_cuda_* functions let a test see what is still
 // allocated, loaded or retained (through dlopen of the same path, or
-// ctypes), so it can check that nothing leaks.
+// ctypes), so it can check that nothing leaks. The same library is a
+// stand-in NCCL too (FakeNccl.cpp), whose memory is this driver's.
 //
+#include "FakeCuda.h"
+
 #include <cuda.h>
 
 #include <cstdint>
@@ -35,16 +38,23 @@ struct Module;
 struct Function {
   Module *module;
   std::string name;
+  int params; // the kernel's .param count (0 from a cubin)
 };
 
 struct Module {
   std::vector<std::string> kernels;
+  std::vector<int> paramCounts; // per kernel: its PTX's .param count
   std::vector<std::unique_ptr<Function>> functions; // handed out, by kernel
+};
+
+struct Allocation {
+  size_t bytes;
+  bool nccl; // ncclMemAlloc's (FakeNccl.cpp), not cuMemAlloc's
 };
 
 struct State {
   std::mutex mutex;
-  std::map<uintptr_t, size_t> allocations; // base -> bytes
+  std::map<uintptr_t, Allocation> allocations; // by base
   std::set<Module *> modules;
   int computeCapability = 0; // 0: MOK_FAKE_CUDA_CC, else 90
   int64_t retains = 0;     // primary-context retains minus releases
@@ -54,6 +64,7 @@ struct State {
   int capturing = 0; // what cuStreamIsCapturing answers
   std::string lastKernel;
   unsigned lastGrid = 0;
+  std::vector<uint64_t> lastParams; // the last launch's, a word each
 };
 
 State &state() {
@@ -87,8 +98,10 @@ bool inAllocation(State &s, uintptr_t p, size_t bytes) {
   if (it == s.allocations.begin())
     return false;
   --it;
-  return p >= it->first && p + bytes <= it->first + it->second;
+  return p >= it->first && p + bytes <= it->first + it->second.bytes;
 }
+
+thread_local int current = -1; // the device of this thread's context
 
 CUresult getErrorString(CUresult r, const char **out) {
   switch (r) {
@@ -169,7 +182,28 @@ CUresult primaryCtxRelease(CUdevice d) {
   return CUDA_SUCCESS;
 }
 
-CUresult ctxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
+CUresult ctxSetCurrent(CUcontext c) {
+  uintptr_t v = reinterpret_cast<uintptr_t>(c);
+  current = v >= 0x1000 ? static_cast<int>((v - 0x1000) / 16) : -1;
+  return CUDA_SUCCESS;
+}
+
+/// The number of `.param`s of each `.entry` of `ptx`, in order.
+std::vector<int> paramCountsOf(const char *ptx) {
+  std::vector<int> counts;
+  for (const char *p = std::strstr(ptx, ".entry"); p;
+       p = std::strstr(p + 1, ".entry")) {
+    const char *open = std::strchr(p, '(');
+    const char *close = open ? std::strchr(open, ')') : nullptr;
+    int n = 0;
+    if (close)
+      for (const char *q = std::strstr(open, ".param"); q && q < close;
+           q = std::strstr(q + 1, ".param"))
+        ++n;
+    counts.push_back(n);
+  }
+  return counts;
+}
 
 /// The `.entry` names of `ptx`.
 std::vector<std::string> entriesOf(const char *ptx) {
@@ -198,9 +232,12 @@ void logBuffer(unsigned n, const CUjit_option *options, void *const *values,
   }
 }
 
-CUresult loadModule(CUmodule *out, std::vector<std::string> kernels) {
+CUresult loadModule(CUmodule *out, std::vector<std::string> kernels,
+                    std::vector<int> paramCounts = {}) {
   auto m = new Module;
   m->kernels = std::move(kernels);
+  m->paramCounts = std::move(paramCounts);
+  m->paramCounts.resize(m->kernels.size(), 0);
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.modules.insert(m);
@@ -221,7 +258,8 @@ CUresult moduleLoadDataEx(CUmodule *out, const void *image, unsigned n,
       std::snprintf(log, size, "fake ptxas: no .entry in the PTX");
     return CUDA_ERROR_INVALID_PTX;
   }
-  return loadModule(out, std::move(kernels));
+  return loadModule(out, std::move(kernels),
+                    paramCountsOf(static_cast<const char *>(image)));
 }
 
 constexpr size_t kElfHeader = 64;
@@ -336,9 +374,10 @@ CUresult moduleGetFunction(CUfunction *f, CUmodule module, const char *name) {
       *f = reinterpret_cast<CUfunction>(fn.get());
       return CUDA_SUCCESS;
     }
-  for (const std::string &k : m->kernels)
-    if (k == name) {
-      m->functions.push_back(std::make_unique<Function>(Function{m, k}));
+  for (size_t i = 0; i < m->kernels.size(); ++i)
+    if (m->kernels[i] == name) {
+      m->functions.push_back(std::make_unique<Function>(
+          Function{m, m->kernels[i], m->paramCounts[i]}));
       *f = reinterpret_cast<CUfunction>(m->functions.back().get());
       return CUDA_SUCCESS;
     }
@@ -349,7 +388,10 @@ CUresult funcSetAttribute(CUfunction, CUfunction_attribute, int) {
   return CUDA_SUCCESS;
 }
 
-CUresult launch(CUfunction f, unsigned grid, bool cooperative) {
+/// A launch: counted, its kernel, grid and parameters recorded (each read
+/// as 8 bytes: the runtime passes every parameter from a 64-bit word).
+CUresult launch(CUfunction f, unsigned grid, bool cooperative,
+                void **params) {
   auto fn = reinterpret_cast<Function *>(f);
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -360,29 +402,35 @@ CUresult launch(CUfunction f, unsigned grid, bool cooperative) {
   ++s.launches;
   s.lastKernel = fn->name;
   s.lastGrid = grid;
+  s.lastParams.clear();
+  for (int i = 0; params && i < fn->params; ++i) {
+    uint64_t word;
+    std::memcpy(&word, params[i], sizeof word);
+    s.lastParams.push_back(word);
+  }
   return CUDA_SUCCESS;
 }
 
 CUresult launchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                       unsigned, unsigned, unsigned, unsigned, CUstream,
-                      void **, void **) {
-  return launch(f, gx * gy * gz, false);
+                      void **params, void **) {
+  return launch(f, gx * gy * gz, false, params);
 }
 
 CUresult launchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy,
                                  unsigned gz, unsigned, unsigned, unsigned,
-                                 unsigned, CUstream, void **) {
-  return launch(f, gx * gy * gz, true);
+                                 unsigned, CUstream, void **params) {
+  return launch(f, gx * gy * gz, true, params);
 }
 
-CUresult launchKernelEx(const CUlaunchConfig *config, CUfunction f, void **,
-                        void **) {
+CUresult launchKernelEx(const CUlaunchConfig *config, CUfunction f,
+                        void **params, void **) {
   bool cooperative = false;
   for (unsigned i = 0; i < config->numAttrs; ++i)
     if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
       cooperative = config->attrs[i].value.cooperative;
   return launch(f, config->gridDimX * config->gridDimY * config->gridDimZ,
-                cooperative);
+                cooperative, params);
 }
 
 CUresult occupancyMaxActiveClusters(int *count, CUfunction,
@@ -419,7 +467,7 @@ CUresult memAlloc(CUdeviceptr *p, size_t bytes) {
   std::memset(m, 0xA5, rounded);
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  s.allocations[reinterpret_cast<uintptr_t>(m)] = bytes;
+  s.allocations[reinterpret_cast<uintptr_t>(m)] = Allocation{bytes, false};
   *p = reinterpret_cast<CUdeviceptr>(m);
   return CUDA_SUCCESS;
 }
@@ -427,10 +475,12 @@ CUresult memAlloc(CUdeviceptr *p, size_t bytes) {
 CUresult memFree(CUdeviceptr p) {
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (!s.allocations.erase(static_cast<uintptr_t>(p))) {
+  auto it = s.allocations.find(static_cast<uintptr_t>(p));
+  if (it == s.allocations.end() || it->second.nccl) {
     ++s.badReleases;
     return CUDA_ERROR_INVALID_VALUE;
   }
+  s.allocations.erase(it);
   std::free(reinterpret_cast<void *>(p));
   return CUDA_SUCCESS;
 }
@@ -568,6 +618,36 @@ const Entry entries[] = {
 
 } // namespace
 
+//===----------------------------------------------------------------------===//
+// What the stand-in NCCL uses (FakeCuda.h)
+//===----------------------------------------------------------------------===//
+
+bool mok_fake::addNcclMemory(uintptr_t base, size_t bytes) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.allocations.emplace(base, Allocation{bytes, true}).second;
+}
+
+bool mok_fake::removeNcclMemory(uintptr_t base) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.allocations.find(base);
+  if (it == s.allocations.end() || !it->second.nccl)
+    return false;
+  s.allocations.erase(it);
+  return true;
+}
+
+bool mok_fake::isDeviceMemory(uintptr_t p, size_t bytes) {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return inAllocation(s, p, bytes);
+}
+
+int mok_fake::currentDevice() { return current; }
+
+void mok_fake::setCurrentDevice(int device) { current = device; }
+
 #define MOK_FAKE_API extern "C" __attribute__((visibility("default")))
 
 // The one symbol the runtime looks up: every entry point by its name (the
@@ -598,7 +678,7 @@ MOK_FAKE_API int64_t mok_fake_cuda_live_bytes() {
   std::lock_guard<std::mutex> lock(state().mutex);
   int64_t bytes = 0;
   for (const auto &a : state().allocations)
-    bytes += static_cast<int64_t>(a.second);
+    bytes += static_cast<int64_t>(a.second.bytes);
   return bytes;
 }
 
@@ -635,6 +715,17 @@ MOK_FAKE_API const char *mok_fake_cuda_last_kernel(unsigned *grid) {
   if (grid)
     *grid = state().lastGrid;
   return state().lastKernel.c_str();
+}
+
+/// The last launch's parameters, each as the 64-bit word the runtime passed
+/// (a 32-bit one in its low half), into `out` (`capacity` words); returns
+/// how many there were (the kernel's PTX `.param`s; 0 from a cubin).
+MOK_FAKE_API int mok_fake_cuda_last_params(uint64_t *out, int capacity) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  const std::vector<uint64_t> &p = state().lastParams;
+  for (int i = 0; out && i < capacity && i < static_cast<int>(p.size()); ++i)
+    out[i] = p[i];
+  return static_cast<int>(p.size());
 }
 
 /// Makes cuStreamIsCapturing say that every stream is (1) or is not (0)

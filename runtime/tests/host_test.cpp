@@ -124,19 +124,18 @@ static void testWeightViews() {
               MOK_ERROR_INVALID_ARGUMENT, "down: row_stride must be a multiple of 16 bytes");
 }
 
-// Stands for an ncclComm_t: the runtime never dereferences it (yet).
+// Stands for an ncclComm_t: the group checks never dereference it.
 static void *const kComm = memory + 4096;
 
 static void testExpertParallelGroup() {
   mok_ep_group one{1, 0, nullptr};
   CHECK(mok_ep_group_check(&one) == MOK_OK);
   mok_ep_group eight{8, 3, kComm};
-  CHECK_FAILS(mok_ep_group_check(&eight), MOK_ERROR_UNSUPPORTED,
-              "ep_group: expert parallelism (size 8) is not supported yet; use size 1");
+  CHECK(mok_ep_group_check(&eight) == MOK_OK);
   mok_ep_group noComm{8, 3, nullptr};
   CHECK_FAILS(mok_ep_group_check(&noComm), MOK_ERROR_INVALID_ARGUMENT,
               "ep_group: expert parallelism (size 8) needs an NCCL communicator, "
-              "got nccl_comm NULL (and it is not supported yet: use size 1)");
+              "got nccl_comm NULL");
   mok_ep_group bad{2, 2, kComm};
   CHECK_FAILS(mok_ep_group_check(&bad), MOK_ERROR_INVALID_ARGUMENT,
               "expected 0 <= rank < size, got rank 2 of size 2");
@@ -413,8 +412,19 @@ static void testEmptyHugeBuffer() {
 
 // kMetadata with a top-level "ep" (what the compiler will emit for an
 // expert-parallel layer), `ep` as JSON text.
+// For ep = 4, metadata version 5 with the exchange's buffer and params.
 static std::string withEp(const std::string &ep) {
-  return "{\"ep\": " + ep + "," + std::string(kMetadata).substr(1);
+  std::string s = "{\"ep\": " + ep + "," + std::string(kMetadata).substr(1);
+  if (ep != "4")
+    return s;
+  s.replace(s.find("\"mok_metadata_version\": 1"), 25,
+            "\"mok_metadata_version\": 5, \"symmetric_bytes\": 4096");
+  s.insert(s.find("{\"name\": \"grid_barrier\""),
+           R"({"name": "peers", "role": "peers", "dtype": "i64", "shape": [4]},
+    {"name": "rank", "role": "rank", "dtype": "i32", "shape": []},
+    {"name": "epoch", "role": "epoch", "dtype": "i64", "shape": []},
+    )");
+  return s;
 }
 
 static bool sameGroup(mok_layer layer, int32_t size, int32_t rank, void *comm) {
@@ -449,16 +459,17 @@ static void testLayerExpertParallelGroup() {
   CHECK(sameGroup(layer, 1, 0, kComm));
   CHECK(mok_layer_check(layer, in, 3, &o) == MOK_OK);
 
-  // Size > 1: refused by name, naming the layer's compiled ep; a refused
-  // group leaves the previous one.
+  // Size > 1: refused by name, pointing at communicators; a refused group
+  // leaves the previous one.
   mok_ep_group eight{8, 3, kComm};
-  CHECK_FAILS(mok_layer_set_ep_group(layer, &eight), MOK_ERROR_UNSUPPORTED,
-              "ep_group: expert parallelism (size 8) is not supported yet; this "
-              "layer was compiled for ep = 1: use size 1 (the default)");
+  CHECK_FAILS(mok_layer_set_ep_group(layer, &eight), MOK_ERROR_INVALID_ARGUMENT,
+              "ep_group: size 8: a layer joins an expert-parallel group through "
+              "a communicator (mok_comm_create or mok_comm_adopt, then "
+              "mok_layer_bind_comm); mok_layer_set_ep_group sets size 1 only");
   CHECK(sameGroup(layer, 1, 0, kComm));
   mok_ep_group two{2, 1, kComm};
-  CHECK_FAILS(mok_layer_set_ep_group(layer, &two), MOK_ERROR_UNSUPPORTED,
-              "expert parallelism (size 2) is not supported yet");
+  CHECK_FAILS(mok_layer_set_ep_group(layer, &two), MOK_ERROR_INVALID_ARGUMENT,
+              "ep_group: size 2: a layer joins");
   // Argument errors come first, as mok_ep_group_check reports them.
   mok_ep_group noComm{2, 0, nullptr};
   CHECK_FAILS(mok_layer_set_ep_group(layer, &noComm), MOK_ERROR_INVALID_ARGUMENT,
@@ -499,28 +510,28 @@ static void testLayerExpertParallelGroup() {
   CHECK(mok_layer_check(layer, in, 3, &o) == MOK_OK);
   mok_layer_destroy(layer);
 
-  // Compiled for ep = 4 (hand-written: the compiler does not emit "ep" yet).
-  // The default group does not match: setting size 1 is refused naming both
-  // sizes, and so are checks and forwards of the layer as it stands.
+  // Compiled for ep = 4 (hand-written, version 5: the compiler does not
+  // emit expert-parallel kernels yet). The default group does not match:
+  // setting size 1 is refused naming both sizes, and so are checks and
+  // forwards of the layer until a communicator is bound (comm_test.cpp).
   layer = nullptr;
   CHECK(mok_layer_create(withEp("4").c_str(), &layer) == MOK_OK);
   CHECK(mok_layer_ep_size(layer, &ep) == MOK_OK && ep == 4);
   CHECK(sameGroup(layer, 1, 0, nullptr));
   CHECK_FAILS(mok_layer_set_ep_group(layer, &one), MOK_ERROR_INVALID_ARGUMENT,
               "ep_group: size 1, but this layer was compiled for ep = 4 (the "
-              "metadata's \"ep\"); the group's size must be the compiled one");
+              "metadata's \"ep\"); the group's size must be the compiled one: "
+              "bind a communicator of 4 ranks with mok_layer_bind_comm");
   CHECK_FAILS(mok_layer_set_ep_group(layer, nullptr), MOK_ERROR_INVALID_ARGUMENT,
               "ep_group: size 1, but this layer was compiled for ep = 4");
   mok_ep_group four{4, 2, kComm};
-  CHECK_FAILS(mok_layer_set_ep_group(layer, &four), MOK_ERROR_UNSUPPORTED,
-              "ep_group: expert parallelism (size 4) is not supported yet; this "
-              "layer was compiled for ep = 4, which this runtime cannot run yet");
-  CHECK_FAILS(mok_layer_set_ep_group(layer, &two), MOK_ERROR_UNSUPPORTED,
-              "(size 2) is not supported yet; this layer was compiled for ep = 4,");
+  CHECK_FAILS(mok_layer_set_ep_group(layer, &four), MOK_ERROR_INVALID_ARGUMENT,
+              "ep_group: size 4: a layer joins an expert-parallel group");
   CHECK(sameGroup(layer, 1, 0, nullptr));
   CHECK_FAILS(mok_layer_check(layer, in, 3, &o), MOK_ERROR_INVALID_ARGUMENT,
-              "layer: compiled for ep = 4 (expert parallelism), but its ep_group "
-              "has size 1 (set the group with mok_layer_set_ep_group)");
+              "layer: compiled for ep = 4 (expert parallelism), but no "
+              "communicator is bound (bind one of 4 ranks with "
+              "mok_layer_bind_comm)");
   CHECK_FAILS(mok_layer_forward(layer, in, 3, &o, nullptr), MOK_ERROR_INVALID_ARGUMENT,
               "layer: not loaded (call mok_layer_load first)");
   mok_layer_destroy(layer);
@@ -1408,10 +1419,10 @@ static void testHandles() {
   CHECK(std::string(mok_last_error()).empty());
 }
 
-/// Runs the fake-driver tests in a child process (the runtime loads its
-/// driver once a process, and this one has none); their counts are added
-/// to this process's through a pipe.
-static void runFakeDriverTests() {
+/// Runs `body` in a child process (the runtime loads its driver and NCCL
+/// once a process, and this one has neither); its counts are added to this
+/// process's through a pipe.
+static void runInChild(const char *what, void (*body)()) {
   std::fflush(stdout);
   int fds[2];
   if (pipe(fds) != 0) {
@@ -1423,8 +1434,7 @@ static void runFakeDriverTests() {
   if (pid == 0) {
     close(fds[0]);
     passed = failed = 0;
-    setenv("MOK_CUDA_DRIVER", MOK_FAKE_CUDA, 1);
-    testWithFakeDriver(MOK_FAKE_CUDA);
+    body();
     std::fflush(stdout);
     int counts[2] = {passed, failed};
     ssize_t n = write(fds[1], counts, sizeof counts);
@@ -1436,7 +1446,7 @@ static void runFakeDriverTests() {
   close(fds[0]);
   waitpid(pid, &status, 0);
   if (n != sizeof counts || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::printf("FAILED: the fake-driver tests did not finish (status %d)\n",
+    std::printf("FAILED: the %s tests did not finish (status %d)\n", what,
                 status);
     ++failed;
   }
@@ -1444,9 +1454,27 @@ static void runFakeDriverTests() {
   failed += counts[1];
 }
 
+/// The stand-in as the driver, and as NCCL.
+static void useFake(const char *path) {
+  setenv("MOK_CUDA_DRIVER", path, 1);
+  setenv("MOK_NCCL_LIBRARY", path, 1);
+}
+
 int main() {
-  runFakeDriverTests();
+  runInChild("fake-driver", [] {
+    setenv("MOK_CUDA_DRIVER", MOK_FAKE_CUDA, 1);
+    testWithFakeDriver(MOK_FAKE_CUDA);
+  });
+  runInChild("fake-NCCL", [] {
+    useFake(MOK_FAKE_CUDA);
+    testCommWithFakeNccl(MOK_FAKE_CUDA, false);
+  });
+  runInChild("fake-NCCL (NCCL 2.29's peer pointers)", [] {
+    useFake(MOK_FAKE_NCCL_PEER_POINTER);
+    testCommWithFakeNccl(MOK_FAKE_NCCL_PEER_POINTER, true);
+  });
   setenv("MOK_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+  setenv("MOK_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
   testHandles();
   testTensorChecks();
   testWeightViews();
@@ -1462,6 +1490,8 @@ int main() {
   testOutputAlignment();
   testReadWorkspace();
   testReportAndGrid();
+  testCommWithoutNccl();
+  testExpertParallelMetadata();
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

@@ -45,6 +45,8 @@ typedef enum mok_status {
   MOK_ERROR_OUT_OF_MEMORY = 6,
   MOK_ERROR_BAD_ROUTING = 7, /* a kernel found expert ids outside [-1, E) */
   MOK_ERROR_TIMEOUT = 8,     /* a bounded grid barrier timed out */
+  MOK_ERROR_NCCL = 9,        /* an NCCL call failed */
+  MOK_ERROR_NCCL_UNAVAILABLE = 10, /* no NCCL, or one too old */
 } mok_status;
 
 /* The message of the last failing call on this thread ("" if none). */
@@ -131,7 +133,11 @@ MOK_API mok_status mok_weights_check(const mok_expert_weights *w, const char *na
                              int64_t cols);
 
 /*---------------------------------------------------------------------------
- * Expert parallelism
+ * Expert parallelism: a layer compiled for ep = N > 1 runs on N ranks, one
+ * GPU each, bound to a communicator of N ranks (mok_layer_bind_comm). Its
+ * kernels exchange tokens by storing into each other's symmetric buffers
+ * (docs/Runtime.md, "Expert parallelism: communicators and symmetric
+ * buffers").
  *-------------------------------------------------------------------------*/
 
 typedef struct mok_ep_group {
@@ -141,10 +147,109 @@ typedef struct mok_ep_group {
 } mok_ep_group;
 
 /* Checks a group: 0 <= rank < size, and a communicator when size > 1
- * (MOK_ERROR_INVALID_ARGUMENT); then size > 1 is refused until the
- * expert-parallel backend exists (MOK_ERROR_UNSUPPORTED, naming it). A
- * layer's group is set with mok_layer_set_ep_group. */
+ * (MOK_ERROR_INVALID_ARGUMENT). A layer reports its group with
+ * mok_layer_ep_group; a group of size > 1 reaches a layer as a
+ * communicator (mok_comm_adopt, mok_layer_bind_comm). */
 MOK_API mok_status mok_ep_group_check(const mok_ep_group *group);
+
+/* NCCL, loaded at run time (dlopen) on the first call that needs it:
+ * `library` names its file (NULL: $MOK_NCCL_LIBRARY, else libnccl.so.2).
+ * Gives its NCCL_VERSION_CODE (22809 for 2.28.9) and the file it was
+ * loaded from (owned by the runtime); either may be NULL.
+ * MOK_ERROR_NCCL_UNAVAILABLE, naming the file and why, when it cannot be
+ * loaded, lacks an entry point, or is older than 2.28; a failed load leaves
+ * nothing loaded, so another library may be tried. Once loaded, a `library`
+ * that is another file is refused (MOK_ERROR_INVALID_ARGUMENT): a
+ * communicator belongs to the library that made it, so a process that
+ * adopts torch's communicators loads torch's NCCL. */
+MOK_API mok_status mok_nccl_load(const char *library, int *version,
+                                 const char **path);
+
+typedef struct mok_comm_s *mok_comm;
+typedef struct mok_symmetric_s *mok_symmetric;
+
+#define MOK_UNIQUE_ID_BYTES 128
+/* An NCCL unique id (ncclUniqueId): made on one rank, sent to the others by
+ * the trainer (a broadcast over its own channel). */
+typedef struct mok_unique_id {
+  char bytes[MOK_UNIQUE_ID_BYTES];
+} mok_unique_id;
+
+/* A new unique id (ncclGetUniqueId), on the rank that starts a group. */
+MOK_API mok_status mok_comm_get_unique_id(mok_unique_id *id);
+/* A communicator of `nranks` ranks on CUDA `device`, this process being
+ * `rank` (ncclCommInitRank: every rank calls it with the same id; it
+ * returns when all have). An id of zeros is refused by name before NCCL;
+ * NCCL's errors (an id no rank 0 made, ...) are MOK_ERROR_NCCL with NCCL's
+ * message. mok_comm_destroy finalizes and destroys the NCCL communicator. */
+MOK_API mok_status mok_comm_create(const mok_unique_id *id, int nranks,
+                                   int rank, int device, mok_comm *out);
+/* A communicator over an existing ncclComm_t (torch's ProcessGroupNCCL's,
+ * ...), which stays its owner's: mok_comm_destroy does not destroy it, and
+ * it must outlive the mok_comm. `device`: the CUDA device it was made on
+ * (ncclCommCuDevice), or -1 for that one; another is refused. The NCCL
+ * library loaded must be the one that made it (mok_nccl_load). */
+MOK_API mok_status mok_comm_adopt(void *nccl_comm, int device, mok_comm *out);
+/* `n` communicators of one group in this process, on one GPU, without
+ * NCCL: comms[r] is rank r of n. Their symmetric buffers are ordinary
+ * device allocations, and each rank's peer table holds the other ranks'
+ * buffers, so n layers bound to them run the exchange on one GPU (the
+ * loopback group of the tests; launch their kernels concurrently, each on
+ * its own stream with a grid of at most 1/n of the multiprocessors
+ * (mok_layer_set_grid), so that all are resident at once). Symmetric
+ * buffers pair up by order: the k-th allocation of each rank is one
+ * symmetric buffer of the group, and its peer tables are filled when the
+ * last rank has made it (mok_symmetric_info: `complete`). */
+MOK_API mok_status mok_comm_create_local_group(int n, int device,
+                                               mok_comm *comms);
+/* Destroys a communicator: finalizes and destroys an NCCL communicator it
+ * made (not an adopted one), releases its context. Refused while a layer
+ * is bound to it or a symmetric buffer of it is live (MOK_ERROR_INVALID_
+ * ARGUMENT naming them): unbind and free those first. NULL is a no-op. A
+ * destroyed (or unknown) handle is refused by name. */
+MOK_API mok_status mok_comm_destroy(mok_comm comm);
+MOK_API mok_status mok_comm_size(mok_comm comm, int *size);
+MOK_API mok_status mok_comm_rank(mok_comm comm, int *rank);
+MOK_API mok_status mok_comm_device(mok_comm comm, int *device);
+/* The ncclComm_t (NULL for a local group's). */
+MOK_API mok_status mok_comm_nccl(mok_comm comm, void **nccl_comm);
+
+/* A symmetric buffer of `bytes` (>= 1) on every rank of `comm`, zeroed:
+ * collective, every rank calls it with the same size, in the same order
+ * as its other collective calls on the communicator. With NCCL: ncclMemAlloc
+ * and ncclCommWindowRegister (NCCL_WIN_COLL_SYMMETRIC); the ranks first
+ * compare their sizes and outcomes (an allgather), so a size that differs
+ * between ranks, or an allocation that failed on some rank, fails on every
+ * rank by name instead of hanging. Every rank must reach every other over
+ * NVLink (NCCL's LSA team is the whole communicator), else MOK_ERROR_
+ * UNSUPPORTED. Its peer table is a device array of `size` uint64: entry i
+ * is rank i's buffer as this rank's kernels address it (NCCL's LSA
+ * address; entry `rank` maps this rank's own memory). For a local group
+ * see mok_comm_create_local_group. Free with mok_symmetric_free, on every
+ * rank. */
+MOK_API mok_status mok_comm_alloc_symmetric(mok_comm comm, size_t bytes,
+                                            mok_symmetric *out);
+/* Frees a symmetric buffer (deregisters its window, frees its memory; a
+ * local group's memory goes when every rank has freed its part). Refused
+ * for a buffer a layer uses (the layer's own, or one given to
+ * mok_layer_bind_comm). NULL is a no-op. */
+MOK_API mok_status mok_symmetric_free(mok_symmetric buffer);
+
+typedef struct mok_symmetric_info {
+  void *address;    /* this rank's buffer */
+  size_t bytes;
+  void *peer_table; /* device array of `ranks` uint64 */
+  int32_t ranks, rank;
+  int32_t complete; /* 0 while a local group's peer table waits for ranks */
+  mok_comm comm;
+} mok_symmetric_info;
+
+MOK_API mok_status mok_symmetric_get_info(mok_symmetric buffer,
+                                          mok_symmetric_info *info);
+/* Copies the peer table from the device (cuMemcpyDtoH, synchronously) into
+ * `entries`, which holds `count` == the communicator's size uint64. */
+MOK_API mok_status mok_symmetric_read_peers(mok_symmetric buffer,
+                                            uint64_t *entries, size_t count);
 
 /*---------------------------------------------------------------------------
  * The CUDA driver and compiled modules
@@ -265,7 +370,7 @@ typedef struct mok_named_tensor {
   mok_tensor tensor;
 } mok_named_tensor;
 
-/* Parses and checks the metadata (versions 1 to 3, docs/Runtime.md). */
+/* Parses and checks the metadata (versions 1 to 5, docs/Runtime.md). */
 MOK_API mok_status mok_layer_create(const char *metadata_json, mok_layer *out);
 /* Frees the layer: its workspace, its module, its bound views' copies. The
  * caller first synchronizes the streams of its forwards in flight. NULL is a
@@ -340,26 +445,57 @@ MOK_API mok_status mok_layer_forward(mok_layer layer,
                                      const mok_named_tensor *inputs,
                                      size_t count, const mok_tensor *out,
                                      void *stream);
-/* The expert-parallel group the layer runs in (what its forwards will
- * exchange tokens over). A layer starts in {size 1, rank 0, nccl_comm NULL};
- * group = NULL sets that default, checked like any group. The group is
- * checked as mok_ep_group_check does (0 <= rank < size; a communicator for
- * size > 1: MOK_ERROR_INVALID_ARGUMENT), then size > 1 is refused
- * (MOK_ERROR_UNSUPPORTED, naming expert parallelism, the size and the
- * layer's compiled ep) until the expert-parallel backend exists, then a size
- * other than the layer's compiled one (mok_layer_ep_size) is refused naming
- * both (MOK_ERROR_INVALID_ARGUMENT). The group is copied; the communicator
- * stays the caller's. A refused group leaves the previous one. No driver
- * needed: before or after mok_layer_load. mok_layer_check and
- * mok_layer_forward refuse a layer whose group's size is not its compiled
- * one (a layer compiled for ep > 1 left in the default group). */
+/* The expert-parallel group the layer reports: the bound communicator's
+ * {size, rank, ncclComm_t (NULL for a local group)} while one is bound
+ * (mok_layer_bind_comm), else the group set here, by default {1, 0,
+ * NULL}; group = NULL sets that default. This call sets size 1 only: the
+ * group is checked as mok_ep_group_check does (0 <= rank < size; a
+ * communicator for size > 1: MOK_ERROR_INVALID_ARGUMENT), then size > 1 is
+ * refused naming mok_layer_bind_comm (MOK_ERROR_INVALID_ARGUMENT), then a
+ * size other than the layer's compiled one (mok_layer_ep_size) naming both,
+ * and any group while a communicator is bound. The group is copied; the
+ * communicator stays the caller's. A refused group leaves the previous one.
+ * No driver needed: before or after mok_layer_load. */
 MOK_API mok_status mok_layer_set_ep_group(mok_layer layer,
                                           const mok_ep_group *group);
-/* The layer's current group: the last one set, or the default. */
+/* The layer's current group (see mok_layer_set_ep_group). */
 MOK_API mok_status mok_layer_ep_group(mok_layer layer, mok_ep_group *group);
 /* The expert-parallel size the layer was compiled for: the metadata's "ep",
  * 1 when the metadata has none. */
 MOK_API mok_status mok_layer_ep_size(mok_layer layer, int32_t *size);
+/* The bytes of the symmetric exchange buffer each rank needs (the
+ * metadata's "symmetric_bytes"; 0 for ep = 1). No driver needed. */
+MOK_API mok_status mok_layer_symmetric_bytes(mok_layer layer, size_t *bytes);
+/* Binds the layer to communicator `comm`, whose size must be the layer's
+ * compiled ep (named otherwise), on the device the layer is loaded on (if
+ * it is). A layer compiled for ep = N > 1 needs one before mok_layer_load
+ * and every forward; its forwards then pass the kernel its parameters of
+ * roles "peers" (the exchange buffer's peer table), "rank" and "epoch".
+ * The exchange buffer is `buffer`, a symmetric buffer of `comm` of at least
+ * the layer's symmetric_bytes (named otherwise) that no other layer uses,
+ * zeroed here (with NCCL, the ranks then meet in an allgather that also
+ * checks they bind the same size: every rank binds, none has kernels of
+ * the buffer in flight); or, with `buffer` NULL, one of symmetric_bytes the
+ * layer allocates (mok_comm_alloc_symmetric: collective) and frees when it
+ * is unbound or destroyed. Either way binding is collective for an NCCL
+ * communicator: every rank binds its layers in the same order. `comm` may be
+ * NULL beside a `buffer` (its communicator). Binding the communicator and
+ * buffer already bound changes nothing; a new binding starts the epoch
+ * again (the next forward passes 1). comm = buffer = NULL unbinds. A layer
+ * compiled for ep = 1 takes a communicator of one rank and no buffer, and
+ * runs as without one. A refused binding leaves the previous one. Unbinding
+ * does not wait for forwards in flight. */
+MOK_API mok_status mok_layer_bind_comm(mok_layer layer, mok_comm comm,
+                                       mok_symmetric buffer);
+/* The bound communicator and exchange buffer (NULL, NULL when none); either
+ * pointer may be NULL. */
+MOK_API mok_status mok_layer_comm(mok_layer layer, mok_comm *comm,
+                                  mok_symmetric *buffer);
+/* The epoch the layer's last forward passed its kernel (0: none since the
+ * communicator was bound). Each forward of a layer bound to a communicator
+ * passes the next one, 1, 2, ...: the value its kernel writes into its
+ * signal flags, so the flags never need resetting between launches. */
+MOK_API mok_status mok_layer_epoch(mok_layer layer, uint64_t *epoch);
 /* The size in bytes of the workspace buffer `name` (a param of role
  * "workspace"): its elements times its dtype's size. No driver needed. */
 MOK_API mok_status mok_layer_workspace_size(mok_layer layer, const char *name,
