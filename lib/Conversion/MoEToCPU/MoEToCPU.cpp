@@ -12,6 +12,7 @@
 #include "mok/Conversion/MoEToCPU/MoEToCPU.h"
 #include "mok/Dialect/MoE/IR/MoEOps.h"
 
+#include "ExpertParallel.h"
 #include "LayerEmitters.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -105,17 +106,6 @@ LogicalResult FunctionLowering::run() {
     if (!isa<MoEDialect>(op.getDialect()))
       return op.emitError() << "convert-moe-to-cpu: '" << op.getName()
                             << "' is not supported in a MoE function";
-    PlanType plan;
-    if (auto p = dyn_cast<PlanOp>(op))
-      plan = p.getPlan().getType();
-    else if (auto l = dyn_cast<LayerOp>(op))
-      plan = l.getPlanType();
-    else if (auto g = dyn_cast<LayerGradOp>(op))
-      plan = g.getPlanType();
-    if (plan && plan.getEp() != 1)
-      return op.emitError()
-             << "convert-moe-to-cpu: expert parallelism (ep = " << plan.getEp()
-             << ") needs a communicator; the CPU backend runs ep = 1 only";
     if (auto g = dyn_cast<LayerGradOp>(op); g && g.accumulatesMainGrads())
       return op.emitError("convert-moe-to-cpu: main_grads (main_grad + dW) "
                           "is implemented for the GPU targets only");
@@ -353,9 +343,15 @@ struct ConvertMoEToCPUPass
       if (hasMoE)
         funcs.push_back(func);
     }
-    for (func::FuncOp func : funcs)
-      if (failed(FunctionLowering(func).run()))
+    for (func::FuncOp func : funcs) {
+      // An expert-parallel layer becomes the stage functions its ranks run
+      // between their exchanges; any other function is rewritten in place.
+      LogicalResult lowered = isExpertParallel(func)
+                                  ? lowerExpertParallel(func)
+                                  : FunctionLowering(func).run();
+      if (failed(lowered))
         return signalPassFailure();
+    }
   }
 };
 
