@@ -468,19 +468,18 @@ class CompiledGroupLayer(CompiledLayer):
         the packed rows cut to the rows sent. `payloads`: (name, columns,
         dtype) of the packed row buffers after token and expert_ids."""
         n, k = self.ep, self._infer.top_k
-        capacity = top.shape[0] * min(k, n)  # each token once per destination
+        most = top.shape[0] * min(k, n)  # each token once per destination rank
         names = ["send_rows", "send_routes", "token", "expert_ids"]
         outputs = [np.full(n, -1, np.int64), np.full(n, -1, np.int64),
-                   _poisoned((capacity,), "i32"), _poisoned((capacity, k), "i32")]
+                   _poisoned((most,), "i32"), _poisoned((most, k), "i32")]
         for name, cols, dtype in payloads:
             names.append(name)
-            outputs.append(_poisoned((capacity, cols), dtype))
+            outputs.append(_poisoned((most, cols), dtype))
         self._invoke(f"{fn.name}__ep_send", inputs, outputs)
         out = dict(zip(names, outputs))
         sent = int(out["send_rows"].sum())
-        if not 0 <= sent <= capacity:
-            raise RuntimeError(f"{fn.name}__ep_send reported {sent} rows for at most "
-                               f"{capacity}")
+        if not 0 <= sent <= most:
+            raise RuntimeError(f"{fn.name}__ep_send reported {sent} rows for at most {most}")
         for name in names[2:]:
             out[name] = out[name][:sent]
         return out
