@@ -20,6 +20,9 @@ and ``bf16_to_float32`` convert. torch is not needed; ``import mok.torch``
 ``GpuArtifact`` of the inference kernel, or with ``training=True`` a
 ``GpuTrainingArtifact`` of the training forward and backward kernels, whose
 ``load()`` is a ``GpuTrainingLayer`` with the same forward/backward contract.
+A spec with ``ep=N > 1`` compiles on the CPU to a ``CompiledGroupLayer``,
+which runs the N ranks of an expert-parallel group in one process
+(``run_group``, ``forward_group``, ``backward_group``; docs/ExpertParallel.md).
 
 Expert parallelism: ``mok.Communicator`` (from an NCCL unique id, adopted
 from a torch.distributed process group, or a local group of ranks on one
@@ -32,7 +35,7 @@ from ._comm import Communicator, load_nccl, nccl_library
 from ._compile import compile
 from ._gpu import ERROR_CHECKS, GpuArtifact, GpuLayer, MokRuntimeError, set_error_checks
 from ._gpu_train import GpuTrainingArtifact, GpuTrainingLayer
-from ._layer import CompiledLayer, Context, Gradients
+from ._layer import CompiledGroupLayer, CompiledLayer, Context, Exchange, Gradients
 from ._options import CompileOptions
 from ._spec import LayerSpec
 from ._version import __version__
@@ -40,6 +43,7 @@ from ._version import __version__
 __all__ = [
     "Artifact",
     "CompileOptions",
+    "CompiledGroupLayer",
     "CompiledLayer",
     "Communicator",
     "GpuArtifact",
@@ -49,6 +53,7 @@ __all__ = [
     "MokRuntimeError",
     "Context",
     "ERROR_CHECKS",
+    "Exchange",
     "Gradients",
     "LayerSpec",
     "Stages",

@@ -86,7 +86,8 @@ def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_di
         raise ValueError(f"layer: LayerSpec.tokens = 0; a GPU target ({target}) compiles "
                          "its kernel for one token count of at least 1")
     if target == "cpu":
-        return compile_cpu(source, name, function, options)
+        return compile_cpu(source, name, function, options,
+                           layer.recv_capacity if isinstance(layer, LayerSpec) else None)
     return _compile_gpu(source, name, target, function, cache_dir, options)
 
 

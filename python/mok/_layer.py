@@ -2,6 +2,7 @@
 """The CPU target: a layer compiled for the host, called on NumPy arrays
 with every argument checked; and the Context and Gradients that every
 target's training layers share."""
+import json
 import os
 from dataclasses import dataclass, field
 import numpy as np
@@ -85,6 +86,9 @@ class CompiledLayer(Artifact):
     """
 
     target = "cpu"
+    # Whether the layer is one rank of an expert-parallel group (ep > 1):
+    # CompiledGroupLayer.
+    _expert_parallel = False
 
     def __init__(self, module, stages, name, options=None):
         self.options = options if options is not None else CompileOptions()
@@ -97,9 +101,10 @@ class CompiledLayer(Artifact):
         self._backward = infos[f"{name}_backward"]
         if not self._infer.has_plan:
             raise ValueError(f"@{name} holds no MoE layer")
-        if self._infer.ep != 1:
-            raise ValueError(f"expert parallelism (ep = {self._infer.ep}) is not "
-                             "supported by the CPU target; use ep = 1")
+        if (self._infer.ep != 1) != self._expert_parallel:
+            raise ValueError(f"@{name} is compiled for ep = {self._infer.ep}: "
+                             + ("a CompiledGroupLayer runs it" if self._infer.ep != 1
+                                else "a CompiledLayer runs it"))
         self._exe = _extensions.compiler().HostExecutable.compile(module)
         texts = dict(stages, llvm=self._exe.lowered_ir)
         self._stages = Stages([n for n in ("moe", "training", "llvm") if n in texts], texts)
@@ -126,8 +131,12 @@ class CompiledLayer(Artifact):
         target, options = read_options(base)
         if target not in (None, "cpu"):
             raise ValueError(f"{base}: saved for target {target!r}, not 'cpu'")
+        recv_capacity = None
+        if os.path.exists(base + ".group.json"):  # an expert-parallel layer's
+            with open(base + ".group.json") as f:
+                recv_capacity = json.load(f)["recv_capacity"]
         return compile_cpu(source, base + ".mlir", os.path.basename(base),
-                           (options or CompileOptions()).for_target("cpu"))
+                           (options or CompileOptions()).for_target("cpu"), recv_capacity)
 
     def load(self, device=None):
         """The layer itself: it runs on the host (`device` None or "cpu")."""
@@ -290,12 +299,436 @@ class CompiledLayer(Artifact):
         return grads
 
 
-def compile_cpu(source, name, function, options):
+# -- expert parallelism: a group of ranks in one process -----------------------
+
+_WEIGHT_NAMES = ("gate_weights", "up_weights", "down_weights")
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What crossed between the ranks in one exchange of a group call
+    (docs/ExpertParallel.md): `rows[s, d]`, the token rows rank s sent to
+    rank d (each token once per destination rank, however many of its
+    routes go there); `routes[s, d]`, the routes those rows carry.
+    `received_routes[d]` = routes[:, d].sum(), what recv_capacity bounds."""
+    rows: np.ndarray
+    routes: np.ndarray
+
+    @property
+    def received_routes(self):
+        return self.routes.sum(axis=0)
+
+
+class _RankErrors:
+    """Re-raises a TypeError or ValueError about one rank's argument with
+    the rank in front: "ranks[2].x: ..." (or "ranks[2]: ..." for what is
+    not about one argument)."""
+
+    def __init__(self, where, index, names):
+        self.prefix = f"{where}[{index}]"
+        self.names = names
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if kind not in (TypeError, ValueError):
+            return False
+        message = str(error)
+        head = message.split(":", 1)[0].split("[", 1)[0]
+        sep = "." if head in self.names else ": "
+        raise kind(f"{self.prefix}{sep}{message}") from None
+
+
+def _poisoned(shape, dtype):
+    """A buffer filled with what no stage writes: NaN for floats, -2 for
+    the integer buffers (whose "none" is -1)."""
+    if dtype == "bf16":
+        return np.full(shape, _POISON["bf16"], dtype=np.uint16)
+    if dtype == "f32":
+        return np.full(shape, np.float32("nan"), dtype=np.float32)
+    return np.full(shape, -2, dtype=_NUMPY_DTYPES[dtype])
+
+
+class CompiledGroupLayer(CompiledLayer):
+    """A MoE layer compiled for the host as one rank of an expert-parallel
+    group of `ep` ranks, run as the whole group in one process
+    (docs/ExpertParallel.md): each rank holds its tokens and its E/ep local
+    experts; rank r owns experts [r*E/ep, (r+1)*E/ep).
+
+    Every rank's functions are the compiled layer's stage functions
+    (convert-moe-to-cpu: send, experts, combine, forward and backward); the
+    layer moves their buffers between the ranks in memory, in between.
+
+        outs = layer.run_group(ranks)                  # inference
+        outs, ctxs = layer.forward_group(ranks)        # training
+        grads = layer.backward_group(ctxs, d_outs)     # a mok.Gradients a rank
+
+    `ranks` lists every rank's arguments, each a dict by name or a list in
+    the argument order (as CompiledLayer takes them); each rank has its
+    own token count T unless the layer fixes it. The results are lists, one
+    entry per rank. A rank's outputs and gradients are the EP = 1 layer's
+    for its tokens with all E experts; its weight gradients are those of its
+    local experts, over every rank's tokens routed to them.
+    """
+
+    _expert_parallel = True
+
+    def __init__(self, module, stages, name, options=None, recv_capacity=None):
+        super().__init__(module, stages, name, options)
+        fn = self._infer
+        self.ep = fn.ep
+        self.local_experts = fn.experts // fn.ep
+        bound = fn.tokens if fn.tokens >= 0 else (fn.max_tokens or None)
+        if recv_capacity is None and bound is not None:
+            recv_capacity = self.ep * bound * min(fn.top_k, self.local_experts)
+        if recv_capacity is not None and (not isinstance(recv_capacity, int)
+                                          or isinstance(recv_capacity, bool)
+                                          or recv_capacity < 1):
+            raise ValueError(f"recv_capacity: expected None or a positive int, got "
+                             f"{recv_capacity!r}")
+        self.recv_capacity = recv_capacity
+        self.last_exchange = None
+
+    # -- what the EP = 1 layer has, refused by name ---------------------------
+
+    def _not_alone(self, what):
+        return TypeError(f"{what}: this layer is one rank of an expert-parallel group "
+                         f"(ep = {self.ep}); run the group with run_group(ranks), "
+                         "forward_group(ranks) and backward_group(ctxs, d_outs)")
+
+    def __call__(self, *args, **kwargs):
+        raise self._not_alone("layer(...)")
+
+    def forward(self, *args, **kwargs):
+        raise self._not_alone("forward")
+
+    def backward(self, ctx, d_out):
+        raise self._not_alone("backward")
+
+    def save(self, directory):
+        """As CompiledLayer.save, and the receive capacity beside it
+        (<function>.group.json), which from_files reads back."""
+        base = super().save(directory)
+        with open(base + ".group.json", "w") as f:
+            json.dump({"ep": self.ep, "recv_capacity": self.recv_capacity}, f)
+        return base
+
+    # -- arguments -------------------------------------------------------------
+
+    def _rank_list(self, what, values, kind):
+        if not isinstance(values, (list, tuple)):
+            raise TypeError(f"{what}: expected a list of the {self.ep} ranks' {kind} "
+                            f"(ep = {self.ep}), got {type(values).__name__}")
+        if len(values) != self.ep:
+            raise ValueError(f"{what}: expected the {kind} of {self.ep} ranks (ep = "
+                             f"{self.ep}), got {len(values)}")
+        return list(values)
+
+    def _check_local_weights(self, bound):
+        local = self.local_experts
+        for name in _WEIGHT_NAMES:
+            w = bound[name]
+            if isinstance(w, np.ndarray) and w.ndim == 3 and w.shape[0] != local:
+                raise ValueError(
+                    f"{name}: expected the rank's {local} local experts (experts/ep = "
+                    f"{self._infer.experts}/{self.ep}; rank r holds experts "
+                    f"[r*{local}, (r+1)*{local})) as the first dimension, got shape "
+                    f"{list(w.shape)}")
+
+    def _bind_ranks(self, fn, ranks, where="ranks"):
+        """[(values in argument order, T)] of every rank, each checked;
+        errors name the rank as `where`[r]."""
+        bound_ranks = []
+        for r, args in enumerate(self._rank_list(where, ranks, "arguments")):
+            with _RankErrors(where, r, self.arg_names):
+                if isinstance(args, dict):
+                    bound = bind_arguments(self.arg_names, (), args)
+                elif isinstance(args, (list, tuple)):
+                    bound = bind_arguments(self.arg_names, args, {})
+                else:
+                    raise TypeError(f"expected the rank's arguments as a dict by name or a "
+                                    f"list in argument order ({', '.join(self.arg_names)}), "
+                                    f"got {type(args).__name__}")
+                self._check_local_weights(bound)
+                values = [bound[n] for n in self.arg_names]
+                tokens = self._check_inputs(fn, values)
+            bound_ranks.append((values, tokens))
+        return bound_ranks
+
+    def _invoke(self, function, inputs, outputs):
+        def plain(arrays):
+            return [a.view(np.uint16) if a.dtype.name == "bfloat16" else a for a in arrays]
+        self._exe.invoke(function, plain(inputs), plain(outputs))
+
+    # -- the exchange ----------------------------------------------------------
+
+    def _send(self, fn, top, inputs, payloads):
+        """Runs `fn`'s send stage on one rank: {name: array} of its outputs,
+        the packed rows cut to the rows sent. `payloads`: (name, columns,
+        dtype) of the packed row buffers after token and expert_ids."""
+        n, k = self.ep, self._infer.top_k
+        most = top.shape[0] * min(k, n)  # each token once per destination rank
+        names = ["send_rows", "send_routes", "token", "expert_ids"]
+        outputs = [np.full(n, -1, np.int64), np.full(n, -1, np.int64),
+                   _poisoned((most,), "i32"), _poisoned((most, k), "i32")]
+        for name, cols, dtype in payloads:
+            names.append(name)
+            outputs.append(_poisoned((most, cols), dtype))
+        self._invoke(f"{fn.name}__ep_send", inputs, outputs)
+        out = dict(zip(names, outputs))
+        sent = int(out["send_rows"].sum())
+        if not 0 <= sent <= most:
+            raise RuntimeError(f"{fn.name}__ep_send reported {sent} rows for at most {most}")
+        for name in names[2:]:
+            out[name] = out[name][:sent]
+        return out
+
+    def _exchange(self, sends, names):
+        """Moves every source rank's packed rows to their destination ranks:
+        [per destination rank {"recv_rows": rows from each source, "routes":
+        routes received, name: the rows of every source, in rank order}].
+        Checks the receive capacity first, from the counts alone."""
+        n = self.ep
+        rows = np.stack([s["send_rows"] for s in sends])
+        routes = np.stack([s["send_routes"] for s in sends])
+        self.last_exchange = Exchange(rows=rows, routes=routes)
+        received = routes.sum(axis=0)
+        if self.recv_capacity is not None:
+            for d in range(n):
+                if received[d] > self.recv_capacity:
+                    per_source = ", ".join(str(int(v)) for v in routes[:, d])
+                    raise ValueError(
+                        f"top_experts: the group routes {int(received[d])} routes to rank "
+                        f"{d}'s experts (from ranks 0..{n - 1}: {per_source}), more than "
+                        f"the receive capacity recv_capacity = {self.recv_capacity} "
+                        "(LayerSpec.recv_capacity)")
+        starts = np.zeros((n, n + 1), np.int64)
+        starts[:, 1:] = np.cumsum(rows, axis=1)
+        received_rows = []
+        for d in range(n):
+            r = {"recv_rows": rows[:, d].copy(), "routes": int(received[d])}
+            for name in names:
+                r[name] = np.ascontiguousarray(np.concatenate(
+                    [sends[s][name][starts[s, d]:starts[s, d + 1]] for s in range(n)]))
+            received_rows.append(r)
+        return received_rows
+
+    def _routed_rows(self, routes):
+        """The routed rows of an expert rank that received `routes` routes:
+        the EP = 1 bound T*top_k + local*(padding - 1), with T*top_k the
+        routes."""
+        return routes + self.local_experts * (self._infer.padding - 1)
+
+    def _return(self, results, tokens, payloads):
+        """Moves every routed row's results back to its source rank, to
+        row token*top_k + k of a [T*top_k, ...] buffer: [per source rank
+        {name: buffer}]. `payloads`: (name, trailing shape, dtype)."""
+        k = self._infer.top_k
+        back = [{name: _poisoned((t * k,) + tail, dtype) for name, tail, dtype in payloads}
+                for t in tokens]
+        for d, res in enumerate(results):
+            rank, row = res["dest_rank"], res["dest_row"]
+            for s, t in enumerate(tokens):
+                mine = rank == s
+                if mine.any() and (row[mine].min() < 0 or row[mine].max() >= t * k):
+                    raise RuntimeError(f"rank {d}'s experts stage sent a row outside "
+                                       f"rank {s}'s {t * k} routes")
+                for name, _, _ in payloads:
+                    back[s][name][row[mine]] = res[name][mine]
+        return back
+
+    # -- entry points ------------------------------------------------------------
+
+    def _forward_group(self, fn, ranks):
+        """(outputs, contexts' saved tensors, inputs) of `fn` on every rank."""
+        bound = self._bind_ranks(fn, ranks)
+        info = self._infer
+        names = self.arg_names
+        hidden = info.args[names.index("x")].shape[1]
+        inter = info.args[names.index("gate_weights")].shape[1]
+        saves = any(r.role.startswith("saved:") for r in fn.results)
+        shared = "shared_gate_weights" in names
+
+        sends = []
+        for values, _ in bound:
+            args = dict(zip(names, values))
+            sends.append(self._send(fn, args["top_experts"],
+                                    [args["top_experts"], args["x"]],
+                                    [("x_rows", hidden, "bf16")]))
+        received = self._exchange(sends, ["token", "expert_ids", "x_rows"])
+
+        results, saved = [], []
+        for (values, _), recv in zip(bound, received):
+            args = dict(zip(names, values))
+            rows = self._routed_rows(recv["routes"])
+            out_names = ["routed_y", "dest_rank", "dest_row"]
+            outputs = [_poisoned((rows, hidden), "bf16"), _poisoned((rows,), "i32"),
+                       _poisoned((rows,), "i32")]
+            if saves:
+                out_names += ["routed_x", "gate", "up", "hidden"]
+                outputs += [_poisoned((rows, hidden), "bf16")] + \
+                    [_poisoned((rows, inter), "bf16") for _ in range(3)]
+            self._invoke(f"{fn.name}__ep_experts",
+                         [recv["recv_rows"], recv["token"], recv["expert_ids"], recv["x_rows"]]
+                         + [args[w] for w in _WEIGHT_NAMES], outputs)
+            res = dict(zip(out_names, outputs))
+            results.append(res)
+            saved.append({n: res[n] for n in out_names[3:]})
+        back = self._return(results, [t for _, t in bound],
+                            [("routed_y", (hidden,), "bf16")])
+
+        outs = []
+        for (values, tokens), ret, ctx in zip(bound, back, saved):
+            args = dict(zip(names, values))
+            inputs = [args["x"], args["top_experts"], args["router_weights"]]
+            if shared:
+                inputs += [args[f"shared_{w}"] for w in _WEIGHT_NAMES]
+            inputs.append(ret["routed_y"])
+            out = _poisoned((tokens, hidden), "bf16")
+            outputs = [out]
+            if saves and shared:
+                s_inter = args["shared_gate_weights"].shape[0]
+                context = [_poisoned((tokens, s_inter), "bf16") for _ in range(3)]
+                outputs += context
+                ctx.update(zip(("shared_gate", "shared_up", "shared_hidden"), context))
+            self._invoke(f"{fn.name}__ep_combine", inputs, outputs)
+            outs.append(out)
+        return outs, saved, bound
+
+    def run_group(self, ranks):
+        """Inference on every rank: the list of the ranks' outputs, bf16
+        [T_r, H] as uint16."""
+        outs, _, _ = self._forward_group(self._infer, ranks)
+        return outs
+
+    def forward_group(self, ranks):
+        """Training forward on every rank: (outputs, contexts), one each a
+        rank. A rank's Context holds its inputs, its shared expert's saved
+        tensors and the routed tensors of the rows its experts received
+        (routed_x, gate, up, hidden: R + (E/ep)*(padding - 1) rows for the R
+        routes received)."""
+        outs, saved, bound = self._forward_group(self._forward, ranks)
+        ctxs = [Context(dict(zip(self.arg_names, values)), s, tokens)
+                for (values, tokens), s in zip(bound, saved)]
+        return outs, ctxs
+
+    def backward_group(self, ctxs, d_outs):
+        """The gradients of every rank, from the contexts of forward_group
+        and each rank's d_out [T_r, H]: a list of mok.Gradients (x,
+        router_weights, the rank's local experts' gate, up and down weights,
+        and the shared expert's)."""
+        fn, names = self._backward, self.arg_names
+        ctxs = self._rank_list("ctxs", ctxs, "contexts")
+        d_outs = self._rank_list("d_outs", d_outs, "output gradients")
+        for r, ctx in enumerate(ctxs):
+            if not isinstance(ctx, Context):
+                raise TypeError(f"ctxs[{r}]: expected a mok.Context from forward_group(), "
+                                f"got {type(ctx).__name__}")
+        bound = self._bind_ranks(fn, [[c.inputs.get(n) for n in names] for c in ctxs],
+                                 "ctxs")
+        info = self._infer
+        hidden = info.args[names.index("x")].shape[1]
+        inter = info.args[names.index("gate_weights")].shape[1]
+        recomputes = self.recomputes
+        shared = "shared_gate_weights" in names
+        cotangent = next(a for a in fn.args if a.role == "cotangent")
+        for r, ((_, tokens), d_out) in enumerate(zip(bound, d_outs)):
+            self._check(f"d_outs[{r}]", d_out, cotangent, tokens)
+
+        sends = []
+        for (values, _), d_out in zip(bound, d_outs):
+            args = dict(zip(names, values))
+            inputs = [args["top_experts"], d_out, args["router_weights"]]
+            payloads = [("d_out_rows", hidden, "bf16"), ("weights", info.top_k, "f32")]
+            if recomputes:
+                inputs.append(args["x"])
+                payloads.append(("x_rows", hidden, "bf16"))
+            sends.append(self._send(fn, args["top_experts"], inputs, payloads))
+        moved = ["token", "expert_ids", "d_out_rows", "weights"] + \
+            (["x_rows"] if recomputes else [])
+        received = self._exchange(sends, moved)
+
+        results, weight_grads = [], []
+        for d, ((values, _), recv, ctx) in enumerate(zip(bound, received, ctxs)):
+            args = dict(zip(names, values))
+            rows = self._routed_rows(recv["routes"])
+            inputs = [recv[n] for n in ["recv_rows"] + moved]
+            inputs += [args[w] for w in _WEIGHT_NAMES]
+            if not recomputes:
+                for name, cols in [("routed_x", hidden), ("gate", inter), ("up", inter),
+                                   ("hidden", inter)]:
+                    inputs.append(self._saved_rows(ctx, d, name, [rows, cols]))
+            grads = [_poisoned(args[w].shape, "bf16") for w in _WEIGHT_NAMES]
+            outputs = [_poisoned((rows, hidden), "bf16"), _poisoned((rows,), "f32"),
+                       _poisoned((rows,), "i32"), _poisoned((rows,), "i32")] + grads
+            self._invoke(f"{fn.name}__ep_experts", inputs, outputs)
+            results.append(dict(zip(["d_routed_x", "d_route_weights", "dest_rank",
+                                     "dest_row"], outputs)))
+            weight_grads.append(dict(zip(_WEIGHT_NAMES, grads)))
+        back = self._return(results, [t for _, t in bound],
+                            [("d_routed_x", (hidden,), "bf16"),
+                             ("d_route_weights", (), "f32")])
+
+        all_grads = []
+        for r, ((values, tokens), ret, ctx, d_out) in enumerate(
+                zip(bound, back, ctxs, d_outs)):
+            args = dict(zip(names, values))
+            inputs = [args["x"], args["top_experts"]]
+            shared_grads = []
+            if shared:
+                inputs += [args[f"shared_{w}"] for w in _WEIGHT_NAMES]
+                if not recomputes:
+                    s_inter = args["shared_gate_weights"].shape[0]
+                    inputs += [self._saved_rows(ctx, r, n, [tokens, s_inter])
+                               for n in ("shared_gate", "shared_up", "shared_hidden")]
+                shared_grads = [_poisoned(args[f"shared_{w}"].shape, "bf16")
+                                for w in _WEIGHT_NAMES]
+            inputs += [d_out, ret["d_routed_x"], ret["d_route_weights"]]
+            d_x = _poisoned((tokens, hidden), "bf16")
+            d_rw = _poisoned((tokens, info.top_k), "f32")
+            self._invoke(f"{fn.name}__ep_combine", inputs, [d_x, d_rw] + shared_grads)
+            grads = Gradients(x=d_x, router_weights=d_rw, **weight_grads[r])
+            for w, g in zip(_WEIGHT_NAMES, shared_grads):
+                grads[f"shared_{w}"] = g
+            all_grads.append(grads)
+        return all_grads
+
+    @staticmethod
+    def _saved_rows(ctx, rank, name, shape):
+        """A saved tensor of rank `rank`'s context, checked against `shape`."""
+        if name not in ctx.saved:
+            raise ValueError(f"ctxs[{rank}]: the saved tensor {name!r} is missing (was "
+                             "the context made by this layer's forward_group?)")
+        value = ctx.saved[name]
+        if not isinstance(value, np.ndarray) or not is_bf16(value.dtype) \
+                or list(value.shape) != list(shape) or not value.flags.c_contiguous \
+                or not value.flags.aligned:
+            raise ValueError(f"ctxs[{rank}].saved[{name!r}]: expected a C-contiguous, "
+                             f"aligned bf16 array of shape {list(shape)} (the rows this "
+                             "rank's experts received in the group's forward)")
+        return value
+
+
+def compile_cpu(source, name, function, options, recv_capacity=None):
     """The CompiledLayer of `function` in moe IR `source` (`name` for
-    diagnostics), with `options` as the CPU target takes them."""
+    diagnostics), with `options` as the CPU target takes them; for ep > 1 a
+    CompiledGroupLayer with the receive capacity `recv_capacity`."""
     module = _extensions.compiler().Module.parse(source, name)
     stages = {"moe": str(module)}
     module.run_pipeline("moe-generate-backward{recompute=true}" if options.recompute
                         else "moe-generate-backward")
+    infos = {f.name: f for f in module.functions()}
+    forward = infos.get(f"{function}_forward")
+    expert_parallel = forward is not None and forward.ep > 1
+    if recv_capacity is not None and not expert_parallel:
+        raise ValueError(f"recv_capacity: the receive capacity of an expert-parallel "
+                         f"layer (ep > 1); @{function} is not one")
+    if expert_parallel:
+        # The layer runs as the stages of one fused layer op (an unfused
+        # chain computes the same, bit for bit).
+        module.run_pipeline("moe-fuse-layer")
     stages["training"] = str(module)
+    if expert_parallel:
+        return CompiledGroupLayer(module, stages, function, options, recv_capacity)
     return CompiledLayer(module, stages, function, options)

@@ -38,8 +38,16 @@ class LayerSpec:
     shared_intermediate: I of the shared expert, or None for no shared expert.
     swiglu_limit: clamp of the SwiGLU, or None for no clamp.
     padding: each expert's rows are padded to a multiple of this (power of 2).
-    ep: expert-parallel group size (the CPU target runs ep = 1 only).
+    ep: expert-parallel group size N: each rank holds E/N local experts
+    (docs/ExpertParallel.md). The CPU target runs a group of N ranks in
+    one process; the GPU targets compile ep = 1 only.
     expert_id_dtype: "int32" or "int64", the dtype of top_experts.
+    recv_capacity (ep > 1): the most routes one rank's experts may receive
+    in one call, from all ranks together; it sizes a rank's receive
+    buffers (docs/ExpertParallel.md), and routing past it is an error
+    naming it. None: as many as can be sent, ep * T * min(top_k, E/ep)
+    with T the fixed token count or max_tokens (no bound on the CPU target
+    when neither is given).
 
     Every size is at most 2**31 - 1 (MAX_SIZE), and so is the routed row
     count tokens*top_k + (experts/ep)*(padding - 1) (its part without
@@ -57,6 +65,7 @@ class LayerSpec:
     ep: int = 1
     expert_id_dtype: str = "int32"
     max_tokens: Optional[int] = None
+    recv_capacity: Optional[int] = None
 
     def __post_init__(self):
         def positive(name):
@@ -102,6 +111,17 @@ class LayerSpec:
         if self.expert_id_dtype not in ("int32", "int64"):
             raise ValueError("LayerSpec.expert_id_dtype: expected 'int32' or 'int64', "
                              f"got {self.expert_id_dtype!r}")
+        if self.recv_capacity is not None:
+            positive("recv_capacity")
+            if self.ep == 1:
+                raise ValueError(f"LayerSpec.recv_capacity: the receive capacity of an "
+                                 f"expert-parallel rank (ep > 1); ep = 1, got "
+                                 f"recv_capacity = {self.recv_capacity}")
+            rows = self.recv_capacity + self.local_experts * (self.padding - 1)
+            if rows > MAX_SIZE:
+                raise ValueError(f"LayerSpec.recv_capacity: the routed rows it allows, "
+                                 f"recv_capacity + (experts/ep)*(padding - 1) = {rows}, "
+                                 f"exceed {MAX_SIZE}")
 
     @property
     def local_experts(self):

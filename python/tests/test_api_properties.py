@@ -74,6 +74,11 @@ def _spec_valid(kw):
         return False
     if kw["swiglu_limit"] is not None and not _positive_finite(kw["swiglu_limit"]):
         return False
+    if kw["recv_capacity"] is not None and (
+            not _is_int(kw["recv_capacity"], 1, MAX_SIZE) or kw["ep"] == 1
+            or kw["recv_capacity"] + kw["experts"] // kw["ep"] * (kw["padding"] - 1)
+            > MAX_SIZE):
+        return False
     return kw["expert_id_dtype"] in ("int32", "int64") and type(kw["expert_id_dtype"]) is str
 
 
@@ -82,8 +87,9 @@ def _spec_kwargs(g):
               experts=g.choice([4, 8, 16]), top_k=g.choice([1, 2, 4]),
               tokens=g.choice([None, 1, 6, 300]), shared_intermediate=g.choice([None, 8]),
               swiglu_limit=g.choice([None, 1.0]), padding=g.choice([1, 8, 64]),
-              ep=1, expert_id_dtype=g.choice(["int32", "int64"]),
-              max_tokens=g.choice([None, None, 8, 300]))
+              ep=g.choice([1, 1, 2]), expert_id_dtype=g.choice(["int32", "int64"]),
+              max_tokens=g.choice([None, None, 8, 300]),
+              recv_capacity=g.choice([None, None, 64]))
     for name in g.sample(SPEC_FIELDS, g.randint(1, 3)):
         pool = (_LIMIT_POOL if name == "swiglu_limit" else
                 _DTYPE_POOL if name == "expert_id_dtype" else _INT_POOL)

@@ -32,7 +32,49 @@ def ConvertMoEToCPU : Pass<"convert-moe-to-cpu", "::mlir::ModuleOp"> {
     dimensions are taken from the arguments.
 
     Expert ids outside `[0, E)` (including `-1`) are treated as "no route".
-    Expert parallelism needs a communicator, so `ep > 1` is rejected.
+
+    **Expert parallelism** (`ep = N > 1`, docs/ExpertParallel.md). A rank's
+    layer cannot run alone: it exchanges rows with the other ranks. A
+    function of one fused `moe.layer` or `moe.layer_grad` (returning its
+    results) is replaced by three *stage functions*, which a host runs on
+    every rank of the group, moving their buffers between the ranks in
+    between (the `mok` package's `CompiledGroupLayer`). Each has a C
+    interface; every argument is a memref, inputs first, then outputs,
+    named by its `moe.buffer` attribute. With `L = E / N`, `S` a rank's
+    rows sent and `R` routed rows, for `@f` holding a `moe.layer`:
+
+    * `@f__ep_send(top_experts, x) -> (send_rows [N] i64, send_routes [N]
+      i64, token [S] i32, expert_ids [S, k] i32, x_rows [S, H])`: per
+      destination rank `d`, the tokens with a route to it (`send_rows[d]`)
+      and those routes (`send_routes[d]`); then each such token packed once
+      per destination rank, by destination then token: its index, the local
+      expert id of each of its routes to `d` (`-1` otherwise) and its row of
+      `x`. The caller sizes the packed buffers for `T * min(k, N)` rows.
+    * `@f__ep_experts(recv_rows [N] i64, token, expert_ids, x_rows, gate,
+      up, down) -> (routed_y [R, H], dest_rank [R] i32, dest_row [R] i32
+      [, routed_x, gate, up, hidden])`: the rows received (source rank `s`'s
+      `recv_rows[s]` rows after those of ranks `< s`) run through the local
+      experts, rows ordered by expert, then source rank, then token, then
+      `k`; each routed row's result goes back to row `token * k + k'` of
+      rank `dest_rank` (`-1` for padding rows). Routed outputs are written to
+      their first `R` rows; callers size them for `routes + L * (padding -
+      1)` rows, `routes` being the routes received.
+    * `@f__ep_combine(x, top_experts, router_weights[, shared weights],
+      returned_y [T * k, H]) -> (out[, shared_gate, shared_up,
+      shared_hidden])`: the shared expert, and `out` combined from the
+      returned per-route rows with the router weights, in `k` order.
+
+    For a `moe.layer_grad`, the mirror: `send(top_experts, d_out,
+    router_weights[, x]) -> (send_rows, send_routes, token, expert_ids,
+    d_out_rows, weights [S, k] f32[, x_rows])` (`x` when it recomputes);
+    `experts(recv_rows, token, expert_ids, d_out_rows, weights[, x_rows],
+    gate, up, down[, routed_x, gate, up, hidden]) -> (d_routed_x [R, H],
+    d_route_weights [R] f32, dest_rank, dest_row, d_gate_weights,
+    d_up_weights, d_down_weights)`; `combine(x, top_experts[, shared
+    weights][, shared_gate, shared_up, shared_hidden], d_out, returned_dx
+    [T * k, H], returned_dw [T * k] f32) -> (d_x, d_router_weights[, the
+    shared weights' gradients])`. Unfused ops with `ep > 1`, `main_grads`
+    and a function that is called are refused.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::func::FuncDialect",
