@@ -1127,6 +1127,9 @@ def test_ep_group_must_match_the_compiled_ep(scalar):
     """The compiler does not emit "ep" yet: hand-written metadata."""
     assert layer_of(scalar, dict(scalar.metadata, ep=1)).ep_size == 1
     with raises(mok.MokRuntimeError, "metadata: 'ep' = 4 needs mok_metadata_version 5"):
+        layer_of(scalar, dict(scalar.metadata, ep=4, mok_metadata_version=4))
+    with raises(mok.MokRuntimeError, "metadata: a kernel for ep = 4 without "
+                "'symmetric_bytes' (the exchange buffer a rank needs)"):
         layer_of(scalar, dict(scalar.metadata, ep=4))
     layer = layer_of(scalar, _expert_parallel(scalar.metadata, 4))
     assert layer.ep_size == 4 and layer.ep_group == (1, 0, 0)
