@@ -46,7 +46,7 @@ struct PTXEmissionTimes {
 
 /// The PTX step's pass: every gpu.module with an NVVM target becomes a
 /// gpu.binary holding its PTX (gpu-module-to-binary's format=isa, the
-/// modules serialized in parallel). `toolkit` holds libdevice; `times`, if
+/// modules serialized in parallel, LLVM's O3 without the SLP vectorizer). `toolkit` holds libdevice; `times`, if
 /// given, has the parts' times added to it.
 std::unique_ptr<mlir::Pass>
 createEmitPTXPass(const std::string &toolkit,
