@@ -930,3 +930,25 @@ def test_router_weights_grad_terms_bound_the_gradient():
         [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1)]
     by_hand = sum((d_out.double()[t] * y).abs().sum().item() for t, _, y in routes)
     assert terms == pytest.approx(by_hand)
+
+
+def test_pytest_shards_sums_every_shard_and_fails_with_any(tmp_path):
+    """scripts/gpu/pytest_shards.sh: every test runs in exactly one shard,
+    the summary adds the shards up, and one failing test fails the run."""
+    (tmp_path / "test_some.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.parametrize('i', range(7))\n"
+        "def test_ok(i):\n    pass\n"
+        "def test_bad():\n    assert False\n"
+        "def test_skip():\n    pytest.skip('no GPU')\n")
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gpu",
+                          "pytest_shards.sh")
+    proc = subprocess.run(["bash", script, "-n", "3", "-o", str(tmp_path / "logs"),
+                           str(tmp_path / "test_some.py")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "7 passed, 1 failed, 1 skipped (9 tests in 3 shards" in proc.stdout, proc.stdout
+    assert "test_some.py::test_bad" in proc.stdout
+    assert sorted(os.listdir(tmp_path / "logs")) == ["shard0.log", "shard1.log", "shard2.log"]
+    usage = subprocess.run(["bash", script, "-n", "0", "x"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage" in usage.stderr
