@@ -584,6 +584,22 @@ static mok_comm newComm(CommKind kind, const Driver *d, int device,
   return c;
 }
 
+/// A communicator over the NCCL communicator `comm` (rank `rank` of
+/// `size`), registered as a handle and given to the caller in `out`.
+static mok_status publishNcclComm(CommKind kind, const Driver *d, int device,
+                                  CUdevice dev, CUcontext ctx, const Nccl *n,
+                                  void *comm, int size, int rank,
+                                  mok_comm *out) {
+  mok_comm c = newComm(kind, d, device, dev, ctx);
+  c->nccl = n;
+  c->ncclComm = comm;
+  c->size = size;
+  c->rank = rank;
+  addHandle(HandleKind::Comm, c);
+  *out = c;
+  return ok();
+}
+
 extern "C" mok_status mok_comm_create(const mok_unique_id *id, int nranks,
                                       int rank, int device, mok_comm *out) {
   if (!id)
@@ -621,14 +637,8 @@ extern "C" mok_status mok_comm_create(const mok_unique_id *id, int nranks,
            << "ncclCommInitRank (rank " << rank << " of " << nranks
            << ", device " << device << "): " << n->describe(r, nullptr);
   }
-  mok_comm c = newComm(CommKind::Nccl, d, device, dev, ctx);
-  c->nccl = n;
-  c->ncclComm = comm;
-  c->size = nranks;
-  c->rank = rank;
-  addHandle(HandleKind::Comm, c);
-  *out = c;
-  return ok();
+  return publishNcclComm(CommKind::Nccl, d, device, dev, ctx, n, comm, nranks,
+                         rank, out);
 }
 
 extern "C" mok_status mok_comm_adopt(void *ncclComm, int device,
@@ -666,14 +676,8 @@ extern "C" mok_status mok_comm_adopt(void *ncclComm, int device,
   CUcontext ctx;
   if (mok_status s = retainDevice(d, commDevice, dev, ctx))
     return s;
-  mok_comm c = newComm(CommKind::Adopted, d, commDevice, dev, ctx);
-  c->nccl = n;
-  c->ncclComm = ncclComm;
-  c->size = size;
-  c->rank = rank;
-  addHandle(HandleKind::Comm, c);
-  *out = c;
-  return ok();
+  return publishNcclComm(CommKind::Adopted, d, commDevice, dev, ctx, n,
+                         ncclComm, size, rank, out);
 }
 
 extern "C" mok_status mok_comm_create_local_group(int n, int device,
