@@ -40,7 +40,8 @@ class LayerSpec:
     padding: each expert's rows are padded to a multiple of this (power of 2).
     ep: expert-parallel group size N: each rank holds E/N local experts
     (docs/ExpertParallel.md). The CPU target runs a group of N ranks in
-    one process; the GPU targets compile ep = 1 only.
+    one process; the GPU targets compile one rank's inference forward,
+    loaded with a communicator of N ranks (training at ep > 1: not yet).
     expert_id_dtype: "int32" or "int64", the dtype of top_experts.
     recv_capacity (ep > 1): the most routes one rank's experts may receive
     in one call, from all ranks together; it sizes a rank's receive
@@ -153,6 +154,8 @@ class LayerSpec:
         types = ", ".join(ty for _, ty in args)
         capacity = (f", max_tokens = {self.max_tokens}" if self.max_tokens is not None
                     else "")
+        if self.recv_capacity is not None:
+            capacity += f", recv_capacity = {self.recv_capacity}"
         plan = (f"!moe.plan<tokens = {t}, top_k = {k}, experts = {self.experts}, "
                 f"ep = {self.ep}, padding = {self.padding}{capacity}>")
         return (

@@ -662,3 +662,23 @@ func.func private @f(!moe.plan<tokens = ?, top_k = 2, experts = 8, ep = 1, paddi
 
 // expected-error @+1 {{max_tokens = 1073741824 makes the routed rows, max_tokens * top_k + (experts / ep) * (padding - 1), exceed 2^31 - 1}}
 func.func private @f(!moe.plan<tokens = ?, top_k = 2, experts = 8, ep = 1, padding = 1, max_tokens = 1073741824>)
+
+// -----
+
+// expected-error @+1 {{recv_capacity (64) is the receive capacity of an expert-parallel rank; ep = 1 exchanges nothing}}
+func.func private @f(!moe.plan<tokens = 4, top_k = 2, experts = 8, ep = 1, padding = 1, recv_capacity = 64>)
+
+// -----
+
+// expected-error @+1 {{recv_capacity must be positive, got -5}}
+func.func private @f(!moe.plan<tokens = 4, top_k = 2, experts = 8, ep = 2, padding = 1, recv_capacity = -5>)
+
+// -----
+
+// expected-error @+1 {{recv_capacity = 2147483647 makes the routed rows, recv_capacity + (experts / ep) * (padding - 1), exceed 2^31 - 1}}
+func.func private @f(!moe.plan<tokens = 4, top_k = 2, experts = 8, ep = 2, padding = 2, recv_capacity = 2147483647>)
+
+// -----
+
+// expected-error @+1 {{expected 'max_tokens' or 'recv_capacity' (each at most once, in that order), got 'max_tokens'}}
+func.func private @f(!moe.plan<tokens = ?, top_k = 2, experts = 8, ep = 2, padding = 1, recv_capacity = 8, max_tokens = 64>)

@@ -7,10 +7,12 @@
 !plan = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
 !dplan = !moe.plan<tokens = ?, top_k = 1, experts = 4, ep = 1, padding = 1>
 !cplan = !moe.plan<tokens = ?, top_k = 2, experts = 8, ep = 1, padding = 16, max_tokens = 4096>
+!rplan = !moe.plan<tokens = ?, top_k = 2, experts = 8, ep = 4, padding = 16, max_tokens = 64, recv_capacity = 96>
 
 // CHECK-DAG: ![[PLAN:.*]] = !moe.plan<tokens = 64, top_k = 2, experts = 8, ep = 2, padding = 16>
 // CHECK-DAG: ![[DPLAN:.*]] = !moe.plan<tokens = ?, top_k = 1, experts = 4, ep = 1, padding = 1>
 // CHECK-DAG: ![[CPLAN:.*]] = !moe.plan<tokens = ?, top_k = 2, experts = 8, ep = 1, padding = 16, max_tokens = 4096>
+// CHECK-DAG: ![[RPLAN:.*]] = !moe.plan<tokens = ?, top_k = 2, experts = 8, ep = 4, padding = 16, max_tokens = 64, recv_capacity = 96>
 
 // CHECK-LABEL: func.func @unfused_chain
 func.func @unfused_chain(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
@@ -127,3 +129,6 @@ func.func @training(%x: tensor<64x32xbf16>, %top: tensor<64x2xi32>,
 // A dynamic token count with a capacity (the GPU targets' any-T layers).
 // CHECK: func.func private @capacity(![[CPLAN]])
 func.func private @capacity(!cplan)
+// An expert-parallel rank's receive capacity.
+// CHECK: func.func private @receive_capacity(![[RPLAN]])
+func.func private @receive_capacity(!rplan)

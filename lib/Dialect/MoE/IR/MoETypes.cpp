@@ -26,13 +26,55 @@ static void printDynamicDim(AsmPrinter &printer, int64_t dim) {
     printer << dim;
 }
 
+/// The plan's tail: `padding = P`, then its optional capacities, each
+/// `, name = N` when non-zero, in this order: max_tokens, recv_capacity;
+/// then the closing `>`.
+static ParseResult parsePaddingAndCapacities(AsmParser &parser,
+                                             int64_t &padding,
+                                             int64_t &maxTokens,
+                                             int64_t &recvCapacity) {
+  maxTokens = recvCapacity = 0;
+  if (parser.parseKeyword("padding") || parser.parseEqual() ||
+      parser.parseInteger(padding))
+    return failure();
+  bool seenMax = false, seenRecv = false;
+  while (succeeded(parser.parseOptionalComma())) {
+    SMLoc loc = parser.getCurrentLocation();
+    StringRef key;
+    if (parser.parseKeyword(&key))
+      return failure();
+    bool isMax = key == "max_tokens";
+    if ((!isMax && key != "recv_capacity") || (isMax && (seenMax || seenRecv)) ||
+        (!isMax && seenRecv))
+      return parser.emitError(loc)
+             << "expected 'max_tokens' or 'recv_capacity' (each at most "
+                "once, in that order), got '"
+             << key << "'";
+    (isMax ? seenMax : seenRecv) = true;
+    if (parser.parseEqual() ||
+        parser.parseInteger(isMax ? maxTokens : recvCapacity))
+      return failure();
+  }
+  return parser.parseGreater();
+}
+
+static void printPaddingAndCapacities(AsmPrinter &printer, int64_t padding,
+                                      int64_t maxTokens, int64_t recvCapacity) {
+  printer << "padding = " << padding;
+  if (maxTokens)
+    printer << ", max_tokens = " << maxTokens;
+  if (recvCapacity)
+    printer << ", recv_capacity = " << recvCapacity;
+  printer << ">";
+}
+
 #define GET_TYPEDEF_CLASSES
 #include "mok/Dialect/MoE/IR/MoETypes.cpp.inc"
 
 LogicalResult PlanType::verify(function_ref<InFlightDiagnostic()> emitError,
                                int64_t tokens, int64_t topK, int64_t experts,
                                int64_t ep, int64_t padding,
-                               int64_t maxTokens) {
+                               int64_t maxTokens, int64_t recvCapacity) {
   if (!ShapedType::isDynamic(tokens) && tokens < 0)
     return emitError() << "moe.plan: tokens must be non-negative or '?', got "
                        << tokens;
@@ -65,6 +107,21 @@ LogicalResult PlanType::verify(function_ref<InFlightDiagnostic()> emitError,
                        kMaxRows)
     return emitError() << "moe.plan: max_tokens = " << maxTokens
                        << " makes the routed rows, max_tokens * top_k + "
+                          "(experts / ep) * (padding - 1), exceed 2^31 - 1";
+  if (recvCapacity < 0)
+    return emitError() << "moe.plan: recv_capacity must be positive, got "
+                       << recvCapacity;
+  if (recvCapacity && ep == 1)
+    return emitError() << "moe.plan: recv_capacity (" << recvCapacity
+                       << ") is the receive capacity of an expert-parallel "
+                          "rank; ep = 1 exchanges nothing";
+  // The routed rows a rank's experts may receive, in the same arithmetic.
+  if (recvCapacity && static_cast<__int128>(recvCapacity) +
+                              static_cast<__int128>(experts / ep) *
+                                  (padding - 1) >
+                          kMaxRows)
+    return emitError() << "moe.plan: recv_capacity = " << recvCapacity
+                       << " makes the routed rows, recv_capacity + "
                           "(experts / ep) * (padding - 1), exceed 2^31 - 1";
   return success();
 }

@@ -30,19 +30,28 @@ def MoE_PlanType : MoE_Type<"Plan", "plan"> {
       largest T a call may have. The GPU targets size their kernels' buffers
       for it and need it for a dynamic T; a call with more tokens is an
       error, never an overrun. Absent (printed so) when 0.
+    * `recv_capacity` (optional, only with `ep > 1`) — the receive capacity
+      `C`: the most routes one rank's experts may receive in one call, from
+      all ranks together (`docs/ExpertParallel.md`). The GPU targets size
+      the receive and routed buffers for it; routing past it is an error
+      named after the rank, never an overrun. Absent (printed so) when 0:
+      the most that can be sent, `ep * T * min(top_k, experts / ep)` with
+      `T` the tokens or `max_tokens`.
 
     ```mlir
     !moe.plan<tokens = 4096, top_k = 8, experts = 256, ep = 8, padding = 128>
     !moe.plan<tokens = ?, top_k = 8, experts = 256, ep = 8, padding = 128, max_tokens = 8192>
+    !moe.plan<tokens = 4096, top_k = 8, experts = 256, ep = 8, padding = 128, recv_capacity = 65536>
     ```
   }];
   let parameters = (ins "int64_t":$tokens, "int64_t":$topK,
                         "int64_t":$experts, "int64_t":$ep, "int64_t":$padding,
-                        DefaultValuedParameter<"int64_t", "0">:$maxTokens);
+                        DefaultValuedParameter<"int64_t", "0">:$maxTokens,
+                        DefaultValuedParameter<"int64_t", "0">:$recvCapacity);
   let assemblyFormat = [{
     `<` `tokens` `=` custom<DynamicDim>($tokens) `,` `top_k` `=` $topK `,`
-        `experts` `=` $experts `,` `ep` `=` $ep `,` `padding` `=` $padding
-        (`,` `max_tokens` `=` $maxTokens^)? `>`
+        `experts` `=` $experts `,` `ep` `=` $ep `,`
+        custom<PaddingAndCapacities>($padding, $maxTokens, $recvCapacity)
   }];
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{
@@ -50,6 +59,15 @@ def MoE_PlanType : MoE_Type<"Plan", "plan"> {
     int64_t getLocalExperts() const { return getExperts() / getEp(); }
     bool hasStaticTokens() const {
       return !::mlir::ShapedType::isDynamic(getTokens());
+    }
+    /// The receive capacity of a rank (ep > 1): recv_capacity, or by
+    /// default the most routes that can be sent to one rank; 0 when the
+    /// token count is dynamic without a capacity (no bound).
+    int64_t getReceiveCapacity() const {
+      if (getRecvCapacity())
+        return getRecvCapacity();
+      int64_t t = hasStaticTokens() ? getTokens() : getMaxTokens();
+      return getEp() * t * std::min(getTopK(), getLocalExperts());
     }
   }];
 }
