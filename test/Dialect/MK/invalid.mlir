@@ -1050,3 +1050,167 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+// The exchange ops: their symmetric regions are views of the kernel's
+// symmetric buffer, and their shapes agree with the group.
+
+gpu.module @k {
+  gpu.func @region_not_a_view(%matrix: memref<4x8xi64>, %rows: memref<4xi64>,
+                              %routes: memref<16xi64>, %peers: memref<4xi64>,
+                              %rank: i32) kernel {
+    // expected-error @+1 {{matrix must be a region of the kernel's symmetric buffer (a memref.view of its i8 argument)}}
+    mk.put_counts %rows, %routes into %matrix peers(%peers : memref<4xi64>) rank(%rank)
+        : memref<4xi64>, memref<16xi64>, memref<4x8xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @matrix_shape(%sym: memref<1024xi8>, %rows: memref<4xi64>,
+                         %routes: memref<16xi64>, %peers: memref<4xi64>,
+                         %rank: i32) kernel {
+    %c0 = arith.constant 0 : index
+    %matrix = memref.view %sym[%c0][] : memref<1024xi8> to memref<4x4xi64>
+    // expected-error @+1 {{matrix dimension 1 must be 8 (2 * ranks: rows, then routes, to each rank), got 4}}
+    mk.put_counts %rows, %routes into %matrix peers(%peers : memref<4xi64>) rank(%rank)
+        : memref<4xi64>, memref<16xi64>, memref<4x4xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @routes_per_rank(%sym: memref<1024xi8>, %rows: memref<4xi64>,
+                            %routes: memref<10xi64>, %peers: memref<4xi64>,
+                            %rank: i32) kernel {
+    %c0 = arith.constant 0 : index
+    %matrix = memref.view %sym[%c0][] : memref<1024xi8> to memref<4x8xi64>
+    // expected-error @+1 {{routes' 10 experts must be divisible by the 4 ranks}}
+    mk.put_counts %rows, %routes into %matrix peers(%peers : memref<4xi64>) rank(%rank)
+        : memref<4xi64>, memref<10xi64>, memref<4x8xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @signal_index(%sym: memref<1024xi8>, %peers: memref<4xi64>,
+                         %rank: i32, %epoch: i64) kernel {
+    %c0 = arith.constant 0 : index
+    %flags = memref.view %sym[%c0][] : memref<1024xi8> to memref<3x4xi64>
+    // expected-error @+1 {{index 3 is out of flags' 3 rows}}
+    mk.signal %flags[3] peers(%peers : memref<4xi64>) rank(%rank) epoch(%epoch) : memref<3x4xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @signal_group(%sym: memref<1024xi8>, %peers: memref<2xi64>,
+                         %rank: i32, %epoch: i64) kernel {
+    %c0 = arith.constant 0 : index
+    %flags = memref.view %sym[%c0][] : memref<1024xi8> to memref<3x4xi64>
+    // expected-error @+1 {{flags dimension 1 must be 2 (ranks, the peers), got 4}}
+    mk.signal %flags[0] peers(%peers : memref<2xi64>) rank(%rank) epoch(%epoch) : memref<3x4xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @wait_not_a_view(%flags: memref<3x4xi64>, %epoch: i64) kernel {
+    // expected-error @+1 {{flags must be a region of the kernel's symmetric buffer}}
+    mk.wait %flags[0] epoch(%epoch) : memref<3x4xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @verdict(%sym: memref<1024xi8>, %status: memref<8xi32>,
+                    %verdict: memref<2xi64>) kernel {
+    %c0 = arith.constant 0 : index
+    %matrix = memref.view %sym[%c0][] : memref<1024xi8> to memref<4x8xi64>
+    // expected-error @+1 {{verdict dimension 0 must be 1 (one word), got 2}}
+    mk.check_capacity %matrix into %status, %verdict {capacity = 16 : i64}
+        : memref<4x8xi64>, memref<8xi32>, memref<2xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @route_ranks(%top: memref<40x2xi32>, %ranks: memref<40x2xi32>,
+                        %route_row: memref<80xi64>) kernel {
+    // expected-error @+1 {{ranks dimension 1 must be 4 (ep), got 2}}
+    mk.route_ranks %top into %ranks, %route_row {experts = 16 : i64, ep = 4 : i64}
+        : memref<40x2xi32>, memref<40x2xi32>, memref<80xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @route_ranks_divisible(%top: memref<40x2xi32>, %ranks: memref<40x3xi32>,
+                                  %route_row: memref<80xi64>) kernel {
+    // expected-error @+1 {{experts (16) must be divisible by ep (3)}}
+    mk.route_ranks %top into %ranks, %route_row {experts = 16 : i64, ep = 3 : i64}
+        : memref<40x2xi32>, memref<40x3xi32>, memref<80xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @send_rows(%x: memref<40x64xbf16>, %top: memref<40x2xi32>,
+                      %send_route: memref<160xi64>, %send_offsets: memref<5xi64>,
+                      %verdict: memref<1xi64>, %peers: memref<4xi64>, %rank: i32,
+                      %sym: memref<65536xi8>) kernel {
+    %c0 = arith.constant 0 : index
+    %c256 = arith.constant 256 : index
+    %c2048 = arith.constant 2048 : index
+    %c4096 = arith.constant 4096 : index
+    %matrix = memref.view %sym[%c0][] : memref<65536xi8> to memref<4x8xi64>
+    %origin = memref.view %sym[%c256][] : memref<65536xi8> to memref<160xi64>
+    %experts = memref.view %sym[%c2048][] : memref<65536xi8> to memref<160x2xi32>
+    %recv_x = memref.view %sym[%c4096][] : memref<65536xi8> to memref<160x32xbf16>
+    // expected-error @+1 {{recv_x dimension 1 must be 64 (the hidden size of x), got 32}}
+    mk.send_rows %x, %top, %send_route, %send_offsets, %matrix, %verdict
+        into %recv_x, %origin, %experts peers(%peers : memref<4xi64>) rank(%rank)
+        {local_experts = 4 : i64}
+        : memref<40x64xbf16>, memref<40x2xi32>, memref<160xi64>, memref<5xi64>,
+          memref<4x8xi64>, memref<1xi64> -> memref<160x32xbf16>, memref<160xi64>, memref<160x2xi32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @return_rows(%routed_y: memref<172x64xbf16>, %row_route: memref<172xi64>,
+                        %offsets: memref<5xi64>, %peers: memref<4xi64>,
+                        %sym: memref<65536xi8>) kernel {
+    %c0 = arith.constant 0 : index
+    %c2048 = arith.constant 2048 : index
+    %origin = memref.view %sym[%c0][] : memref<65536xi8> to memref<160xi64>
+    %ret = memref.view %sym[%c2048][] : memref<65536xi8> to memref<80x32xbf16>
+    // expected-error @+1 {{ret dimension 1 must be 64 (the hidden size of routed_y), got 32}}
+    mk.return_rows %routed_y, %row_route, %offsets, %origin into %ret
+        peers(%peers : memref<4xi64>) {top_k = 2 : i64}
+        : memref<172x64xbf16>, memref<172xi64>, memref<5xi64>, memref<160xi64>
+          -> memref<80x32xbf16>
+    gpu.return
+  }
+}

@@ -7,6 +7,7 @@
 #include "mok/Dialect/MK/IR/MKDialect.h"
 #include "mok/Dialect/MK/IR/MKOps.h"
 
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
@@ -491,4 +492,137 @@ LogicalResult TimestampOp::verify() {
     if (failed(expectDim(*this, cycles, "cycles", 0, n, "the clock's entries")))
       return failure();
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Expert parallelism
+//===----------------------------------------------------------------------===//
+
+/// A region of the kernel's symmetric buffer: a memref.view of an i8
+/// argument of the gpu.func (its peers' copies are at the same offset).
+static LogicalResult checkRegion(Operation *op, Value region, StringRef what) {
+  auto view = region.getDefiningOp<memref::ViewOp>();
+  auto arg = view ? dyn_cast<BlockArgument>(view.getSource()) : BlockArgument();
+  if (!arg || !isa<gpu::GPUFuncOp>(arg.getOwner()->getParentOp()))
+    return op->emitOpError()
+           << what
+           << " must be a region of the kernel's symmetric buffer (a "
+              "memref.view of its i8 argument): its peers' copies are at "
+              "the same offset from their addresses in the peer table";
+  return success();
+}
+
+/// The group size of an exchange op: the peer table's entries.
+static int64_t groupSize(Value peers) { return dim(peers, 0); }
+
+static LogicalResult checkMatrix(Operation *op, Value matrix, int64_t ep) {
+  if (failed(expectDim(op, matrix, "matrix", 0, ep, "ranks, the peers")) ||
+      failed(expectDim(op, matrix, "matrix", 1, dimMul(ep, 2),
+                       "2 * ranks: rows, then routes, to each rank")))
+    return failure();
+  return success();
+}
+
+LogicalResult RouteRanksOp::verify() {
+  Value top = getTopExperts();
+  if (getExperts() % getEp())
+    return emitOpError() << "experts (" << getExperts()
+                         << ") must be divisible by ep (" << getEp() << ")";
+  return failure(
+      failed(expectDim(*this, getRanks(), "ranks", 0, dim(top, 0),
+                       "tokens, top_experts' rows")) ||
+      failed(expectDim(*this, getRanks(), "ranks", 1, getEp(), "ep")) ||
+      failed(expectDim(*this, getRouteRow(), "route_row", 0,
+                       dimMul(dim(top, 0), dim(top, 1)), "tokens * top_k")));
+}
+
+LogicalResult PutCountsOp::verify() {
+  int64_t ep = groupSize(getPeers());
+  if (failed(checkRegion(*this, getMatrix(), "matrix")) ||
+      failed(checkMatrix(*this, getMatrix(), ep)) ||
+      failed(expectDim(*this, getRows(), "rows", 0, ep, "ranks, the peers")))
+    return failure();
+  int64_t experts = dim(getRoutes(), 0);
+  if (!ShapedType::isDynamic(experts) && !ShapedType::isDynamic(ep) &&
+      experts % ep)
+    return emitOpError() << "routes' " << experts
+                         << " experts must be divisible by the " << ep
+                         << " ranks";
+  return success();
+}
+
+LogicalResult SignalOp::verify() {
+  if (failed(checkRegion(*this, getFlags(), "flags")) ||
+      failed(expectDim(*this, getFlags(), "flags", 1, groupSize(getPeers()),
+                       "ranks, the peers")))
+    return failure();
+  int64_t n = dim(getFlags(), 0);
+  if (!ShapedType::isDynamic(n) && getIndex() >= n)
+    return emitOpError() << "index " << getIndex() << " is out of flags' " << n
+                         << " rows";
+  return success();
+}
+
+LogicalResult WaitOp::verify() {
+  if (failed(checkRegion(*this, getFlags(), "flags")))
+    return failure();
+  int64_t n = dim(getFlags(), 0);
+  if (!ShapedType::isDynamic(n) && getIndex() >= n)
+    return emitOpError() << "index " << getIndex() << " is out of flags' " << n
+                         << " rows";
+  return success();
+}
+
+LogicalResult CheckCapacityOp::verify() {
+  if (failed(checkRegion(*this, getMatrix(), "matrix")) ||
+      failed(checkMatrix(*this, getMatrix(), dim(getMatrix(), 0))) ||
+      failed(expectDim(*this, getVerdict(), "verdict", 0, 1, "one word")))
+    return failure();
+  return checkStatus(*this, getStatus());
+}
+
+LogicalResult ReceivedRowsOp::verify() {
+  if (failed(checkRegion(*this, getMatrix(), "matrix")) ||
+      failed(expectDim(*this, getVerdict(), "verdict", 0, 1, "one word")))
+    return failure();
+  return checkMatrix(*this, getMatrix(), dim(getMatrix(), 0));
+}
+
+LogicalResult SendRowsOp::verify() {
+  int64_t ep = groupSize(getPeers());
+  Value top = getTopExperts(), x = getX();
+  for (auto [v, what] : {std::pair(getMatrix(), "matrix"),
+                         std::pair(getRecvX(), "recv_x"),
+                         std::pair(getRecvOrigin(), "recv_origin"),
+                         std::pair(getRecvExperts(), "recv_experts")})
+    if (failed(checkRegion(*this, v, what)))
+      return failure();
+  int64_t capacity = dim(getRecvX(), 0);
+  return failure(
+      failed(checkMatrix(*this, getMatrix(), ep)) ||
+      failed(expectDim(*this, getVerdict(), "verdict", 0, 1, "one word")) ||
+      failed(expectDim(*this, top, "top_experts", 0, dim(x, 0),
+                       "tokens, x's rows")) ||
+      failed(expectDim(*this, getSendOffsets(), "send_offsets", 0,
+                       dimAdd(ep, 1), "ranks + 1")) ||
+      failed(expectDim(*this, getSendRoute(), "send_route", 0,
+                       dimMul(dim(x, 0), ep), "tokens * ranks")) ||
+      failed(expectDim(*this, getRecvX(), "recv_x", 1, dim(x, 1),
+                       "the hidden size of x")) ||
+      failed(expectDim(*this, getRecvOrigin(), "recv_origin", 0, capacity,
+                       "recv_x's rows")) ||
+      failed(expectDim(*this, getRecvExperts(), "recv_experts", 0, capacity,
+                       "recv_x's rows")) ||
+      failed(expectDim(*this, getRecvExperts(), "recv_experts", 1,
+                       dim(top, 1), "top_k")));
+}
+
+LogicalResult ReturnRowsOp::verify() {
+  if (failed(checkRegion(*this, getRet(), "ret")))
+    return failure();
+  return failure(
+      failed(expectDim(*this, getRoutedY(), "routed_y", 0,
+                       dim(getRowRoute(), 0), "the size of row_route")) ||
+      failed(expectDim(*this, getRet(), "ret", 1, dim(getRoutedY(), 1),
+                       "the hidden size of routed_y")));
 }

@@ -49,6 +49,16 @@ def MK_Dialect : Dialect {
     written, and the rows past `T` of those buffers may not exist (the
     caller's tensors have `T` rows). Without the operand, every row is.
 
+    *Expert parallelism.* A kernel of one rank of an `ep`-rank group has a
+    symmetric buffer (`memref<Bxi8>`, the same size and layout on every
+    rank) and the peer table `peers [ep]` (i64: the address of each rank's
+    symmetric buffer, this rank's included). Its regions are `memref.view`s
+    of the buffer at fixed byte offsets; rank `d`'s copy of a region is at
+    the same offset from `peers[d]`. The exchange ops (`mk.put_counts`,
+    `mk.send_rows`, `mk.return_rows`) store into the peers' copies;
+    `mk.signal` and `mk.wait` order those stores with flags that carry the
+    launch's `epoch`, all on the device.
+
     ```mlir
     gpu.func @layer_forward(...) kernel {
       mk.fill %row_route, -1 : memref<34784xi64>
@@ -601,6 +611,275 @@ def MK_CombineOp : MK_Op<"combine", [AttrSizedOperandSegments]> {
     (`shared` `(` $shared_out^ `:` type($shared_out) `)`)?
     `into` $out (`tokens` `(` $tokens^ `)`)? attr-dict `:` type($routed_y) `,` type($route_row)
     `->` type($out)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Expert parallelism: the exchange between the ranks of a group
+//===----------------------------------------------------------------------===//
+
+def MK_Peers : MemRefRankOf<[I64], [1]>;
+def MK_Flags : MemRefRankOf<[I64], [2]>;
+
+def MK_RouteRanksOp : MK_Op<"route_ranks"> {
+  let summary = "Which ranks each token sends to, and each route's own row";
+  let description = [{
+    The send side of an expert-parallel layer (`ep` ranks, `experts / ep`
+    local experts a rank, rank `d` owning experts
+    `[d * experts / ep, (d + 1) * experts / ep)`). For token `t` of
+    `top_experts [T, k]`: `ranks[t, d] = d` when any of its routes goes to an
+    expert of rank `d`, else `-1` (`ranks [T, ep]`, i32): the "routes" of a
+    plan over ranks, which `mk.count_routes` ... `mk.assign_rows` with
+    `experts = ep` and `padding = 1` turn into the list of rows to send, each
+    (token, rank) pair once. And `route_row[q] = q` for every valid route
+    `q` (token `q / k`, slot `q % k`), `-1` for the others: the row of the
+    return buffer where that route's result comes back, which
+    `mk.combine` reads. Ids that are neither `-1` nor an expert are no
+    route (`mk.check_routes` reports them). One thread a token,
+    grid-stride; with `tokens(%t)`, the tokens are `t < %t`.
+
+    ```mlir
+    mk.route_ranks %top into %ranks, %route_row {experts = 16 : i64, ep = 4 : i64}
+        : memref<40x2xi32>, memref<40x4xi32>, memref<80xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MK_Ids, "", [MemRead]>:$top_experts,
+                       Arg<MemRefRankOf<[I32], [2]>, "", [MemWrite]>:$ranks,
+                       Arg<MK_I64Vector, "", [MemWrite]>:$route_row,
+                       Optional<Index>:$tokens,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$experts,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$ep);
+  let assemblyFormat = [{
+    $top_experts `into` $ranks `,` $route_row (`tokens` `(` $tokens^ `)`)?
+    attr-dict `:` type($top_experts) `,` type($ranks) `,` type($route_row)
+  }];
+  let hasVerifier = 1;
+}
+
+def MK_PutCountsOp : MK_Op<"put_counts"> {
+  let summary = "Stores this rank's send counts into every rank's matrix";
+  let description = [{
+    Step 2 of the exchange (`docs/ExpertParallel.md`): rank `s` (`rank`)
+    stores its row of the group's count matrix into every rank's copy of
+    `matrix [ep, 2 * ep]` (i64, a region of the kernel's symmetric buffer):
+    `matrix[s, d] = rows[d]`, the token rows `s` sends rank `d` (the counts
+    of the plan over ranks), and `matrix[s, ep + d]` the routes they carry
+    (the sum of `routes [experts]`, the per-expert route counts, over rank
+    `d`'s experts). Rank `d`'s copy is at the region's offset in `d`'s
+    symmetric buffer, whose address is `peers[d]`. Thread `d` of the grid's
+    first CTA writes rank `d`'s copy; an `mk.signal` publishes it.
+
+    ```mlir
+    mk.put_counts %rows, %routes into %matrix peers(%peers : memref<4xi64>) rank(%rank)
+        : memref<4xi64>, memref<16xi64>, memref<4x8xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MK_I64Vector, "", [MemRead]>:$rows,
+                       Arg<MK_I64Vector, "", [MemRead]>:$routes,
+                       Arg<MemRefRankOf<[I64], [2]>, "the peers' copies",
+                           [MemWrite]>:$matrix,
+                       Arg<MK_Peers, "", [MemRead]>:$peers,
+                       I32:$rank);
+  let assemblyFormat = [{
+    $rows `,` $routes `into` $matrix `peers` `(` $peers `:` type($peers) `)`
+    `rank` `(` $rank `)` attr-dict `:` type($rows) `,` type($routes) `,`
+    type($matrix)
+  }];
+  let hasVerifier = 1;
+}
+
+def MK_SignalOp : MK_Op<"signal"> {
+  let summary = "Tells every rank that this rank's stores to it are done";
+  let description = [{
+    After a CTA barrier, the grid's first thread makes everything the grid
+    stored before it visible to the whole system (`fence.acq_rel.sys`) and
+    stores `epoch` into `flags[index, rank]` of every rank's copy of
+    `flags [n, ep]` (a region of the symmetric buffer; `st.release.sys`).
+    What other CTAs stored is covered when an `mk.grid_barrier` separates
+    their stores from the signal (`convert-mk-to-gpu` checks that one
+    does after `mk.send_rows` and `mk.return_rows`). `epoch` is the
+    launch's, new at every launch of the layer on every rank, so a flag
+    still holding the last launch's epoch is not taken for this one's.
+
+    ```mlir
+    mk.signal %flags[1] peers(%peers : memref<4xi64>) rank(%rank) epoch(%epoch) : memref<3x4xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MK_Flags, "the peers' copies", [MemWrite]>:$flags,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$index,
+                       Arg<MK_Peers, "", [MemRead]>:$peers,
+                       I32:$rank,
+                       I64:$epoch);
+  let assemblyFormat = [{
+    $flags `[` $index `]` `peers` `(` $peers `:` type($peers) `)`
+    `rank` `(` $rank `)` `epoch` `(` $epoch `)` attr-dict `:` type($flags)
+  }];
+  let hasVerifier = 1;
+}
+
+def MK_WaitOp : MK_Op<"wait"> {
+  let summary = "Waits until every rank has signalled this rank";
+  let description = [{
+    The first thread of every CTA waits until `flags[index, s]` of this
+    rank's `flags [n, ep]` holds `epoch` for every rank `s`
+    (`ld.acquire.sys`), then a CTA barrier: everything each rank stored
+    into this rank's symmetric buffer before its `mk.signal` of the same
+    row is visible to every thread after the wait. Like a grid barrier for
+    those stores: `convert-mk-to-gpu`'s barrier-interval check forgets the
+    exchange ops' writes here. All ranks' kernels must be running (the wait
+    has no bound).
+
+    ```mlir
+    mk.wait %flags[1] epoch(%epoch) : memref<3x4xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MK_Flags, "", [MemRead]>:$flags,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$index,
+                       I64:$epoch);
+  let assemblyFormat = [{
+    $flags `[` $index `]` `epoch` `(` $epoch `)` attr-dict `:` type($flags)
+  }];
+  let hasVerifier = 1;
+}
+
+def MK_CheckCapacityOp : MK_Op<"check_capacity"> {
+  let summary = "Whether some rank's experts would receive too many routes";
+  let description = [{
+    After the counts' `mk.wait`, the grid's first thread: when the routes
+    sent to some rank `d`, the sum of column `ep + d` of `matrix [ep, 2 *
+    ep]`, exceed `capacity` (the plan's receive capacity), it records the
+    first such `d` in `status` (the kernel's report: `status[0] = 2`,
+    `status[1] = d`, `status[2]` its routes, saturated to 2^31 - 1) and
+    sets `verdict[0] = 1`; else `verdict[0] = 0`. Every rank sees the same
+    matrix, so every rank comes to the same verdict: with 1, no rank sends
+    or returns a row (`mk.send_rows`, `mk.received_rows`) and every rank
+    reports the overflow.
+
+    ```mlir
+    mk.check_capacity %matrix into %status, %verdict {capacity = 160 : i64}
+        : memref<4x8xi64>, memref<8xi32>, memref<1xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[I64], [2]>, "", [MemRead]>:$matrix,
+                       Arg<MK_Status, "", [MemWrite]>:$status,
+                       Arg<MK_I64Vector, "", [MemWrite]>:$verdict,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$capacity);
+  let assemblyFormat = [{
+    $matrix `into` $status `,` $verdict attr-dict `:` type($matrix) `,`
+    type($status) `,` type($verdict)
+  }];
+  let hasVerifier = 1;
+}
+
+def MK_ReceivedRowsOp : MK_Op<"received_rows"> {
+  let summary = "The token rows this rank receives";
+  let description = [{
+    After the counts' `mk.wait` and the `mk.check_capacity` that wrote
+    `verdict`: the rows every rank sends this rank, the sum of column
+    `rank` of `matrix [ep, 2 * ep]`, or 0 when `verdict[0]` is 1 (some
+    rank's routes exceed the capacity): the received rows' count, the
+    `tokens` of the plan over them. Every thread reads it.
+
+    ```mlir
+    %n = mk.received_rows %matrix, %verdict rank(%rank) : memref<4x8xi64>, memref<1xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[I64], [2]>, "", [MemRead]>:$matrix,
+                       Arg<MK_I64Vector, "", [MemRead]>:$verdict,
+                       I32:$rank);
+  let results = (outs Index:$rows);
+  let assemblyFormat = [{
+    $matrix `,` $verdict `rank` `(` $rank `)` attr-dict `:` type($matrix) `,`
+    type($verdict)
+  }];
+  let hasVerifier = 1;
+}
+
+def MK_SendRowsOp : MK_Op<"send_rows"> {
+  let summary = "Dispatch: each token's row once to each rank it routes to";
+  let description = [{
+    Step 3 of the exchange. The rows to send are the plan over ranks':
+    send row `r < offsets[ep]` is the pair `q = send_route[r]` (token
+    `t = q / ep`, destination `d = q % ep`), the `(r - offsets[d])`-th of
+    the rows to `d` in token order. It lands in row
+    `sum_{s < rank} matrix[s, d] + r - offsets[d]` of `d`'s receive
+    buffers (this rank's rows follow the lower ranks'): `recv_x[row] =
+    x[t]`, `recv_origin[row] = rank << 32 | t`, and
+    `recv_experts[row, j]` the local id of route `j` (`e - d * L`) when it
+    goes to `d` (rank `d` owns experts `[d * L, (d + 1) * L)`, `L` =
+    `local_experts`), else -1. When `verdict[0]` is 1 (`mk.check_capacity`:
+    some rank's routes exceed the capacity), nothing is sent. Grid-stride over 16-byte pieces of the rows; each
+    thread fences its stores to the system (`fence.acq_rel.sys`) before
+    the grid barrier that must precede the `mk.signal`. With `tokens(%t)`,
+    x has `%t` rows.
+
+    ```mlir
+    mk.send_rows %x, %top, %send_route, %send_offsets, %matrix, %verdict
+        into %recv_x, %recv_origin, %recv_experts peers(%peers : memref<4xi64>)
+        rank(%rank) {local_experts = 4 : i64}
+        : memref<40x64xbf16>, memref<40x2xi32>, memref<160xi64>, memref<5xi64>,
+          memref<4x8xi64>, memref<1xi64>
+          -> memref<160x64xbf16>, memref<160xi64>, memref<160x2xi32>
+    ```
+  }];
+  let arguments = (ins Arg<MK_Bf16Matrix, "", [MemRead]>:$x,
+                       Arg<MK_Ids, "", [MemRead]>:$top_experts,
+                       Arg<MK_I64Vector, "", [MemRead]>:$send_route,
+                       Arg<MK_I64Vector, "", [MemRead]>:$send_offsets,
+                       Arg<MemRefRankOf<[I64], [2]>, "", [MemRead]>:$matrix,
+                       Arg<MK_I64Vector, "", [MemRead]>:$verdict,
+                       Arg<MK_Bf16Matrix, "the peers' copies", [MemWrite]>:$recv_x,
+                       Arg<MK_I64Vector, "the peers' copies", [MemWrite]>:$recv_origin,
+                       Arg<MemRefRankOf<[I32], [2]>, "the peers' copies",
+                           [MemWrite]>:$recv_experts,
+                       Arg<MK_Peers, "", [MemRead]>:$peers,
+                       I32:$rank,
+                       Optional<Index>:$tokens,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$local_experts);
+  let assemblyFormat = [{
+    $x `,` $top_experts `,` $send_route `,` $send_offsets `,` $matrix `,`
+    $verdict `into`
+    $recv_x `,` $recv_origin `,` $recv_experts
+    `peers` `(` $peers `:` type($peers) `)` `rank` `(` $rank `)`
+    (`tokens` `(` $tokens^ `)`)? attr-dict `:` type($x) `,` type($top_experts)
+    `,` type($send_route) `,` type($send_offsets) `,` type($matrix) `,`
+    type($verdict) `->`
+    type($recv_x) `,` type($recv_origin) `,` type($recv_experts)
+  }];
+  let hasVerifier = 1;
+}
+
+def MK_ReturnRowsOp : MK_Op<"return_rows"> {
+  let summary = "Return: each routed row's result to its source rank";
+  let description = [{
+    Step 5 of the exchange. For every routed row `r < offsets[L]` of the
+    plan over the received rows with route `q = row_route[r] >= 0`
+    (received row `i = q / top_k`, slot `j = q % top_k`) and origin
+    `o = recv_origin[i]` (source `s = o >> 32`, token `t = o & (2^32 - 1)`):
+    row `t * top_k + j` of `s`'s copy of `ret [T * top_k, H]` becomes
+    `routed_y[r]`. Padding rows go nowhere. Grid-stride over 16-byte pieces;
+    each thread fences its stores to the system before the grid barrier
+    that must precede the `mk.signal`.
+
+    ```mlir
+    mk.return_rows %routed_y, %row_route, %offsets, %recv_origin into %ret
+        peers(%peers : memref<4xi64>) {top_k = 2 : i64}
+        : memref<172x64xbf16>, memref<172xi64>, memref<5xi64>, memref<160xi64>
+          -> memref<80x64xbf16>
+    ```
+  }];
+  let arguments = (ins Arg<MK_Bf16Matrix, "", [MemRead]>:$routed_y,
+                       Arg<MK_I64Vector, "", [MemRead]>:$row_route,
+                       Arg<MK_I64Vector, "", [MemRead]>:$offsets,
+                       Arg<MK_I64Vector, "", [MemRead]>:$recv_origin,
+                       Arg<MK_Bf16Matrix, "the peers' copies", [MemWrite]>:$ret,
+                       Arg<MK_Peers, "", [MemRead]>:$peers,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$top_k);
+  let assemblyFormat = [{
+    $routed_y `,` $row_route `,` $offsets `,` $recv_origin `into` $ret
+    `peers` `(` $peers `:` type($peers) `)` attr-dict `:` type($routed_y) `,`
+    type($row_route) `,` type($offsets) `,` type($recv_origin) `->` type($ret)
   }];
   let hasVerifier = 1;
 }
