@@ -35,6 +35,12 @@ std::string bufferName(gpu::GPUFuncOp func, Value v) {
 
 /// Within one barrier interval, a buffer written by one op may not be read
 /// or written by another: other CTAs see the writes only after the barrier.
+/// The exchange's stores into the peers' symmetric buffers are seen, on
+/// every rank, after the mk.wait of their signal: an mk.wait ends their
+/// interval (and the signals' own, whose flags it reads). An mk.signal publishes what the grid stored before it, so the
+/// grid-wide exchange stores (mk.send_rows, mk.return_rows) need a grid
+/// barrier between them and it (mk.put_counts stores from the first CTA,
+/// which the signal's CTA barrier orders).
 LogicalResult checkBarrierIntervals(gpu::GPUFuncOp func) {
   DenseMap<Value, Operation *> writer, accessor;
   for (Operation &op : func.getBody().front()) {
@@ -45,6 +51,32 @@ LogicalResult checkBarrierIntervals(gpu::GPUFuncOp func) {
     }
     if (!isa<mk::MKDialect>(op.getDialect()))
       continue;
+    auto exchange = [](Operation *o) {
+      return isa<mk::PutCountsOp, mk::SendRowsOp, mk::ReturnRowsOp,
+                 mk::SignalOp>(o);
+    };
+    if (isa<mk::SignalOp>(op))
+      for (auto [v, w] : writer)
+        if (isa<mk::SendRowsOp, mk::ReturnRowsOp>(w)) {
+          InFlightDiagnostic d =
+              op.emitOpError()
+              << "publishes the peers' copies of " << bufferName(func, v)
+              << ", which '" << w->getName()
+              << "' stores from every CTA in the same barrier interval (add "
+                 "an mk.grid_barrier between them)";
+          d.attachNote(w->getLoc()) << "stored here";
+          return d;
+        }
+    if (isa<mk::WaitOp>(op)) {
+      SmallVector<Value> seen;
+      for (auto [v, w] : writer)
+        if (exchange(w))
+          seen.push_back(v);
+      for (Value v : seen) {
+        writer.erase(v);
+        accessor.erase(v);
+      }
+    }
     SmallVector<MemoryEffects::EffectInstance> effects;
     cast<MemoryEffectOpInterface>(op).getEffects(effects);
     for (auto &effect : effects) {

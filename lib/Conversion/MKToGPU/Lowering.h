@@ -50,6 +50,10 @@ void lowerGemm(const GridBuilder &grid, mk::GemmOp op,
                gemm::GemmEmitter *tensorCores, bool gridBarrierFollows);
 /// mk.swiglu_grad (SwigluGrad.cpp).
 void lowerSwigluGrad(const GridBuilder &grid, mk::SwigluGradOp op);
+/// The expert-parallel exchange (Exchange.cpp): mk.route_ranks,
+/// mk.put_counts, mk.signal, mk.wait, mk.check_capacity,
+/// mk.received_rows, mk.send_rows, mk.return_rows.
+void lowerExchange(const GridBuilder &grid, mlir::Operation *op);
 /// mk.grid_barrier and mk.timestamp (Synchronization.cpp); `tensorCores`:
 /// the kernel has tensor-core GEMMs.
 void lowerGridBarrier(const GridBuilder &grid, mk::GridBarrierOp op,

@@ -143,7 +143,11 @@ void lowerKernel(gpu::GPUFuncOp func, std::optional<mk::Engine> engine) {
         .Case([&](mk::GridBarrierOp barrier) {
           lowerGridBarrier(grid, barrier, static_cast<bool>(tensorCores));
         })
-        .Case([&](mk::TimestampOp stamp) { lowerTimestamp(grid, stamp); });
+        .Case([&](mk::TimestampOp stamp) { lowerTimestamp(grid, stamp); })
+        .Case<mk::RouteRanksOp, mk::PutCountsOp, mk::SignalOp, mk::WaitOp,
+              mk::CheckCapacityOp, mk::ReceivedRowsOp, mk::SendRowsOp,
+              mk::ReturnRowsOp>(
+            [&](Operation *step) { lowerExchange(grid, step); });
     if (op == lastTensorCoreGemm)
       afterLastGemm = true;
     // What follows the last tensor-core GEMM and a CTA-wide barrier
