@@ -29,11 +29,13 @@ FAKE = os.path.join(LIB, "libmok_fake_cuda.so")
 FAKE_PEER_POINTER = os.path.join(LIB, "libmok_fake_nccl_peer_pointer.so")
 FAKE_NO_WINDOWS = os.path.join(LIB, "libmok_fake_nccl_no_windows.so")
 
-# An expert-parallel layer (metadata version 5; hand-written, the compiler
-# does not emit ep > 1 yet) and its kernel, the params in order.
+# An expert-parallel layer (metadata version 5, hand-written: the roles of
+# its exchange without the rest of a layer) and its kernel, the params in
+# order.
 PTX = (".version 8.1\n.target sm_90a\n.address_size 64\n"
        ".visible .entry moe_ep_forward(\n  .param .u64 x,\n  .param .u64 out,\n"
-       "  .param .u64 peers,\n  .param .u32 rank,\n  .param .u64 epoch\n)\n{\n  ret;\n}\n")
+       "  .param .u64 peers,\n  .param .u32 rank,\n  .param .u64 epoch,\n"
+       "  .param .u64 symmetric\n)\n{\n  ret;\n}\n")
 
 
 def ep_meta(ep, symmetric_bytes=8192):
@@ -44,7 +46,9 @@ def ep_meta(ep, symmetric_bytes=8192):
                 {"name": "out", "role": "output", "dtype": "bf16", "shape": [4, 64]},
                 {"name": "peers", "role": "peers", "dtype": "i64", "shape": [ep]},
                 {"name": "rank", "role": "rank", "dtype": "i32", "shape": []},
-                {"name": "epoch", "role": "epoch", "dtype": "i64", "shape": []}]}
+                {"name": "epoch", "role": "epoch", "dtype": "i64", "shape": []},
+                {"name": "symmetric", "role": "symmetric", "dtype": "u8",
+                 "shape": [symmetric_bytes]}]}
 
 
 class Fake:
@@ -261,6 +265,7 @@ def two_ranks():
             params = fake.last_params()
             assert params[2] == layer.exchange.peer_table
             assert params[3] & 0xFFFFFFFF == r and params[4] == step == layer.epoch
+            assert params[5] == layer.exchange.address
     raises(mok.MokRuntimeError, "buffer: a layer's exchange buffer (unbind the layer "
            "instead)", layers[0].exchange.free)
     raises(mok.MokRuntimeError, "comm: 1 layer(s) are bound to it", comms[0].destroy)

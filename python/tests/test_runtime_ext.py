@@ -1118,13 +1118,14 @@ def _expert_parallel(metadata, ep, symmetric_bytes=4096):
     params = metadata["params"] + [
         {"name": "peers", "role": "peers", "dtype": "i64", "shape": [ep]},
         {"name": "rank", "role": "rank", "dtype": "i32", "shape": []},
-        {"name": "epoch", "role": "epoch", "dtype": "i64", "shape": []}]
+        {"name": "epoch", "role": "epoch", "dtype": "i64", "shape": []},
+        {"name": "symmetric", "role": "symmetric", "dtype": "u8", "shape": [symmetric_bytes]}]
     return dict(metadata, mok_metadata_version=5, ep=ep, symmetric_bytes=symmetric_bytes,
                 params=params)
 
 
 def test_ep_group_must_match_the_compiled_ep(scalar):
-    """The compiler does not emit "ep" yet: hand-written metadata."""
+    """Hand-written metadata: a scalar layer given the exchange's roles."""
     assert layer_of(scalar, dict(scalar.metadata, ep=1)).ep_size == 1
     with raises(mok.MokRuntimeError, "metadata: 'ep' = 4 needs mok_metadata_version 5"):
         layer_of(scalar, dict(scalar.metadata, ep=4, mok_metadata_version=4))

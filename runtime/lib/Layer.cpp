@@ -115,6 +115,12 @@ struct mok_layer_s {
   // table), "rank" and "epoch" (by value).
   uint64_t symmetricBytes = 0;
   int peersParam = -1, rankParam = -1, epochParam = -1;
+  // The param of role "symmetric" (u8 [symmetric_bytes]): the rank's own
+  // exchange buffer, whose regions the kernel reads.
+  int symmetricParam = -1;
+  // The receive capacity of an expert-parallel kernel (metadata
+  // recv_capacity; 0 when absent), for its report.
+  int64_t recvCapacity = 0;
   // The communicator it is bound to (mok_layer_bind_comm), its exchange
   // buffer (null for ep = 1), whether the layer allocated that buffer, and
   // the epoch its last forward passed (0: none since binding).
@@ -203,6 +209,8 @@ static bool dtypeOf(const std::string &s, mok_dtype &out) {
     out = MOK_DTYPE_I32;
   else if (s == "i64")
     out = MOK_DTYPE_I64;
+  else if (s == "u8")
+    out = MOK_DTYPE_U8;
   else
     return false;
   return true;
@@ -323,6 +331,8 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
       r.error = "metadata: 'ep' must be at most " + std::to_string(INT32_MAX);
     layer->epSize = static_cast<int32_t>(ep);
   }
+  if (root.get("recv_capacity"))
+    layer->recvCapacity = r.integer(root, "recv_capacity", "metadata", 1);
   // Version 5: an expert-parallel kernel's exchange buffer.
   if (root.get("symmetric_bytes"))
     layer->symmetricBytes = static_cast<uint64_t>(
@@ -475,6 +485,18 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
             r.error = where + ": more than one parameter has role '" +
                       param.role + "'";
           slot = static_cast<int>(layer->params.size());
+        } else if (param.role == "symmetric") {
+          if (layer->epSize == 1)
+            r.error = where + ": role 'symmetric' in a kernel for ep = 1";
+          else if (param.dtype != MOK_DTYPE_U8 || param.shape.size() != 1 ||
+                   static_cast<uint64_t>(param.shape[0]) !=
+                       layer->symmetricBytes)
+            r.error = where + ": role 'symmetric' must be u8 [" +
+                      std::to_string(layer->symmetricBytes) +
+                      "] (the symmetric_bytes of the exchange buffer)";
+          else if (layer->symmetricParam >= 0)
+            r.error = where + ": more than one parameter has role 'symmetric'";
+          layer->symmetricParam = static_cast<int>(layer->params.size());
         } else if (param.role != "workspace" && param.role != "tensor_maps")
           r.error = where + ": unknown role '" + param.role + "'";
       }
@@ -503,7 +525,8 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
   if (r.ok() && layer->epSize > 1)
     for (auto [slot, role] : {std::pair{layer->peersParam, "peers"},
                               {layer->rankParam, "rank"},
-                              {layer->epochParam, "epoch"}})
+                              {layer->epochParam, "epoch"},
+                              {layer->symmetricParam, "symmetric"}})
       if (slot < 0 && r.ok())
         r.error = "metadata: a kernel for ep = " +
                   std::to_string(layer->epSize) +
@@ -794,8 +817,12 @@ static mok_status callTokensOf(mok_layer layer, const mok_named_tensor *inputs,
         return Fail(MOK_ERROR_INVALID_ARGUMENT)
                << p.name << ": " << tokens << " tokens (rows); the layer "
                << "takes 1 to max_tokens = " << layer->maxTokens
-               << (tokens < 1 ? " (T = 0 has nothing to compute: the caller "
-                                "returns an empty output without a launch)"
+               << (tokens < 1 && layer->epSize > 1
+                       ? " (an expert-parallel rank must launch, the others "
+                         "wait for it: pass one token row whose routes are "
+                         "all -1)"
+                   : tokens < 1 ? " (T = 0 has nothing to compute: the caller "
+                                  "returns an empty output without a launch)"
                               : " (its capacity; compile with a larger "
                                 "max_tokens)");
       layer->callTokens = tokens;
@@ -1231,6 +1258,8 @@ extern "C" mok_status mok_layer_forward(mok_layer layer,
     values[layer->peersParam] = static_cast<uint64_t>(layer->exchange->table);
     values[layer->rankParam] = static_cast<uint32_t>(layer->comm->rank);
     values[layer->epochParam] = layer->epoch + 1;
+    values[layer->symmetricParam] =
+        static_cast<uint64_t>(layer->exchange->address);
   }
   uint32_t ctas = layer->gridChosen ? layer->gridChosen : layer->grid;
   uint32_t grid[3] = {ctas, 1, 1}, block[3] = {layer->block, 1, 1};
@@ -1667,15 +1696,21 @@ extern "C" mok_status mok_layer_take_report(mok_layer layer, void *stream,
              << d->describe(r);
   volatile int32_t *w = layer->report;
   mok_kernel_report got{};
-  got.bad_routes = w[0];
-  got.bad_expert_id = w[1];
-  got.bad_route = w[2];
+  // status[0]: 1 a bad expert id (status[1] the id, status[2] its
+  // route), 2 a receive capacity exceeded (status[1] the rank, status[2]
+  // its routes).
+  got.bad_routes = w[0] == 1;
+  got.bad_expert_id = w[0] == 1 ? w[1] : 0;
+  got.bad_route = w[0] == 1 ? w[2] : 0;
+  got.capacity_exceeded = w[0] == 2;
+  got.capacity_rank = w[0] == 2 ? w[1] : 0;
+  got.capacity_routes = w[0] == 2 ? w[2] : 0;
   got.barrier_timed_out = w[3] != 0;
   got.barrier_index = w[3] - 1;
   got.barrier_arrived = w[4];
   got.barrier_grid = w[5];
   got.barrier_cta = w[6];
-  if (!got.bad_routes && !got.barrier_timed_out)
+  if (!got.bad_routes && !got.barrier_timed_out && !got.capacity_exceeded)
     return MOK_OK;
   if (report)
     *report = got;
@@ -1703,6 +1738,14 @@ extern "C" mok_status mok_layer_take_report(mok_layer layer, void *stream,
       f << "; resetting the barrier failed: " << d->describe(r);
     return f;
   }
+  if (got.capacity_exceeded)
+    return Fail(MOK_ERROR_BAD_ROUTING)
+           << "top_experts: the routes sent to rank " << got.capacity_rank
+           << "'s experts (" << got.capacity_routes
+           << ", from all ranks) exceed the receive capacity recv_capacity = "
+           << layer->recvCapacity
+           << " (LayerSpec.recv_capacity): no rank of the group exchanged a "
+              "row, so this call's output is not defined";
   int64_t k = 1;
   for (int i : layer->inputs)
     if (layer->params[i].name == "top_experts" &&

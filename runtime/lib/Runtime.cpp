@@ -165,6 +165,8 @@ extern "C" const char *mok_dtype_name(mok_dtype dtype) {
     return "i32";
   case MOK_DTYPE_I64:
     return "i64";
+  case MOK_DTYPE_U8:
+    return "u8";
   }
   return "(unknown dtype)";
 }
@@ -178,6 +180,8 @@ extern "C" size_t mok_dtype_size(mok_dtype dtype) {
     return 4;
   case MOK_DTYPE_I64:
     return 8;
+  case MOK_DTYPE_U8:
+    return 1;
   }
   return 0;
 }

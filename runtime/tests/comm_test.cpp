@@ -27,7 +27,7 @@
 namespace {
 
 // An expert-parallel layer (ep = N) as the compiler's metadata version 5
-// describes one: hand-written, the compiler does not emit them yet.
+// describes one (the roles of its exchange, without the rest of a layer).
 std::string epLayer(int ep, int64_t symmetricBytes, int version = 5,
                     const std::string &extraParams = "",
                     const std::string &extraTop = "") {
@@ -45,7 +45,9 @@ std::string epLayer(int ep, int64_t symmetricBytes, int version = 5,
     {"name": "peers", "role": "peers", "dtype": "i64", "shape": [)" +
          std::to_string(ep) + R"(]},
     {"name": "rank", "role": "rank", "dtype": "i32", "shape": []},
-    {"name": "epoch", "role": "epoch", "dtype": "i64", "shape": []}]})";
+    {"name": "epoch", "role": "epoch", "dtype": "i64", "shape": []},
+    {"name": "symmetric", "role": "symmetric", "dtype": "u8", "shape": [)" +
+         std::to_string(symmetricBytes) + R"(]}]})";
   else
     s += extraParams + "]}";
   return s;
@@ -55,7 +57,8 @@ std::string epLayer(int ep, int64_t symmetricBytes, int version = 5,
 const char *kEpPtx =
     ".version 8.1\n.target sm_90a\n.address_size 64\n"
     ".visible .entry moe_ep_forward(\n  .param .u64 x,\n  .param .u64 out,\n"
-    "  .param .u64 peers,\n  .param .u32 rank,\n  .param .u64 epoch\n)\n"
+    "  .param .u64 peers,\n  .param .u32 rank,\n  .param .u64 epoch,\n"
+    "  .param .u64 symmetric\n)\n"
     "{\n  ret;\n}\n";
 
 alignas(64) unsigned char xs[4 * 64 * 2], outs[4 * 64 * 2];
@@ -294,6 +297,19 @@ void testExpertParallelMetadata() {
        "metadata: a kernel for ep = 4 without a parameter of role 'rank'"},
       {epLayer(4, 64, 5, rank + epochP),
        "without a parameter of role 'peers'"},
+      {epLayer(4, 64, 5, peers4 + rank + epochP),
+       "metadata: a kernel for ep = 4 without a parameter of role "
+       "'symmetric'"},
+      {epLayer(4, 64, 5, peers4 + rank + epochP + R"(,
+    {"name": "symmetric", "role": "symmetric", "dtype": "u8", "shape": [32]})"),
+       "metadata: params[5]: role 'symmetric' must be u8 [64] (the "
+       "symmetric_bytes of the exchange buffer)"},
+      {epLayer(4, 64, 5, peers4 + rank + epochP + R"(,
+    {"name": "symmetric", "role": "symmetric", "dtype": "i64", "shape": [64]})"),
+       "role 'symmetric' must be u8 [64]"},
+      {epLayer(1, -1, 5, R"(,
+    {"name": "symmetric", "role": "symmetric", "dtype": "u8", "shape": [8]})"),
+       "metadata: params[2]: role 'symmetric' in a kernel for ep = 1"},
   };
   for (auto &b : bad) {
     mok_layer l = nullptr;
@@ -691,12 +707,13 @@ static void testLayersOnNccl() {
     for (int r = 0; r < 2; ++r) {
       CHECK(mok_layer_forward(layers[r], a.in, 1, &a.out, nullptr) == MOK_OK);
       uint64_t p[8] = {};
-      CHECK(fakes.lastParams(p, 8) == 5);
+      CHECK(fakes.lastParams(p, 8) == 6);
       CHECK(p[0] == reinterpret_cast<uint64_t>(xs) &&
             p[1] == reinterpret_cast<uint64_t>(outs));
       CHECK(p[2] == reinterpret_cast<uint64_t>(ri[r].peer_table));
       CHECK(static_cast<uint32_t>(p[3]) == static_cast<uint32_t>(r));
       check(p[4] == step, "each forward passes the next epoch", __LINE__);
+      CHECK(p[5] == reinterpret_cast<uint64_t>(ri[r].address));
       uint64_t epoch = 0;
       CHECK(mok_layer_epoch(layers[r], &epoch) == MOK_OK && epoch == step);
     }
@@ -895,12 +912,13 @@ static void testLocalGroup() {
   for (int r = 0; r < 4; ++r) {
     CHECK(mok_layer_forward(layers[r], a.in, 1, &a.out, nullptr) == MOK_OK);
     uint64_t p[8] = {};
-    CHECK(fakes.lastParams(p, 8) == 5);
+    CHECK(fakes.lastParams(p, 8) == 6);
     mok_symmetric ex = nullptr;
     mok_layer_comm(layers[r], nullptr, &ex);
     mok_symmetric_info ei;
     mok_symmetric_get_info(ex, &ei);
     CHECK(p[2] == reinterpret_cast<uint64_t>(ei.peer_table));
+    CHECK(p[5] == reinterpret_cast<uint64_t>(ei.address));
     CHECK(static_cast<uint32_t>(p[3]) == static_cast<uint32_t>(r) && p[4] == 1);
     uint64_t peers[4];
     CHECK(mok_symmetric_read_peers(ex, peers, 4) == MOK_OK);

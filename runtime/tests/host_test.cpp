@@ -423,6 +423,7 @@ static std::string withEp(const std::string &ep) {
            R"({"name": "peers", "role": "peers", "dtype": "i64", "shape": [4]},
     {"name": "rank", "role": "rank", "dtype": "i32", "shape": []},
     {"name": "epoch", "role": "epoch", "dtype": "i64", "shape": []},
+    {"name": "symmetric", "role": "symmetric", "dtype": "u8", "shape": [4096]},
     )");
   return s;
 }
@@ -510,8 +511,8 @@ static void testLayerExpertParallelGroup() {
   CHECK(mok_layer_check(layer, in, 3, &o) == MOK_OK);
   mok_layer_destroy(layer);
 
-  // Compiled for ep = 4 (hand-written, version 5: the compiler does not
-  // emit expert-parallel kernels yet). The default group does not match:
+  // Compiled for ep = 4 (hand-written, version 5, without the layer's
+  // other parameters). The default group does not match:
   // setting size 1 is refused naming both sizes, and so are checks and
   // forwards of the layer until a communicator is bound (comm_test.cpp).
   layer = nullptr;

@@ -3,8 +3,7 @@
 communicators and symmetric buffers"): a real NCCL communicator of one rank
 (unique id, init, window registration, its peer table mapping the buffer's
 memory), torch's process group adopted, NCCL's error paths each named, and a
-local group of 4 ranks on the one GPU whose layers (a hand-written kernel:
-the compiler does not emit ep > 1 kernels yet) store into each other's
+local group of 4 ranks on the one GPU whose layers (a hand-written kernel) store into each other's
 exchange buffers through their peer tables, with their rank and epoch.
 
 One GPU allows one NCCL rank (NCCL refuses two ranks on one device): sizes
@@ -174,7 +173,8 @@ def _ep_kernel(ep):
   .param .u64 out,
   .param .u64 peers,
   .param .u32 rank,
-  .param .u64 epoch
+  .param .u64 epoch,
+  .param .u64 symmetric
 )
 {{
   .reg .pred %p;
@@ -207,7 +207,8 @@ def _ep_metadata(ep):
                 {"name": "out", "role": "output", "dtype": "bf16", "shape": [4, 64]},
                 {"name": "peers", "role": "peers", "dtype": "i64", "shape": [ep]},
                 {"name": "rank", "role": "rank", "dtype": "i32", "shape": []},
-                {"name": "epoch", "role": "epoch", "dtype": "i64", "shape": []}]}
+                {"name": "epoch", "role": "epoch", "dtype": "i64", "shape": []},
+                {"name": "symmetric", "role": "symmetric", "dtype": "u8", "shape": [4096]}]}
 
 
 def test_local_group_of_four_layers_store_into_each_other():

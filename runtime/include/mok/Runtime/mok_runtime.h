@@ -62,6 +62,9 @@ typedef enum mok_dtype {
   MOK_DTYPE_F32 = 2,
   MOK_DTYPE_I32 = 3,
   MOK_DTYPE_I64 = 4,
+  /* Bytes: an expert-parallel kernel's symmetric buffer (param role
+   * "symmetric"), never a caller's tensor. */
+  MOK_DTYPE_U8 = 5,
 } mok_dtype;
 
 typedef struct mok_tensor {
@@ -526,6 +529,12 @@ typedef struct mok_kernel_report {
    * kernel's results are not defined. */
   int32_t barrier_timed_out;
   int32_t barrier_index, barrier_arrived, barrier_grid, barrier_cta;
+  /* Expert parallelism: the routes sent to some rank's experts exceeded the
+   * receive capacity (the metadata's recv_capacity). Every rank of the
+   * group saw it and exchanged no row: the call's output is not defined.
+   * The first such rank and its routes (saturated to 2^31 - 1). */
+  int32_t capacity_exceeded;
+  int32_t capacity_rank, capacity_routes;
 } mok_kernel_report;
 
 /* Takes what the layer's kernels reported since the last take: with `wait`,
