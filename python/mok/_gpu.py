@@ -679,6 +679,13 @@ class GpuLayer:
                 given[p["name"]] = self._validate(p["name"], given[p["name"]], p)
         tensors, results = self._outputs(out, outputs, given)
         first = self.output["name"]
+        if self._call_tokens == 0 and self.meta.get("ep", 1) > 1:
+            # Every rank of the group must launch (the others wait for its
+            # counts and rows).
+            raise ValueError(
+                f"{self._token_input}: 0 tokens, but this layer is one rank of an "
+                f"expert-parallel group (ep = {self.meta['ep']}), whose kernels wait "
+                "for each other: pass one token row whose routes are all -1 instead")
         if self._call_tokens == 0:
             # Nothing to compute and nothing launched: empty token rows, and
             # zeros (or, added into, unchanged) for the rest.

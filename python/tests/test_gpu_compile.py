@@ -423,3 +423,44 @@ def test_training_compiles_forward_and_backward(target, tmp_path):
     assert "gate" not in {p["name"] for p in rec.backward.metadata["params"]
                           if p["role"] == "input"}
     assert mok.GpuTrainingArtifact.from_files(rec.save(str(tmp_path / "rec"))).recompute
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
+def test_expert_parallel_inference_kernel(target, tmp_path):
+    """ep = 4: one rank's inference forward, its exchange's parameters and
+    buffer in the metadata; the receive capacity into the plan."""
+    spec = mok.LayerSpec(hidden=64, intermediate=32, experts=16, top_k=2, tokens=40,
+                         shared_intermediate=16, padding=8, ep=4, recv_capacity=100)
+    art = mok.compile(spec, target=target, cache_dir=str(tmp_path))
+    meta = art.metadata
+    assert meta["ep"] == 4 and meta["recv_capacity"] == 100
+    assert meta["routed_capacity"] == 100 + 4 * 7
+    by_role = {p["role"]: p for p in meta["params"]}
+    assert by_role["peers"]["shape"] == [4] and by_role["peers"]["dtype"] == "i64"
+    assert by_role["rank"]["dtype"] == "i32" and by_role["rank"]["shape"] == []
+    assert by_role["epoch"]["dtype"] == "i64" and by_role["epoch"]["shape"] == []
+    assert by_role["symmetric"] == {"name": "symmetric", "role": "symmetric", "dtype": "u8",
+                                    "shape": [meta["symmetric_bytes"]]}
+    regions = {r["name"]: r["offset"] for r in meta["symmetric_layout"]}
+    assert list(regions) == ["flags", "matrix", "recv_origin", "recv_experts", "recv_x", "ret"]
+    assert all(o % 128 == 0 for o in regions.values())
+    # The return buffer (a row a route of this rank's tokens) ends the buffer.
+    assert meta["symmetric_bytes"] >= regions["ret"] + 40 * 2 * 64 * 2
+    inputs = [p["name"] for p in meta["params"] if p["role"] == "input"]
+    assert [p["shape"] for p in meta["params"] if p["name"] == "gate_weights"] == [[4, 32, 64]]
+    assert inputs[:3] == ["x", "top_experts", "router_weights"]
+    ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+    if os.path.exists(ptxas):
+        ptx = tmp_path / "k.ptx"
+        ptx.write_text(art.ptx)
+        subprocess.run([ptxas, f"-arch={target}", str(ptx), "-o", str(tmp_path / "k.cubin")],
+                       check=True)
+
+
+def test_expert_parallel_training_is_refused_by_name(tmp_path):
+    spec = mok.LayerSpec(hidden=64, intermediate=32, experts=16, top_k=2, tokens=40,
+                         padding=8, ep=4)
+    with pytest.raises(ValueError,
+                       match=r"expert parallelism \(ep = 4\) is implemented for the inference "
+                             r"forward only, not yet for the training forward"):
+        mok.compile(spec, target="sm_90a", training=True, cache_dir=str(tmp_path))

@@ -8,7 +8,9 @@
 // RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_100a -o %t/sm100 | FileCheck %s --check-prefix=FILES
 // RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_90a --profile --copy-dispatch -o %t/prof | FileCheck %s --check-prefix=FILES
 // RUN: FileCheck %s --check-prefix=PROFILE < %t/prof/qwen3_30b_a3b_moe.json
-// RUN: not mok-compile %mok_src_root/examples/deepseek-v3.mlir -o %t/ep 2>&1 | FileCheck %s --check-prefix=EP
+// RUN: mok-compile %mok_src_root/examples/deepseek-v3.mlir -o %t/ep | FileCheck %s --check-prefix=EPFILES
+// RUN: FileCheck %s --check-prefix=EP < %t/ep/deepseek_v3_moe.json
+// RUN: not mok-compile %mok_src_root/examples/deepseek-v3.mlir --training -o %t/ep-train 2>&1 | FileCheck %s --check-prefix=EPTRAIN
 // RUN: not mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir 2>&1 | FileCheck %s --check-prefix=USAGE
 // RUN: not mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_80 -o %t/x 2>&1 | FileCheck %s --check-prefix=CHIP
 // RUN: mok-compile %mok_src_root/examples/qwen3-30b-a3b.mlir --chip sm_90a --multicast -o %t/mc | FileCheck %s --check-prefix=FILES
@@ -54,7 +56,25 @@
 // PROFILE: "phases": [
 // PROFILE-NEXT: "plan: count",
 
-// EP: deepseek-v3.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-moe-to-mk: expert parallelism (ep = 8) is not supported yet
+// One rank of the 8-rank DeepSeek-V3 group: its exchange in the metadata
+// (the group size, the receive capacity 8 * 4096 * min(8, 32) routes by
+// default, the symmetric buffer a rank needs and its four parameters).
+// EPFILES: deepseek_v3_moe.ptx
+// EP: "ep": 8,
+// EP: "mok_metadata_version": 5,
+// EP: "name": "peers",
+// EP-NEXT: "role": "peers",
+// EP: "name": "rank",
+// EP-NEXT: "role": "rank",
+// EP: "name": "epoch",
+// EP-NEXT: "role": "epoch",
+// EP: "name": "symmetric",
+// EP-NEXT: "role": "symmetric",
+// EP-NEXT: "shape": [
+// EP-NEXT: 4238345472
+// EP: "recv_capacity": 262144,
+// EP: "symmetric_bytes": 4238345472,
+// EPTRAIN: deepseek-v3.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-moe-to-mk: expert parallelism (ep = 8) is implemented for the inference forward only, not yet for the training forward (saved context)
 // USAGE: mok-compile: an input file and -o OUTDIR are required
 // CHIP: mok-compile: invalid compile options: chip 'sm_80' is not supported; expected sm_90a or sm_100a
 

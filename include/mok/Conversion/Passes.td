@@ -171,8 +171,27 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
     the runtime checks the caller's tensors against those sizes and
     encodes those maps with them.
 
-    Not supported yet, and rejected with an error: expert parallelism
-    (ep > 1), and a dynamic token count without a capacity.
+    Expert parallelism (`ep = N > 1`, docs/ExpertParallel.md): an
+    inference forward becomes one rank's kernel with the exchange inside
+    it. Its extra parameters: `peers` (role "peers", `memref<N x i64>`, the
+    address of every rank's symmetric buffer), `rank` (role "rank", an i32
+    by value), `epoch` (role "epoch", an i64 by value, new at every launch)
+    and `symmetric` (role "symmetric", `memref<B x i8>`: this rank's
+    symmetric buffer, `symmetric_bytes` = B in `mok.kernel`, with its
+    regions' offsets in `symmetric_layout`); `recv_capacity` (the plan's,
+    or by default `N * T * min(k, E / N)`) sizes the receive and routed
+    buffers. The schedule: the routes counted per rank and per expert,
+    the counts stored into every rank (`mk.put_counts`, `mk.signal`,
+    `mk.wait`) and checked against the capacity (`mk.check_capacity`),
+    each token's row sent once to each rank it routes to (`mk.send_rows`),
+    the shared expert's gate/up while the rows cross, the local experts
+    planned over the received rows (`mk.received_rows`) and run as at
+    `ep = 1` (with the dispatch copy), each result returned to its source
+    (`mk.return_rows`) and combined there.
+
+    Not supported yet, and rejected with an error: a dynamic token count
+    without a capacity; at `ep > 1`, the training forward, the backward
+    and the warp-specialize, fuse-dispatch and multicast options.
   }];
   let options = [
     Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
@@ -217,6 +236,7 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
   ];
   let dependentDialects = ["::mlir::arith::ArithDialect",
                            "::mlir::gpu::GPUDialect",
+                           "::mlir::memref::MemRefDialect",
                            "::mok::mk::MKDialect"];
 }
 

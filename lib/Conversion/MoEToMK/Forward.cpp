@@ -14,13 +14,12 @@ using namespace mok::moe_to_mk;
 
 namespace {
 
-/// `tileM`: the rows of every tile (the A boxes); `storeTileN`: the output
-/// columns of the tiles of the GEMMs with one B operand (the down
-/// projections), whose B boxes have that many rows (128 with clusters of
-/// `cluster` = 2 CTAs).
-SmallVector<TensorMapSpec> tensorMapsFor(const Sizes &s, MapSlots &slots,
-                                         int64_t tileM, int64_t storeTileN,
-                                         int64_t cluster) {
+} // namespace
+
+SmallVector<TensorMapSpec>
+mok::moe_to_mk::forwardTensorMaps(const Sizes &s, MapSlots &slots,
+                                  int64_t tileM, int64_t storeTileN,
+                                  int64_t cluster) {
   // Clusters load B in 128-row halves (one per CTA of a pair).
   int64_t downBox = cluster > 1 ? sched::kTileN : storeTileN;
   int64_t rc = s.routedCapacity(), h = s.hidden, in = s.inter, e = s.experts;
@@ -59,6 +58,8 @@ SmallVector<TensorMapSpec> tensorMapsFor(const Sizes &s, MapSlots &slots,
   }
   return maps;
 }
+
+namespace {
 
 /// The phases of the schedule, in order: what lies between two barriers
 /// (profiling names them; emitSchedule checks it emits that many).
@@ -296,6 +297,8 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
 LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
                                           LayerOp layer,
                                           const PlanOptions &options) {
+  if (layer.getPlanType().getEp() > 1)
+    return planForwardEP(module, func, layer, options);
   MLIRContext *ctx = module.getContext();
   const mk::TargetSupport &support = options.support;
   StringRef chip = support.chip();
@@ -355,7 +358,7 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
       tileM = tall;
     if (support.whyNot(down, scheduleOf(tileM, 2 * sched::kTileN)).empty())
       storeTileN = 2 * sched::kTileN;
-    maps = tensorMapsFor(s, slots, tileM, storeTileN, cluster);
+    maps = forwardTensorMaps(s, slots, tileM, storeTileN, cluster);
     block = support.blockSize(scheduleOf(tileM, storeTileN));
   }
   // The options that change the tensor-core GEMMs are refused, not

@@ -27,7 +27,8 @@ std::string Sizes::whyTooLarge() const {
   // fp32 gradients, chunk_counts, and the tensor maps (128 bytes each, at
   // most 8 per expert).
   Size routes = mul(tokens, topK);
-  Size capacity = add(routes, mul(experts, padding - 1));
+  Size capacity =
+      add(maxRoutes ? Size(maxRoutes) : routes, mul(experts, padding - 1));
   int64_t cols = std::max({hidden, inter, sharedInter});
   Size sizes[] = {mul(routes, 8),
                   capacity,
@@ -89,17 +90,22 @@ DictionaryAttr mok::moe_to_mk::describeKernel(
         "call_rows", b.getDenseI64ArrayAttr({rows.scale, rows.offset}));
   };
   for (const Param &p : params) {
-    if (p.role == "tokens") { // the call's T, by value
+    // By value: the call's T, and an expert-parallel rank's rank and the
+    // launch's epoch.
+    if (p.role == "tokens" || p.role == "rank" || p.role == "epoch") {
       ps.push_back(b.getDictionaryAttr({
           b.getNamedAttr("name", b.getStringAttr(p.name)),
           b.getNamedAttr("role", b.getStringAttr(p.role)),
-          b.getNamedAttr("dtype", b.getStringAttr("i64")),
+          b.getNamedAttr("dtype",
+                         b.getStringAttr(p.role == "rank" ? "i32" : "i64")),
           b.getNamedAttr("shape", b.getDenseI64ArrayAttr({})),
       }));
       continue;
     }
     std::string dtype;
     llvm::raw_string_ostream(dtype) << p.type.getElementType();
+    if (dtype == "i8") // bytes (the symmetric buffer)
+      dtype = "u8";
     SmallVector<NamedAttribute> entry = {
         b.getNamedAttr("name", b.getStringAttr(p.name)),
         b.getNamedAttr("role", b.getStringAttr(p.role)),
@@ -190,7 +196,9 @@ gpu::GPUFuncOp mok::moe_to_mk::createKernel(OpBuilder &b, ModuleOp module,
   b.setInsertionPointToEnd(gpuModule.getBody());
   SmallVector<Type> argTypes;
   for (const Param &p : params)
-    argTypes.push_back(p.role == "tokens" ? Type(b.getI64Type())
+    argTypes.push_back(p.role == "tokens" || p.role == "epoch"
+                           ? Type(b.getI64Type())
+                       : p.role == "rank" ? Type(b.getI32Type())
                                           : Type(p.type));
   auto kernel = gpu::GPUFuncOp::create(b, layer->getLoc(), name + suffix.str(),
                                        b.getFunctionType(argTypes, {}));

@@ -79,13 +79,20 @@ struct Sizes {
     return anyTokens ? TokenSize{topK, 0} : TokenSize{};
   }
   TokenSize routedRows() const {
-    return anyTokens ? TokenSize{topK, experts * (padding - 1)} : TokenSize{};
+    return anyTokens && !maxRoutes ? TokenSize{topK, experts * (padding - 1)}
+                                   : TokenSize{};
   }
+  /// Expert parallelism (ep > 1): the group size, and the receive
+  /// capacity C (the most routes the rank's `experts` local experts
+  /// receive), which bounds the routed rows instead of T * k; the
+  /// received token rows are at most C too.
+  int64_t ep = 1, maxRoutes = 0;
   /// The dispatch copy fused into the gate/up GEMM's A loads (no mk.gather,
   /// no routed_x): sm_90a tensor-core kernels with fuse-dispatch.
   bool fusedDispatch = false;
+  int64_t routes() const { return maxRoutes ? maxRoutes : tokens * topK; }
   int64_t routedCapacity() const {
-    return tokens * topK + experts * (padding - 1);
+    return routes() + experts * (padding - 1);
   }
   /// Routes of a chunk of the routing plan: a warp's 32 routes a round
   /// (one thread walking them without whole warps), a multiple of 32, and few
@@ -94,12 +101,15 @@ struct Sizes {
   /// warps: dsv3-shard's 1024 chunks scanned in 7 us, qwen3-30b's 2048 in
   /// 28 us; by threads, 64 and <= 1024, scanned by one thread an expert,
   /// took 65 us of planning on dsv3-shard and 114 us on qwen3-30b.)
-  int64_t chunk() const {
-    int64_t routes = tokens * topK;
+  static int64_t chunkOf(int64_t routes) {
     int64_t chunk = std::max<int64_t>(32, (routes + 1023) / 1024);
     return (chunk + 31) / 32 * 32; // whole rounds of a warp
   }
-  int64_t chunks() const { return (tokens * topK + chunk() - 1) / chunk(); }
+  static int64_t chunksOf(int64_t routes) {
+    return (routes + chunkOf(routes) - 1) / chunkOf(routes);
+  }
+  int64_t chunk() const { return chunkOf(tokens * topK); }
+  int64_t chunks() const { return chunksOf(tokens * topK); }
   bool hasShared() const { return sharedInter > 0; }
   /// Why the kernel's buffers cannot be planned with these sizes (their
   /// element counts and byte sizes, and the routed capacity, must fit in
@@ -117,6 +127,17 @@ struct Sizes {
            padding % sched::kTileM == 0 && maxRows < (int64_t(1) << 31);
   }
 };
+
+/// The tensor maps of a forward kernel (slots in `slots`): `tileM` the
+/// rows of every tile (the A boxes); `storeTileN` the output columns of
+/// the GEMMs with one B operand, whose B boxes have that many rows (128
+/// with clusters of `cluster` = 2 CTAs).
+struct MapSlots;
+mlir::SmallVector<TensorMapSpec> forwardTensorMaps(const Sizes &s,
+                                                   MapSlots &slots,
+                                                   int64_t tileM,
+                                                   int64_t storeTileN,
+                                                   int64_t cluster);
 
 /// The slots of the tensor maps of a tensor-core kernel.
 struct MapSlots {
@@ -246,6 +267,9 @@ template <typename LayerLike> Sizes sizesOf(LayerLike layer) {
           plan.getTopK(),
           plan.getPadding()};
   s.anyTokens = anyTokens;
+  s.ep = plan.getEp();
+  if (s.ep > 1)
+    s.maxRoutes = plan.getReceiveCapacity();
   if (layer.hasSharedExpert())
     s.sharedInter = mlir::cast<mlir::RankedTensorType>(
                         layer.getSharedWeights()[0].getType())
@@ -285,6 +309,10 @@ struct PlanOptions {
 /// new gpu.module of `module`; fails with a diagnostic.
 mlir::LogicalResult planForward(mlir::ModuleOp module, mlir::func::FuncOp func,
                                 moe::LayerOp layer, const PlanOptions &options);
+/// An expert-parallel (ep > 1) inference forward (ExpertParallel.cpp).
+mlir::LogicalResult planForwardEP(mlir::ModuleOp module,
+                                  mlir::func::FuncOp func, moe::LayerOp layer,
+                                  const PlanOptions &options);
 /// The same for a backward, `<func>_backward`.
 mlir::LogicalResult planBackward(mlir::ModuleOp module, mlir::func::FuncOp func,
                                  moe::LayerGradOp grad,

@@ -14,6 +14,8 @@
 #include "mok/Conversion/MoEToMK/MoEToMK.h"
 #include "KernelPlan.h"
 
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+
 namespace mok {
 #define GEN_PASS_DEF_CONVERTMOETOMK
 #include "mok/Conversion/Passes.h.inc"
@@ -76,10 +78,30 @@ struct ConvertMoEToMKPass
         return WalkResult::advance();
       PlanType plan = isa<LayerOp>(op) ? cast<LayerOp>(op).getPlanType()
                                        : cast<LayerGradOp>(op).getPlanType();
+      // Expert parallelism: the inference forward, with the GEMMs'
+      // default schedules (docs/ExpertParallel.md).
       if (plan.getEp() != 1) {
-        op->emitError() << "convert-moe-to-mk: expert parallelism (ep = "
-                        << plan.getEp() << ") is not supported yet";
-        return WalkResult::interrupt();
+        bool training =
+            isa<LayerGradOp>(op) || cast<LayerOp>(op).savesContext();
+        if (training) {
+          op->emitError()
+              << "convert-moe-to-mk: expert parallelism (ep = " << plan.getEp()
+              << ") is implemented for the inference forward only, not yet "
+              << (isa<LayerGradOp>(op) ? "for the backward (moe.layer_grad)"
+                                       : "for the training forward (saved "
+                                         "context)");
+          return WalkResult::interrupt();
+        }
+        if (warpSpecialize || fuseDispatch || multicast) {
+          op->emitError() << "convert-moe-to-mk: "
+                          << (warpSpecialize ? "warp-specialize"
+                              : fuseDispatch ? "fuse-dispatch"
+                                             : "multicast")
+                          << " is not implemented with expert parallelism "
+                             "(ep = "
+                          << plan.getEp() << ") yet";
+          return WalkResult::interrupt();
+        }
       }
       if (!plan.hasStaticTokens() && !plan.getMaxTokens()) {
         op->emitError("convert-moe-to-mk: a dynamic token count needs a "

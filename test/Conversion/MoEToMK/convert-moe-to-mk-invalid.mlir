@@ -48,18 +48,6 @@ func.func @huge_weights(%x: tensor<8x1099511627776xbf16>, %top: tensor<8x2xi32>,
 
 // -----
 
-func.func @expert_parallel(%x: tensor<8x64xbf16>, %top: tensor<8x2xi32>, %rw: tensor<8x2xf32>,
-                           %wg: tensor<2x32x64xbf16>, %wd: tensor<2x64x32xbf16>) -> tensor<8x64xbf16> {
-  // expected-error @+1 {{convert-moe-to-mk: expert parallelism (ep = 2) is not supported yet}}
-  %o = moe.layer %x, %top, %rw, gate %wg, up %wg, down %wd
-      plan !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 2, padding = 8>
-      : (tensor<8x64xbf16>, tensor<8x2xi32>, tensor<8x2xf32>, tensor<2x32x64xbf16>,
-         tensor<2x32x64xbf16>, tensor<2x64x32xbf16>) -> tensor<8x64xbf16>
-  return %o : tensor<8x64xbf16>
-}
-
-// -----
-
 func.func @unfused(%x: tensor<8x64xbf16>, %top: tensor<8x2xi32>) -> !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 1, padding = 8> {
   // expected-error @+1 {{convert-moe-to-mk: 'moe.plan' must be fused first (run --moe-fuse-layer)}}
   %p = moe.plan %top : tensor<8x2xi32> -> !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 1, padding = 8>
