@@ -142,8 +142,46 @@ def call_tokens(case):
     return sorted({1, min(67, cap), case["fixed_tokens"], cap})
 
 
+# Expert parallelism (ep = N): one rank's layer, run by
+# python/tests/gpu/test_gpu_expert_parallel.py as N instances in one process
+# on the one GPU (a local group: each kernel on its own stream, 1/N of the
+# multiprocessors each), against the ep = 1 layer over all E experts (its
+# twin "<name>-ep1", compiled with ep = 1) and float64. `tokens` is each
+# rank's T (`rank_tokens` gives each rank's own for a layer for any T).
+EP_CASES = {
+    # Tensor-core GEMMs, a shared expert, 4 ranks of 8 experts.
+    "ep4_shared": dict(tokens=200, hidden=1024, intermediate=512, experts=32, top_k=4,
+                       padding=64, shared_intermediate=512, ep=4),
+    # 2 ranks, skewed (Zipf) routing, -1 routes and zero weights, top-8.
+    "ep2_skewed": dict(tokens=300, hidden=2048, intermediate=768, experts=16, top_k=8,
+                       padding=128, routing="zipf", drop=0.2, zero=0.1, ep=2),
+    # 8 ranks of 2 experts; only rank 0..5's experts used: ranks 6 and 7
+    # receive nothing.
+    "ep8_idle_ranks": dict(tokens=64, hidden=256, intermediate=128, experts=16, top_k=2,
+                           padding=64, used=list(range(12)), ep=8),
+    # Scalar GEMMs (H = 96 fits no tile), a clamp, int64 ids.
+    "ep4_simt_clamp": dict(tokens=50, hidden=96, intermediate=48, experts=8, top_k=2,
+                           padding=8, swiglu_limit=1.0, expert_id_dtype="int64", ep=4),
+    # Any T: each rank its own T (1, 67, the capacity, 20).
+    "ep4_any_tokens": dict(tokens=None, max_tokens=128, rank_tokens=[1, 67, 128, 20],
+                           hidden=512, intermediate=256, experts=16, top_k=2, padding=64,
+                           shared_intermediate=256, ep=4),
+    # A receive capacity below what skewed routing sends one rank: refused
+    # by name on every rank.
+    "ep2_capacity": dict(tokens=64, hidden=256, intermediate=128, experts=8, top_k=2,
+                         padding=64, used=[0, 1], ep=2, recv_capacity=40),
+}
+
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
-               "shared_intermediate", "swiglu_limit", "expert_id_dtype", "max_tokens")
+               "shared_intermediate", "swiglu_limit", "expert_id_dtype", "max_tokens",
+               "ep", "recv_capacity")
+
+
+def ep1_twin(case):
+    """The spec fields of an EP case's ep = 1 twin: all E experts, a rank's
+    tokens (any T: the capacity)."""
+    spec = {k: v for k, v in spec_kwargs(case).items() if k not in ("ep", "recv_capacity")}
+    return spec
 
 
 def spec_kwargs(case):

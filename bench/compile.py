@@ -32,8 +32,8 @@ import argparse
 import concurrent.futures
 import os
 
-from bench.cases import (ANY_TOKENS_CASES, CASES, MAIN_GRAD_CASES, TRAIN_CASES,
-                         compile_kwargs, spec_kwargs)
+from bench.cases import (ANY_TOKENS_CASES, CASES, EP_CASES, MAIN_GRAD_CASES, TRAIN_CASES,
+                         compile_kwargs, ep1_twin, spec_kwargs)
 from bench.shapes import FORWARD_SHAPES, SHAPES
 
 # The cases python/tests/gpu/test_gpu_profile.py compiles with profile=True
@@ -52,6 +52,9 @@ def test_layers():
               for name, case in table.items()]
     layers += [(name + "-profile", spec_kwargs(CASES[name]),
                 dict(compile_kwargs(CASES[name]), profile=True)) for name in PROFILED]
+    for name, case in EP_CASES.items():
+        layers.append((name, spec_kwargs(case), compile_kwargs(case)))
+        layers.append((name + "-ep1", ep1_twin(case), compile_kwargs(case)))
     return layers
 
 

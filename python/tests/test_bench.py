@@ -185,13 +185,20 @@ def test_compile_lists_every_test_layer_once():
     assert len(names) == len(set(names))
     assert set(names) == (set(cases.CASES) | set(cases.TRAIN_CASES) | set(cases.MAIN_GRAD_CASES)
                           | set(cases.ANY_TOKENS_CASES)
-                          | {n + "-profile" for n in comp.PROFILED})
+                          | {n + "-profile" for n in comp.PROFILED}
+                          | set(cases.EP_CASES) | {n + "-ep1" for n in cases.EP_CASES})
     by_name = {n: (spec, options) for n, spec, options in layers}
     assert by_name["top1_clamp-profile"][1]["profile"] is True
     assert by_name["train_top1_clamp"][1]["training"] is True
     assert by_name["maingrad_shared_tall"][1]["main_grads"] is True
     assert by_name["ws_top1_clamp"][1]["warp_specialize"] is True
     assert by_name["shared_clamp_i64"][0]["expert_id_dtype"] == "int64"
+    # An expert-parallel case and its ep = 1 twin over all the experts.
+    assert by_name["ep2_capacity"][0]["ep"] == 2
+    assert by_name["ep2_capacity"][0]["recv_capacity"] == 40
+    assert "ep" not in by_name["ep2_capacity-ep1"][0]
+    assert "recv_capacity" not in by_name["ep2_capacity-ep1"][0]
+    assert by_name["ep4_any_tokens-ep1"][0]["max_tokens"] == 128
 
 
 def test_compile_shapes_and_their_twins():

@@ -1,0 +1,178 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""Expert parallelism on the one GPU (docs/ExpertParallel.md): each case of
+bench/cases.py's EP_CASES runs as N layer instances in one process, a local
+group (mok.Communicator.local_group: each rank's symmetric buffer a device
+allocation, its peer table filled from the others'), launched concurrently
+on N streams with each grid 1/N of the multiprocessors so that every rank's
+CTAs are resident at once. The kernels run the real in-kernel exchange
+(counts, rows and results stored into each other's buffers, epoch flags);
+only the source of the peer addresses differs from NCCL's.
+
+Each rank's output is checked bitwise against the ep = 1 layer over all E
+experts (the case's "-ep1" twin) on the rank's tokens, and against float64
+(relative error <= 1e-2), every output poisoned (NaN) first, on fresh random
+inputs; calls repeat (new epochs) with other inputs; a receive capacity
+exceeded is refused by name on every rank."""
+import os
+
+import pytest
+
+from bench import torch_reference
+from bench.cases import EP_CASES
+from gpu_layers import ARTIFACTS, fresh_seed
+from gpu_results import RESULTS
+
+import mok
+
+REL_BOUND = 1e-2
+
+
+def _artifact(name):
+    path = os.path.join(ARTIFACTS, name, "moe_layer")
+    if not os.path.exists(path + ".ptx"):
+        pytest.fail(f"{path}.ptx is missing: run python3 -m bench.compile tests")
+    return mok.GpuArtifact.from_files(path)
+
+
+def _rank_tokens(c):
+    return c.get("rank_tokens") or [c["tokens"]] * c["ep"]
+
+
+def _group_inputs(c, gen):
+    """The whole group's problem: one set of E experts' weights and every
+    rank's tokens (its x, top_experts, router_weights), as make_inputs
+    draws them for all the tokens at once, split by rank."""
+    tokens = _rank_tokens(c)
+    everything = torch_reference.make_inputs(c, gen, tokens=sum(tokens))
+    ranks, start = [], 0
+    for t in tokens:
+        ranks.append({n: v[start:start + t] for n, v in everything.items()
+                      if n in ("x", "top_experts", "router_weights")})
+        start += t
+    weights = {n: v for n, v in everything.items() if n.endswith("_weights")
+               and n != "router_weights"}
+    return ranks, weights
+
+
+def _rank_args(c, rank, tokens_of_rank, weights):
+    local = c["experts"] // c["ep"]
+    args = dict(tokens_of_rank)
+    for n, w in weights.items():
+        args[n] = w[rank * local:(rank + 1) * local] if not n.startswith("shared") else w
+    return args
+
+
+def _run_group(layers, args):
+    """Launches every rank's layer on a stream of its own (concurrent),
+    then waits; the outputs, and each rank's report checked."""
+    import torch
+    streams = [torch.cuda.Stream() for _ in layers]
+    torch.cuda.synchronize()
+    outs = []
+    for layer, s, a in zip(layers, streams, args):
+        with torch.cuda.stream(s):
+            outs.append(layer(**a))
+    torch.cuda.synchronize()
+    for layer, s in zip(layers, streams):
+        with torch.cuda.stream(s):
+            layer.check_errors()
+    return outs
+
+
+def _load_group(name, n):
+    import torch
+    art = _artifact(name)
+    comms = mok.Communicator.local_group(n)
+    layers = [art.load(comm=comm, poison_outputs=True) for comm in comms]
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    for layer in layers:
+        layer.set_grid(sms // n)
+    return layers, comms
+
+
+CHECKED = [n for n, c in EP_CASES.items() if not c.get("recv_capacity")]
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_group_matches_ep1_and_float64(name):
+    import torch
+    c = EP_CASES[name]
+    n = c["ep"]
+    layers, comms = _load_group(name, n)
+    reference = _artifact(name + "-ep1").load(poison_outputs=True)
+    gen = torch.Generator().manual_seed(fresh_seed())
+    for call in range(3):  # new inputs and a new epoch each call
+        ranks, weights = _group_inputs(c, gen)
+        args = [_rank_args(c, r, ranks[r], weights) for r in range(n)]
+        outs = _run_group(layers, args)
+        for r in range(n):
+            full = dict(ranks[r], **weights)
+            tokens = full["x"].shape[0]
+            out = outs[r]
+            assert list(out.shape) == [tokens, c["hidden"]]
+            assert not torch.isnan(out).any(), f"{name} rank {r}: NaN (unwritten rows?)"
+            ref64 = torch_reference.forward(full, c["experts"], c.get("swiglu_limit"))
+            rel = torch_reference.relative_error(out, ref64)
+            RESULTS.append(dict(case=f"{name}[{r}]#{call}", T=tokens, H=c["hidden"],
+                                I=c["intermediate"], E=c["experts"], k=c["top_k"], rel=rel,
+                                max=(out.double() - ref64).abs().max().item(), ms=0.0))
+            assert rel <= REL_BOUND, f"{name} rank {r}: relative error {rel:.3e}"
+            ep1 = reference(**full)
+            torch.cuda.synchronize()
+            assert torch.equal(out, ep1), (
+                f"{name} rank {r}: differs from the ep = 1 layer (max "
+                f"{(out.float() - ep1.float()).abs().max().item():.3e})")
+    for layer in layers:
+        assert layer.epoch == 3
+
+
+def test_capacity_exceeded_is_refused_on_every_rank():
+    import torch
+    name = "ep2_capacity"
+    c = EP_CASES[name]
+    layers, comms = _load_group(name, c["ep"])
+    gen = torch.Generator().manual_seed(fresh_seed())
+    ranks, weights = _group_inputs(c, gen)  # every route to rank 0's experts
+    args = [_rank_args(c, r, ranks[r], weights) for r in range(c["ep"])]
+    streams = [torch.cuda.Stream() for _ in layers]
+    torch.cuda.synchronize()
+    for layer, s, a in zip(layers, streams, args):
+        with torch.cuda.stream(s):
+            layer(**a)
+    torch.cuda.synchronize()
+    for layer, s in zip(layers, streams):
+        with torch.cuda.stream(s), pytest.raises(mok.MokRuntimeError) as e:
+            layer.check_errors()
+        assert ("exceed the receive capacity recv_capacity = 40" in str(e.value)
+                and "rank 0's experts" in str(e.value)), str(e.value)
+    # The group goes on: a call within the capacity (routes spread over
+    # both ranks' experts) is correct afterwards.
+    spread = dict(c, used=list(range(c["experts"])), tokens=8)
+    ranks, weights = _group_inputs(spread, gen)
+    args = [_rank_args(c, r, dict(ranks[r], **{}), weights) for r in range(c["ep"])]
+    for r in range(c["ep"]):
+        for n_ in ("x", "top_experts", "router_weights"):
+            pad = torch.zeros((c["tokens"] - 8,) + tuple(args[r][n_].shape[1:]),
+                              dtype=args[r][n_].dtype, device=args[r][n_].device)
+            if n_ == "top_experts":
+                pad -= 1
+            args[r][n_] = torch.cat([args[r][n_], pad])
+    outs = _run_group(layers, args)
+    for r in range(c["ep"]):
+        full = {n_: v for n_, v in args[r].items() if n_ in ("x", "top_experts", "router_weights")}
+        full.update(weights)
+        ref64 = torch_reference.forward(full, c["experts"], c.get("swiglu_limit"))
+        assert torch_reference.relative_error(outs[r], ref64) <= REL_BOUND
+
+
+def test_zero_tokens_is_refused_by_name():
+    import torch
+    name = "ep4_any_tokens"
+    c = EP_CASES[name]
+    art = _artifact(name)
+    comms = mok.Communicator.local_group(c["ep"])
+    layer = art.load(comm=comms[0])
+    gen = torch.Generator().manual_seed(fresh_seed())
+    ranks, weights = _group_inputs(dict(c, rank_tokens=[0, 1, 1, 1]), gen)
+    with pytest.raises(ValueError, match="one rank of an expert-parallel group"):
+        layer(**_rank_args(c, 0, ranks[0], weights))
