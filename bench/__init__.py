@@ -10,8 +10,9 @@ package, e.g. build-gpu/python):
 - the benchmarks: `moe_forward` and `moe_training` (mok against the
   plain-PyTorch layer), `peers` (mok beside open-source MoE kernels),
   `main_grad`, `power`, `call_time`, `host_overhead`, `ab` (compiled
-  variants side by side) and the Nsight Compute drivers (`ncu.sh`,
-  `ncu_forward`, `ncu_training`).
+  variants side by side), `ep_multi_gpu` (expert parallelism on several
+  GPUs, under torchrun, against a torch.distributed baseline) and the
+  Nsight Compute drivers (`ncu.sh`, `ncu_forward`, `ncu_training`).
 
 The one-command GPU runs that use them are scripts/gpu/run_h200.sh and
 scripts/gpu/ab.sh.
