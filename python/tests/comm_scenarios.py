@@ -265,7 +265,8 @@ def two_ranks():
             params = fake.last_params()
             assert params[2] == layer.exchange.peer_table
             assert params[3] & 0xFFFFFFFF == r and params[4] == step == layer.epoch
-            assert params[5] == layer.exchange.address
+            # Its own buffer as its peer table holds it (NCCL's mapping).
+            assert params[5] == layer.exchange.peers()[r]
     raises(mok.MokRuntimeError, "buffer: a layer's exchange buffer (unbind the layer "
            "instead)", layers[0].exchange.free)
     raises(mok.MokRuntimeError, "comm: 1 layer(s) are bound to it", comms[0].destroy)

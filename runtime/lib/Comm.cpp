@@ -160,6 +160,15 @@ mok_status allGatherWords(mok_comm c, const uint64_t *mine, size_t words,
   return done(MOK_OK);
 }
 
+/// Zeroes `bytes` at `address` and waits for it (cuMemsetD8 runs on the
+/// legacy default stream, which kernels on non-blocking streams, torch's,
+/// do not wait for: a kernel must never see the last binding's flags).
+CUresult zeroNow(const Driver *d, CUdeviceptr address, size_t bytes) {
+  if (CUresult r = d->memsetD8(address, 0, bytes); r != CUDA_SUCCESS)
+    return r;
+  return d->streamSynchronize(nullptr);
+}
+
 /// Uploads `peers` into the device table `table` (legacy default stream,
 /// waited for).
 mok_status uploadTable(const Driver *d, CUdeviceptr table,
@@ -258,9 +267,9 @@ mok_status allocNccl(mok_comm c, size_t bytes, mok_symmetric_s &s) {
     localStatus = MOK_ERROR_NCCL;
     localError = "ncclMemAlloc (" + std::to_string(bytes) +
                  " bytes): " + n->describe(r, c->ncclComm);
-  } else if (CUresult e = d->memsetD8(
-                 static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(memory)),
-                 0, bytes);
+  } else if (CUresult e = zeroNow(
+                 d, static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(memory)),
+                 bytes);
              e != CUDA_SUCCESS) {
     localStatus = MOK_ERROR_CUDA;
     localError = "zeroing the symmetric buffer: " + d->describe(e);
@@ -333,6 +342,12 @@ mok_status allocNccl(mok_comm c, size_t bytes, mok_symmetric_s &s) {
     return undo(e);
   }
   s.address = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(memory));
+  // The rank's own entry of its table: NCCL's window maps the memory a
+  // second time, and a kernel must reach its own buffer through one
+  // address only (the one its peers' tables also hold for it), or its
+  // stores through the table and its loads through the other would not be
+  // ordered.
+  s.self = static_cast<CUdeviceptr>(peers[c->rank]);
   s.bytes = bytes;
   s.table = table;
   s.window = win;
@@ -376,10 +391,10 @@ mok_status allocLocal(mok_comm c, size_t bytes, mok_symmetric_s &s) {
                 << "allocating the peer table (" << 8 * c->size
                 << " bytes): " << d->describe(r));
   }
-  if (CUresult r = d->memsetD8(buffer, 0, bytes); r != CUDA_SUCCESS)
+  if (CUresult r = zeroNow(d, buffer, bytes); r != CUDA_SUCCESS)
     return undo(Fail(MOK_ERROR_CUDA)
                 << "zeroing the symmetric buffer: " << d->describe(r));
-  if (CUresult r = d->memsetD8(table, 0, 8 * static_cast<size_t>(c->size));
+  if (CUresult r = zeroNow(d, table, 8 * static_cast<size_t>(c->size));
       r != CUDA_SUCCESS)
     return undo(Fail(MOK_ERROR_CUDA)
                 << "zeroing the peer table: " << d->describe(r));
@@ -404,7 +419,7 @@ mok_status allocLocal(mok_comm c, size_t bytes, mok_symmetric_s &s) {
   ++w->arrived;
   g.windows[sequence] = w;
   ++c->allocations;
-  s.address = buffer;
+  s.address = s.self = buffer;
   s.bytes = bytes;
   s.table = table;
   s.local = std::move(w);
@@ -514,7 +529,7 @@ mok_status mok::runtime::resetForLayer(mok_symmetric s, size_t bytes) {
   const Driver *d = c->driver;
   if (mok_status e = makeCurrent(c))
     return e;
-  if (CUresult r = d->memsetD8(s->address, 0, s->bytes); r != CUDA_SUCCESS)
+  if (CUresult r = zeroNow(d, s->address, s->bytes); r != CUDA_SUCCESS)
     return Fail(MOK_ERROR_CUDA)
            << "buffer: zeroing it: " << d->describe(r);
   if (c->kind == CommKind::Local)

@@ -48,6 +48,9 @@ struct mok_comm_s {
 struct mok_symmetric_s {
   mok_comm comm = nullptr;
   CUdeviceptr address = 0;
+  // The buffer as this rank's kernels address it: its own peer-table entry
+  // (NCCL: its window's mapping; a local group: `address`).
+  CUdeviceptr self = 0;
   size_t bytes = 0;
   CUdeviceptr table = 0;           // the peer table, comm->size uint64
   void *window = nullptr;          // NCCL: the ncclWindow_t

@@ -36,8 +36,9 @@ std::string bufferName(gpu::GPUFuncOp func, Value v) {
 /// Within one barrier interval, a buffer written by one op may not be read
 /// or written by another: other CTAs see the writes only after the barrier.
 /// The exchange's stores into the peers' symmetric buffers are seen, on
-/// every rank, after the mk.wait of their signal: an mk.wait ends their
-/// interval (and the signals' own, whose flags it reads). An mk.signal publishes what the grid stored before it, so the
+/// every rank, after the mk.wait of their signal: an mk.wait ends the
+/// interval of mk.put_counts' stores (and of the signals', whose flags it
+/// reads). An mk.signal publishes what the grid stored before it, so the
 /// grid-wide exchange stores (mk.send_rows, mk.return_rows) need a grid
 /// barrier between them and it (mk.put_counts stores from the first CTA,
 /// which the signal's CTA barrier orders).
@@ -51,9 +52,10 @@ LogicalResult checkBarrierIntervals(gpu::GPUFuncOp func) {
     }
     if (!isa<mk::MKDialect>(op.getDialect()))
       continue;
+    // (The grid-wide stores, mk.send_rows and mk.return_rows, need a grid
+    // barrier before their signal, which ends their interval anyway.)
     auto exchange = [](Operation *o) {
-      return isa<mk::PutCountsOp, mk::SendRowsOp, mk::ReturnRowsOp,
-                 mk::SignalOp>(o);
+      return isa<mk::PutCountsOp, mk::SignalOp>(o);
     };
     if (isa<mk::SignalOp>(op))
       for (auto [v, w] : writer)
