@@ -172,6 +172,32 @@ EP_CASES = {
                          padding=64, used=[0, 1], ep=2, recv_capacity=40),
 }
 
+# Expert-parallel training (forward with the saved context, backward): run
+# by test_gpu_expert_parallel.py as a group like EP_CASES, against the
+# ep = 1 training layer over every rank's tokens concatenated ("-ep1": T =
+# ep * tokens), whose weight gradients' rows [r*E/ep, (r+1)*E/ep) are rank
+# r's, and against float64.
+EP_TRAIN_CASES = {
+    # Tensor-core GEMMs, a shared expert, 4 ranks of 4 experts.
+    "train_ep4_shared": dict(tokens=64, hidden=512, intermediate=256, experts=16, top_k=4,
+                             padding=64, shared_intermediate=256, ep=4, training=True),
+    # Scalar GEMMs, a clamp, -1 routes, 2 ranks.
+    "train_ep2_simt": dict(tokens=40, hidden=96, intermediate=48, experts=8, top_k=2,
+                           padding=8, swiglu_limit=1.0, drop=0.2, ep=2, training=True),
+    # main_grad += dW for the local experts, skewed routing.
+    "maingrad_ep2": dict(tokens=64, hidden=512, intermediate=256, experts=8, top_k=2,
+                         padding=64, routing="zipf", ep=2, training=True, main_grads=True),
+}
+
+
+def ep_train_twin(case):
+    """The spec fields of an EP training case's ep = 1 twin: all E experts
+    and every rank's tokens."""
+    spec = ep1_twin(case)
+    spec["tokens"] = case["tokens"] * case["ep"]
+    return spec
+
+
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
                "shared_intermediate", "swiglu_limit", "expert_id_dtype", "max_tokens",
                "ep", "recv_capacity")

@@ -32,8 +32,8 @@ import argparse
 import concurrent.futures
 import os
 
-from bench.cases import (ANY_TOKENS_CASES, CASES, EP_CASES, MAIN_GRAD_CASES, TRAIN_CASES,
-                         compile_kwargs, ep1_twin, spec_kwargs)
+from bench.cases import (ANY_TOKENS_CASES, CASES, EP_CASES, EP_TRAIN_CASES, MAIN_GRAD_CASES,
+                         TRAIN_CASES, compile_kwargs, ep1_twin, ep_train_twin, spec_kwargs)
 from bench.shapes import FORWARD_SHAPES, SHAPES
 
 # The cases python/tests/gpu/test_gpu_profile.py compiles with profile=True
@@ -55,6 +55,9 @@ def test_layers():
     for name, case in EP_CASES.items():
         layers.append((name, spec_kwargs(case), compile_kwargs(case)))
         layers.append((name + "-ep1", ep1_twin(case), compile_kwargs(case)))
+    for name, case in EP_TRAIN_CASES.items():
+        layers.append((name, spec_kwargs(case), compile_kwargs(case)))
+        layers.append((name + "-ep1", ep_train_twin(case), compile_kwargs(case)))
     return layers
 
 

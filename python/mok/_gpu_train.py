@@ -55,11 +55,14 @@ class GpuTrainingArtifact(Artifact):
         saved = [p for p in fwd.metadata["params"] if p["role"] == "output"][1:]
         return GpuTrainingArtifact(fwd, bwd, recompute=not saved)
 
-    def load(self, device=None, poison_outputs=False):
+    def load(self, device=None, poison_outputs=False, comm=None):
         """A GpuTrainingLayer on CUDA `device` (None: torch's current
-        device); `poison_outputs`: fill what it allocates with NaN before
-        each launch (see GpuLayer)."""
-        return GpuTrainingLayer(self, device, poison_outputs)
+        device, or `comm`'s); `poison_outputs`: fill what it allocates with
+        NaN before each launch (see GpuLayer); `comm`: the mok.Communicator
+        of N ranks a layer compiled for ep = N > 1 runs on (both kernels are
+        bound to it, each with its own exchange buffer: every rank loads its
+        layers in the same order)."""
+        return GpuTrainingLayer(self, device, poison_outputs, comm=comm)
 
 
 class GpuTrainingLayer:
@@ -83,9 +86,12 @@ class GpuTrainingLayer:
     the bound storage unchanged between a forward and its backward, as
     autograd would for saved weights."""
 
-    def __init__(self, artifact, device=None, poison_outputs=False):
-        self._init(artifact, GpuLayer(artifact.forward, device, poison_outputs=poison_outputs),
-                   GpuLayer(artifact.backward, device, poison_outputs=poison_outputs))
+    def __init__(self, artifact, device=None, poison_outputs=False, comm=None):
+        self._init(artifact,
+                   GpuLayer(artifact.forward, device, poison_outputs=poison_outputs,
+                            comm=comm),
+                   GpuLayer(artifact.backward, device, poison_outputs=poison_outputs,
+                            comm=comm))
 
     def _init(self, artifact, forward, backward):
         self.artifact = artifact

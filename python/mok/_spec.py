@@ -40,8 +40,9 @@ class LayerSpec:
     padding: each expert's rows are padded to a multiple of this (power of 2).
     ep: expert-parallel group size N: each rank holds E/N local experts
     (docs/ExpertParallel.md). The CPU target runs a group of N ranks in
-    one process; the GPU targets compile one rank's inference forward,
-    loaded with a communicator of N ranks (training at ep > 1: not yet).
+    one process; the GPU targets compile one rank's kernels (forward, and
+    with training=True the training forward and backward), loaded with a
+    communicator of N ranks.
     expert_id_dtype: "int32" or "int64", the dtype of top_experts.
     recv_capacity (ep > 1): the most routes one rank's experts may receive
     in one call, from all ranks together; it sizes a rank's receive

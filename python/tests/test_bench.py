@@ -186,7 +186,9 @@ def test_compile_lists_every_test_layer_once():
     assert set(names) == (set(cases.CASES) | set(cases.TRAIN_CASES) | set(cases.MAIN_GRAD_CASES)
                           | set(cases.ANY_TOKENS_CASES)
                           | {n + "-profile" for n in comp.PROFILED}
-                          | set(cases.EP_CASES) | {n + "-ep1" for n in cases.EP_CASES})
+                          | set(cases.EP_CASES) | {n + "-ep1" for n in cases.EP_CASES}
+                          | set(cases.EP_TRAIN_CASES)
+                          | {n + "-ep1" for n in cases.EP_TRAIN_CASES})
     by_name = {n: (spec, options) for n, spec, options in layers}
     assert by_name["top1_clamp-profile"][1]["profile"] is True
     assert by_name["train_top1_clamp"][1]["training"] is True
@@ -199,6 +201,8 @@ def test_compile_lists_every_test_layer_once():
     assert "ep" not in by_name["ep2_capacity-ep1"][0]
     assert "recv_capacity" not in by_name["ep2_capacity-ep1"][0]
     assert by_name["ep4_any_tokens-ep1"][0]["max_tokens"] == 128
+    assert by_name["train_ep4_shared-ep1"][0]["tokens"] == 4 * 64
+    assert by_name["maingrad_ep2"][1]["main_grads"] is True
 
 
 def test_compile_shapes_and_their_twins():

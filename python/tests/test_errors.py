@@ -130,14 +130,15 @@ def test_unsupported_target_and_ep(tmp_path):
                                          "plan's max_tokens"):
         mok.compile(dynamic.to_mlir(), target="sm_90a", cache_dir=str(tmp_path))
     # Expert parallelism: the CPU target runs the group
-    # (test_expert_parallel.py); the GPU targets compile the inference
-    # forward and refuse the training kernels by name.
+    # (test_expert_parallel.py); the GPU targets compile a rank's kernels and
+    # refuse a recomputing backward by name.
     spec = mok.LayerSpec(hidden=16, intermediate=8, experts=4, top_k=2, ep=2)
     assert isinstance(mok.compile(spec), mok.CompiledGroupLayer)
     assert mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path)).metadata["ep"] == 2
-    with pytest.raises(ValueError, match=r"expert parallelism \(ep = 2\) is implemented for "
-                                         r"the inference forward only"):
-        mok.compile(spec, target="sm_90a", training=True, cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"a backward that recomputes the forward is not "
+                                         r"implemented with expert parallelism \(ep = 2\)"):
+        mok.compile(spec, target="sm_90a", training=True, recompute=True,
+                    cache_dir=str(tmp_path))
 
 
 def test_bad_ir_reports_location():

@@ -457,10 +457,35 @@ def test_expert_parallel_inference_kernel(target, tmp_path):
                        check=True)
 
 
-def test_expert_parallel_training_is_refused_by_name(tmp_path):
+def test_expert_parallel_metadata_is_what_the_runtime_takes(tmp_path):
+    """The runtime reads the compiler's ep > 1 metadata (roles, the u8
+    symmetric buffer, its size) without a GPU, forward and backward."""
+    from mok import _extensions
+    rt = _extensions.runtime()
+    spec = mok.LayerSpec(hidden=64, intermediate=32, experts=16, top_k=2, tokens=40,
+                         padding=8, ep=4, shared_intermediate=16)
+    art = mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path))
+    layer = rt.Layer(json.dumps(art.metadata))
+    assert layer.ep_size == 4 and layer.symmetric_bytes == art.metadata["symmetric_bytes"]
+    train = mok.compile(spec, target="sm_90a", training=True, cache_dir=str(tmp_path))
+    for kernel in (train.forward, train.backward):
+        layer = rt.Layer(json.dumps(kernel.metadata))
+        assert layer.ep_size == 4
+        assert layer.symmetric_bytes == kernel.metadata["symmetric_bytes"]
+    regions = [r["name"] for r in train.backward.metadata["symmetric_layout"]]
+    assert regions[-2:] == ["recv_weights", "ret_weights"]
+    # The training forward saves its local plan's rows (C + L*(p-1) = 320 +
+    # 4*7 with the default capacity 4 * 40 * min(2, 4)).
+    saved = {p["name"]: p["shape"] for p in train.forward.metadata["params"]
+             if p["role"] == "output"}
+    assert saved["routed_x"] == [348, 64] and saved["hidden"] == [348, 32]
+
+
+def test_expert_parallel_recompute_is_refused_by_name(tmp_path):
     spec = mok.LayerSpec(hidden=64, intermediate=32, experts=16, top_k=2, tokens=40,
                          padding=8, ep=4)
     with pytest.raises(ValueError,
-                       match=r"expert parallelism \(ep = 4\) is implemented for the inference "
-                             r"forward only, not yet for the training forward"):
-        mok.compile(spec, target="sm_90a", training=True, cache_dir=str(tmp_path))
+                       match=r"a backward that recomputes the forward is not implemented "
+                             r"with expert parallelism \(ep = 4\) yet"):
+        mok.compile(spec, target="sm_90a", training=True, recompute=True,
+                    cache_dir=str(tmp_path))

@@ -1259,7 +1259,7 @@ extern "C" mok_status mok_layer_forward(mok_layer layer,
     values[layer->rankParam] = static_cast<uint32_t>(layer->comm->rank);
     values[layer->epochParam] = layer->epoch + 1;
     values[layer->symmetricParam] =
-        static_cast<uint64_t>(layer->exchange->address);
+        static_cast<uint64_t>(layer->exchange->self);
   }
   uint32_t ctas = layer->gridChosen ? layer->gridChosen : layer->grid;
   uint32_t grid[3] = {ctas, 1, 1}, block[3] = {layer->block, 1, 1};
@@ -1707,9 +1707,12 @@ extern "C" mok_status mok_layer_take_report(mok_layer layer, void *stream,
   got.capacity_routes = w[0] == 2 ? w[2] : 0;
   got.barrier_timed_out = w[3] != 0;
   got.barrier_index = w[3] - 1;
-  got.barrier_arrived = w[4];
-  got.barrier_grid = w[5];
+  got.exchange_wait = w[3] != 0 && w[7] == 1;
+  got.barrier_arrived = got.exchange_wait ? 0 : w[4];
+  got.barrier_grid = got.exchange_wait ? 0 : w[5];
   got.barrier_cta = w[6];
+  got.wait_rank = got.exchange_wait ? w[4] : 0;
+  got.wait_step = got.exchange_wait ? w[5] : 0;
   if (!got.bad_routes && !got.barrier_timed_out && !got.capacity_exceeded)
     return MOK_OK;
   if (report)
@@ -1729,11 +1732,24 @@ extern "C" mok_status mok_layer_take_report(mok_layer layer, void *stream,
                       static_cast<size_t>(layer->params[bar].elements()) *
                           mok_dtype_size(layer->params[bar].dtype));
     Fail f(MOK_ERROR_TIMEOUT);
-    f << "kernel '" << layer->kernel << "': grid barrier "
-      << got.barrier_index << " waited longer than its bound "
-      << "(barrier-timeout-ms) with " << got.barrier_arrived << " of "
-      << got.barrier_grid << " CTAs arrived (CTA " << got.barrier_cta
-      << " gave up); the kernel ended early and its results are not defined";
+    static const char *steps[] = {"counts", "rows", "results"};
+    if (got.exchange_wait)
+      f << "kernel '" << layer->kernel << "': the exchange's wait "
+        << got.barrier_index << " (for the "
+        << (got.wait_step >= 0 && got.wait_step < 3 ? steps[got.wait_step]
+                                                   : "?")
+        << ") waited longer than its bound (barrier-timeout-ms): rank "
+        << got.wait_rank
+        << " had not signalled (did every rank launch this layer?; CTA "
+        << got.barrier_cta
+        << " gave up); the kernel ended early and its results are not "
+           "defined";
+    else
+      f << "kernel '" << layer->kernel << "': grid barrier "
+        << got.barrier_index << " waited longer than its bound "
+        << "(barrier-timeout-ms) with " << got.barrier_arrived << " of "
+        << got.barrier_grid << " CTAs arrived (CTA " << got.barrier_cta
+        << " gave up); the kernel ended early and its results are not defined";
     if (r != CUDA_SUCCESS)
       f << "; resetting the barrier failed: " << d->describe(r);
     return f;

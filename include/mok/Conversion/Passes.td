@@ -171,9 +171,9 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
     the runtime checks the caller's tensors against those sizes and
     encodes those maps with them.
 
-    Expert parallelism (`ep = N > 1`, docs/ExpertParallel.md): an
-    inference forward becomes one rank's kernel with the exchange inside
-    it. Its extra parameters: `peers` (role "peers", `memref<N x i64>`, the
+    Expert parallelism (`ep = N > 1`, docs/ExpertParallel.md): a forward
+    (inference or training) and a backward each become one rank's kernel
+    with the exchange inside it. Its extra parameters: `peers` (role "peers", `memref<N x i64>`, the
     address of every rank's symmetric buffer), `rank` (role "rank", an i32
     by value), `epoch` (role "epoch", an i64 by value, new at every launch)
     and `symmetric` (role "symmetric", `memref<B x i8>`: this rank's
@@ -187,11 +187,13 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
     the shared expert's gate/up while the rows cross, the local experts
     planned over the received rows (`mk.received_rows`) and run as at
     `ep = 1` (with the dispatch copy), each result returned to its source
-    (`mk.return_rows`) and combined there.
+    (`mk.return_rows`) and combined there. The backward mirrors it: d_out's
+    rows with their routes' router weights out, each routed row's d_x and
+    each route's router-weight gradient back (`mk.take_routes`).
 
     Not supported yet, and rejected with an error: a dynamic token count
-    without a capacity; at `ep > 1`, the training forward, the backward
-    and the warp-specialize, fuse-dispatch and multicast options.
+    without a capacity; at `ep > 1`, a backward that recomputes the
+    forward and the warp-specialize, fuse-dispatch and multicast options.
   }];
   let options = [
     Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",

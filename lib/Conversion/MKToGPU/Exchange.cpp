@@ -12,6 +12,7 @@
 #include "Lowering.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -32,6 +33,7 @@ public:
   void lower(mk::ReceivedRowsOp op);
   void lower(mk::SendRowsOp op);
   void lower(mk::ReturnRowsOp op);
+  void lower(mk::TakeRoutesOp op);
 
 private:
   Type i64() { return e.b.getI64Type(); }
@@ -204,16 +206,33 @@ void ExchangeLowering::lower(mk::SignalOp op) {
 void ExchangeLowering::lower(mk::WaitOp op) {
   // The first thread of each CTA spins on each rank's flag (acquire loads
   // at system scope) until it holds this launch's epoch; then the CTA.
-  Value flags = op.getFlags(), epoch = op.getEpoch();
+  // Bounded (status, timeout_ns): the spin also ends after timeout_ns, or
+  // as soon as a CTA recorded a timeout (status[3] set), and the first CTA
+  // to time out records the wait.
+  Value flags = op.getFlags(), epoch = op.getEpoch(), status = op.getStatus();
   int64_t n = size(flags, 1);
+  Type i1 = e.b.getI1Type(), i32 = e.b.getI32Type();
   Value tid = gpu::ThreadIdOp::create(e.b, e.loc, gpu::Dimension::x);
   Value row = byteOffset(base(flags), e.index(op.getIndex() * n), 8);
+  Value words = status ? base(status) : Value();
+  // The report is host memory: read afresh each time (volatile).
+  auto reported = [&] {
+    Value w3 = LLVM::LoadOp::create(e.b, e.loc, i32,
+                                    toPtr(byteOffset(words, e.index(3), 4)), 4,
+                                    /*isVolatile=*/true);
+    return arith::CmpIOp::create(e.b, e.loc, arith::CmpIPredicate::ne, w3,
+                                 arith::ConstantIntOp::create(e.b, e.loc, 0, 32));
+  };
   e.ifThen(e.cmp(arith::CmpIPredicate::eq, tid, e.index(0)), [&] {
+    Value start = status ? NVVM::GlobalTimerOp::create(e.b, e.loc, i64())
+                         : Value();
     e.loop(n, [&](Value s) {
       Value address = byteOffset(row, s, 8);
-      auto spin = scf::WhileOp::create(e.b, e.loc, TypeRange{},
-                                       ValueRange{});
+      auto spin = scf::WhileOp::create(
+          e.b, e.loc, TypeRange{i1},
+          ValueRange{arith::ConstantIntOp::create(e.b, e.loc, 1, 1)});
       Block *before = e.b.createBlock(&spin.getBefore());
+      before->addArgument(i1, e.loc);
       {
         OpBuilder::InsertionGuard g(e.b);
         e.b.setInsertionPointToEnd(before);
@@ -224,17 +243,56 @@ void ExchangeLowering::lower(mk::WaitOp op) {
                         LLVM::tailcallkind::TailCallKind::None,
                         LLVM::AsmDialectAttr(), ArrayAttr())
                         .getResult(0);
-        Value waiting = arith::CmpIOp::create(
+        Value missing = arith::CmpIOp::create(
             e.b, e.loc, arith::CmpIPredicate::ne, now, epoch);
-        scf::ConditionOp::create(e.b, e.loc, waiting, ValueRange{});
+        Value waiting = missing;
+        if (status) {
+          Value elapsed = arith::SubIOp::create(
+              e.b, e.loc, NVVM::GlobalTimerOp::create(e.b, e.loc, i64()),
+              start);
+          Value inTime = arith::CmpIOp::create(e.b, e.loc,
+                                               arith::CmpIPredicate::slt,
+                                               elapsed, c64(*op.getTimeoutNs()));
+          Value goOn = arith::XOrIOp::create(
+              e.b, e.loc, reported(),
+              arith::ConstantIntOp::create(e.b, e.loc, 1, 1));
+          waiting = arith::AndIOp::create(
+              e.b, e.loc, waiting,
+              arith::AndIOp::create(e.b, e.loc, inTime, goOn));
+        }
+        scf::ConditionOp::create(e.b, e.loc, waiting, ValueRange{missing});
       }
       Block *after = e.b.createBlock(&spin.getAfter());
+      after->addArgument(i1, e.loc);
       {
         OpBuilder::InsertionGuard g(e.b);
         e.b.setInsertionPointToEnd(after);
-        scf::YieldOp::create(e.b, e.loc, ValueRange{});
+        scf::YieldOp::create(e.b, e.loc,
+                             ValueRange{after->getArgument(0)});
       }
       e.b.setInsertionPointAfter(spin);
+      if (status) {
+        // Still missing and nobody recorded yet: record this wait.
+        Value first = arith::XOrIOp::create(
+            e.b, e.loc, reported(),
+            arith::ConstantIntOp::create(e.b, e.loc, 1, 1));
+        e.ifThen(arith::AndIOp::create(e.b, e.loc, spin.getResult(0), first),
+                 [&] {
+                   auto put = [&](int64_t w, Value v) {
+                     LLVM::StoreOp::create(
+                         e.b, e.loc, v, toPtr(byteOffset(words, e.index(w), 4)),
+                         4, /*isVolatile=*/true);
+                   };
+                   put(4, i32Of(s));
+                   put(5, arith::ConstantIntOp::create(e.b, e.loc,
+                                                       op.getIndex(), 32));
+                   put(6, i32Of(gpu::BlockIdOp::create(e.b, e.loc,
+                                                       gpu::Dimension::x)));
+                   put(7, arith::ConstantIntOp::create(e.b, e.loc, 1, 32));
+                   put(3, arith::ConstantIntOp::create(e.b, e.loc,
+                                                       *op.getReport() + 1, 32));
+                 });
+      }
     });
   });
   gpu::BarrierOp::create(e.b, e.loc);
@@ -329,6 +387,11 @@ void ExchangeLowering::lower(mk::SendRowsOp op) {
           Value ids = byteOffset(peerBase(recvExperts, peers, d),
                                  e.mul(row, e.index(k)), 4);
           Value first = e.mul(d, local);
+          Value weights = op.getRouterWeights();
+          Value recvWeights =
+              weights ? byteOffset(peerBase(op.getRecvWeights(), peers, d),
+                                   e.mul(row, e.index(k)), 4)
+                      : Value();
           for (int64_t j = 0; j < k; ++j) {
             Value id = e.toIndex(e.load(top, {t, e.index(j)}));
             Value mine = arith::AndIOp::create(
@@ -336,6 +399,12 @@ void ExchangeLowering::lower(mk::SendRowsOp op) {
                 e.cmp(arith::CmpIPredicate::slt, id, e.add(first, local)));
             storeAt(i32Of(e.select(mine, e.sub(id, first), e.index(-1))),
                     byteOffset(ids, e.index(j), 4));
+            // The backward: the route's router weight, 0 for routes
+            // elsewhere.
+            if (weights)
+              storeAt(e.select(mine, e.load(weights, {t, e.index(j)}),
+                               e.f32(0.0f)),
+                      byteOffset(recvWeights, e.index(j), 4));
           }
         });
   };
@@ -353,26 +422,43 @@ void ExchangeLowering::lower(mk::ReturnRowsOp op) {
   int64_t k = op.getTopK(), h = size(routedY, 1);
   Value rows = routedRows(op.getOffsets());
   Value yBase = base(routedY);
+  // Routed row r: its route (received row i, slot j), whether it has one,
+  // its source s and the source's token t (s and t only meaningful then).
+  struct Route {
+    Value valid, i, j, s, t;
+  };
+  auto routeOf = [&](Value r) {
+    Value q = e.toIndex(e.load(rowRoute, {r}));
+    Value valid = e.isValid(q);
+    Value safe = e.select(valid, q, e.index(0));
+    Value i = e.div(safe, e.index(k)), j = e.rem(safe, e.index(k));
+    Value o = e.load(origin, {i});
+    Value s = e.toIndex(arith::ShRUIOp::create(e.b, e.loc, o, c64(32)));
+    Value t =
+        e.toIndex(arith::AndIOp::create(e.b, e.loc, o, c64(0xffffffffLL)));
+    return Route{valid, i, j, e.select(valid, s, e.index(0)), t};
+  };
+  Value values = op.getValues();
   auto body = [&](bool vector) {
     copyRows(
         rows, h, vector,
         [&](Value r) {
-          Value q = e.toIndex(e.load(rowRoute, {r}));
-          Value valid = e.isValid(q);
-          Value safe = e.select(valid, q, e.index(0));
-          Value i = e.div(safe, e.index(k)), j = e.rem(safe, e.index(k));
-          Value o = e.load(origin, {i});
-          Value s = e.toIndex(
-              arith::ShRUIOp::create(e.b, e.loc, o, c64(32)));
-          Value t = e.toIndex(
-              arith::AndIOp::create(e.b, e.loc, o, c64(0xffffffffLL)));
+          Route route = routeOf(r);
           Value src = byteOffset(yBase, e.mul(r, e.index(h)), 2);
           Value dst = byteOffset(
-              peerBase(ret, peers, e.select(valid, s, e.index(0))),
-              e.mul(e.add(e.mul(t, e.index(k)), j), e.index(h)), 2);
-          return std::tuple<Value, Value, Value>{src, dst, valid};
+              peerBase(ret, peers, route.s),
+              e.mul(e.add(e.mul(route.t, e.index(k)), route.j), e.index(h)),
+              2);
+          return std::tuple<Value, Value, Value>{src, dst, route.valid};
         },
-        nullptr);
+        values ? function_ref<void(Value, Value)>([&](Value r, Value) {
+          // The route's scalar (the backward's router-weight gradient).
+          Route route = routeOf(r);
+          storeAt(e.load(values, {route.i, route.j}),
+                  byteOffset(peerBase(op.getRetValues(), peers, route.s),
+                             e.add(e.mul(route.t, e.index(k)), route.j), 4));
+        })
+               : function_ref<void(Value, Value)>());
   };
   if (h % 8)
     body(false);
@@ -382,11 +468,25 @@ void ExchangeLowering::lower(mk::ReturnRowsOp op) {
   fenceSystem();
 }
 
+void ExchangeLowering::lower(mk::TakeRoutesOp op) {
+  Value values = op.getValues(), routeRow = op.getRouteRow(), out = op.getOut();
+  int64_t k = size(out, 1);
+  Value tokens = op.getTokens() ? op.getTokens() : e.index(size(out, 0));
+  forAll(e.mul(tokens, e.index(k)), [&](Value q) {
+    Value row = e.toIndex(e.load(routeRow, {q}));
+    Value v = e.ifValue(
+        e.isValid(row), [&] { return e.load(values, {row}); },
+        [&] { return e.f32(0.0f); });
+    e.store(v, out, {e.div(q, e.index(k)), e.rem(q, e.index(k))});
+  });
+}
+
 void mok::conversion::lowerExchange(const GridBuilder &grid,
                                     Operation *op) {
   ExchangeLowering lowering(grid);
   TypeSwitch<Operation *>(op)
       .Case<mk::RouteRanksOp, mk::PutCountsOp, mk::SignalOp, mk::WaitOp,
             mk::CheckCapacityOp, mk::ReceivedRowsOp, mk::SendRowsOp,
-            mk::ReturnRowsOp>([&](auto o) { lowering.lower(o); });
+            mk::ReturnRowsOp, mk::TakeRoutesOp>(
+          [&](auto o) { lowering.lower(o); });
 }

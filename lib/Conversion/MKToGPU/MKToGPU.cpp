@@ -146,7 +146,7 @@ void lowerKernel(gpu::GPUFuncOp func, std::optional<mk::Engine> engine) {
         .Case([&](mk::TimestampOp stamp) { lowerTimestamp(grid, stamp); })
         .Case<mk::RouteRanksOp, mk::PutCountsOp, mk::SignalOp, mk::WaitOp,
               mk::CheckCapacityOp, mk::ReceivedRowsOp, mk::SendRowsOp,
-              mk::ReturnRowsOp>(
+              mk::ReturnRowsOp, mk::TakeRoutesOp>(
             [&](Operation *step) { lowerExchange(grid, step); });
     if (op == lastTensorCoreGemm)
       afterLastGemm = true;

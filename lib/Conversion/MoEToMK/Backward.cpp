@@ -26,33 +26,12 @@ SmallVector<StringRef> backwardPhaseNames(LayerGradOp grad) {
   return names;
 }
 
-/// The tensor-core plan of a backward (sm_90a, the shapes eligible): the
-/// dgrads run on wgmma, reading the weights N-major; the slots of their
-/// maps. Empty `maps` means every GEMM is simt.
-struct BackwardMaps {
-  SmallVector<TensorMapSpec> maps;
-  int64_t routedDOut = -1, down = -1, dGate = -1, dUp = -1, gate = -1, up = -1;
-  int64_t dOut = -1, sharedDown = -1, dSharedGate = -1, dSharedUp = -1,
-          sharedGate = -1, sharedUp = -1;
-  // The weight gradients' operands, M- and N-major ([K = rows, M or N]).
-  int64_t dYT = -1, hiddenT = -1, dGateT = -1, dUpT = -1, routedXT = -1;
-  int64_t dOutT = -1, sharedHiddenT = -1, dSharedGateT = -1, dSharedUpT = -1,
-          xT = -1;
-  // Recompute: the forward's gate/up GEMMs (K-major operands).
-  int64_t routedX = -1, gateK = -1, upK = -1, x = -1, sharedGateK = -1,
-          sharedUpK = -1;
-  int64_t tileM = sched::kTileM;
-  /// sm_90a: 256-column tiles for the GEMMs of one B operand (as the
-  /// forward's down projections) and the down dgrad's A gathered from d_out;
-  /// sm_100a (tcgen05): [64, 128, 64] tiles and a routed copy of d_out.
-  int64_t storeTileN = sched::kTileN;
-  bool gatherDOut = false;
-  mk::Engine engine = mk::Engine::wgmma;
-};
+} // namespace
 
-BackwardMaps backwardMapsFor(MLIRContext *ctx, const Sizes &s,
-                             const mk::TargetSupport &support, bool tensorCores,
-                             bool recompute) {
+BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
+                                             const mk::TargetSupport &support,
+                                             bool tensorCores, bool recompute,
+                                             bool mayGatherDOut) {
   BackwardMaps m;
   if (!tensorCores || !s.tensorCoreEligible())
     return m;
@@ -82,6 +61,7 @@ BackwardMaps backwardMapsFor(MLIRContext *ctx, const Sizes &s,
   mk::GemmForm gathered = downDgrad;
   gathered.gathered = true;
   m.gatherDOut =
+      mayGatherDOut &&
       support.whyNot(gathered, scheduleOf(m.tileM, m.storeTileN)).empty();
   int64_t next = 0, rc = s.routedCapacity(), h = s.hidden, in = s.inter;
   auto add = [&](TensorMapSpec spec) {
@@ -152,6 +132,8 @@ BackwardMaps backwardMapsFor(MLIRContext *ctx, const Sizes &s,
   }
   return m;
 }
+
+namespace {
 
 /// The backward kernel's parameters: `moe.layer_grad`'s operands (the saved
 /// context by the names of moe.layer's results), its results (`d_` and the
@@ -479,8 +461,10 @@ LogicalResult mok::moe_to_mk::planBackward(ModuleOp module, func::FuncOp func,
   const mk::TargetSupport &support = options.support;
   Sizes s = sizesOf(grad);
   SmallVector<StringRef> phases = backwardPhaseNames(grad);
-  BackwardMaps tc =
-      backwardMapsFor(ctx, s, support, options.tensorCores, grad.recomputes());
+  if (grad.getPlanType().getEp() > 1)
+    return planBackwardEP(module, func, grad, options);
+  BackwardMaps tc = backwardMapsFor(ctx, s, support, options.tensorCores,
+                                    grad.recomputes(), /*mayGatherDOut=*/true);
   SmallVector<Param> params =
       backwardParamsFor(grad, s, options.profile, tc.maps, tc.gatherDOut);
   unsigned block = tc.maps.empty() ? options.blockSize : sched::kBlock;

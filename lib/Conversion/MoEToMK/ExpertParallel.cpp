@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
-// convert-moe-to-mk's plan of an expert-parallel (ep > 1) inference
-// forward: one rank's kernel, with the exchange of docs/ExpertParallel.md
+// convert-moe-to-mk's plans of an expert-parallel (ep > 1) layer: one
+// rank's forward (inference, or training with the saved context) and
+// backward, each one kernel with the exchange of docs/ExpertParallel.md
 // inside it (counts, dispatch, return), its stores going straight into the
 // peers' symmetric buffers and ordered by epoch flags, no host step.
 //
@@ -17,8 +18,8 @@ using namespace mok::moe_to_mk;
 
 namespace {
 
-/// The regions of a rank's symmetric buffer, each at a byte offset that is
-/// a multiple of 128: what the peers store into (and this rank reads).
+/// A region of a rank's symmetric buffer, at a byte offset that is a
+/// multiple of 128: what the peers store into (and this rank reads).
 struct SymmetricRegion {
   StringRef name;
   SmallVector<int64_t> shape;
@@ -26,7 +27,7 @@ struct SymmetricRegion {
   int64_t offset = 0;
 };
 
-/// The layout of the symmetric buffer, or none when its size overflows.
+/// Lays the regions out; the buffer's bytes, or none when they overflow.
 std::optional<int64_t> layoutRegions(SmallVectorImpl<SymmetricRegion> &regions) {
   int64_t at = 0;
   for (SymmetricRegion &r : regions) {
@@ -44,8 +45,8 @@ std::optional<int64_t> layoutRegions(SmallVectorImpl<SymmetricRegion> &regions) 
   return at;
 }
 
-/// The phases of the schedule, in order (profiling names them).
-ArrayRef<StringRef> phaseNames() {
+/// The phases of the schedules, in order (profiling names them).
+ArrayRef<StringRef> forwardPhaseNames() {
   static const StringRef names[] = {
       "plan: count routes",    "plan: count ranks", "plan: scan ranks",
       "counts: send",          "send plan + counts: wait",
@@ -55,7 +56,24 @@ ArrayRef<StringRef> phaseNames() {
       "down",                  "return rows",       "return: wait + combine"};
   return names;
 }
+ArrayRef<StringRef> backwardPhaseNames() {
+  static const StringRef names[] = {
+      "plan: count routes",     "plan: count ranks",
+      "plan: scan ranks",       "counts: send",
+      "send plan + counts: wait",
+      "dispatch: send d_out rows",
+      "shared down dgrad + wgrad + dispatch: wait",
+      "local plan: scan",       "local plan: offsets",
+      "local plan: assign",     "reverse combine",
+      "down dgrad + wgrad",     "SwiGLU backward",
+      "gate/up dgrad + wgrads", "return rows",
+      "return: wait + reverse dispatch"};
+  return names;
+}
 
+/// One rank's kernel: the layer's sizes (experts: the local ones; the
+/// routed rows bounded by the receive capacity), the group's, the
+/// symmetric buffer's regions and the parameters.
 struct EPKernel {
   Sizes s;
   int64_t globalExperts, capacity, symmetricBytes = 0;
@@ -63,171 +81,338 @@ struct EPKernel {
   SmallVector<Param> params;
 };
 
-/// The kernel's parameters: the layer's inputs and output, the
-/// workspace, the exchange's (peers, rank, epoch, the symmetric buffer)
-/// and (tensor-core kernels) the tensor maps, last.
-void addParams(EPKernel &k, LayerOp layer, ArrayRef<TensorMapSpec> maps,
-               bool profile) {
+/// Sets the kernel's symmetric regions (the flags of the three signals:
+/// counts, rows, results; the count matrix; the receive buffers, C rows;
+/// the return buffer, a row a route of this rank's tokens) and their
+/// layout; `backward` adds the received router weights and the returned
+/// router-weight gradients.
+LogicalResult layoutSymmetric(Operation *op, EPKernel &k, bool backward) {
+  MLIRContext *ctx = op->getContext();
   const Sizes &s = k.s;
-  Builder tb(layer.getContext());
-  Type bf16 = tb.getBF16Type(), i64 = tb.getI64Type(), i32 = tb.getI32Type();
-  auto ty = [&](ArrayRef<int64_t> shape, Type elt) {
+  Type i64 = IntegerType::get(ctx, 64), i32 = IntegerType::get(ctx, 32);
+  Type bf16 = BFloat16Type::get(ctx), f32 = Float32Type::get(ctx);
+  k.regions = {{"flags", {3, s.ep}, i64},
+               {"matrix", {s.ep, 2 * s.ep}, i64},
+               {"recv_origin", {k.capacity}, i64},
+               {"recv_experts", {k.capacity, s.topK}, i32},
+               {"recv_x", {k.capacity, s.hidden}, bf16},
+               {"ret", {s.tokens * s.topK, s.hidden}, bf16}};
+  if (backward) {
+    k.regions.push_back({"recv_weights", {k.capacity, s.topK}, f32});
+    k.regions.push_back({"ret_weights", {s.tokens * s.topK}, f32});
+  }
+  std::optional<int64_t> bytes = layoutRegions(k.regions);
+  if (!bytes)
+    return op->emitError()
+           << "convert-moe-to-mk: the exchange's symmetric buffer is too "
+              "large for 64-bit sizes (recv_capacity = "
+           << k.capacity << ", H = " << s.hidden << ")";
+  k.symmetricBytes = *bytes;
+  return success();
+}
+
+/// The parameters every EP kernel has besides the layer's tensors: the
+/// send side's and the local plan's workspace (before the kernel's own
+/// workspace), and, after it, the grid barrier, the report, the call's T,
+/// the exchange's (the peer table, this rank and the launch's epoch by
+/// value, this rank's symmetric buffer), profiling and the tensor maps.
+struct ParamBuilder {
+  EPKernel &k;
+  Builder tb;
+  explicit ParamBuilder(EPKernel &k, MLIRContext *ctx) : k(k), tb(ctx) {}
+  MemRefType ty(ArrayRef<int64_t> shape, Type elt) {
     return MemRefType::get(shape, elt);
-  };
-  auto tensorType = [&](Value v) {
+  }
+  void work(StringRef name, MemRefType type) {
+    k.params.push_back({name.str(), "workspace", type});
+  }
+  void plans() {
+    const Sizes &s = k.s;
+    Type i64 = tb.getI64Type(), i32 = tb.getI32Type();
+    int64_t t = s.tokens, n = s.ep, rc = s.routedCapacity(), c = k.capacity;
+    // The send side: the routes' ranks, each route's return row, the plan
+    // over ranks (rows to send, in token order per rank) and the routes per
+    // global expert (their sum per rank is what each rank receives).
+    work("top_ranks", ty({t, n}, i32));
+    work("route_row", ty({t * s.topK}, i64));
+    work("expert_chunk_counts",
+         ty({Sizes::chunksOf(t * s.topK), k.globalExperts}, i64));
+    work("expert_counts", ty({k.globalExperts}, i64));
+    work("send_chunk_counts", ty({Sizes::chunksOf(t * n), n}, i64));
+    work("send_counts", ty({n}, i64));
+    work("send_offsets", ty({n + 1}, i64));
+    work("send_row", ty({t * n}, i64));
+    work("send_route", ty({t * n}, i64));
+    work("send_rank", ty({t * n}, i64));
+    // The local plan over the received rows (C of them at most, k routes
+    // each, at most C valid).
+    work("chunk_counts", ty({Sizes::chunksOf(c * s.topK), s.experts}, i64));
+    work("counts", ty({s.experts}, i64));
+    work("offsets", ty({s.experts + 1}, i64));
+    work("recv_route_row", ty({c * s.topK}, i64));
+    work("row_route", ty({rc}, i64));
+    work("row_expert", ty({rc}, i64));
+    // Whether some rank's routes exceed the capacity (mk.check_capacity).
+    work("verdict", ty({1}, i64));
+  }
+  void tail(ArrayRef<TensorMapSpec> maps, int64_t phases) {
+    const Sizes &s = k.s;
+    Type i64 = tb.getI64Type(), i32 = tb.getI32Type();
+    work("grid_barrier", ty({2}, i32));
+    k.params.push_back({"status", "status", ty({8}, i32)});
+    if (s.anyTokens)
+      k.params.push_back({"tokens", "tokens", MemRefType()});
+    k.params.push_back({"peers", "peers", ty({s.ep}, i64)});
+    k.params.push_back({"rank", "rank", MemRefType()});
+    k.params.push_back({"epoch", "epoch", MemRefType()});
+    k.params.push_back({"symmetric", "symmetric",
+                        ty({k.symmetricBytes}, tb.getIntegerType(8))});
+    if (phases)
+      for (StringRef name : {"phase_clock", "phase_cycles"})
+        work(name, ty({phases + 1}, i64));
+    if (!maps.empty())
+      k.params.push_back(
+          {"tensor_maps", "tensor_maps", ty({16 * slotCount(maps)}, i64)});
+  }
+  /// A layer tensor's memref type (any T: the token dimension at the
+  /// capacity).
+  MemRefType tensorType(Value v) {
     auto t = cast<RankedTensorType>(v.getType());
     SmallVector<int64_t> shape(t.getShape());
     for (int64_t &d : shape)
       if (ShapedType::isDynamic(d))
-        d = s.tokens;
+        d = k.s.tokens;
     return ty(shape, t.getElementType());
-  };
-  std::string weights = maps.empty() ? "pointer" : "tensor_maps";
-  int64_t t = s.tokens, n = s.ep, rc = s.routedCapacity(), c = k.capacity;
-  SmallVector<Param> &params = k.params;
-  params = {
-      {"x", "input", tensorType(layer.getX())},
-      {"top_experts", "input", tensorType(layer.getTopExperts())},
-      {"router_weights", "input", tensorType(layer.getRouterWeights())},
-      {"gate_weights", "input", tensorType(layer.getGateWeights()), weights},
-      {"up_weights", "input", tensorType(layer.getUpWeights()), weights},
-      {"down_weights", "input", tensorType(layer.getDownWeights()), weights}};
-  if (layer.hasSharedExpert()) {
-    params.push_back({"shared_gate_weights", "input",
-                      tensorType(layer.getSharedGate()), weights});
-    params.push_back({"shared_up_weights", "input",
-                      tensorType(layer.getSharedUp()), weights});
-    params.push_back({"shared_down_weights", "input",
-                      tensorType(layer.getSharedDown()), weights});
   }
-  params.push_back({"out", "output", tensorType(layer.getOut())});
-  auto work = [&](StringRef name, MemRefType type) {
-    params.push_back({name.str(), "workspace", type});
-  };
-  // The send side: the routes' ranks, each route's return row, the plan
-  // over ranks (rows to send, in token order per rank) and the routes per
-  // global expert (their sum per rank is what each rank receives).
-  work("top_ranks", ty({t, n}, i32));
-  work("route_row", ty({t * s.topK}, i64));
-  work("expert_chunk_counts",
-       ty({Sizes::chunksOf(t * s.topK), k.globalExperts}, i64));
-  work("expert_counts", ty({k.globalExperts}, i64));
-  work("send_chunk_counts", ty({Sizes::chunksOf(t * n), n}, i64));
-  work("send_counts", ty({n}, i64));
-  work("send_offsets", ty({n + 1}, i64));
-  work("send_row", ty({t * n}, i64));
-  work("send_route", ty({t * n}, i64));
-  work("send_rank", ty({t * n}, i64));
-  // The local plan over the received rows (C of them at most, k routes
-  // each, at most C valid) and the local experts' rows.
-  work("chunk_counts", ty({Sizes::chunksOf(c * s.topK), s.experts}, i64));
-  work("counts", ty({s.experts}, i64));
-  work("offsets", ty({s.experts + 1}, i64));
-  work("recv_route_row", ty({c * s.topK}, i64));
-  work("row_route", ty({rc}, i64));
-  work("row_expert", ty({rc}, i64));
-  work("routed_x", ty({rc, s.hidden}, bf16));
-  work("hidden", ty({rc, s.inter}, bf16));
-  work("routed_y", ty({rc, s.hidden}, bf16));
-  if (layer.hasSharedExpert()) {
-    work("shared_hidden", ty({t, s.sharedInter}, bf16));
-    work("shared_out", ty({t, s.hidden}, bf16));
-  }
-  // Whether some rank's routes exceed the capacity (mk.check_capacity).
-  work("verdict", ty({1}, i64));
-  work("grid_barrier", ty({2}, i32));
-  params.push_back({"status", "status", ty({8}, i32)});
-  if (s.anyTokens)
-    params.push_back({"tokens", "tokens", MemRefType()});
-  // The exchange: the peer table (a device array of ep addresses), this
-  // rank and the launch's epoch (by value), and this rank's symmetric
-  // buffer.
-  params.push_back({"peers", "peers", ty({n}, i64)});
-  params.push_back({"rank", "rank", MemRefType()});
-  params.push_back({"epoch", "epoch", MemRefType()});
-  params.push_back({"symmetric", "symmetric",
-                    ty({k.symmetricBytes}, tb.getIntegerType(8))});
-  if (profile)
-    for (StringRef name : {"phase_clock", "phase_cycles"})
-      params.push_back(
-          {name.str(), "workspace",
-           ty({static_cast<int64_t>(phaseNames().size()) + 1}, i64)});
-  if (!maps.empty())
-    params.push_back(
-        {"tensor_maps", "tensor_maps", ty({16 * slotCount(maps)}, i64)});
-}
+};
 
-LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const EPKernel &k,
-                           gpu::GPUFuncOp func,
-                           std::optional<mk::Engine> engine,
-                           const MapSlots &slots, int64_t tileM,
-                           int64_t storeTileN, const mk::TargetSupport &support,
-                           unsigned timeoutMs) {
-  const Sizes &s = k.s;
-  Location loc = layer.getLoc();
-  ScheduleBuilder frame(b, loc, k.params, func, support, timeoutMs);
-  llvm::StringMap<Value> &buf = frame.buf;
-  auto barrier = [&] { frame.barrier(); };
-  Value tokens = frame.tokens;
-  Value peers = buf["peers"], rank = buf["rank"], epoch = buf["epoch"];
-  // The regions of the symmetric buffer, as views of it.
+/// The exchange's steps shared by the forward and the backward: the
+/// schedule's frame, the symmetric buffer's regions as views of it, and
+/// the send side, the local plan and the return.
+struct Exchange {
+  ScheduleBuilder &frame;
+  const EPKernel &k;
+  OpBuilder &b;
+  Location loc;
+  llvm::StringMap<Value> &buf;
   llvm::StringMap<Value> region;
-  for (const SymmetricRegion &r : k.regions)
-    region[r.name] = memref::ViewOp::create(
-        b, loc, MemRefType::get(r.shape, r.element), buf["symmetric"],
-        arith::ConstantIndexOp::create(b, loc, r.offset), ValueRange{});
-  Value flags = region["flags"], matrix = region["matrix"];
+  Value peers, rank, epoch, flags, matrix;
   enum Flag : int64_t { kCounts = 0, kRows = 1, kResults = 2 };
 
-  // Send side, step 1: count. The routes per global expert (their sums
-  // per rank: the routes each rank receives), and the plan over ranks:
-  // each token once per rank it routes to, in token order (padding 1).
-  mk::FillOp::create(b, loc, buf["row_route"], -1);
-  mk::FillOp::create(b, loc, buf["row_expert"], -1);
-  mk::CheckRoutesOp::create(b, loc, buf["top_experts"], frame.report, tokens,
-                            k.globalExperts);
-  mk::RouteRanksOp::create(b, loc, buf["top_experts"], buf["top_ranks"],
-                           buf["route_row"], tokens, k.globalExperts, s.ep);
-  mk::CountRoutesOp::create(b, loc, buf["top_experts"],
-                            buf["expert_chunk_counts"], tokens,
-                            Sizes::chunkOf(s.tokens * s.topK));
-  barrier();
-  int64_t sendChunk = Sizes::chunkOf(s.tokens * s.ep);
-  mk::CountRoutesOp::create(b, loc, buf["top_ranks"], buf["send_chunk_counts"],
-                            tokens, sendChunk);
-  mk::ScanChunksOp::create(b, loc, buf["expert_chunk_counts"],
-                           buf["expert_counts"]);
-  barrier();
-  mk::ScanChunksOp::create(b, loc, buf["send_chunk_counts"],
-                           buf["send_counts"]);
-  barrier();
-  // Step 2: every rank's counts to every rank.
-  mk::PadOffsetsOp::create(b, loc, buf["send_counts"], buf["send_offsets"], 1);
-  mk::PutCountsOp::create(b, loc, buf["send_counts"], buf["expert_counts"],
-                          matrix, peers, rank);
-  mk::SignalOp::create(b, loc, flags, kCounts, peers, rank, epoch);
-  barrier();
-  mk::AssignRowsOp::create(b, loc, buf["top_ranks"], buf["send_offsets"],
-                           buf["send_chunk_counts"], buf["send_row"],
-                           buf["send_route"], buf["send_rank"], tokens,
-                           sendChunk);
-  mk::WaitOp::create(b, loc, flags, kCounts, epoch);
-  mk::CheckCapacityOp::create(b, loc, matrix, frame.report, buf["verdict"],
-                              k.capacity);
-  barrier();
-  // Step 3: dispatch, each token's row once to each rank it routes to.
-  mk::SendRowsOp::create(b, loc, buf["x"], buf["top_experts"],
-                         buf["send_route"], buf["send_offsets"], matrix,
-                         buf["verdict"], region["recv_x"],
-                         region["recv_origin"], region["recv_experts"], peers,
-                         rank, tokens, s.experts);
-  barrier();
-  mk::SignalOp::create(b, loc, flags, kRows, peers, rank, epoch);
+  /// A wait for the flags of `step`, bounded as the grid barriers are
+  /// (the kernels' bounded waits and barriers numbered together).
+  void wait(int64_t step) {
+    if (frame.timeoutNs)
+      mk::WaitOp::create(b, loc, flags, step, epoch, frame.report,
+                         b.getI64IntegerAttr(frame.timeoutNs),
+                         b.getI64IntegerAttr(frame.barriers++));
+    else
+      mk::WaitOp::create(b, loc, flags, step, epoch, Value(), nullptr,
+                         nullptr);
+  }
 
+  Exchange(ScheduleBuilder &frame, const EPKernel &k)
+      : frame(frame), k(k), b(frame.b), loc(frame.loc), buf(frame.buf) {
+    peers = buf["peers"];
+    rank = buf["rank"];
+    epoch = buf["epoch"];
+    for (const SymmetricRegion &r : k.regions)
+      region[r.name] = memref::ViewOp::create(
+          b, loc, MemRefType::get(r.shape, r.element), buf["symmetric"],
+          arith::ConstantIndexOp::create(b, loc, r.offset), ValueRange{});
+    flags = region["flags"];
+    matrix = region["matrix"];
+  }
+
+  /// Steps 1-3: count (routes per global expert, the plan over ranks),
+  /// the counts to every rank and the capacity verdict, then each token's
+  /// row of `rows` (x, or the backward's d_out with the router weights)
+  /// once to each rank it routes to; ends after the rows' signal.
+  void sendSide(StringRef rows, bool withWeights) {
+    const Sizes &s = k.s;
+    Value tokens = frame.tokens;
+    mk::FillOp::create(b, loc, buf["row_route"], -1);
+    mk::FillOp::create(b, loc, buf["row_expert"], -1);
+    mk::CheckRoutesOp::create(b, loc, buf["top_experts"], frame.report, tokens,
+                              k.globalExperts);
+    mk::RouteRanksOp::create(b, loc, buf["top_experts"], buf["top_ranks"],
+                             buf["route_row"], tokens, k.globalExperts, s.ep);
+    mk::CountRoutesOp::create(b, loc, buf["top_experts"],
+                              buf["expert_chunk_counts"], tokens,
+                              Sizes::chunkOf(s.tokens * s.topK));
+    frame.barrier();
+    int64_t sendChunk = Sizes::chunkOf(s.tokens * s.ep);
+    mk::CountRoutesOp::create(b, loc, buf["top_ranks"],
+                              buf["send_chunk_counts"], tokens, sendChunk);
+    mk::ScanChunksOp::create(b, loc, buf["expert_chunk_counts"],
+                             buf["expert_counts"]);
+    frame.barrier();
+    mk::ScanChunksOp::create(b, loc, buf["send_chunk_counts"],
+                             buf["send_counts"]);
+    frame.barrier();
+    // Every rank's counts to every rank.
+    mk::PadOffsetsOp::create(b, loc, buf["send_counts"], buf["send_offsets"],
+                             1);
+    mk::PutCountsOp::create(b, loc, buf["send_counts"], buf["expert_counts"],
+                            matrix, peers, rank);
+    mk::SignalOp::create(b, loc, flags, kCounts, peers, rank, epoch);
+    frame.barrier();
+    mk::AssignRowsOp::create(b, loc, buf["top_ranks"], buf["send_offsets"],
+                             buf["send_chunk_counts"], buf["send_row"],
+                             buf["send_route"], buf["send_rank"], tokens,
+                             sendChunk);
+    wait(kCounts);
+    mk::CheckCapacityOp::create(b, loc, matrix, frame.report, buf["verdict"],
+                                k.capacity);
+    frame.barrier();
+    // Dispatch: each token's row once to each rank it routes to.
+    mk::SendRowsOp::create(
+        b, loc, buf[rows], buf["top_experts"], buf["send_route"],
+        buf["send_offsets"], matrix, buf["verdict"], region["recv_x"],
+        region["recv_origin"], region["recv_experts"], peers, rank,
+        withWeights ? buf["router_weights"] : Value(),
+        withWeights ? region["recv_weights"] : Value(), tokens, s.experts);
+    frame.barrier();
+    mk::SignalOp::create(b, loc, flags, kRows, peers, rank, epoch);
+  }
+
+  /// Step 4's plan: waits for the rows, then plans the local experts over
+  /// them (the routing plan with the received rows as tokens); returns
+  /// their count.
+  Value localPlan() {
+    const Sizes &s = k.s;
+    wait(kRows);
+    Value received = mk::ReceivedRowsOp::create(b, loc, b.getIndexType(),
+                                                matrix, buf["verdict"], rank);
+    int64_t localChunk = Sizes::chunkOf(k.capacity * s.topK);
+    mk::CountRoutesOp::create(b, loc, region["recv_experts"],
+                              buf["chunk_counts"], received, localChunk);
+    frame.barrier();
+    mk::ScanChunksOp::create(b, loc, buf["chunk_counts"], buf["counts"]);
+    frame.barrier();
+    mk::PadOffsetsOp::create(b, loc, buf["counts"], buf["offsets"], s.padding);
+    frame.barrier();
+    mk::AssignRowsOp::create(b, loc, region["recv_experts"], buf["offsets"],
+                             buf["chunk_counts"], buf["recv_route_row"],
+                             buf["row_route"], buf["row_expert"], received,
+                             localChunk);
+    frame.barrier();
+    return received;
+  }
+
+  /// Step 5: each routed row of `rows` back to its source (and, backward,
+  /// each route's router-weight gradient), then the results' signal and
+  /// wait.
+  void returnSide(StringRef rows, StringRef values) {
+    mk::ReturnRowsOp::create(
+        b, loc, buf[rows], buf["row_route"], buf["offsets"],
+        region["recv_origin"], region["ret"], peers,
+        values.empty() ? Value() : buf[values],
+        values.empty() ? Value() : region["ret_weights"], k.s.topK);
+    frame.barrier();
+    mk::SignalOp::create(b, loc, flags, kResults, peers, rank, epoch);
+    wait(kResults);
+  }
+};
+
+/// Builds the parts of a kernel both plans share and emits the kernel:
+/// its description with the group's entries (the size, the receive
+/// capacity, the symmetric buffer's bytes and layout).
+gpu::GPUFuncOp createEPKernel(OpBuilder &b, ModuleOp module, func::FuncOp func,
+                              Operation *layer, StringRef suffix,
+                              const EPKernel &k, StringRef chip,
+                              unsigned block, ArrayRef<TensorMapSpec> maps,
+                              ArrayRef<StringRef> phases) {
+  MLIRContext *ctx = module.getContext();
+  DictionaryAttr description =
+      describeKernel(ctx, k.params, k.s, chip, block, maps, phases, 1);
+  NamedAttrList entries(description);
+  entries.set("ep", b.getI64IntegerAttr(k.s.ep));
+  entries.set("recv_capacity", b.getI64IntegerAttr(k.capacity));
+  entries.set("symmetric_bytes", b.getI64IntegerAttr(k.symmetricBytes));
+  SmallVector<Attribute> layout;
+  for (const SymmetricRegion &r : k.regions)
+    layout.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr("name", b.getStringAttr(r.name)),
+         b.getNamedAttr("offset", b.getI64IntegerAttr(r.offset))}));
+  entries.set("symmetric_layout", b.getArrayAttr(layout));
+  return createKernel(b, module, func, layer, suffix, k.params, block,
+                      entries.getDictionary(ctx));
+}
+
+//===----------------------------------------------------------------------===//
+// The forward
+//===----------------------------------------------------------------------===//
+
+void addForwardParams(EPKernel &k, LayerOp layer, ArrayRef<TensorMapSpec> maps,
+                      bool profile) {
+  const Sizes &s = k.s;
+  ParamBuilder pb(k, layer.getContext());
+  Type bf16 = pb.tb.getBF16Type();
+  std::string weights = maps.empty() ? "pointer" : "tensor_maps";
+  int64_t t = s.tokens, rc = s.routedCapacity();
+  SmallVector<Param> &params = k.params;
+  params = {
+      {"x", "input", pb.tensorType(layer.getX())},
+      {"top_experts", "input", pb.tensorType(layer.getTopExperts())},
+      {"router_weights", "input", pb.tensorType(layer.getRouterWeights())},
+      {"gate_weights", "input", pb.tensorType(layer.getGateWeights()),
+       weights},
+      {"up_weights", "input", pb.tensorType(layer.getUpWeights()), weights},
+      {"down_weights", "input", pb.tensorType(layer.getDownWeights()),
+       weights}};
+  if (layer.hasSharedExpert()) {
+    params.push_back({"shared_gate_weights", "input",
+                      pb.tensorType(layer.getSharedGate()), weights});
+    params.push_back({"shared_up_weights", "input",
+                      pb.tensorType(layer.getSharedUp()), weights});
+    params.push_back({"shared_down_weights", "input",
+                      pb.tensorType(layer.getSharedDown()), weights});
+  }
+  params.push_back({"out", "output", pb.tensorType(layer.getOut())});
+  // The training forward's context, outputs in moe.layer's order: the
+  // routed rows of the local plan over the rows this rank received (its
+  // backward rebuilds the same plan) and the shared expert's.
+  bool saves = layer.savesContext();
+  if (saves) {
+    for (StringRef name : {"routed_x", "gate", "up", "hidden"})
+      params.push_back(
+          {name.str(), "output",
+           pb.ty({rc, name == "routed_x" ? s.hidden : s.inter}, bf16)});
+    if (layer.hasSharedExpert())
+      for (StringRef name : {"shared_gate", "shared_up", "shared_hidden"})
+        params.push_back(
+            {name.str(), "output", pb.ty({t, s.sharedInter}, bf16)});
+  }
+  pb.plans();
+  if (!saves) {
+    pb.work("routed_x", pb.ty({rc, s.hidden}, bf16));
+    pb.work("hidden", pb.ty({rc, s.inter}, bf16));
+  }
+  pb.work("routed_y", pb.ty({rc, s.hidden}, bf16));
+  if (layer.hasSharedExpert()) {
+    if (!saves)
+      pb.work("shared_hidden", pb.ty({t, s.sharedInter}, bf16));
+    pb.work("shared_out", pb.ty({t, s.hidden}, bf16));
+  }
+  pb.tail(maps, profile ? forwardPhaseNames().size() : 0);
+}
+
+LogicalResult emitForward(OpBuilder &b, LayerOp layer, const EPKernel &k,
+                          gpu::GPUFuncOp func, std::optional<mk::Engine> engine,
+                          const MapSlots &slots, int64_t tileM,
+                          int64_t storeTileN, const mk::TargetSupport &support,
+                          unsigned timeoutMs) {
+  const Sizes &s = k.s;
+  ScheduleBuilder frame(b, layer.getLoc(), k.params, func, support, timeoutMs);
+  llvm::StringMap<Value> &buf = frame.buf;
+  Location loc = frame.loc;
+  Exchange x(frame, k);
   FloatAttr limit = layer.getSwigluLimitAttr();
+  bool saves = layer.savesContext();
   auto gemm = [&](StringRef role, mk::Epilogue epilogue, StringRef a,
                   ArrayRef<StringRef> bs, StringRef out, bool grouped,
-                  ArrayRef<int64_t> mapSlots) {
+                  ArrayRef<int64_t> mapSlots, ArrayRef<StringRef> saved = {}) {
     GemmPlan g;
     g.role = role;
     g.epilogue = epilogue;
@@ -235,6 +420,8 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const EPKernel &k,
     for (StringRef name : bs)
       g.b.push_back(buf[name]);
     g.out = buf[out];
+    for (StringRef name : saved)
+      g.saves.push_back(buf[name]);
     if (grouped) {
       g.rowExpert = buf["row_expert"];
       g.offsets = buf["offsets"];
@@ -253,64 +440,268 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const EPKernel &k,
     }
     frame.gemm(g);
   };
-  // While the rows cross: the shared expert's gate/up, on this rank's own
-  // tokens.
+  SmallVector<StringRef> routedSaves, sharedSaves;
+  if (saves) {
+    routedSaves = {"gate", "up"};
+    sharedSaves = {"shared_gate", "shared_up"};
+  }
+
+  x.sendSide("x", /*withWeights=*/false);
+  // While the other ranks' rows arrive: the shared expert's gate/up, on
+  // this rank's own tokens.
   if (s.hasShared())
     gemm("shared gate/up", mk::Epilogue::swiglu, "x",
          {"shared_gate_weights", "shared_up_weights"}, "shared_hidden",
-         /*grouped=*/false, {slots.x, slots.sharedGate, slots.sharedUp});
-  mk::WaitOp::create(b, loc, flags, kRows, epoch);
-
-  // Step 4: the local experts, over the rows received (the plan of
-  // mk.count_routes ... mk.assign_rows with the received rows as tokens).
-  Value received =
-      mk::ReceivedRowsOp::create(b, loc, b.getIndexType(), matrix,
-                                 buf["verdict"], rank);
-  int64_t localChunk = Sizes::chunkOf(k.capacity * s.topK);
-  mk::CountRoutesOp::create(b, loc, region["recv_experts"], buf["chunk_counts"],
-                            received, localChunk);
-  barrier();
-  mk::ScanChunksOp::create(b, loc, buf["chunk_counts"], buf["counts"]);
-  barrier();
-  mk::PadOffsetsOp::create(b, loc, buf["counts"], buf["offsets"], s.padding);
-  barrier();
-  mk::AssignRowsOp::create(b, loc, region["recv_experts"], buf["offsets"],
-                           buf["chunk_counts"], buf["recv_route_row"],
-                           buf["row_route"], buf["row_expert"], received,
-                           localChunk);
-  barrier();
-  mk::GatherOp::create(b, loc, region["recv_x"], buf["row_route"],
+         /*grouped=*/false, {slots.x, slots.sharedGate, slots.sharedUp},
+         sharedSaves);
+  x.localPlan();
+  // Step 4: the local experts, as at ep = 1 (with the dispatch copy).
+  mk::GatherOp::create(b, loc, x.region["recv_x"], buf["row_route"],
                        buf["offsets"], buf["routed_x"], /*scale=*/Value(),
                        s.topK);
-  barrier();
+  frame.barrier();
   gemm("routed gate/up", mk::Epilogue::swiglu, "routed_x",
        {"gate_weights", "up_weights"}, "hidden", /*grouped=*/true,
-       {slots.routedX, slots.gate, slots.up});
-  barrier();
+       {slots.routedX, slots.gate, slots.up}, routedSaves);
+  frame.barrier();
   gemm("routed down", mk::Epilogue::store, "hidden", {"down_weights"},
        "routed_y", /*grouped=*/true, {slots.hidden, slots.down});
   if (s.hasShared())
     gemm("shared down", mk::Epilogue::store, "shared_hidden",
          {"shared_down_weights"}, "shared_out", /*grouped=*/false,
          {slots.sharedHidden, slots.sharedDown});
-  barrier();
-  // Step 5: each routed row's result back to its source, once a route.
-  mk::ReturnRowsOp::create(b, loc, buf["routed_y"], buf["row_route"],
-                           buf["offsets"], region["recv_origin"],
-                           region["ret"], peers, s.topK);
-  barrier();
-  mk::SignalOp::create(b, loc, flags, kResults, peers, rank, epoch);
-  mk::WaitOp::create(b, loc, flags, kResults, epoch);
+  frame.barrier();
+  x.returnSide("routed_y", "");
   // Step 6: combine, reading each route's result at its own row.
-  mk::CombineOp::create(b, loc, region["ret"], buf["route_row"],
+  mk::CombineOp::create(b, loc, x.region["ret"], buf["route_row"],
                         buf["router_weights"],
                         s.hasShared() ? buf["shared_out"] : Value(),
-                        buf["out"], tokens);
+                        buf["out"], frame.tokens);
   if (frame.clock)
-    barrier();
-  assert((!frame.clock ||
-          frame.stamps == static_cast<int64_t>(phaseNames().size()) + 1) &&
-         "phaseNames() must name every phase");
+    frame.barrier();
+  assert((!frame.clock || frame.stamps == static_cast<int64_t>(
+                                              forwardPhaseNames().size()) +
+                                              1) &&
+         "forwardPhaseNames() must name every phase");
+  gpu::ReturnOp::create(b, loc);
+  return frame.status;
+}
+
+//===----------------------------------------------------------------------===//
+// The backward
+//===----------------------------------------------------------------------===//
+
+void addBackwardParams(EPKernel &k, LayerGradOp grad,
+                       ArrayRef<TensorMapSpec> maps, bool profile) {
+  const Sizes &s = k.s;
+  ParamBuilder pb(k, grad.getContext());
+  Type bf16 = pb.tb.getBF16Type(), f32 = pb.tb.getF32Type();
+  int64_t rc = s.routedCapacity(), t = s.tokens;
+  SmallVector<Param> &params = k.params;
+  std::pair<StringRef, Value> operands[] = {
+      {"d_out", grad.getDOut()},
+      {"x", grad.getX()},
+      {"top_experts", grad.getTopExperts()},
+      {"router_weights", grad.getRouterWeights()}};
+  for (auto [name, v] : operands)
+    params.push_back({name.str(), "input", pb.tensorType(v)});
+  std::string access = maps.empty() ? "pointer" : "tensor_maps";
+  static const StringRef weightNames[] = {
+      "gate_weights",        "up_weights",        "down_weights",
+      "shared_gate_weights", "shared_up_weights", "shared_down_weights"};
+  for (auto [name, w] : llvm::zip(weightNames, grad.getWeights()))
+    params.push_back({name.str(), "input", pb.tensorType(w), access});
+  static const StringRef savedNames[] = {
+      "routed_x",    "gate",      "up",           "hidden",
+      "shared_gate", "shared_up", "shared_hidden"};
+  for (size_t i = 0; i < grad.getSaved().size(); ++i) {
+    int64_t rows = i < 4 ? rc : t;
+    int64_t cols = i == 0 ? s.hidden : i < 4 ? s.inter : s.sharedInter;
+    params.push_back({savedNames[i].str(), "input", pb.ty({rows, cols}, bf16)});
+  }
+  params.push_back({"d_x", "output", pb.tensorType(grad.getDX())});
+  params.push_back(
+      {"d_router_weights", "output", pb.tensorType(grad.getDRouterWeights())});
+  for (auto [name, g] : llvm::zip(weightNames, grad.getWeightGradients())) {
+    params.push_back({("d_" + name).str(), "output", pb.tensorType(g)});
+    params.back().accumulate = grad.accumulatesMainGrads();
+  }
+  pb.plans();
+  // d_out's received rows, unscaled (the down dgrad's A) and scaled by the
+  // router weight (the down weights' gradient's A), the dgrads' rows, and
+  // each received route's router-weight gradient.
+  pb.work("routed_d_out", pb.ty({rc, s.hidden}, bf16));
+  pb.work("d_y", pb.ty({rc, s.hidden}, bf16));
+  pb.work("d_hidden_u", pb.ty({rc, s.inter}, f32));
+  pb.work("d_gate", pb.ty({rc, s.inter}, bf16));
+  pb.work("d_up", pb.ty({rc, s.inter}, bf16));
+  pb.work("d_routed_x", pb.ty({rc, s.hidden}, bf16));
+  pb.work("d_recv_weights", pb.ty({k.capacity, s.topK}, f32));
+  if (s.hasShared()) {
+    pb.work("d_shared_hidden_u", pb.ty({t, s.sharedInter}, f32));
+    pb.work("d_shared_gate", pb.ty({t, s.sharedInter}, bf16));
+    pb.work("d_shared_up", pb.ty({t, s.sharedInter}, bf16));
+    pb.work("d_shared_x", pb.ty({t, s.hidden}, bf16));
+  }
+  pb.tail(maps, profile ? backwardPhaseNames().size() : 0);
+}
+
+LogicalResult emitBackward(OpBuilder &b, LayerGradOp grad, const EPKernel &k,
+                           gpu::GPUFuncOp func, const BackwardMaps &tc,
+                           const mk::TargetSupport &support,
+                           unsigned timeoutMs) {
+  const Sizes &s = k.s;
+  ScheduleBuilder frame(b, grad.getLoc(), k.params, func, support, timeoutMs);
+  llvm::StringMap<Value> &buf = frame.buf;
+  Location loc = frame.loc;
+  Exchange x(frame, k);
+  FloatAttr limit = grad.getSwigluLimitAttr();
+  bool shared = s.hasShared(), accumulate = grad.accumulatesMainGrads();
+  auto onTensorCores = [&](GemmPlan &g, ArrayRef<int64_t> slots) {
+    if (tc.maps.empty())
+      return;
+    g.maps.assign(slots.begin(), slots.end());
+    g.tensorMaps = buf["tensor_maps"];
+    g.tileM = tc.tileM;
+    g.tileN = tc.storeTileN;
+    g.engine = tc.engine;
+  };
+
+  // Steps 1-3: the forward's counts (rebuilt from top_experts: every
+  // received row lands where the forward's did), and d_out's rows with the
+  // router weights of their routes.
+  x.sendSide("d_out", /*withWeights=*/true);
+  // While the other ranks' rows arrive: the shared expert's down dgrad and
+  // down weights' gradient, on this rank's own tokens.
+  if (shared) {
+    GemmPlan g;
+    g.role = "shared down dgrad";
+    g.a = buf["d_out"];
+    g.b = {buf["shared_down_weights"]};
+    g.transposeB = true;
+    g.out = buf["d_shared_hidden_u"];
+    onTensorCores(g, {tc.dOut, tc.sharedDown});
+    frame.gemm(g);
+    GemmPlan w;
+    w.role = "shared down weights' gradient";
+    w.a = buf["d_out"];
+    w.b = {buf["shared_hidden"]};
+    w.transposeA = w.transposeB = true;
+    w.out = buf["d_shared_down_weights"];
+    w.accumulate = accumulate;
+    onTensorCores(w, {tc.dOutT, tc.sharedHiddenT});
+    frame.gemm(w);
+  }
+  Value received = x.localPlan();
+
+  // Step 4, the local experts' backward: the received d_out rows, unscaled
+  // and scaled by their routes' router weights.
+  mk::GatherOp::create(b, loc, x.region["recv_x"], buf["row_route"],
+                       buf["offsets"], buf["routed_d_out"], Value(), s.topK);
+  mk::GatherOp::create(b, loc, x.region["recv_x"], buf["row_route"],
+                       buf["offsets"], buf["d_y"], x.region["recv_weights"],
+                       s.topK);
+  frame.barrier();
+  {
+    GemmPlan g;
+    g.role = "down dgrad";
+    g.a = buf["routed_d_out"];
+    g.b = {buf["down_weights"]};
+    g.transposeB = true;
+    g.out = buf["d_hidden_u"];
+    g.rowExpert = buf["row_expert"];
+    g.offsets = buf["offsets"];
+    if (tc.engine == mk::Engine::wgmma)
+      g.paddingRows = buf["row_route"];
+    onTensorCores(g, {tc.routedDOut, tc.down});
+    frame.gemm(g);
+    GemmPlan w;
+    w.role = "down weights' gradient";
+    w.a = buf["d_y"];
+    w.b = {buf["hidden"]};
+    w.transposeA = w.transposeB = true;
+    w.kOffsets = buf["offsets"];
+    w.kCounts = buf["counts"];
+    w.out = buf["d_down_weights"];
+    w.accumulate = accumulate;
+    onTensorCores(w, {tc.dYT, tc.hiddenT});
+    frame.gemm(w);
+  }
+  frame.barrier();
+  // The SwiGLU backward; each received route's router-weight gradient.
+  mk::SwigluGradOp::create(
+      b, loc, buf["d_hidden_u"], buf["gate"], buf["up"], buf["hidden"],
+      buf["d_gate"], buf["d_up"], buf["row_route"], buf["recv_route_row"],
+      x.region["recv_weights"], buf["offsets"], buf["d_recv_weights"],
+      received, limit);
+  if (shared)
+    mk::SwigluGradOp::create(
+        b, loc, buf["d_shared_hidden_u"], buf["shared_gate"], buf["shared_up"],
+        buf["shared_hidden"], buf["d_shared_gate"], buf["d_shared_up"], Value(),
+        Value(), Value(), Value(), Value(), frame.tokens, limit);
+  frame.barrier();
+  auto dgrad = [&](StringRef dg, StringRef du, StringRef wg, StringRef wu,
+                   StringRef out, bool grouped, ArrayRef<int64_t> slots) {
+    GemmPlan g;
+    g.role = grouped ? "gate/up dgrad" : "shared gate/up dgrad";
+    g.a = buf[dg];
+    g.a2 = buf[du];
+    g.b = {buf[wg], buf[wu]};
+    g.transposeB = true;
+    g.out = buf[out];
+    if (grouped) {
+      g.rowExpert = buf["row_expert"];
+      g.offsets = buf["offsets"];
+    }
+    onTensorCores(g, slots);
+    frame.gemm(g);
+  };
+  auto wgrad = [&](StringRef dAct, StringRef xs, StringRef out, bool grouped,
+                   ArrayRef<int64_t> slots) {
+    GemmPlan w;
+    w.role = out;
+    w.a = buf[dAct];
+    w.b = {buf[xs]};
+    w.transposeA = w.transposeB = true;
+    if (grouped) {
+      w.kOffsets = buf["offsets"];
+      w.kCounts = buf["counts"];
+    }
+    w.out = buf[out];
+    w.accumulate = accumulate;
+    onTensorCores(w, slots);
+    frame.gemm(w);
+  };
+  dgrad("d_gate", "d_up", "gate_weights", "up_weights", "d_routed_x", true,
+        {tc.dGate, tc.gate, tc.up, tc.dUp});
+  wgrad("d_gate", "routed_x", "d_gate_weights", true, {tc.dGateT, tc.routedXT});
+  wgrad("d_up", "routed_x", "d_up_weights", true, {tc.dUpT, tc.routedXT});
+  if (shared) {
+    dgrad("d_shared_gate", "d_shared_up", "shared_gate_weights",
+          "shared_up_weights", "d_shared_x", false,
+          {tc.dSharedGate, tc.sharedGate, tc.sharedUp, tc.dSharedUp});
+    wgrad("d_shared_gate", "x", "d_shared_gate_weights", false,
+          {tc.dSharedGateT, tc.xT});
+    wgrad("d_shared_up", "x", "d_shared_up_weights", false,
+          {tc.dSharedUpT, tc.xT});
+  }
+  frame.barrier();
+  // Step 5: each routed row's d_x and each route's d_w back to its source.
+  x.returnSide("d_routed_x", "d_recv_weights");
+  // Step 6: the reverse dispatch (each token's routes' d_x in route order,
+  // plus the shared expert's) and the router weights' gradients.
+  mk::CombineOp::create(b, loc, x.region["ret"], buf["route_row"],
+                        /*router_weights=*/Value(),
+                        shared ? buf["d_shared_x"] : Value(), buf["d_x"],
+                        frame.tokens);
+  mk::TakeRoutesOp::create(b, loc, x.region["ret_weights"], buf["route_row"],
+                           buf["d_router_weights"], frame.tokens);
+  if (frame.clock)
+    frame.barrier();
+  assert((!frame.clock || frame.stamps == static_cast<int64_t>(
+                                              backwardPhaseNames().size()) +
+                                              1) &&
+         "backwardPhaseNames() must name every phase");
   gpu::ReturnOp::create(b, loc);
   return frame.status;
 }
@@ -325,24 +716,8 @@ LogicalResult mok::moe_to_mk::planForwardEP(ModuleOp module, func::FuncOp func,
   PlanType plan = layer.getPlanType();
   EPKernel k{sizesOf(layer), plan.getExperts(), plan.getReceiveCapacity()};
   Sizes &s = k.s;
-  Type i64 = IntegerType::get(ctx, 64), i32 = IntegerType::get(ctx, 32);
-  Type bf16 = BFloat16Type::get(ctx);
-  // The symmetric buffer: the flags of the three signals (counts, rows,
-  // results), the count matrix, the receive buffers (C rows) and the
-  // return buffer (a row a route of this rank's tokens).
-  k.regions = {{"flags", {3, s.ep}, i64},
-               {"matrix", {s.ep, 2 * s.ep}, i64},
-               {"recv_origin", {k.capacity}, i64},
-               {"recv_experts", {k.capacity, s.topK}, i32},
-               {"recv_x", {k.capacity, s.hidden}, bf16},
-               {"ret", {s.tokens * s.topK, s.hidden}, bf16}};
-  std::optional<int64_t> bytes = layoutRegions(k.regions);
-  if (!bytes)
-    return layer.emitError()
-           << "convert-moe-to-mk: the exchange's symmetric buffer is too "
-              "large for 64-bit sizes (recv_capacity = "
-           << k.capacity << ", H = " << s.hidden << ")";
-  k.symmetricBytes = *bytes;
+  if (failed(layoutSymmetric(layer, k, /*backward=*/false)))
+    return failure();
 
   std::optional<mk::Engine> engine;
   SmallVector<TensorMapSpec> maps;
@@ -359,6 +734,7 @@ LogicalResult mok::moe_to_mk::planForwardEP(ModuleOp module, func::FuncOp func,
     gateUp.epilogue = mk::Epilogue::swiglu;
     gateUp.bOperands = 2;
     gateUp.grouped = down.grouped = true;
+    gateUp.saves = layer.savesContext();
     gateUp.columns = s.inter;
     down.columns = s.hidden;
     int64_t tall = sched::kMaxConsumers * sched::kTileM;
@@ -370,28 +746,35 @@ LogicalResult mok::moe_to_mk::planForwardEP(ModuleOp module, func::FuncOp func,
     maps = forwardTensorMaps(s, slots, tileM, storeTileN, /*cluster=*/1);
     block = support.blockSize(scheduleOf(tileM, storeTileN));
   }
-  addParams(k, layer, maps, options.profile);
-
+  addForwardParams(k, layer, maps, options.profile);
   OpBuilder b(ctx);
-  DictionaryAttr description = describeKernel(
-      ctx, k.params, s, support.chip(), block, maps,
-      options.profile ? phaseNames() : ArrayRef<StringRef>(), 1);
-  // The group: its size, the receive capacity, and the bytes of symmetric
-  // buffer a rank needs (the runtime allocates them on every rank and
-  // fills the peer table).
-  NamedAttrList entries(description);
-  entries.set("ep", b.getI64IntegerAttr(s.ep));
-  entries.set("recv_capacity", b.getI64IntegerAttr(k.capacity));
-  entries.set("symmetric_bytes", b.getI64IntegerAttr(k.symmetricBytes));
-  SmallVector<Attribute> layout;
-  for (const SymmetricRegion &r : k.regions)
-    layout.push_back(b.getDictionaryAttr(
-        {b.getNamedAttr("name", b.getStringAttr(r.name)),
-         b.getNamedAttr("offset", b.getI64IntegerAttr(r.offset))}));
-  entries.set("symmetric_layout", b.getArrayAttr(layout));
-  gpu::GPUFuncOp kernel =
-      createKernel(b, module, func, layer, "_forward", k.params, block,
-                   entries.getDictionary(ctx));
-  return emitSchedule(b, layer, k, kernel, engine, slots, tileM, storeTileN,
-                      support, options.barrierTimeoutMs);
+  gpu::GPUFuncOp kernel = createEPKernel(
+      b, module, func, layer, "_forward", k, support.chip(), block, maps,
+      options.profile ? forwardPhaseNames() : ArrayRef<StringRef>());
+  return emitForward(b, layer, k, kernel, engine, slots, tileM, storeTileN,
+                     support, options.barrierTimeoutMs);
+}
+
+LogicalResult mok::moe_to_mk::planBackwardEP(ModuleOp module, func::FuncOp func,
+                                             LayerGradOp grad,
+                                             const PlanOptions &options) {
+  MLIRContext *ctx = module.getContext();
+  const mk::TargetSupport &support = options.support;
+  PlanType plan = grad.getPlanType();
+  EPKernel k{sizesOf(grad), plan.getExperts(), plan.getReceiveCapacity()};
+  if (failed(layoutSymmetric(grad, k, /*backward=*/true)))
+    return failure();
+  // d_out's rows arrive in the symmetric buffer, which has no tensor map:
+  // the down dgrad reads a routed copy of them.
+  BackwardMaps tc = backwardMapsFor(ctx, k.s, support, options.tensorCores,
+                                    /*recompute=*/false,
+                                    /*mayGatherDOut=*/false);
+  addBackwardParams(k, grad, tc.maps, options.profile);
+  unsigned block = tc.maps.empty() ? options.blockSize : sched::kBlock;
+  OpBuilder b(ctx);
+  gpu::GPUFuncOp kernel = createEPKernel(
+      b, module, func, grad, "_backward", k, support.chip(), block, tc.maps,
+      options.profile ? backwardPhaseNames() : ArrayRef<StringRef>());
+  return emitBackward(b, grad, k, kernel, tc, support,
+                      options.barrierTimeoutMs);
 }

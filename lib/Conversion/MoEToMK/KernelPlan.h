@@ -175,6 +175,38 @@ struct GemmPlan {
   bool accumulate = false;
 };
 
+/// The tensor-core plan of a backward (sm_90a, the shapes eligible): the
+/// dgrads run on wgmma, reading the weights N-major; the slots of their
+/// maps. Empty `maps` means every GEMM is simt.
+struct BackwardMaps {
+  mlir::SmallVector<TensorMapSpec> maps;
+  int64_t routedDOut = -1, down = -1, dGate = -1, dUp = -1, gate = -1, up = -1;
+  int64_t dOut = -1, sharedDown = -1, dSharedGate = -1, dSharedUp = -1,
+          sharedGate = -1, sharedUp = -1;
+  // The weight gradients' operands, M- and N-major ([K = rows, M or N]).
+  int64_t dYT = -1, hiddenT = -1, dGateT = -1, dUpT = -1, routedXT = -1;
+  int64_t dOutT = -1, sharedHiddenT = -1, dSharedGateT = -1, dSharedUpT = -1,
+          xT = -1;
+  // Recompute: the forward's gate/up GEMMs (K-major operands).
+  int64_t routedX = -1, gateK = -1, upK = -1, x = -1, sharedGateK = -1,
+          sharedUpK = -1;
+  int64_t tileM = sched::kTileM;
+  /// sm_90a: 256-column tiles for the GEMMs of one B operand (as the
+  /// forward's down projections) and the down dgrad's A gathered from d_out;
+  /// sm_100a (tcgen05): [64, 128, 64] tiles and a routed copy of d_out.
+  int64_t storeTileN = sched::kTileN;
+  bool gatherDOut = false;
+  mk::Engine engine = mk::Engine::wgmma;
+};
+
+/// The backward's tensor-core plan for the layer (empty maps: simt);
+/// `mayGatherDOut`: the down dgrad may gather its A rows from d_out (not
+/// when d_out's rows arrive in a symmetric buffer, which has no map).
+BackwardMaps backwardMapsFor(mlir::MLIRContext *ctx, const Sizes &s,
+                             const mk::TargetSupport &support,
+                             bool tensorCores, bool recompute,
+                             bool mayGatherDOut);
+
 /// What every kernel's schedule starts with: its buffers by parameter
 /// name, grid barriers (each followed, when profiling, by a timestamp into
 /// `phase_clock` and `phase_cycles`) and the routing plan.
@@ -313,6 +345,11 @@ mlir::LogicalResult planForward(mlir::ModuleOp module, mlir::func::FuncOp func,
 mlir::LogicalResult planForwardEP(mlir::ModuleOp module,
                                   mlir::func::FuncOp func, moe::LayerOp layer,
                                   const PlanOptions &options);
+/// An expert-parallel (ep > 1) backward (ExpertParallel.cpp).
+mlir::LogicalResult planBackwardEP(mlir::ModuleOp module,
+                                   mlir::func::FuncOp func,
+                                   moe::LayerGradOp grad,
+                                   const PlanOptions &options);
 /// The same for a backward, `<func>_backward`.
 mlir::LogicalResult planBackward(mlir::ModuleOp module, mlir::func::FuncOp func,
                                  moe::LayerGradOp grad,

@@ -78,18 +78,17 @@ struct ConvertMoEToMKPass
         return WalkResult::advance();
       PlanType plan = isa<LayerOp>(op) ? cast<LayerOp>(op).getPlanType()
                                        : cast<LayerGradOp>(op).getPlanType();
-      // Expert parallelism: the inference forward, with the GEMMs'
-      // default schedules (docs/ExpertParallel.md).
+      // Expert parallelism: the forward (inference or training) and the
+      // backward, with the GEMMs' default schedules
+      // (docs/ExpertParallel.md).
       if (plan.getEp() != 1) {
-        bool training =
-            isa<LayerGradOp>(op) || cast<LayerOp>(op).savesContext();
-        if (training) {
-          op->emitError()
-              << "convert-moe-to-mk: expert parallelism (ep = " << plan.getEp()
-              << ") is implemented for the inference forward only, not yet "
-              << (isa<LayerGradOp>(op) ? "for the backward (moe.layer_grad)"
-                                       : "for the training forward (saved "
-                                         "context)");
+        auto grad = dyn_cast<LayerGradOp>(op);
+        if (grad && grad.recomputes()) {
+          op->emitError() << "convert-moe-to-mk: a backward that recomputes "
+                             "the forward is not implemented with expert "
+                             "parallelism (ep = "
+                          << plan.getEp()
+                          << ") yet; save the forward's context instead";
           return WalkResult::interrupt();
         }
         if (warpSpecialize || fuseDispatch || multicast) {

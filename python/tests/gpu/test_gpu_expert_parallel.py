@@ -18,7 +18,7 @@ import os
 import pytest
 
 from bench import torch_reference
-from bench.cases import EP_CASES
+from bench.cases import EP_CASES, EP_TRAIN_CASES
 from gpu_layers import ARTIFACTS, fresh_seed
 from gpu_results import RESULTS
 
@@ -176,3 +176,107 @@ def test_zero_tokens_is_refused_by_name():
     ranks, weights = _group_inputs(dict(c, rank_tokens=[0, 1, 1, 1]), gen)
     with pytest.raises(ValueError, match="one rank of an expert-parallel group"):
         layer(**_rank_args(c, 0, ranks[0], weights))
+
+
+# Training: EP_TRAIN_CASES, forward then backward on every rank of a local
+# group, against the ep = 1 training layer over all the ranks' tokens.
+
+def _training(name, **load):
+    directory = os.path.join(ARTIFACTS, name)
+    if not os.path.exists(os.path.join(directory, "moe_layer_backward.ptx")):
+        pytest.fail(f"{directory}/moe_layer_backward.ptx is missing: run "
+                    "python3 -m bench.compile tests")
+    return mok.GpuTrainingArtifact.from_files(directory).load(poison_outputs=True, **load)
+
+
+def _concurrently(layers, call):
+    """call(rank, layer) for every rank, each on a stream of its own,
+    launched before any is waited for; the results in rank order."""
+    import torch
+    streams = [torch.cuda.Stream() for _ in layers]
+    torch.cuda.synchronize()
+    results = []
+    for r, (layer, s) in enumerate(zip(layers, streams)):
+        with torch.cuda.stream(s):
+            results.append(call(r, layer))
+    torch.cuda.synchronize()
+    for layer, s in zip(layers, streams):
+        with torch.cuda.stream(s):
+            layer.check_errors()
+    return results
+
+
+@pytest.mark.parametrize("name", list(EP_TRAIN_CASES))
+def test_group_training_matches_ep1_and_float64(name):
+    import torch
+    c = EP_TRAIN_CASES[name]
+    n, t, local = c["ep"], c["tokens"], c["experts"] // c["ep"]
+    comms = mok.Communicator.local_group(n)
+    layers = [_training(name, comm=comm) for comm in comms]
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    for layer in layers:
+        layer.set_grid(sms // n)
+    reference = _training(name + "-ep1")
+    gen = torch.Generator().manual_seed(fresh_seed())
+    ranks, weights = _group_inputs(c, gen)
+    args = [_rank_args(c, r, ranks[r], weights) for r in range(n)]
+    d_outs = [torch.randn(t, c["hidden"], generator=gen).to(torch.bfloat16).cuda()
+              for _ in range(n)]
+    routed = ("gate_weights", "up_weights", "down_weights")
+    main_grads = None
+    if c.get("main_grads"):
+        main_grads = [{w: torch.randn(args[r][w].shape, generator=gen).cuda()
+                       for w in args[r] if w.endswith("_weights") and w != "router_weights"}
+                      for r in range(n)]
+        before = [{w: g.clone() for w, g in m.items()} for m in main_grads]
+    fwd = _concurrently(layers, lambda r, layer: layer.forward(**args[r]))
+    grads = _concurrently(
+        layers, lambda r, layer: layer.backward(fwd[r][1], d_outs[r],
+                                                main_grads=main_grads and main_grads[r]))
+    if main_grads is not None:
+        for r in range(n):
+            for w in main_grads[r]:
+                grads[r][w] = main_grads[r][w] - before[r][w]
+    # The ep = 1 layer over every rank's tokens, concatenated in rank order.
+    full = {k: torch.cat([ranks[r][k] for r in range(n)]) for k in ranks[0]}
+    full.update(weights)
+    d_full = torch.cat(d_outs)
+    ref_main = None
+    if main_grads is not None:
+        ref_main = {w: torch.zeros(v.shape, device="cuda") for w, v in weights.items()}
+    out1, ctx1 = reference.forward(**full)
+    grads1 = reference.backward(ctx1, d_full, main_grads=ref_main)
+    if ref_main is not None:
+        grads1.update(ref_main)
+    ref64 = torch_reference.backward(full, d_full, c["experts"], c.get("swiglu_limit"))
+    out64 = torch_reference.forward(full, c["experts"], c.get("swiglu_limit"))
+    torch.cuda.synchronize()
+    rows = lambda r: slice(r * t, (r + 1) * t)
+    experts = lambda r: slice(r * local, (r + 1) * local)
+    for r in range(n):
+        out = fwd[r][0]
+        assert not torch.isnan(out).any(), f"{name} rank {r}: NaN in out"
+        assert torch.equal(out, out1[rows(r)]), f"{name} rank {r}: out differs from ep = 1"
+        assert torch_reference.relative_error(out, out64[rows(r)]) <= REL_BOUND
+        for g, sl in (("x", rows(r)), ("router_weights", rows(r))):
+            got, want = grads[r][g], grads1[g][sl]
+            assert not torch.isnan(got).any(), f"{name} rank {r}: NaN in d_{g}"
+            if main_grads is None or g in ("x", "router_weights"):
+                assert torch.equal(got, want), f"{name} rank {r}: d_{g} differs from ep = 1"
+            rel = torch_reference.relative_error(got, ref64[g][sl])
+            assert rel <= REL_BOUND, f"{name} rank {r}: d_{g} relative error {rel:.3e}"
+        for w in routed:
+            got, want = grads[r][w], grads1[w][experts(r)]
+            assert not torch.isnan(got).any(), f"{name} rank {r}: NaN in d_{w}"
+            if main_grads is None:
+                assert torch.equal(got, want), f"{name} rank {r}: d_{w} differs from ep = 1"
+            rel = torch_reference.relative_error(got, ref64[w][experts(r)])
+            assert rel <= REL_BOUND, f"{name} rank {r}: d_{w} relative error {rel:.3e}"
+        if c.get("shared_intermediate"):
+            # The shared expert's gradients are over the rank's own tokens.
+            own = dict(ranks[r], **weights)
+            own64 = torch_reference.backward(own, d_outs[r], c["experts"],
+                                             c.get("swiglu_limit"))
+            for w in ("shared_gate_weights", "shared_up_weights", "shared_down_weights"):
+                rel = torch_reference.relative_error(grads[r][w], own64[w])
+                assert rel <= REL_BOUND, f"{name} rank {r}: d_{w} relative error {rel:.3e}"

@@ -1,6 +1,9 @@
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a" | FileCheck %s
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a" | mok-opt | FileCheck %s
 // RUN: mok-opt %s --convert-moe-to-mk="chip=sm_100a tensor-cores=false" | FileCheck %s --check-prefix=SIMT
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_90a" | FileCheck %s --check-prefix=TRAIN
+// RUN: mok-opt %s --convert-moe-to-mk="chip=sm_90a barrier-timeout-ms=500" | FileCheck %s --check-prefix=BOUNDED
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="chip=sm_100a tensor-cores=false" | FileCheck %s --check-prefix=TRAIN
 
 // One rank of a 4-rank expert-parallel group (16 experts, 4 local), T = 40,
 // top-2, a shared expert: the exchange of docs/ExpertParallel.md inside the
@@ -84,6 +87,48 @@
 // SIMT: mk.send_rows
 // SIMT: mk.gemm swiglu {{.*}} schedule <simt>
 // SIMT: mk.return_rows
+
+// Bounded (a debugging mode): the exchange's waits too, numbered with the
+// grid barriers in schedule order (the counts' wait follows 4 barriers).
+// BOUNDED-LABEL: gpu.func @layer_forward(
+// BOUNDED: mk.wait %{{.*}}[0] epoch(%{{.*}}) status(%{{.*}} : memref<8xi32>) {report = 4 : i64, timeout_ns = 500000000 : i64}
+// BOUNDED: mk.wait %{{.*}}[1] epoch(%{{.*}}) status(%{{.*}} : memref<8xi32>) {report = 7 : i64, timeout_ns = 500000000 : i64}
+
+// Training: the forward saves the context of its local plan (its rows
+// over the rows received; the backward's plan over the same rows is the
+// same); the backward dispatches d_out's rows with their routes' router
+// weights, runs the local experts' backward and returns each routed row's
+// d_x and each route's router-weight gradient.
+// TRAIN-LABEL: gpu.func @layer_forward_forward(
+// TRAIN-SAME: {align = 16 : i64, dtype = "bf16", name = "routed_x", role = "output", shape = array<i64: 572, 64>}
+// TRAIN: mk.send_rows
+// TRAIN: mk.gemm swiglu {{.*}} saves(
+// TRAIN: mk.gemm swiglu {{.*}} grouped({{.*}} saves(
+// TRAIN: mk.return_rows
+// TRAIN-LABEL: gpu.func @layer_backward_backward(
+// TRAIN-SAME: symmetric_layout = [{name = "flags", offset = 0 : i64}, {name = "matrix", offset = 128 : i64}, {name = "recv_origin", offset = 384 : i64}, {name = "recv_experts", offset = 2944 : i64}, {name = "recv_x", offset = 5504 : i64}, {name = "ret", offset = 46464 : i64}, {name = "recv_weights", offset = 56704 : i64}, {name = "ret_weights", offset = 59264 : i64}]
+// TRAIN: %[[RECV_X:.*]] = memref.view %{{.*}} to memref<320x64xbf16>
+// TRAIN: %[[RET:.*]] = memref.view %{{.*}} to memref<80x64xbf16>
+// TRAIN: %[[RECV_W:.*]] = memref.view %{{.*}} to memref<320x2xf32>
+// TRAIN: %[[RET_W:.*]] = memref.view %{{.*}} to memref<80xf32>
+// TRAIN: mk.route_ranks %{{.*}} into %{{.*}}, %[[ROUTE_ROW:[a-z0-9]+]]
+// TRAIN: mk.send_rows %[[D_OUT:arg0]], {{.*}} into %[[RECV_X]], %[[ORIGIN:[a-z0-9_]+]], %{{.*}} weights(%{{.*}} into %[[RECV_W]] : memref<40x2xf32>, memref<320x2xf32>)
+// TRAIN: mk.signal %{{.*}}[1]
+// The shared expert's down dgrad and down weights' gradient while the rows
+// cross.
+// TRAIN-NEXT: mk.gemm store %[[D_OUT]], {{.*}}transpose_b
+// TRAIN-NEXT: mk.gemm store %[[D_OUT]], {{.*}}transpose_a, transpose_b
+// TRAIN-NEXT: mk.wait %{{.*}}[1]
+// TRAIN: %[[N:.*]] = mk.received_rows
+// TRAIN: mk.assign_rows %{{.*}} into %[[RRR:[a-z0-9_]+]], %[[ROW_ROUTE:[a-z0-9_]+]], %{{.*}} tokens(%[[N]])
+// TRAIN: mk.gather %[[RECV_X]], %[[ROW_ROUTE]], %{{.*}} into %{{.*}} {top_k = 2 : i64}
+// TRAIN-NEXT: mk.gather %[[RECV_X]], %[[ROW_ROUTE]], %{{.*}} into %{{.*}} scale(%[[RECV_W]] : memref<320x2xf32>)
+// TRAIN: mk.swiglu_grad {{.*}} routes(%[[ROW_ROUTE]], %[[RRR]], %[[RECV_W]], %{{.*}}) -> %[[D_RECV_W:[a-z0-9_]+]] tokens(%[[N]])
+// TRAIN: mk.return_rows %{{.*}}, %[[ROW_ROUTE]], %{{.*}}, %[[ORIGIN]] into %[[RET]] scalars(%[[D_RECV_W]] into %[[RET_W]] : memref<320x2xf32>, memref<80xf32>)
+// TRAIN: mk.signal %{{.*}}[2]
+// TRAIN-NEXT: mk.wait %{{.*}}[2]
+// TRAIN-NEXT: mk.combine %[[RET]], %[[ROUTE_ROW]] shared(%{{.*}}) into %{{.*}} : memref<80x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
+// TRAIN-NEXT: mk.take_routes %[[RET_W]], %[[ROUTE_ROW]] into %{{.*}} : memref<80xf32>, memref<80xi64> -> memref<40x2xf32>
 
 func.func @layer(%x: tensor<40x64xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>,
                  %wg: tensor<4x128x64xbf16>, %wu: tensor<4x128x64xbf16>, %wd: tensor<4x64x128xbf16>,

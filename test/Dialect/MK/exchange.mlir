@@ -12,6 +12,7 @@
 // CHECK: mk.put_counts %{{.*}}, %{{.*}} into %[[M:.*]] peers(%[[P:.*]] : memref<4xi64>) rank(%[[R:.*]]) : memref<4xi64>, memref<16xi64>, memref<4x8xi64>
 // CHECK: mk.signal %[[F:.*]][0] peers(%[[P]] : memref<4xi64>) rank(%[[R]]) epoch(%[[E:.*]]) : memref<3x4xi64>
 // CHECK: mk.wait %[[F]][0] epoch(%[[E]]) : memref<3x4xi64>
+// CHECK: mk.wait %[[F]][0] epoch(%[[E]]) status(%{{.*}} : memref<8xi32>) {report = 3 : i64, timeout_ns = 1000 : i64} : memref<3x4xi64>
 // CHECK: mk.check_capacity %[[M]] into %{{.*}}, %[[V:.*]] {capacity = 160 : i64} : memref<4x8xi64>, memref<8xi32>, memref<1xi64>
 // CHECK: mk.send_rows %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[M]], %[[V]] into %{{.*}}, %{{.*}}, %{{.*}} peers(%[[P]] : memref<4xi64>) rank(%[[R]]) tokens(%{{.*}}) {local_experts = 4 : i64} : memref<40x64xbf16>, memref<40x2xi32>, memref<160xi64>, memref<5xi64>, memref<4x8xi64>, memref<1xi64> -> memref<160x64xbf16>, memref<160xi64>, memref<160x2xi32>
 // CHECK: %{{.*}} = mk.received_rows %[[M]], %[[V]] rank(%[[R]]) : memref<4x8xi64>, memref<1xi64>
@@ -44,6 +45,7 @@ gpu.module @k {
         : memref<4xi64>, memref<16xi64>, memref<4x8xi64>
     mk.signal %flags[0] peers(%peers : memref<4xi64>) rank(%rank) epoch(%epoch) : memref<3x4xi64>
     mk.wait %flags[0] epoch(%epoch) : memref<3x4xi64>
+    mk.wait %flags[0] epoch(%epoch) status(%status : memref<8xi32>) {report = 3 : i64, timeout_ns = 1000 : i64} : memref<3x4xi64>
     mk.check_capacity %matrix into %status, %verdict {capacity = 160 : i64}
         : memref<4x8xi64>, memref<8xi32>, memref<1xi64>
     mk.send_rows %x, %top, %send_route, %send_offsets, %matrix, %verdict

@@ -1214,3 +1214,15 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @wait_half_bounded(%sym: memref<1024xi8>, %epoch: i64, %st: memref<8xi32>) kernel {
+    %c0 = arith.constant 0 : index
+    %flags = memref.view %sym[%c0][] : memref<1024xi8> to memref<3x4xi64>
+    // expected-error @+1 {{a bounded wait needs status, timeout_ns and report, each with the others}}
+    mk.wait %flags[0] epoch(%epoch) status(%st : memref<8xi32>) {timeout_ns = 10 : i64} : memref<3x4xi64>
+    gpu.return
+  }
+}

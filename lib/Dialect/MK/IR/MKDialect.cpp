@@ -566,6 +566,13 @@ LogicalResult SignalOp::verify() {
 LogicalResult WaitOp::verify() {
   if (failed(checkRegion(*this, getFlags(), "flags")))
     return failure();
+  bool bounded = getTimeoutNs().has_value();
+  if (static_cast<bool>(getStatus()) != bounded ||
+      getReport().has_value() != bounded)
+    return emitOpError("a bounded wait needs status, timeout_ns and report, "
+                       "each with the others");
+  if (bounded && failed(checkStatus(*this, getStatus())))
+    return failure();
   int64_t n = dim(getFlags(), 0);
   if (!ShapedType::isDynamic(n) && getIndex() >= n)
     return emitOpError() << "index " << getIndex() << " is out of flags' " << n
@@ -598,6 +605,20 @@ LogicalResult SendRowsOp::verify() {
     if (failed(checkRegion(*this, v, what)))
       return failure();
   int64_t capacity = dim(getRecvX(), 0);
+  if (static_cast<bool>(getRouterWeights()) !=
+      static_cast<bool>(getRecvWeights()))
+    return emitOpError("weights need both router_weights and recv_weights");
+  if (Value w = getRouterWeights())
+    if (failed(checkRegion(*this, getRecvWeights(), "recv_weights")) ||
+        failed(expectDim(*this, w, "router_weights", 0, dim(x, 0),
+                         "tokens, x's rows")) ||
+        failed(expectDim(*this, w, "router_weights", 1, dim(top, 1),
+                         "top_k")) ||
+        failed(expectDim(*this, getRecvWeights(), "recv_weights", 0, capacity,
+                         "recv_x's rows")) ||
+        failed(expectDim(*this, getRecvWeights(), "recv_weights", 1,
+                         dim(top, 1), "top_k")))
+      return failure();
   return failure(
       failed(checkMatrix(*this, getMatrix(), ep)) ||
       failed(expectDim(*this, getVerdict(), "verdict", 0, 1, "one word")) ||
@@ -617,9 +638,26 @@ LogicalResult SendRowsOp::verify() {
                        dim(top, 1), "top_k")));
 }
 
+LogicalResult TakeRoutesOp::verify() {
+  Value out = getOut();
+  return expectDim(*this, getRouteRow(), "route_row", 0,
+                   dimMul(dim(out, 0), dim(out, 1)), "out's tokens * top_k");
+}
+
 LogicalResult ReturnRowsOp::verify() {
   if (failed(checkRegion(*this, getRet(), "ret")))
     return failure();
+  if (static_cast<bool>(getValues()) != static_cast<bool>(getRetValues()))
+    return emitOpError("scalars need both values and ret_values");
+  if (Value v = getValues()) {
+    if (failed(checkRegion(*this, getRetValues(), "ret_values")) ||
+        failed(expectDim(*this, v, "values", 0, dim(getRecvOrigin(), 0),
+                         "recv_origin's rows")) ||
+        failed(expectDim(*this, v, "values", 1, getTopK(), "top_k")) ||
+        failed(expectDim(*this, getRetValues(), "ret_values", 0,
+                         dim(getRet(), 0), "ret's rows")))
+      return failure();
+  }
   return failure(
       failed(expectDim(*this, getRoutedY(), "routed_y", 0,
                        dim(getRowRoute(), 0), "the size of row_route")) ||

@@ -535,6 +535,13 @@ typedef struct mok_kernel_report {
    * The first such rank and its routes (saturated to 2^31 - 1). */
   int32_t capacity_exceeded;
   int32_t capacity_rank, capacity_routes;
+  /* With barrier_timed_out: the bounded wait was an expert-parallel
+   * exchange's wait for the other ranks' flags (its index counts the
+   * kernel's bounded waits and barriers together), not a grid barrier: the
+   * rank whose flag did not come and the exchange's step (0 counts, 1 rows,
+   * 2 results); barrier_cta is the CTA that gave up. */
+  int32_t exchange_wait;
+  int32_t wait_rank, wait_step;
 } mok_kernel_report;
 
 /* Takes what the layer's kernels reported since the last take: with `wait`,

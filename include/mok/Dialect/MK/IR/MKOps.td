@@ -726,19 +726,34 @@ def MK_WaitOp : MK_Op<"wait"> {
     (`ld.acquire.sys`), then a CTA barrier: everything each rank stored
     into this rank's symmetric buffer before its `mk.signal` of the same
     row is visible to every thread after the wait. Like a grid barrier for
-    those stores: `convert-mk-to-gpu`'s barrier-interval check forgets the
-    exchange ops' writes here. All ranks' kernels must be running (the wait
-    has no bound).
+    those stores: `convert-mk-to-gpu`'s barrier-interval check forgets
+    `mk.put_counts`' and the signals' writes here. All ranks' kernels must
+    be running.
+
+    With `status` (the kernel's report) and `timeout_ns`, the wait is
+    bounded, as `mk.grid_barrier`'s (a debugging mode): a CTA that has
+    waited `timeout_ns` for a rank's flag records the wait in `status`
+    (`status[3]` = `report` + 1, `status[4]` the rank whose flag did not
+    come, `status[5]` the flags' row, `status[6]` the CTA, `status[7]` = 1:
+    an exchange's wait) and goes on, and so does every CTA waiting at a
+    bounded wait or barrier once `status[3]` is set; the kernel then ends
+    with results that are not defined. `report` numbers the kernel's
+    bounded waits and barriers together, in schedule order.
 
     ```mlir
     mk.wait %flags[1] epoch(%epoch) : memref<3x4xi64>
+    mk.wait %flags[1] epoch(%epoch) status(%st : memref<8xi32>) {report = 7 : i64, timeout_ns = 1000000000 : i64} : memref<3x4xi64>
     ```
   }];
   let arguments = (ins Arg<MK_Flags, "", [MemRead]>:$flags,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$index,
-                       I64:$epoch);
+                       I64:$epoch,
+                       Arg<Optional<MK_Status>, "", [MemRead, MemWrite]>:$status,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$timeout_ns,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$report);
   let assemblyFormat = [{
-    $flags `[` $index `]` `epoch` `(` $epoch `)` attr-dict `:` type($flags)
+    $flags `[` $index `]` `epoch` `(` $epoch `)`
+    (`status` `(` $status^ `:` type($status) `)`)? attr-dict `:` type($flags)
   }];
   let hasVerifier = 1;
 }
@@ -796,7 +811,7 @@ def MK_ReceivedRowsOp : MK_Op<"received_rows"> {
   let hasVerifier = 1;
 }
 
-def MK_SendRowsOp : MK_Op<"send_rows"> {
+def MK_SendRowsOp : MK_Op<"send_rows", [AttrSizedOperandSegments]> {
   let summary = "Dispatch: each token's row once to each rank it routes to";
   let description = [{
     Step 3 of the exchange. The rows to send are the plan over ranks':
@@ -813,6 +828,10 @@ def MK_SendRowsOp : MK_Op<"send_rows"> {
     thread fences its stores to the system (`fence.acq_rel.sys`) before
     the grid barrier that must precede the `mk.signal`. With `tokens(%t)`,
     x has `%t` rows.
+
+    *With weights* (`weights(%router_weights into %recv_weights)`, the
+    backward's dispatch of `d_out`): also `recv_weights[row, j]` (f32,
+    `[C, k]`), the router weight of route `j` when it goes to `d`, else 0.
 
     ```mlir
     mk.send_rows %x, %top, %send_route, %send_offsets, %matrix, %verdict
@@ -835,12 +854,18 @@ def MK_SendRowsOp : MK_Op<"send_rows"> {
                            [MemWrite]>:$recv_experts,
                        Arg<MK_Peers, "", [MemRead]>:$peers,
                        I32:$rank,
+                       Arg<Optional<MemRefRankOf<[F32], [2]>>, "",
+                           [MemRead]>:$router_weights,
+                       Arg<Optional<MemRefRankOf<[F32], [2]>>, "the peers' copies",
+                           [MemWrite]>:$recv_weights,
                        Optional<Index>:$tokens,
                        ConfinedAttr<I64Attr, [IntPositive]>:$local_experts);
   let assemblyFormat = [{
     $x `,` $top_experts `,` $send_route `,` $send_offsets `,` $matrix `,`
     $verdict `into`
     $recv_x `,` $recv_origin `,` $recv_experts
+    (`weights` `(` $router_weights^ `into` $recv_weights `:`
+       type($router_weights) `,` type($recv_weights) `)`)?
     `peers` `(` $peers `:` type($peers) `)` `rank` `(` $rank `)`
     (`tokens` `(` $tokens^ `)`)? attr-dict `:` type($x) `,` type($top_experts)
     `,` type($send_route) `,` type($send_offsets) `,` type($matrix) `,`
@@ -850,7 +875,7 @@ def MK_SendRowsOp : MK_Op<"send_rows"> {
   let hasVerifier = 1;
 }
 
-def MK_ReturnRowsOp : MK_Op<"return_rows"> {
+def MK_ReturnRowsOp : MK_Op<"return_rows", [AttrSizedOperandSegments]> {
   let summary = "Return: each routed row's result to its source rank";
   let description = [{
     Step 5 of the exchange. For every routed row `r < offsets[L]` of the
@@ -861,6 +886,11 @@ def MK_ReturnRowsOp : MK_Op<"return_rows"> {
     `routed_y[r]`. Padding rows go nowhere. Grid-stride over 16-byte pieces;
     each thread fences its stores to the system before the grid barrier
     that must precede the `mk.signal`.
+
+    *With scalars* (`scalars(%values into %ret_values)`, the backward's
+    router-weight gradients): also `ret_values[t * top_k + j]` of the
+    source becomes `values[i, j]` (f32; `values [C, top_k]` per received
+    route, `ret_values [T * top_k]`).
 
     ```mlir
     mk.return_rows %routed_y, %row_route, %offsets, %recv_origin into %ret
@@ -875,11 +905,41 @@ def MK_ReturnRowsOp : MK_Op<"return_rows"> {
                        Arg<MK_I64Vector, "", [MemRead]>:$recv_origin,
                        Arg<MK_Bf16Matrix, "the peers' copies", [MemWrite]>:$ret,
                        Arg<MK_Peers, "", [MemRead]>:$peers,
+                       Arg<Optional<MemRefRankOf<[F32], [2]>>, "",
+                           [MemRead]>:$values,
+                       Arg<Optional<MemRefRankOf<[F32], [1]>>, "the peers' copies",
+                           [MemWrite]>:$ret_values,
                        ConfinedAttr<I64Attr, [IntPositive]>:$top_k);
   let assemblyFormat = [{
     $routed_y `,` $row_route `,` $offsets `,` $recv_origin `into` $ret
+    (`scalars` `(` $values^ `into` $ret_values `:` type($values) `,`
+       type($ret_values) `)`)?
     `peers` `(` $peers `:` type($peers) `)` attr-dict `:` type($routed_y) `,`
     type($row_route) `,` type($offsets) `,` type($recv_origin) `->` type($ret)
+  }];
+  let hasVerifier = 1;
+}
+
+def MK_TakeRoutesOp : MK_Op<"take_routes"> {
+  let summary = "Each route's value from its row, or 0";
+  let description = [{
+    `out[t, j] = values[route_row[t * k + j]]` when that row is `>= 0`,
+    else 0 (f32; `out [T, k]`, `route_row [T * k]`): the backward's router
+    weights' gradients, returned a value a route. Grid-stride over the
+    routes; with `tokens(%t)`, the tokens are `t < %t`.
+
+    ```mlir
+    mk.take_routes %ret_dw, %route_row into %d_router_weights
+        : memref<80xf32>, memref<80xi64> -> memref<40x2xf32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[F32], [1]>, "", [MemRead]>:$values,
+                       Arg<MK_I64Vector, "", [MemRead]>:$route_row,
+                       Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$out,
+                       Optional<Index>:$tokens);
+  let assemblyFormat = [{
+    $values `,` $route_row `into` $out (`tokens` `(` $tokens^ `)`)? attr-dict
+    `:` type($values) `,` type($route_row) `->` type($out)
   }];
   let hasVerifier = 1;
 }
