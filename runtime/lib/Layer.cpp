@@ -523,9 +523,10 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
     r.error = "metadata: a kernel for any token count without a parameter "
               "of role 'tokens'";
   if (r.ok() && layer->epSize > 1)
+    // (An epoch by value is optional: the compiler's kernels count their
+    // launches on the device.)
     for (auto [slot, role] : {std::pair{layer->peersParam, "peers"},
                               {layer->rankParam, "rank"},
-                              {layer->epochParam, "epoch"},
                               {layer->symmetricParam, "symmetric"}})
       if (slot < 0 && r.ok())
         r.error = "metadata: a kernel for ep = " +
@@ -1211,7 +1212,9 @@ static mok_status checkExchange(mok_layer layer, CUstream stream) {
   if (CUresult r = d->streamIsCapturing(stream, &capture); r != CUDA_SUCCESS)
     return Fail(MOK_ERROR_CUDA)
            << "stream: cuStreamIsCapturing failed: " << d->describe(r);
-  if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+  // A kernel given its epoch by value would repeat it at every replay; the
+  // compiler's count their launches on the device instead.
+  if (capture != CU_STREAM_CAPTURE_STATUS_NONE && layer->epochParam >= 0)
     return Fail(MOK_ERROR_UNSUPPORTED)
            << "stream: is being captured into a CUDA graph, but this layer "
               "exchanges tokens (ep = "
@@ -1257,7 +1260,8 @@ extern "C" mok_status mok_layer_forward(mok_layer layer,
   if (layer->exchange) {
     values[layer->peersParam] = static_cast<uint64_t>(layer->exchange->table);
     values[layer->rankParam] = static_cast<uint32_t>(layer->comm->rank);
-    values[layer->epochParam] = layer->epoch + 1;
+    if (layer->epochParam >= 0)
+      values[layer->epochParam] = layer->epoch + 1;
     values[layer->symmetricParam] =
         static_cast<uint64_t>(layer->exchange->self);
   }

@@ -936,6 +936,43 @@ static void testLocalGroup() {
             __LINE__);
     }
   }
+  // The compiler's kernels take no epoch (they count their launches on the
+  // device): nothing a replay would repeat, so they launch while a stream
+  // is captured into a CUDA graph.
+  {
+    const char *ptx =
+        ".version 8.1\n.target sm_90a\n.address_size 64\n"
+        ".visible .entry moe_ep_forward(\n  .param .u64 x,\n  .param .u64 out,\n"
+        "  .param .u64 peers,\n  .param .u32 rank,\n  .param .u64 symmetric\n)\n"
+        "{\n  ret;\n}\n";
+    std::string meta = epLayer(4, 1024, 5, R"(,
+    {"name": "peers", "role": "peers", "dtype": "i64", "shape": [4]},
+    {"name": "rank", "role": "rank", "dtype": "i32", "shape": []},
+    {"name": "symmetric", "role": "symmetric", "dtype": "u8", "shape": [1024]})");
+    mok_layer counted[4] = {};
+    for (int r = 0; r < 4; ++r) {
+      CHECK(mok_layer_create(meta.c_str(), &counted[r]) == MOK_OK);
+      CHECK(mok_layer_bind_comm(counted[r], comms[r], nullptr) == MOK_OK);
+      CHECK(mok_layer_load(counted[r], 0, ptx) == MOK_OK);
+    }
+    fakes.setCapturing(1);
+    int64_t before = fakes.launches();
+    for (int r = 0; r < 4; ++r) {
+      CHECK(mok_layer_forward(counted[r], a.in, 1, &a.out, nullptr) == MOK_OK);
+      uint64_t p[8] = {};
+      CHECK(fakes.lastParams(p, 8) == 5);
+      mok_symmetric ex = nullptr;
+      mok_layer_comm(counted[r], nullptr, &ex);
+      mok_symmetric_info ei;
+      mok_symmetric_get_info(ex, &ei);
+      CHECK(p[4] == reinterpret_cast<uint64_t>(ei.address));
+    }
+    CHECK(fakes.launches() == before + 4);
+    fakes.setCapturing(0);
+    for (mok_layer l : counted)
+      mok_layer_destroy(l);
+  }
+
   // A buffer of an incomplete window is refused as a layer's exchange.
   mok_symmetric lone = nullptr;
   CHECK(mok_comm_alloc_symmetric(comms[0], 2048, &lone) == MOK_OK);

@@ -60,7 +60,8 @@
 
 // One rank of the 8-rank DeepSeek-V3 group: its exchange in the metadata
 // (the group size, the receive capacity 8 * 4096 * min(8, 32) routes by
-// default, the symmetric buffer a rank needs and its four parameters).
+// default, the symmetric buffer a rank needs and its parameters: no epoch,
+// which the kernel counts on the device).
 // EPFILES: deepseek_v3_moe.ptx
 // EP: "ep": 8,
 // EP: "mok_metadata_version": 5,
@@ -68,14 +69,12 @@
 // EP-NEXT: "role": "peers",
 // EP: "name": "rank",
 // EP-NEXT: "role": "rank",
-// EP: "name": "epoch",
-// EP-NEXT: "role": "epoch",
 // EP: "name": "symmetric",
 // EP-NEXT: "role": "symmetric",
 // EP-NEXT: "shape": [
-// EP-NEXT: 4238345472
+// EP-NEXT: 4238345600
 // EP: "recv_capacity": 262144,
-// EP: "symmetric_bytes": 4238345472,
+// EP: "symmetric_bytes": 4238345600,
 // EPTRAINFILES: deepseek_v3_moe_forward.ptx
 // EPTRAINFILES: deepseek_v3_moe_backward.ptx
 // EPBWD: "ep": 8,

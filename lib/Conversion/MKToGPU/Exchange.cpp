@@ -34,6 +34,8 @@ public:
   void lower(mk::SendRowsOp op);
   void lower(mk::ReturnRowsOp op);
   void lower(mk::TakeRoutesOp op);
+  void lower(mk::LaunchEpochOp op);
+  void lower(mk::CountLaunchOp op);
 
 private:
   Type i64() { return e.b.getI64Type(); }
@@ -468,6 +470,19 @@ void ExchangeLowering::lower(mk::ReturnRowsOp op) {
   fenceSystem();
 }
 
+void ExchangeLowering::lower(mk::LaunchEpochOp op) {
+  op.getEpoch().replaceAllUsesWith(e.load(op.getLaunches(), {e.index(0)}));
+}
+
+void ExchangeLowering::lower(mk::CountLaunchOp op) {
+  Value launches = op.getLaunches();
+  e.ifThen(e.cmp(arith::CmpIPredicate::eq, globalId, e.index(0)), [&] {
+    Value count = e.load(launches, {e.index(0)});
+    e.store(arith::AddIOp::create(e.b, e.loc, count, c64(1)).getResult(),
+            launches, {e.index(0)});
+  });
+}
+
 void ExchangeLowering::lower(mk::TakeRoutesOp op) {
   Value values = op.getValues(), routeRow = op.getRouteRow(), out = op.getOut();
   int64_t k = size(out, 1);
@@ -487,6 +502,6 @@ void mok::conversion::lowerExchange(const GridBuilder &grid,
   TypeSwitch<Operation *>(op)
       .Case<mk::RouteRanksOp, mk::PutCountsOp, mk::SignalOp, mk::WaitOp,
             mk::CheckCapacityOp, mk::ReceivedRowsOp, mk::SendRowsOp,
-            mk::ReturnRowsOp, mk::TakeRoutesOp>(
-          [&](auto o) { lowering.lower(o); });
+            mk::ReturnRowsOp, mk::TakeRoutesOp, mk::LaunchEpochOp,
+            mk::CountLaunchOp>([&](auto o) { lowering.lower(o); });
 }

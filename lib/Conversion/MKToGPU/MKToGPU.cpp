@@ -146,7 +146,8 @@ void lowerKernel(gpu::GPUFuncOp func, std::optional<mk::Engine> engine) {
         .Case([&](mk::TimestampOp stamp) { lowerTimestamp(grid, stamp); })
         .Case<mk::RouteRanksOp, mk::PutCountsOp, mk::SignalOp, mk::WaitOp,
               mk::CheckCapacityOp, mk::ReceivedRowsOp, mk::SendRowsOp,
-              mk::ReturnRowsOp, mk::TakeRoutesOp>(
+              mk::ReturnRowsOp, mk::TakeRoutesOp, mk::LaunchEpochOp,
+              mk::CountLaunchOp>(
             [&](Operation *step) { lowerExchange(grid, step); });
     if (op == lastTensorCoreGemm)
       afterLastGemm = true;

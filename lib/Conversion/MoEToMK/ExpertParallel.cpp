@@ -82,7 +82,8 @@ struct EPKernel {
 };
 
 /// Sets the kernel's symmetric regions (the flags of the three signals:
-/// counts, rows, results; the count matrix; the receive buffers, C rows;
+/// counts, rows, results; the launch count, which only this rank writes;
+/// the count matrix; the receive buffers, C rows;
 /// the return buffer, a row a route of this rank's tokens) and their
 /// layout; `backward` adds the received router weights and the returned
 /// router-weight gradients.
@@ -92,6 +93,7 @@ LogicalResult layoutSymmetric(Operation *op, EPKernel &k, bool backward) {
   Type i64 = IntegerType::get(ctx, 64), i32 = IntegerType::get(ctx, 32);
   Type bf16 = BFloat16Type::get(ctx), f32 = Float32Type::get(ctx);
   k.regions = {{"flags", {3, s.ep}, i64},
+               {"launches", {1}, i64},
                {"matrix", {s.ep, 2 * s.ep}, i64},
                {"recv_origin", {k.capacity}, i64},
                {"recv_experts", {k.capacity, s.topK}, i32},
@@ -114,8 +116,8 @@ LogicalResult layoutSymmetric(Operation *op, EPKernel &k, bool backward) {
 /// The parameters every EP kernel has besides the layer's tensors: the
 /// send side's and the local plan's workspace (before the kernel's own
 /// workspace), and, after it, the grid barrier, the report, the call's T,
-/// the exchange's (the peer table, this rank and the launch's epoch by
-/// value, this rank's symmetric buffer), profiling and the tensor maps.
+/// the exchange's (the peer table, this rank by value, this rank's
+/// symmetric buffer), profiling and the tensor maps.
 struct ParamBuilder {
   EPKernel &k;
   Builder tb;
@@ -164,7 +166,6 @@ struct ParamBuilder {
       k.params.push_back({"tokens", "tokens", MemRefType()});
     k.params.push_back({"peers", "peers", ty({s.ep}, i64)});
     k.params.push_back({"rank", "rank", MemRefType()});
-    k.params.push_back({"epoch", "epoch", MemRefType()});
     k.params.push_back({"symmetric", "symmetric",
                         ty({k.symmetricBytes}, tb.getIntegerType(8))});
     if (phases)
@@ -196,12 +197,22 @@ struct Exchange {
   Location loc;
   llvm::StringMap<Value> &buf;
   llvm::StringMap<Value> region;
-  Value peers, rank, epoch, flags, matrix;
+  Value peers, rank, flags, matrix;
   enum Flag : int64_t { kCounts = 0, kRows = 1, kResults = 2 };
 
+  /// This launch's epoch, read where it is used (after the first grid
+  /// barrier, which follows mk.count_launch).
+  Value epoch() {
+    return mk::LaunchEpochOp::create(b, loc, b.getI64Type(),
+                                     region["launches"]);
+  }
+  void signal(int64_t step) {
+    mk::SignalOp::create(b, loc, flags, step, peers, rank, epoch());
+  }
   /// A wait for the flags of `step`, bounded as the grid barriers are
   /// (the kernels' bounded waits and barriers numbered together).
   void wait(int64_t step) {
+    Value epoch = this->epoch();
     if (frame.timeoutNs)
       mk::WaitOp::create(b, loc, flags, step, epoch, frame.report,
                          b.getI64IntegerAttr(frame.timeoutNs),
@@ -215,13 +226,15 @@ struct Exchange {
       : frame(frame), k(k), b(frame.b), loc(frame.loc), buf(frame.buf) {
     peers = buf["peers"];
     rank = buf["rank"];
-    epoch = buf["epoch"];
     for (const SymmetricRegion &r : k.regions)
       region[r.name] = memref::ViewOp::create(
           b, loc, MemRefType::get(r.shape, r.element), buf["symmetric"],
           arith::ConstantIndexOp::create(b, loc, r.offset), ValueRange{});
     flags = region["flags"];
     matrix = region["matrix"];
+    // The kernel counts its launches on the device, and the count is the
+    // launch's epoch: a CUDA graph's replay is a new epoch as a launch is.
+    mk::CountLaunchOp::create(b, loc, region["launches"]);
   }
 
   /// Steps 1-3: count (routes per global expert, the plan over ranks),
@@ -255,7 +268,7 @@ struct Exchange {
                              1);
     mk::PutCountsOp::create(b, loc, buf["send_counts"], buf["expert_counts"],
                             matrix, peers, rank);
-    mk::SignalOp::create(b, loc, flags, kCounts, peers, rank, epoch);
+    signal(kCounts);
     frame.barrier();
     mk::AssignRowsOp::create(b, loc, buf["top_ranks"], buf["send_offsets"],
                              buf["send_chunk_counts"], buf["send_row"],
@@ -273,7 +286,7 @@ struct Exchange {
         withWeights ? buf["router_weights"] : Value(),
         withWeights ? region["recv_weights"] : Value(), tokens, s.experts);
     frame.barrier();
-    mk::SignalOp::create(b, loc, flags, kRows, peers, rank, epoch);
+    signal(kRows);
   }
 
   /// Step 4's plan: waits for the rows, then plans the local experts over
@@ -310,7 +323,7 @@ struct Exchange {
         values.empty() ? Value() : buf[values],
         values.empty() ? Value() : region["ret_weights"], k.s.topK);
     frame.barrier();
-    mk::SignalOp::create(b, loc, flags, kResults, peers, rank, epoch);
+    signal(kResults);
     wait(kResults);
   }
 };

@@ -280,3 +280,42 @@ def test_group_training_matches_ep1_and_float64(name):
             for w in ("shared_gate_weights", "shared_up_weights", "shared_down_weights"):
                 rel = torch_reference.relative_error(grads[r][w], own64[w])
                 assert rel <= REL_BOUND, f"{name} rank {r}: d_{w} relative error {rel:.3e}"
+
+
+def test_group_replays_cuda_graphs():
+    """The kernels count their launches on the device (the epoch), so each
+    rank's call captured into a CUDA graph replays as a new step: the
+    graphs of all ranks replayed together, with new inputs copied into the
+    captured tensors each time, match the ep = 1 layer."""
+    import torch
+    name = "ep4_shared"
+    c = EP_CASES[name]
+    n = c["ep"]
+    layers, comms = _load_group(name, n)
+    reference = _artifact(name + "-ep1").load()
+    gen = torch.Generator().manual_seed(fresh_seed())
+    ranks, weights = _group_inputs(c, gen)
+    args = [_rank_args(c, r, ranks[r], weights) for r in range(n)]
+    _run_group(layers, args)  # warm: maps built, kernels loaded
+    streams = [torch.cuda.Stream() for _ in layers]
+    graphs, outs = [], []
+    torch.cuda.synchronize()
+    for r, (layer, s) in enumerate(zip(layers, streams)):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            outs.append(layer(**args[r]))
+        graphs.append(g)
+    for step in range(3):
+        ranks, _ = _group_inputs(c, gen)
+        for r in range(n):
+            for k in ("x", "top_experts", "router_weights"):
+                args[r][k].copy_(ranks[r][k])
+        torch.cuda.synchronize()
+        for g, s in zip(graphs, streams):
+            with torch.cuda.stream(s):
+                g.replay()
+        torch.cuda.synchronize()
+        for r in range(n):
+            want = reference(**dict(ranks[r], **weights))
+            torch.cuda.synchronize()
+            assert torch.equal(outs[r], want), f"replay {step}, rank {r}: differs from ep = 1"

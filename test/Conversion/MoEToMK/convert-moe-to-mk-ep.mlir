@@ -15,16 +15,20 @@
 
 // The kernel's exchange parameters and the symmetric buffer's layout.
 // CHECK-LABEL: gpu.func @layer_forward(
-// CHECK-SAME: %[[PEERS:[a-z0-9]+]]: memref<4xi64>, %[[RANK:[a-z0-9]+]]: i32, %[[EPOCH:[a-z0-9]+]]: i64, %[[SYM:[a-z0-9]+]]: memref<56704xi8>, %{{.*}}: memref<304xi64>) kernel
+// CHECK-SAME: %[[PEERS:[a-z0-9]+]]: memref<4xi64>, %[[RANK:[a-z0-9]+]]: i32, %[[SYM:[a-z0-9]+]]: memref<56832xi8>, %{{.*}}: memref<304xi64>) kernel
 // CHECK-SAME: ep = 4 : i64
-// CHECK-SAME: {dtype = "i64", name = "peers", role = "peers", shape = array<i64: 4>}, {dtype = "i32", name = "rank", role = "rank", shape = array<i64>}, {dtype = "i64", name = "epoch", role = "epoch", shape = array<i64>}, {dtype = "u8", name = "symmetric", role = "symmetric", shape = array<i64: 56704>}
-// CHECK-SAME: recv_capacity = 320 : i64, routed_capacity = 572 : i64, symmetric_bytes = 56704 : i64, symmetric_layout = [{name = "flags", offset = 0 : i64}, {name = "matrix", offset = 128 : i64}, {name = "recv_origin", offset = 384 : i64}, {name = "recv_experts", offset = 2944 : i64}, {name = "recv_x", offset = 5504 : i64}, {name = "ret", offset = 46464 : i64}]
-// CHECK: %[[FLAGS:.*]] = memref.view %[[SYM]][%{{.*}}][] : memref<56704xi8> to memref<3x4xi64>
-// CHECK: %[[MATRIX:.*]] = memref.view %[[SYM]][%{{.*}}][] : memref<56704xi8> to memref<4x8xi64>
-// CHECK: %[[ORIGIN:.*]] = memref.view %[[SYM]][%{{.*}}][] : memref<56704xi8> to memref<320xi64>
-// CHECK: %[[RECV_E:.*]] = memref.view %[[SYM]][%{{.*}}][] : memref<56704xi8> to memref<320x2xi32>
-// CHECK: %[[RECV_X:.*]] = memref.view %[[SYM]][%{{.*}}][] : memref<56704xi8> to memref<320x64xbf16>
-// CHECK: %[[RET:.*]] = memref.view %[[SYM]][%{{.*}}][] : memref<56704xi8> to memref<80x64xbf16>
+// CHECK-SAME: {dtype = "i64", name = "peers", role = "peers", shape = array<i64: 4>}, {dtype = "i32", name = "rank", role = "rank", shape = array<i64>}, {dtype = "u8", name = "symmetric", role = "symmetric", shape = array<i64: 56832>}
+// CHECK-SAME: recv_capacity = 320 : i64, routed_capacity = 572 : i64, symmetric_bytes = 56832 : i64, symmetric_layout = [{name = "flags", offset = 0 : i64}, {name = "launches", offset = 128 : i64}, {name = "matrix", offset = 256 : i64}, {name = "recv_origin", offset = 512 : i64}, {name = "recv_experts", offset = 3072 : i64}, {name = "recv_x", offset = 5632 : i64}, {name = "ret", offset = 46592 : i64}]
+// CHECK: %[[FLAGS:.*]] = memref.view %[[SYM]][%{{.*}}][] : memref<56832xi8> to memref<3x4xi64>
+// CHECK: %[[LAUNCHES:.*]] = memref.view %[[SYM]][%{{.*}}][] : memref<56832xi8> to memref<1xi64>
+// CHECK: %[[MATRIX:.*]] = memref.view %[[SYM]][%{{.*}}][] : memref<56832xi8> to memref<4x8xi64>
+// CHECK: %[[ORIGIN:.*]] = memref.view %[[SYM]][%{{.*}}][] : memref<56832xi8> to memref<320xi64>
+// CHECK: %[[RECV_E:.*]] = memref.view %[[SYM]][%{{.*}}][] : memref<56832xi8> to memref<320x2xi32>
+// CHECK: %[[RECV_X:.*]] = memref.view %[[SYM]][%{{.*}}][] : memref<56832xi8> to memref<320x64xbf16>
+// CHECK: %[[RET:.*]] = memref.view %[[SYM]][%{{.*}}][] : memref<56832xi8> to memref<80x64xbf16>
+// The kernel counts its launches on the device: the count is the epoch,
+// read where each signal and wait uses it.
+// CHECK: mk.count_launch %[[LAUNCHES]] : memref<1xi64>
 // Count: each token's ranks and each route's return row; the routes per
 // expert; the plan over ranks (padding 1: each token once per rank).
 // CHECK: mk.check_routes %{{.*}} into %{{.*}} {experts = 16 : i64}
@@ -39,17 +43,21 @@
 // The counts to every rank, published, awaited and checked.
 // CHECK-NEXT: mk.pad_offsets %[[SCOUNTS]] into %[[SOFF:[a-z0-9]+]] {padding = 1 : i64}
 // CHECK-NEXT: mk.put_counts %[[SCOUNTS]], %[[ECOUNTS]] into %[[MATRIX]] peers(%[[PEERS]] : memref<4xi64>) rank(%[[RANK]])
+// CHECK-NEXT: %[[EPOCH:.*]] = mk.launch_epoch %[[LAUNCHES]] : memref<1xi64>
 // CHECK-NEXT: mk.signal %[[FLAGS]][0] peers(%[[PEERS]] : memref<4xi64>) rank(%[[RANK]]) epoch(%[[EPOCH]])
 // CHECK-NEXT: mk.grid_barrier
 // CHECK-NEXT: mk.assign_rows %[[RANKS]], %[[SOFF]], %[[SCC]] into %{{.*}}, %[[SEND_ROUTE:[a-z0-9]+]], %{{.*}} {chunk = 32 : i64}
-// CHECK-NEXT: mk.wait %[[FLAGS]][0] epoch(%[[EPOCH]])
+// CHECK-NEXT: %[[EPOCH2:.*]] = mk.launch_epoch %[[LAUNCHES]]
+// CHECK-NEXT: mk.wait %[[FLAGS]][0] epoch(%[[EPOCH2]])
 // CHECK-NEXT: mk.check_capacity %[[MATRIX]] into %{{.*}}, %[[VERDICT:[a-z0-9]+]] {capacity = 320 : i64}
 // CHECK-NEXT: mk.grid_barrier
 // Dispatch, then the shared expert's gate/up while the rows cross.
 // CHECK-NEXT: mk.send_rows %{{.*}}, %[[TOP]], %[[SEND_ROUTE]], %[[SOFF]], %[[MATRIX]], %[[VERDICT]] into %[[RECV_X]], %[[ORIGIN]], %[[RECV_E]] peers(%[[PEERS]] : memref<4xi64>) rank(%[[RANK]]) {local_experts = 4 : i64}
 // CHECK-NEXT: mk.grid_barrier
+// CHECK-NEXT: mk.launch_epoch
 // CHECK-NEXT: mk.signal %[[FLAGS]][1]
 // CHECK-NEXT: mk.gemm swiglu {{.*}} schedule <wgmma, tile = [64, 128, 64], stages = 4>
+// CHECK-NEXT: mk.launch_epoch
 // CHECK-NEXT: mk.wait %[[FLAGS]][1]
 // The local experts over the rows received.
 // CHECK-NEXT: %[[N:.*]] = mk.received_rows %[[MATRIX]], %[[VERDICT]] rank(%[[RANK]])
@@ -64,7 +72,9 @@
 // Each result back to its source, then the combine there.
 // CHECK-NEXT: mk.return_rows %[[Y]], %[[ROW_ROUTE]], %[[OFF]], %[[ORIGIN]] into %[[RET]] peers(%[[PEERS]] : memref<4xi64>) {top_k = 2 : i64}
 // CHECK-NEXT: mk.grid_barrier
+// CHECK-NEXT: mk.launch_epoch
 // CHECK-NEXT: mk.signal %[[FLAGS]][2]
+// CHECK-NEXT: mk.launch_epoch
 // CHECK-NEXT: mk.wait %[[FLAGS]][2]
 // CHECK-NEXT: mk.combine %[[RET]], %[[ROUTE_ROW]] weights(%{{.*}} : memref<40x2xf32>) shared(%{{.*}} : memref<40x64xbf16>) into %{{.*}} : memref<80x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
 // CHECK-NEXT: gpu.return
@@ -106,7 +116,7 @@
 // TRAIN: mk.gemm swiglu {{.*}} grouped({{.*}} saves(
 // TRAIN: mk.return_rows
 // TRAIN-LABEL: gpu.func @layer_backward_backward(
-// TRAIN-SAME: symmetric_layout = [{name = "flags", offset = 0 : i64}, {name = "matrix", offset = 128 : i64}, {name = "recv_origin", offset = 384 : i64}, {name = "recv_experts", offset = 2944 : i64}, {name = "recv_x", offset = 5504 : i64}, {name = "ret", offset = 46464 : i64}, {name = "recv_weights", offset = 56704 : i64}, {name = "ret_weights", offset = 59264 : i64}]
+// TRAIN-SAME: symmetric_layout = [{name = "flags", offset = 0 : i64}, {name = "launches", offset = 128 : i64}, {name = "matrix", offset = 256 : i64}, {name = "recv_origin", offset = 512 : i64}, {name = "recv_experts", offset = 3072 : i64}, {name = "recv_x", offset = 5632 : i64}, {name = "ret", offset = 46592 : i64}, {name = "recv_weights", offset = 56832 : i64}, {name = "ret_weights", offset = 59392 : i64}]
 // TRAIN: %[[RECV_X:.*]] = memref.view %{{.*}} to memref<320x64xbf16>
 // TRAIN: %[[RET:.*]] = memref.view %{{.*}} to memref<80x64xbf16>
 // TRAIN: %[[RECV_W:.*]] = memref.view %{{.*}} to memref<320x2xf32>
@@ -118,6 +128,7 @@
 // cross.
 // TRAIN-NEXT: mk.gemm store %[[D_OUT]], {{.*}}transpose_b
 // TRAIN-NEXT: mk.gemm store %[[D_OUT]], {{.*}}transpose_a, transpose_b
+// TRAIN-NEXT: mk.launch_epoch
 // TRAIN-NEXT: mk.wait %{{.*}}[1]
 // TRAIN: %[[N:.*]] = mk.received_rows
 // TRAIN: mk.assign_rows %{{.*}} into %[[RRR:[a-z0-9_]+]], %[[ROW_ROUTE:[a-z0-9_]+]], %{{.*}} tokens(%[[N]])
@@ -126,6 +137,7 @@
 // TRAIN: mk.swiglu_grad {{.*}} routes(%[[ROW_ROUTE]], %[[RRR]], %[[RECV_W]], %{{.*}}) -> %[[D_RECV_W:[a-z0-9_]+]] tokens(%[[N]])
 // TRAIN: mk.return_rows %{{.*}}, %[[ROW_ROUTE]], %{{.*}}, %[[ORIGIN]] into %[[RET]] scalars(%[[D_RECV_W]] into %[[RET_W]] : memref<320x2xf32>, memref<80xf32>)
 // TRAIN: mk.signal %{{.*}}[2]
+// TRAIN-NEXT: mk.launch_epoch
 // TRAIN-NEXT: mk.wait %{{.*}}[2]
 // TRAIN-NEXT: mk.combine %[[RET]], %[[ROUTE_ROW]] shared(%{{.*}}) into %{{.*}} : memref<80x64xbf16>, memref<80xi64> -> memref<40x64xbf16>
 // TRAIN-NEXT: mk.take_routes %[[RET_W]], %[[ROUTE_ROW]] into %{{.*}} : memref<80xf32>, memref<80xi64> -> memref<40x2xf32>

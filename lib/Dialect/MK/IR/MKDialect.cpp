@@ -638,6 +638,18 @@ LogicalResult SendRowsOp::verify() {
                        dim(top, 1), "top_k")));
 }
 
+LogicalResult LaunchEpochOp::verify() {
+  if (failed(checkRegion(*this, getLaunches(), "launches")))
+    return failure();
+  return expectDim(*this, getLaunches(), "launches", 0, 1, "one count");
+}
+
+LogicalResult CountLaunchOp::verify() {
+  if (failed(checkRegion(*this, getLaunches(), "launches")))
+    return failure();
+  return expectDim(*this, getLaunches(), "launches", 0, 1, "one count");
+}
+
 LogicalResult TakeRoutesOp::verify() {
   Value out = getOut();
   return expectDim(*this, getRouteRow(), "route_row", 0,

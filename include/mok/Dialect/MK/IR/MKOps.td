@@ -920,6 +920,42 @@ def MK_ReturnRowsOp : MK_Op<"return_rows", [AttrSizedOperandSegments]> {
   let hasVerifier = 1;
 }
 
+def MK_CountLaunchOp : MK_Op<"count_launch"> {
+  let summary = "Counts this launch: the launch count plus one";
+  let description = [{
+    The grid's first thread adds 1 to `launches[0]`: `launches [1]` (a
+    region of the symmetric buffer that only this rank writes, zeroed with
+    the buffer) counts the kernel's launches, and the count after this one
+    is this launch's epoch (`mk.launch_epoch` reads it after a grid
+    barrier). Every rank launches every step, so the ranks' epochs agree,
+    and a replayed CUDA graph counts on the device as a launch does.
+
+    ```mlir
+    mk.count_launch %launches : memref<1xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MK_I64Vector, "", [MemRead, MemWrite]>:$launches);
+  let assemblyFormat = "$launches attr-dict `:` type($launches)";
+  let hasVerifier = 1;
+}
+
+def MK_LaunchEpochOp : MK_Op<"launch_epoch"> {
+  let summary = "This launch's epoch, read where it is used";
+  let description = [{
+    `launches[0]`, after the grid barrier that follows `mk.count_launch`:
+    this launch's epoch, for an `mk.signal` or `mk.wait` next to it (read at
+    each, so that no register holds it across the kernel).
+
+    ```mlir
+    %epoch = mk.launch_epoch %launches : memref<1xi64>
+    ```
+  }];
+  let arguments = (ins Arg<MK_I64Vector, "", [MemRead]>:$launches);
+  let results = (outs I64:$epoch);
+  let assemblyFormat = "$launches attr-dict `:` type($launches)";
+  let hasVerifier = 1;
+}
+
 def MK_TakeRoutesOp : MK_Op<"take_routes"> {
   let summary = "Each route's value from its row, or 0";
   let description = [{
