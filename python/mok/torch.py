@@ -60,6 +60,7 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
+from ._comm import Communicator
 from ._compile import compile as _compile
 from ._gpu import GpuArtifact
 from ._gpu_train import GpuTrainingArtifact, GpuTrainingLayer
@@ -149,9 +150,13 @@ def _shared(key, load):
     return layer
 
 
-def _load(artifact, device, share):
+def _load(artifact, device, share, comm=None):
     """artifact.load(device); with `share`, the layer already loaded from the
-    same kernels on the same device if a module still holds one."""
+    same kernels on the same device if a module still holds one; bound to
+    `comm` (a mok.Communicator; never shared: each layer has its own
+    exchange buffers) when given."""
+    if comm is not None:
+        return artifact.load(device, comm=comm)
     if not share:
         return artifact.load(device)
     index = _cuda_index(device)
@@ -242,10 +247,25 @@ def _kernel_inputs(layer):
     return inputs if isinstance(inputs, list) else None
 
 
+def _ep_of(layer):
+    """The expert-parallel size a GPU layer's kernels were compiled for."""
+    for kernel in (layer, getattr(layer, "_forward", None)):
+        meta = getattr(kernel, "meta", None)
+        if isinstance(meta, dict):
+            return meta.get("ep", 1)
+    return 1
+
+
 def _check_empty(layer, fn, names, values):
     """The checks a call with T = 0 gets instead of the layer's (it is not
     called): the count, dtypes and devices of the tensors, and every size
-    but T. `fn`: the CPU layer's function of the call."""
+    but T. `fn`: the CPU layer's function of the call. An expert-parallel
+    rank cannot skip its call (the other ranks' kernels wait for it)."""
+    ep = _ep_of(layer)
+    if ep > 1:
+        raise ValueError(f"x: 0 tokens, but this layer is one rank of an expert-parallel "
+                         f"group (ep = {ep}), whose kernels wait for each other: pass one "
+                         "token row whose routes are all -1 instead")
     if len(values) != len(names):
         raise TypeError(f"expected {len(names)} tensors ({', '.join(names)}), "
                         f"got {len(values)}")
@@ -688,18 +708,43 @@ class MoELayer(torch.nn.Module):
     also writes the context) and drop the context. A module that compiles
     its own kernels (no `artifact`) compiles the inference kernel too, but
     with `recompute`, whose training forward saves nothing and is already
-    the inference computation."""
+    the inference computation.
+
+    `process_group` (GPU targets): for `spec.ep` = N > 1, the NCCL
+    process group of the N ranks (or a mok.Communicator of them), one GPU
+    each: the module is this rank's part of the expert-parallel layer
+    (docs/ExpertParallel.md). Its routed parameters are the rank's E/N local
+    experts ([E/N, I, H], [E/N, H, I]: rank r holds experts [r*E/N,
+    (r+1)*E/N)), its shared expert's are the rank's copy; forward takes the
+    rank's tokens and returns their output; backward gives their d_x and
+    router weights' gradients and the local experts' weight gradients over
+    every rank's tokens (into main_grad with `accumulate_main_grad`). Every
+    rank calls every step (a T = 0 call is refused: pass one row whose
+    routes are all -1); the layer's kernels are its own (no
+    `share_layer`)."""
 
     def __init__(self, spec, recompute=False, cache_dir=None, accumulate_main_grad=False,
                  target="cpu", device=None, artifact=None, share_layer=True,
-                 fuse_main_grad=None, inference_artifact=None):
+                 fuse_main_grad=None, inference_artifact=None, process_group=None):
         super().__init__()
         if not isinstance(spec, LayerSpec):
             raise TypeError(f"spec: expected a mok.LayerSpec, got {type(spec).__name__}")
-        if spec.ep != 1:
-            raise ValueError(f"spec.ep: mok.torch runs ep = 1 only, got {spec.ep}")
         if target != "cpu" and target not in GPU_TARGETS:
             raise ValueError(f"target: expected 'cpu', 'sm_90a' or 'sm_100a', got {target!r}")
+        comm = None
+        if process_group is not None:
+            if target == "cpu":
+                raise ValueError("process_group: expert parallelism across processes runs on "
+                                 "the GPU targets; on target 'cpu', mok.compile(spec) runs "
+                                 "the whole group in one process (a CompiledGroupLayer)")
+            comm = (process_group if isinstance(process_group, Communicator)
+                    else Communicator.adopt(process_group, device))
+            if comm.size != spec.ep:
+                raise ValueError(f"process_group: {comm.size} rank(s), but spec.ep = {spec.ep}: "
+                                 "the group's size must be the layer's expert-parallel size")
+        elif spec.ep != 1:
+            raise ValueError(f"spec.ep: {spec.ep} > 1 needs the process_group of its "
+                             f"{spec.ep} ranks (one GPU each; NCCL), or a mok.Communicator")
         if fuse_main_grad and not accumulate_main_grad:
             raise ValueError("fuse_main_grad: needs accumulate_main_grad=True")
         if fuse_main_grad and target == "cpu":
@@ -731,7 +776,7 @@ class MoELayer(torch.nn.Module):
                                     cache_dir=cache_dir, main_grads=bool(fuse_main_grad))
                 if not recompute:  # the inference kernel (tensor cores) for no_grad
                     infer = _load(_compile(spec, target=target, cache_dir=cache_dir),
-                                  device, share_layer)
+                                  device, share_layer, comm)
             elif not isinstance(artifact, GpuTrainingArtifact):
                 raise TypeError(f"artifact: expected a mok.GpuTrainingArtifact, got "
                                 f"{type(artifact).__name__}")
@@ -751,9 +796,9 @@ class MoELayer(torch.nn.Module):
                                  "needs one compiled with main_grads=True")
             if inference_artifact is not None:
                 _check_inference_artifact(inference_artifact, artifact)
-            self.layer = _load(artifact, device, share_layer)
+            self.layer = _load(artifact, device, share_layer, comm)
             if inference_artifact is not None:
-                infer = _load(inference_artifact, device, share_layer)
+                infer = _load(inference_artifact, device, share_layer, comm)
         self._layer_id = _register(self.layer, self.layer.arg_names)
         self._infer = infer
         self.accumulate_main_grad = accumulate_main_grad

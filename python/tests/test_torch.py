@@ -476,3 +476,16 @@ def test_inference_artifact_is_checked_before_loading(monkeypatch):
             mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=training,
                                inference_artifact=bad)
     assert loads == [training, inference]
+
+
+def test_expert_parallel_module_needs_its_group():
+    """ep > 1: the module is one rank's part, so it needs the group's
+    process group (NCCL) on a GPU target; the CPU target runs a group in
+    one process instead (mok.compile -> CompiledGroupLayer)."""
+    spec = mok.LayerSpec(hidden=16, intermediate=8, experts=4, top_k=2, ep=2)
+    with pytest.raises(ValueError, match=r"spec.ep: 2 > 1 needs the process_group of its 2 "
+                                         r"ranks"):
+        mok.torch.MoELayer(spec)
+    with pytest.raises(ValueError, match=r"process_group: expert parallelism across processes "
+                                         r"runs on the GPU targets"):
+        mok.torch.MoELayer(spec, process_group=object())
