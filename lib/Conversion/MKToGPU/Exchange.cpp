@@ -5,8 +5,9 @@
 // mk.check_capacity, mk.received_rows), the rows (mk.send_rows,
 // mk.return_rows) and the flags that order them (mk.signal, mk.wait).
 // Stores into a peer's symmetric buffer go to its address in the peer
-// table plus the region's offset; every thread that stored to peers fences
-// to the system scope before the barrier and the signal that publish them.
+// table plus the region's offset; mk.fence_peers makes every thread's
+// stores to peers visible before the barrier and the signal that publish
+// them.
 //
 #include "GlobalAccess.h"
 #include "Lowering.h"
@@ -36,6 +37,7 @@ public:
   void lower(mk::TakeRoutesOp op);
   void lower(mk::LaunchEpochOp op);
   void lower(mk::CountLaunchOp op);
+  void lower(mk::FencePeersOp op);
 
 private:
   Type i64() { return e.b.getI64Type(); }
@@ -415,7 +417,6 @@ void ExchangeLowering::lower(mk::SendRowsOp op) {
   else
     e.ifThen(aligned16({x, recvX}), [&] { body(true); },
              [&] { body(false); });
-  fenceSystem();
 }
 
 void ExchangeLowering::lower(mk::ReturnRowsOp op) {
@@ -467,8 +468,9 @@ void ExchangeLowering::lower(mk::ReturnRowsOp op) {
   else
     e.ifThen(aligned16({routedY, ret}), [&] { body(true); },
              [&] { body(false); });
-  fenceSystem();
 }
+
+void ExchangeLowering::lower(mk::FencePeersOp) { fenceSystem(); }
 
 void ExchangeLowering::lower(mk::LaunchEpochOp op) {
   op.getEpoch().replaceAllUsesWith(e.load(op.getLaunches(), {e.index(0)}));
@@ -503,5 +505,6 @@ void mok::conversion::lowerExchange(const GridBuilder &grid,
       .Case<mk::RouteRanksOp, mk::PutCountsOp, mk::SignalOp, mk::WaitOp,
             mk::CheckCapacityOp, mk::ReceivedRowsOp, mk::SendRowsOp,
             mk::ReturnRowsOp, mk::TakeRoutesOp, mk::LaunchEpochOp,
-            mk::CountLaunchOp>([&](auto o) { lowering.lower(o); });
+            mk::CountLaunchOp, mk::FencePeersOp>(
+          [&](auto o) { lowering.lower(o); });
 }

@@ -44,7 +44,22 @@ std::string bufferName(gpu::GPUFuncOp func, Value v) {
 /// which the signal's CTA barrier orders).
 LogicalResult checkBarrierIntervals(gpu::GPUFuncOp func) {
   DenseMap<Value, Operation *> writer, accessor;
+  // The peer stores not yet fenced (mk.fence_peers) before their signal.
+  Operation *unfenced = nullptr;
   for (Operation &op : func.getBody().front()) {
+    if (isa<mk::SendRowsOp, mk::ReturnRowsOp>(op))
+      unfenced = &op;
+    if (isa<mk::FencePeersOp>(op))
+      unfenced = nullptr;
+    if (isa<mk::SignalOp>(op) && unfenced) {
+      InFlightDiagnostic d =
+          op.emitOpError() << "publishes what '" << unfenced->getName()
+                           << "' stored into the peers, which no "
+                              "mk.fence_peers made visible (add one before "
+                              "the grid barrier that precedes the signal)";
+      d.attachNote(unfenced->getLoc()) << "stored here";
+      return d;
+    }
     if (isa<mk::GridBarrierOp>(op)) {
       writer.clear();
       accessor.clear();

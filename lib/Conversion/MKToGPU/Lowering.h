@@ -53,7 +53,7 @@ void lowerSwigluGrad(const GridBuilder &grid, mk::SwigluGradOp op);
 /// The expert-parallel exchange (Exchange.cpp): mk.route_ranks,
 /// mk.put_counts, mk.signal, mk.wait, mk.check_capacity,
 /// mk.received_rows, mk.send_rows, mk.return_rows, mk.take_routes,
-/// mk.launch_epoch, mk.count_launch.
+/// mk.launch_epoch, mk.count_launch, mk.fence_peers.
 void lowerExchange(const GridBuilder &grid, mlir::Operation *op);
 /// mk.grid_barrier and mk.timestamp (Synchronization.cpp); `tensorCores`:
 /// the kernel has tensor-core GEMMs.

@@ -147,7 +147,7 @@ void lowerKernel(gpu::GPUFuncOp func, std::optional<mk::Engine> engine) {
         .Case<mk::RouteRanksOp, mk::PutCountsOp, mk::SignalOp, mk::WaitOp,
               mk::CheckCapacityOp, mk::ReceivedRowsOp, mk::SendRowsOp,
               mk::ReturnRowsOp, mk::TakeRoutesOp, mk::LaunchEpochOp,
-              mk::CountLaunchOp>(
+              mk::CountLaunchOp, mk::FencePeersOp>(
             [&](Operation *step) { lowerExchange(grid, step); });
     if (op == lastTensorCoreGemm)
       afterLastGemm = true;

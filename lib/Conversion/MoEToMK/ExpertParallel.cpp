@@ -50,7 +50,7 @@ ArrayRef<StringRef> forwardPhaseNames() {
   static const StringRef names[] = {
       "plan: count routes",    "plan: count ranks", "plan: scan ranks",
       "counts: send",          "send plan + counts: wait",
-      "dispatch: send rows",   "shared gate/up + dispatch: wait",
+      "dispatch: send rows + shared gate/up", "dispatch: wait + local count",
       "local plan: scan",      "local plan: offsets",
       "local plan: assign",    "local gather",      "gate/up + SwiGLU",
       "down",                  "return rows",       "return: wait + combine"};
@@ -61,8 +61,8 @@ ArrayRef<StringRef> backwardPhaseNames() {
       "plan: count routes",     "plan: count ranks",
       "plan: scan ranks",       "counts: send",
       "send plan + counts: wait",
-      "dispatch: send d_out rows",
-      "shared down dgrad + wgrad + dispatch: wait",
+      "dispatch: send d_out rows + shared down dgrad + wgrad",
+      "dispatch: wait + local count",
       "local plan: scan",       "local plan: offsets",
       "local plan: assign",     "reverse combine",
       "down dgrad + wgrad",     "SwiGLU backward",
@@ -240,8 +240,10 @@ struct Exchange {
   /// Steps 1-3: count (routes per global expert, the plan over ranks),
   /// the counts to every rank and the capacity verdict, then each token's
   /// row of `rows` (x, or the backward's d_out with the router weights)
-  /// once to each rank it routes to; ends after the rows' signal.
-  void sendSide(StringRef rows, bool withWeights) {
+  /// once to each rank it routes to, `overlap` (work on this rank's own
+  /// tokens) running while the stores drain; ends after the rows' signal.
+  void sendSide(StringRef rows, bool withWeights,
+                function_ref<void()> overlap) {
     const Sizes &s = k.s;
     Value tokens = frame.tokens;
     mk::FillOp::create(b, loc, buf["row_route"], -1);
@@ -285,6 +287,8 @@ struct Exchange {
         region["recv_origin"], region["recv_experts"], peers, rank,
         withWeights ? buf["router_weights"] : Value(),
         withWeights ? region["recv_weights"] : Value(), tokens, s.experts);
+    overlap();
+    mk::FencePeersOp::create(b, loc);
     frame.barrier();
     signal(kRows);
   }
@@ -322,6 +326,7 @@ struct Exchange {
         region["recv_origin"], region["ret"], peers,
         values.empty() ? Value() : buf[values],
         values.empty() ? Value() : region["ret_weights"], k.s.topK);
+    mk::FencePeersOp::create(b, loc);
     frame.barrier();
     signal(kResults);
     wait(kResults);
@@ -459,14 +464,15 @@ LogicalResult emitForward(OpBuilder &b, LayerOp layer, const EPKernel &k,
     sharedSaves = {"shared_gate", "shared_up"};
   }
 
-  x.sendSide("x", /*withWeights=*/false);
-  // While the other ranks' rows arrive: the shared expert's gate/up, on
-  // this rank's own tokens.
-  if (s.hasShared())
-    gemm("shared gate/up", mk::Epilogue::swiglu, "x",
-         {"shared_gate_weights", "shared_up_weights"}, "shared_hidden",
-         /*grouped=*/false, {slots.x, slots.sharedGate, slots.sharedUp},
-         sharedSaves);
+  // While the rows drain to the other ranks: the shared expert's gate/up,
+  // on this rank's own tokens.
+  x.sendSide("x", /*withWeights=*/false, [&] {
+    if (s.hasShared())
+      gemm("shared gate/up", mk::Epilogue::swiglu, "x",
+           {"shared_gate_weights", "shared_up_weights"}, "shared_hidden",
+           /*grouped=*/false, {slots.x, slots.sharedGate, slots.sharedUp},
+           sharedSaves);
+  });
   x.localPlan();
   // Step 4: the local experts, as at ep = 1 (with the dispatch copy).
   mk::GatherOp::create(b, loc, x.region["recv_x"], buf["row_route"],
@@ -583,9 +589,9 @@ LogicalResult emitBackward(OpBuilder &b, LayerGradOp grad, const EPKernel &k,
   // Steps 1-3: the forward's counts (rebuilt from top_experts: every
   // received row lands where the forward's did), and d_out's rows with the
   // router weights of their routes.
-  x.sendSide("d_out", /*withWeights=*/true);
-  // While the other ranks' rows arrive: the shared expert's down dgrad and
-  // down weights' gradient, on this rank's own tokens.
+  // While the rows drain to the other ranks: the shared expert's down
+  // dgrad and down weights' gradient, on this rank's own tokens.
+  x.sendSide("d_out", /*withWeights=*/true, [&] {
   if (shared) {
     GemmPlan g;
     g.role = "shared down dgrad";
@@ -605,6 +611,7 @@ LogicalResult emitBackward(OpBuilder &b, LayerGradOp grad, const EPKernel &k,
     onTensorCores(w, {tc.dOutT, tc.sharedHiddenT});
     frame.gemm(w);
   }
+  });
   Value received = x.localPlan();
 
   // Step 4, the local experts' backward: the received d_out rows, unscaled

@@ -20,8 +20,9 @@
 // CHECK: arith.addi %[[PEER]], %[[OFF]] : i64
 // CHECK-NOT: mk.
 // CHECK: gpu.return
-// Five system fences (mk.put_counts' threads, two signals, mk.send_rows'
-// and mk.return_rows' threads), two release stores and two acquire spins.
+// Five system fences (mk.put_counts' threads, two signals, the two
+// mk.fence_peers after mk.send_rows' and mk.return_rows' stores), two
+// release stores and two acquire spins.
 // RUN: mok-opt %s --convert-mk-to-gpu | grep -c 'llvm.fence acq_rel$' | FileCheck %s --check-prefix=FENCES
 // FENCES: 5
 // RUN: mok-opt %s --convert-mk-to-gpu | grep -c 'st.release.sys.global.u64' | FileCheck %s --check-prefix=TWO
@@ -62,6 +63,7 @@ gpu.module @k {
         {local_experts = 4 : i64}
         : memref<40x64xbf16>, memref<40x2xi32>, memref<160xi64>, memref<5xi64>,
           memref<4x8xi64>, memref<1xi64> -> memref<160x64xbf16>, memref<160xi64>, memref<160x2xi32>
+    mk.fence_peers
     mk.grid_barrier %bar : memref<2xi32>
     mk.signal %flags[1] peers(%peers : memref<4xi64>) rank(%rank) epoch(%epoch) : memref<3x4xi64>
     mk.wait %flags[1] epoch(%epoch) : memref<3x4xi64>
@@ -72,6 +74,7 @@ gpu.module @k {
         peers(%peers : memref<4xi64>) {top_k = 2 : i64}
         : memref<172x64xbf16>, memref<172xi64>, memref<5xi64>, memref<160xi64>
           -> memref<80x64xbf16>
+    mk.fence_peers
     gpu.return
   }
 }

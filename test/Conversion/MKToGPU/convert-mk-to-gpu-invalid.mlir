@@ -647,7 +647,41 @@ gpu.module @k {
         {local_experts = 4 : i64}
         : memref<40x64xbf16>, memref<40x2xi32>, memref<160xi64>, memref<5xi64>,
           memref<4x8xi64>, memref<1xi64> -> memref<160x64xbf16>, memref<160xi64>, memref<160x2xi32>
+    mk.fence_peers
     // expected-error @+1 {{'mk.signal' op publishes the peers' copies of a buffer, which 'mk.send_rows' stores from every CTA in the same barrier interval (add an mk.grid_barrier between them)}}
+    mk.signal %flags[1] peers(%peers : memref<4xi64>) rank(%rank) epoch(%epoch) : memref<3x4xi64>
+    gpu.return
+  }
+}
+
+// -----
+
+// The peer stores need an mk.fence_peers before their signal, even after
+// a grid barrier.
+gpu.module @k {
+  gpu.func @signal_without_fence(%x: memref<40x64xbf16>, %top: memref<40x2xi32>,
+                                 %send_route: memref<160xi64>, %send_offsets: memref<5xi64>,
+                                 %verdict: memref<1xi64>, %peers: memref<4xi64>, %rank: i32,
+                                 %epoch: i64, %sym: memref<65536xi8>, %bar: memref<2xi32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    %c0 = arith.constant 0 : index
+    %c128 = arith.constant 128 : index
+    %c384 = arith.constant 384 : index
+    %c2048 = arith.constant 2048 : index
+    %c4096 = arith.constant 4096 : index
+    %flags = memref.view %sym[%c0][] : memref<65536xi8> to memref<3x4xi64>
+    %matrix = memref.view %sym[%c128][] : memref<65536xi8> to memref<4x8xi64>
+    %origin = memref.view %sym[%c384][] : memref<65536xi8> to memref<160xi64>
+    %experts = memref.view %sym[%c2048][] : memref<65536xi8> to memref<160x2xi32>
+    %recv_x = memref.view %sym[%c4096][] : memref<65536xi8> to memref<160x64xbf16>
+    // expected-note @+1 {{stored here}}
+    mk.send_rows %x, %top, %send_route, %send_offsets, %matrix, %verdict
+        into %recv_x, %origin, %experts peers(%peers : memref<4xi64>) rank(%rank)
+        {local_experts = 4 : i64}
+        : memref<40x64xbf16>, memref<40x2xi32>, memref<160xi64>, memref<5xi64>,
+          memref<4x8xi64>, memref<1xi64> -> memref<160x64xbf16>, memref<160xi64>, memref<160x2xi32>
+    mk.grid_barrier %bar : memref<2xi32>
+    // expected-error @+1 {{'mk.signal' op publishes what 'mk.send_rows' stored into the peers, which no mk.fence_peers made visible (add one before the grid barrier that precedes the signal)}}
     mk.signal %flags[1] peers(%peers : memref<4xi64>) rank(%rank) epoch(%epoch) : memref<3x4xi64>
     gpu.return
   }

@@ -51,12 +51,14 @@
 // CHECK-NEXT: mk.wait %[[FLAGS]][0] epoch(%[[EPOCH2]])
 // CHECK-NEXT: mk.check_capacity %[[MATRIX]] into %{{.*}}, %[[VERDICT:[a-z0-9]+]] {capacity = 320 : i64}
 // CHECK-NEXT: mk.grid_barrier
-// Dispatch, then the shared expert's gate/up while the rows cross.
+// Dispatch, and the shared expert's gate/up while the stores drain; then
+// they are fenced, published and awaited.
 // CHECK-NEXT: mk.send_rows %{{.*}}, %[[TOP]], %[[SEND_ROUTE]], %[[SOFF]], %[[MATRIX]], %[[VERDICT]] into %[[RECV_X]], %[[ORIGIN]], %[[RECV_E]] peers(%[[PEERS]] : memref<4xi64>) rank(%[[RANK]]) {local_experts = 4 : i64}
+// CHECK-NEXT: mk.gemm swiglu {{.*}} schedule <wgmma, tile = [64, 128, 64], stages = 4>
+// CHECK-NEXT: mk.fence_peers
 // CHECK-NEXT: mk.grid_barrier
 // CHECK-NEXT: mk.launch_epoch
 // CHECK-NEXT: mk.signal %[[FLAGS]][1]
-// CHECK-NEXT: mk.gemm swiglu {{.*}} schedule <wgmma, tile = [64, 128, 64], stages = 4>
 // CHECK-NEXT: mk.launch_epoch
 // CHECK-NEXT: mk.wait %[[FLAGS]][1]
 // The local experts over the rows received.
@@ -71,6 +73,7 @@
 // CHECK-NEXT: mk.grid_barrier
 // Each result back to its source, then the combine there.
 // CHECK-NEXT: mk.return_rows %[[Y]], %[[ROW_ROUTE]], %[[OFF]], %[[ORIGIN]] into %[[RET]] peers(%[[PEERS]] : memref<4xi64>) {top_k = 2 : i64}
+// CHECK-NEXT: mk.fence_peers
 // CHECK-NEXT: mk.grid_barrier
 // CHECK-NEXT: mk.launch_epoch
 // CHECK-NEXT: mk.signal %[[FLAGS]][2]
@@ -123,11 +126,12 @@
 // TRAIN: %[[RET_W:.*]] = memref.view %{{.*}} to memref<80xf32>
 // TRAIN: mk.route_ranks %{{.*}} into %{{.*}}, %[[ROUTE_ROW:[a-z0-9]+]]
 // TRAIN: mk.send_rows %[[D_OUT:arg0]], {{.*}} into %[[RECV_X]], %[[ORIGIN:[a-z0-9_]+]], %{{.*}} weights(%{{.*}} into %[[RECV_W]] : memref<40x2xf32>, memref<320x2xf32>)
-// TRAIN: mk.signal %{{.*}}[1]
-// The shared expert's down dgrad and down weights' gradient while the rows
-// cross.
+// The shared expert's down dgrad and down weights' gradient while the
+// stores drain.
 // TRAIN-NEXT: mk.gemm store %[[D_OUT]], {{.*}}transpose_b
 // TRAIN-NEXT: mk.gemm store %[[D_OUT]], {{.*}}transpose_a, transpose_b
+// TRAIN-NEXT: mk.fence_peers
+// TRAIN: mk.signal %{{.*}}[1]
 // TRAIN-NEXT: mk.launch_epoch
 // TRAIN-NEXT: mk.wait %{{.*}}[1]
 // TRAIN: %[[N:.*]] = mk.received_rows

@@ -15,6 +15,7 @@
 // CHECK: mk.wait %[[F]][0] epoch(%[[E]]) status(%{{.*}} : memref<8xi32>) {report = 3 : i64, timeout_ns = 1000 : i64} : memref<3x4xi64>
 // CHECK: mk.check_capacity %[[M]] into %{{.*}}, %[[V:.*]] {capacity = 160 : i64} : memref<4x8xi64>, memref<8xi32>, memref<1xi64>
 // CHECK: mk.send_rows %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[M]], %[[V]] into %{{.*}}, %{{.*}}, %{{.*}} peers(%[[P]] : memref<4xi64>) rank(%[[R]]) tokens(%{{.*}}) {local_experts = 4 : i64} : memref<40x64xbf16>, memref<40x2xi32>, memref<160xi64>, memref<5xi64>, memref<4x8xi64>, memref<1xi64> -> memref<160x64xbf16>, memref<160xi64>, memref<160x2xi32>
+// CHECK: mk.fence_peers
 // CHECK: %{{.*}} = mk.received_rows %[[M]], %[[V]] rank(%[[R]]) : memref<4x8xi64>, memref<1xi64>
 // CHECK: mk.return_rows %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} peers(%[[P]] : memref<4xi64>) {top_k = 2 : i64} : memref<172x64xbf16>, memref<172xi64>, memref<5xi64>, memref<160xi64> -> memref<80x64xbf16>
 
@@ -53,6 +54,7 @@ gpu.module @k {
         tokens(%t) {local_experts = 4 : i64}
         : memref<40x64xbf16>, memref<40x2xi32>, memref<160xi64>, memref<5xi64>,
           memref<4x8xi64>, memref<1xi64> -> memref<160x64xbf16>, memref<160xi64>, memref<160x2xi32>
+    mk.fence_peers
     %n = mk.received_rows %matrix, %verdict rank(%rank) : memref<4x8xi64>, memref<1xi64>
     mk.return_rows %routed_y, %row_route, %offsets, %origin into %ret
         peers(%peers : memref<4xi64>) {top_k = 2 : i64}

@@ -824,9 +824,10 @@ def MK_SendRowsOp : MK_Op<"send_rows", [AttrSizedOperandSegments]> {
     `recv_experts[row, j]` the local id of route `j` (`e - d * L`) when it
     goes to `d` (rank `d` owns experts `[d * L, (d + 1) * L)`, `L` =
     `local_experts`), else -1. When `verdict[0]` is 1 (`mk.check_capacity`:
-    some rank's routes exceed the capacity), nothing is sent. Grid-stride over 16-byte pieces of the rows; each
-    thread fences its stores to the system (`fence.acq_rel.sys`) before
-    the grid barrier that must precede the `mk.signal`. With `tokens(%t)`,
+    some rank's routes exceed the capacity), nothing is sent. Grid-stride over 16-byte pieces of the rows. The stores are not
+    waited for: an `mk.fence_peers` makes them visible, after whatever
+    runs while they drain, before the grid barrier that precedes the
+    `mk.signal`. With `tokens(%t)`,
     x has `%t` rows.
 
     *With weights* (`weights(%router_weights into %recv_weights)`, the
@@ -884,8 +885,8 @@ def MK_ReturnRowsOp : MK_Op<"return_rows", [AttrSizedOperandSegments]> {
     `o = recv_origin[i]` (source `s = o >> 32`, token `t = o & (2^32 - 1)`):
     row `t * top_k + j` of `s`'s copy of `ret [T * top_k, H]` becomes
     `routed_y[r]`. Padding rows go nowhere. Grid-stride over 16-byte pieces;
-    each thread fences its stores to the system before the grid barrier
-    that must precede the `mk.signal`.
+    an `mk.fence_peers` makes the stores visible before the grid barrier
+    that precedes the `mk.signal`.
 
     *With scalars* (`scalars(%values into %ret_values)`, the backward's
     router-weight gradients): also `ret_values[t * top_k + j]` of the
@@ -918,6 +919,24 @@ def MK_ReturnRowsOp : MK_Op<"return_rows", [AttrSizedOperandSegments]> {
     type($row_route) `,` type($offsets) `,` type($recv_origin) `->` type($ret)
   }];
   let hasVerifier = 1;
+}
+
+def MK_FencePeersOp : MK_Op<"fence_peers", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "Every thread's stores to peers, visible to the system";
+  let description = [{
+    Every thread fences at system scope (`fence.acq_rel.sys`): the stores
+    it made into the peers' symmetric buffers (`mk.send_rows`,
+    `mk.return_rows`) are then ordered before what it does next, the grid
+    barrier and the `mk.signal` that publish them. Placed after other work
+    (a GEMM), it lets the stores drain while that work runs;
+    `convert-mk-to-gpu` checks that one follows every such store before
+    its signal.
+
+    ```mlir
+    mk.fence_peers
+    ```
+  }];
+  let assemblyFormat = "attr-dict";
 }
 
 def MK_CountLaunchOp : MK_Op<"count_launch"> {
