@@ -524,8 +524,9 @@ class GpuLayer:
 
     @property
     def epoch(self):
-        """The epoch the last forward passed its kernel (0: none since
-        binding); each forward passes the next (docs/Runtime.md)."""
+        """The forwards launched since binding (0: none); the compiler's
+        kernels count their launches on the device, so a CUDA graph's
+        replays are not counted here (docs/Runtime.md, "The epoch")."""
         return self._layer.epoch
 
     @property
@@ -700,5 +701,11 @@ class GpuLayer:
         self._forwards += 1
         mode = _error_checks[0]
         if mode != "off":  # (the runtime does not wait on a capturing stream)
-            self._layer.take_report(stream, wait=mode == "sync")
+            # A local group's ranks run in this process: waiting here for
+            # this rank's kernel, which waits for the ranks not launched
+            # yet, would never end; their reports are taken without waiting
+            # (check_errors() after the group's calls waits).
+            local = (self._comm is not None and self._comm.size > 1
+                     and not self._comm.nccl_comm)
+            self._layer.take_report(stream, wait=mode == "sync" and not local)
         return results if len(self.outputs) > 1 else results[first]

@@ -1765,7 +1765,7 @@ extern "C" mok_status mok_layer_take_report(mok_layer layer, void *stream,
            << ", from all ranks) exceed the receive capacity recv_capacity = "
            << layer->recvCapacity
            << " (LayerSpec.recv_capacity): no rank of the group exchanged a "
-              "row, so this call's output is not defined";
+              "row, and this call's outputs are NaN";
   int64_t k = 1;
   for (int i : layer->inputs)
     if (layer->params[i].name == "top_experts" &&

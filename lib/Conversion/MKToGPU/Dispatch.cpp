@@ -11,6 +11,8 @@
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace mok;
 using namespace mok::conversion;
@@ -29,6 +31,19 @@ private:
   void gatherVector(mk::GatherOp op);
   void gatherScaledVector(mk::GatherOp op);
   void combineScalar(mk::CombineOp op);
+  /// With `poison(%verdict)`: whether verdict[0] is set (i1), and the NaN
+  /// every element then becomes (selected in, no branch); else null.
+  std::pair<Value, Value> poisonOf(mk::CombineOp op) {
+    Value verdict = op.getPoison();
+    if (!verdict)
+      return {};
+    Value set = e.cmp(arith::CmpIPredicate::ne,
+                      e.toIndex(e.load(verdict, {e.index(0)})), e.index(0));
+    Value nan = arith::ConstantOp::create(
+        e.b, e.loc,
+        e.b.getF32FloatAttr(std::numeric_limits<float>::quiet_NaN()));
+    return {set, nan};
+  }
   Value tokensOf(mk::CombineOp op);
   void combineVector(mk::CombineOp op);
   /// The routes a token has in a combine: router_weights' columns, or
@@ -170,6 +185,7 @@ void DispatchLowering::combineScalar(mk::CombineOp op) {
   Value out = op.getOut(), w = op.getRouterWeights(), y = op.getRoutedY();
   Value routeRow = op.getRouteRow(), shared = op.getSharedOut();
   Value k = e.index(topKOf(op));
+  auto [poisoned, nan] = poisonOf(op);
   forAll2(tokensOf(op), size(out, 1), [&](Value t, Value j) {
     Value init = shared ? e.loadF32(shared, {t, j}) : e.f32(0.0f);
     Value acc = e.fold(e.index(0), k, init, [&](Value kk, Value acc) {
@@ -183,6 +199,8 @@ void DispatchLowering::combineScalar(mk::CombineOp op) {
           [&] { return e.f32(0.0f); });
       return e.add(acc, term);
     });
+    if (poisoned)
+      acc = e.select(poisoned, nan, acc);
     e.storeRounded(acc, out, {t, j});
   });
 }
@@ -200,6 +218,7 @@ void DispatchLowering::combineVector(mk::CombineOp op) {
   int64_t h = size(op.getOut(), 1), topK = topKOf(op);
   Value yBase = base(op.getRoutedY()), outBase = base(op.getOut());
   Value sharedBase = shared ? base(shared) : Value();
+  auto [poisoned, nan] = poisonOf(op);
   Type bf16 = b.getBF16Type(), f32 = b.getF32Type();
   auto v8 = VectorType::get({8}, bf16);
   auto unpack = [&](Value vec) {
@@ -253,6 +272,8 @@ void DispatchLowering::combineVector(mk::CombineOp op) {
     Value packed = LLVM::UndefOp::create(b, loc, v8);
     for (int64_t i = 0; i < 8; ++i) {
       Value lane = arith::ConstantIntOp::create(b, loc, i, 32);
+      if (poisoned)
+        acc[i] = e.select(poisoned, nan, acc[i]);
       Value r = arith::TruncFOp::create(b, loc, bf16, acc[i]);
       packed = LLVM::InsertElementOp::create(b, loc, packed, r, lane);
     }

@@ -16,6 +16,8 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace mok;
 using namespace mok::conversion;
@@ -489,12 +491,22 @@ void ExchangeLowering::lower(mk::TakeRoutesOp op) {
   Value values = op.getValues(), routeRow = op.getRouteRow(), out = op.getOut();
   int64_t k = size(out, 1);
   Value tokens = op.getTokens() ? op.getTokens() : e.index(size(out, 0));
+  // Poisoned (an exchange past the capacity): NaN for every route.
+  Value poisoned =
+      op.getPoison()
+          ? e.cmp(arith::CmpIPredicate::ne,
+                  e.toIndex(e.load(op.getPoison(), {e.index(0)})), e.index(0))
+          : arith::ConstantIntOp::create(e.b, e.loc, 0, 1).getResult();
+  Value nan = arith::ConstantOp::create(
+      e.b, e.loc,
+      e.b.getF32FloatAttr(std::numeric_limits<float>::quiet_NaN()));
   forAll(e.mul(tokens, e.index(k)), [&](Value q) {
     Value row = e.toIndex(e.load(routeRow, {q}));
     Value v = e.ifValue(
         e.isValid(row), [&] { return e.load(values, {row}); },
         [&] { return e.f32(0.0f); });
-    e.store(v, out, {e.div(q, e.index(k)), e.rem(q, e.index(k))});
+    e.store(e.select(poisoned, nan, v), out,
+            {e.div(q, e.index(k)), e.rem(q, e.index(k))});
   });
 }
 

@@ -137,8 +137,12 @@ RoutingPlanLowering::routeRound(Value top, Value c, Value round, Value lane,
   Value inside = arith::AndIOp::create(
       e.b, e.loc, e.cmp(arith::CmpIPredicate::slt, j, e.index(chunk)),
       e.cmp(arith::CmpIPredicate::slt, q, routes));
-  // Lanes past the chunk read the last route and drop it.
-  Value read = arith::MinSIOp::create(e.b, e.loc, q, e.sub(routes, e.index(1)));
+  // Lanes past the chunk read the last route (the first, when there are
+  // none: an expert-parallel rank may receive no rows) and drop it.
+  Value read = arith::MaxSIOp::create(
+      e.b, e.loc,
+      arith::MinSIOp::create(e.b, e.loc, q, e.sub(routes, e.index(1))),
+      e.index(0));
   Value ex = e.select(inside, expertOf(top, read, experts), e.index(-1));
   Value peers = NVVM::MatchSyncOp::create(
       e.b, e.loc, e.b.getI32Type(),

@@ -442,7 +442,7 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
   mk::CombineOp::create(b, loc, buf["d_routed_x"], buf["route_row"],
                         /*router_weights=*/Value(),
                         shared ? buf["d_shared_x"] : Value(), buf["d_x"],
-                        frame.tokens);
+                        frame.tokens, /*poison=*/Value());
   if (clock)
     barrier();
   assert((!clock || frame.stamps == phases + 1) &&

@@ -495,7 +495,7 @@ LogicalResult emitForward(OpBuilder &b, LayerOp layer, const EPKernel &k,
   mk::CombineOp::create(b, loc, x.region["ret"], buf["route_row"],
                         buf["router_weights"],
                         s.hasShared() ? buf["shared_out"] : Value(),
-                        buf["out"], frame.tokens);
+                        buf["out"], frame.tokens, buf["verdict"]);
   if (frame.clock)
     frame.barrier();
   assert((!frame.clock || frame.stamps == static_cast<int64_t>(
@@ -713,9 +713,10 @@ LogicalResult emitBackward(OpBuilder &b, LayerGradOp grad, const EPKernel &k,
   mk::CombineOp::create(b, loc, x.region["ret"], buf["route_row"],
                         /*router_weights=*/Value(),
                         shared ? buf["d_shared_x"] : Value(), buf["d_x"],
-                        frame.tokens);
+                        frame.tokens, buf["verdict"]);
   mk::TakeRoutesOp::create(b, loc, x.region["ret_weights"], buf["route_row"],
-                           buf["d_router_weights"], frame.tokens);
+                           buf["d_router_weights"], frame.tokens,
+                           buf["verdict"]);
   if (frame.clock)
     frame.barrier();
   assert((!frame.clock || frame.stamps == static_cast<int64_t>(

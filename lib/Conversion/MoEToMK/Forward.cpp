@@ -280,7 +280,8 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   // Phase 5: combine.
   mk::CombineOp::create(
       b, loc, buf["routed_y"], buf["route_row"], buf["router_weights"],
-      s.hasShared() ? buf["shared_out"] : Value(), buf["out"], frame.tokens);
+      s.hasShared() ? buf["shared_out"] : Value(), buf["out"], frame.tokens,
+      /*poison=*/Value());
   // Profiling: one more barrier, so the last stamp follows every CTA.
   if (clock)
     barrier();

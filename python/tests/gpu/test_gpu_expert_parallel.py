@@ -136,10 +136,13 @@ def test_capacity_exceeded_is_refused_on_every_rank():
     args = [_rank_args(c, r, ranks[r], weights) for r in range(c["ep"])]
     streams = [torch.cuda.Stream() for _ in layers]
     torch.cuda.synchronize()
+    outs = []
     for layer, s, a in zip(layers, streams, args):
         with torch.cuda.stream(s):
-            layer(**a)
+            outs.append(layer(**a))
     torch.cuda.synchronize()
+    # No row was exchanged: every output element is NaN, not a stale row.
+    assert all(torch.isnan(o).all() for o in outs)
     for layer, s in zip(layers, streams):
         with torch.cuda.stream(s), pytest.raises(mok.MokRuntimeError) as e:
             layer.check_errors()

@@ -592,7 +592,10 @@ def MK_CombineOp : MK_Op<"combine", [AttrSizedOperandSegments]> {
     skipping routes whose row is -1; without `shared` the sum starts at 0.
     Without `weights` every `w` is 1 (the backward's reverse dispatch, `K`
     = route_row's size / out's rows). Grid-stride over output elements.
-    `tokens(%t)`: the tokens are `t < %t`.
+    `tokens(%t)`: the tokens are `t < %t`. `poison(%verdict)` (an
+    expert-parallel kernel's capacity verdict, `mk.check_capacity`): when
+    `verdict[0]` is set no row was exchanged, and every element is NaN
+    instead, so that an output past the capacity cannot pass for one.
 
     ```mlir
     mk.combine %routed_y, %route_row weights(%router_weights : memref<40x2xf32>)
@@ -605,12 +608,14 @@ def MK_CombineOp : MK_Op<"combine", [AttrSizedOperandSegments]> {
                        Arg<Optional<MemRefRankOf<[F32], [2]>>, "", [MemRead]>:$router_weights,
                        Arg<Optional<MK_Bf16Matrix>, "", [MemRead]>:$shared_out,
                        Arg<MK_Bf16Matrix, "", [MemWrite]>:$out,
-                       Optional<Index>:$tokens);
+                       Optional<Index>:$tokens,
+                       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$poison);
   let assemblyFormat = [{
     $routed_y `,` $route_row (`weights` `(` $router_weights^ `:` type($router_weights) `)`)?
     (`shared` `(` $shared_out^ `:` type($shared_out) `)`)?
-    `into` $out (`tokens` `(` $tokens^ `)`)? attr-dict `:` type($routed_y) `,` type($route_row)
-    `->` type($out)
+    `into` $out (`tokens` `(` $tokens^ `)`)?
+    (`poison` `(` $poison^ `:` type($poison) `)`)? attr-dict `:` type($routed_y) `,`
+    type($route_row) `->` type($out)
   }];
   let hasVerifier = 1;
 }
@@ -975,13 +980,14 @@ def MK_LaunchEpochOp : MK_Op<"launch_epoch"> {
   let hasVerifier = 1;
 }
 
-def MK_TakeRoutesOp : MK_Op<"take_routes"> {
+def MK_TakeRoutesOp : MK_Op<"take_routes", [AttrSizedOperandSegments]> {
   let summary = "Each route's value from its row, or 0";
   let description = [{
     `out[t, j] = values[route_row[t * k + j]]` when that row is `>= 0`,
     else 0 (f32; `out [T, k]`, `route_row [T * k]`): the backward's router
     weights' gradients, returned a value a route. Grid-stride over the
-    routes; with `tokens(%t)`, the tokens are `t < %t`.
+    routes; with `tokens(%t)`, the tokens are `t < %t`; `poison(%verdict)`
+    as `mk.combine`'s (NaN everywhere when `verdict[0]` is set).
 
     ```mlir
     mk.take_routes %ret_dw, %route_row into %d_router_weights
@@ -991,9 +997,11 @@ def MK_TakeRoutesOp : MK_Op<"take_routes"> {
   let arguments = (ins Arg<MemRefRankOf<[F32], [1]>, "", [MemRead]>:$values,
                        Arg<MK_I64Vector, "", [MemRead]>:$route_row,
                        Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$out,
-                       Optional<Index>:$tokens);
+                       Optional<Index>:$tokens,
+                       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$poison);
   let assemblyFormat = [{
-    $values `,` $route_row `into` $out (`tokens` `(` $tokens^ `)`)? attr-dict
+    $values `,` $route_row `into` $out (`tokens` `(` $tokens^ `)`)?
+    (`poison` `(` $poison^ `:` type($poison) `)`)? attr-dict
     `:` type($values) `,` type($route_row) `->` type($out)
   }];
   let hasVerifier = 1;
