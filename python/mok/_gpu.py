@@ -705,7 +705,7 @@ class GpuLayer:
             # this rank's kernel, which waits for the ranks not launched
             # yet, would never end; their reports are taken without waiting
             # (check_errors() after the group's calls waits).
-            local = (self._comm is not None and self._comm.size > 1
-                     and not self._comm.nccl_comm)
+            comm = getattr(self, "_comm", None)
+            local = comm is not None and comm.size > 1 and not comm.nccl_comm
             self._layer.take_report(stream, wait=mode == "sync" and not local)
         return results if len(self.outputs) > 1 else results[first]

@@ -524,6 +524,34 @@ mok_status mok::runtime::checkComplete(mok_symmetric s, const char *what) {
          << sequence << " (bind their layers, or allocate, too)";
 }
 
+mok_status mok::runtime::checkSameLayer(mok_comm c, uint64_t fingerprint,
+                                        uint64_t bytes) {
+  if (c->kind == CommKind::Local)
+    return MOK_OK;
+  if (mok_status e = makeCurrent(c))
+    return e;
+  uint64_t mine[2] = {bytes, fingerprint};
+  std::vector<uint64_t> all;
+  if (mok_status e = allGatherWords(c, mine, 2, all, "layer"))
+    return e;
+  for (int i = 0; i < c->size; ++i)
+    if (all[2 * i] != bytes)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "layer: needs " << bytes << " bytes of symmetric buffer on rank "
+             << c->rank << ", but rank " << i << " binds a layer that needs "
+             << all[2 * i]
+             << ": every rank binds the same layer, in the same order";
+  for (int i = 0; i < c->size; ++i)
+    if (all[2 * i + 1] != fingerprint)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << "layer: rank " << i << " binds a layer whose metadata "
+             << "differs from rank " << c->rank
+             << "'s (another kernel, shape or receive capacity): every "
+                "rank binds the same layer, in the same order, or their "
+                "kernels would store at each other's offsets wrongly";
+  return MOK_OK;
+}
+
 mok_status mok::runtime::resetForLayer(mok_symmetric s, size_t bytes) {
   mok_comm c = s->comm;
   const Driver *d = c->driver;

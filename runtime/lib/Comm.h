@@ -84,6 +84,14 @@ mok_status checkComplete(mok_symmetric buffer, const char *what);
 /// rank's kernel can see the buffer's earlier contents.
 mok_status resetForLayer(mok_symmetric buffer, size_t bytes);
 
+/// For an NCCL communicator, meets the other ranks binding a layer (an
+/// allgather of `fingerprint`, a hash of the layer's metadata) and fails,
+/// on every rank alike, unless every rank binds the same layer: the
+/// kernels store into each other's buffers at the offsets of their own
+/// layout. A local group's ranks are not met (nothing to do).
+mok_status checkSameLayer(mok_comm comm, uint64_t fingerprint,
+                          uint64_t bytes);
+
 /// Counts a layer bound to (+1) or unbound from (-1) `comm`.
 void countBinding(mok_comm comm, int delta);
 

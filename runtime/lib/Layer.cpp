@@ -121,6 +121,9 @@ struct mok_layer_s {
   // The receive capacity of an expert-parallel kernel (metadata
   // recv_capacity; 0 when absent), for its report.
   int64_t recvCapacity = 0;
+  // A hash of the metadata (FNV-1a, 64 bits): binding to an NCCL
+  // communicator checks that every rank binds the same layer.
+  uint64_t fingerprint = 0;
   // The communicator it is bound to (mok_layer_bind_comm), its exchange
   // buffer (null for ep = 1), whether the layer allocated that buffer, and
   // the epoch its last forward passed (0: none since binding).
@@ -309,6 +312,10 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
            << "metadata: expected mok_metadata_version 1 to 5 (recompile the "
               "layer with this version of mok)";
   auto layer = std::make_unique<mok_layer_s>();
+  layer->fingerprint = 14695981039346656037ull;
+  for (const char *c = metadataJson; *c; ++c)
+    layer->fingerprint = (layer->fingerprint ^ static_cast<unsigned char>(*c)) *
+                         1099511628211ull;
   layer->kernel = r.string(root, "kernel", "metadata");
   layer->block =
       static_cast<uint32_t>(r.integer(root, "block", "metadata", 1, 1024));
@@ -1515,6 +1522,9 @@ extern "C" mok_status mok_layer_bind_comm(mok_layer layer, mok_comm comm,
     countBinding(comm, +1);
     return ok();
   }
+  // Every rank binds the same layer (checked after this rank's own
+  // argument checks, before any buffer is allocated or reset: a refusal
+  // leaves every rank as it was).
   if (buffer) {
     if (buffer->bytes < layer->symmetricBytes)
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
@@ -1528,11 +1538,18 @@ extern "C" mok_status mok_layer_bind_comm(mok_layer layer, mok_comm comm,
                 "its own)";
     if (mok_status s = checkComplete(buffer, "buffer"))
       return s;
+    if (mok_status s = checkSameLayer(comm, layer->fingerprint,
+                                      layer->symmetricBytes))
+      return s;
     if (mok_status s = resetForLayer(buffer, layer->symmetricBytes))
       return s;
-  } else if (mok_status s = allocSymmetric(comm, layer->symmetricBytes,
-                                           /*layerOwned=*/true, buffer)) {
-    return s;
+  } else {
+    if (mok_status s = checkSameLayer(comm, layer->fingerprint,
+                                      layer->symmetricBytes))
+      return s;
+    if (mok_status s = allocSymmetric(comm, layer->symmetricBytes,
+                                      /*layerOwned=*/true, buffer))
+      return s;
   }
   // Only now let the previous binding go: a refused one leaves it.
   if (mok_status s = releaseComm(layer)) {

@@ -656,6 +656,25 @@ static void testTwoRanks(bool peerPointerApi) {
 // parameters each launch passes, the epoch, what is refused.
 static void testLayersOnNccl() {
   std::vector<mok_comm> comms = ncclGroup(2);
+  {
+    // Every rank binds the same layer: metadata that differs (here another
+    // x shape with the same symmetric_bytes) is refused on every rank,
+    // before any buffer is allocated.
+    std::string other = epLayer(2, 8192);
+    other.replace(other.find("[4, 64]"), 7, "[8, 64]");
+    mok_layer mixed[2] = {};
+    CHECK(mok_layer_create(epLayer(2, 8192).c_str(), &mixed[0]) == MOK_OK);
+    CHECK(mok_layer_create(other.c_str(), &mixed[1]) == MOK_OK);
+    Outcome m[2];
+    onRanks(2, [&](int r) {
+      m[r].record(mok_layer_bind_comm(mixed[r], comms[r], nullptr));
+    });
+    for (int r = 0; r < 2; ++r)
+      CHECK(m[r].says(MOK_ERROR_INVALID_ARGUMENT,
+                      "binds a layer whose metadata differs from rank"));
+    for (mok_layer l : mixed)
+      mok_layer_destroy(l);
+  }
   mok_layer layers[2] = {};
   for (mok_layer &l : layers)
     CHECK(mok_layer_create(epLayer(2, 8192).c_str(), &l) == MOK_OK);
