@@ -146,6 +146,7 @@ NB_MODULE(_mok, m) {
       .def_ro("has_plan", &mok::FunctionInfo::hasPlan)
       .def_ro("tokens", &mok::FunctionInfo::tokens)
       .def_ro("max_tokens", &mok::FunctionInfo::maxTokens)
+      .def_ro("recv_capacity", &mok::FunctionInfo::recvCapacity)
       .def_ro("top_k", &mok::FunctionInfo::topK)
       .def_ro("experts", &mok::FunctionInfo::experts)
       .def_ro("ep", &mok::FunctionInfo::ep)

@@ -147,6 +147,7 @@ std::vector<FunctionInfo> Module::functions() const {
       info.ep = plan.getEp();
       info.padding = plan.getPadding();
       info.maxTokens = plan.getMaxTokens();
+      info.recvCapacity = plan.getRecvCapacity();
     };
     func.walk([&](moe::LayerOp l) { nameArgs(l, l.getPlanType()); });
     func.walk([&](moe::LayerGradOp g) {

@@ -380,6 +380,8 @@ class CompiledGroupLayer(CompiledLayer):
         self.ep = fn.ep
         self.local_experts = fn.experts // fn.ep
         bound = fn.tokens if fn.tokens >= 0 else (fn.max_tokens or None)
+        if recv_capacity is None and getattr(fn, "recv_capacity", 0):
+            recv_capacity = fn.recv_capacity  # the IR's plan says it
         if recv_capacity is None and bound is not None:
             recv_capacity = self.ep * bound * min(fn.top_k, self.local_experts)
         if recv_capacity is not None and (not isinstance(recv_capacity, int)

@@ -371,6 +371,14 @@ def test_receive_capacity():
     capped = mok.LayerSpec(hidden=16, intermediate=8, experts=8, top_k=1, ep=4,
                            max_tokens=7)
     assert mok.compile(capped).recv_capacity == 4 * 7 * 1
+    # IR whose plan gives recv_capacity: the group takes it, as the GPU
+    # kernels do; the refusal then names it.
+    ir = _spec(c, recv_capacity=busiest - 1).to_mlir()
+    assert f"recv_capacity = {busiest - 1}" in ir
+    from_ir = mok.compile(ir)
+    assert from_ir.recv_capacity == busiest - 1
+    with pytest.raises(ValueError, match=expect):
+        from_ir.run_group(ranks)
 
 
 def test_save_and_from_files_keep_the_group(tmp_path, compiled):

@@ -45,6 +45,9 @@ struct FunctionInfo {
   int64_t tokens = -1, topK = 0, experts = 0, ep = 0, padding = 0;
   /// With a dynamic token count: the plan's capacity (0: none).
   int64_t maxTokens = 0;
+  /// The plan's receive capacity of an expert-parallel rank (0: not given,
+  /// the default applies).
+  int64_t recvCapacity = 0;
 };
 
 /// A GPU kernel compiled from a layer: its PTX and the metadata the runtime
