@@ -410,8 +410,8 @@ def parse_args(argv=None):
     ap.add_argument("--routing", default="uniform", choices=("uniform", "skewed"),
                     help="the benchmark's routing (the checks run both)")
     ap.add_argument("--drop", type=float, default=0.0,
-                    help="share of -1 routes in the benchmark (the checks run 0 and "
-                         f"this, or {DEFAULT_CHECK_DROP} when it is 0)")
+                    help="fraction of routes set to -1 in the benchmark; the checks use "
+                         f"both none and this fraction ({DEFAULT_CHECK_DROP} when it is 0)")
     ap.add_argument("--out", default="docs/perf", help="folder of the JSON (rank 0)")
     ap.add_argument("--check-only", action="store_true", help="the checks, no benchmark")
     ap.add_argument("--baseline-only", action="store_true",

@@ -133,6 +133,122 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
   return m;
 }
 
+void BackwardGemms::onTensorCores(GemmPlan &g,
+                                  ArrayRef<int64_t> slots) const {
+  if (tc.maps.empty())
+    return;
+  g.maps.assign(slots.begin(), slots.end());
+  g.tensorMaps = frame.buf.lookup("tensor_maps");
+  g.tileM = tc.tileM;
+  g.tileN = tc.storeTileN;
+  g.engine = tc.engine;
+}
+
+void BackwardGemms::routedDown(StringRef dOut, bool gathered) {
+  llvm::StringMap<Value> &buf = frame.buf;
+  GemmPlan g;
+  g.role = "down dgrad";
+  g.a = buf[dOut];
+  if (gathered) { // the dispatch of d_out fused into the A loads
+    g.gatherRows = buf["row_route"];
+    g.gatherTopK = s.topK;
+  }
+  g.b = {buf["down_weights"]}; // [E, H, I]: K = H, N = I
+  g.transposeB = true;
+  g.out = buf["d_hidden_u"];
+  g.rowExpert = buf["row_expert"];
+  g.offsets = buf["offsets"];
+  if (tc.engine == mk::Engine::wgmma)
+    g.paddingRows = buf["row_route"];
+  onTensorCores(g, {tc.routedDOut, tc.down});
+  frame.gemm(g);
+  GemmPlan w;
+  w.role = "down weights' gradient";
+  w.a = buf["d_y"];      // [R, H]: K = rows, M = H
+  w.b = {buf["hidden"]}; // [R, I]: K = rows, N = I
+  w.transposeA = w.transposeB = true;
+  w.kOffsets = buf["offsets"];
+  w.kCounts = buf["counts"]; // past each expert's rows: zero padding
+  w.out = buf["d_down_weights"];
+  w.accumulate = accumulate;
+  onTensorCores(w, {tc.dYT, tc.hiddenT});
+  frame.gemm(w);
+}
+
+void BackwardGemms::sharedDown() {
+  llvm::StringMap<Value> &buf = frame.buf;
+  GemmPlan g;
+  g.role = "shared down dgrad";
+  g.a = buf["d_out"];
+  g.b = {buf["shared_down_weights"]}; // [H, I_s]
+  g.transposeB = true;
+  g.out = buf["d_shared_hidden_u"];
+  onTensorCores(g, {tc.dOut, tc.sharedDown});
+  frame.gemm(g);
+  GemmPlan w;
+  w.role = "shared down weights' gradient";
+  w.a = buf["d_out"];
+  w.b = {buf["shared_hidden"]};
+  w.transposeA = w.transposeB = true;
+  w.out = buf["d_shared_down_weights"];
+  w.accumulate = accumulate;
+  onTensorCores(w, {tc.dOutT, tc.sharedHiddenT});
+  frame.gemm(w);
+}
+
+void BackwardGemms::gateUp(bool shared) {
+  llvm::StringMap<Value> &buf = frame.buf;
+  auto dgrad = [&](StringRef dg, StringRef du, StringRef wg, StringRef wu,
+                   StringRef out, bool grouped, ArrayRef<int64_t> slots) {
+    GemmPlan g;
+    g.role = grouped ? "gate/up dgrad" : "shared gate/up dgrad";
+    g.a = buf[dg];
+    g.a2 = buf[du];
+    g.b = {buf[wg], buf[wu]}; // [(E,) I, H]: K = I, N = H
+    g.transposeB = true;
+    g.out = buf[out];
+    if (grouped) {
+      g.rowExpert = buf["row_expert"];
+      g.offsets = buf["offsets"];
+      // No padding skip (row_route as `padding`), unlike the down dgrad:
+      // on the H200 the second k-loop slowed this GEMM's phase (qwen3-30b
+      // 1.41 -> 1.52 ms, dsv3-shard 7.35 -> 7.75 ms), as it slowed the
+      // forward's gate/up GEMM.
+    }
+    onTensorCores(g, slots);
+    frame.gemm(g);
+  };
+  auto wgrad = [&](StringRef dAct, StringRef xs, StringRef out, bool grouped,
+                   ArrayRef<int64_t> slots) {
+    GemmPlan w;
+    w.role = out;
+    w.a = buf[dAct]; // [K, I]
+    w.b = {buf[xs]}; // [K, H]
+    w.transposeA = w.transposeB = true;
+    if (grouped) {
+      w.kOffsets = buf["offsets"];
+      w.kCounts = buf["counts"];
+    }
+    w.out = buf[out];
+    w.accumulate = accumulate;
+    onTensorCores(w, slots);
+    frame.gemm(w);
+  };
+  dgrad("d_gate", "d_up", "gate_weights", "up_weights", "d_routed_x", true,
+        {tc.dGate, tc.gate, tc.up, tc.dUp});
+  wgrad("d_gate", "routed_x", "d_gate_weights", true, {tc.dGateT, tc.routedXT});
+  wgrad("d_up", "routed_x", "d_up_weights", true, {tc.dUpT, tc.routedXT});
+  if (shared) {
+    dgrad("d_shared_gate", "d_shared_up", "shared_gate_weights",
+          "shared_up_weights", "d_shared_x", false,
+          {tc.dSharedGate, tc.sharedGate, tc.sharedUp, tc.dSharedUp});
+    wgrad("d_shared_gate", "x", "d_shared_gate_weights", false,
+          {tc.dSharedGateT, tc.xT});
+    wgrad("d_shared_up", "x", "d_shared_up_weights", false,
+          {tc.dSharedUpT, tc.xT});
+  }
+}
+
 namespace {
 
 /// The backward kernel's parameters: `moe.layer_grad`'s operands (the saved
@@ -270,14 +386,9 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
   };
 
   // The GEMMs on tensor cores when the plan has maps for them.
+  BackwardGemms gemms{frame, tc, s, grad.accumulatesMainGrads()};
   auto onTensorCores = [&](GemmPlan &g, ArrayRef<int64_t> slots) {
-    if (tc.maps.empty())
-      return;
-    g.maps.assign(slots.begin(), slots.end());
-    g.tensorMaps = buf["tensor_maps"];
-    g.tileM = tc.tileM;
-    g.tileN = tc.storeTileN;
-    g.engine = tc.engine;
+    gemms.onTensorCores(g, slots);
   };
   // Recompute: the forward's dispatch and gate/up GEMMs, storing the
   // activation's inputs as the training forward does.
@@ -322,54 +433,9 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
   barrier();
 
   // Down dgrad (fp32, unscaled) and the down weights' gradients.
-  {
-    GemmPlan g;
-    g.role = "down dgrad";
-    g.a = gathersDOut ? buf["d_out"] : buf["routed_d_out"];
-    if (gathersDOut) { // the dispatch of d_out fused into the A loads
-      g.gatherRows = buf["row_route"];
-      g.gatherTopK = s.topK;
-    }
-    g.b = {buf["down_weights"]}; // [E, H, I]: K = H, N = I
-    g.transposeB = true;
-    g.out = buf["d_hidden_u"];
-    g.rowExpert = buf["row_expert"];
-    g.offsets = buf["offsets"];
-    if (tc.engine == mk::Engine::wgmma)
-      g.paddingRows = buf["row_route"];
-    onTensorCores(g, {tc.routedDOut, tc.down});
-    frame.gemm(g);
-    GemmPlan w;
-    w.role = "down weights' gradient";
-    w.a = buf["d_y"];      // [R, H]: K = rows, M = H
-    w.b = {buf["hidden"]}; // [R, I]: K = rows, N = I
-    w.transposeA = w.transposeB = true;
-    w.kOffsets = buf["offsets"];
-    w.kCounts = buf["counts"]; // past each expert's rows: zero padding
-    w.out = buf["d_down_weights"];
-    w.accumulate = grad.accumulatesMainGrads();
-    onTensorCores(w, {tc.dYT, tc.hiddenT});
-    frame.gemm(w);
-  }
-  if (shared) {
-    GemmPlan g;
-    g.role = "shared down dgrad";
-    g.a = buf["d_out"];
-    g.b = {buf["shared_down_weights"]}; // [H, I_s]
-    g.transposeB = true;
-    g.out = buf["d_shared_hidden_u"];
-    onTensorCores(g, {tc.dOut, tc.sharedDown});
-    frame.gemm(g);
-    GemmPlan w;
-    w.role = "shared down weights' gradient";
-    w.a = buf["d_out"];
-    w.b = {buf["shared_hidden"]};
-    w.transposeA = w.transposeB = true;
-    w.out = buf["d_shared_down_weights"];
-    w.accumulate = grad.accumulatesMainGrads();
-    onTensorCores(w, {tc.dOutT, tc.sharedHiddenT});
-    frame.gemm(w);
-  }
+  gemms.routedDown(gathersDOut ? "d_out" : "routed_d_out", gathersDOut);
+  if (shared)
+    gemms.sharedDown();
   barrier();
 
   // SwiGLU backward and the router weights' gradient.
@@ -387,55 +453,7 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
 
   // The gate/up dgrad (both K-loops into one accumulator) and the gate and
   // up weights' gradients.
-  auto dgrad = [&](StringRef dg, StringRef du, StringRef wg, StringRef wu,
-                   StringRef out, bool grouped, ArrayRef<int64_t> slots) {
-    GemmPlan g;
-    g.role = grouped ? "gate/up dgrad" : "shared gate/up dgrad";
-    g.a = buf[dg];
-    g.a2 = buf[du];
-    g.b = {buf[wg], buf[wu]}; // [(E,) I, H]: K = I, N = H
-    g.transposeB = true;
-    g.out = buf[out];
-    if (grouped) {
-      g.rowExpert = buf["row_expert"];
-      g.offsets = buf["offsets"];
-      // No padding skip (row_route as `padding`), unlike the down dgrad:
-      // on the H200 the second k-loop slowed this GEMM's phase (qwen3-30b
-      // 1.41 -> 1.52 ms, dsv3-shard 7.35 -> 7.75 ms), as it slowed the
-      // forward's gate/up GEMM.
-    }
-    onTensorCores(g, slots);
-    frame.gemm(g);
-  };
-  auto wgrad = [&](StringRef dAct, StringRef xs, StringRef out, bool grouped,
-                   ArrayRef<int64_t> slots) {
-    GemmPlan w;
-    w.role = out;
-    w.a = buf[dAct]; // [K, I]
-    w.b = {buf[xs]}; // [K, H]
-    w.transposeA = w.transposeB = true;
-    if (grouped) {
-      w.kOffsets = buf["offsets"];
-      w.kCounts = buf["counts"];
-    }
-    w.out = buf[out];
-    w.accumulate = grad.accumulatesMainGrads();
-    onTensorCores(w, slots);
-    frame.gemm(w);
-  };
-  dgrad("d_gate", "d_up", "gate_weights", "up_weights", "d_routed_x", true,
-        {tc.dGate, tc.gate, tc.up, tc.dUp});
-  wgrad("d_gate", "routed_x", "d_gate_weights", true, {tc.dGateT, tc.routedXT});
-  wgrad("d_up", "routed_x", "d_up_weights", true, {tc.dUpT, tc.routedXT});
-  if (shared) {
-    dgrad("d_shared_gate", "d_shared_up", "shared_gate_weights",
-          "shared_up_weights", "d_shared_x", false,
-          {tc.dSharedGate, tc.sharedGate, tc.sharedUp, tc.dSharedUp});
-    wgrad("d_shared_gate", "x", "d_shared_gate_weights", false,
-          {tc.dSharedGateT, tc.xT});
-    wgrad("d_shared_up", "x", "d_shared_up_weights", false,
-          {tc.dSharedUpT, tc.xT});
-  }
+  gemms.gateUp(shared);
   barrier();
 
   // Reverse dispatch: each token sums its routed rows' d_x, in route order.

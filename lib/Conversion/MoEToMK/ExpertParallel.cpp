@@ -576,15 +576,7 @@ LogicalResult emitBackward(OpBuilder &b, LayerGradOp grad, const EPKernel &k,
   Exchange x(frame, k);
   FloatAttr limit = grad.getSwigluLimitAttr();
   bool shared = s.hasShared(), accumulate = grad.accumulatesMainGrads();
-  auto onTensorCores = [&](GemmPlan &g, ArrayRef<int64_t> slots) {
-    if (tc.maps.empty())
-      return;
-    g.maps.assign(slots.begin(), slots.end());
-    g.tensorMaps = buf["tensor_maps"];
-    g.tileM = tc.tileM;
-    g.tileN = tc.storeTileN;
-    g.engine = tc.engine;
-  };
+  BackwardGemms gemms{frame, tc, s, accumulate};
 
   // Steps 1-3: the forward's counts (rebuilt from top_experts: every
   // received row lands where the forward's did), and d_out's rows with the
@@ -592,25 +584,8 @@ LogicalResult emitBackward(OpBuilder &b, LayerGradOp grad, const EPKernel &k,
   // While the rows drain to the other ranks: the shared expert's down
   // dgrad and down weights' gradient, on this rank's own tokens.
   x.sendSide("d_out", /*withWeights=*/true, [&] {
-  if (shared) {
-    GemmPlan g;
-    g.role = "shared down dgrad";
-    g.a = buf["d_out"];
-    g.b = {buf["shared_down_weights"]};
-    g.transposeB = true;
-    g.out = buf["d_shared_hidden_u"];
-    onTensorCores(g, {tc.dOut, tc.sharedDown});
-    frame.gemm(g);
-    GemmPlan w;
-    w.role = "shared down weights' gradient";
-    w.a = buf["d_out"];
-    w.b = {buf["shared_hidden"]};
-    w.transposeA = w.transposeB = true;
-    w.out = buf["d_shared_down_weights"];
-    w.accumulate = accumulate;
-    onTensorCores(w, {tc.dOutT, tc.sharedHiddenT});
-    frame.gemm(w);
-  }
+    if (shared)
+      gemms.sharedDown();
   });
   Value received = x.localPlan();
 
@@ -622,31 +597,7 @@ LogicalResult emitBackward(OpBuilder &b, LayerGradOp grad, const EPKernel &k,
                        buf["offsets"], buf["d_y"], x.region["recv_weights"],
                        s.topK);
   frame.barrier();
-  {
-    GemmPlan g;
-    g.role = "down dgrad";
-    g.a = buf["routed_d_out"];
-    g.b = {buf["down_weights"]};
-    g.transposeB = true;
-    g.out = buf["d_hidden_u"];
-    g.rowExpert = buf["row_expert"];
-    g.offsets = buf["offsets"];
-    if (tc.engine == mk::Engine::wgmma)
-      g.paddingRows = buf["row_route"];
-    onTensorCores(g, {tc.routedDOut, tc.down});
-    frame.gemm(g);
-    GemmPlan w;
-    w.role = "down weights' gradient";
-    w.a = buf["d_y"];
-    w.b = {buf["hidden"]};
-    w.transposeA = w.transposeB = true;
-    w.kOffsets = buf["offsets"];
-    w.kCounts = buf["counts"];
-    w.out = buf["d_down_weights"];
-    w.accumulate = accumulate;
-    onTensorCores(w, {tc.dYT, tc.hiddenT});
-    frame.gemm(w);
-  }
+  gemms.routedDown("routed_d_out", /*gathered=*/false);
   frame.barrier();
   // The SwiGLU backward; each received route's router-weight gradient.
   mk::SwigluGradOp::create(
@@ -660,51 +611,7 @@ LogicalResult emitBackward(OpBuilder &b, LayerGradOp grad, const EPKernel &k,
         buf["shared_hidden"], buf["d_shared_gate"], buf["d_shared_up"], Value(),
         Value(), Value(), Value(), Value(), frame.tokens, limit);
   frame.barrier();
-  auto dgrad = [&](StringRef dg, StringRef du, StringRef wg, StringRef wu,
-                   StringRef out, bool grouped, ArrayRef<int64_t> slots) {
-    GemmPlan g;
-    g.role = grouped ? "gate/up dgrad" : "shared gate/up dgrad";
-    g.a = buf[dg];
-    g.a2 = buf[du];
-    g.b = {buf[wg], buf[wu]};
-    g.transposeB = true;
-    g.out = buf[out];
-    if (grouped) {
-      g.rowExpert = buf["row_expert"];
-      g.offsets = buf["offsets"];
-    }
-    onTensorCores(g, slots);
-    frame.gemm(g);
-  };
-  auto wgrad = [&](StringRef dAct, StringRef xs, StringRef out, bool grouped,
-                   ArrayRef<int64_t> slots) {
-    GemmPlan w;
-    w.role = out;
-    w.a = buf[dAct];
-    w.b = {buf[xs]};
-    w.transposeA = w.transposeB = true;
-    if (grouped) {
-      w.kOffsets = buf["offsets"];
-      w.kCounts = buf["counts"];
-    }
-    w.out = buf[out];
-    w.accumulate = accumulate;
-    onTensorCores(w, slots);
-    frame.gemm(w);
-  };
-  dgrad("d_gate", "d_up", "gate_weights", "up_weights", "d_routed_x", true,
-        {tc.dGate, tc.gate, tc.up, tc.dUp});
-  wgrad("d_gate", "routed_x", "d_gate_weights", true, {tc.dGateT, tc.routedXT});
-  wgrad("d_up", "routed_x", "d_up_weights", true, {tc.dUpT, tc.routedXT});
-  if (shared) {
-    dgrad("d_shared_gate", "d_shared_up", "shared_gate_weights",
-          "shared_up_weights", "d_shared_x", false,
-          {tc.dSharedGate, tc.sharedGate, tc.sharedUp, tc.dSharedUp});
-    wgrad("d_shared_gate", "x", "d_shared_gate_weights", false,
-          {tc.dSharedGateT, tc.xT});
-    wgrad("d_shared_up", "x", "d_shared_up_weights", false,
-          {tc.dSharedUpT, tc.xT});
-  }
+  gemms.gateUp(shared);
   frame.barrier();
   // Step 5: each routed row's d_x and each route's d_w back to its source.
   x.returnSide("d_routed_x", "d_recv_weights");
@@ -747,25 +654,12 @@ LogicalResult mok::moe_to_mk::planForwardEP(ModuleOp module, func::FuncOp func,
   int64_t tileM = sched::kTileM, storeTileN = sched::kTileN;
   if (options.tensorCores && s.tensorCoreEligible()) {
     engine = support.tensorCoreEngine();
-    auto scheduleOf = [&](int64_t m, int64_t n) {
-      return mk::GemmScheduleAttr::get(ctx, *engine, {m, n, sched::kTileK},
-                                       sched::kStages, false, {}, false);
-    };
-    mk::GemmForm gateUp, down;
-    gateUp.epilogue = mk::Epilogue::swiglu;
-    gateUp.bOperands = 2;
-    gateUp.grouped = down.grouped = true;
-    gateUp.saves = layer.savesContext();
-    gateUp.columns = s.inter;
-    down.columns = s.hidden;
-    int64_t tall = sched::kMaxConsumers * sched::kTileM;
-    if (s.padding % tall == 0 &&
-        support.whyNot(gateUp, scheduleOf(tall, sched::kTileN)).empty())
-      tileM = tall;
-    if (support.whyNot(down, scheduleOf(tileM, 2 * sched::kTileN)).empty())
-      storeTileN = 2 * sched::kTileN;
+    ForwardTiles tiles = forwardTiles(ctx, s, support, layer.savesContext(),
+                                      /*producer=*/false, /*multicast=*/false);
+    tileM = tiles.tileM;
+    storeTileN = tiles.storeTileN;
     maps = forwardTensorMaps(s, slots, tileM, storeTileN, /*cluster=*/1);
-    block = support.blockSize(scheduleOf(tileM, storeTileN));
+    block = tiles.block;
   }
   addForwardParams(k, layer, maps, options.profile);
   OpBuilder b(ctx);

@@ -59,6 +59,44 @@ mok::moe_to_mk::forwardTensorMaps(const Sizes &s, MapSlots &slots,
   return maps;
 }
 
+ForwardTiles mok::moe_to_mk::forwardTiles(MLIRContext *ctx, const Sizes &s,
+                                          const mk::TargetSupport &support,
+                                          bool saves, bool producer,
+                                          bool multicast) {
+  // The largest tiles the chip's lowering implements for the layer's
+  // GEMMs: 128 rows when the expert segments are whole 128-row tiles (two
+  // consumer warpgroups compute, sharing each B box; with warp roles
+  // registers move to them), and 256 columns for the down projections
+  // (one B operand: twice the work per A tile and per k-tile sync, the
+  // same stage bytes as gate + up).
+  mk::Engine engine = support.tensorCoreEngine();
+  auto scheduleOf = [&](int64_t m, int64_t n) {
+    SmallVector<int64_t> registers;
+    if (producer && m == sched::kMaxConsumers * sched::kTileM)
+      registers = {sched::kConsumerRegisters, sched::kProducerRegisters};
+    return mk::GemmScheduleAttr::get(ctx, engine, {m, n, sched::kTileK},
+                                     sched::kStages, producer, registers,
+                                     multicast);
+  };
+  mk::GemmForm gateUp, down;
+  gateUp.epilogue = mk::Epilogue::swiglu;
+  gateUp.bOperands = 2;
+  gateUp.grouped = down.grouped = true;
+  gateUp.gathered = s.fusedDispatch;
+  gateUp.saves = saves;
+  gateUp.columns = s.inter;
+  down.columns = s.hidden;
+  ForwardTiles t;
+  int64_t tall = sched::kMaxConsumers * sched::kTileM;
+  if (s.padding % tall == 0 &&
+      support.whyNot(gateUp, scheduleOf(tall, sched::kTileN)).empty())
+    t.tileM = tall;
+  if (support.whyNot(down, scheduleOf(t.tileM, 2 * sched::kTileN)).empty())
+    t.storeTileN = 2 * sched::kTileN;
+  t.block = support.blockSize(scheduleOf(t.tileM, t.storeTileN));
+  return t;
+}
+
 namespace {
 
 /// The phases of the schedule, in order: what lies between two barriers
@@ -330,37 +368,13 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
     // without a producer (the options are checked by the pass).
     if (multicast)
       cluster = 2;
-    // The largest tiles the chip's lowering implements for the layer's
-    // GEMMs: 128 rows when the expert segments are whole 128-row tiles (two
-    // consumer warpgroups compute, sharing each B box; with warp roles
-    // registers move to them), and 256 columns for the down projections
-    // (one B operand: twice the work per A tile and per k-tile sync, the
-    // same stage bytes as gate + up).
-    auto scheduleOf = [&](int64_t m, int64_t n) {
-      bool producer = warpSpecialize && *engine == mk::Engine::wgmma;
-      SmallVector<int64_t> registers;
-      if (producer && m == sched::kMaxConsumers * sched::kTileM)
-        registers = {sched::kConsumerRegisters, sched::kProducerRegisters};
-      return mk::GemmScheduleAttr::get(ctx, *engine, {m, n, sched::kTileK},
-                                       sched::kStages, producer, registers,
-                                       multicast);
-    };
-    mk::GemmForm gateUp, down;
-    gateUp.epilogue = mk::Epilogue::swiglu;
-    gateUp.bOperands = 2;
-    gateUp.grouped = down.grouped = true;
-    gateUp.gathered = s.fusedDispatch;
-    gateUp.saves = layer.savesContext();
-    gateUp.columns = s.inter;
-    down.columns = s.hidden;
-    int64_t tall = sched::kMaxConsumers * sched::kTileM;
-    if (s.padding % tall == 0 &&
-        support.whyNot(gateUp, scheduleOf(tall, sched::kTileN)).empty())
-      tileM = tall;
-    if (support.whyNot(down, scheduleOf(tileM, 2 * sched::kTileN)).empty())
-      storeTileN = 2 * sched::kTileN;
+    ForwardTiles tiles =
+        forwardTiles(ctx, s, support, layer.savesContext(),
+                     warpSpecialize && *engine == mk::Engine::wgmma, multicast);
+    tileM = tiles.tileM;
+    storeTileN = tiles.storeTileN;
+    block = tiles.block;
     maps = forwardTensorMaps(s, slots, tileM, storeTileN, cluster);
-    block = support.blockSize(scheduleOf(tileM, storeTileN));
   }
   // The options that change the tensor-core GEMMs are refused, not
   // ignored, for a layer that runs scalar GEMMs.

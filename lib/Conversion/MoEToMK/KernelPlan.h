@@ -139,6 +139,18 @@ mlir::SmallVector<TensorMapSpec> forwardTensorMaps(const Sizes &s,
                                                    int64_t storeTileN,
                                                    int64_t cluster);
 
+/// The tiles of a forward kernel's tensor-core GEMMs, the largest the
+/// chip's lowering implements for the layer (`saves`: the training
+/// forward's; `producer`: with warp roles; `multicast`: in CTA pairs), and
+/// the kernel's block.
+struct ForwardTiles {
+  int64_t tileM = sched::kTileM, storeTileN = sched::kTileN;
+  unsigned block = 0;
+};
+ForwardTiles forwardTiles(mlir::MLIRContext *ctx, const Sizes &s,
+                          const mk::TargetSupport &support, bool saves,
+                          bool producer, bool multicast);
+
 /// The slots of the tensor maps of a tensor-core kernel.
 struct MapSlots {
   int64_t routedX, gate, up, hidden, down;                        // routed
@@ -282,6 +294,28 @@ struct ScheduleBuilder {
   /// Emits `g` as an mk.gemm, which the chip's lowering must implement
   /// (else a diagnostic naming the GEMM, and `status` fails).
   void gemm(const GemmPlan &g);
+};
+
+/// The GEMMs both backward plans emit alike (Backward.cpp and, at ep > 1,
+/// ExpertParallel.cpp), by buffer name, on tensor cores when `tc` has
+/// maps.
+struct BackwardGemms {
+  ScheduleBuilder &frame;
+  const BackwardMaps &tc;
+  const Sizes &s;
+  /// main_grads: the weights' gradients are added into their outputs.
+  bool accumulate;
+  /// Gives `g` the tensor-core plan's maps `slots`, tiles and engine.
+  void onTensorCores(GemmPlan &g, llvm::ArrayRef<int64_t> slots) const;
+  /// The down dgrad (f32, unscaled) from `dOut`'s routed rows (`gathered`:
+  /// d_out's rows gathered by the A loads), and the down weights'
+  /// gradient from d_y.
+  void routedDown(llvm::StringRef dOut, bool gathered);
+  /// The shared expert's down dgrad and down weights' gradient.
+  void sharedDown();
+  /// The gate/up dgrads (both K-loops into one accumulator) and the gate
+  /// and up weights' gradients, routed and (`shared`) the shared expert's.
+  void gateUp(bool shared);
 };
 
 /// The sizes of a forward or backward layer (T, or the capacity of a

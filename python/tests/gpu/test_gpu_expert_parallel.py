@@ -13,25 +13,17 @@ experts (the case's "-ep1" twin) on the rank's tokens, and against float64
 (relative error <= 1e-2), every output poisoned (NaN) first, on fresh random
 inputs; calls repeat (new epochs) with other inputs; a receive capacity
 exceeded is refused by name on every rank."""
-import os
 
 import pytest
 
 from bench import torch_reference
 from bench.cases import EP_CASES, EP_TRAIN_CASES
-from gpu_layers import ARTIFACTS, fresh_seed
+from gpu_layers import forward_artifact, fresh_seed, training_artifact
 from gpu_results import RESULTS
 
 import mok
 
 REL_BOUND = 1e-2
-
-
-def _artifact(name):
-    path = os.path.join(ARTIFACTS, name, "moe_layer")
-    if not os.path.exists(path + ".ptx"):
-        pytest.fail(f"{path}.ptx is missing: run python3 -m bench.compile tests")
-    return mok.GpuArtifact.from_files(path)
 
 
 def _rank_tokens(c):
@@ -62,26 +54,32 @@ def _rank_args(c, rank, tokens_of_rank, weights):
     return args
 
 
-def _run_group(layers, args):
-    """Launches every rank's layer on a stream of its own (concurrent),
-    then waits; the outputs, and each rank's report checked."""
+def _concurrently(layers, call):
+    """call(rank, layer) for every rank, each on a stream of its own,
+    launched before any is waited for; the results in rank order."""
     import torch
     streams = [torch.cuda.Stream() for _ in layers]
     torch.cuda.synchronize()
-    outs = []
-    for layer, s, a in zip(layers, streams, args):
+    results = []
+    for r, (layer, s) in enumerate(zip(layers, streams)):
         with torch.cuda.stream(s):
-            outs.append(layer(**a))
+            results.append(call(r, layer))
     torch.cuda.synchronize()
     for layer, s in zip(layers, streams):
         with torch.cuda.stream(s):
             layer.check_errors()
-    return outs
+    return results
+
+
+def _run_group(layers, args):
+    """Launches every rank's layer on a stream of its own (concurrent),
+    then waits; the outputs, and each rank's report checked."""
+    return _concurrently(layers, lambda r, layer: layer(**args[r]))
 
 
 def _load_group(name, n):
     import torch
-    art = _artifact(name)
+    art = forward_artifact(name)
     comms = mok.Communicator.local_group(n)
     layers = [art.load(comm=comm, poison_outputs=True) for comm in comms]
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
@@ -99,7 +97,7 @@ def test_group_matches_ep1_and_float64(name):
     c = EP_CASES[name]
     n = c["ep"]
     layers, comms = _load_group(name, n)
-    reference = _artifact(name + "-ep1").load(poison_outputs=True)
+    reference = forward_artifact(name + "-ep1").load(poison_outputs=True)
     gen = torch.Generator().manual_seed(fresh_seed())
     for call in range(3):  # new inputs and a new epoch each call
         ranks, weights = _group_inputs(c, gen)
@@ -172,7 +170,7 @@ def test_zero_tokens_is_refused_by_name():
     import torch
     name = "ep4_any_tokens"
     c = EP_CASES[name]
-    art = _artifact(name)
+    art = forward_artifact(name)
     comms = mok.Communicator.local_group(c["ep"])
     layer = art.load(comm=comms[0])
     gen = torch.Generator().manual_seed(fresh_seed())
@@ -184,42 +182,18 @@ def test_zero_tokens_is_refused_by_name():
 # Training: EP_TRAIN_CASES, forward then backward on every rank of a local
 # group, against the ep = 1 training layer over all the ranks' tokens.
 
-def _training(name, **load):
-    directory = os.path.join(ARTIFACTS, name)
-    if not os.path.exists(os.path.join(directory, "moe_layer_backward.ptx")):
-        pytest.fail(f"{directory}/moe_layer_backward.ptx is missing: run "
-                    "python3 -m bench.compile tests")
-    return mok.GpuTrainingArtifact.from_files(directory).load(poison_outputs=True, **load)
-
-
-def _concurrently(layers, call):
-    """call(rank, layer) for every rank, each on a stream of its own,
-    launched before any is waited for; the results in rank order."""
-    import torch
-    streams = [torch.cuda.Stream() for _ in layers]
-    torch.cuda.synchronize()
-    results = []
-    for r, (layer, s) in enumerate(zip(layers, streams)):
-        with torch.cuda.stream(s):
-            results.append(call(r, layer))
-    torch.cuda.synchronize()
-    for layer, s in zip(layers, streams):
-        with torch.cuda.stream(s):
-            layer.check_errors()
-    return results
-
-
 @pytest.mark.parametrize("name", list(EP_TRAIN_CASES))
 def test_group_training_matches_ep1_and_float64(name):
     import torch
     c = EP_TRAIN_CASES[name]
     n, t, local = c["ep"], c["tokens"], c["experts"] // c["ep"]
     comms = mok.Communicator.local_group(n)
-    layers = [_training(name, comm=comm) for comm in comms]
+    art = training_artifact(name)
+    layers = [art.load(poison_outputs=True, comm=comm) for comm in comms]
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     for layer in layers:
         layer.set_grid(sms // n)
-    reference = _training(name + "-ep1")
+    reference = training_artifact(name + "-ep1").load(poison_outputs=True)
     gen = torch.Generator().manual_seed(fresh_seed())
     ranks, weights = _group_inputs(c, gen)
     args = [_rank_args(c, r, ranks[r], weights) for r in range(n)]
@@ -295,7 +269,7 @@ def test_group_replays_cuda_graphs():
     c = EP_CASES[name]
     n = c["ep"]
     layers, comms = _load_group(name, n)
-    reference = _artifact(name + "-ep1").load()
+    reference = forward_artifact(name + "-ep1").load()
     gen = torch.Generator().manual_seed(fresh_seed())
     ranks, weights = _group_inputs(c, gen)
     args = [_rank_args(c, r, ranks[r], weights) for r in range(n)]

@@ -638,16 +638,19 @@ LogicalResult SendRowsOp::verify() {
                        dim(top, 1), "top_k")));
 }
 
-LogicalResult LaunchEpochOp::verify() {
-  if (failed(checkRegion(*this, getLaunches(), "launches")))
+/// The launch count: one word, a region of the symmetric buffer.
+static LogicalResult checkLaunches(Operation *op, Value launches) {
+  if (failed(checkRegion(op, launches, "launches")))
     return failure();
-  return expectDim(*this, getLaunches(), "launches", 0, 1, "one count");
+  return expectDim(op, launches, "launches", 0, 1, "one count");
+}
+
+LogicalResult LaunchEpochOp::verify() {
+  return checkLaunches(*this, getLaunches());
 }
 
 LogicalResult CountLaunchOp::verify() {
-  if (failed(checkRegion(*this, getLaunches(), "launches")))
-    return failure();
-  return expectDim(*this, getLaunches(), "launches", 0, 1, "one count");
+  return checkLaunches(*this, getLaunches());
 }
 
 LogicalResult TakeRoutesOp::verify() {
