@@ -62,6 +62,26 @@ if [[ ${MOK_WITH_TORCH:-0} == 1 ]] && ! "$py" -c 'import torch' 2>/dev/null; the
     "$py" -m pip install -q --break-system-packages "torch==2.11.*"
 fi
 
+# The trainers whose own released code the trainer tests run against mok
+# (python/tests/test_trainers.py; docs/Trainers.md): NeMo AutoModel and
+# Megatron-Core without their dependencies (their MoE modules import with
+# torch and transformers alone), and the transformers release AutoModel
+# 0.7.0 pins, with its own small dependencies. Skipped without torch.
+trainers=("transformers==5.18.0" "nemo-automodel==0.7.0" "megatron-core==0.16.1")
+if [[ ${MOK_WITH_TORCH:-0} == 1 ]] && ! "$py" - "${trainers[@]}" 2>/dev/null <<'PY'
+import importlib.metadata as m, sys
+for want in sys.argv[1:]:
+    name, version = want.split("==")
+    assert m.version(name) == version
+PY
+then
+  say "installing ${trainers[*]} for $py (the trainer tests)"
+  pipi() { "$py" -m pip install -q "$@" 2>/dev/null ||
+             "$py" -m pip install -q --break-system-packages "$@"; }
+  pipi "${trainers[0]}"
+  pipi --no-deps "${trainers[1]}" "${trainers[2]}"
+fi
+
 # --- 2b. cuobjdump + nvdisasm (the SASS tests) ------------------------------
 # The CUDA install here has ptxas but not cuobjdump/nvdisasm; NVIDIA's wheels
 # of the two (5 MB) let the lit SASS test check that every wgmma survives

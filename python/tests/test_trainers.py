@@ -1,0 +1,250 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""mok inside real trainers, on the CPU target, with the trainers' own
+released code (NeMo AutoModel, Hugging Face transformers, Megatron-Core
+from PyPI; scripts/setup.sh installs them with MOK_WITH_TORCH=1): each
+trainer's module with mok against the same module with its native experts
+and against float64 (bench/trainer_checks.py). Also mok.functional's and
+mok.ops' error paths, which need torch only. The GPU versions are
+python/tests/gpu/test_gpu_trainers.py."""
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import mok.functional as F  # noqa: E402
+import mok.ops  # noqa: E402
+from bench import trainer_checks as checks  # noqa: E402
+from cpu_results import SEED  # noqa: E402
+
+REL = checks.REL_BOUND
+
+
+# -- mok.functional: the calls, their checks and errors ----------------------
+
+def _inputs(T=8, H=64, I=32, E=4, k=2, Is=32, seed=0, ids=torch.int64):
+    g = torch.Generator().manual_seed(SEED + seed)  # fresh each run (MOK_TEST_SEED)
+    bf = torch.bfloat16
+    x = torch.randn(T, H, generator=g).to(bf)
+    top = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)] or
+                      [torch.empty(0, k, dtype=torch.int64)]).reshape(T, k).to(ids)
+    rw = torch.rand(T, k, generator=g)
+    weights = [(torch.randn(E, I, H, generator=g) * H ** -0.5).to(bf),
+               (torch.randn(E, I, H, generator=g) * H ** -0.5).to(bf),
+               (torch.randn(E, H, I, generator=g) * I ** -0.5).to(bf)]
+    shared = [(torch.randn(Is, H, generator=g) * H ** -0.5).to(bf),
+              (torch.randn(Is, H, generator=g) * H ** -0.5).to(bf),
+              (torch.randn(H, Is, generator=g) * Is ** -0.5).to(bf)]
+    return x, top, rw, shared, weights
+
+
+def _run(x, top, rw, shared, routed, limit=None, config=None):
+    config = config or F.MoKConfig()
+    T, H = x.shape
+    ws = F.get_workspace(config, None, device=x.device, num_local_tokens=T, hidden_size=H,
+                         topk=top.shape[1])
+    sched = F.build_schedule(ws, config, top, num_local_experts=routed[0].shape[0])
+    out, ctx = F.forward(config, ws, sched, x, rw, *shared, *routed, limit)
+    return config, ws, sched, out, ctx
+
+
+@pytest.mark.parametrize("limit,shared,ids", [(None, True, torch.int64),
+                                              (0.25, True, torch.int32),
+                                              (None, False, torch.int64)])
+def test_functional_matches_float64(limit, shared, ids):
+    x, top, rw, sh, routed = _inputs(T=13, ids=ids)
+    top[3, 1] = -1  # a dropped route
+    if not shared:
+        sh = [None, None, None]
+    config, ws, sched, out, ctx = _run(x, top, rw, sh, routed, limit)
+    d_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    grads = F.backward(config, ws, sched, ctx, d_out, x, rw, *sh, *routed, limit)
+    assert len(grads) == 8
+    a = {"x": x, "top_experts": top, "router_weights": rw, "gate_weights": routed[0],
+         "up_weights": routed[1], "down_weights": routed[2]}
+    if shared:
+        a.update(shared_gate_weights=sh[0], shared_up_weights=sh[1], shared_down_weights=sh[2])
+    from bench import torch_reference as ref
+    want = ref.forward(a, routed[0].shape[0], limit)
+    assert out.dtype == torch.bfloat16 and out.shape == x.shape
+    assert ref.relative_error(out, want) <= REL
+    wgrads = ref.backward(a, d_out, routed[0].shape[0], limit)
+    names = ["x", "router_weights", "gate_weights", "up_weights", "down_weights",
+             "shared_gate_weights", "shared_up_weights", "shared_down_weights"]
+    for name, got in zip(names, grads):
+        if name.startswith("shared") and not shared:
+            assert got is None
+            continue
+        want = wgrads[name]
+        assert got.shape == want.shape, name
+        assert got.dtype == (torch.float32 if name == "router_weights" else torch.bfloat16)
+        assert ref.relative_error(got, want) <= REL, name
+
+
+def test_schedule_and_context_are_tensor_dataclasses():
+    """AutoModel flattens both into save_for_backward and rebuilds them with
+    type(obj)(**fields): every field a tensor or a non-empty tuple of them."""
+    x, top, rw, sh, routed = _inputs()
+    config, ws, sched, out, ctx = _run(x, top, rw, sh, routed)
+    for obj in (sched, ctx):
+        assert dataclasses.is_dataclass(obj)
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            assert isinstance(v, torch.Tensor) or (
+                isinstance(v, tuple) and v and all(isinstance(t, torch.Tensor) for t in v))
+    rebuilt = type(ctx)(**{f.name: getattr(ctx, f.name) for f in dataclasses.fields(ctx)})
+    d_out = torch.ones_like(out)
+    a = F.backward(config, ws, sched, ctx, d_out, x, rw, *sh, *routed)
+    b = F.backward(config, ws, sched, rebuilt, d_out, x, rw, *sh, *routed)
+    for u, v in zip(a, b):
+        assert torch.equal(u, v)
+
+
+def test_workspace_cache_and_any_token_count():
+    config = F.MoKConfig()
+    a = F.get_workspace(config, None, device="cpu", num_local_tokens=8, hidden_size=64, topk=2)
+    b = F.get_workspace(config, None, device=torch.device("cpu"), num_local_tokens=8,
+                        hidden_size=64, topk=2)
+    c = F.get_workspace(config, None, device="cpu", num_local_tokens=9, hidden_size=64, topk=2)
+    assert a is b and a is not c
+    assert F.create_workspace(config, None, device="cpu", num_local_tokens=8, hidden_size=64,
+                              topk=2) is not a
+    # Every T runs through one compiled layer, T = 0 included.
+    for T in (1, 7, 0):
+        x, top, rw, sh, routed = _inputs(T=T)
+        _, _, _, out, ctx = _run(x, top, rw, sh, routed)
+        assert out.shape == (T, 64)
+    assert len({k[0] for k in F._LAYERS if k[1] == "cpu"}) >= 1
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("fwd_num_comm_sms", 3, "positive even"), ("bwd_num_comm_sms", 0, "positive even"),
+    ("minibatch_size", 100, "multiple of 256"),
+    ("macrobatch_size", 4096 + 256, "multiple of minibatch_size"),
+    ("schedule_capacity_multiplier", float("inf"), "positive finite"),
+    ("schedule_capacity_multiplier", 0, "positive finite"),
+    ("all_gather_top_experts_chunk_bytes", 10, "multiple of 16"),
+    ("fwd_num_comm_sms", True, "positive even")])
+def test_config_refuses_what_automodel_refuses(field, value, match):
+    with pytest.raises(ValueError, match=f"MoKConfig.{field}: .*{match}"):
+        F.MoKConfig(**{field: value})
+
+
+def test_errors_name_the_argument():
+    x, top, rw, sh, routed = _inputs()
+    config = F.MoKConfig()
+    ws = F.get_workspace(config, None, device="cpu", num_local_tokens=8, hidden_size=64, topk=2)
+    sched = F.build_schedule(ws, config, top, num_local_experts=4)
+    with pytest.raises(TypeError, match="config: expected a mok.functional.MoKConfig"):
+        F.get_workspace(object(), None, device="cpu", num_local_tokens=8, hidden_size=64,
+                        topk=2)
+    with pytest.raises(ValueError, match="num_local_tokens: expected an int >= 0"):
+        F.get_workspace(config, None, device="cpu", num_local_tokens=-1, hidden_size=64, topk=2)
+    with pytest.raises(ValueError, match="topk: expected at most 255"):
+        F.get_workspace(config, None, device="cpu", num_local_tokens=8, hidden_size=64,
+                        topk=256)
+    with pytest.raises(TypeError, match="ep_group: expected None or a torch.distributed"):
+        F.get_workspace(config, "group", device="cpu", num_local_tokens=8, hidden_size=64,
+                        topk=2)
+    with pytest.raises(ValueError, match=r"top_experts: expected a int32 or int64 tensor of "
+                                         r"shape \[8, 2\], got float32"):
+        F.build_schedule(ws, config, rw, num_local_experts=4)
+    with pytest.raises(ValueError, match=r"top_experts: .* shape \[8, 2\], got int64 of "
+                                         r"shape \[7, 2\]"):
+        F.build_schedule(ws, config, top[:7], num_local_experts=4)
+    with pytest.raises(ValueError, match="num_local_experts: 1 on 1 rank.* fewer experts "
+                                         "than topk = 2"):
+        F.build_schedule(ws, config, top, num_local_experts=1)
+    with pytest.raises(ValueError, match=r"x: expected a bfloat16 tensor of shape \[8, 64\], "
+                                         r"got float32"):
+        F.forward(config, ws, sched, x.float(), rw, *sh, *routed)
+    with pytest.raises(ValueError, match=r"router_weights: expected a float32 tensor of shape "
+                                         r"\[8, 2\], got bfloat16"):
+        F.forward(config, ws, sched, x, rw.bfloat16(), *sh, *routed)
+    with pytest.raises(ValueError, match=r"routed_down_weights: expected a bfloat16 tensor "
+                                         r"of shape \[4, 64, 32\], got bfloat16 of shape "
+                                         r"\[4, 32, 64\]"):
+        F.forward(config, ws, sched, x, rw, *sh, routed[0], routed[1], routed[0])
+    with pytest.raises(ValueError, match=r"shared_down_weights: expected a bfloat16 tensor "
+                                         r"of shape \[64, 32\]"):
+        F.forward(config, ws, sched, x, rw, sh[0], sh[1], sh[0], *routed)
+    with pytest.raises(TypeError, match="routed_gate_weights: got a tuple .*MXFP8"):
+        F.forward(config, ws, sched, x, rw, *sh, (routed[0], routed[0]), *routed[1:])
+    with pytest.raises(ValueError, match="swiglu_limit: expected None .* positive finite"):
+        F.forward(config, ws, sched, x, rw, *sh, *routed, -1.0)
+    with pytest.raises(ValueError, match="config: not the config the workspace was made "
+                                         "with"):
+        F.forward(F.MoKConfig(minibatch_size=512), ws, sched, x, rw, *sh, *routed)
+    with pytest.raises(TypeError, match="schedule: expected a MoKSchedule"):
+        F.forward(config, ws, top, x, rw, *sh, *routed)
+    out, ctx = F.forward(config, ws, sched, x, rw, *sh, *routed)
+    with pytest.raises(TypeError, match="forward_context: expected a MoKForwardContext"):
+        F.backward(config, ws, sched, (), out, x, rw, *sh, *routed)
+    with pytest.raises(ValueError, match=r"grad_output: expected a bfloat16 tensor of shape "
+                                         r"\[8, 64\], got float32"):
+        F.backward(config, ws, sched, ctx, out.float(), x, rw, *sh, *routed)
+
+
+def test_cpu_refuses_expert_parallel_across_processes(monkeypatch):
+    import torch.distributed as dist
+    with checks.one_rank_group():
+        ws = F.create_workspace(F.MoKConfig(), dist.group.WORLD, device="cpu",
+                                num_local_tokens=4, hidden_size=64, topk=2)
+        assert (ws.ep, ws.rank) == (1, 0)
+        # A group of 2 (its size as torch.distributed reports it).
+        monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+        with pytest.raises(ValueError, match="ep_group: 2 ranks on the CPU; expert "
+                                             "parallelism across processes runs on the GPU"):
+            F.create_workspace(F.MoKConfig(), dist.group.WORLD, device="cpu",
+                               num_local_tokens=4, hidden_size=64, topk=2)
+
+
+def test_mxfp8_is_refused_by_name():
+    w = torch.zeros(2, 256, 256, dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="mok.ops.mxfp8_quantize: mok has no MXFP8 "
+                                                  r"experts yet \(precision='mxfp8'\)"):
+        mok.ops.mxfp8_quantize(w, True, True)
+
+
+def test_import_starts_no_cuda():
+    """Importing mok.functional and mok.ops initializes no CUDA (AutoModel
+    imports them before torchrun workers select their devices)."""
+    code = ("import torch, mok.functional, mok.ops; "
+            "assert not torch.cuda.is_initialized(); print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# -- NeMo AutoModel (its wheel's own modules) --------------------------------
+
+def _need_automodel():
+    pytest.importorskip("nemo_automodel.components.moe.mok_experts",
+                        reason="needs nemo_automodel (scripts/setup.sh, MOK_WITH_TORCH=1)")
+
+
+def test_automodel_init_parity_and_state_dict_keys():
+    _need_automodel()
+    native_keys, mok_keys, same = checks.automodel_init_parity(seed=SEED)
+    assert native_keys == mok_keys == ["down_projs", "gate_and_up_projs"]
+    assert same
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(swiglu_limit=0.5, tokens=37, topk=3, drop=0.3,
+                                             seed=3)], ids=["plain", "clamped-top3-dropped"])
+def test_automodel_experts_vs_native_and_float64(kw):
+    _need_automodel()
+    result = checks.automodel_experts_check(**dict(kw, seed=SEED + kw.get("seed", 0)))
+    for name, (mine, native) in result.items():
+        assert mine <= REL, f"{name}: mok {mine:.2e} (native {native:.2e})"
+        assert mine <= 2 * native + 1e-3, f"{name}: mok {mine:.2e}, native {native:.2e}"
+
+
+def test_automodel_moe_block_vs_native():
+    _need_automodel()
+    result = checks.automodel_moe_check(seed=SEED)
+    assert set(result) >= {"output", "x", "gate.weight", "experts.gate_and_up_projs",
+                           "experts.down_projs", "shared_experts.gate_proj.weight"}
+    for name, rel in result.items():
+        assert rel <= 2 * REL, f"{name}: {rel:.2e}"
