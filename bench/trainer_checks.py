@@ -223,5 +223,289 @@ def automodel_moe_check(device="cpu", tokens=96, dim=256, inter=256, experts=8, 
     return result
 
 
+# -- Hugging Face transformers -------------------------------------------------
+
+def qwen3_moe_config(hidden=64, moe_inter=32, experts=8, topk=2, layers=2, vocab=128):
+    """A small Qwen3-MoE config (no download): every layer sparse."""
+    from transformers import Qwen3MoeConfig
+    return Qwen3MoeConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                          moe_intermediate_size=moe_inter, num_experts=experts,
+                          num_experts_per_tok=topk, num_hidden_layers=layers,
+                          num_attention_heads=4, num_key_value_heads=2,
+                          head_dim=hidden // 4, decoder_sparse_step=1, mlp_only_layers=[],
+                          max_position_embeddings=256, norm_topk_prob=True,
+                          output_router_logits=False, tie_word_embeddings=False)
+
+
+def qwen3_moe_pair(device="cpu", seed=0, **config):
+    """Two copies of one random-initialised Qwen3-MoE causal LM (bf16),
+    one with transformers' own grouped_mm experts, one with mok's."""
+    import torch
+    import mok.hf  # noqa: F401  (registers "mok")
+    from transformers import AutoModelForCausalLM
+    cfg = qwen3_moe_config(**config)
+    torch.manual_seed(seed)
+    # (each model its own config: from_config sets the implementation on it)
+    native = AutoModelForCausalLM.from_config(copy.deepcopy(cfg),
+                                              experts_implementation="grouped_mm",
+                                              dtype=torch.bfloat16).to(device)
+    mine = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), experts_implementation="mok",
+                                            dtype=torch.bfloat16).to(device)
+    if (native.config._experts_implementation, mine.config._experts_implementation) != (
+            "grouped_mm", "mok"):
+        raise AssertionError("the models' experts implementations are not grouped_mm and mok")
+    mine.load_state_dict(native.state_dict())
+    return native, mine
+
+
+def hf_qwen3_check(device="cpu", batch=2, seq=24, seed=0, **config):
+    """Logits and every parameter's gradient of the mok model against the
+    grouped_mm model (same weights, same tokens), both measured against
+    the model in float64 (eager experts). Returns {name: (mok rel err,
+    grouped_mm rel err)} for "logits" and each parameter."""
+    import torch
+    native, mine = qwen3_moe_pair(device, seed, **config)
+    # Decisive routers: at the initial scale (std 0.02) the router's top-k
+    # is nearly a tie on many tokens, and bf16 rounding in the layers
+    # before a router (any implementation's) flips such choices against
+    # float64, which then measures the flip, not the experts.
+    with torch.no_grad():
+        for model in (native, mine):
+            for layer in model.model.layers:
+                layer.mlp.gate.weight.mul_(30.0)
+    ref = copy.deepcopy(native).double()
+    ref.set_experts_implementation("eager")
+    g = torch.Generator().manual_seed(seed + 1)
+    vocab = native.config.vocab_size
+    ids = torch.randint(0, vocab, (batch, seq), generator=g).to(device)
+    labels = torch.randint(0, vocab, (batch, seq), generator=g).to(device)
+    results = {}
+    runs = {}
+    for name, model in (("mok", mine), ("grouped_mm", native), ("float64", ref)):
+        out = model(input_ids=ids, labels=labels)
+        out.loss.backward()
+        runs[name] = (out.logits.detach().double().cpu(),
+                      {n: p.grad.double().cpu() for n, p in model.named_parameters()
+                       if p.grad is not None})
+    err = torch_reference.relative_error
+    want_logits, want_grads = runs["float64"]
+    results["logits"] = (err(runs["mok"][0], want_logits),
+                         err(runs["grouped_mm"][0], want_logits))
+    if sorted(runs["mok"][1]) != sorted(want_grads):
+        raise AssertionError("the mok model's parameters with gradients differ: "
+                             f"{sorted(set(runs['mok'][1]) ^ set(want_grads))}")
+    for n, want in want_grads.items():
+        results[n] = (err(runs["mok"][1][n], want), err(runs["grouped_mm"][1][n], want))
+    return results
+
+
+def hf_experts_check(device="cpu", tokens=37, seed=0, drop=0.0, **config):
+    """One Qwen3-MoE experts module (transformers' class, its parameters)
+    run with mok and with grouped_mm on the same hidden states and routes,
+    forward and backward, against float64. Returns {name: (mok rel err,
+    grouped_mm rel err)} for the output, x, the router weights, gate_up_proj
+    and down_proj."""
+    import torch
+    native, mine = qwen3_moe_pair(device, seed, **config)
+    experts = {"mok": mine.model.layers[0].mlp.experts,
+               "grouped_mm": native.model.layers[0].mlp.experts}
+    e, i2, h = experts["mok"].gate_up_proj.shape
+    k = native.config.num_experts_per_tok
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(tokens, h, generator=g).to(torch.bfloat16)
+    top = torch.stack([torch.randperm(e, generator=g)[:k] for _ in range(tokens)])
+    rw = torch.softmax(torch.randn(tokens, k, generator=g), -1).to(torch.bfloat16)
+    d_out = torch.randn(tokens, h, generator=g).to(torch.bfloat16)
+    runs = {}
+    for name, module in experts.items():
+        xi = x.clone().to(device).requires_grad_(True)
+        wi = rw.clone().to(device).requires_grad_(True)
+        out = module(xi, top.to(device), wi)
+        out.backward(d_out.to(device))
+        runs[name] = {"output": out.detach().cpu(), "x": xi.grad.cpu(),
+                      "router_weights": wi.grad.cpu(),
+                      "gate_up_proj": module.gate_up_proj.grad.cpu(),
+                      "down_proj": module.down_proj.grad.cpu()}
+    gu = experts["grouped_mm"].gate_up_proj.detach().cpu()
+    a = {"x": x, "top_experts": top, "router_weights": rw.float(),
+         "gate_weights": gu[:, :i2 // 2], "up_weights": gu[:, i2 // 2:],
+         "down_weights": experts["grouped_mm"].down_proj.detach().cpu()}
+    want = {"output": torch_reference.forward(a, e)}
+    grads = torch_reference.backward(a, d_out, e)
+    want.update(x=grads["x"], router_weights=grads["router_weights"],
+                gate_up_proj=torch.cat([grads["gate_weights"], grads["up_weights"]], 1),
+                down_proj=grads["down_weights"])
+    err = torch_reference.relative_error
+    return {n: (err(runs["mok"][n], w), err(runs["grouped_mm"][n], w))
+            for n, w in want.items()}
+
+
+def toy_corpus(vocab, batch, seq, steps, seed=0):
+    """A fixed toy corpus: `steps` batches of sequences that follow a
+    random (fixed) permutation of the vocabulary from a random start, so a
+    model can learn it and the loss falls."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    nxt = torch.randperm(vocab, generator=g)
+    batches = []
+    for _ in range(steps):
+        seqs = torch.empty(batch, seq, dtype=torch.long)
+        seqs[:, 0] = torch.randint(0, vocab, (batch,), generator=g)
+        for t in range(1, seq):
+            seqs[:, t] = nxt[seqs[:, t - 1]]
+        batches.append(seqs)
+    return batches
+
+
+def hf_qwen3_training(device="cpu", steps=50, batch=8, seq=32, lr=2e-3, log_every=5, seed=0,
+                      **config):
+    """`steps` AdamW steps of the mok and the grouped_mm Qwen3-MoE from one
+    initialization on the toy corpus. Returns {"step": [...], "mok": [...],
+    "grouped_mm": [...]}: the losses at every `log_every`-th step (and the
+    first and last)."""
+    import torch
+    native, mine = qwen3_moe_pair(device, seed, **config)
+    data = toy_corpus(native.config.vocab_size, batch, seq, steps, seed + 7)
+    curves = {"step": [], "mok": [], "grouped_mm": []}
+    opts = {name: torch.optim.AdamW(model.parameters(), lr=lr)
+            for name, model in (("mok", mine), ("grouped_mm", native))}
+    for step, ids in enumerate(data, 1):
+        ids = ids.to(device)
+        logged = step == 1 or step == steps or step % log_every == 0
+        if logged:
+            curves["step"].append(step)
+        for name, model in (("mok", mine), ("grouped_mm", native)):
+            opts[name].zero_grad(set_to_none=True)
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opts[name].step()
+            if logged:
+                curves[name].append(loss.item())
+    return curves
+
+
+# -- Megatron-Core -------------------------------------------------------------
+
+@contextlib.contextmanager
+def megatron_one_rank():
+    """Megatron-Core's parallel state on one rank (gloo): its
+    ProcessGroupCollection, the EP group."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    with one_rank_group():
+        ps.initialize_model_parallel(1, 1)
+        try:
+            yield ProcessGroupCollection.use_mpu_process_groups()
+        finally:
+            ps.destroy_model_parallel()
+
+
+def megatron_check(device="cpu", tokens=40, hidden=64, inter=32, shared_inter=48, experts=8,
+                   topk=2, seed=0, main_grad=False):
+    """Megatron-Core's own SequentialMLP + SharedExpertMLP (permute,
+    experts, unpermute with its moe_utils) against mok.megatron's
+    MoKMegakernel on copies of the same modules, forward and backward,
+    both against float64. `main_grad`: the mok side's parameters carry fp32
+    main_grad with config.gradient_accumulation_fusion. Returns
+    ({name: (mok rel err, native rel err)}, the backend)."""
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.mlp import MLPSubmodules
+    from megatron.core.transformer.moe.experts import SequentialMLP
+    from megatron.core.transformer.moe.moe_utils import permute, unpermute
+    from megatron.core.transformer.moe.shared_experts import SharedExpertMLP
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from mok.megatron import MoKMegakernel
+    dev = torch.device(device)
+    with megatron_one_rank() as pgc:
+        cfg = TransformerConfig(
+            num_layers=1, hidden_size=hidden, num_attention_heads=4, ffn_hidden_size=4 * hidden,
+            moe_ffn_hidden_size=inter, num_moe_experts=experts, moe_router_topk=topk,
+            moe_shared_expert_intermediate_size=shared_inter, gated_linear_unit=True,
+            activation_func=F.silu, add_bias_linear=False, bf16=True,
+            params_dtype=torch.bfloat16, use_cpu_initialization=True)
+        subm = MLPSubmodules(linear_fc1=ColumnParallelLinear, linear_fc2=RowParallelLinear)
+        torch.manual_seed(seed)
+        routed = SequentialMLP(experts, cfg, subm, pg_collection=pgc).to(dev)
+        shared = SharedExpertMLP(cfg, subm, gate=False, pg_collection=pgc).to(dev)
+        with torch.no_grad():
+            for p in list(routed.parameters()) + list(shared.parameters()):
+                p.copy_(torch.randn(p.shape) * p.shape[1] ** -0.5)
+        # (copies by construction: the modules hold process groups)
+        routed_m = SequentialMLP(experts, cfg, subm, pg_collection=pgc).to(dev)
+        shared_m = SharedExpertMLP(cfg, subm, gate=False, pg_collection=pgc).to(dev)
+        routed_m.load_state_dict(routed.state_dict())
+        shared_m.load_state_dict(shared.state_dict())
+        cfg_m = copy.copy(cfg)
+        if main_grad:
+            cfg_m.gradient_accumulation_fusion = True
+            for p in list(routed_m.parameters()) + list(shared_m.parameters()):
+                p.main_grad = torch.zeros(p.shape, dtype=torch.float32, device=dev)
+        backend = MoKMegakernel(cfg_m, pgc.ep, routed_m, shared_m, experts)
+
+        g = torch.Generator().manual_seed(seed + 1)
+        x = torch.randn(tokens, hidden, generator=g).to(torch.bfloat16).to(dev)
+        logits = torch.randn(tokens, experts, generator=g)
+        val, idx = torch.topk(logits, topk, dim=1)
+        routing_map = torch.zeros(tokens, experts, dtype=torch.bool).scatter(1, idx, True)
+        probs = torch.zeros(tokens, experts).scatter(1, idx, torch.softmax(val, -1))
+        routing_map[0] = False  # a token routed nowhere
+        probs[0] = 0.0
+        routing_map, probs = routing_map.to(dev), probs.to(dev)
+        d_out = torch.randn(tokens, hidden, generator=g).to(torch.bfloat16).to(dev)
+
+        x1, p1 = x.clone().requires_grad_(True), probs.clone().requires_grad_(True)
+        y1 = backend(x1, p1, routing_map)
+        y1.backward(d_out)
+
+        x2, p2 = x.clone().requires_grad_(True), probs.clone().requires_grad_(True)
+        permuted, permuted_probs, order = permute(x2, routing_map, probs=p2)
+        out, _ = routed(permuted, routing_map.sum(0).cpu(), permuted_probs)
+        y2 = unpermute(out, order, x2.shape, routing_map=routing_map) + shared(x2)
+        y2.backward(d_out)
+
+    def stacked(module, grads):
+        rows = [(e.linear_fc1.weight, e.linear_fc2.weight) for e in module.local_experts]
+        get = (lambda p: p.main_grad) if grads == "main" else (lambda p: p.grad)
+        return (torch.stack([get(a) for a, _ in rows]).cpu(),
+                torch.stack([get(b) for _, b in rows]).cpu())
+
+    fc1 = torch.stack([e.linear_fc1.weight.detach() for e in routed.local_experts]).cpu()
+    fc2 = torch.stack([e.linear_fc2.weight.detach() for e in routed.local_experts]).cpu()
+    s1, s2 = shared.linear_fc1.weight.detach().cpu(), shared.linear_fc2.weight.detach().cpu()
+    a = {"x": x.cpu(), "top_experts": idx.masked_fill(~routing_map.cpu().gather(1, idx), -1),
+         "router_weights": probs.cpu().gather(1, idx).float(),
+         "gate_weights": fc1[:, :inter], "up_weights": fc1[:, inter:], "down_weights": fc2,
+         "shared_gate_weights": s1[:shared_inter], "shared_up_weights": s1[shared_inter:],
+         "shared_down_weights": s2}
+    want = torch_reference.forward(a, experts)
+    grads = torch_reference.backward(a, d_out.cpu(), experts)
+    d_probs = torch.zeros(tokens, experts, dtype=torch.float64).scatter(
+        1, idx, grads["router_weights"]) * routing_map.cpu()
+    err = torch_reference.relative_error
+    mine1, mine2 = stacked(routed_m, "main" if main_grad else "grad")
+    nat1, nat2 = stacked(routed, "grad")
+    sh_mine = ((shared_m.linear_fc1.weight.main_grad, shared_m.linear_fc2.weight.main_grad)
+               if main_grad else (shared_m.linear_fc1.weight.grad, shared_m.linear_fc2.weight.grad))
+    pairs = {
+        "output": (y1, y2, want), "x": (x1.grad, x2.grad, grads["x"]),
+        "probs": (p1.grad * routing_map, p2.grad * routing_map, d_probs),
+        "routed linear_fc1": (mine1, nat1, torch.cat([grads["gate_weights"],
+                                                      grads["up_weights"]], 1)),
+        "routed linear_fc2": (mine2, nat2, grads["down_weights"]),
+        "shared linear_fc1": (sh_mine[0], shared.linear_fc1.weight.grad,
+                              torch.cat([grads["shared_gate_weights"],
+                                         grads["shared_up_weights"]], 0)),
+        "shared linear_fc2": (sh_mine[1], shared.linear_fc2.weight.grad,
+                              grads["shared_down_weights"]),
+    }
+    result = {n: (err(m.detach().cpu(), w), err(v.detach().cpu(), w))
+              for n, (m, v, w) in pairs.items()}
+    return result, backend, routed_m
+
+
 __all__ = ["REL_BOUND", "automodel_experts_check", "automodel_init_parity",
-           "automodel_moe_check"]
+           "automodel_moe_check", "hf_experts_check", "hf_qwen3_check", "hf_qwen3_training", "qwen3_moe_pair",
+           "megatron_check", "toy_corpus"]

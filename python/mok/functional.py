@@ -41,6 +41,7 @@ process group, one GPU each) compiles one rank's kernels for ``ep = N``
 the CPU target runs N > 1 only as an in-process group (mok.compile), not
 across processes, and refuses it here by name.
 """
+import atexit
 import dataclasses
 import math
 import threading
@@ -266,6 +267,7 @@ def build_schedule(workspace, config, top_experts, *, num_local_experts):
 # Compiled (and for the GPU, loaded) layers by their spec, target, device
 # and group.
 _LAYERS = {}
+atexit.register(_LAYERS.clear)  # (before the extension's teardown)
 
 
 def _capacity(tokens):

@@ -248,3 +248,137 @@ def test_automodel_moe_block_vs_native():
                            "experts.down_projs", "shared_experts.gate_proj.weight"}
     for name, rel in result.items():
         assert rel <= 2 * REL, f"{name}: {rel:.2e}"
+
+
+# -- Hugging Face transformers (its own Qwen3-MoE classes) -------------------
+
+def _need_transformers():
+    pytest.importorskip("transformers.integrations.moe",
+                        reason="needs transformers 5 (scripts/setup.sh, MOK_WITH_TORCH=1)")
+
+
+def test_hf_experts_vs_grouped_mm_and_float64():
+    _need_transformers()
+    for name, (mine, native) in checks.hf_experts_check(seed=SEED).items():
+        assert mine <= REL, f"{name}: mok {mine:.2e} (grouped_mm {native:.2e})"
+
+
+def test_hf_qwen3_logits_and_every_gradient():
+    """The whole model: mok's error against float64 is grouped_mm's
+    (the model's other bf16 layers dominate both)."""
+    _need_transformers()
+    result = checks.hf_qwen3_check(seed=SEED)
+    assert len(result) > 20
+    for name, (mine, native) in result.items():
+        assert mine <= 2 * native + 1e-3, f"{name}: mok {mine:.2e}, grouped_mm {native:.2e}"
+
+
+def test_hf_training_matches_grouped_mm():
+    """50 AdamW steps on the toy corpus: the loss within 1 % of the
+    grouped_mm model's at every logged step, and learning."""
+    _need_transformers()
+    curves = checks.hf_qwen3_training(seed=SEED % 1000)
+    for step, a, b in zip(curves["step"], curves["mok"], curves["grouped_mm"]):
+        assert abs(a - b) <= 0.01 * b, f"step {step}: mok {a:.4f}, grouped_mm {b:.4f}"
+    assert curves["mok"][-1] < 0.5 * curves["mok"][0]
+
+
+def test_hf_any_token_count_and_registration():
+    _need_transformers()
+    import mok.hf
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+    assert ALL_EXPERTS_FUNCTIONS["mok"] is mok.hf.experts_forward
+    _, model = checks.qwen3_moe_pair(seed=SEED)
+    experts = model.model.layers[0].mlp.experts
+    h = experts.gate_up_proj.shape[2]
+    for tokens in (1, 5, 0):
+        x = torch.randn(tokens, h).to(torch.bfloat16).requires_grad_(True)
+        top = torch.zeros(tokens, 2, dtype=torch.int64)
+        top[:, 1] = 1
+        out = experts(x, top, torch.full((tokens, 2), 0.5, dtype=torch.bfloat16))
+        assert out.shape == (tokens, h)
+        out.float().sum().backward()
+        assert x.grad.shape == x.shape
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda m: setattr(m, "has_bias", True), "has_bias = True: .* bias-free"),
+    (lambda m: setattr(m, "is_transposed", True), "is_transposed = True"),
+    (lambda m: setattr(m, "is_concatenated", False), "is_concatenated = False"),
+    (lambda m: setattr(m, "_is_expert_parallel", True),
+     "_is_expert_parallel: transformers' expert parallelism is not supported"),
+    (lambda m: setattr(m.config, "hidden_act", "gelu"), "config.hidden_act = 'gelu'"),
+    (lambda m: m.float(), r"gate_up_proj: mok runs bf16 experts; got torch.float32"),
+])
+def test_hf_refuses_what_mok_cannot_run(change, match):
+    _need_transformers()
+    _, model = checks.qwen3_moe_pair(seed=SEED)
+    experts = model.model.layers[0].mlp.experts
+    change(experts)
+    h = experts.gate_up_proj.shape[2]
+    with pytest.raises(ValueError, match=match):
+        experts(torch.zeros(3, h, dtype=torch.bfloat16), torch.zeros(3, 2, dtype=torch.int64),
+                torch.ones(3, 2, dtype=torch.bfloat16))
+
+
+def test_hf_refuses_bad_activations():
+    _need_transformers()
+    _, model = checks.qwen3_moe_pair(seed=SEED)
+    experts = model.model.layers[0].mlp.experts
+    h = experts.gate_up_proj.shape[2]
+    with pytest.raises(ValueError, match=r"hidden_states: expected a bfloat16 tensor of shape "
+                                         rf"\[S, {h}\], got torch.float32"):
+        experts(torch.zeros(3, h), torch.zeros(3, 2, dtype=torch.int64), torch.ones(3, 2))
+    with pytest.raises(ValueError, match="top_k_index: expected an int64 tensor"):
+        experts(torch.zeros(3, h, dtype=torch.bfloat16), torch.zeros(3, 2),
+                torch.ones(3, 2))
+
+
+# -- Megatron-Core (its own SequentialMLP, SharedExpertMLP, moe_utils) -------
+
+def _need_megatron():
+    pytest.importorskip("megatron.core.transformer.moe.experts",
+                        reason="needs megatron-core (scripts/setup.sh, MOK_WITH_TORCH=1)")
+
+
+@pytest.mark.parametrize("main_grad", [False, True], ids=["grad", "main_grad"])
+def test_megatron_backend_vs_native_and_float64(main_grad):
+    _need_megatron()
+    result, backend, routed = checks.megatron_check(seed=SEED, main_grad=main_grad)
+    for name, (mine, native) in result.items():
+        assert mine <= REL, f"{name}: mok {mine:.2e} (native {native:.2e})"
+    # No aliases: the native modules own every parameter and checkpoint shard.
+    assert len(backend.state_dict()) == 0 and backend.sharded_state_dict() == {}
+    assert list(backend.parameters()) == []
+    assert len(backend.autograd_routed_parameters) == 2 * backend.num_local_experts
+    if main_grad:
+        for p in routed.parameters():
+            assert p.grad_added_to_main_grad and not p.grad.any()
+
+
+def test_megatron_routes_from_routing_map():
+    from mok.megatron import routes_from_routing_map
+    rm = torch.tensor([[False, True, False, True], [False] * 4, [True, False, False, False]])
+    probs = torch.tensor([[0, .25, 0, .75], [0] * 4, [1., 0, 0, 0]], requires_grad=True)
+    top, w = routes_from_routing_map(probs, rm, 2)
+    assert top.tolist() == [[1, 3], [-1, -1], [0, -1]]
+    assert w.tolist() == [[.25, .75], [0, 0], [1, 0]]
+    w.sum().backward()
+    assert probs.grad.tolist() == rm.float().tolist()
+    with pytest.raises(ValueError, match=r"routing_map: expected a bool tensor \[T, E\]"):
+        routes_from_routing_map(probs, rm.float(), 2)
+
+
+def test_megatron_refuses_what_mok_cannot_run():
+    _need_megatron()
+    import torch.nn.functional as F
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    from mok.megatron import MoKMegakernel
+    cfg = TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4,
+                            num_moe_experts=8, moe_router_topk=2, moe_ffn_hidden_size=32,
+                            gated_linear_unit=False, activation_func=F.gelu,
+                            add_bias_linear=True, bf16=True, params_dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="config: mok cannot run this MoE layer: "
+                                         r"gated_linear_unit=False .*activation_func=gelu.*"
+                                         r"add_bias_linear=True"):
+        MoKMegakernel(cfg, None, torch.nn.Module(), None, 8)

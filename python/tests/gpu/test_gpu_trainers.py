@@ -57,3 +57,38 @@ def test_automodel_moe_block_on_gpu():
                                         experts=16, topk=4)
     for name, rel in result.items():
         assert rel <= 2 * REL, f"{name}: {rel:.2e}"
+
+
+def test_hf_experts_on_gpu():
+    _need("transformers.integrations.moe")
+    result = checks.hf_experts_check(device="cuda", tokens=777, hidden=512, moe_inter=256,
+                                     experts=16, topk=4)
+    for name, (mine, native) in result.items():
+        print(f"hf experts {name}: mok {mine:.2e} grouped_mm {native:.2e}")
+        assert mine <= REL, f"{name}: mok {mine:.2e} (grouped_mm {native:.2e})"
+
+
+def test_hf_qwen3_model_on_gpu():
+    _need("transformers.integrations.moe")
+    result = checks.hf_qwen3_check(device="cuda", batch=4, seq=64, hidden=256, moe_inter=128,
+                                   experts=16, topk=4)
+    for name, (mine, native) in result.items():
+        assert mine <= 2 * native + 1e-3, f"{name}: mok {mine:.2e}, grouped_mm {native:.2e}"
+
+
+def test_hf_training_on_gpu():
+    _need("transformers.integrations.moe")
+    curves = checks.hf_qwen3_training(device="cuda")
+    for step, a, b in zip(curves["step"], curves["mok"], curves["grouped_mm"]):
+        assert abs(a - b) <= 0.01 * b, f"step {step}: mok {a:.4f}, grouped_mm {b:.4f}"
+
+
+@pytest.mark.parametrize("main_grad", [False, True], ids=["grad", "main_grad"])
+def test_megatron_backend_on_gpu(main_grad):
+    _need("megatron.core.transformer.moe.experts")
+    result, _, _ = checks.megatron_check(device="cuda", tokens=700, hidden=512, inter=256,
+                                         shared_inter=512, experts=16, topk=4,
+                                         main_grad=main_grad)
+    for name, (mine, native) in result.items():
+        print(f"megatron {name}: mok {mine:.2e} native {native:.2e}")
+        assert mine <= REL, f"{name}: mok {mine:.2e} (native {native:.2e})"
