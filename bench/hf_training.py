@@ -34,7 +34,8 @@ def _chart(result, path):
     ax.plot(result["step"], result["mok"], "x--", label="mok")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
-    ax.set_title(f"Qwen3-MoE toy LM, {result['device']} ({result['date']}, {result['commit']})")
+    ax.set_title(f"Qwen3-MoE toy LM, {result['device']} ({result['date']}, "
+                 f"{result['commit']})", fontsize=9)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -49,7 +49,10 @@ import weakref
 
 import torch
 
+from ._comm import Communicator
+from ._compile import compile as _compile
 from ._spec import DEFAULT_MAX_TOKENS, LayerSpec
+from .torch import _run_backward, _run_forward
 
 __all__ = ["MoKConfig", "MoKForwardContext", "MoKSchedule", "MoKWorkspace", "backward",
            "build_schedule", "create_workspace", "forward", "get_workspace"]
@@ -298,7 +301,6 @@ def _spec(workspace, local_experts, inter, shared_inter, swiglu_limit, id_dtype)
 def _layer(workspace, spec):
     """The compiled layer of `spec` for the workspace's target, device and
     group: compiled (and loaded) on first use, cached after."""
-    from ._compile import compile as _compile
     ws = workspace
     key = (spec, ws.target, str(ws.device), id(ws.ep_group))
     with _LOCK:
@@ -311,7 +313,6 @@ def _layer(workspace, spec):
         artifact = _compile(spec, target=ws.target, training=True)
         comm = None
         if ws.ep > 1:
-            from ._comm import Communicator
             comm = Communicator.adopt(ws.ep_group, ws.device.index)
         layer = artifact.load(ws.device.index, comm=comm)
     group_ref = (weakref.ref(ws.ep_group) if ws.ep_group is not None else (lambda: None))
@@ -375,7 +376,6 @@ def forward(config, workspace, schedule, x, router_weights, shared_gate_weights,
     """The layer's training forward: (out bf16 [T, H], MoKForwardContext).
     out = shared expert(x) + sum over routes of router_weight * routed
     expert(x), SwiGLU clamped by `swiglu_limit` (None: no clamp)."""
-    from .torch import _run_forward
     _check_workspace(workspace, config)
     layer, names, values = _call(
         workspace, schedule, x, router_weights,
@@ -397,7 +397,6 @@ def backward(config, workspace, schedule, forward_context, grad_output, x, route
     d_routed_gate, d_routed_up, d_routed_down, d_shared_gate, d_shared_up,
     d_shared_down), each weight's gradient bf16 in its shape (None for an
     absent shared expert). The arguments are forward's, unchanged."""
-    from .torch import _run_backward
     _check_workspace(workspace, config)
     if not isinstance(forward_context, MoKForwardContext):
         raise TypeError(f"forward_context: expected a MoKForwardContext (forward), got "

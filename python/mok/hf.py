@@ -34,7 +34,10 @@ import threading
 
 import torch
 
+from ._compile import compile as _compile
 from ._spec import DEFAULT_MAX_TOKENS, LayerSpec
+from .functional import _chip
+from .torch import _run_backward, _run_forward
 
 __all__ = ["experts_forward", "register"]
 
@@ -61,7 +64,6 @@ def _layer(spec, device):
     """The compiled layer of `spec` on `device`, compiled on first use and
     shared by every experts module of that shape there (they run in the
     model's order, on one stream)."""
-    from ._compile import compile as _compile
     key = (spec, str(device))
     with _LOCK:
         layer = _LAYERS.get(key)
@@ -70,7 +72,6 @@ def _layer(spec, device):
     if device.type == "cpu":
         layer = _compile(spec, target="cpu")
     else:
-        from .functional import _chip
         layer = _compile(spec, target=_chip(device), training=True).load(device.index)
     with _LOCK:
         _LAYERS[key] = layer
@@ -161,7 +162,6 @@ class _HfExperts(torch.autograd.Function):
         inter = gate_up.shape[1] // 2
         ctx.layer = layer
         if x.device.type == "cpu":  # (T = 0 included: _run_forward calls no layer)
-            from .torch import _run_forward
             ctx.kind = "cpu"
             values = [x, top, rw, gate_up[:, :inter], gate_up[:, inter:], down]
             out, *saved = _run_forward(layer, list(layer.arg_names), values)
@@ -186,7 +186,6 @@ class _HfExperts(torch.autograd.Function):
                             for i, t in enumerate([saved[0], None, *saved[1:]])])
         d_out = d_out.contiguous()
         if ctx.kind == "cpu":
-            from .torch import _run_backward
             x, top, rw, gate_up, down = saved[:5]
             inter = gate_up.shape[1] // 2
             values = [x, top, rw, gate_up[:, :inter], gate_up[:, inter:], down]

@@ -45,7 +45,11 @@ import threading
 
 import torch
 
+from ._comm import Communicator
+from ._compile import compile as _compile
 from ._spec import DEFAULT_MAX_TOKENS, LayerSpec
+from .functional import _chip
+from .torch import _run_backward, _run_forward
 
 __all__ = ["MoKMegakernel", "routes_from_routing_map"]
 
@@ -192,10 +196,7 @@ class MoKMegakernel(torch.nn.Module):
         with _LOCK:
             layer = _LAYERS.get(key)
         if layer is None:
-            from ._compile import compile as _compile
             if gpu:
-                from ._comm import Communicator
-                from .functional import _chip
                 comm = Communicator.adopt(self._ep_group, device.index) if ep > 1 else None
                 layer = _compile(spec, target=_chip(device), training=True).load(
                     device.index, comm=comm)
@@ -245,7 +246,6 @@ class _MegatronMoE(torch.autograd.Function):
         shared = params[2 * e:]
         ctx.backend, ctx.layer, ctx.gpu = backend, layer, x.device.type == "cuda"
         if not ctx.gpu:
-            from .torch import _run_forward
             values = [x, top, weights,
                       torch.stack([w1[:inter] for w1, _ in routed]),
                       torch.stack([w1[inter:] for w1, _ in routed]),
@@ -275,7 +275,6 @@ class _MegatronMoE(torch.autograd.Function):
         e = backend.num_local_experts
         d_out = d_out.contiguous()
         if not ctx.gpu:
-            from .torch import _run_backward
             g = _run_backward(layer, list(layer.arg_names), d_out, list(saved), {})
         else:
             params = saved[:ctx.params]
