@@ -21,16 +21,22 @@ Refused by name (ValueError naming the module's attribute): experts with
 biases, interleaved or transposed layouts, non-gated experts, activations
 other than SiLU, weights or activations not in bf16, and transformers'
 own expert parallelism (``_is_expert_parallel``; mok's expert parallelism
-is mok.torch.MoELayer(process_group=...)). The shared expert of models
-that have one stays the model's module (transformers calls it outside the
-experts module); it is not fused into mok's layer here.
+is mok.torch.MoELayer(process_group=...)).
+
+Shared experts: transformers calls a model's shared expert outside the
+experts module. ``mok.hf.fuse_shared_experts(model)`` fuses it into the
+experts' mok layer (one kernel for routed and shared experts) for the
+blocks of DeepSeek-V3's form (the shared expert added ungated on the
+block's input); a gated shared expert (Qwen2-MoE's) stays the model's.
 
 CPU tensors run mok's CPU target (the executable reference; the gate and
 up halves are copied into contiguous arrays there); CUDA tensors on an
 sm_90a or sm_100a device run the GPU kernels.
 """
 import atexit
+import inspect
 import threading
+import types
 
 import torch
 
@@ -39,7 +45,7 @@ from ._spec import DEFAULT_MAX_TOKENS, LayerSpec
 from .functional import _chip
 from .torch import _run_backward, _run_forward
 
-__all__ = ["experts_forward", "register"]
+__all__ = ["experts_forward", "fuse_shared_experts", "register", "unfuse_shared_experts"]
 
 NAME = "mok"
 
@@ -142,14 +148,24 @@ def experts_forward(self, hidden_states, top_k_index, top_k_weights):
                    ("gate_up_proj", self.gate_up_proj), ("down_proj", self.down_proj)):
         if t.device != x.device:
             raise ValueError(f"{name}: {arg} is on {t.device}, hidden_states on {x.device}")
+    shared = []
+    fused = getattr(self, "_mok_shared", None)  # (fuse_shared_experts)
+    if fused is not None:
+        mlp = fused[0]
+        shared = [mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
+        for attr, t in zip(("gate_proj", "up_proj", "down_proj"), shared):
+            if t.dtype != torch.bfloat16 or t.device != x.device:
+                raise ValueError(f"{name}: the fused shared expert's {attr}.weight is "
+                                 f"{t.dtype} on {t.device}; expected bf16 on {x.device}")
     gpu = x.device.type == "cuda"
     spec = LayerSpec(hidden=h, intermediate=inter, experts=e, top_k=k, tokens=None,
+                     shared_intermediate=shared[0].shape[0] if shared else None,
                      padding=128 if gpu else 1,
                      expert_id_dtype="int64" if top_k_index.dtype == torch.int64 else "int32",
                      max_tokens=_capacity(tokens) if gpu else None)
     layer = _layer(spec, x.device)
     return _HfExperts.apply(layer, x, top_k_index, top_k_weights.float(), self.gate_up_proj,
-                            self.down_proj)
+                            self.down_proj, *shared)
 
 
 class _HfExperts(torch.autograd.Function):
@@ -158,23 +174,28 @@ class _HfExperts(torch.autograd.Function):
     gradients (gate_up_proj's as one [E, 2I, H] tensor)."""
 
     @staticmethod
-    def forward(ctx, layer, x, top, rw, gate_up, down):
+    def forward(ctx, layer, x, top, rw, gate_up, down, *shared):
         inter = gate_up.shape[1] // 2
-        ctx.layer = layer
+        ctx.layer, ctx.shared = layer, len(shared)
         if x.device.type == "cpu":  # (T = 0 included: _run_forward calls no layer)
             ctx.kind = "cpu"
-            values = [x, top, rw, gate_up[:, :inter], gate_up[:, inter:], down]
+            values = [x, top, rw, gate_up[:, :inter], gate_up[:, inter:], down, *shared]
             out, *saved = _run_forward(layer, list(layer.arg_names), values)
-            ctx.save_for_backward(x, top, rw, gate_up, down, *saved)
+            ctx.save_for_backward(x, top, rw, gate_up, down, *shared, *saved)
             return out
         if x.shape[0] == 0:  # no kernel; zero gradients
             ctx.kind = "empty"
-            ctx.save_for_backward(x, rw, gate_up, down)
+            ctx.save_for_backward(x, rw, gate_up, down, *shared)
             return torch.empty_like(x)
         ctx.kind = "gpu"
         layer.bind_fc1(gate_up.detach())  # the gate and up halves, in place
-        out, context = layer.forward(x=x.detach(), top_experts=top, router_weights=rw.detach(),
-                                     down_weights=down.detach())
+        kwargs = dict(x=x.detach(), top_experts=top, router_weights=rw.detach(),
+                      down_weights=down.detach())
+        if shared:
+            kwargs.update(shared_gate_weights=shared[0].detach(),
+                          shared_up_weights=shared[1].detach(),
+                          shared_down_weights=shared[2].detach())
+        out, context = layer.forward(**kwargs)
         ctx.save_for_backward(gate_up, *context.tensors())
         return out
 
@@ -182,19 +203,99 @@ class _HfExperts(torch.autograd.Function):
     def backward(ctx, d_out):
         layer, saved = ctx.layer, ctx.saved_tensors
         if ctx.kind == "empty":
-            return (None, *[torch.zeros_like(t) if i != 1 else None
-                            for i, t in enumerate([saved[0], None, *saved[1:]])])
+            x, rw, *weights = saved
+            return (None, torch.zeros_like(x), None, torch.zeros_like(rw),
+                    *[torch.zeros_like(w) for w in weights])
         d_out = d_out.contiguous()
         if ctx.kind == "cpu":
+            n = 5 + ctx.shared
             x, top, rw, gate_up, down = saved[:5]
             inter = gate_up.shape[1] // 2
-            values = [x, top, rw, gate_up[:, :inter], gate_up[:, inter:], down]
-            g = _run_backward(layer, list(layer.arg_names), d_out, [*values, *saved[5:]], {})
+            values = [x, top, rw, gate_up[:, :inter], gate_up[:, inter:], down, *saved[5:n]]
+            g = _run_backward(layer, list(layer.arg_names), d_out, [*values, *saved[n:]], {})
         else:
             layer.bind_fc1(saved[0].detach())  # (another module may have bound its own)
             g = layer.backward(layer.context_from_tensors(list(saved[1:])), d_out)
         d_gu = torch.cat([g["gate_weights"], g["up_weights"]], dim=1)
-        return None, g["x"], None, g["router_weights"], d_gu, g["down_weights"]
+        shared = [g[n] for n in ("shared_gate_weights", "shared_up_weights",
+                                 "shared_down_weights")] if ctx.shared else []
+        return (None, g["x"], None, g["router_weights"], d_gu, g["down_weights"], *shared)
+
+
+def _adds_shared_on_input(block):
+    """Whether `block`'s forward adds ``self.shared_experts(residuals)``,
+    ungated, to the experts' output on its own input (DeepSeek-V3's form)."""
+    try:
+        source = inspect.getsource(type(block).forward)
+    except (OSError, TypeError):
+        return False
+    return ("residuals = hidden_states" in source
+            and "hidden_states + self.shared_experts(residuals)" in source
+            and "gate" not in source.split("self.shared_experts(residuals)")[1][:40])
+
+
+def _check_shared_mlp(name, mlp):
+    for attr in ("gate_proj", "up_proj", "down_proj"):
+        lin = getattr(mlp, attr, None)
+        if not isinstance(lin, torch.nn.Linear) or lin.bias is not None:
+            raise ValueError(f"{name}.shared_experts.{attr}: expected a bias-free nn.Linear, "
+                             f"got {type(lin).__name__}")
+    act = getattr(mlp, "act_fn", None)
+    if not (isinstance(act, torch.nn.SiLU) or type(act).__name__ == "SiLUActivation"):
+        raise ValueError(f"{name}.shared_experts.act_fn: mok's shared expert is SwiGLU "
+                         f"(SiLU); got {type(act).__name__}")
+
+
+def _fused_shared_forward(self, *args, **kwargs):
+    """The forward of a shared expert fused into its experts module's mok
+    layer: its output is already in the experts' output."""
+    owner = self._mok_fused_into[0]
+    if getattr(owner.config, "_experts_implementation", None) != NAME:
+        raise RuntimeError(f"{type(self).__name__}: this shared expert was fused into mok's "
+                           "layer by mok.hf.fuse_shared_experts, but the experts module now "
+                           f"runs {owner.config._experts_implementation!r}; call "
+                           "mok.hf.unfuse_shared_experts(model) before switching")
+    return 0
+
+
+def fuse_shared_experts(model):
+    """Fuses each MoE block's shared expert into its experts module's mok
+    layer (one kernel for both), for blocks that add
+    ``self.shared_experts(residuals)`` ungated to the experts' output on
+    the block's input (DeepSeek-V3, GLM-4-MoE, dots1 and the like) and
+    whose shared expert is a bias-free SiLU MLP (gate_proj, up_proj,
+    down_proj). The parameters stay where they are (state dicts unchanged);
+    the shared module's forward then returns 0 while its experts module
+    runs "mok", and raises if that changes. Returns the names of the fused
+    blocks; blocks of another form are left as they are."""
+    fused = []
+    for name, block in model.named_modules():
+        shared, experts = getattr(block, "shared_experts", None), getattr(block, "experts",
+                                                                          None)
+        if shared is None or experts is None or not hasattr(experts, "gate_up_proj"):
+            continue
+        if not _adds_shared_on_input(block):
+            continue
+        _check_shared_mlp(name, shared)
+        experts._mok_shared = (shared,)  # (a tuple: not registered as a submodule)
+        shared._mok_fused_into = (experts,)
+        shared.forward = types.MethodType(_fused_shared_forward, shared)
+        fused.append(name)
+    return fused
+
+
+def unfuse_shared_experts(model):
+    """Undoes fuse_shared_experts: the shared experts run their own forward
+    again. Returns the names of the blocks unfused."""
+    done = []
+    for name, block in model.named_modules():
+        shared, experts = getattr(block, "shared_experts", None), getattr(block, "experts",
+                                                                          None)
+        if shared is not None and "_mok_fused_into" in shared.__dict__:
+            del shared.forward, shared._mok_fused_into
+            experts.__dict__.pop("_mok_shared", None)
+            done.append(name)
+    return done
 
 
 try:

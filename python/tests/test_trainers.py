@@ -269,6 +269,7 @@ def test_hf_qwen3_logits_and_every_gradient():
     _need_transformers()
     result = checks.hf_qwen3_check(seed=SEED)
     assert len(result) > 20
+    result.pop("redraws")
     for name, (mine, native) in result.items():
         assert mine <= 2 * native + 1e-3, f"{name}: mok {mine:.2e}, grouped_mm {native:.2e}"
 
@@ -382,3 +383,44 @@ def test_megatron_refuses_what_mok_cannot_run():
                                          r"gated_linear_unit=False .*activation_func=gelu.*"
                                          r"add_bias_linear=True"):
         MoKMegakernel(cfg, None, torch.nn.Module(), None, 8)
+
+
+def test_hf_deepseek_v3_with_fused_shared_experts():
+    """DeepSeek-V3 (transformers' class) with its shared experts fused into
+    mok's layers: logits and every gradient (the shared experts' included)
+    as grouped_mm's against float64."""
+    _need_transformers()
+    result = checks.hf_deepseek_v3_check(seed=SEED)
+    assert any("shared_experts" in n for n in result)
+    result.pop("redraws")
+    for name, (mine, native) in result.items():
+        assert mine <= 2 * native + 1e-3, f"{name}: mok {mine:.2e}, grouped_mm {native:.2e}"
+
+
+def test_hf_fused_shared_experts_guard_and_unfuse():
+    _need_transformers()
+    import mok.hf
+    native, mine = checks.deepseek_v3_pair(seed=SEED)
+    assert sorted(mine.state_dict()) == sorted(native.state_dict())  # no aliases
+    ids = torch.randint(0, 128, (1, 8))
+    mine.set_experts_implementation("grouped_mm")
+    with pytest.raises(RuntimeError, match="fused into mok's layer by "
+                                           "mok.hf.fuse_shared_experts.*unfuse_shared_experts"):
+        mine(input_ids=ids)
+    assert mok.hf.unfuse_shared_experts(mine) == ["model.layers.0.mlp", "model.layers.1.mlp"]
+    assert torch.equal(mine(input_ids=ids).logits, native(input_ids=ids).logits)
+
+
+def test_hf_gated_shared_expert_is_not_fused():
+    """Qwen2-MoE's shared expert has a sigmoid output gate mok's layer does
+    not have: fuse_shared_experts leaves it to the model."""
+    _need_transformers()
+    import mok.hf
+    from transformers import AutoModelForCausalLM, Qwen2MoeConfig
+    cfg = Qwen2MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                         moe_intermediate_size=16, shared_expert_intermediate_size=32,
+                         num_experts=4, num_experts_per_tok=2, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2)
+    model = AutoModelForCausalLM.from_config(cfg, experts_implementation="mok",
+                                             dtype=torch.bfloat16)
+    assert mok.hf.fuse_shared_experts(model) == []

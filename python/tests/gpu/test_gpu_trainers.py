@@ -72,6 +72,7 @@ def test_hf_qwen3_model_on_gpu():
     _need("transformers.integrations.moe")
     result = checks.hf_qwen3_check(device="cuda", batch=4, seq=64, hidden=256, moe_inter=128,
                                    experts=16, topk=4)
+    result.pop("redraws")
     for name, (mine, native) in result.items():
         assert mine <= 2 * native + 1e-3, f"{name}: mok {mine:.2e}, grouped_mm {native:.2e}"
 
