@@ -36,12 +36,16 @@ when the parameter has one and config.gradient_accumulation_fusion is set
 (then ``param.grad_added_to_main_grad = True`` and a zero gradient is
 returned so that gradient hooks still fire), else in ``param.grad``.
 
+``use_mok(moe_layer)`` puts the backend into a Megatron-Core MoELayer:
+its router still routes (aux losses included), mok runs the rest.
+
 On the CPU target the per-expert weights are stacked into the layer's
 [E, I, H] arrays each call (the CPU target is the executable reference);
 on the GPU the kernels read them through per-expert weight views.
 """
 import atexit
 import threading
+import types
 
 import torch
 
@@ -51,7 +55,7 @@ from ._spec import DEFAULT_MAX_TOKENS, LayerSpec
 from .functional import _chip
 from .torch import _run_backward, _run_forward
 
-__all__ = ["MoKMegakernel", "routes_from_routing_map"]
+__all__ = ["MoKMegakernel", "routes_from_routing_map", "use_mok"]
 
 
 def routes_from_routing_map(probs, routing_map, topk):
@@ -301,3 +305,39 @@ def _bind_routed(layer, routed, inter):
     layer.bind_weights("up_weights", [w1.detach()[inter:] for w1, _ in routed])
     layer.bind_weights("down_weights", [w2.detach() for _, w2 in routed])
 
+
+
+def _mok_moe_forward(self, hidden_states, intermediate_tensors=None, padding_mask=None):
+    """MoELayer.forward with mok: the layer's router, then MoKMegakernel
+    (dispatch, routed and shared experts, combine). Returns (output, None)
+    as MoELayer does."""
+    if intermediate_tensors is not None:
+        raise ValueError("intermediate_tensors: a partial CUDA-graph capture of the MoE layer "
+                         "(cuda_graph_scope moe_router/moe_preprocess) is not supported with "
+                         "mok; capture the whole layer")
+    if padding_mask is not None:
+        padding_mask = padding_mask.transpose(0, 1).bool()
+    probs, routing_map = self.route(hidden_states, padding_mask)
+    return self._mok_backend[0](hidden_states, probs, routing_map), None
+
+
+def use_mok(moe_layer):
+    """Runs Megatron-Core MoELayer `moe_layer` through a MoKMegakernel over
+    its own experts and shared experts: its router routes, mok runs
+    dispatch, the expert MLPs and combine in one kernel. The parameters and
+    the state dicts stay the layer's. Returns the backend. Refused by name:
+    MoE latent projections, moe_layer_recompute, and whatever
+    MoKMegakernel refuses."""
+    cfg = moe_layer.config
+    if getattr(cfg, "moe_latent_size", None):
+        raise ValueError("moe_layer: config.moe_latent_size (latent projections around the "
+                         "experts) is not supported by mok")
+    if getattr(moe_layer, "moe_layer_recompute", False):
+        raise ValueError("moe_layer: recompute of the MoE layer (recompute_modules 'moe') is "
+                         "not supported with mok; the mok backward recomputes nothing")
+    shared = moe_layer.shared_experts if getattr(moe_layer, "use_shared_expert", False) else None
+    backend = MoKMegakernel(cfg, getattr(moe_layer, "ep_group", None), moe_layer.experts,
+                            shared, moe_layer.num_local_experts)
+    moe_layer._mok_backend = (backend,)  # (a tuple: not registered, no state-dict aliases)
+    moe_layer.forward = types.MethodType(_mok_moe_forward, moe_layer)
+    return backend

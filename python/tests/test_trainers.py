@@ -424,3 +424,37 @@ def test_hf_gated_shared_expert_is_not_fused():
     model = AutoModelForCausalLM.from_config(cfg, experts_implementation="mok",
                                              dtype=torch.bfloat16)
     assert mok.hf.fuse_shared_experts(model) == []
+
+
+def test_megatron_use_mok_keeps_the_layer_and_refuses_by_name():
+    """use_mok on Megatron-Core's own MoELayer (built from its local GPT
+    layer spec): state-dict keys unchanged, the backend over the layer's
+    experts; refusals by name. Its router needs CUDA, so the numbers are
+    the GPU test's (test_gpu_trainers.py)."""
+    _need_megatron()
+    import torch.nn.functional as F
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.spec_utils import build_module
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    from mok.megatron import use_mok
+    with checks.megatron_one_rank() as pgc:
+        def layer(**kw):
+            cfg = TransformerConfig(
+                num_layers=1, hidden_size=64, num_attention_heads=4, ffn_hidden_size=128,
+                moe_ffn_hidden_size=32, num_moe_experts=8, moe_router_topk=2,
+                moe_shared_expert_intermediate_size=48, gated_linear_unit=True,
+                activation_func=F.silu, add_bias_linear=False, bf16=True,
+                params_dtype=torch.bfloat16, moe_token_dispatcher_type="allgather",
+                use_cpu_initialization=True, **kw)
+            spec = get_gpt_layer_local_spec(num_experts=8, moe_grouped_gemm=False)
+            return build_module(spec.submodules.mlp, config=cfg, pg_collection=pgc)
+        moe = layer()
+        keys = sorted(moe.state_dict())
+        backend = use_mok(moe)
+        assert sorted(moe.state_dict()) == keys
+        assert backend.num_local_experts == 8 and backend.shared_inter == 48
+        assert backend.routed_fc1_parameters[0] is moe.experts.local_experts[0].linear_fc1.weight
+        with pytest.raises(ValueError, match="intermediate_tensors: a partial CUDA-graph"):
+            moe(torch.zeros(2, 1, 64, dtype=torch.bfloat16), intermediate_tensors=(1, 2))
+        with pytest.raises(ValueError, match="moe_shared_expert_gate=True"):
+            use_mok(layer(moe_shared_expert_gate=True))

@@ -93,3 +93,14 @@ def test_megatron_backend_on_gpu(main_grad):
     for name, (mine, native) in result.items():
         print(f"megatron {name}: mok {mine:.2e} native {native:.2e}")
         assert mine <= REL, f"{name}: mok {mine:.2e} (native {native:.2e})"
+
+
+def test_megatron_moe_layer_with_mok_on_gpu():
+    """Megatron-Core's own MoELayer (router, dispatcher, experts) against a
+    copy running mok through use_mok: its router needs CUDA, so this runs
+    on the GPU only."""
+    _need("megatron.core.transformer.moe.moe_layer")
+    result = checks.megatron_moe_layer_check(device="cuda")
+    for name, rel in result.items():
+        print(f"megatron MoELayer {name}: {rel:.2e}")
+        assert rel <= 2 * REL, f"{name}: {rel:.2e}"
