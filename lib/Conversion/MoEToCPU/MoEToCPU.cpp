@@ -14,6 +14,7 @@
 
 #include "ExpertParallel.h"
 #include "LayerEmitters.h"
+#include "Quantize.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -221,6 +222,40 @@ LogicalResult FunctionLowering::lowerOp(Emitter &e, Operation *op) {
       })
       .Case([&](LayerOp op) {
         lowerLayer(e, op);
+        return success();
+      })
+      .Case([&](QuantizeOp op) {
+        ArrayRef<int64_t> block = op.getBlock();
+        Value input = buffers.lookup(op.getInput());
+        auto dynamic = [&](Value result, Value shapeOf, int64_t rows,
+                           int64_t cols) {
+          auto type = cast<RankedTensorType>(result.getType());
+          SmallVector<Value> dyn;
+          for (int64_t d = 0; d < type.getRank(); ++d)
+            if (type.isDynamicDim(d))
+              dyn.push_back(d == type.getRank() - 2
+                                ? e.div(e.dim(shapeOf, d), e.index(rows))
+                            : d == type.getRank() - 1
+                                ? e.div(e.dim(shapeOf, d), e.index(cols))
+                                : e.dim(shapeOf, d));
+          return buffers[result] = allocFor(e, type, dyn);
+        };
+        Value values = dynamic(op.getValues(), input, 1, 1);
+        Value scales = dynamic(op.getScales(), input, block[0], block[1]);
+        emitQuantize(e, input, values, scales, block[0], block[1]);
+        return success();
+      })
+      .Case([&](DequantizeOp op) {
+        ArrayRef<int64_t> block = op.getBlock();
+        Value values = buffers.lookup(op.getValues());
+        auto type = cast<RankedTensorType>(op.getOutput().getType());
+        SmallVector<Value> dyn;
+        for (int64_t d = 0; d < type.getRank(); ++d)
+          if (type.isDynamicDim(d))
+            dyn.push_back(e.dim(values, d));
+        Value out = buffers[op.getOutput()] = allocFor(e, type, dyn);
+        emitDequantize(e, values, buffers.lookup(op.getScales()), out,
+                       block[0], block[1]);
         return success();
       })
       .Case([&](LayerGradOp op) {

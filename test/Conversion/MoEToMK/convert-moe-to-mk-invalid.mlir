@@ -53,3 +53,11 @@ func.func @unfused(%x: tensor<8x64xbf16>, %top: tensor<8x2xi32>) -> !moe.plan<to
   %p = moe.plan %top : tensor<8x2xi32> -> !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 1, padding = 8>
   return %p : !moe.plan<tokens = 8, top_k = 2, experts = 4, ep = 1, padding = 8>
 }
+
+// -----
+
+func.func @fp8(%w: tensor<4x64xbf16>) -> tensor<4x2xf8E8M0FNU> {
+  // expected-error @+1 {{convert-moe-to-mk: 'moe.quantize' (FP8) is not supported by the GPU targets yet; the CPU target runs it (--moe-to-cpu)}}
+  %q, %s = moe.quantize %w {block = array<i64: 1, 32>} : tensor<4x64xbf16> -> tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>
+  return %s : tensor<4x2xf8E8M0FNU>
+}

@@ -682,3 +682,87 @@ func.func private @f(!moe.plan<tokens = 4, top_k = 2, experts = 8, ep = 2, paddi
 
 // expected-error @+1 {{expected 'max_tokens' or 'recv_capacity' (each at most once, in that order), got 'max_tokens'}}
 func.func private @f(!moe.plan<tokens = ?, top_k = 2, experts = 8, ep = 2, padding = 1, recv_capacity = 8, max_tokens = 64>)
+
+//===----------------------------------------------------------------------===//
+// moe.quantize / moe.dequantize
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @f(%x: tensor<4x64xbf16>) {
+  // expected-error @+1 {{expected 'block' to have 2 sizes (rows, cols of a block over the last two dimensions), got 1}}
+  %q, %s = moe.quantize %x {block = array<i64: 32>} : tensor<4x64xbf16> -> tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x64xbf16>) {
+  // expected-error @+1 {{expected positive block sizes, got [0, 32]}}
+  %q, %s = moe.quantize %x {block = array<i64: 0, 32>} : tensor<4x64xbf16> -> tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<64xbf16>) {
+  // expected-error @+1 {{expected input of rank >= 2 (blocks span its last two dimensions), got rank 1}}
+  %q, %s = moe.quantize %x {block = array<i64: 1, 32>} : tensor<64xbf16> -> tensor<64xf8E4M3FN>, tensor<2xf8E8M0FNU>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x48xbf16>) {
+  // expected-error @+1 {{dimension 1 of input (48) is not a multiple of the block's 32}}
+  %q, %s = moe.quantize %x {block = array<i64: 1, 32>} : tensor<4x48xbf16> -> tensor<4x48xf8E4M3FN>, tensor<4x1xf8E8M0FNU>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x64xbf16>) {
+  // expected-error @+1 {{expected scales' dimension 1 to be 2 (64 / 32), got 4}}
+  %q, %s = moe.quantize %x {block = array<i64: 1, 32>} : tensor<4x64xbf16> -> tensor<4x64xf8E4M3FN>, tensor<4x4xf8E8M0FNU>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<?x256xbf16>) {
+  // expected-error @+1 {{dimension 0 of input is dynamic; a block of 128 along it needs a static size}}
+  %q, %s = moe.quantize %x {block = array<i64: 128, 128>} : tensor<?x256xbf16> -> tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x64xbf16>) {
+  // expected-error @+1 {{expected values of the input's shape, got 'tensor<4x32xf8E4M3FN>'}}
+  %q, %s = moe.quantize %x {block = array<i64: 1, 32>} : tensor<4x64xbf16> -> tensor<4x32xf8E4M3FN>, tensor<4x2xf8E8M0FNU>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x64xbf16>) {
+  // expected-error @+1 {{result #1 must be tensor of f8E8M0FNU type or 32-bit float values}}
+  %q, %s = moe.quantize %x {block = array<i64: 1, 32>} : tensor<4x64xbf16> -> tensor<4x64xf8E4M3FN>, tensor<4x2xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<4x64xf8E4M3FN>, %s: tensor<4x2xf8E8M0FNU>) {
+  // expected-error @+1 {{expected an output of the values' shape, got 'tensor<4x32xf32>'}}
+  %w = moe.dequantize %q, %s {block = array<i64: 1, 32>} : tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU> -> tensor<4x32xf32>
+  return
+}
+
+// -----
+
+func.func @f(%q: tensor<4x64xf8E4M3FN>, %s: tensor<2x2xf8E8M0FNU>) {
+  // expected-error @+1 {{expected scales' dimension 0 to be 4 (4 / 1), got 2}}
+  %w = moe.dequantize %q, %s {block = array<i64: 1, 32>} : tensor<4x64xf8E4M3FN>, tensor<2x2xf8E8M0FNU> -> tensor<4x64xf32>
+  return
+}

@@ -4,6 +4,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/IR/TypeUtilities.h"
 
 using namespace mlir;
 using namespace mok::moe;
@@ -345,3 +346,75 @@ void LayerGradOp::getCanonicalizationPatterns(RewritePatternSet &results,
 
 #define GET_OP_CLASSES
 #include "mok/Dialect/MoE/IR/MoEOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// moe.quantize / moe.dequantize
+//===----------------------------------------------------------------------===//
+
+/// Checks `block` against `data` (the quantized or the quantizable tensor)
+/// and `scales`: two positive sizes that divide the last two dimensions
+/// (static ones; a dynamic one must have a block size of 1), and scales of
+/// data's shape divided by the block.
+static LogicalResult verifyBlockScales(Operation *op, ArrayRef<int64_t> block,
+                                       ShapedType data, ShapedType scales,
+                                       StringRef dataName) {
+  if (block.size() != 2)
+    return op->emitOpError("expected 'block' to have 2 sizes (rows, cols of a "
+                           "block over the last two dimensions), got ")
+           << block.size();
+  for (int64_t b : block)
+    if (b < 1)
+      return op->emitOpError("expected positive block sizes, got [")
+             << block[0] << ", " << block[1] << "]";
+  int64_t rank = data.getRank();
+  if (rank < 2)
+    return op->emitOpError("expected ") << dataName
+           << " of rank >= 2 (blocks span its last two dimensions), got rank "
+           << rank;
+  if (scales.getRank() != rank)
+    return op->emitOpError("expected scales of rank ")
+           << rank << " (" << dataName << "'s), got rank " << scales.getRank();
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t size = data.getDimSize(d);
+    int64_t b = d >= rank - 2 ? block[d - (rank - 2)] : 1;
+    if (ShapedType::isDynamic(size)) {
+      if (b != 1)
+        return op->emitOpError("dimension ")
+               << d << " of " << dataName << " is dynamic; a block of " << b
+               << " along it needs a static size";
+      if (!scales.isDynamicDim(d))
+        return op->emitOpError("expected scales' dimension ")
+               << d << " to be dynamic, as " << dataName << "'s is";
+      continue;
+    }
+    if (size % b)
+      return op->emitOpError("dimension ")
+             << d << " of " << dataName << " (" << size
+             << ") is not a multiple of the block's " << b;
+    if (!scales.isDynamicDim(d) && scales.getDimSize(d) != size / b)
+      return op->emitOpError("expected scales' dimension ")
+             << d << " to be " << size / b << " (" << size << " / " << b
+             << "), got " << scales.getDimSize(d);
+  }
+  return success();
+}
+
+LogicalResult QuantizeOp::verify() {
+  auto input = cast<ShapedType>(getInput().getType());
+  auto values = cast<ShapedType>(getValues().getType());
+  if (failed(verifyCompatibleShape(input.getShape(), values.getShape())))
+    return emitOpError("expected values of the input's shape, got ")
+           << getValues().getType();
+  return verifyBlockScales(*this, getBlock(), input,
+                           cast<ShapedType>(getScales().getType()), "input");
+}
+
+LogicalResult DequantizeOp::verify() {
+  auto values = cast<ShapedType>(getValues().getType());
+  auto output = cast<ShapedType>(getOutput().getType());
+  if (failed(verifyCompatibleShape(values.getShape(), output.getShape())))
+    return emitOpError("expected an output of the values' shape, got ")
+           << getOutput().getType();
+  return verifyBlockScales(*this, getBlock(), values,
+                           cast<ShapedType>(getScales().getType()), "values");
+}

@@ -378,4 +378,78 @@ def MoE_LayerGradOp : MoE_Op<"layer_grad", [Pure, AttrSizedOperandSegments]> {
   }];
 }
 
+
+//===----------------------------------------------------------------------===//
+// moe.quantize / moe.dequantize: block-scaled FP8
+//===----------------------------------------------------------------------===//
+
+def MoE_QuantInput : TensorOf<[BF16, F32]>;
+def MoE_FP8Values : TensorOf<[F8E4M3FN]>;
+def MoE_BlockScales : TensorOf<[F8E8M0FNU, F32]>;
+
+def MoE_QuantizeOp : MoE_Op<"quantize", [Pure]> {
+  let summary = "block-scaled FP8 (E4M3) quantization";
+  let description = [{
+    Splits the last two dimensions of `input` (rank >= 2; bf16 or f32) into
+    blocks of `block = [rows, cols]` elements and quantizes each block to
+    E4M3 (`f8E4M3FN`) values with one scale. Leading dimensions are batch
+    dimensions (an expert's weights, a token row of activations).
+    `values` has the input's shape; `scales` has its shape with the last two
+    dimensions divided by the block's.
+
+    The scale's element type picks the scaling rule:
+
+    - `f8E8M0FNU` (MX, e.g. MXFP8 with `block = [1, 32]`): a power of two
+      `2^e`, with `e` the smallest integer such that `amax <= 448 * 2^e`
+      (`amax` = the block's largest magnitude), clamped to `[-127, 127]`;
+      a block of zeros has `e = -127`. Stored as the byte `e + 127`.
+      Elements are `E4M3(x * 2^-e)`, the product taken exactly.
+    - `f32` (fine-grained FP8, e.g. `[1, 128]` activations and
+      `[128, 128]` weights): `s = f32(amax / 448)` (IEEE division, round
+      to nearest even), `s = 1` for a block of zeros. Elements are
+      `E4M3(f32(x / s))`.
+
+    `E4M3(v)`: the `f8E4M3FN` value nearest to `v`, ties to an even
+    mantissa, keeping the sign (`-0` stays `-0`); `|v| >= 448` saturates to
+    `±448` (never NaN); subnormals (`m * 2^-9`) are kept.
+
+    A block holding a NaN or an infinity has a NaN scale (the byte `0xFF`;
+    an f32 NaN) and every element of it is NaN (`0x7F` with the element's
+    sign bit): non-finite values are never hidden by saturation.
+
+    ```mlir
+    %q, %s = moe.quantize %w {block = array<i64: 1, 32>}
+        : tensor<8x256x512xbf16> -> tensor<8x256x512xf8E4M3FN>, tensor<8x256x16xf8E8M0FNU>
+    ```
+  }];
+  let arguments = (ins MoE_QuantInput:$input, DenseI64ArrayAttr:$block);
+  let results = (outs MoE_FP8Values:$values, MoE_BlockScales:$scales);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($values) `,` type($scales)
+  }];
+  let hasVerifier = 1;
+}
+
+def MoE_DequantizeOp : MoE_Op<"dequantize", [Pure]> {
+  let summary = "the values of block-scaled FP8 (E4M3) data";
+  let description = [{
+    The inverse map of `moe.quantize` with the same `block`: every element
+    is `f32(v) * scale` of its block, multiplied in f32 (IEEE, so an E8M0
+    scale past f32's range gives an infinity, and a NaN scale or value a
+    NaN), then rounded to nearest even when the result is bf16.
+
+    ```mlir
+    %w = moe.dequantize %q, %s {block = array<i64: 1, 32>}
+        : tensor<8x256x512xf8E4M3FN>, tensor<8x256x16xf8E8M0FNU> -> tensor<8x256x512xf32>
+    ```
+  }];
+  let arguments = (ins MoE_FP8Values:$values, MoE_BlockScales:$scales,
+                       DenseI64ArrayAttr:$block);
+  let results = (outs MoE_QuantInput:$output);
+  let assemblyFormat = [{
+    $values `,` $scales attr-dict `:` type($values) `,` type($scales) `->` type($output)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // MOK_DIALECT_MOE_IR_MOEOPS_TD

@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""A float64 NumPy model of block-scaled E4M3, written from the formats'
+definitions independently of the compiler's integer arithmetic: the E4M3
+value of v is found by search among the 256 codes (nearest, ties to the
+even code), the MX exponent by the inequality that defines it."""
+import math
+
+import numpy as np
+
+E4M3_MAX = 448.0
+
+
+def e4m3_value(code):
+    """The float64 value of f8E4M3FN code (0..255); NaN for 0x7F / 0xFF."""
+    sign = -1.0 if code & 0x80 else 1.0
+    mag = code & 0x7F
+    if mag == 0x7F:
+        return math.nan
+    exponent, mantissa = mag >> 3, mag & 7
+    if exponent == 0:
+        return sign * mantissa * 2.0 ** -9
+    return sign * (1 + mantissa / 8) * 2.0 ** (exponent - 7)
+
+
+_VALUES = np.array([e4m3_value(c) for c in range(0x7F)])  # codes 0..126: 0 .. 448
+
+
+def e4m3_codes(v):
+    """E4M3(v) of float64 array `v`: the nearest code, ties to the even
+    code, sign kept (-0 too), |v| >= 448 saturated, NaN to 0x7F with v's
+    sign bit."""
+    v = np.asarray(v, np.float64)
+    sign = np.where(np.signbit(v), 0x80, 0)
+    a = np.minimum(np.abs(np.nan_to_num(v, nan=0.0)), E4M3_MAX)
+    hi = np.clip(np.searchsorted(_VALUES, a), 1, len(_VALUES) - 1)
+    lo = hi - 1  # _VALUES[lo] <= a <= _VALUES[hi]
+    d_lo, d_hi = a - _VALUES[lo], _VALUES[hi] - a
+    code = np.where(d_lo < d_hi, lo, np.where(d_hi < d_lo, hi, np.where(lo % 2 == 0, lo, hi)))
+    code = np.where(np.isnan(v), 0x7F, code)
+    return (code | sign).astype(np.uint8)
+
+
+def e4m3_code(v):
+    """e4m3_codes of one value."""
+    return int(e4m3_codes(np.array([v]))[0])
+
+
+def mx_exponent(amax):
+    """The smallest integer e with amax <= 448 * 2^e, clamped to
+    [-127, 127]; -127 for amax = 0."""
+    if amax == 0:
+        return -127
+    e = math.ceil(math.log2(amax / E4M3_MAX))
+    while amax > E4M3_MAX * 2.0 ** e:  # (log2 rounding either way)
+        e += 1
+    while e > -127 and amax <= E4M3_MAX * 2.0 ** (e - 1):
+        e -= 1
+    return max(-127, min(127, e))
+
+
+def quantize(x, block, scale):
+    """(codes uint8, scales) of float64 array `x` (bf16 or f32 values),
+    blocks over its last two dimensions; scale "e8m0" or "f32"."""
+    x = np.asarray(x, np.float64)
+    br, bc = block
+    lead = x.shape[:-2]
+    rows, cols = x.shape[-2] // br, x.shape[-1] // bc
+    codes = np.zeros(x.shape, np.uint8)
+    scales = np.zeros((*lead, rows, cols), np.uint8 if scale == "e8m0" else np.float32)
+    for idx in np.ndindex(*lead, rows, cols):
+        *b, r, c = idx
+        sl = (*b, slice(r * br, (r + 1) * br), slice(c * bc, (c + 1) * bc))
+        blk = x[sl]
+        out = np.zeros(blk.shape, np.uint8)
+        if not np.isfinite(blk).all():
+            scales[idx] = 0xFF if scale == "e8m0" else np.float32("nan")
+            out[...] = 0x7F | np.where(np.signbit(blk), 0x80, 0)
+        else:
+            amax = float(np.abs(blk).max())
+            if scale == "e8m0":
+                e = mx_exponent(amax)
+                scales[idx] = e + 127
+                out[...] = e4m3_codes(blk * 2.0 ** -e)  # exact in float64
+            else:
+                s = np.float32(1.0) if amax == 0 else np.float32(amax) / np.float32(448.0)
+                scales[idx] = s
+                out[...] = e4m3_codes(blk.astype(np.float32) / s)  # f32 division
+        codes[sl] = out
+    return codes, scales
+
+
+def dequantize(codes, scales, block):
+    """float32 values: f32(E4M3) * scale of the block, multiplied in f32."""
+    br, bc = block
+    out = np.zeros(codes.shape, np.float32)
+    for idx in np.ndindex(*codes.shape):
+        *b, r, c = idx
+        s = scales[(*b, r // br, c // bc)]
+        if scales.dtype == np.uint8:
+            s = np.float32("nan") if s == 0xFF else np.float32(2.0 ** (int(s) - 127))
+        with np.errstate(over="ignore", invalid="ignore"):
+            out[idx] = np.float32(e4m3_value(int(codes[idx]))) * np.float32(s)
+    return out

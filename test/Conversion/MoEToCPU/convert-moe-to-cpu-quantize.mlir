@@ -1,0 +1,64 @@
+// RUN: mok-opt %s --convert-moe-to-cpu | FileCheck %s
+// RUN: mok-opt %s --moe-to-cpu | FileCheck %s --check-prefix=LLVM
+
+// moe.quantize / moe.dequantize as host loops: the scale from the block's
+// amax, the E4M3 code by integer arithmetic with one round-to-even, and the
+// f8 buffers stored as bytes. Bit-exactness against a float64 model of the
+// formats is python/tests/test_fp8.py's.
+
+// CHECK-LABEL: func.func @mx(
+// CHECK-SAME: memref<4x64xbf16>, %{{.*}}: memref<4x64xf8E4M3FN>, %{{.*}}: memref<4x2xf8E8M0FNU>)
+// amax over the block (NaN and infinity propagate), then "finite" = amax < inf.
+// CHECK: math.absf
+// CHECK: arith.maximumf
+// CHECK: %[[FINITE:.*]] = arith.cmpf olt, %{{.*}}, %{{.*}} : f32
+// e = exponent(amax) - 8, plus one above a mantissa of 1.75 (0x600000).
+// CHECK: arith.cmpi ugt, %{{.*}}, %c6291456_i32
+// CHECK: arith.subi %{{.*}}, %c135_i32
+// CHECK: arith.select %[[FINITE]], %{{.*}}, %c255_i32 : i32
+// CHECK: arith.bitcast %{{.*}} : i8 to f8E8M0FNU
+// The elements: x * 2^-e, E4M3 by one roundeven, NaN code for non-finite blocks.
+// CHECK: arith.mulf
+// CHECK: arith.minimumf %{{.*}}, %cst{{.*}} : f32
+// CHECK: math.roundeven
+// CHECK: arith.fptosi
+// CHECK: arith.cmpf uno
+// CHECK: arith.select %[[FINITE]]
+// CHECK: arith.bitcast %{{.*}} : i8 to f8E4M3FN
+func.func @mx(%w: tensor<4x64xbf16>) -> (tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>) {
+  %q, %s = moe.quantize %w {block = array<i64: 1, 32>}
+      : tensor<4x64xbf16> -> tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>
+  return %q, %s : tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>
+}
+
+// f32 scales: amax / 448 (1 for a block of zeros), elements x / s.
+// CHECK-LABEL: func.func @fine(
+// CHECK: %[[ZERO:.*]] = arith.cmpf oeq
+// CHECK: arith.divf %{{.*}}, %cst
+// CHECK: arith.select %[[ZERO]]
+// CHECK: memref.store %{{.*}} : memref<?x2xf32>
+// CHECK: arith.divf
+// CHECK: math.roundeven
+func.func @fine(%x: tensor<?x256xbf16>) -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf32>) {
+  %q, %s = moe.quantize %x {block = array<i64: 1, 128>}
+      : tensor<?x256xbf16> -> tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
+  return %q, %s : tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
+}
+
+// Dequantize: decode E4M3 and E8M0 (0xFF: NaN), multiply in f32, round to bf16.
+// CHECK-LABEL: func.func @dequant(
+// CHECK: arith.bitcast %{{.*}} : f8E8M0FNU to i8
+// CHECK: arith.bitcast %{{.*}} : f8E4M3FN to i8
+// CHECK: arith.sitofp
+// CHECK: arith.mulf
+// CHECK: arith.truncf %{{.*}} : f32 to bf16
+func.func @dequant(%q: tensor<4x64xf8E4M3FN>, %s: tensor<4x2xf8E8M0FNU>) -> tensor<4x64xbf16> {
+  %w = moe.dequantize %q, %s {block = array<i64: 1, 32>}
+      : tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU> -> tensor<4x64xbf16>
+  return %w : tensor<4x64xbf16>
+}
+
+// The f8 element types reach LLVM as bytes.
+// LLVM-LABEL: llvm.func @mx(
+// LLVM: llvm.intr.roundeven
+// LLVM: llvm.store %{{.*}}, %{{.*}} {alignment = 1 : i64} : i8, !llvm.ptr
