@@ -150,6 +150,7 @@ NB_MODULE(_mok, m) {
       .def_ro("top_k", &mok::FunctionInfo::topK)
       .def_ro("experts", &mok::FunctionInfo::experts)
       .def_ro("ep", &mok::FunctionInfo::ep)
+      .def_ro("precision", &mok::FunctionInfo::precision)
       .def_ro("padding", &mok::FunctionInfo::padding);
 
   nb::class_<mok::GpuKernel>(m, "GpuKernel")

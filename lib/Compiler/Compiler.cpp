@@ -149,7 +149,11 @@ std::vector<FunctionInfo> Module::functions() const {
       info.maxTokens = plan.getMaxTokens();
       info.recvCapacity = plan.getRecvCapacity();
     };
-    func.walk([&](moe::LayerOp l) { nameArgs(l, l.getPlanType()); });
+    func.walk([&](moe::LayerOp l) {
+      nameArgs(l, l.getPlanType());
+      if (std::optional<StringRef> p = l.getPrecision())
+        info.precision = p->str();
+    });
     func.walk([&](moe::LayerGradOp g) {
       nameArgs(g, g.getPlanType());
       if (auto arg = dyn_cast<BlockArgument>(g.getDOut()))

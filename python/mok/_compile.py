@@ -82,6 +82,9 @@ def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_di
         # A GPU layer for any T has buffers for a capacity: the default one.
         layer = dataclasses.replace(layer, max_tokens=DEFAULT_MAX_TOKENS)
         source = layer.to_mlir(function)
+    if target != "cpu" and isinstance(layer, LayerSpec) and layer.precision != "bf16":
+        raise ValueError(f"layer: LayerSpec.precision = {layer.precision!r}; FP8 layers run on "
+                         f"the CPU target for now, not on {target} (docs/FP8.md)")
     if target != "cpu" and isinstance(layer, LayerSpec) and layer.tokens == 0:
         raise ValueError(f"layer: LayerSpec.tokens = 0; a GPU target ({target}) compiles "
                          "its kernel for one token count of at least 1")

@@ -51,6 +51,12 @@ class LayerSpec:
     with T the fixed token count or max_tokens (no bound on the CPU target
     when neither is given).
 
+    precision: the routed experts' arithmetic: "bf16" (the default), or FP8
+    with block-scaled E4M3 operands, "mxfp8" (E8M0 scales over 1 x 32
+    blocks) or "fp8" (f32 scales: 1 x 128 activations, 128 x 128 weights),
+    as moe.layer's `precision` defines it (docs/FP8.md); FP8 layers run on
+    the CPU target, for inference, for now.
+
     Every size is at most 2**31 - 1 (MAX_SIZE), and so is the routed row
     count tokens*top_k + (experts/ep)*(padding - 1) (its part without
     tokens when tokens is None): the compiler's index arithmetic wraps past
@@ -68,6 +74,7 @@ class LayerSpec:
     expert_id_dtype: str = "int32"
     max_tokens: Optional[int] = None
     recv_capacity: Optional[int] = None
+    precision: str = "bf16"
 
     def __post_init__(self):
         def positive(name):
@@ -113,6 +120,16 @@ class LayerSpec:
         if self.expert_id_dtype not in ("int32", "int64"):
             raise ValueError("LayerSpec.expert_id_dtype: expected 'int32' or 'int64', "
                              f"got {self.expert_id_dtype!r}")
+        if self.precision not in ("bf16", "mxfp8", "fp8"):
+            raise ValueError("LayerSpec.precision: expected 'bf16', 'mxfp8' or 'fp8', "
+                             f"got {self.precision!r}")
+        if self.precision != "bf16":
+            block = 32 if self.precision == "mxfp8" else 128
+            for name in ("hidden", "intermediate"):
+                if getattr(self, name) % block:
+                    raise ValueError(f"LayerSpec.{name}: precision {self.precision!r} needs "
+                                     f"a multiple of its block size {block}, got "
+                                     f"{getattr(self, name)}")
         if self.recv_capacity is not None:
             positive("recv_capacity")
             if self.ep == 1:
@@ -147,9 +164,12 @@ class LayerSpec:
                      ("shared_up", f"tensor<{s}x{h}xbf16>"),
                      ("shared_down", f"tensor<{h}x{s}xbf16>")]
             shared = " shared(%shared_gate, %shared_up, %shared_down)"
-        attrs = ""
+        entries = []
         if self.swiglu_limit is not None:
-            attrs = f" {{swiglu_limit = {float(self.swiglu_limit):.9e} : f32}}"
+            entries.append(f"swiglu_limit = {float(self.swiglu_limit):.9e} : f32")
+        if self.precision != "bf16":
+            entries.append(f'precision = "{self.precision}"')
+        attrs = f" {{{', '.join(entries)}}}" if entries else ""
         out = f"tensor<{t}x{h}xbf16>"
         signature = ", ".join(f"%{n}: {ty}" for n, ty in args)
         types = ", ".join(ty for _, ty in args)

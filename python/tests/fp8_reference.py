@@ -101,3 +101,43 @@ def dequantize(codes, scales, block):
         with np.errstate(over="ignore", invalid="ignore"):
             out[idx] = np.float32(e4m3_value(int(codes[idx]))) * np.float32(s)
     return out
+
+
+def fake_quantize(x, block, scale):
+    """The float64 values moe.quantize then moe.dequantize give x (its
+    E4M3 values times their block's scale, exactly)."""
+    codes, scales = quantize(x, block, scale)
+    values = np.vectorize(e4m3_value, otypes=[np.float64])(codes)
+    br, bc = block
+    s = scales.astype(np.float64)
+    if scales.dtype == np.uint8:
+        s = np.where(scales == 0xFF, np.nan, np.exp2(scales.astype(np.float64) - 127))
+    s = s.repeat(br, axis=-2).repeat(bc, axis=-1)
+    return values * s
+
+
+def layer_forward(x, top, rw, wg, wu, wd, shared=None, limit=None, precision="mxfp8"):
+    """moe.layer's forward with precision "mxfp8" or "fp8" in float64: the
+    routed GEMMs on the quantized x rows and weights, gate/up and the
+    hidden activation rounded to bf16 as stored, the hidden quantized per
+    row; the shared expert in bf16 semantics (python/tests/reference.py)."""
+    import reference
+    mx = precision == "mxfp8"
+    act, wblock, kind = ((1, 32), (1, 32), "e8m0") if mx else ((1, 128), (128, 128), "f32")
+    xq = fake_quantize(x, act, kind)
+    wgq, wuq, wdq = (fake_quantize(w, wblock, kind) for w in (wg, wu, wd))
+    out = np.zeros_like(x)
+    if shared is not None:
+        out += reference._mlp(x, *shared, limit)[3]
+    T, k = top.shape
+    for t in range(T):
+        for j in range(k):
+            e = top[t, j]
+            if e < 0:
+                continue
+            g = reference._bf16(xq[t] @ wgq[e].T)
+            u = reference._bf16(xq[t] @ wuq[e].T)
+            h = reference._bf16(reference._act(g, u, limit))
+            hq = fake_quantize(h[None], act, kind)[0]
+            out[t] += rw[t, j] * (hq @ wdq[e].T)
+    return out

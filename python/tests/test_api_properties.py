@@ -35,6 +35,7 @@ _INT_POOL = [1, 2, 3, 4, 8, 16, 64, 0, -1, -(2**40), MAX_SIZE, MAX_SIZE + 1, 2**
 _LIMIT_POOL = [0.5, 7.0, 1, 1e300, 10**400, -1.0, 0, 0.0, float("nan"), float("inf"),
                -float("inf"), True, "1.0", None, np.float32(0.5)]
 _DTYPE_POOL = ["int32", "int64", "int8", "INT32", None, 32, np.int32]
+_PRECISION_POOL = ["bf16", "mxfp8", "fp8", "fp4", "MXFP8", None, 8, b"fp8"]
 
 
 def _is_int(v, low, high):
@@ -79,6 +80,13 @@ def _spec_valid(kw):
             or kw["recv_capacity"] + kw["experts"] // kw["ep"] * (kw["padding"] - 1)
             > MAX_SIZE):
         return False
+    precision = kw["precision"]
+    if type(precision) is not str or precision not in ("bf16", "mxfp8", "fp8"):
+        return False
+    if precision != "bf16":
+        block = 32 if precision == "mxfp8" else 128
+        if kw["hidden"] % block or kw["intermediate"] % block:
+            return False
     return kw["expert_id_dtype"] in ("int32", "int64") and type(kw["expert_id_dtype"]) is str
 
 
@@ -89,10 +97,12 @@ def _spec_kwargs(g):
               swiglu_limit=g.choice([None, 1.0]), padding=g.choice([1, 8, 64]),
               ep=g.choice([1, 1, 2]), expert_id_dtype=g.choice(["int32", "int64"]),
               max_tokens=g.choice([None, None, 8, 300]),
-              recv_capacity=g.choice([None, None, 64]))
+              recv_capacity=g.choice([None, None, 64]),
+              precision=g.choice(["bf16", "bf16", "mxfp8", "fp8"]))
     for name in g.sample(SPEC_FIELDS, g.randint(1, 3)):
         pool = (_LIMIT_POOL if name == "swiglu_limit" else
-                _DTYPE_POOL if name == "expert_id_dtype" else _INT_POOL)
+                _DTYPE_POOL if name == "expert_id_dtype" else
+                _PRECISION_POOL if name == "precision" else _INT_POOL)
         kw[name] = g.choice(pool)
     return kw
 

@@ -48,6 +48,8 @@ struct FunctionInfo {
   /// The plan's receive capacity of an expert-parallel rank (0: not given,
   /// the default applies).
   int64_t recvCapacity = 0;
+  /// The layer's routed-expert precision: "bf16", "mxfp8" or "fp8".
+  std::string precision = "bf16";
 };
 
 /// A GPU kernel compiled from a layer: its PTX and the metadata the runtime

@@ -583,6 +583,11 @@ FailureOr<EpLayer> analyze(func::FuncOp func) {
   ValueRange shared;
   FloatAttr limit;
   if (auto layer = dyn_cast<LayerOp>(layerOp)) {
+    if (layer.getPrecision())
+      return layer.emitError()
+             << "convert-moe-to-cpu: an expert-parallel FP8 layer (precision "
+                "= \""
+             << *layer.getPrecision() << "\") is not supported yet";
     plan = layer.getPlanType();
     x = layer.getX();
     gate = layer.getGateWeights();

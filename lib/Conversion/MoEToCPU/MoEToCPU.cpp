@@ -291,10 +291,49 @@ void FunctionLowering::lowerLayer(Emitter &e, LayerOp op) {
   Value up = op.savesContext() ? saved(2, routedI, p.rows) : Value();
   Value hidden = saved(3, routedI, p.rows);
   emitDispatch(e, p, buffers.lookup(op.getX()), routedX);
-  emitExpertSwiglu(e, p, routedX, buffers.lookup(op.getGateWeights()),
-                   buffers.lookup(op.getUpWeights()), limit, gate, up, hidden);
+
+  // FP8 (precision): each routed GEMM reads its operands' quantized values
+  // (moe.quantize, then moe.dequantize into f32 buffers), accumulating in
+  // fp32 as the bf16 GEMMs do.
+  std::optional<StringRef> precision = op.getPrecision();
+  bool mx = precision && *precision == "mxfp8";
+  int64_t actBlock = mx ? 32 : 128;
+  int64_t weightRows = mx ? 1 : 128, weightCols = mx ? 32 : 128;
+  auto fp8 = [&](Value src, int64_t rows, int64_t cols) -> Value {
+    if (!precision)
+      return src;
+    auto type = cast<MemRefType>(src.getType());
+    int64_t rank = type.getRank();
+    SmallVector<int64_t> scaleShape(type.getShape());
+    SmallVector<Value> dyn, scaleDyn;
+    for (int64_t d = 0; d < rank; ++d) {
+      int64_t block = d == rank - 2 ? rows : d == rank - 1 ? cols : 1;
+      if (type.isDynamicDim(d)) {
+        dyn.push_back(e.dim(src, d));
+        scaleDyn.push_back(e.div(dyn.back(), e.index(block)));
+      } else {
+        scaleShape[d] /= block;
+      }
+    }
+    Type scaleElt = mx ? Type(e.b.getType<Float8E8M0FNUType>()) : e.b.getF32Type();
+    Value values = allocFor(
+        e, RankedTensorType::get(type.getShape(), e.b.getType<Float8E4M3FNType>()),
+        dyn);
+    Value scales = allocFor(e, RankedTensorType::get(scaleShape, scaleElt), scaleDyn);
+    Value out = allocFor(e, RankedTensorType::get(type.getShape(), e.b.getF32Type()),
+                         dyn);
+    emitQuantize(e, src, values, scales, rows, cols);
+    emitDequantize(e, values, scales, out, rows, cols);
+    return out;
+  };
+  emitExpertSwiglu(e, p, fp8(routedX, 1, actBlock),
+                   fp8(buffers.lookup(op.getGateWeights()), weightRows, weightCols),
+                   fp8(buffers.lookup(op.getUpWeights()), weightRows, weightCols),
+                   limit, gate, up, hidden);
   Value routedY = allocFor(e, routedH, {p.rows});
-  emitExpertDown(e, p, hidden, buffers.lookup(op.getDownWeights()), routedY);
+  emitExpertDown(e, p, fp8(hidden, 1, actBlock),
+                 fp8(buffers.lookup(op.getDownWeights()), weightRows, weightCols),
+                 routedY);
 
   Value sharedOut;
   if (op.hasSharedExpert()) {

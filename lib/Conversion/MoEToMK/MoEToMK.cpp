@@ -82,6 +82,13 @@ struct ConvertMoEToMKPass
       }
       if (!isa<LayerOp, LayerGradOp>(op))
         return WalkResult::advance();
+      if (auto l = dyn_cast<LayerOp>(op); l && l.getPrecision()) {
+        op->emitError() << "convert-moe-to-mk: FP8 layers (precision = \""
+                        << *l.getPrecision()
+                        << "\") are not supported by the GPU targets yet; "
+                           "the CPU target runs them (--moe-to-cpu)";
+        return WalkResult::interrupt();
+      }
       PlanType plan = isa<LayerOp>(op) ? cast<LayerOp>(op).getPlanType()
                                        : cast<LayerGradOp>(op).getPlanType();
       // Expert parallelism: the forward (inference or training) and the

@@ -58,6 +58,19 @@ func.func @dequant(%q: tensor<4x64xf8E4M3FN>, %s: tensor<4x2xf8E8M0FNU>) -> tens
   return %w : tensor<4x64xbf16>
 }
 
+// An FP8 layer: the routed GEMMs read quantized-then-dequantized f32
+// copies of x's rows, the gate, up and down weights and the hidden rows.
+// CHECK-LABEL: func.func @moe_layer(
+// CHECK-COUNT-5: math.roundeven
+// CHECK-NOT: math.roundeven
+// CHECK: return
+func.func @moe_layer(%x: tensor<?x64xbf16>, %top: tensor<?x2xi32>, %rw: tensor<?x2xf32>, %wg: tensor<4x32x64xbf16>, %wu: tensor<4x32x64xbf16>, %wd: tensor<4x64x32xbf16>) -> tensor<?x64xbf16> {
+  %out = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd
+      plan !moe.plan<tokens = ?, top_k = 2, experts = 4, ep = 1, padding = 1> {precision = "mxfp8"}
+      : (tensor<?x64xbf16>, tensor<?x2xi32>, tensor<?x2xf32>, tensor<4x32x64xbf16>, tensor<4x32x64xbf16>, tensor<4x64x32xbf16>) -> tensor<?x64xbf16>
+  return %out : tensor<?x64xbf16>
+}
+
 // The f8 element types reach LLVM as bytes.
 // LLVM-LABEL: llvm.func @mx(
 // LLVM: llvm.intr.roundeven

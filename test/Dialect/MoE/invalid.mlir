@@ -766,3 +766,23 @@ func.func @f(%q: tensor<4x64xf8E4M3FN>, %s: tensor<2x2xf8E8M0FNU>) {
   %w = moe.dequantize %q, %s {block = array<i64: 1, 32>} : tensor<4x64xf8E4M3FN>, tensor<2x2xf8E8M0FNU> -> tensor<4x64xf32>
   return
 }
+
+// -----
+
+func.func @moe_layer(%x: tensor<?x64xbf16>, %top: tensor<?x2xi32>, %rw: tensor<?x2xf32>, %wg: tensor<4x32x64xbf16>, %wu: tensor<4x32x64xbf16>, %wd: tensor<4x64x32xbf16>) -> tensor<?x64xbf16> {
+  // expected-error @+1 {{expected precision "mxfp8" or "fp8" (absent: bf16), got "fp4"}}
+  %out = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd
+      plan !moe.plan<tokens = ?, top_k = 2, experts = 4, ep = 1, padding = 1> {precision = "fp4"}
+      : (tensor<?x64xbf16>, tensor<?x2xi32>, tensor<?x2xf32>, tensor<4x32x64xbf16>, tensor<4x32x64xbf16>, tensor<4x64x32xbf16>) -> tensor<?x64xbf16>
+  return %out : tensor<?x64xbf16>
+}
+
+// -----
+
+func.func @moe_layer(%x: tensor<?x64xbf16>, %top: tensor<?x2xi32>, %rw: tensor<?x2xf32>, %wg: tensor<4x32x64xbf16>, %wu: tensor<4x32x64xbf16>, %wd: tensor<4x64x32xbf16>) -> tensor<?x64xbf16> {
+  // expected-error @+1 {{precision "fp8" needs H (64) to be a multiple of its block size 128}}
+  %out = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd
+      plan !moe.plan<tokens = ?, top_k = 2, experts = 4, ep = 1, padding = 1> {precision = "fp8"}
+      : (tensor<?x64xbf16>, tensor<?x2xi32>, tensor<?x2xf32>, tensor<4x32x64xbf16>, tensor<4x32x64xbf16>, tensor<4x64x32xbf16>) -> tensor<?x64xbf16>
+  return %out : tensor<?x64xbf16>
+}

@@ -243,6 +243,24 @@ LogicalResult LayerOp::verify() {
       failed(checkShape(*this, "out", getOut(), {&d.t, &d.h})) ||
       failed(verifyContext(*this, d, getSaved(), hasSharedExpert())))
     return failure();
+  if (std::optional<StringRef> precision = getPrecision()) {
+    if (*precision != "mxfp8" && *precision != "fp8")
+      return emitOpError("expected precision \"mxfp8\" or \"fp8\" (absent: "
+                         "bf16), got \"")
+             << *precision << "\"";
+    if (savesContext())
+      return emitOpError("an FP8 layer (precision = \"")
+             << *precision
+             << "\") has no training forward yet: it cannot save a backward "
+                "context";
+    int64_t block = *precision == "mxfp8" ? 32 : 128;
+    for (auto [name, size] : {std::pair<StringRef, int64_t>{"H", d.h.value},
+                              {"I", d.i.value}})
+      if (size % block)
+        return emitOpError("precision \"")
+               << *precision << "\" needs " << name << " (" << size
+               << ") to be a multiple of its block size " << block;
+  }
   return verifySwigluLimit(*this, getSwigluLimitAttr());
 }
 

@@ -115,7 +115,7 @@ static LayerOp fuse(LayerChain &chain) {
       combine.getRouterWeights(), chain.swiglu.getGateWeights(),
       chain.swiglu.getUpWeights(), chain.down.getDownWeights(), sharedWeights,
       TypeAttr::get(chain.plan.getPlan().getType()),
-      chain.swiglu.getSwigluLimitAttr());
+      chain.swiglu.getSwigluLimitAttr(), /*precision=*/StringAttr());
   combine.getOut().replaceAllUsesWith(layer.getOut());
 
   // Users before producers; each is now dead (checked by matchChain), except

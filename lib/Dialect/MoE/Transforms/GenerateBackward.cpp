@@ -76,6 +76,10 @@ static FailureOr<LayerOp> findLayer(func::FuncOp func) {
   if (layer.savesContext())
     return layer.emitError("moe-generate-backward: the layer already returns "
                            "a backward context");
+  if (std::optional<StringRef> precision = layer.getPrecision())
+    return layer.emitError() << "moe-generate-backward: the backward of an "
+                                "FP8 layer (precision = \""
+                             << *precision << "\") is not defined yet";
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   if (ret.getNumOperands() != 1 || ret.getOperand(0) != layer.getOut())
     return ret.emitError("moe-generate-backward: expected the function to "
@@ -119,7 +123,8 @@ static void buildForward(OpBuilder &b, func::FuncOp func, LayerOp layer,
       oldLayer.getX(), oldLayer.getTopExperts(), oldLayer.getRouterWeights(),
       oldLayer.getGateWeights(), oldLayer.getUpWeights(),
       oldLayer.getDownWeights(), oldLayer.getSharedWeights(),
-      oldLayer.getPlanAttr(), oldLayer.getSwigluLimitAttr());
+      oldLayer.getPlanAttr(), oldLayer.getSwigluLimitAttr(),
+      oldLayer.getPrecisionAttr());
   oldLayer.getOut().replaceAllUsesWith(newLayer.getOut());
   oldLayer.erase();
 

@@ -219,6 +219,19 @@ def MoE_LayerOp : MoE_Op<"layer", [Pure]> {
 
     This is the unit the GPU lowering plans as one persistent megakernel.
 
+    **Precision.** Without `precision` the routed experts compute in bf16
+    as above. `precision = "mxfp8"` or `"fp8"` makes them FP8: the operands
+    of the routed GEMMs are quantized as `moe.quantize` defines it and the
+    GEMMs run on the dequantized values with fp32 accumulation:
+    `routed_x` and `hidden` per row along their reduction dimension
+    (blocks `[1, 32]` with E8M0 scales for `"mxfp8"`, `[1, 128]` with f32
+    scales for `"fp8"`), the gate and up weights along H and the down
+    weights along I (`[1, 32]` E8M0 for `"mxfp8"`, `[128, 128]` f32 for
+    `"fp8"`). `hidden` is quantized from its bf16 value. The shared expert
+    stays bf16. H and I must be multiples of the blocks. FP8 layers have
+    an inference forward only: their training forward and backward are
+    not defined yet (no saved context).
+
     **Saved context.** For training, the op can also return what backward
     needs (the *backward context*, see `moe.layer_grad`), in this order:
     `routed_x [R, H]`, `gate [R, I]`, `up [R, I]` (the bf16 GEMM outputs
@@ -246,7 +259,8 @@ def MoE_LayerOp : MoE_Op<"layer", [Pure]> {
                        MoE_BF16Tensor3D:$down_weights,
                        Variadic<MoE_BF16Matrix>:$shared_weights,
                        TypeAttrOf<MoE_PlanType>:$plan,
-                       MoE_SwigluLimit:$swiglu_limit);
+                       MoE_SwigluLimit:$swiglu_limit,
+                       OptionalAttr<StrAttr>:$precision);
   let results = (outs MoE_BF16Matrix:$out, Variadic<MoE_BF16Matrix>:$saved);
   let assemblyFormat = [{
     $x `,` $top_experts `,` $router_weights `,` `gate` $gate_weights `,`
