@@ -176,6 +176,9 @@ class GpuTrainingLayer:
     def forward(self, *args, **kwargs):
         """Training forward: returns (output, Context)."""
         inputs = self._bind(args, kwargs)
+        # In the layer's input order, whatever the keywords' order:
+        # Context.tensors() and context_from_tensors rely on it.
+        inputs = {n: inputs[n] for n in self._input_names() if n in inputs}
         result = self._forward(**inputs)
         views = self.bound_weights
         if not self.saved_names:

@@ -12,7 +12,9 @@ whose experts are bias-free SwiGLU (``gate_up_proj`` [E, 2I, H] with the
 gate rows first, ``down_proj`` [E, H, I], ``hidden_act`` "silu"): Qwen3-MoE,
 Qwen2-MoE, Mixtral, DeepSeek-V3 and the others of that form. The module's
 own parameters are used in place: on the GPU the kernels read the gate and
-up halves of ``gate_up_proj`` through weight views (no copy a step), and
+up halves of ``gate_up_proj`` through weight views (no copy a step; layers
+on the tensor-core path, H a multiple of 64 and I of 128, while smaller
+ones get dense copies each call), and
 the gradients land in the parameters' ``.grad`` (``gate_up_proj``'s as one
 [E, 2I, H] tensor). Any token count a call (a layer compiled for any T,
 cached per shape); bf16 activations and weights.
@@ -158,13 +160,18 @@ def experts_forward(self, hidden_states, top_k_index, top_k_weights):
                 raise ValueError(f"{name}: the fused shared expert's {attr}.weight is "
                                  f"{t.dtype} on {t.device}; expected bf16 on {x.device}")
     gpu = x.device.type == "cuda"
+    if tokens == 0:  # no layer to compile or call
+        out = x.new_zeros(x.shape)
+        return out + 0 * (x.sum() + top_k_weights.sum() + self.gate_up_proj.sum()
+                          + self.down_proj.sum() + sum(w.sum() for w in shared))
     spec = LayerSpec(hidden=h, intermediate=inter, experts=e, top_k=k, tokens=None,
                      shared_intermediate=shared[0].shape[0] if shared else None,
                      padding=128 if gpu else 1,
                      expert_id_dtype="int64" if top_k_index.dtype == torch.int64 else "int32",
                      max_tokens=_capacity(tokens) if gpu else None)
     layer = _layer(spec, x.device)
-    return _HfExperts.apply(layer, x, top_k_index, top_k_weights.float(), self.gate_up_proj,
+    return _HfExperts.apply(layer, x.contiguous(), top_k_index.contiguous(),
+                            top_k_weights.float().contiguous(), self.gate_up_proj,
                             self.down_proj, *shared)
 
 
@@ -183,14 +190,14 @@ class _HfExperts(torch.autograd.Function):
             out, *saved = _run_forward(layer, list(layer.arg_names), values)
             ctx.save_for_backward(x, top, rw, gate_up, down, *shared, *saved)
             return out
-        if x.shape[0] == 0:  # no kernel; zero gradients
-            ctx.kind = "empty"
-            ctx.save_for_backward(x, rw, gate_up, down, *shared)
-            return torch.empty_like(x)
         ctx.kind = "gpu"
-        layer.bind_fc1(gate_up.detach())  # the gate and up halves, in place
-        kwargs = dict(x=x.detach(), top_experts=top, router_weights=rw.detach(),
-                      down_weights=down.detach())
+        kwargs = dict(x=x.detach(), top_experts=top, router_weights=rw.detach())
+        if _reads_views(layer):
+            layer.bind_fc1(gate_up.detach())  # the gate and up halves, in place
+        else:  # a layer off the tensor-core path reads dense weights
+            kwargs.update(gate_weights=gate_up.detach()[:, :inter].contiguous(),
+                          up_weights=gate_up.detach()[:, inter:].contiguous())
+        kwargs["down_weights"] = down.detach()
         if shared:
             kwargs.update(shared_gate_weights=shared[0].detach(),
                           shared_up_weights=shared[1].detach(),
@@ -202,10 +209,6 @@ class _HfExperts(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out):
         layer, saved = ctx.layer, ctx.saved_tensors
-        if ctx.kind == "empty":
-            x, rw, *weights = saved
-            return (None, torch.zeros_like(x), None, torch.zeros_like(rw),
-                    *[torch.zeros_like(w) for w in weights])
         d_out = d_out.contiguous()
         if ctx.kind == "cpu":
             n = 5 + ctx.shared
@@ -214,12 +217,21 @@ class _HfExperts(torch.autograd.Function):
             values = [x, top, rw, gate_up[:, :inter], gate_up[:, inter:], down, *saved[5:n]]
             g = _run_backward(layer, list(layer.arg_names), d_out, [*values, *saved[n:]], {})
         else:
-            layer.bind_fc1(saved[0].detach())  # (another module may have bound its own)
+            if _reads_views(layer):
+                layer.bind_fc1(saved[0].detach())  # (another module may have bound its own)
             g = layer.backward(layer.context_from_tensors(list(saved[1:])), d_out)
         d_gu = torch.cat([g["gate_weights"], g["up_weights"]], dim=1)
         shared = [g[n] for n in ("shared_gate_weights", "shared_up_weights",
                                  "shared_down_weights")] if ctx.shared else []
         return (None, g["x"], None, g["router_weights"], d_gu, g["down_weights"], *shared)
+
+
+def _reads_views(layer):
+    """Whether a GPU layer's kernels read the routed weights through tensor
+    maps, and so take weight views (bind_fc1, bind_weights); a layer off
+    the tensor-core path (sizes its GEMM tiles do not divide) reads dense
+    weights passed as arguments."""
+    return layer._forward._param("gate_weights").get("access") == "tensor_maps"
 
 
 def _adds_shared_on_input(block):

@@ -41,11 +41,19 @@ its router still routes (aux losses included), mok runs the rest.
 
 On the CPU target the per-expert weights are stacked into the layer's
 [E, I, H] arrays each call (the CPU target is the executable reference);
-on the GPU the kernels read them through per-expert weight views.
+on the GPU the kernels read them through per-expert weight views (layers
+on the tensor-core path: H a multiple of 64, I and the shared I of 128;
+other sizes get stacked copies each call).
+
+At ep > 1 every rank must compile the same layer: token counts of up to
+8192 a rank share one; above that the capacity is the next power of two,
+and ranks whose counts fall in different powers of two would wait for
+each other (pad the ranks' tokens alike).
 """
 import atexit
 import threading
 import types
+import weakref
 
 import torch
 
@@ -198,7 +206,10 @@ class MoKMegakernel(torch.nn.Module):
                          ep=ep, expert_id_dtype="int64", max_tokens=cap)
         key = (spec, str(device), id(self._ep_group))
         with _LOCK:
-            layer = _LAYERS.get(key)
+            entry = _LAYERS.get(key)
+        # (a group's id may be reused once it is gone: the layer must be the
+        # one bound to this group)
+        layer = entry[1] if entry is not None and entry[0]() is self._ep_group else None
         if layer is None:
             if gpu:
                 comm = Communicator.adopt(self._ep_group, device.index) if ep > 1 else None
@@ -209,8 +220,10 @@ class MoKMegakernel(torch.nn.Module):
                     raise ValueError("ep_group: expert parallelism across processes runs on "
                                      "the GPU targets; the CPU target takes one rank")
                 layer = _compile(spec, target="cpu")
+            group = self._ep_group
             with _LOCK:
-                _LAYERS[key] = layer
+                _LAYERS[key] = (weakref.ref(group) if group is not None else (lambda: None),
+                                layer)
         return layer
 
     def forward(self, hidden_states, probs, routing_map):
@@ -260,8 +273,14 @@ class _MegatronMoE(torch.autograd.Function):
             out, *saved = _run_forward(layer, list(layer.arg_names), values)
             ctx.save_for_backward(*values, *saved)
             return out
-        _bind_routed(layer, routed, inter)
         kwargs = dict(x=x.detach(), top_experts=top, router_weights=weights.detach())
+        if _reads_views(layer):
+            _bind_routed(layer, routed, inter)
+        else:  # a layer off the tensor-core path reads dense weights
+            kwargs.update(
+                gate_weights=torch.stack([w1.detach()[:inter] for w1, _ in routed]),
+                up_weights=torch.stack([w1.detach()[inter:] for w1, _ in routed]),
+                down_weights=torch.stack([w2.detach() for _, w2 in routed]))
         if shared:
             s = backend.shared_inter
             kwargs.update(shared_gate_weights=shared[0][:s].detach(),
@@ -282,7 +301,9 @@ class _MegatronMoE(torch.autograd.Function):
             g = _run_backward(layer, list(layer.arg_names), d_out, list(saved), {})
         else:
             params = saved[:ctx.params]
-            _bind_routed(layer, [params[2 * i: 2 * i + 2] for i in range(e)], backend.inter)
+            if _reads_views(layer):
+                _bind_routed(layer, [params[2 * i: 2 * i + 2] for i in range(e)],
+                             backend.inter)
             g = layer.backward(layer.context_from_tensors(list(saved[ctx.params:])), d_out)
         routed = backend._routed
         grads = []
@@ -296,6 +317,13 @@ class _MegatronMoE(torch.autograd.Function):
             grads += [_add_to_main_grad(backend.config, s1, d1),
                       _add_to_main_grad(backend.config, s2, g["shared_down_weights"])]
         return (None, None, g["x"], None, g["router_weights"], *grads)
+
+
+def _reads_views(layer):
+    """Whether a GPU layer's kernels read the routed weights through tensor
+    maps (and so take per-expert weight views); a layer off the tensor-core
+    path reads dense weights passed as arguments."""
+    return layer._forward._param("gate_weights").get("access") == "tensor_maps"
 
 
 def _bind_routed(layer, routed, inter):

@@ -11,7 +11,11 @@ set -uo pipefail
 out=${1:-trainer-out}
 mkdir -p "$out"
 python3 -m pip install -q --no-deps trainer-wheels/*.whl 2>&1 | tail -3
-python3 -c "import transformers, nemo_automodel, megatron.core; print('transformers', transformers.__version__)"
-python3 -m pytest -q -s python/tests/gpu/test_gpu_trainers.py 2>&1 | tee "$out/trainers.log" | tail -40
-python3 -m bench.hf_decoder --out "$out" 2>&1 | tail -3
-python3 -m bench.hf_training --device cuda "$out" 2>&1 | tail -3
+# (an import failure here is fatal: the tests would only skip)
+python3 -c "import transformers, nemo_automodel.components.moe.mok_experts, megatron.core.transformer.moe.moe_layer; print('transformers', transformers.__version__)" || exit 1
+status=0
+python3 -m pytest -q -s python/tests/gpu/test_gpu_trainers.py > "$out/trainers.log" 2>&1 || status=1
+tail -40 "$out/trainers.log"
+python3 -m bench.hf_decoder --out "$out" 2>&1 | tail -3 || status=1
+python3 -m bench.hf_training --device cuda "$out" 2>&1 | tail -3 || status=1
+exit $status
