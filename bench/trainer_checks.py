@@ -470,8 +470,9 @@ def megatron_check(device="cpu", tokens=40, hidden=64, inter=32, shared_inter=48
     """Megatron-Core's own SequentialMLP + SharedExpertMLP (permute,
     experts, unpermute with its moe_utils) against mok.megatron's
     MoKMegakernel on copies of the same modules, forward and backward,
-    both against float64. `main_grad`: the mok side's parameters carry fp32
-    main_grad with config.gradient_accumulation_fusion. Returns
+    both against float64. `main_grad`: the mok side's parameters carry a
+    main_grad (fp32; "bf16" for bf16 ones) with
+    config.gradient_accumulation_fusion. Returns
     ({name: (mok rel err, native rel err)}, the backend)."""
     import torch
     import torch.nn.functional as F
@@ -506,8 +507,9 @@ def megatron_check(device="cpu", tokens=40, hidden=64, inter=32, shared_inter=48
         cfg_m = copy.copy(cfg)
         if main_grad:
             cfg_m.gradient_accumulation_fusion = True
+            dtype = torch.bfloat16 if main_grad == "bf16" else torch.float32
             for p in list(routed_m.parameters()) + list(shared_m.parameters()):
-                p.main_grad = torch.zeros(p.shape, dtype=torch.float32, device=dev)
+                p.main_grad = torch.zeros(p.shape, dtype=dtype, device=dev)
         backend = MoKMegakernel(cfg_m, pgc.ep, routed_m, shared_m, experts)
 
         g = torch.Generator().manual_seed(seed + 1)

@@ -342,7 +342,8 @@ def _need_megatron():
                         reason="needs megatron-core (scripts/setup.sh, MOK_WITH_TORCH=1)")
 
 
-@pytest.mark.parametrize("main_grad", [False, True], ids=["grad", "main_grad"])
+@pytest.mark.parametrize("main_grad", [False, True, "bf16"],
+                         ids=["grad", "main_grad", "bf16-main_grad"])
 def test_megatron_backend_vs_native_and_float64(main_grad):
     _need_megatron()
     result, backend, routed = checks.megatron_check(seed=SEED, main_grad=main_grad)
