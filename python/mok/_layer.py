@@ -93,16 +93,14 @@ class CompiledLayer(Artifact):
     def __init__(self, module, stages, name, options=None):
         self.options = options if options is not None else CompileOptions()
         infos = {f.name: f for f in module.functions()}
-        # An FP8 layer (precision) has an inference function only: its
-        # training forward and backward are not defined yet.
-        self.precision = infos[name].precision if name in infos else "bf16"
-        training = self.precision == "bf16"
-        for fn in (name, f"{name}_forward", f"{name}_backward")[:3 if training else 1]:
+        for fn in (name, f"{name}_forward", f"{name}_backward"):
             if fn not in infos:
                 raise ValueError(f"the module has no function @{fn}")
         self._infer = infos[name]
-        self._forward = infos[f"{name}_forward"] if training else None
-        self._backward = infos[f"{name}_backward"] if training else None
+        self._forward = infos[f"{name}_forward"]
+        self._backward = infos[f"{name}_backward"]
+        # The routed experts' arithmetic: "bf16", "mxfp8" or "fp8".
+        self.precision = self._infer.precision
         if not self._infer.has_plan:
             raise ValueError(f"@{name} holds no MoE layer")
         if (self._infer.ep != 1) != self._expert_parallel:
@@ -151,15 +149,7 @@ class CompiledLayer(Artifact):
 
     @property
     def recomputes(self):
-        if self._forward is None:
-            return False
         return not any(r.role.startswith("saved:") for r in self._forward.results)
-
-    def _training(self):
-        if self._forward is None:
-            raise NotImplementedError(
-                f"@{self.name}: an FP8 layer (precision={self.precision!r}) runs inference "
-                "only: its training forward and backward are not defined yet")
 
     # -- argument checking ---------------------------------------------------
 
@@ -256,7 +246,6 @@ class CompiledLayer(Artifact):
 
     def forward(self, *args, **kwargs):
         """Training forward: returns (output, Context)."""
-        self._training()
         values = self._bind(args, kwargs)
         tokens = self._check_inputs(self._forward, values)
         outputs = self._outputs(self._forward, tokens)
@@ -268,7 +257,6 @@ class CompiledLayer(Artifact):
 
     def context_from_tensors(self, tensors):
         """Rebuilds a Context from Context.tensors()."""
-        self._training()
         names = list(self.arg_names)
         saved_names = [r.role[len("saved:"):] for r in self._forward.results
                        if r.role.startswith("saved:")]
@@ -281,7 +269,6 @@ class CompiledLayer(Artifact):
 
     def backward(self, ctx, d_out):
         """Gradients of every floating-point argument, by name."""
-        self._training()
         if not isinstance(ctx, Context):
             raise TypeError(f"ctx: expected a mok.Context from forward(), got "
                             f"{type(ctx).__name__}")
@@ -734,13 +721,9 @@ def compile_cpu(source, name, function, options, recv_capacity=None):
     module = _extensions.compiler().Module.parse(source, name)
     stages = {"moe": str(module)}
     infos = {f.name: f for f in module.functions()}
-    if function in infos and infos[function].precision != "bf16":
-        # FP8: the inference function alone (no backward is defined yet).
-        if infos[function].ep != 1:
-            raise ValueError(f"@{function}: an expert-parallel FP8 layer (precision="
-                             f"{infos[function].precision!r}) is not supported yet")
-        stages["training"] = str(module)
-        return CompiledLayer(module, stages, function, options)
+    if function in infos and infos[function].precision != "bf16" and infos[function].ep != 1:
+        raise ValueError(f"@{function}: an expert-parallel FP8 layer (precision="
+                         f"{infos[function].precision!r}) is not supported yet")
     module.run_pipeline("moe-generate-backward{recompute=true}" if options.recompute
                         else "moe-generate-backward")
     infos = {f.name: f for f in module.functions()}

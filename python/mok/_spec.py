@@ -54,8 +54,9 @@ class LayerSpec:
     precision: the routed experts' arithmetic: "bf16" (the default), or FP8
     with block-scaled E4M3 operands, "mxfp8" (E8M0 scales over 1 x 32
     blocks) or "fp8" (f32 scales: 1 x 128 activations, 128 x 128 weights),
-    as moe.layer's `precision` defines it (docs/FP8.md); FP8 layers run on
-    the CPU target, for inference, for now.
+    as moe.layer's `precision` defines it (docs/FP8.md); the padding must
+    then be a multiple of 32 ("mxfp8") or 128 ("fp8"). FP8 layers run on
+    the CPU target (forward and backward) for now.
 
     Every size is at most 2**31 - 1 (MAX_SIZE), and so is the routed row
     count tokens*top_k + (experts/ep)*(padding - 1) (its part without
@@ -130,6 +131,11 @@ class LayerSpec:
                     raise ValueError(f"LayerSpec.{name}: precision {self.precision!r} needs "
                                      f"a multiple of its block size {block}, got "
                                      f"{getattr(self, name)}")
+            if self.padding % block:
+                raise ValueError(f"LayerSpec.padding: precision {self.precision!r} trains "
+                                 f"with blocks of {block} routed rows, which the padding "
+                                 f"keeps inside an expert's rows: expected a multiple of "
+                                 f"{block}, got {self.padding}")
         if self.recv_capacity is not None:
             positive("recv_capacity")
             if self.ep == 1:

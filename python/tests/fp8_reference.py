@@ -141,3 +141,76 @@ def layer_forward(x, top, rw, wg, wu, wd, shared=None, limit=None, precision="mx
             hq = fake_quantize(h[None], act, kind)[0]
             out[t] += rw[t, j] * (hq @ wdq[e].T)
     return out
+
+
+def _blocks(precision):
+    """(act, weight, weight along rows, routed-row blocks, scale kind)."""
+    if precision == "mxfp8":
+        return (1, 32), (1, 32), (32, 1), (32, 1), "e8m0"
+    return (1, 128), (128, 128), (128, 128), (128, 1), "f32"
+
+
+def _segments(top, experts, padding):
+    """Each expert's routed rows in the plan's order (token, then k) as
+    (t, j) pairs, and its segment length (padded to `padding`)."""
+    rows = {e: [(t, j) for t in range(top.shape[0]) for j in range(top.shape[1])
+                if top[t, j] == e] for e in range(experts)}
+    return rows, {e: -(-len(r) // padding) * padding for e, r in rows.items()}
+
+
+def layer_backward(x, top, rw, wg, wu, wd, d_out, shared=None, limit=None,
+                   precision="mxfp8", padding=32):
+    """moe.layer_grad's gradients with `precision` in float64: every routed
+    GEMM on operands quantized along its reduction dimension (per row for
+    activations and d_out, along the reduced dimension for weights, in
+    blocks of routed rows of an expert's segment for the weight
+    gradients), the rest as the bf16 layer defines it."""
+    import reference
+    bf = reference._bf16
+    act, wblock, wblock_t, rblock, kind = _blocks(precision)
+    E, T, k = wg.shape[0], top.shape[0], top.shape[1]
+    xq = fake_quantize(x, act, kind)
+    wgq, wuq = fake_quantize(wg, wblock, kind), fake_quantize(wu, wblock, kind)
+    wgt, wut, wdt = (fake_quantize(w, wblock_t, kind) for w in (wg, wu, wd))
+    dq = fake_quantize(d_out, act, kind)
+    grads = dict(x=np.zeros_like(x), router_weights=np.zeros_like(rw),
+                 gate_weights=np.zeros_like(wg), up_weights=np.zeros_like(wu),
+                 down_weights=np.zeros_like(wd))
+    rows, lengths = _segments(top, E, padding)
+    for e in range(E):
+        n, length = len(rows[e]), lengths[e]
+        if not n:
+            continue
+        H, I = x.shape[1], wg.shape[1]
+        X, DY, HID = (np.zeros((length, H)), np.zeros((length, H)), np.zeros((length, I)))
+        DG, DU = np.zeros((length, I)), np.zeros((length, I))
+        for r, (t, j) in enumerate(rows[e]):
+            w = rw[t, j]
+            g, u = bf(xq[t] @ wgq[e].T), bf(xq[t] @ wuq[e].T)
+            gc = g if limit is None else np.minimum(g, limit)
+            uc = u if limit is None else np.clip(u, -limit, limit)
+            s = 1.0 / (1.0 + np.exp(-gc))
+            silu = gc * s
+            h = bf(silu * uc)
+            dhu = dq[t] @ wdt[e]
+            grads["router_weights"][t, j] = dhu @ h
+            dh = bf(w * dhu)
+            dg = dh * uc * (s + silu * (1.0 - s))
+            du = dh * silu
+            if limit is not None:
+                dg, du = dg * (g <= limit), du * ((u >= -limit) & (u <= limit))
+            dg, du = bf(dg), bf(du)
+            dgq = fake_quantize(dg[None], act, kind)[0]
+            duq = fake_quantize(du[None], act, kind)[0]
+            grads["x"][t] += bf(dgq @ wgt[e] + duq @ wut[e])
+            X[r], DY[r], HID[r], DG[r], DU[r] = x[t], bf(w * d_out[t]), h, dg, du
+        Xq, DYq, HIDq, DGq, DUq = (fake_quantize(m, rblock, kind) for m in (X, DY, HID, DG, DU))
+        grads["down_weights"][e] = DYq.T @ HIDq
+        grads["gate_weights"][e] = DGq.T @ Xq
+        grads["up_weights"][e] = DUq.T @ Xq
+    if shared is not None:
+        b = reference._mlp_backward(x, *shared, d_out, limit)
+        grads["x"] += b["x"]
+        grads.update(shared_gate_weights=b["wg"], shared_up_weights=b["wu"],
+                     shared_down_weights=b["wd"])
+    return grads

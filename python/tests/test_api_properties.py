@@ -85,7 +85,7 @@ def _spec_valid(kw):
         return False
     if precision != "bf16":
         block = 32 if precision == "mxfp8" else 128
-        if kw["hidden"] % block or kw["intermediate"] % block:
+        if kw["hidden"] % block or kw["intermediate"] % block or kw["padding"] % block:
             return False
     return kw["expert_id_dtype"] in ("int32", "int64") and type(kw["expert_id_dtype"]) is str
 
@@ -94,7 +94,7 @@ def _spec_kwargs(g):
     kw = dict(hidden=g.choice([16, 64, 256]), intermediate=g.choice([8, 32, 128]),
               experts=g.choice([4, 8, 16]), top_k=g.choice([1, 2, 4]),
               tokens=g.choice([None, 1, 6, 300]), shared_intermediate=g.choice([None, 8]),
-              swiglu_limit=g.choice([None, 1.0]), padding=g.choice([1, 8, 64]),
+              swiglu_limit=g.choice([None, 1.0]), padding=g.choice([1, 8, 64, 128]),
               ep=g.choice([1, 1, 2]), expert_id_dtype=g.choice(["int32", "int64"]),
               max_tokens=g.choice([None, None, 8, 300]),
               recv_capacity=g.choice([None, None, 64]),

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""FP8 layers (LayerSpec.precision, moe.layer's `precision`) on the CPU
-target against a float64 reference that quantizes the same operands with
-the NumPy model of the formats (fp8_reference.layer_forward), and the
-refusals of what is not built yet (training, the GPU targets, ep > 1)."""
+"""FP8 layers (LayerSpec.precision, moe.layer's and moe.layer_grad's
+`precision`) on the CPU target, forward and backward, against a float64
+reference that quantizes the same operands with the NumPy model of the
+formats (fp8_reference.layer_forward / layer_backward), and the refusals
+of what is not built yet (the GPU targets, ep > 1, recompute)."""
 import numpy as np
 import pytest
 
@@ -36,49 +37,75 @@ def _rel(got, want):
     return float(np.abs(got - want).sum() / np.abs(want).sum())
 
 
-@pytest.mark.parametrize("precision,H,I,shared,limit", [
-    ("mxfp8", 64, 32, None, None), ("mxfp8", 96, 64, 32, 0.75),
-    ("fp8", 256, 128, None, None), ("fp8", 128, 256, 128, 1.5)])
-def test_fp8_layer_matches_its_float64_definition(precision, H, I, shared, limit):
-    spec = mok.LayerSpec(hidden=H, intermediate=I, experts=4, top_k=2,
+CASES = [("mxfp8", 64, 32, None, None, 32), ("mxfp8", 96, 64, 32, 0.75, 64),
+         ("fp8", 256, 128, None, None, 128), ("fp8", 128, 256, 128, 1.5, 128)]
+
+
+def _floats(a, spec):
+    f = {n: mok.bf16_to_float32(v).astype(np.float64) for n, v in a.items()
+         if n not in ("top_experts", "router_weights")}
+    sh = ((f["shared_gate_weights"], f["shared_up_weights"], f["shared_down_weights"])
+          if spec.shared_intermediate else None)
+    args = (f["x"], a["top_experts"], a["router_weights"].astype(np.float64),
+            f["gate_weights"], f["up_weights"], f["down_weights"])
+    return args, sh
+
+
+@pytest.mark.parametrize("precision,H,I,shared,limit,padding", CASES)
+def test_fp8_layer_matches_its_float64_definition(precision, H, I, shared, limit, padding):
+    spec = mok.LayerSpec(hidden=H, intermediate=I, experts=4, top_k=2, padding=padding,
                          shared_intermediate=shared, swiglu_limit=limit, precision=precision)
     layer = mok.compile(spec, target="cpu")
     rng = np.random.default_rng(SEED)
     a = _inputs(spec, 13, rng)
-    out = mok.bf16_to_float32(layer(**a)).astype(np.float64)
-    f = {n: mok.bf16_to_float32(v).astype(np.float64) for n, v in a.items()
-         if n not in ("top_experts", "router_weights")}
-    sh = ((f["shared_gate_weights"], f["shared_up_weights"], f["shared_down_weights"])
-          if shared else None)
-    args = (f["x"], a["top_experts"], a["router_weights"].astype(np.float64),
-            f["gate_weights"], f["up_weights"], f["down_weights"])
+    args, sh = _floats(a, spec)
+    out, ctx = layer.forward(**a)
+    assert np.array_equal(out, layer(**a))  # the training forward is the inference one
+    out = mok.bf16_to_float32(out).astype(np.float64)
     want = ref.layer_forward(*args, sh, limit, precision)
     bf16_want = reference.forward(*args, sh, limit)
     err, err_bf16 = _rel(out, want), _rel(out, bf16_want)
-    print(f"{precision} H={H} I={I}: against its definition {err:.2e}, "
+    print(f"{precision} H={H} I={I}: output against its definition {err:.2e}, "
           f"against the bf16 layer {err_bf16:.2e}")
     assert err <= REL
     # The quantization is there: the FP8 layer is much further from the
     # bf16 layer than from its own definition.
     assert err_bf16 > 2 * err
 
+    d_out = mok.to_bf16(rng.standard_normal(out.shape))
+    grads = layer.backward(ctx, d_out)
+    d = mok.bf16_to_float32(d_out).astype(np.float64)
+    want = ref.layer_backward(*args, d, sh, limit, precision, padding)
+    bf16_want = reference.backward(*args, d, sh, limit)
+    for name, w in want.items():
+        got = grads[name]
+        got = (got.astype(np.float64) if got.dtype == np.float32
+               else mok.bf16_to_float32(got).astype(np.float64))
+        err, err_bf16 = _rel(got, w), _rel(got, bf16_want[name])
+        print(f"  d_{name}: against its definition {err:.2e}, against bf16 {err_bf16:.2e}")
+        assert err <= REL, name
+        if not name.startswith("shared"):  # (the shared expert is bf16)
+            assert err_bf16 > 2 * err, name
+
 
 def test_fp8_refusals_name_what_is_missing():
-    spec = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, precision="mxfp8")
-    layer = mok.compile(spec, target="cpu")
-    a = _inputs(spec, 4, np.random.default_rng(SEED))
-    with pytest.raises(NotImplementedError, match=r"FP8 layer \(precision='mxfp8'\) runs "
-                                                  "inference only"):
-        layer.forward(**a)
+    spec = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, padding=32,
+                         precision="mxfp8")
     with pytest.raises(ValueError, match="LayerSpec.precision = 'mxfp8'; FP8 layers run on "
                                          "the CPU target for now, not on sm_90a"):
         mok.compile(spec, target="sm_90a")
+    with pytest.raises(Exception, match="recompute is not supported for an FP8 layer"):
+        mok.compile(spec, target="cpu", recompute=True)
     with pytest.raises(ValueError, match="LayerSpec.precision: expected 'bf16', 'mxfp8' or "
                                          "'fp8', got 'fp4'"):
         mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, precision="fp4")
     with pytest.raises(ValueError, match="LayerSpec.intermediate: precision 'fp8' needs a "
                                          "multiple of its block size 128, got 32"):
-        mok.LayerSpec(hidden=128, intermediate=32, experts=4, top_k=2, precision="fp8")
+        mok.LayerSpec(hidden=128, intermediate=32, experts=4, top_k=2, padding=128,
+                      precision="fp8")
+    with pytest.raises(ValueError, match="LayerSpec.padding: precision 'mxfp8' trains with "
+                                         "blocks of 32 routed rows"):
+        mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, precision="mxfp8")
     with pytest.raises(ValueError, match="expert-parallel FP8 layer"):
         mok.compile(mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, ep=2,
-                                  precision="mxfp8"), target="cpu")
+                                  padding=32, precision="mxfp8"), target="cpu")

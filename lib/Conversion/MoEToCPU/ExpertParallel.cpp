@@ -600,6 +600,11 @@ FailureOr<EpLayer> analyze(func::FuncOp func) {
                 .getElementType();
   } else {
     auto grad = cast<LayerGradOp>(layerOp);
+    if (grad.getPrecision())
+      return grad.emitError()
+             << "convert-moe-to-cpu: an expert-parallel FP8 layer (precision "
+                "= \""
+             << *grad.getPrecision() << "\") is not supported yet";
     plan = grad.getPlanType();
     x = grad.getX();
     gate = grad.getGateWeights();

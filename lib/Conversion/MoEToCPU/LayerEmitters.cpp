@@ -283,8 +283,12 @@ void mok::cpu::emitRoutedGrad(Emitter &e, const Plan &p, Limit limit, Value x,
                               Value wd, RoutedContext saved,
                               Value dRouteWeights, RouteWeightGrads layout,
                               Value dRoutedX, Value dWg, Value dWu, Value dWd,
-                              Temps &temps) {
+                              Temps &temps, Fp8Blocks fp8) {
   Value hiddenSize = e.dim(dOut, 1), inter = e.dim(wg, 1);
+  // FP8: the quantized-then-dequantized (f32) copy of a GEMM operand.
+  auto q = [&](Value src, int64_t rows, int64_t cols) {
+    return fp8.on ? emitFakeQuantize(e, src, rows, cols, fp8.mx, temps) : src;
+  };
   Value k = e.index(p.topK);
   Type bf16 = cast<MemRefType>(dOut.getType()).getElementType();
   int64_t h = cast<MemRefType>(wg.getType()).getDimSize(2);
@@ -311,6 +315,8 @@ void mok::cpu::emitRoutedGrad(Emitter &e, const Plan &p, Limit limit, Value x,
   // Down projection: d_hidden (scaled by the router weight), the router
   // weight gradient <d_out, y> = <d_out W_d, h>, and the down weights' grad.
   Value dHidden = alloc(routedI);
+  Value dOutQ = q(dOut, 1, fp8.act);                        // per token row
+  Value wdQ = q(wd, fp8.weightRowsT, fp8.weightColsT);      // along H
   forEachRow(e, p, [&](Value ex, Value r) {
     Value route = e.load(p.rowRoute, {r});
     e.ifThen(
@@ -320,7 +326,7 @@ void mok::cpu::emitRoutedGrad(Emitter &e, const Plan &p, Limit limit, Value x,
           Value w = e.load(rw, {t, kk});
           Value dw = e.sum(inter, [&](Value i) {
             Value dhU = e.sum(hiddenSize, [&](Value j) {
-              return e.mul(e.loadF32(dOut, {t, j}), e.loadF32(wd, {ex, j, i}));
+              return e.mul(e.loadF32(dOutQ, {t, j}), e.loadF32(wdQ, {ex, j, i}));
             });
             e.storeRounded(e.mul(w, dhU), dHidden, {r, i});
             return e.mul(dhU, e.loadF32(ctx.hidden, {r, i}));
@@ -336,44 +342,84 @@ void mok::cpu::emitRoutedGrad(Emitter &e, const Plan &p, Limit limit, Value x,
           e.loop(inter, [&](Value i) { e.store(zero, dHidden, {r, i}); });
         });
   });
-  e.loop(p.experts, [&](Value ex) {
-    Value begin = e.load(p.offsets, {ex});
-    Value end = e.load(p.offsets, {e.add(ex, e.index(1))});
-    e.loop(hiddenSize, [&](Value j) {
-      e.loop(inter, [&](Value i) {
-        Value acc = e.sum(begin, end, [&](Value r) {
-          Value route = e.load(p.rowRoute, {r});
-          return e.ifValue(
-              e.isValid(route),
-              [&] {
-                Value t = e.div(route, k), kk = e.rem(route, k);
-                Value dy = e.roundBF16(
-                    e.mul(e.load(rw, {t, kk}), e.loadF32(dOut, {t, j})));
-                return e.mul(dy, e.loadF32(ctx.hidden, {r, i}));
-              },
-              [&] { return e.f32(0.0f); });
-        });
-        e.storeRounded(acc, dWd, {ex, j, i});
+  if (fp8.on) {
+    // dW_d from the routed rows' d_y = bf16(w d_out[t]) (0 on padding rows)
+    // and h, each quantized in blocks of rows.
+    Value dY = alloc(rowsOf(dOut, h));
+    forEachRow(e, p, [&](Value ex, Value r) {
+      Value route = e.load(p.rowRoute, {r});
+      e.loop(hiddenSize, [&](Value j) {
+        Value dy = e.ifValue(
+            e.isValid(route),
+            [&] {
+              Value t = e.div(route, k), kk = e.rem(route, k);
+              return e.roundBF16(
+                  e.mul(e.load(rw, {t, kk}), e.loadF32(dOut, {t, j})));
+            },
+            [&] { return e.f32(0.0f); });
+        e.storeRounded(dy, dY, {r, j});
       });
     });
-  });
+    Value dYQ = q(dY, fp8.rows, 1), hiddenQ = q(ctx.hidden, fp8.rows, 1);
+    e.loop(p.experts, [&](Value ex) {
+      Value begin = e.load(p.offsets, {ex});
+      Value end = e.load(p.offsets, {e.add(ex, e.index(1))});
+      e.loop(hiddenSize, [&](Value j) {
+        e.loop(inter, [&](Value i) {
+          Value acc = e.sum(begin, end, [&](Value r) {
+            return e.mul(e.loadF32(dYQ, {r, j}), e.loadF32(hiddenQ, {r, i}));
+          });
+          e.storeRounded(acc, dWd, {ex, j, i});
+        });
+      });
+    });
+  } else {
+    e.loop(p.experts, [&](Value ex) {
+      Value begin = e.load(p.offsets, {ex});
+      Value end = e.load(p.offsets, {e.add(ex, e.index(1))});
+      e.loop(hiddenSize, [&](Value j) {
+        e.loop(inter, [&](Value i) {
+          Value acc = e.sum(begin, end, [&](Value r) {
+            Value route = e.load(p.rowRoute, {r});
+            return e.ifValue(
+                e.isValid(route),
+                [&] {
+                  Value t = e.div(route, k), kk = e.rem(route, k);
+                  Value dy = e.roundBF16(
+                      e.mul(e.load(rw, {t, kk}), e.loadF32(dOut, {t, j})));
+                  return e.mul(dy, e.loadF32(ctx.hidden, {r, i}));
+                },
+                [&] { return e.f32(0.0f); });
+          });
+          e.storeRounded(acc, dWd, {ex, j, i});
+        });
+      });
+    });
+  }
 
   // SwiGLU backward, then the fused gate+up dgrad and their weight grads.
   Value dGate = alloc(routedI);
   Value dUp = alloc(routedI);
   emitSwigluGrad(e, limit, p.rows, dHidden, ctx.gate, ctx.up, dGate, dUp);
-  forEachRow(e, p, [&](Value ex, Value r) {
-    emitDgradRow(e, r, dGate, dUp, {ex}, wg, wu, dRoutedX);
-  });
+  {
+    Value dGateQ = q(dGate, 1, fp8.act), dUpQ = q(dUp, 1, fp8.act); // along I
+    Value wgQ = q(wg, fp8.weightRowsT, fp8.weightColsT);            // along I
+    Value wuQ = q(wu, fp8.weightRowsT, fp8.weightColsT);
+    forEachRow(e, p, [&](Value ex, Value r) {
+      emitDgradRow(e, r, dGateQ, dUpQ, {ex}, wgQ, wuQ, dRoutedX);
+    });
+  }
+  Value dGateR = q(dGate, fp8.rows, 1), dUpR = q(dUp, fp8.rows, 1);
+  Value routedXR = q(ctx.routedX, fp8.rows, 1);
   e.loop(p.experts, [&](Value ex) {
     Value begin = e.load(p.offsets, {ex});
     Value end = e.load(p.offsets, {e.add(ex, e.index(1))});
     e.loop(inter, [&](Value i) {
       e.loop(hiddenSize, [&](Value j) {
-        for (auto [dAct, dW] : {std::pair(dGate, dWg), std::pair(dUp, dWu)}) {
+        for (auto [dAct, dW] : {std::pair(dGateR, dWg), std::pair(dUpR, dWu)}) {
           Value acc = e.sum(begin, end, [&](Value r) {
             return e.mul(e.loadF32(dAct, {r, i}),
-                         e.loadF32(ctx.routedX, {r, j}));
+                         e.loadF32(routedXR, {r, j}));
           });
           e.storeRounded(acc, dW, {ex, i, j});
         }

@@ -14,6 +14,8 @@
 
 #include "mok/Conversion/Common/ScalarEmitter.h"
 
+#include "Quantize.h"
+
 #include "llvm/ADT/SmallVector.h"
 
 namespace mok::cpu {
@@ -87,7 +89,8 @@ struct RoutedContext {
 /// indexed by routed row (padding rows get 0). The caller zero-fills it.
 enum class RouteWeightGrads { ByRoute, ByRow };
 
-/// The routed experts' backward over the plan's rows: dOut and rw are
+/// The routed experts' backward over the plan's rows (with `fp8` on, its
+/// GEMMs read quantized operands as moe.layer_grad's precision defines): dOut and rw are
 /// indexed by the routing row (`dOut [T, H]`, `rw [T, k]`), `x` (read only
 /// to recompute, when `saved` is empty) too. Writes dRouteWeights (see
 /// RouteWeightGrads), dRoutedX [R, H] and the local experts' weight
@@ -98,7 +101,7 @@ void emitRoutedGrad(conversion::Emitter &e, const Plan &p,
                     mlir::Value wd, RoutedContext saved,
                     mlir::Value dRouteWeights, RouteWeightGrads layout,
                     mlir::Value dRoutedX, mlir::Value dWg, mlir::Value dWu,
-                    mlir::Value dWd, Temps &temps);
+                    mlir::Value dWd, Temps &temps, Fp8Blocks fp8 = {});
 
 /// The shared expert's part of the backward context, or nulls to recompute.
 struct SharedContext {

@@ -295,44 +295,17 @@ void FunctionLowering::lowerLayer(Emitter &e, LayerOp op) {
   // FP8 (precision): each routed GEMM reads its operands' quantized values
   // (moe.quantize, then moe.dequantize into f32 buffers), accumulating in
   // fp32 as the bf16 GEMMs do.
-  std::optional<StringRef> precision = op.getPrecision();
-  bool mx = precision && *precision == "mxfp8";
-  int64_t actBlock = mx ? 32 : 128;
-  int64_t weightRows = mx ? 1 : 128, weightCols = mx ? 32 : 128;
+  Fp8Blocks q = Fp8Blocks::of(op.getPrecision());
   auto fp8 = [&](Value src, int64_t rows, int64_t cols) -> Value {
-    if (!precision)
-      return src;
-    auto type = cast<MemRefType>(src.getType());
-    int64_t rank = type.getRank();
-    SmallVector<int64_t> scaleShape(type.getShape());
-    SmallVector<Value> dyn, scaleDyn;
-    for (int64_t d = 0; d < rank; ++d) {
-      int64_t block = d == rank - 2 ? rows : d == rank - 1 ? cols : 1;
-      if (type.isDynamicDim(d)) {
-        dyn.push_back(e.dim(src, d));
-        scaleDyn.push_back(e.div(dyn.back(), e.index(block)));
-      } else {
-        scaleShape[d] /= block;
-      }
-    }
-    Type scaleElt = mx ? Type(e.b.getType<Float8E8M0FNUType>()) : e.b.getF32Type();
-    Value values = allocFor(
-        e, RankedTensorType::get(type.getShape(), e.b.getType<Float8E4M3FNType>()),
-        dyn);
-    Value scales = allocFor(e, RankedTensorType::get(scaleShape, scaleElt), scaleDyn);
-    Value out = allocFor(e, RankedTensorType::get(type.getShape(), e.b.getF32Type()),
-                         dyn);
-    emitQuantize(e, src, values, scales, rows, cols);
-    emitDequantize(e, values, scales, out, rows, cols);
-    return out;
+    return q.on ? emitFakeQuantize(e, src, rows, cols, q.mx, temps) : src;
   };
-  emitExpertSwiglu(e, p, fp8(routedX, 1, actBlock),
-                   fp8(buffers.lookup(op.getGateWeights()), weightRows, weightCols),
-                   fp8(buffers.lookup(op.getUpWeights()), weightRows, weightCols),
+  emitExpertSwiglu(e, p, fp8(routedX, 1, q.act),
+                   fp8(buffers.lookup(op.getGateWeights()), q.weightRows, q.weightCols),
+                   fp8(buffers.lookup(op.getUpWeights()), q.weightRows, q.weightCols),
                    limit, gate, up, hidden);
   Value routedY = allocFor(e, routedH, {p.rows});
-  emitExpertDown(e, p, fp8(hidden, 1, actBlock),
-                 fp8(buffers.lookup(op.getDownWeights()), weightRows, weightCols),
+  emitExpertDown(e, p, fp8(hidden, 1, q.act),
+                 fp8(buffers.lookup(op.getDownWeights()), q.weightRows, q.weightCols),
                  routedY);
 
   Value sharedOut;
@@ -378,7 +351,8 @@ void FunctionLowering::lowerLayerGrad(Emitter &e, LayerGradOp op) {
                  buffers.lookup(op.getGateWeights()),
                  buffers.lookup(op.getUpWeights()),
                  buffers.lookup(op.getDownWeights()), saved, dRouterWeights,
-                 RouteWeightGrads::ByRoute, dRoutedX, dWg, dWu, dWd, temps);
+                 RouteWeightGrads::ByRoute, dRoutedX, dWg, dWu, dWd, temps,
+                 Fp8Blocks::of(op.getPrecision()));
 
   // The shared expert: the same with weight 1 on every token.
   Value dSharedX;

@@ -221,3 +221,35 @@ void mok::cpu::emitDequantize(Emitter &e, Value values, Value scales,
     e.storeRounded(arith::MulFOp::create(e.b, e.loc, v, scale), output, idx);
   });
 }
+
+Value mok::cpu::emitFakeQuantize(Emitter &e, Value src, int64_t rows,
+                                 int64_t cols, bool mx,
+                                 SmallVectorImpl<Value> &temps) {
+  auto type = cast<MemRefType>(src.getType());
+  int64_t rank = type.getRank();
+  SmallVector<int64_t> scaleShape(type.getShape());
+  SmallVector<Value> dyn, scaleDyn;
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t block = d == rank - 2 ? rows : d == rank - 1 ? cols : 1;
+    if (type.isDynamicDim(d)) {
+      dyn.push_back(e.dim(src, d));
+      scaleDyn.push_back(e.div(dyn.back(), e.index(block)));
+    } else {
+      scaleShape[d] /= block;
+    }
+  }
+  Type scaleElt =
+      mx ? Type(e.b.getType<Float8E8M0FNUType>()) : Type(e.b.getF32Type());
+  auto alloc = [&](ArrayRef<int64_t> shape, Type elt, ValueRange sizes) {
+    Value m = e.alloc(MemRefType::get(shape, elt), sizes);
+    temps.push_back(m);
+    return m;
+  };
+  Value values =
+      alloc(type.getShape(), e.b.getType<Float8E4M3FNType>(), dyn);
+  Value scales = alloc(scaleShape, scaleElt, scaleDyn);
+  Value out = alloc(type.getShape(), e.b.getF32Type(), dyn);
+  emitQuantize(e, src, values, scales, rows, cols);
+  emitDequantize(e, values, scales, out, rows, cols);
+  return out;
+}

@@ -82,9 +82,12 @@ struct ConvertMoEToMKPass
       }
       if (!isa<LayerOp, LayerGradOp>(op))
         return WalkResult::advance();
-      if (auto l = dyn_cast<LayerOp>(op); l && l.getPrecision()) {
+      std::optional<StringRef> precision =
+          isa<LayerOp>(op) ? cast<LayerOp>(op).getPrecision()
+                           : cast<LayerGradOp>(op).getPrecision();
+      if (precision) {
         op->emitError() << "convert-moe-to-mk: FP8 layers (precision = \""
-                        << *l.getPrecision()
+                        << *precision
                         << "\") are not supported by the GPU targets yet; "
                            "the CPU target runs them (--moe-to-cpu)";
         return WalkResult::interrupt();

@@ -71,6 +71,22 @@ func.func @moe_layer(%x: tensor<?x64xbf16>, %top: tensor<?x2xi32>, %rw: tensor<?
   return %out : tensor<?x64xbf16>
 }
 
+// The FP8 backward: d_out per token, W_d along H, d_y and h in row blocks,
+// d_g and d_u per row, W_g and W_u along I, then d_g, d_u and x in row
+// blocks: eleven quantized operands.
+// CHECK-LABEL: func.func @layer_grad(
+// CHECK-COUNT-11: math.roundeven
+// CHECK-NOT: math.roundeven
+// CHECK: return
+func.func @layer_grad(%d: tensor<?x64xbf16>, %x: tensor<?x64xbf16>, %top: tensor<?x2xi32>, %rw: tensor<?x2xf32>, %wg: tensor<4x32x64xbf16>, %wu: tensor<4x32x64xbf16>, %wd: tensor<4x64x32xbf16>, %xr: tensor<?x64xbf16>, %g: tensor<?x32xbf16>, %u: tensor<?x32xbf16>, %h: tensor<?x32xbf16>)
+    -> (tensor<?x64xbf16>, tensor<?x2xf32>, tensor<4x32x64xbf16>, tensor<4x32x64xbf16>, tensor<4x64x32xbf16>) {
+  %dx, %drw, %dwg, %dwu, %dwd = moe.layer_grad %d, %x, %top, %rw, gate %wg, up %wu, down %wd saved(%xr, %g, %u, %h)
+      plan !moe.plan<tokens = ?, top_k = 2, experts = 4, ep = 1, padding = 32> {precision = "mxfp8"}
+      : (tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<?x2xi32>, tensor<?x2xf32>, tensor<4x32x64xbf16>, tensor<4x32x64xbf16>, tensor<4x64x32xbf16>, tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<?x32xbf16>, tensor<?x32xbf16>)
+      -> (tensor<?x64xbf16>, tensor<?x2xf32>, tensor<4x32x64xbf16>, tensor<4x32x64xbf16>, tensor<4x64x32xbf16>)
+  return %dx, %drw, %dwg, %dwu, %dwd : tensor<?x64xbf16>, tensor<?x2xf32>, tensor<4x32x64xbf16>, tensor<4x32x64xbf16>, tensor<4x64x32xbf16>
+}
+
 // The f8 element types reach LLVM as bytes.
 // LLVM-LABEL: llvm.func @mx(
 // LLVM: llvm.intr.roundeven

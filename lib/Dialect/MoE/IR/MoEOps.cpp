@@ -234,6 +234,34 @@ static LogicalResult verifyContext(Operation *op, LayerDims &d,
   return success();
 }
 
+/// `precision` (absent: bf16) of moe.layer / moe.layer_grad: "mxfp8" or
+/// "fp8", H and I multiples of its block and, for training (a saved
+/// context, or the backward), a plan padding that keeps its backward's row
+/// blocks inside one expert's segment.
+static LogicalResult verifyPrecision(Operation *op,
+                                     std::optional<StringRef> precision,
+                                     LayerDims &d, PlanType plan, bool training) {
+  if (!precision)
+    return success();
+  if (*precision != "mxfp8" && *precision != "fp8")
+    return op->emitOpError("expected precision \"mxfp8\" or \"fp8\" (absent: "
+                           "bf16), got \"")
+           << *precision << "\"";
+  int64_t block = *precision == "mxfp8" ? 32 : 128;
+  for (auto [name, size] : {std::pair<StringRef, int64_t>{"H", d.h.value},
+                            {"I", d.i.value}})
+    if (size % block)
+      return op->emitOpError("precision \"")
+             << *precision << "\" needs " << name << " (" << size
+             << ") to be a multiple of its block size " << block;
+  if (training && plan.getPadding() % block)
+    return op->emitOpError("the backward of precision \"")
+           << *precision << "\" quantizes blocks of " << block
+           << " routed rows: the plan's padding must be a multiple of "
+           << block << ", got " << plan.getPadding();
+  return success();
+}
+
 LogicalResult LayerOp::verify() {
   LayerDims d(getPlanType());
   if (failed(verifyLayerInputs(*this, d, getX(), getTopExperts(),
@@ -243,24 +271,9 @@ LogicalResult LayerOp::verify() {
       failed(checkShape(*this, "out", getOut(), {&d.t, &d.h})) ||
       failed(verifyContext(*this, d, getSaved(), hasSharedExpert())))
     return failure();
-  if (std::optional<StringRef> precision = getPrecision()) {
-    if (*precision != "mxfp8" && *precision != "fp8")
-      return emitOpError("expected precision \"mxfp8\" or \"fp8\" (absent: "
-                         "bf16), got \"")
-             << *precision << "\"";
-    if (savesContext())
-      return emitOpError("an FP8 layer (precision = \"")
-             << *precision
-             << "\") has no training forward yet: it cannot save a backward "
-                "context";
-    int64_t block = *precision == "mxfp8" ? 32 : 128;
-    for (auto [name, size] : {std::pair<StringRef, int64_t>{"H", d.h.value},
-                              {"I", d.i.value}})
-      if (size % block)
-        return emitOpError("precision \"")
-               << *precision << "\" needs " << name << " (" << size
-               << ") to be a multiple of its block size " << block;
-  }
+  if (failed(verifyPrecision(*this, getPrecision(), d, getPlanType(),
+                             /*training=*/savesContext())))
+    return failure();
   return verifySwigluLimit(*this, getSwigluLimitAttr());
 }
 
@@ -271,8 +284,14 @@ LogicalResult LayerGradOp::verify() {
                                getUpWeights(), getDownWeights(),
                                getSharedWeights())) ||
       failed(checkShape(*this, "d_out", getDOut(), {&d.t, &d.h})) ||
-      failed(verifyContext(*this, d, getSaved(), hasSharedExpert())))
+      failed(verifyContext(*this, d, getSaved(), hasSharedExpert())) ||
+      failed(verifyPrecision(*this, getPrecision(), d, getPlanType(),
+                             /*training=*/true)))
     return failure();
+  if (getPrecision() && recomputes())
+    return emitOpError("an FP8 backward (precision = \"")
+           << *getPrecision()
+           << "\") reads the saved context: recomputing it is not supported";
   // Each gradient has the shape and type of what it differentiates.
   auto sameType = [&](StringRef name, Value grad, Value of) -> LogicalResult {
     if (grad.getType() == of.getType())

@@ -76,10 +76,7 @@ static FailureOr<LayerOp> findLayer(func::FuncOp func) {
   if (layer.savesContext())
     return layer.emitError("moe-generate-backward: the layer already returns "
                            "a backward context");
-  if (std::optional<StringRef> precision = layer.getPrecision())
-    return layer.emitError() << "moe-generate-backward: the backward of an "
-                                "FP8 layer (precision = \""
-                             << *precision << "\") is not defined yet";
+
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   if (ret.getNumOperands() != 1 || ret.getOperand(0) != layer.getOut())
     return ret.emitError("moe-generate-backward: expected the function to "
@@ -214,7 +211,8 @@ static void buildBackward(OpBuilder &b, func::FuncOp func, LayerOp layer,
       dOut, arg(layer.getX()), arg(layer.getTopExperts()),
       arg(layer.getRouterWeights()), arg(layer.getGateWeights()),
       arg(layer.getUpWeights()), arg(layer.getDownWeights()), shared, savedArgs,
-      mainGradArgs, layer.getPlanAttr(), layer.getSwigluLimitAttr());
+      mainGradArgs, layer.getPlanAttr(), layer.getSwigluLimitAttr(),
+      layer.getPrecisionAttr());
 
   // Gradient of each layer operand, keyed by the argument it comes from.
   DenseMap<unsigned, Value> gradOfArg;
@@ -268,6 +266,13 @@ struct MoEGenerateBackwardPass
       FailureOr<LayerOp> layer = findLayer(func);
       if (failed(layer))
         return signalPassFailure();
+      if (recompute && layer->getPrecision()) {
+        layer->emitError() << "moe-generate-backward: recompute is not "
+                              "supported for an FP8 layer (precision = \""
+                           << *layer->getPrecision()
+                           << "\"): its backward reads the saved context";
+        return signalPassFailure();
+      }
       OpBuilder b(module.getContext());
       b.setInsertionPointAfter(func);
       buildBackward(b, func, *layer, recompute, mainGrads);

@@ -228,9 +228,11 @@ def MoE_LayerOp : MoE_Op<"layer", [Pure]> {
     scales for `"fp8"`), the gate and up weights along H and the down
     weights along I (`[1, 32]` E8M0 for `"mxfp8"`, `[128, 128]` f32 for
     `"fp8"`). `hidden` is quantized from its bf16 value. The shared expert
-    stays bf16. H and I must be multiples of the blocks. FP8 layers have
-    an inference forward only: their training forward and backward are
-    not defined yet (no saved context).
+    stays bf16. H and I must be multiples of the blocks. An FP8 layer that
+    saves the backward context (training) saves the bf16 values (routed_x
+    before quantization, the bf16 gate, up and hidden), and its plan's
+    padding must be a multiple of the row block of its backward (32 for
+    `"mxfp8"`, 128 for `"fp8"`; see `moe.layer_grad`).
 
     **Saved context.** For training, the op can also return what backward
     needs (the *backward context*, see `moe.layer_grad`), in this order:
@@ -327,6 +329,28 @@ def MoE_LayerGradOp : MoE_Op<"layer_grad", [Pure, AttrSizedOperandSegments]> {
 
     The shared expert is the same with `w = 1` on every token.
 
+    **Precision.** With `precision = "mxfp8"` or `"fp8"` (the forward
+    layer's), every routed GEMM of the backward reads operands quantized
+    as `moe.quantize` defines it, each along that GEMM's reduction
+    dimension, then dequantized, accumulating in fp32:
+
+    ```
+    dh_u   = Qa(d_out[t]) Qt(W_d[e])                  d_out per token row along H
+    d_xr   = bf16(Qa(d_g) Qt(W_g[e]) + Qa(d_u) Qt(W_u[e]))   d_g, d_u per row along I
+    dW_d[e] += Qr(bf16(w d_out[t]))^T Qr(h[r])
+    dW_g[e] += Qr(d_g)^T Qr(x_r),  dW_u[e] += Qr(d_u)^T Qr(x_r)
+    ```
+
+    `Qa`: blocks `[1, 32]` with E8M0 scales (`"mxfp8"`) or `[1, 128]` with
+    f32 scales (`"fp8"`) along a row. `Qt`: a weight quantized along the
+    dimension the GEMM reduces (W_d along H, W_g and W_u along I): blocks
+    `[32, 1]` E8M0, or `[128, 128]` f32. `Qr`: blocks of `[32, 1]` E8M0 or
+    `[128, 1]` f32 rows of the routed buffers, which the plan's padding (a
+    multiple of that row block) keeps inside one expert's segment; padding
+    rows are zero. The rest (d_w, dh, d_g, d_u from the saved bf16 gate, up
+    and hidden; the shared expert) is as above. The context must be saved
+    (no recompute).
+
     `main_grads(...)` (one fp32 tensor per weight, in the weights' order and
     shapes): Megatron-Core's gradient accumulation. Each weight's gradient
     result is then fp32, `main_grad + dW` with `dW` the unrounded fp32 sum
@@ -351,7 +375,8 @@ def MoE_LayerGradOp : MoE_Op<"layer_grad", [Pure, AttrSizedOperandSegments]> {
                        Variadic<MoE_BF16Matrix>:$saved,
                        Variadic<RankedTensorOf<[F32]>>:$main_grads,
                        TypeAttrOf<MoE_PlanType>:$plan,
-                       MoE_SwigluLimit:$swiglu_limit);
+                       MoE_SwigluLimit:$swiglu_limit,
+                       OptionalAttr<StrAttr>:$precision);
   let results = (outs MoE_BF16Matrix:$d_x,
                       MoE_RouterWeights:$d_router_weights,
                       TensorRankOf<[BF16, F32], [3]>:$d_gate_weights,
