@@ -286,10 +286,14 @@ class GpuLayer:
         self.poison_outputs = poison_outputs
         self.meta = artifact.metadata
         self._layer = rt.Layer(json.dumps(self.meta))
-        self._layer.set_ep_group(*_ep_group_args(ep_group))
         self._comm = None  # the mok.Communicator bound (bind_comm)
         if comm is not None:
-            self.bind_comm(comm)
+            if ep_group is not None:
+                raise ValueError("ep_group, comm: give one; a layer bound to a "
+                                 "communicator takes its group from it")
+            self.bind_comm(comm)  # (not set_ep_group first: it takes size 1 only)
+        else:
+            self._layer.set_ep_group(*_ep_group_args(ep_group))
         torch.cuda.init()  # the runtime uses the primary context torch uses
         if device is None:
             device = self._comm.device if self._comm is not None else \
