@@ -237,13 +237,12 @@ def qwen3_moe_config(hidden=64, moe_inter=32, experts=8, topk=2, layers=2, vocab
                           output_router_logits=False, tie_word_embeddings=False)
 
 
-def qwen3_moe_pair(device="cpu", seed=0, **config):
-    """Two copies of one random-initialised Qwen3-MoE causal LM (bf16),
-    one with transformers' own grouped_mm experts, one with mok's."""
+def _hf_pair(cfg, device, seed):
+    """Two copies of one random initialization of the causal LM of `cfg`
+    (bf16): (with transformers' grouped_mm experts, with mok's)."""
     import torch
     import mok.hf  # noqa: F401  (registers "mok")
     from transformers import AutoModelForCausalLM
-    cfg = qwen3_moe_config(**config)
     torch.manual_seed(seed)
     # (each model its own config: from_config sets the implementation on it)
     native = AutoModelForCausalLM.from_config(copy.deepcopy(cfg),
@@ -256,6 +255,12 @@ def qwen3_moe_pair(device="cpu", seed=0, **config):
         raise AssertionError("the models' experts implementations are not grouped_mm and mok")
     mine.load_state_dict(native.state_dict())
     return native, mine
+
+
+def qwen3_moe_pair(device="cpu", seed=0, **config):
+    """Two copies of one random-initialised Qwen3-MoE causal LM (bf16),
+    one with transformers' own grouped_mm experts, one with mok's."""
+    return _hf_pair(qwen3_moe_config(**config), device, seed)
 
 
 def hf_qwen3_check(device="cpu", batch=2, seq=24, seed=0, **config):
@@ -272,9 +277,8 @@ def deepseek_v3_pair(device="cpu", seed=0, hidden=64, moe_inter=32, experts=8, t
     """Two copies of one random-initialised DeepSeek-V3 causal LM (bf16,
     every layer MoE, one shared expert): grouped_mm experts, and mok's with
     the shared expert fused (mok.hf.fuse_shared_experts)."""
-    import torch
     import mok.hf
-    from transformers import AutoModelForCausalLM, DeepseekV3Config
+    from transformers import DeepseekV3Config
     cfg = DeepseekV3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
                            moe_intermediate_size=moe_inter, n_routed_experts=experts,
                            n_shared_experts=1, num_experts_per_tok=topk, n_group=1,
@@ -283,13 +287,7 @@ def deepseek_v3_pair(device="cpu", seed=0, hidden=64, moe_inter=32, experts=8, t
                            kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8,
                            v_head_dim=16, max_position_embeddings=256, rope_scaling=None,
                            tie_word_embeddings=False)
-    torch.manual_seed(seed)
-    native = AutoModelForCausalLM.from_config(copy.deepcopy(cfg),
-                                              experts_implementation="grouped_mm",
-                                              dtype=torch.bfloat16).to(device)
-    mine = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), experts_implementation="mok",
-                                            dtype=torch.bfloat16).to(device)
-    mine.load_state_dict(native.state_dict())
+    native, mine = _hf_pair(cfg, device, seed)
     fused = mok.hf.fuse_shared_experts(mine)
     if len(fused) != layers:
         raise AssertionError(f"fused the shared experts of {fused}, expected {layers} blocks")

@@ -280,6 +280,14 @@ def _capacity(tokens):
     return max(DEFAULT_MAX_TOKENS, 1 << max(tokens - 1, 0).bit_length())
 
 
+def _reads_views(layer):
+    """Whether a GPU training layer's kernels read the routed weights
+    through tensor maps, and so take weight views (bind_fc1,
+    bind_weights); a layer off the tensor-core path (sizes its GEMM tiles
+    do not divide) reads dense weights passed as arguments."""
+    return layer._forward._param("gate_weights").get("access") == "tensor_maps"
+
+
 def _spec(workspace, local_experts, inter, shared_inter, swiglu_limit, id_dtype):
     ws = workspace
     max_tokens = recv = None

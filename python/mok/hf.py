@@ -43,8 +43,8 @@ import types
 import torch
 
 from ._compile import compile as _compile
-from ._spec import DEFAULT_MAX_TOKENS, LayerSpec
-from .functional import _chip
+from ._spec import LayerSpec
+from .functional import _capacity, _chip, _reads_views
 from .torch import _run_backward, _run_forward
 
 __all__ = ["experts_forward", "fuse_shared_experts", "register", "unfuse_shared_experts"]
@@ -62,10 +62,6 @@ def register():
 _LAYERS = {}
 atexit.register(_LAYERS.clear)  # (before the extension's teardown)
 _LOCK = threading.Lock()
-
-
-def _capacity(tokens):
-    return max(DEFAULT_MAX_TOKENS, 1 << max(tokens - 1, 0).bit_length())
 
 
 def _layer(spec, device):
@@ -224,14 +220,6 @@ class _HfExperts(torch.autograd.Function):
         shared = [g[n] for n in ("shared_gate_weights", "shared_up_weights",
                                  "shared_down_weights")] if ctx.shared else []
         return (None, g["x"], None, g["router_weights"], d_gu, g["down_weights"], *shared)
-
-
-def _reads_views(layer):
-    """Whether a GPU layer's kernels read the routed weights through tensor
-    maps, and so take weight views (bind_fc1, bind_weights); a layer off
-    the tensor-core path (sizes its GEMM tiles do not divide) reads dense
-    weights passed as arguments."""
-    return layer._forward._param("gate_weights").get("access") == "tensor_maps"
 
 
 def _adds_shared_on_input(block):

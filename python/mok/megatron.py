@@ -59,8 +59,8 @@ import torch
 
 from ._comm import Communicator
 from ._compile import compile as _compile
-from ._spec import DEFAULT_MAX_TOKENS, LayerSpec
-from .functional import _chip
+from ._spec import LayerSpec
+from .functional import _capacity, _chip, _reads_views
 from .torch import _run_backward, _run_forward
 
 __all__ = ["MoKMegakernel", "routes_from_routing_map", "use_mok"]
@@ -199,7 +199,7 @@ class MoKMegakernel(torch.nn.Module):
     def _layer(self, tokens, device, ids_dtype):
         gpu = device.type == "cuda"
         ep = 1 if self._ep_group is None else torch.distributed.get_world_size(self._ep_group)
-        cap = max(DEFAULT_MAX_TOKENS, 1 << max(tokens - 1, 0).bit_length()) if gpu else None
+        cap = _capacity(tokens) if gpu else None
         spec = LayerSpec(hidden=self.hidden, intermediate=self.inter,
                          experts=self.num_local_experts * ep, top_k=self.topk,
                          shared_intermediate=self.shared_inter, padding=128 if gpu else 1,
@@ -317,13 +317,6 @@ class _MegatronMoE(torch.autograd.Function):
             grads += [_add_to_main_grad(backend.config, s1, d1),
                       _add_to_main_grad(backend.config, s2, g["shared_down_weights"])]
         return (None, None, g["x"], None, g["router_weights"], *grads)
-
-
-def _reads_views(layer):
-    """Whether a GPU layer's kernels read the routed weights through tensor
-    maps (and so take per-expert weight views); a layer off the tensor-core
-    path reads dense weights passed as arguments."""
-    return layer._forward._param("gate_weights").get("access") == "tensor_maps"
 
 
 def _bind_routed(layer, routed, inter):

@@ -342,9 +342,11 @@ void mok::cpu::emitRoutedGrad(Emitter &e, const Plan &p, Limit limit, Value x,
           e.loop(inter, [&](Value i) { e.store(zero, dHidden, {r, i}); });
         });
   });
+  // dW_d[e] = sum over the expert's rows of bf16(w d_out[t])^T h[r]; with
+  // fp8, from d_y materialized (0 on padding rows) and h, each quantized in
+  // blocks of rows.
+  Value dYQ, hiddenQ;
   if (fp8.on) {
-    // dW_d from the routed rows' d_y = bf16(w d_out[t]) (0 on padding rows)
-    // and h, each quantized in blocks of rows.
     Value dY = alloc(rowsOf(dOut, h));
     forEachRow(e, p, [&](Value ex, Value r) {
       Value route = e.load(p.rowRoute, {r});
@@ -360,42 +362,32 @@ void mok::cpu::emitRoutedGrad(Emitter &e, const Plan &p, Limit limit, Value x,
         e.storeRounded(dy, dY, {r, j});
       });
     });
-    Value dYQ = q(dY, fp8.rows, 1), hiddenQ = q(ctx.hidden, fp8.rows, 1);
-    e.loop(p.experts, [&](Value ex) {
-      Value begin = e.load(p.offsets, {ex});
-      Value end = e.load(p.offsets, {e.add(ex, e.index(1))});
-      e.loop(hiddenSize, [&](Value j) {
-        e.loop(inter, [&](Value i) {
-          Value acc = e.sum(begin, end, [&](Value r) {
-            return e.mul(e.loadF32(dYQ, {r, j}), e.loadF32(hiddenQ, {r, i}));
-          });
-          e.storeRounded(acc, dWd, {ex, j, i});
-        });
-      });
-    });
-  } else {
-    e.loop(p.experts, [&](Value ex) {
-      Value begin = e.load(p.offsets, {ex});
-      Value end = e.load(p.offsets, {e.add(ex, e.index(1))});
-      e.loop(hiddenSize, [&](Value j) {
-        e.loop(inter, [&](Value i) {
-          Value acc = e.sum(begin, end, [&](Value r) {
-            Value route = e.load(p.rowRoute, {r});
-            return e.ifValue(
-                e.isValid(route),
-                [&] {
-                  Value t = e.div(route, k), kk = e.rem(route, k);
-                  Value dy = e.roundBF16(
-                      e.mul(e.load(rw, {t, kk}), e.loadF32(dOut, {t, j})));
-                  return e.mul(dy, e.loadF32(ctx.hidden, {r, i}));
-                },
-                [&] { return e.f32(0.0f); });
-          });
-          e.storeRounded(acc, dWd, {ex, j, i});
-        });
-      });
-    });
+    dYQ = q(dY, fp8.rows, 1);
+    hiddenQ = q(ctx.hidden, fp8.rows, 1);
   }
+  e.loop(p.experts, [&](Value ex) {
+    Value begin = e.load(p.offsets, {ex});
+    Value end = e.load(p.offsets, {e.add(ex, e.index(1))});
+    e.loop(hiddenSize, [&](Value j) {
+      e.loop(inter, [&](Value i) {
+        Value acc = e.sum(begin, end, [&](Value r) {
+          if (fp8.on)
+            return e.mul(e.loadF32(dYQ, {r, j}), e.loadF32(hiddenQ, {r, i}));
+          Value route = e.load(p.rowRoute, {r});
+          return e.ifValue(
+              e.isValid(route),
+              [&] {
+                Value t = e.div(route, k), kk = e.rem(route, k);
+                Value dy = e.roundBF16(
+                    e.mul(e.load(rw, {t, kk}), e.loadF32(dOut, {t, j})));
+                return e.mul(dy, e.loadF32(ctx.hidden, {r, i}));
+              },
+              [&] { return e.f32(0.0f); });
+        });
+        e.storeRounded(acc, dWd, {ex, j, i});
+      });
+    });
+  });
 
   // SwiGLU backward, then the fused gate+up dgrad and their weight grads.
   Value dGate = alloc(routedI);
