@@ -253,3 +253,58 @@ def test_local_group_of_four_layers_store_into_each_other():
         layer.bind_comm(None)
     for b in bufs:
         b.free()
+
+
+def test_layers_through_one_rank_nccl_communicator():
+    """unique id -> init -> window registration -> layers through it. A
+    layer of ep = 1 (hand-written kernel) bound to a real NCCL communicator
+    of one rank: its exchange buffer is NCCL's (ncclMemAlloc, registered as
+    a window) and its launch stores its epoch through NCCL's peer table into
+    that buffer. Then a compiled MoE layer (tensor cores, a shared expert)
+    bound to the same communicator: bitwise the unbound layer's output, and
+    within 1e-2 of float64, outputs poisoned first."""
+    import torch
+    from bench import torch_reference
+    from bench.cases import EP_CASES, ep1_twin
+    from gpu_layers import forward_artifact, fresh_seed
+    torch.cuda.init()
+    comm = mok.Communicator.from_unique_id(mok.Communicator.unique_id(), 1, 0, 0)
+    assert comm.nccl_comm and comm.size == 1
+    art = mok.GpuArtifact(_ep_kernel(1), _ep_metadata(1))
+    layer = art.load(comm=comm)
+    assert layer.comm is comm and layer.exchange.bytes == 4096
+    table = layer.exchange.peers()
+    assert len(table) == 1 and table[0]
+    mine = _alias(layer.exchange.address, 1, torch)
+    assert int(mine[0]) == 0  # zeroed
+    x = torch.zeros(4, 64, dtype=torch.bfloat16, device="cuda")
+    for step in (1, 2, 3):
+        layer(x)
+        torch.cuda.synchronize()
+        assert int(mine[0]) == step and layer.epoch == step
+
+    c = dict(ep1_twin(EP_CASES["ep4_shared"]), experts=EP_CASES["ep4_shared"]["experts"])
+    moe = forward_artifact("ep4_shared-ep1")
+    through = moe.load(comm=comm, poison_outputs=True)
+    assert through.comm is comm and through.symmetric_bytes == 0
+    unbound = moe.load(poison_outputs=True)
+    gen = torch.Generator().manual_seed(fresh_seed())
+    for _ in range(2):
+        inputs = torch_reference.make_inputs(c, gen, tokens=c["tokens"])
+        out = through(**inputs)
+        expected = unbound(**inputs)
+        torch.cuda.synchronize()
+        through.check_errors()
+        assert not torch.isnan(out).any()
+        assert torch.equal(out, expected)
+        ref64 = torch_reference.forward(inputs, c["experts"], c.get("swiglu_limit"))
+        rel = torch_reference.relative_error(out, ref64)
+        assert rel <= 1e-2, f"relative error {rel:.3e}"
+    with pytest.raises(mok.MokRuntimeError, match="layer"):
+        comm.destroy()  # layers are bound to it
+    for bound in (layer, through):
+        bound.bind_comm(None)
+    del layer, through
+    import gc
+    gc.collect()
+    comm.destroy()
