@@ -314,22 +314,52 @@ def _hf_model_check(native, mine, device, batch, seq, seed, router_scale=30.0):
     ref = copy.deepcopy(native).double()
     ref.set_experts_implementation("eager")
     models = (("mok", mine), ("grouped_mm", native), ("float64", ref))
-    routes = {}
+    routes, chosen = {}, {}
 
     def recorder(name, index):
         def hook(module, args):
             routes[name, index] = args[1].sort(dim=1).values
+            if name == "grouped_mm":
+                chosen[index] = args[1].detach().clone()
+        return hook
+
+    def forced(index):
+        # The float64 router's output with the bf16 model's top-k (its
+        # weights are float64's own probabilities of those experts, as
+        # transformers' TopKRouter computes them, so the router's gradient
+        # is float64's): routes that bf16 rounding flips near a tie would
+        # otherwise measure the flip (a whole expert's output on a token),
+        # not the experts.
+        def hook(module, args, output):
+            logits = output[0]
+            top = chosen[index].to(logits.device)
+            probs = torch.softmax(logits, dtype=torch.float, dim=-1).gather(1, top)
+            if module.norm_topk_prob:
+                probs = probs / probs.sum(dim=-1, keepdim=True)
+            return logits, probs.to(logits.dtype), top
         return hook
 
     hooks = [layer.mlp.experts.register_forward_pre_hook(recorder(name, i))
              for name, model in models for i, layer in enumerate(model.model.layers)]
+    # transformers' TopKRouter (Qwen3-MoE and its kin: softmax, top-k,
+    # optional renormalization) takes the bf16 routes in float64; other
+    # routers (DeepSeek-V3's grouped sigmoid) are compared as they route.
+    force = all(type(layer.mlp.gate).__name__.endswith("TopKRouter")
+                and hasattr(layer.mlp.gate, "norm_topk_prob") for layer in ref.model.layers)
+    if force:
+        hooks += [layer.mlp.gate.register_forward_hook(forced(i))
+                  for i, layer in enumerate(ref.model.layers)]
     g = torch.Generator().manual_seed(seed + 1)
     vocab = native.config.vocab_size
-    # Tokens whose routes are the same in all three models: where a
-    # router's top-k is within bf16 rounding of a tie, the models may route
-    # a token differently, and the comparison then measures that flip (a
-    # whole expert's output on a token), not the experts. Such draws are
-    # redrawn (a few at most; the count is returned as "redraws").
+    # Tokens whose routes are the same in the compared models: mok's and
+    # grouped_mm's (both bf16; the first layer's are equal by construction,
+    # a later layer's input differs by the experts' rounding), and
+    # float64's where its routes are not the bf16 ones (above). Where a
+    # router's top-k is within rounding of a tie, the models may route a
+    # token differently, and the comparison then measures that flip, not
+    # the experts. Such draws are redrawn (a few at most; the count is
+    # returned as "redraws").
+    against = ("grouped_mm",) if force else ("grouped_mm", "float64")
     for redraws in range(8):
         ids = torch.randint(0, vocab, (batch, seq), generator=g).to(device)
         labels = torch.randint(0, vocab, (batch, seq), generator=g).to(device)
@@ -343,11 +373,13 @@ def _hf_model_check(native, mine, device, batch, seq, seed, router_scale=30.0):
                           {n: p.grad.double().cpu() for n, p in model.named_parameters()
                            if p.grad is not None})
         layers = range(len(ref.model.layers))
-        if all(torch.equal(routes[name, i].cpu(), routes["float64", i].cpu())
-               for name in ("mok", "grouped_mm") for i in layers):
+        if all(torch.equal(routes["mok", i].cpu(), routes[name, i].cpu())
+               for name in against for i in layers) and all(
+                   torch.equal(routes["grouped_mm", i].cpu(), routes["float64", i].cpu())
+                   for i in layers):
             break
     else:
-        raise AssertionError("every draw of tokens had a route flip against float64")
+        raise AssertionError("every draw of tokens had a route flip between the models")
     for h in hooks:
         h.remove()
     results = {"redraws": (redraws, redraws)}
@@ -579,9 +611,17 @@ def megatron_moe_layer_check(device="cuda", tokens=256, hidden=256, inter=128,
     and backward from the same hidden states. Megatron's router needs CUDA.
     Returns {name: relative error of the mok layer against the native one}
     for the output and (`backward`) the input's and every parameter's
-    gradient. (Megatron-Core 0.16.1's router backward on the GPU names
-    Transformer Engine's te_general_gemm, undefined without TE.)"""
+    gradient.
+
+    Megatron-Core 0.16.1's router_gating_linear tests `te_general_gemm is
+    not None` in its forward and backward, but defines te_general_gemm only
+    when Transformer Engine imports: without TE every router call raises
+    NameError. Without TE the check sets it to None, the value that code
+    tests for, so Megatron's own torch.mm path runs."""
     import torch
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
     import torch.nn.functional as F
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.spec_utils import build_module
