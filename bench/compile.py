@@ -58,6 +58,14 @@ def test_layers():
     for name, case in EP_TRAIN_CASES.items():
         layers.append((name, spec_kwargs(case), compile_kwargs(case)))
         layers.append((name + "-ep1", ep_train_twin(case), compile_kwargs(case)))
+    # The "-ep1" twins of one forward and one training case compiled with
+    # self_exchange: run through a one-rank NCCL communicator
+    # (test_gpu_comm.py).
+    layers.append(("ep4_shared-self", ep1_twin(EP_CASES["ep4_shared"]),
+                   dict(compile_kwargs(EP_CASES["ep4_shared"]), self_exchange=True)))
+    layers.append(("train_ep4_shared-self", ep_train_twin(EP_TRAIN_CASES["train_ep4_shared"]),
+                   dict(compile_kwargs(EP_TRAIN_CASES["train_ep4_shared"]),
+                        self_exchange=True)))
     return layers
 
 

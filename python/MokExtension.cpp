@@ -181,6 +181,7 @@ NB_MODULE(_mok, m) {
             o.dispatch = *d;
           })
       .def_rw("multicast", &mok::CompileOptions::multicast)
+      .def_rw("self_exchange", &mok::CompileOptions::selfExchange)
       .def_rw("training", &mok::CompileOptions::training)
       .def_rw("recompute", &mok::CompileOptions::recompute)
       .def_rw("main_grads", &mok::CompileOptions::mainGrads)

@@ -22,6 +22,8 @@ _REFUSED = {
         "dispatch": "only the sm_90a target fuses the dispatch",
         "multicast": "only the sm_90a target launches clusters",
         "barrier_timeout_ms": "only GPU targets have grid barriers",
+        "self_exchange": "the CPU target's expert parallelism is a group of "
+                         "functions in one process (docs/ExpertParallel.md)",
     },
     "sm_100a": {
         "warp_specialize": "implemented for the sm_90a target (wgmma) only",
@@ -72,13 +74,18 @@ class CompileOptions:
         unbounded). A kernel whose barrier times out ends instead of
         hanging, and the call raises MokRuntimeError (status
         MOK_ERROR_TIMEOUT) naming the barrier and the CTAs that arrived.
+    self_exchange: GPU targets, for testing the exchange on one GPU: a
+        layer of ep = 1 is compiled as the one rank of an expert-parallel
+        group, its routes crossing its own symmetric buffer; it runs bound
+        to a communicator of one rank (an NCCL one, or a local group of
+        one). Slower than the ep = 1 kernel; a layer of ep > 1 ignores it.
 
     The options that change the tensor-core GEMMs (warp_specialize,
     dispatch="fused", multicast) are refused without tensor_cores and for
     the training kernels; multicast is refused with warp_specialize. By
     target (`for_target`, `ignored_by`): "cpu" refuses training,
     main_grads, profile, warp_specialize, dispatch other than "auto",
-    multicast and barrier_timeout_ms, and ignores tensor_cores and toolkit; "sm_100a" refuses
+    multicast, barrier_timeout_ms and self_exchange, and ignores tensor_cores and toolkit; "sm_100a" refuses
     warp_specialize, dispatch="fused" and multicast; "sm_90a" uses every
     option. A layer whose shapes do not fit the tiles runs scalar GEMMs,
     and the compiler then refuses the tensor-core options too, naming the
@@ -94,6 +101,7 @@ class CompileOptions:
     tensor_cores: bool = True
     toolkit: Optional[str] = None
     barrier_timeout_ms: int = 0
+    self_exchange: bool = False
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -125,6 +133,9 @@ class CompileOptions:
         if gemm and not self.tensor_cores:
             raise ValueError(f"CompileOptions.{gemm}: needs tensor-core GEMMs, and "
                              "tensor_cores is False")
+        if gemm and self.self_exchange:
+            raise ValueError(f"CompileOptions.{gemm}: not implemented with expert "
+                             "parallelism (self_exchange) yet")
         if gemm and self.training:
             raise ValueError(f"CompileOptions.{gemm}: not implemented for the training "
                              "kernels (the training forward and the backward) yet")

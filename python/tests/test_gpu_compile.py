@@ -492,3 +492,38 @@ def test_expert_parallel_recompute_is_refused_by_name(tmp_path):
                              r"with expert parallelism \(ep = 4\) yet"):
         mok.compile(spec, target="sm_90a", training=True, recompute=True,
                     cache_dir=str(tmp_path))
+
+
+def test_self_exchange_kernels_are_one_rank_of_a_group(tmp_path):
+    """self_exchange: an ep = 1 layer compiled as the one rank of a group
+    (forward and training), its exchange in the metadata, which the
+    runtime takes, refusing a call without a communicator; without the
+    option the same spec exchanges nothing. The CPU target refuses it."""
+    import numpy
+    from mok import _extensions
+    rt = _extensions.runtime()
+    spec = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, tokens=40,
+                         padding=8, shared_intermediate=16)
+    plain = mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path))
+    assert plain.metadata.get("symmetric_bytes") is None
+    art = mok.compile(spec, target="sm_90a", self_exchange=True, cache_dir=str(tmp_path))
+    train = mok.compile(spec, target="sm_100a", self_exchange=True, training=True,
+                        cache_dir=str(tmp_path))
+    for kernel in (art, train.forward, train.backward):
+        meta = kernel.metadata
+        assert meta["ep"] == 1 and meta["symmetric_bytes"] > 0
+        assert meta["recv_capacity"] == 40 * 2
+        by_role = {p["role"]: p for p in meta["params"]}
+        assert by_role["peers"]["shape"] == [1]
+        layer = rt.Layer(json.dumps(meta))
+        assert layer.ep_size == 1 and layer.symmetric_bytes == meta["symmetric_bytes"]
+        with pytest.raises(mok.MokRuntimeError, match=r"self-exchange\), but no "
+                                                       r"communicator is bound"):
+            # (the group is checked before the tensors)
+            layer.check(out=numpy.zeros((40, 64), numpy.float32))
+    with pytest.raises(ValueError, match=r"CompileOptions\.self_exchange: the CPU target"):
+        mok.compile(spec, target="cpu", self_exchange=True, cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"not implemented with expert parallelism "
+                                         r"\(ep = 1, self-exchange\) yet"):
+        mok.compile(spec, target="sm_90a", training=True, recompute=True,
+                    self_exchange=True, cache_dir=str(tmp_path))

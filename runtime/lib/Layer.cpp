@@ -344,7 +344,10 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
   if (root.get("symmetric_bytes"))
     layer->symmetricBytes = static_cast<uint64_t>(
         r.integer(root, "symmetric_bytes", "metadata", 1));
-  if (r.ok() && layer->epSize > 1 && version->number < 5)
+  // A kernel of ep = 1 may exchange too: the compiler's self-exchange plans
+  // it as the one rank of a group, bound to a communicator of one rank.
+  bool exchanges = layer->epSize > 1 || layer->symmetricBytes;
+  if (r.ok() && exchanges && version->number < 5)
     r.error = "metadata: 'ep' = " + std::to_string(layer->epSize) +
               " needs mok_metadata_version 5 (the exchange's "
               "'symmetric_bytes' and its params of roles peers, rank and "
@@ -353,9 +356,6 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
   if (r.ok() && layer->epSize > 1 && !layer->symmetricBytes)
     r.error = "metadata: a kernel for ep = " + std::to_string(layer->epSize) +
               " without 'symmetric_bytes' (the exchange buffer a rank needs)";
-  if (r.ok() && layer->epSize == 1 && layer->symmetricBytes)
-    r.error = "metadata: 'symmetric_bytes' in a kernel for ep = 1 (it "
-              "exchanges nothing)";
   // Optional (version 4): a kernel for every token count up to a capacity.
   if (root.get("any_tokens")) {
     if (const json::Value *a =
@@ -477,9 +477,10 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
                   : param.shape.empty() &&
                         param.dtype == (param.role == "rank" ? MOK_DTYPE_I32
                                                              : MOK_DTYPE_I64);
-          if (layer->epSize == 1)
+          if (!layer->symmetricBytes)
             r.error = where + ": role '" + param.role +
-                      "' in a kernel for ep = 1";
+                      "' in a kernel that exchanges nothing (ep = 1 without "
+                      "'symmetric_bytes')";
           else if (!shapeOk)
             r.error =
                 where + ": role '" + param.role + "' must be " +
@@ -493,8 +494,9 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
                       param.role + "'";
           slot = static_cast<int>(layer->params.size());
         } else if (param.role == "symmetric") {
-          if (layer->epSize == 1)
-            r.error = where + ": role 'symmetric' in a kernel for ep = 1";
+          if (!layer->symmetricBytes)
+            r.error = where + ": role 'symmetric' in a kernel that exchanges "
+                              "nothing (ep = 1 without 'symmetric_bytes')";
           else if (param.dtype != MOK_DTYPE_U8 || param.shape.size() != 1 ||
                    static_cast<uint64_t>(param.shape[0]) !=
                        layer->symmetricBytes)
@@ -529,7 +531,7 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
   if (r.ok() && layer->anyTokens && layer->tokensParam < 0)
     r.error = "metadata: a kernel for any token count without a parameter "
               "of role 'tokens'";
-  if (r.ok() && layer->epSize > 1)
+  if (r.ok() && layer->symmetricBytes)
     // (An epoch by value is optional: the compiler's kernels count their
     // launches on the device.)
     for (auto [slot, role] : {std::pair{layer->peersParam, "peers"},
@@ -923,8 +925,13 @@ static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
 /// A layer compiled for ep > 1 runs only bound to a communicator of its
 /// size (mok_layer_bind_comm).
 static mok_status checkGroupSize(mok_layer layer) {
-  if (layer->epSize == 1 || layer->comm)
+  if (!layer->symmetricBytes || layer->comm)
     return MOK_OK;
+  if (layer->epSize == 1)
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "layer: compiled to exchange through a symmetric buffer at ep "
+              "= 1 (self-exchange), but no communicator is bound (bind one "
+              "of 1 rank with mok_layer_bind_comm)";
   return Fail(MOK_ERROR_INVALID_ARGUMENT)
          << "layer: compiled for ep = " << layer->epSize
          << " (expert parallelism), but no communicator is bound (bind one of "
@@ -1511,7 +1518,7 @@ extern "C" mok_status mok_layer_bind_comm(mok_layer layer, mok_comm comm,
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "comm: on device " << comm->device
            << ", but the layer is loaded on device " << layer->device;
-  if (layer->epSize == 1) {
+  if (!layer->symmetricBytes) {
     if (buffer)
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
              << "buffer: this layer was compiled for ep = 1 and exchanges "

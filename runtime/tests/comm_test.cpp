@@ -249,6 +249,18 @@ void testExpertParallelMetadata() {
   CHECK(mok_layer_symmetric_bytes(layer, &bytes) == MOK_OK && bytes == 0);
   mok_layer_destroy(layer);
 
+  // An ep = 1 layer that exchanges (the compiler's self-exchange): its
+  // symmetric bytes, and no call without a communicator of one rank.
+  layer = nullptr;
+  CHECK(mok_layer_create(epLayer(1, 4096).c_str(), &layer) == MOK_OK);
+  CHECK(mok_layer_symmetric_bytes(layer, &bytes) == MOK_OK && bytes == 4096);
+  CHECK_FAILS(mok_layer_check(layer, nullptr, 0, nullptr),
+              MOK_ERROR_INVALID_ARGUMENT,
+              "layer: compiled to exchange through a symmetric buffer at ep = "
+              "1 (self-exchange), but no communicator is bound (bind one of 1 "
+              "rank with mok_layer_bind_comm)");
+  mok_layer_destroy(layer);
+
   // Malformed expert-parallel metadata, each refused by name.
   const std::string rank = R"(,
     {"name": "rank", "role": "rank", "dtype": "i32", "shape": []})";
@@ -271,10 +283,10 @@ void testExpertParallelMetadata() {
       {epLayer(4, 0), "metadata: 'symmetric_bytes' must be an integer >= 1"},
       {epLayer(1, 4096, 5, R"(,
     {"name": "s", "role": "workspace", "dtype": "i32", "shape": [2]})"),
-       "metadata: 'symmetric_bytes' in a kernel for ep = 1 (it exchanges "
-       "nothing)"},
+       "metadata: a kernel for ep = 1 without a parameter of role 'peers'"},
       {epLayer(1, -1, 5, rank),
-       "metadata: params[2]: role 'rank' in a kernel for ep = 1"},
+       "metadata: params[2]: role 'rank' in a kernel that exchanges nothing "
+       "(ep = 1 without 'symmetric_bytes')"},
       {epLayer(4, 64, 5, R"(,
     {"name": "peers", "role": "peers", "dtype": "i64", "shape": [2]})" + rank +
                              epochP),
@@ -309,7 +321,8 @@ void testExpertParallelMetadata() {
        "role 'symmetric' must be u8 [64]"},
       {epLayer(1, -1, 5, R"(,
     {"name": "symmetric", "role": "symmetric", "dtype": "u8", "shape": [8]})"),
-       "metadata: params[2]: role 'symmetric' in a kernel for ep = 1"},
+       "metadata: params[2]: role 'symmetric' in a kernel that exchanges "
+       "nothing (ep = 1 without 'symmetric_bytes')"},
   };
   for (auto &b : bad) {
     mok_layer l = nullptr;

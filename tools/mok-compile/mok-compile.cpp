@@ -39,7 +39,7 @@ static int usage(const char *why) {
       "       [--no-tensor-cores] [--training [--recompute] [--main-grads]]\n"
       "       [--toolkit CUDA_DIR] [--stages-dir DIR [--stages LIST]]\n"
       "       [--function NAME]... [--times] [--verify-each]\n"
-      "       [--barrier-timeout-ms N] [--cubin]\n"
+      "       [--barrier-timeout-ms N] [--self-exchange] [--cubin]\n"
       "       (--toolkit: libdevice (and ptxas); default $CUDA_HOME or\n"
       "        /usr/local/cuda;\n"
       "        --fuse-dispatch, --copy-dispatch: --dispatch fused, copy;\n"
@@ -211,6 +211,7 @@ int main(int argc, char **argv) {
                  : a == "--training"        ? &options.training
                  : a == "--recompute"       ? &options.recompute
                  : a == "--main-grads"      ? &options.mainGrads
+                 : a == "--self-exchange"   ? &options.selfExchange
                  : a == "--cubin"           ? &cubin
                                             : nullptr;
     if (flag) {

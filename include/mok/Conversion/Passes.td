@@ -191,9 +191,18 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
     rows with their routes' router weights out, each routed row's d_x and
     each route's router-weight gradient back (`mk.take_routes`).
 
+    With `self-exchange`, a layer of `ep = 1` is planned the same way, as
+    the one rank of a group of one: its routes cross its own symmetric
+    buffer through the peer table (one entry) and the epoch flags, so the
+    exchange runs on one GPU through a real one-rank communicator (NCCL's
+    window, docs/ExpertParallel.md). Its kernel is described with `ep = 1`
+    and a `symmetric_bytes`, and runs bound to a communicator of one rank.
+    It is slower than the `ep = 1` plan: it exists to test the exchange.
+
     Not supported yet, and rejected with an error: a dynamic token count
-    without a capacity; at `ep > 1`, a backward that recomputes the
-    forward and the warp-specialize, fuse-dispatch and multicast options.
+    without a capacity; at `ep > 1` or with `self-exchange`, a backward
+    that recomputes the forward and the warp-specialize, fuse-dispatch and
+    multicast options.
   }];
   let options = [
     Option<"chip", "chip", "std::string", /*default=*/"\"sm_90a\"",
@@ -228,6 +237,10 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
            "of one expert and n-tile load each weight box once for both "
            "(TMA multicast of two 128-row halves; the down projections' "
            "maps get 128-row boxes). Refused where not implemented">,
+    Option<"selfExchange", "self-exchange", "bool", /*default=*/"false",
+           "Plan ep = 1 layers as one rank of an expert-parallel group: "
+           "the routes cross the layer's own symmetric buffer (the "
+           "exchange, tested through a one-rank communicator)">,
     Option<"barrierTimeoutMs", "barrier-timeout-ms", "unsigned",
            /*default=*/"0",
            "Debugging: bound every grid barrier's wait to this many "

@@ -479,7 +479,7 @@ LogicalResult mok::moe_to_mk::planBackward(ModuleOp module, func::FuncOp func,
   const mk::TargetSupport &support = options.support;
   Sizes s = sizesOf(grad);
   SmallVector<StringRef> phases = backwardPhaseNames(grad);
-  if (grad.getPlanType().getEp() > 1)
+  if (options.exchanges(grad.getPlanType()))
     return planBackwardEP(module, func, grad, options);
   BackwardMaps tc = backwardMapsFor(ctx, s, support, options.tensorCores,
                                     grad.recomputes(), /*mayGatherDOut=*/true);

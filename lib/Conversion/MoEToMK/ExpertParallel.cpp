@@ -644,6 +644,7 @@ LogicalResult mok::moe_to_mk::planForwardEP(ModuleOp module, func::FuncOp func,
   PlanType plan = layer.getPlanType();
   EPKernel k{sizesOf(layer), plan.getExperts(), plan.getReceiveCapacity()};
   Sizes &s = k.s;
+  s.maxRoutes = k.capacity; // (sizesOf sets it at ep > 1 only)
   if (failed(layoutSymmetric(layer, k, /*backward=*/false)))
     return failure();
 
@@ -677,6 +678,7 @@ LogicalResult mok::moe_to_mk::planBackwardEP(ModuleOp module, func::FuncOp func,
   const mk::TargetSupport &support = options.support;
   PlanType plan = grad.getPlanType();
   EPKernel k{sizesOf(grad), plan.getExperts(), plan.getReceiveCapacity()};
+  k.s.maxRoutes = k.capacity; // (sizesOf sets it at ep > 1 only)
   if (failed(layoutSymmetric(grad, k, /*backward=*/true)))
     return failure();
   // d_out's rows arrive in the symmetric buffer, which has no tensor map:

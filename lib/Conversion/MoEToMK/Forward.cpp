@@ -336,7 +336,7 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
 LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
                                           LayerOp layer,
                                           const PlanOptions &options) {
-  if (layer.getPlanType().getEp() > 1)
+  if (options.exchanges(layer.getPlanType()))
     return planForwardEP(module, func, layer, options);
   MLIRContext *ctx = module.getContext();
   const mk::TargetSupport &support = options.support;

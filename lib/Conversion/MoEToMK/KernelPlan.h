@@ -369,17 +369,26 @@ struct PlanOptions {
       multicast;
   /// Bounded grid barriers (debugging): 0 = unbounded.
   unsigned barrierTimeoutMs = 0;
+  /// ep = 1 layers planned as a group of one rank (self-exchange).
+  bool selfExchange = false;
+
+  /// Whether `plan`'s layer runs the exchange: ep > 1, or self-exchange.
+  bool exchanges(moe::PlanType plan) const {
+    return plan.getEp() > 1 || selfExchange;
+  }
 };
 
 /// Plans `layer` (the body of `func`) as the kernel `<func>_forward` in a
 /// new gpu.module of `module`; fails with a diagnostic.
 mlir::LogicalResult planForward(mlir::ModuleOp module, mlir::func::FuncOp func,
                                 moe::LayerOp layer, const PlanOptions &options);
-/// An expert-parallel (ep > 1) inference forward (ExpertParallel.cpp).
+/// An expert-parallel (ep > 1, or self-exchange) forward
+/// (ExpertParallel.cpp).
 mlir::LogicalResult planForwardEP(mlir::ModuleOp module,
                                   mlir::func::FuncOp func, moe::LayerOp layer,
                                   const PlanOptions &options);
-/// An expert-parallel (ep > 1) backward (ExpertParallel.cpp).
+/// An expert-parallel (ep > 1, or self-exchange) backward
+/// (ExpertParallel.cpp).
 mlir::LogicalResult planBackwardEP(mlir::ModuleOp module,
                                    mlir::func::FuncOp func,
                                    moe::LayerGradOp grad,

@@ -97,14 +97,16 @@ struct ConvertMoEToMKPass
       // Expert parallelism: the forward (inference or training) and the
       // backward, with the GEMMs' default schedules
       // (docs/ExpertParallel.md).
-      if (plan.getEp() != 1) {
+      if (plan.getEp() != 1 || selfExchange) {
+        std::string group = "(ep = " + std::to_string(plan.getEp()) +
+                            (plan.getEp() == 1 ? ", self-exchange)" : ")");
         auto grad = dyn_cast<LayerGradOp>(op);
         if (grad && grad.recomputes()) {
           op->emitError() << "convert-moe-to-mk: a backward that recomputes "
                              "the forward is not implemented with expert "
-                             "parallelism (ep = "
-                          << plan.getEp()
-                          << ") yet; save the forward's context instead";
+                             "parallelism "
+                          << group
+                          << " yet; save the forward's context instead";
           return WalkResult::interrupt();
         }
         if (warpSpecialize || fuseDispatch || multicast) {
@@ -113,8 +115,7 @@ struct ConvertMoEToMKPass
                               : fuseDispatch ? "fuse-dispatch"
                                              : "multicast")
                           << " is not implemented with expert parallelism "
-                             "(ep = "
-                          << plan.getEp() << ") yet";
+                          << group << " yet";
           return WalkResult::interrupt();
         }
       }
@@ -168,7 +169,8 @@ struct ConvertMoEToMKPass
                         fuseDispatch,
                         copyDispatch,
                         multicast,
-                        barrierTimeoutMs};
+                        barrierTimeoutMs,
+                        selfExchange};
     for (auto [func, layer] : layers)
       if (failed(planForward(module, func, layer, options)))
         return signalPassFailure();

@@ -58,6 +58,7 @@ static mok::ConvertMoEToMKOptions moeToMKOptions(const mok::CompileOptions &o) {
   options.copyDispatch = o.dispatch == mok::Dispatch::Copy;
   options.multicast = o.multicast;
   options.barrierTimeoutMs = o.barrierTimeoutMs;
+  options.selfExchange = o.selfExchange;
   return options;
 }
 
@@ -176,6 +177,11 @@ struct MoEToPTXOptions : public PassPipelineOptions<MoEToPTXOptions> {
       llvm::cl::desc("sm_90a: clusters of 2 CTAs sharing weight boxes by "
                      "TMA multicast (convert-moe-to-mk's multicast)"),
       llvm::cl::init(false)};
+  Option<bool> selfExchange{
+      *this, "self-exchange",
+      llvm::cl::desc("ep = 1 layers as a group of one rank, through the "
+                     "exchange (convert-moe-to-mk's self-exchange)"),
+      llvm::cl::init(false)};
 };
 } // namespace
 
@@ -194,6 +200,7 @@ void mok::registerMoEToPTXPipeline() {
         moeToMK.fuseDispatch = textual.fuseDispatch;
         moeToMK.copyDispatch = textual.copyDispatch;
         moeToMK.multicast = textual.multicast;
+        moeToMK.selfExchange = textual.selfExchange;
         addMoEToMK(pm, moeToMK);
         CompileOptions options;
         options.chip = textual.chip;

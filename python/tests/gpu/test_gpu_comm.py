@@ -255,56 +255,86 @@ def test_local_group_of_four_layers_store_into_each_other():
         b.free()
 
 
+
 def test_layers_through_one_rank_nccl_communicator():
-    """unique id -> init -> window registration -> layers through it. A
-    layer of ep = 1 (hand-written kernel) bound to a real NCCL communicator
-    of one rank: its exchange buffer is NCCL's (ncclMemAlloc, registered as
-    a window) and its launch stores its epoch through NCCL's peer table into
-    that buffer. Then a compiled MoE layer (tensor cores, a shared expert)
-    bound to the same communicator: bitwise the unbound layer's output, and
-    within 1e-2 of float64, outputs poisoned first."""
+    """unique id -> init -> window registration -> the layer through it.
+    Layers compiled with self_exchange (ep = 1 planned as the one rank of
+    an expert-parallel group: every route crosses the exchange) bound to a
+    real NCCL communicator of one rank: their exchange buffers are NCCL's
+    (ncclMemAlloc, registered as windows), and the kernels store counts,
+    rows and results through NCCL's peer table and wait on its epoch
+    flags. The forward (tensor cores, a shared expert) and the training
+    forward + backward are bitwise the ep = 1 layers' and within 1e-2 of
+    float64, outputs poisoned first, over repeated calls (new epochs). An
+    ep = 1 layer bound to the communicator runs as without one."""
     import torch
     from bench import torch_reference
-    from bench.cases import EP_CASES, ep1_twin
-    from gpu_layers import forward_artifact, fresh_seed
+    from bench.cases import EP_CASES, EP_TRAIN_CASES, ep1_twin, ep_train_twin
+    from gpu_layers import forward_artifact, fresh_seed, training_artifact
     torch.cuda.init()
     comm = mok.Communicator.from_unique_id(mok.Communicator.unique_id(), 1, 0, 0)
     assert comm.nccl_comm and comm.size == 1
-    art = mok.GpuArtifact(_ep_kernel(1), _ep_metadata(1))
-    layer = art.load(comm=comm)
-    assert layer.comm is comm and layer.exchange.bytes == 4096
-    table = layer.exchange.peers()
-    assert len(table) == 1 and table[0]
-    mine = _alias(layer.exchange.address, 1, torch)
-    assert int(mine[0]) == 0  # zeroed
-    x = torch.zeros(4, 64, dtype=torch.bfloat16, device="cuda")
-    for step in (1, 2, 3):
-        layer(x)
-        torch.cuda.synchronize()
-        assert int(mine[0]) == step and layer.epoch == step
-
-    c = dict(ep1_twin(EP_CASES["ep4_shared"]), experts=EP_CASES["ep4_shared"]["experts"])
-    moe = forward_artifact("ep4_shared-ep1")
-    through = moe.load(comm=comm, poison_outputs=True)
-    assert through.comm is comm and through.symmetric_bytes == 0
-    unbound = moe.load(poison_outputs=True)
     gen = torch.Generator().manual_seed(fresh_seed())
-    for _ in range(2):
+
+    # The forward.
+    c = dict(EP_CASES["ep4_shared"], **ep1_twin(EP_CASES["ep4_shared"]))
+    selfx = forward_artifact("ep4_shared-self")
+    with pytest.raises(mok.MokRuntimeError, match="self-exchange"):
+        selfx.load(poison_outputs=True)  # no communicator
+    through = selfx.load(comm=comm, poison_outputs=True)
+    assert through.comm is comm and through.ep_group[0] == 1
+    assert through.symmetric_bytes > 0
+    assert through.exchange.bytes >= through.symmetric_bytes
+    assert len(through.exchange.peers()) == 1 and through.exchange.peers()[0]
+    plain = forward_artifact("ep4_shared-ep1")
+    plain_bound = plain.load(comm=comm, poison_outputs=True)
+    assert plain_bound.symmetric_bytes == 0 and plain_bound.exchange is None
+    unbound = plain.load(poison_outputs=True)
+    for call in range(3):
         inputs = torch_reference.make_inputs(c, gen, tokens=c["tokens"])
         out = through(**inputs)
+        out_plain = plain_bound(**inputs)
         expected = unbound(**inputs)
         torch.cuda.synchronize()
         through.check_errors()
-        assert not torch.isnan(out).any()
-        assert torch.equal(out, expected)
+        assert not torch.isnan(out).any(), f"call {call}: NaN (unwritten rows?)"
+        assert torch.equal(out, expected), f"call {call}: differs from the ep = 1 layer"
+        assert torch.equal(out_plain, expected)
         ref64 = torch_reference.forward(inputs, c["experts"], c.get("swiglu_limit"))
         rel = torch_reference.relative_error(out, ref64)
-        assert rel <= 1e-2, f"relative error {rel:.3e}"
+        assert rel <= 1e-2, f"call {call}: relative error {rel:.3e}"
+    assert through.epoch == 3
+
+    # Training: the forward with its context, then the backward.
+    t = dict(EP_TRAIN_CASES["train_ep4_shared"],
+             **ep_train_twin(EP_TRAIN_CASES["train_ep4_shared"]))
+    trainer = training_artifact("train_ep4_shared-self").load(comm=comm, poison_outputs=True)
+    reference = training_artifact("train_ep4_shared-ep1").load(poison_outputs=True)
+    for call in range(2):
+        inputs = torch_reference.make_inputs(t, gen, tokens=t["tokens"])
+        d_out = torch.randn(t["tokens"], t["hidden"], generator=gen).to(torch.bfloat16).cuda()
+        out, ctx = trainer.forward(**inputs)
+        grads = trainer.backward(ctx, d_out)
+        out1, ctx1 = reference.forward(**inputs)
+        grads1 = reference.backward(ctx1, d_out)
+        torch.cuda.synchronize()
+        trainer.check_errors()
+        assert torch.equal(out, out1), f"training call {call}: out differs from ep = 1"
+        ref64 = torch_reference.backward(inputs, d_out, t["experts"], t.get("swiglu_limit"))
+        for name, want in grads1.items():
+            got = grads[name]
+            assert not torch.isnan(got).any(), f"training call {call}: NaN in d_{name}"
+            assert torch.equal(got, want), f"training call {call}: d_{name} differs from ep = 1"
+            if name in ref64:
+                rel = torch_reference.relative_error(got, ref64[name])
+                assert rel <= 1e-2, f"training call {call}: d_{name} relative error {rel:.3e}"
+
+    layers = (through, plain_bound, trainer)
     with pytest.raises(mok.MokRuntimeError, match="layer"):
         comm.destroy()  # layers are bound to it
-    for bound in (layer, through):
+    for bound in layers:
         bound.bind_comm(None)
-    del layer, through
+    del layers, through, plain_bound, trainer
     import gc
     gc.collect()
     comm.destroy()

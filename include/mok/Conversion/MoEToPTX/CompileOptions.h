@@ -64,6 +64,10 @@ struct CompileOptions {
   /// milliseconds (0: unbounded); a barrier that times out is reported by
   /// the runtime after the call instead of hanging (barrier-timeout-ms).
   unsigned barrierTimeoutMs = 0;
+  /// For testing the exchange on one GPU: ep = 1 layers planned as the
+  /// one rank of an expert-parallel group, run bound to a communicator of
+  /// one rank (self-exchange).
+  bool selfExchange = false;
 
   /// Empty when the options can be compiled; otherwise why not, naming the
   /// options by their pass-option spelling (e.g. "multicast is implemented
