@@ -47,20 +47,22 @@ def automodel_config(dim=256, inter=256, experts=8, topk=2, swiglu_limit=0.0):
                      norm_topk_prob=False, swiglu_limit=swiglu_limit, dtype=torch.bfloat16)
 
 
-def automodel_backend(dispatcher):
+def automodel_backend(dispatcher, precision="bf16"):
     from nemo_automodel.components.models.common import BackendConfig
+    from nemo_automodel.components.moe.mok_experts import MoKBackendConfig
     return BackendConfig(attn="sdpa", linear="torch", rms_norm="torch", rope_fusion=False,
-                         experts="torch", dispatcher=dispatcher)
+                         experts="torch", dispatcher=dispatcher,
+                         mok=MoKBackendConfig(precision=precision))
 
 
-def automodel_mok_experts(config, group, device):
+def automodel_mok_experts(config, group, device, precision="bf16"):
     """AutoModel's own GroupedExpertsMoK (from its wheel) driven on one
     rank: its runtime is given the built MoKConfig and `group` directly,
     because GroupedExpertsMoK.init_token_dispatcher (and MoE with
     dispatcher='mok') insist on an EP mesh of 4 to 64 ranks."""
     from nemo_automodel.components.moe import mok_experts
     mok_experts._load_mok_functional()  # what initialize() does first (imports mok)
-    experts = mok_experts.GroupedExpertsMoK(config, automodel_backend("mok")).to(device)
+    experts = mok_experts.GroupedExpertsMoK(config, automodel_backend("mok", precision)).to(device)
     experts.runtime.config = experts.runtime.mok_config.build()
     experts.runtime.ep_group = group
     return experts
@@ -172,6 +174,81 @@ def automodel_experts_check(device="cpu", tokens=64, dim=256, inter=256, experts
     for name, (got_mok, got_native) in pairs.items():
         result[name] = (err(got_mok.cpu(), grads[name]), err(got_native.cpu(), grads[name]))
     return result
+
+
+def automodel_mxfp8_check(tokens=40, dim=256, inter=256, experts=4, topk=2, swiglu_limit=0.0,
+                          drop=0.1, seed=0):
+    """AutoModel's GroupedExpertsMoK with ``precision: mxfp8`` on the CPU
+    target: its own MXFP8 weight cache (mok.ops.mxfp8_quantize, both
+    layouts) and its tuples through mok.functional, against mok's
+    precision="mxfp8" layer compiled directly and run on the bf16 weights
+    (the layer quantizing them itself). Returns {name: (the AutoModel
+    module's value, the direct layer's)} as float64 numpy arrays for the
+    output and every gradient, which must be bitwise equal; and the same
+    for the module with ``precision: bf16`` under "bf16:<name>"."""
+    import numpy as np
+    import torch
+
+    import mok
+    torch.manual_seed(seed)
+    config = automodel_config(dim, inter, experts, topk, swiglu_limit)
+    dev = torch.device("cpu")
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(tokens, dim, generator=g).to(torch.bfloat16)
+    idx = torch.stack([torch.randperm(experts, generator=g)[:topk] for _ in range(tokens)])
+    idx = idx.masked_fill(torch.rand(tokens, topk, generator=g) < drop, -1)
+    rw = torch.rand(tokens, topk, generator=g)
+    d_out = torch.randn(tokens, dim, generator=g).to(torch.bfloat16)
+    shared = [(torch.randn(shape, generator=g) * shape[1] ** -0.5).to(torch.bfloat16)
+              for shape in ((inter, dim), (inter, dim), (dim, inter))]
+    results = {}
+    with one_rank_group() as group:
+        modules = {p: automodel_mok_experts(config, group, dev, p) for p in ("mxfp8", "bf16")}
+        with torch.no_grad():
+            for name, p in modules["mxfp8"].named_parameters():
+                p.copy_(torch.randn(p.shape, generator=g) * p.shape[-1] ** -0.5)
+        modules["bf16"].load_state_dict(modules["mxfp8"].state_dict())
+        runs = {}
+        for precision, module in modules.items():
+            xi = x.clone().requires_grad_(True)
+            rwi = rw.clone().requires_grad_(True)
+            sh = [w.clone().requires_grad_(True) for w in shared]
+            y = module(xi, rwi, idx, *sh)
+            y.backward(d_out)
+            runs[precision] = {
+                "output": y.detach(), "x": xi.grad, "router_weights": rwi.grad,
+                "gate_weights": module.routed_gate_weights.grad,
+                "up_weights": module.routed_up_weights.grad,
+                "down_weights": module.routed_down_weights.grad,
+                "shared_gate_weights": sh[0].grad, "shared_up_weights": sh[1].grad,
+                "shared_down_weights": sh[2].grad}
+        mx = modules["mxfp8"]
+        weights = {"gate_weights": mx.routed_gate_weights, "up_weights": mx.routed_up_weights,
+                   "down_weights": mx.routed_down_weights}
+
+    def bits(t):
+        return t.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
+
+    spec = mok.LayerSpec(hidden=dim, intermediate=inter, experts=experts, top_k=topk,
+                         padding=32, shared_intermediate=inter, precision="mxfp8",
+                         swiglu_limit=swiglu_limit or None)
+    layer = mok.compile(spec, target="cpu")
+    args = dict(x=bits(x), top_experts=idx.to(torch.int32).numpy(),
+                router_weights=rw.numpy(), **{n: bits(w) for n, w in weights.items()},
+                shared_gate_weights=bits(shared[0]), shared_up_weights=bits(shared[1]),
+                shared_down_weights=bits(shared[2]))
+    out, ctx = layer.forward(**args)
+    grads = layer.backward(ctx, bits(d_out))
+    direct = {"output": out, **grads}
+
+    def as64(v):
+        if isinstance(v, torch.Tensor):
+            v = bits(v) if v.dtype == torch.bfloat16 else v.detach().numpy()
+        return (mok.bf16_to_float32(v) if v.dtype == np.uint16 else v).astype(np.float64)
+    for name, want in direct.items():
+        results[name] = (as64(runs["mxfp8"][name]), as64(want))
+        results["bf16:" + name] = (as64(runs["bf16"][name]), as64(want))
+    return results
 
 
 def automodel_moe_check(device="cpu", tokens=96, dim=256, inter=256, experts=8, topk=2,
@@ -666,5 +743,5 @@ def megatron_moe_layer_check(device="cuda", tokens=256, hidden=256, inter=128,
 
 
 __all__ = ["REL_BOUND", "automodel_experts_check", "automodel_init_parity",
-           "automodel_moe_check", "deepseek_v3_pair", "hf_deepseek_v3_check", "hf_experts_check", "hf_qwen3_check", "hf_qwen3_training", "qwen3_moe_pair",
+           "automodel_moe_check", "automodel_mxfp8_check", "deepseek_v3_pair", "hf_deepseek_v3_check", "hf_experts_check", "hf_qwen3_check", "hf_qwen3_training", "qwen3_moe_pair",
            "megatron_check", "megatron_moe_layer_check", "toy_corpus"]

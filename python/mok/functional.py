@@ -40,6 +40,16 @@ process group, one GPU each) compiles one rank's kernels for ``ep = N``
 (docs/ExpertParallel.md) and binds them to the group's NCCL communicator;
 the CPU target runs N > 1 only as an in-process group (mok.compile), not
 across processes, and refuses it here by name.
+
+MXFP8 (AutoModel's ``precision: mxfp8``): the routed weights come as the
+tuples of ``mok.ops.mxfp8_quantize`` (forward: ``(values, scales)`` of
+the normal layout; backward: gate and up ``(values, scales, values_T,
+scales_T)``, down ``(values_T, scales_T)``), and the layer is mok's
+``precision="mxfp8"`` layer (docs/FP8.md): the forward's GEMMs read the
+normal layouts, the backward's data gradients the transposed ones,
+exactly as that layer quantizes the bf16 weights they came from. The CPU
+target runs it; the GPU targets have no FP8 kernels yet and refuse the
+tuples by name.
 """
 import atexit
 import dataclasses
@@ -52,6 +62,7 @@ import torch
 from ._comm import Communicator
 from ._compile import compile as _compile
 from ._spec import DEFAULT_MAX_TOKENS, LayerSpec
+from .ops import mxfp8_dequantize
 from .torch import _run_backward, _run_forward
 
 __all__ = ["MoKConfig", "MoKForwardContext", "MoKSchedule", "MoKWorkspace", "backward",
@@ -288,7 +299,8 @@ def _reads_views(layer):
     return layer._forward._param("gate_weights").get("access") == "tensor_maps"
 
 
-def _spec(workspace, local_experts, inter, shared_inter, swiglu_limit, id_dtype):
+def _spec(workspace, local_experts, inter, shared_inter, swiglu_limit, id_dtype,
+          precision="bf16"):
     ws = workspace
     max_tokens = recv = None
     if ws.target != "cpu":
@@ -301,9 +313,10 @@ def _spec(workspace, local_experts, inter, shared_inter, swiglu_limit, id_dtype)
     return LayerSpec(hidden=ws.hidden, intermediate=inter, experts=local_experts * ws.ep,
                      top_k=ws.topk, tokens=None, shared_intermediate=shared_inter,
                      swiglu_limit=swiglu_limit,
-                     padding=1 if ws.target == "cpu" else 128, ep=ws.ep,
+                     padding=(32 if precision == "mxfp8" else 1) if ws.target == "cpu"
+                     else 128, ep=ws.ep,
                      expert_id_dtype="int64" if id_dtype == torch.int64 else "int32",
-                     max_tokens=max_tokens, recv_capacity=recv)
+                     max_tokens=max_tokens, recv_capacity=recv, precision=precision)
 
 
 def _layer(workspace, spec):
@@ -338,7 +351,47 @@ def _swiglu_limit(v):
     return float(v)
 
 
-def _call(workspace, schedule, x, router_weights, shared, routed, swiglu_limit):
+_ROUTED = ("routed_gate_weights", "routed_up_weights", "routed_down_weights")
+
+
+def _mxfp8_routed(workspace, routed, phase):
+    """The bf16 routed weights [E, I, H], [E, I, H], [E, H, I] that the
+    MXFP8 tuples `routed` dequantize to: the normal layouts (`phase`
+    "forward") or the transposed ones, transposed back ("backward"), each
+    exact in bf16, so that the mxfp8 layer quantizing them again reads the
+    same operands (mok.ops.mxfp8_dequantize)."""
+    ws = workspace
+    if ws.target != "cpu":
+        raise NotImplementedError(
+            f"{_ROUTED[0]}: MXFP8 weight tuples (precision='mxfp8') run on the CPU target "
+            f"only: mok's {ws.target} kernels are bf16 and have no FP8 GEMMs yet "
+            "(docs/FP8.md); use precision='bf16'")
+    if not all(isinstance(w, tuple) for w in routed):
+        plain = [n for n, w in zip(_ROUTED, routed) if not isinstance(w, tuple)]
+        raise TypeError(f"{', '.join(plain)}: expected MXFP8 tuples like the other routed "
+                        "weights (mok.ops.mxfp8_quantize), got a tensor")
+    want = (2, 2, 2) if phase == "forward" else (4, 4, 2)
+    out = []
+    for name, w, n in zip(_ROUTED, routed, want):
+        if len(w) != n:
+            layout = ("(values, scales)" if phase == "forward" else
+                      "(values, scales, values_T, scales_T)" if n == 4 else
+                      "(values_T, scales_T)")
+            raise ValueError(f"{name}: expected an MXFP8 tuple of {n} tensors {layout} in "
+                             f"{phase}, got {len(w)}")
+        for t in w:
+            if not isinstance(t, torch.Tensor) or t.device != ws.device:
+                raise ValueError(f"{name}: expected MXFP8 tensors on {ws.device} (the "
+                                 f"workspace's device), got "
+                                 f"{getattr(t, 'device', type(t).__name__)}")
+        values, scales = w[:2] if phase == "forward" else w[-2:]
+        dense = mxfp8_dequantize(values, scales, name)
+        out.append(dense if phase == "forward" else dense.transpose(-1, -2).contiguous())
+    return out
+
+
+def _call(workspace, schedule, x, router_weights, shared, routed, swiglu_limit,
+          phase="forward"):
     """(layer, argument names, tensors in the layer's order) of one call,
     every tensor checked against the workspace and the others."""
     ws = workspace
@@ -350,8 +403,12 @@ def _call(workspace, schedule, x, router_weights, shared, routed, swiglu_limit):
     _check("router_weights", router_weights, (torch.float32,), (T, k), dev)
     top = schedule.top_experts
     _check("schedule.top_experts", top, (torch.int32, torch.int64), (T, k), dev)
+    precision = "bf16"
+    if any(isinstance(w, tuple) for w in routed):
+        routed = _mxfp8_routed(ws, routed, phase)
+        precision = "mxfp8"
     gate, up, down = routed
-    names = ("routed_gate_weights", "routed_up_weights", "routed_down_weights")
+    names = _ROUTED
     if isinstance(gate, tuple) or not isinstance(gate, torch.Tensor) or gate.dim() != 3:
         _check(names[0], gate, (torch.bfloat16,), ("E_local", "I", H), dev)
     e, inter = gate.shape[0], gate.shape[1]
@@ -373,7 +430,7 @@ def _call(workspace, schedule, x, router_weights, shared, routed, swiglu_limit):
         _check("shared_up_weights", s_up, (torch.bfloat16,), (shared_inter, H), dev)
         _check("shared_down_weights", s_down, (torch.bfloat16,), (H, shared_inter), dev)
         weights += [s_gate, s_up, s_down]
-    spec = _spec(ws, e, inter, shared_inter, _swiglu_limit(swiglu_limit), top.dtype)
+    spec = _spec(ws, e, inter, shared_inter, _swiglu_limit(swiglu_limit), top.dtype, precision)
     layer = _layer(ws, spec)
     return layer, list(layer.arg_names), [x, top, router_weights, *weights]
 
@@ -412,7 +469,8 @@ def backward(config, workspace, schedule, forward_context, grad_output, x, route
     layer, names, values = _call(
         workspace, schedule, x, router_weights,
         (shared_gate_weights, shared_up_weights, shared_down_weights),
-        (routed_gate_weights, routed_up_weights, routed_down_weights), swiglu_limit)
+        (routed_gate_weights, routed_up_weights, routed_down_weights), swiglu_limit,
+        phase="backward")
     _check("grad_output", grad_output, (torch.bfloat16,), (workspace.tokens, workspace.hidden),
            workspace.device)
     saved = tuple(forward_context.saved)

@@ -1,19 +1,123 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""mok.ops: the weight-quantization entry points NeMo AutoModel's MoK
-backend calls for ``precision: mxfp8``.
+"""mok.ops: the tensor operations NeMo AutoModel's MoK backend calls for
+``precision: mxfp8``.
 
-mok has bf16 experts only: MXFP8 (E4M3 data, one E8M0 scale per 32
-elements) is not implemented yet, so ``mxfp8_quantize`` raises
-NotImplementedError naming it. AutoModel calls it only with
-``precision="mxfp8"``; ``precision="bf16"`` (its default) never does.
+``mxfp8_quantize(w, normal, transposed)`` quantizes a bf16 routed weight
+[E, rows, cols] to MXFP8 (E4M3 data, one E8M0 scale per 32 consecutive
+elements of a row), in the normal layout (blocks along ``cols``) and/or the
+transposed one (the quantization of ``w.transpose(-1, -2)``: [E, cols,
+rows], blocks along ``rows``), with moe.quantize's exact rules
+(docs/FP8.md): scale exponent ``e = max(ceil(log2(amax / 448)), -127)``,
+stored as the byte ``e + 127``; elements ``E4M3(x * 2^-e)`` rounded to
+nearest even; a block holding a NaN or an infinity gets the scale byte
+0xFF and NaN elements. It runs where ``w`` is (CPU or CUDA, torch
+operations, no compile) and is bit-exact to ``mok.fp8.quantize``.
+
+The layouts are mok's (AutoModel treats them as opaque): values
+``torch.float8_e4m3fn`` of the quantized matrix's shape, scales ``uint8``
+[E, rows', cols' / 32] in the same row order. mok.functional takes the
+tuples in place of the routed weights: ``(values, scales)`` of the normal
+layout in ``forward``; in ``backward`` gate and up as ``(values, scales,
+values_T, scales_T)`` and down as ``(values_T, scales_T)``.
 """
+import torch
 
-__all__ = ["mxfp8_quantize"]
+__all__ = ["mxfp8_dequantize", "mxfp8_quantize"]
+
+BLOCK = 32
+_E4M3_MAX = 448.0
+
+
+def _quantize_rows(w):
+    """(values float8_e4m3fn, scales uint8) of `w` [..., cols], blocks of
+    32 along the last dimension."""
+    x = w.float().reshape(*w.shape[:-1], w.shape[-1] // BLOCK, BLOCK)
+    finite = torch.isfinite(x).all(dim=-1)
+    amax = torch.where(finite, x.abs().amax(dim=-1), torch.zeros((), device=x.device))
+    # amax = m * 2^p, m in [0.5, 1): amax / 448 = (2m / 1.75) * 2^(p - 9),
+    # so ceil(log2(amax / 448)) = p - 9, plus one where 2m > 1.75.
+    mantissa, exponent = torch.frexp(amax)
+    e = exponent - 9 + (mantissa > 0.875).to(exponent.dtype)
+    e = torch.where(amax == 0, torch.full_like(e, -127), e).clamp(min=-127)
+    # x * 2^-e is exact (a power of two; where it would leave f32's normal
+    # range the value is far below E4M3's smallest and rounds to zero), and
+    # at most 448, so the conversion's one rounding is E4M3's, saturation
+    # never needed.
+    scaled = torch.ldexp(x, (-e).unsqueeze(-1).to(torch.float32))
+    codes = scaled.to(torch.float8_e4m3fn).view(torch.uint8)
+    nan = (torch.signbit(x).to(torch.uint8) << 7) | 0x7F
+    codes = torch.where(finite.unsqueeze(-1), codes, nan)
+    scales = torch.where(finite, (e + 127).to(torch.uint8),
+                         torch.full_like(e, 0xFF, dtype=torch.uint8))
+    return codes.reshape(w.shape).view(torch.float8_e4m3fn), scales
+
+
+def _check_weight(weight):
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight: expected a bf16 tensor [E, rows, cols], got "
+                        f"{type(weight).__name__}")
+    if weight.dtype != torch.bfloat16 or weight.dim() != 3:
+        raise ValueError(f"weight: expected a bf16 tensor [E, rows, cols], got "
+                         f"{str(weight.dtype).replace('torch.', '')} of shape "
+                         f"{list(weight.shape)}")
+    for axis, name in ((1, "rows"), (2, "cols")):
+        if weight.shape[axis] % BLOCK:
+            raise ValueError(f"weight: {name} = {weight.shape[axis]} is not a multiple of "
+                             f"{BLOCK} (an MXFP8 block is 32 elements, along cols in the "
+                             f"normal layout and along rows in the transposed one)")
 
 
 def mxfp8_quantize(weight, normal=True, transposed=False):
-    """MXFP8 quantization of a bf16 weight [E, rows, cols], in the normal
-    and/or transposed layout. Not supported: raises NotImplementedError."""
-    raise NotImplementedError(
-        "mok.ops.mxfp8_quantize: mok has no MXFP8 experts yet (precision='mxfp8'); "
-        "use precision='bf16'")
+    """(values, scales, values_T, scales_T) of the bf16 routed weight
+    `weight` [E, rows, cols]: the normal layout (values float8_e4m3fn
+    [E, rows, cols], scales uint8 [E, rows, cols / 32]) if `normal`, the
+    transposed one (values [E, cols, rows], scales [E, cols, rows / 32])
+    if `transposed`; None for a layout not asked for. Nothing of `weight`
+    is modified."""
+    _check_weight(weight)
+    for name, flag in (("normal", normal), ("transposed", transposed)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected True or False, got {flag!r}")
+    if not (normal or transposed):
+        raise ValueError("normal, transposed: both False; ask for at least one layout")
+    with torch.no_grad():
+        out = (None, None)
+        if normal:
+            out = _quantize_rows(weight.contiguous())
+        if transposed:
+            return out + _quantize_rows(weight.transpose(-1, -2).contiguous())
+        return out + (None, None)
+
+
+def mxfp8_dequantize(values, scales, name="weight"):
+    """bf16 [..., rows, cols] of MXFP8 `values` (float8_e4m3fn) and their
+    `scales` (uint8 [..., rows, cols / 32]): each element value * 2^(s -
+    127) multiplied in f32, rounded to bf16 (moe.dequantize's rule; a NaN
+    scale byte 0xFF gives NaN). For every block whose scale exponent s -
+    127 is at least -124 (amax above about 1e-35) the product is exact in
+    bf16, and quantizing the result again dequantizes to the same values
+    (its scale one lower, the codes doubled, where a block's largest value
+    rounded down to 224 * 2^e). `name` names the tuple in errors."""
+    if not isinstance(values, torch.Tensor) or values.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"{name}: expected MXFP8 values (a float8_e4m3fn tensor), got "
+                        f"{getattr(values, 'dtype', type(values).__name__)}")
+    if values.dim() < 2 or values.shape[-1] % BLOCK:
+        raise ValueError(f"{name}: MXFP8 values of shape {list(values.shape)}: expected "
+                         f"[..., rows, cols] with cols a multiple of {BLOCK}")
+    want = [*values.shape[:-1], values.shape[-1] // BLOCK]
+    if (not isinstance(scales, torch.Tensor) or scales.dtype != torch.uint8
+            or list(scales.shape) != want):
+        got = (f"{str(scales.dtype).replace('torch.', '')} of shape {list(scales.shape)}"
+               if isinstance(scales, torch.Tensor) else type(scales).__name__)
+        raise ValueError(f"{name}: expected MXFP8 scales uint8 {want} beside values of shape "
+                         f"{list(values.shape)}, got {got}")
+    if scales.device != values.device:
+        raise ValueError(f"{name}: scales on {scales.device}, values on {values.device}")
+    with torch.no_grad():
+        v = values.float().reshape(*want, BLOCK)
+        s = scales.to(torch.int32) - 127
+        w = torch.ldexp(v, s.unsqueeze(-1).to(torch.float32)).to(torch.bfloat16)
+        # A NaN scale: bf16's quiet NaN 0x7FC0, as moe.dequantize gives.
+        nan = torch.full_like(w.view(torch.int16), 0x7FC0)
+        bits = torch.where((scales == 0xFF).unsqueeze(-1), nan, w.view(torch.int16))
+        return bits.view(torch.bfloat16).reshape(values.shape)

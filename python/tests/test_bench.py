@@ -188,8 +188,12 @@ def test_compile_lists_every_test_layer_once():
                           | {n + "-profile" for n in comp.PROFILED}
                           | set(cases.EP_CASES) | {n + "-ep1" for n in cases.EP_CASES}
                           | set(cases.EP_TRAIN_CASES)
-                          | {n + "-ep1" for n in cases.EP_TRAIN_CASES})
+                          | {n + "-ep1" for n in cases.EP_TRAIN_CASES}
+                          | {"ep4_shared-self", "train_ep4_shared-self"})
     by_name = {n: (spec, options) for n, spec, options in layers}
+    for name in ("ep4_shared-self", "train_ep4_shared-self"):
+        assert by_name[name][1]["self_exchange"] is True
+        assert by_name[name][0] == by_name[name.replace("-self", "-ep1")][0]
     assert by_name["top1_clamp-profile"][1]["profile"] is True
     assert by_name["train_top1_clamp"][1]["training"] is True
     assert by_name["maingrad_shared_tall"][1]["main_grads"] is True

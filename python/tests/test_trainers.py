@@ -10,11 +10,13 @@ import dataclasses
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import mok.functional as F  # noqa: E402
+import mok.fp8  # noqa: E402
 import mok.ops  # noqa: E402
 from bench import trainer_checks as checks  # noqa: E402
 from cpu_results import SEED  # noqa: E402
@@ -170,7 +172,8 @@ def test_errors_name_the_argument():
     with pytest.raises(ValueError, match=r"shared_down_weights: expected a bfloat16 tensor "
                                          r"of shape \[64, 32\]"):
         F.forward(config, ws, sched, x, rw, sh[0], sh[1], sh[0], *routed)
-    with pytest.raises(TypeError, match="routed_gate_weights: got a tuple .*MXFP8"):
+    with pytest.raises(TypeError, match="routed_up_weights, routed_down_weights: expected "
+                                        "MXFP8 tuples like the other routed weights"):
         F.forward(config, ws, sched, x, rw, *sh, (routed[0], routed[0]), *routed[1:])
     with pytest.raises(ValueError, match="swiglu_limit: expected None .* positive finite"):
         F.forward(config, ws, sched, x, rw, *sh, *routed, -1.0)
@@ -201,11 +204,109 @@ def test_cpu_refuses_expert_parallel_across_processes(monkeypatch):
                                num_local_tokens=4, hidden_size=64, topk=2)
 
 
-def test_mxfp8_is_refused_by_name():
-    w = torch.zeros(2, 256, 256, dtype=torch.bfloat16)
-    with pytest.raises(NotImplementedError, match="mok.ops.mxfp8_quantize: mok has no MXFP8 "
-                                                  r"experts yet \(precision='mxfp8'\)"):
-        mok.ops.mxfp8_quantize(w, True, True)
+def _bf16_bits(t):
+    return t.contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
+def test_mxfp8_quantize_is_bit_exact():
+    """mok.ops.mxfp8_quantize (torch operations) against mok.fp8.quantize
+    (moe.quantize on the CPU target), both layouts, on values spread over
+    bf16's exponent range with zero, subnormal, NaN and infinite blocks,
+    a block just above 448 and a negative zero; mxfp8_dequantize against
+    mok.fp8.dequantize."""
+    g = torch.Generator().manual_seed(SEED)
+    E, R, C = 3, 64, 96
+    w = (torch.randn(E, R, C // 32, 32, generator=g)
+         * torch.exp2(torch.randint(-140, 120, (E, R, C // 32, 1), generator=g).float()))
+    w = w.reshape(E, R, C).to(torch.bfloat16)
+    w[0, 0, :32] = 0
+    w[0, 1, 3] = float("nan")
+    w[0, 2, 5] = float("-inf")
+    w[1, 3, 40] = -0.0
+    w[1, 4, :32] = 448.0 * 1.01
+    w[2, 5, 64:] = 1e-40
+    v, s, vt, st = mok.ops.mxfp8_quantize(w, True, True)
+    assert v.dtype == vt.dtype == torch.float8_e4m3fn and s.dtype == st.dtype == torch.uint8
+    assert list(v.shape) == [E, R, C] and list(s.shape) == [E, R, C // 32]
+    assert list(vt.shape) == [E, C, R] and list(st.shape) == [E, C, R // 32]
+    for values, scales, source in ((v, s, w), (vt, st, w.transpose(1, 2))):
+        want_v, want_s = mok.fp8.quantize(_bf16_bits(source), block=(1, 32), scale="e8m0")
+        assert np.array_equal(values.view(torch.uint8).numpy(), want_v)
+        assert np.array_equal(scales.numpy(), want_s)
+        back = mok.ops.mxfp8_dequantize(values, scales)
+        assert np.array_equal(_bf16_bits(back), mok.fp8.dequantize(
+            want_v, want_s, block=(1, 32), dtype="bf16"))
+    assert int(s[1, 4, 0]) == 128  # amax 452.5 > 448: e = 1
+    assert int(s[0, 0, 0]) == 0 and int(s[0, 1, 0]) == 0xFF
+    assert mok.ops.mxfp8_quantize(w, False, True)[:2] == (None, None)
+    assert mok.ops.mxfp8_quantize(w)[2:] == (None, None)
+
+
+def test_mxfp8_quantize_errors_are_named():
+    w = torch.zeros(2, 64, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"weight: expected a bf16 tensor \[E, rows, cols\], "
+                                         r"got float32 of shape \[2, 64, 64\]"):
+        mok.ops.mxfp8_quantize(w.float())
+    with pytest.raises(ValueError, match="weight: rows = 48 is not a multiple of 32"):
+        mok.ops.mxfp8_quantize(torch.zeros(2, 48, 64, dtype=torch.bfloat16), True, True)
+    with pytest.raises(TypeError, match="transposed: expected True or False, got 1"):
+        mok.ops.mxfp8_quantize(w, True, 1)
+    with pytest.raises(ValueError, match="normal, transposed: both False"):
+        mok.ops.mxfp8_quantize(w, False, False)
+    v, s, _, _ = mok.ops.mxfp8_quantize(w)
+    with pytest.raises(ValueError, match=r"gate: expected MXFP8 scales uint8 \[2, 64, 2\]"):
+        mok.ops.mxfp8_dequantize(v, s[:, :32], "gate")
+    with pytest.raises(TypeError, match="gate: expected MXFP8 values"):
+        mok.ops.mxfp8_dequantize(w, s, "gate")
+
+
+def test_automodel_mxfp8_runs_the_mxfp8_layer():
+    """AutoModel's GroupedExpertsMoK with precision: mxfp8 (its own weight
+    cache of mok.ops.mxfp8_quantize's tuples) on the CPU target: output
+    and every gradient bitwise equal to mok's precision="mxfp8" layer run
+    on the bf16 weights; its bf16 path differs (the quantization is
+    there)."""
+    _need_automodel()
+    result = checks.automodel_mxfp8_check()
+    for name, (got, want) in result.items():
+        if name.startswith("bf16:"):
+            continue
+        assert np.array_equal(got, want, equal_nan=True), name
+    for name in ("output", "x", "gate_weights", "down_weights"):
+        got, want = result["bf16:" + name]
+        rel = np.abs(got - want).sum() / np.abs(want).sum()
+        assert rel > 1e-2, f"{name}: the bf16 path is {rel:.1e} from the mxfp8 layer"
+
+
+def test_mxfp8_tuples_are_checked_by_name(monkeypatch):
+    config = F.MoKConfig()
+    ws = F.create_workspace(config, None, device="cpu", num_local_tokens=8, hidden_size=64,
+                            topk=2)
+    g = torch.Generator().manual_seed(SEED)
+    top = torch.stack([torch.randperm(4, generator=g)[:2] for _ in range(8)])
+    sched = F.build_schedule(ws, config, top, num_local_experts=4)
+    x = torch.randn(8, 64, generator=g).to(torch.bfloat16)
+    rw = torch.rand(8, 2, generator=g)
+    routed = [torch.randn(shape, generator=g).to(torch.bfloat16)
+              for shape in ((4, 32, 64), (4, 32, 64), (4, 64, 32))]
+    q = [mok.ops.mxfp8_quantize(w, True, True) for w in routed]
+    fwd = [t[:2] for t in q]
+    out, ctx = F.forward(config, ws, sched, x, rw, None, None, None, *fwd)
+    with pytest.raises(ValueError, match=r"routed_down_weights: expected an MXFP8 tuple of 2 "
+                                         r"tensors \(values_T, scales_T\) in backward, got 4"):
+        F.backward(config, ws, sched, ctx, out, x, rw, None, None, None, *q)
+    with pytest.raises(ValueError, match=r"routed_gate_weights: expected an MXFP8 tuple of 4 "
+                                         r"tensors \(values, scales, values_T, scales_T\) in "
+                                         r"backward, got 2"):
+        F.backward(config, ws, sched, ctx, out, x, rw, None, None, None, *fwd)
+    grads = F.backward(config, ws, sched, ctx, out, x, rw, None, None, None, q[0], q[1],
+                       q[2][2:])
+    assert [list(t.shape) for t in grads[2:5]] == [[4, 32, 64], [4, 32, 64], [4, 64, 32]]
+    monkeypatch.setattr(ws, "target", "sm_90a")
+    with pytest.raises(NotImplementedError, match="routed_gate_weights: MXFP8 weight tuples "
+                                                  r"\(precision='mxfp8'\) run on the CPU "
+                                                  "target only"):
+        F.forward(config, ws, sched, x, rw, None, None, None, *fwd)
 
 
 def test_import_starts_no_cuda():

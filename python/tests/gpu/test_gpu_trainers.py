@@ -104,3 +104,40 @@ def test_megatron_moe_layer_with_mok_on_gpu():
     for name, rel in result.items():
         print(f"megatron MoELayer {name}: {rel:.2e}")
         assert rel <= 2 * REL, f"{name}: {rel:.2e}"
+
+
+def test_mxfp8_quantize_on_gpu_is_the_cpus():
+    """mok.ops.mxfp8_quantize on CUDA tensors: bitwise the CPU result (which
+    the CPU tests hold bit-exact to moe.quantize), both layouts, with zero
+    and non-finite blocks; mxfp8_dequantize likewise. mok.functional
+    refuses MXFP8 tuples on the GPU by name (no FP8 GPU kernels yet)."""
+    import torch
+    import mok.ops
+    g = torch.Generator().manual_seed(7)
+    w = (torch.randn(4, 256, 512, generator=g)
+         * torch.exp2(torch.randint(-40, 40, (4, 256, 16, 1), generator=g).float())
+         .expand(4, 256, 16, 32).reshape(4, 256, 512)).to(torch.bfloat16)
+    w[0, 0, :32] = 0
+    w[1, 1, 7] = float("nan")
+    w[2, 2, 100] = float("inf")
+    cpu = mok.ops.mxfp8_quantize(w, True, True)
+    gpu = mok.ops.mxfp8_quantize(w.cuda(), True, True)
+    for a, b in zip(cpu, gpu):
+        assert b.is_cuda and a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a.view(torch.uint8), b.cpu().view(torch.uint8))
+    for v, s in ((cpu[0], cpu[1]), (cpu[2], cpu[3])):
+        back = mok.ops.mxfp8_dequantize(v.cuda(), s.cuda())
+        assert torch.equal(back.cpu().view(torch.int16),
+                           mok.ops.mxfp8_dequantize(v, s).view(torch.int16))
+    import mok.functional as F
+    config = F.MoKConfig()
+    ws = F.get_workspace(config, None, device="cuda", num_local_tokens=8, hidden_size=512,
+                         topk=2)
+    top = torch.stack([torch.randperm(4, generator=g)[:2] for _ in range(8)]).cuda()
+    sched = F.build_schedule(ws, config, top, num_local_experts=4)
+    x = torch.randn(8, 512, generator=g).to(torch.bfloat16).cuda()
+    rw = torch.rand(8, 2, generator=g).cuda()
+    down = mok.ops.mxfp8_quantize(w.transpose(1, 2).contiguous().cuda())[:2]
+    with pytest.raises(NotImplementedError, match="MXFP8 weight tuples .* run on the CPU "
+                                                  "target only: mok's sm_90a kernels"):
+        F.forward(config, ws, sched, x, rw, None, None, None, gpu[:2], gpu[:2], down)
