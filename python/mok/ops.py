@@ -67,26 +67,68 @@ def _check_weight(weight):
                              f"normal layout and along rows in the transposed one)")
 
 
-def mxfp8_quantize(weight, normal=True, transposed=False):
+def _layouts(weight, normal, transposed):
+    """(dtype, shape) of each of the four results (None: not asked for)."""
+    e, rows, cols = weight.shape
+    f8, u8 = torch.float8_e4m3fn, torch.uint8
+    return ([(f8, [e, rows, cols]), (u8, [e, rows, cols // BLOCK])] if normal else
+            [None, None]) + ([(f8, [e, cols, rows]), (u8, [e, cols, rows // BLOCK])]
+                             if transposed else [None, None])
+
+
+def _check_out(out, weight, layouts):
+    names = ("values", "scales", "values_T", "scales_T")
+    if not isinstance(out, (tuple, list)) or len(out) != 4:
+        raise TypeError("out: expected a tuple of 4 (values, scales, values_T, scales_T), "
+                        "as mxfp8_quantize returns")
+    for name, t, layout in zip(names, out, layouts):
+        if layout is None:
+            continue
+        dtype, shape = layout
+        if (not isinstance(t, torch.Tensor) or t.dtype != dtype or list(t.shape) != shape
+                or not t.is_contiguous()):
+            got = (f"{str(t.dtype).replace('torch.', '')} of shape {list(t.shape)}"
+                   if isinstance(t, torch.Tensor) else type(t).__name__)
+            raise ValueError(f"out: {name}: expected a contiguous "
+                             f"{str(dtype).replace('torch.', '')} tensor of shape {shape}, "
+                             f"got {got}")
+        if t.device != weight.device:
+            raise ValueError(f"out: {name}: on {t.device}, the weight on {weight.device}")
+
+
+def mxfp8_quantize(weight, normal=True, transposed=False, *, out=None):
     """(values, scales, values_T, scales_T) of the bf16 routed weight
     `weight` [E, rows, cols]: the normal layout (values float8_e4m3fn
     [E, rows, cols], scales uint8 [E, rows, cols / 32]) if `normal`, the
     transposed one (values [E, cols, rows], scales [E, cols, rows / 32])
     if `transposed`; None for a layout not asked for. Nothing of `weight`
-    is modified."""
+    is modified.
+
+    `out`: the tuple of an earlier call (or tensors of its dtypes and
+    shapes): the layouts asked for are written into it in place and it is
+    returned, so the quantized weights keep their addresses when they are
+    refreshed after an optimizer step. That refresh is device work only
+    (no host synchronization), and so may be captured into a CUDA graph."""
     _check_weight(weight)
     for name, flag in (("normal", normal), ("transposed", transposed)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name}: expected True or False, got {flag!r}")
     if not (normal or transposed):
         raise ValueError("normal, transposed: both False; ask for at least one layout")
+    if out is not None:
+        _check_out(out, weight, _layouts(weight, normal, transposed))
     with torch.no_grad():
-        out = (None, None)
+        result = (None, None)
         if normal:
-            out = _quantize_rows(weight.contiguous())
-        if transposed:
-            return out + _quantize_rows(weight.transpose(-1, -2).contiguous())
-        return out + (None, None)
+            result = _quantize_rows(weight.contiguous())
+        result += (_quantize_rows(weight.transpose(-1, -2).contiguous()) if transposed
+                   else (None, None))
+        if out is None:
+            return result
+        for dst, src in zip(out, result):
+            if src is not None:
+                dst.view(torch.uint8).copy_(src.view(torch.uint8))
+        return tuple(out)
 
 
 def mxfp8_dequantize(values, scales, name="weight"):

@@ -560,3 +560,24 @@ def test_megatron_use_mok_keeps_the_layer_and_refuses_by_name():
             moe(torch.zeros(2, 1, 64, dtype=torch.bfloat16), intermediate_tensors=(1, 2))
         with pytest.raises(ValueError, match="moe_shared_expert_gate=True"):
             use_mok(layer(moe_shared_expert_gate=True))
+
+
+def test_mxfp8_quantize_refreshes_in_place():
+    """out=: a refresh after an optimizer step writes the new values and
+    scales into the tensors of the earlier call (their addresses kept),
+    bitwise what a new call returns; out is checked by name."""
+    g = torch.Generator().manual_seed(SEED)
+    w = torch.randn(2, 64, 96, generator=g).to(torch.bfloat16)
+    q = mok.ops.mxfp8_quantize(w, True, True)
+    pointers = [t.data_ptr() for t in q]
+    w.mul_(3).add_(1)
+    again = mok.ops.mxfp8_quantize(w, True, True, out=q)
+    assert again == q and [t.data_ptr() for t in q] == pointers
+    fresh = mok.ops.mxfp8_quantize(w, True, True)
+    assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(q, fresh))
+    with pytest.raises(ValueError, match=r"out: scales_T: expected a contiguous uint8 tensor "
+                                         r"of shape \[2, 96, 2\], got uint8 of shape "
+                                         r"\[2, 64, 3\]"):
+        mok.ops.mxfp8_quantize(w, True, True, out=(q[0], q[1], q[2], q[1]))
+    with pytest.raises(TypeError, match="out: expected a tuple of 4"):
+        mok.ops.mxfp8_quantize(w, True, True, out=q[:2])

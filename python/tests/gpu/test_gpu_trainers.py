@@ -141,3 +141,29 @@ def test_mxfp8_quantize_on_gpu_is_the_cpus():
     with pytest.raises(NotImplementedError, match="MXFP8 weight tuples .* run on the CPU "
                                                   "target only: mok's sm_90a kernels"):
         F.forward(config, ws, sched, x, rw, None, None, None, gpu[:2], gpu[:2], down)
+
+
+def test_mxfp8_refresh_replays_in_a_cuda_graph():
+    """The in-place refresh (mxfp8_quantize(..., out=)) captured into a CUDA
+    graph: after the weights change in place, a replay writes what a new
+    call computes, into the same tensors."""
+    import torch
+    import mok.ops
+    g = torch.Generator().manual_seed(11)
+    w = torch.randn(4, 256, 512, generator=g).to(torch.bfloat16).cuda()
+    q = mok.ops.mxfp8_quantize(w, True, True)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        mok.ops.mxfp8_quantize(w, True, True, out=q)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        mok.ops.mxfp8_quantize(w, True, True, out=q)
+    for step in range(3):
+        w.mul_(1.5).add_(torch.randn(w.shape, generator=g).to(torch.bfloat16).cuda())
+        graph.replay()
+        torch.cuda.synchronize()
+        fresh = mok.ops.mxfp8_quantize(w, True, True)
+        for a, b in zip(q, fresh):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), step
