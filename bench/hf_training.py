@@ -18,6 +18,10 @@ from bench import trainer_checks
 
 
 def _commit():
+    """$MOK_COMMIT (set where the tree is a copy, as on the GPU machine, whose
+    git may not be this tree's), else the checkout's HEAD."""
+    if os.environ.get("MOK_COMMIT"):
+        return os.environ["MOK_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()

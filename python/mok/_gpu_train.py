@@ -150,6 +150,26 @@ class GpuTrainingLayer:
         up: rows [I, 2I)), without a copy."""
         self._bind_both(["gate_weights", "up_weights"], lambda layer: layer.bind_fc1(fc1))
 
+    def bind_comm(self, comm):
+        """Binds both kernels to `comm` (a mok.Communicator of the layer's
+        ep ranks; each kernel its own exchange buffer, allocated here), or
+        unbinds both (None), e.g. before comm.destroy(). Collective for an
+        NCCL communicator, like GpuLayer.bind_comm: every rank binds its
+        layers in the same order. A refused binding of the backward undoes
+        the forward's."""
+        previous = self._forward.comm
+        self._forward.bind_comm(comm)
+        try:
+            self._backward.bind_comm(comm)
+        except Exception:
+            self._forward.bind_comm(previous)
+            raise
+
+    @property
+    def comm(self):
+        """The bound mok.Communicator (both kernels'), or None."""
+        return self._forward.comm
+
     def unbind_weights(self, name=None):
         """Unbinds `name` (every bound operand if None) in both kernels;
         forward takes it as an argument again."""

@@ -309,6 +309,7 @@ def test_layers_through_one_rank_nccl_communicator():
     t = dict(EP_TRAIN_CASES["train_ep4_shared"],
              **ep_train_twin(EP_TRAIN_CASES["train_ep4_shared"]))
     trainer = training_artifact("train_ep4_shared-self").load(comm=comm, poison_outputs=True)
+    assert trainer.comm is comm
     reference = training_artifact("train_ep4_shared-ep1").load(poison_outputs=True)
     for call in range(2):
         inputs = torch_reference.make_inputs(t, gen, tokens=t["tokens"])
@@ -334,6 +335,7 @@ def test_layers_through_one_rank_nccl_communicator():
         comm.destroy()  # layers are bound to it
     for bound in layers:
         bound.bind_comm(None)
+    assert trainer.comm is None
     del layers, through, plain_bound, trainer
     import gc
     gc.collect()
