@@ -322,6 +322,37 @@ def local_group():
     print("ok")
 
 
+def training_self_exchange():
+    """A training layer compiled with self_exchange (ep = 1 as a group of
+    one) on the stand-in driver: refused unbound by name; bound to a local
+    group of one, both its kernels are (each its own exchange buffer), the
+    communicator is not destroyed while they are, and bind_comm(None)
+    unbinds both. (torch's CUDA initialization is skipped: the stand-in
+    driver is the runtime's, not torch's.)"""
+    import torch
+    torch.cuda.init = lambda: None
+    torch.cuda.current_device = lambda: 0
+    fake = Fake()
+    spec = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, tokens=40, padding=8)
+    art = mok.compile(spec, target="sm_90a", training=True, self_exchange=True)
+    raises(mok.MokRuntimeError, "compiled to exchange through a symmetric buffer at ep = 1 "
+           "(self-exchange), but no communicator is bound", art.load, 0)
+    comms = mok.Communicator.local_group(1, 0)
+    trainer = art.load(0, comm=comms[0])
+    assert trainer.comm is comms[0] and trainer._backward.comm is comms[0]
+    sizes = [k.symmetric_bytes for k in (trainer._forward, trainer._backward)]
+    assert all(sizes) and [k.exchange.bytes for k in (trainer._forward,
+                                                      trainer._backward)] == sizes
+    raises(mok.MokRuntimeError, "comm: 2 layer(s) are bound to it", comms[0].destroy)
+    trainer.bind_comm(None)
+    assert trainer.comm is None and trainer._backward.comm is None
+    comms[0].destroy()
+    del trainer
+    gc.collect()
+    assert fake.clean() == CLEAN
+    print("ok")
+
+
 def process_groups():
     """Communicator.adopt takes a torch.distributed process group with an
     NCCL backend only, naming what it got otherwise."""

@@ -61,6 +61,11 @@ def test_local_group_of_four_tables_and_layers():
     run("local_group")
 
 
+def test_training_layer_of_self_exchange_binds_both_kernels():
+    pytest.importorskip("torch")
+    run("training_self_exchange")
+
+
 def test_adopt_takes_nccl_process_groups_only():
     pytest.importorskip("torch")
     run("process_groups")
