@@ -342,6 +342,21 @@ mok::conversion::checkKernel(gpu::GPUFuncOp func) {
         continue;
       if (&block != &func.getBody().front())
         return op.emitOpError("must be in the entry block of its kernel");
+      if (isa<mk::QuantizeRowsOp>(op))
+        return op.emitOpError("(FP8) has no lowering in convert-mk-to-gpu "
+                              "yet; the CPU target runs FP8 layers "
+                              "(--moe-to-cpu)");
+      // What lowerKernel's switch lowers (MKToGPU.cpp); any other mk op
+      // would be erased unlowered, so it is refused here.
+      if (!isa<mk::FillOp, mk::CheckRoutesOp, mk::CountRoutesOp,
+               mk::ScanChunksOp, mk::PadOffsetsOp, mk::AssignRowsOp,
+               mk::GatherOp, mk::GemmOp, mk::CombineOp, mk::SwigluGradOp,
+               mk::GridBarrierOp, mk::TimestampOp, mk::RouteRanksOp,
+               mk::PutCountsOp, mk::SignalOp, mk::WaitOp,
+               mk::CheckCapacityOp, mk::ReceivedRowsOp, mk::SendRowsOp,
+               mk::ReturnRowsOp, mk::TakeRoutesOp, mk::LaunchEpochOp,
+               mk::CountLaunchOp, mk::FencePeersOp>(op))
+        return op.emitOpError("has no lowering in convert-mk-to-gpu");
       // The lowering sizes loops, tiles and scans from the shapes, in
       // int64_t arithmetic: static shapes, of at most 2^40 elements (a
       // size-0 dimension counted as 1; far beyond a GPU's memory).

@@ -1226,3 +1226,53 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @quantize_rows_cols(%x: memref<40x96xbf16>, %q: memref<40x96xf8E4M3FN>, %s: memref<1x40xf32>) kernel {
+    // expected-error @+1 {{src's columns (96) must be a multiple of 128, the block}}
+    mk.quantize_rows %x into %q, %s : memref<40x96xbf16> -> memref<40x96xf8E4M3FN>, memref<1x40xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @quantize_rows_values(%x: memref<40x128xbf16>, %q: memref<40x256xf8E4M3FN>, %s: memref<1x40xf32>) kernel {
+    // expected-error @+1 {{values dimension 1 must be 128 (src's columns), got 256}}
+    mk.quantize_rows %x into %q, %s : memref<40x128xbf16> -> memref<40x256xf8E4M3FN>, memref<1x40xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @quantize_rows_blocks(%x: memref<40x256xbf16>, %q: memref<40x256xf8E4M3FN>, %s: memref<1x40xf32>) kernel {
+    // expected-error @+1 {{scales dimension 0 must be 2 (src's columns / 128, one row of scales a block), got 1}}
+    mk.quantize_rows %x into %q, %s : memref<40x256xbf16> -> memref<40x256xf8E4M3FN>, memref<1x40xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @quantize_rows_width(%x: memref<42x128xbf16>, %q: memref<42x128xf8E4M3FN>, %s: memref<1x42xf32>) kernel {
+    // expected-error @+1 {{scales dimension 1 must be at least src's rows (42) and a multiple of 4 (16-byte rows), got 42}}
+    mk.quantize_rows %x into %q, %s : memref<42x128xbf16> -> memref<42x128xf8E4M3FN>, memref<1x42xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @quantize_rows_type(%x: memref<40x128xbf16>, %q: memref<40x128xbf16>, %s: memref<1x40xf32>) kernel {
+    // expected-error @+1 {{operand #1 must be 2D memref of f8E4M3FN type values}}
+    "mk.quantize_rows"(%x, %q, %s) : (memref<40x128xbf16>, memref<40x128xbf16>, memref<1x40xf32>) -> ()
+    gpu.return
+  }
+}

@@ -218,3 +218,17 @@ gpu.module @any_tokens_module {
     gpu.return
   }
 }
+
+// FP8: E4M3 values and f32 scales of 1 x 128 row blocks.
+// CHECK-LABEL: gpu.func @fp8
+// CHECK: mk.quantize_rows %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<40x256xbf16> -> memref<40x256xf8E4M3FN>, memref<2x40xf32>
+// CHECK: mk.quantize_rows %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} tokens(%{{[a-z0-9_]+}}) : memref<42x128xbf16> -> memref<42x128xf8E4M3FN>, memref<1x44xf32>
+gpu.module @fp8_kernels {
+  gpu.func @fp8(%x: memref<40x256xbf16>, %q: memref<40x256xf8E4M3FN>, %s: memref<2x40xf32>,
+                %h: memref<42x128xbf16>, %hq: memref<42x128xf8E4M3FN>, %hs: memref<1x44xf32>,
+                %t: index) kernel {
+    mk.quantize_rows %x into %q, %s : memref<40x256xbf16> -> memref<40x256xf8E4M3FN>, memref<2x40xf32>
+    mk.quantize_rows %h into %hq, %hs tokens(%t) : memref<42x128xbf16> -> memref<42x128xf8E4M3FN>, memref<1x44xf32>
+    gpu.return
+  }
+}

@@ -234,6 +234,30 @@ LogicalResult AssignRowsOp::verify() {
   return success();
 }
 
+LogicalResult QuantizeRowsOp::verify() {
+  Value src = getSrc();
+  int64_t rows = dim(src, 0), cols = dim(src, 1);
+  if (failed(expectDim(*this, getValues(), "values", 0, rows, "src's rows")) ||
+      failed(expectDim(*this, getValues(), "values", 1, cols, "src's columns")))
+    return failure();
+  if (ShapedType::isDynamic(cols))
+    return success();
+  if (cols % 128)
+    return emitOpError() << "src's columns (" << cols
+                         << ") must be a multiple of 128, the block";
+  if (failed(expectDim(*this, getScales(), "scales", 0, cols / 128,
+                       "src's columns / 128, one row of scales a block")))
+    return failure();
+  int64_t width = dim(getScales(), 1);
+  if (ShapedType::isDynamic(width) || ShapedType::isDynamic(rows))
+    return success();
+  if (width < rows || width % 4)
+    return emitOpError() << "scales dimension 1 must be at least src's rows ("
+                         << rows << ") and a multiple of 4 (16-byte rows), got "
+                         << width;
+  return success();
+}
+
 LogicalResult GatherOp::verify() {
   if (Value w = getScale())
     if (failed(expectDim(*this, w, "scale", 0, dim(getX(), 0),

@@ -369,6 +369,42 @@ def MK_GatherOp : MK_Op<"gather"> {
   let hasVerifier = 1;
 }
 
+def MK_QuantizeRowsOp : MK_Op<"quantize_rows"> {
+  let summary = "FP8: E4M3 values and f32 scales of 1 x 128 row blocks";
+  let description = [{
+    Block-scaled FP8 of a bf16 matrix `src [R, C]` (C a multiple of 128),
+    the blocks 128 consecutive elements of a row, by moe.quantize's rule
+    with f32 scales (docs/FP8.md): for block `b` of row `r`, `s = f32(amax
+    / 448)` (an IEEE division; 1 for a block of zeros), `values[r, c] =
+    E4M3(f32(src[r, c] / s))` rounded to nearest even with saturation to
+    +-448, and `scales[b, r] = s`, the scales block-major so that a tile's
+    scales of one block of columns are contiguous (`S >= R` columns, a
+    multiple of 4: 16-byte rows). A block holding a NaN or an infinity gets
+    a NaN scale and NaN values (`0x7F` with each element's sign). With
+    `tokens(%t)` only rows `r < t` are quantized (a kernel for any token
+    count); the others are left as they are.
+
+    The step of the FP8 layers (`precision = "fp8"`) that quantizes
+    activations inside the kernel (x's rows, the hidden activation, the
+    backward's d_out). convert-mk-to-gpu has no lowering for it yet and
+    refuses it by name.
+
+    ```mlir
+    mk.quantize_rows %x into %x_q, %x_scales
+        : memref<40x256xbf16> -> memref<40x256xf8E4M3FN>, memref<2x40xf32>
+    ```
+  }];
+  let arguments = (ins Arg<MK_Bf16Matrix, "", [MemRead]>:$src,
+                       Arg<MemRefRankOf<[F8E4M3FN], [2]>, "", [MemWrite]>:$values,
+                       Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$scales,
+                       Optional<Index>:$tokens);
+  let assemblyFormat = [{
+    $src `into` $values `,` $scales (`tokens` `(` $tokens^ `)`)? attr-dict
+    `:` type($src) `->` type($values) `,` type($scales)
+  }];
+  let hasVerifier = 1;
+}
+
 def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
   let summary = "A (grouped) GEMM over output tiles, with its epilogue";
   let description = [{
