@@ -8,13 +8,15 @@ training: the relative difference to the bf16 curve at every step.
 
     python3 -m bench.fp8_training [--steps 200] [--out DIR]
 
-The model: embedding, two blocks of (RMSNorm, a top-2 router over 8
-experts, a MoE layer with a shared expert, residual), RMSNorm, head; the
-data: a fixed random Markov chain (examples/train_tiny_moe.py's). H = I =
-128 so both FP8 precisions' blocks fit (the "fp8" blocks are 128 wide).
+The model and the data are examples/train_tiny_moe.py's: embedding, two
+blocks of (RMSNorm, a top-2 router over 8 experts, a MoE layer with a
+shared expert, residual), RMSNorm, head; a fixed random Markov chain.
+H = I = 128 so both FP8 precisions' blocks fit (the "fp8" blocks are 128
+wide).
 """
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import sys
@@ -26,57 +28,29 @@ import mok
 import mok.torch
 from bench.hf_training import _commit
 
-VOCAB, HIDDEN, INTER, EXPERTS, TOP_K, BLOCKS, SEQ, BATCH = 64, 128, 128, 8, 2, 2, 32, 8
-
-
-class Block(torch.nn.Module):
-    def __init__(self, moe):
-        super().__init__()
-        self.norm = torch.nn.RMSNorm(HIDDEN)
-        self.router = torch.nn.Linear(HIDDEN, EXPERTS, bias=False)
-        self.moe = moe
-
-    def forward(self, h):
-        a = self.norm(h.float()).bfloat16()
-        top_logits, top = self.router(a.float()).topk(TOP_K, dim=-1)
-        return h + self.moe(a, top.int(), torch.softmax(top_logits, dim=-1)).float()
-
-
-class TinyLM(torch.nn.Module):
-    def __init__(self, spec):
-        super().__init__()
-        self.embed = torch.nn.Embedding(VOCAB, HIDDEN)
-        self.blocks = torch.nn.ModuleList([Block(mok.torch.MoELayer(spec))
-                                           for _ in range(BLOCKS)])
-        self.norm = torch.nn.RMSNorm(HIDDEN)
-        self.head = torch.nn.Linear(HIDDEN, VOCAB, bias=False)
-
-    def forward(self, tokens):
-        h = self.embed(tokens).reshape(-1, HIDDEN)
-        for block in self.blocks:
-            h = block(h)
-        return self.head(self.norm(h))
+# The model and the data are examples/train_tiny_moe.py's (its vocabulary,
+# experts, top-k, blocks, sequences and batch), at H = I = 128.
+_EXAMPLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                             "train_tiny_moe.py")
+_spec = importlib.util.spec_from_file_location("train_tiny_moe", _EXAMPLE_PATH)
+example = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(example)
+HIDDEN = INTER = 128
+EXPERTS, TOP_K = example.EXPERTS, example.TOP_K
 
 
 def _data(seed, steps):
+    """The example's Markov chain and batches, both drawn from one
+    generator."""
     gen = torch.Generator().manual_seed(seed)
-    p = torch.full((VOCAB, VOCAB), 1e-3)
-    for t in range(VOCAB):
-        p[t, torch.randperm(VOCAB, generator=gen)[:4]] += torch.rand(4, generator=gen) + 0.5
-    chain = p / p.sum(1, keepdim=True)
-    for _ in range(steps):
-        seq = torch.empty(BATCH, SEQ + 1, dtype=torch.long)
-        seq[:, 0] = torch.randint(VOCAB, (BATCH,), generator=gen)
-        for i in range(SEQ):
-            seq[:, i + 1] = torch.multinomial(chain[seq[:, i]], 1, generator=gen)[:, 0]
-        yield seq[:, :-1], seq[:, 1:]
+    return example.batches(example.markov_chain(gen), gen, steps)
 
 
 def train(precision, steps, seed, lr):
     spec = mok.LayerSpec(hidden=HIDDEN, intermediate=INTER, experts=EXPERTS, top_k=TOP_K,
                          shared_intermediate=INTER, padding=128, precision=precision)
     torch.manual_seed(seed)
-    model = TinyLM(spec)
+    model = example.TinyLM(lambda: mok.torch.MoELayer(spec), hidden=HIDDEN)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     for inputs, targets in _data(seed + 1, steps):

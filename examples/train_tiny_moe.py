@@ -82,10 +82,10 @@ class TorchMoE(torch.nn.Module):
 
 
 class Block(torch.nn.Module):
-    def __init__(self, moe):
+    def __init__(self, moe, hidden=HIDDEN):
         super().__init__()
-        self.norm = torch.nn.RMSNorm(HIDDEN)
-        self.router = torch.nn.Linear(HIDDEN, EXPERTS, bias=False)
+        self.norm = torch.nn.RMSNorm(hidden)
+        self.router = torch.nn.Linear(hidden, EXPERTS, bias=False)
         self.moe = moe
 
     def forward(self, h):
@@ -97,15 +97,19 @@ class Block(torch.nn.Module):
 
 
 class TinyLM(torch.nn.Module):
-    def __init__(self, make_moe):
+    """`make_moe()` makes each block's MoE layer, of hidden size `hidden`
+    (bench/fp8_training.py uses this model with other sizes)."""
+
+    def __init__(self, make_moe, hidden=HIDDEN):
         super().__init__()
-        self.embed = torch.nn.Embedding(VOCAB, HIDDEN)
-        self.blocks = torch.nn.ModuleList([Block(make_moe()) for _ in range(BLOCKS)])
-        self.norm = torch.nn.RMSNorm(HIDDEN)
-        self.head = torch.nn.Linear(HIDDEN, VOCAB, bias=False)
+        self.hidden = hidden
+        self.embed = torch.nn.Embedding(VOCAB, hidden)
+        self.blocks = torch.nn.ModuleList([Block(make_moe(), hidden) for _ in range(BLOCKS)])
+        self.norm = torch.nn.RMSNorm(hidden)
+        self.head = torch.nn.Linear(hidden, VOCAB, bias=False)
 
     def forward(self, tokens):
-        h = self.embed(tokens).reshape(-1, HIDDEN)
+        h = self.embed(tokens).reshape(-1, self.hidden)
         for block in self.blocks:
             h = block(h)
         return self.head(self.norm(h))
