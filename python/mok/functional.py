@@ -248,8 +248,9 @@ def _check(name, t, dtypes, shape, device):
     want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
     dims = "[" + ", ".join(str(d) for d in shape) + "]"
     if isinstance(t, tuple):
-        raise TypeError(f"{name}: got a tuple (MXFP8 weights, precision='mxfp8'); mok runs "
-                        f"bf16 experts only: expected a {want} tensor of shape {dims}")
+        raise TypeError(f"{name}: got a tuple (MXFP8 weights, precision='mxfp8'), which "
+                        f"only the routed weights may be: expected a {want} tensor of shape "
+                        f"{dims}")
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a {want} tensor of shape {dims}, got "
                         f"{type(t).__name__}")
@@ -409,7 +410,7 @@ def _call(workspace, schedule, x, router_weights, shared, routed, swiglu_limit,
         precision = "mxfp8"
     gate, up, down = routed
     names = _ROUTED
-    if isinstance(gate, tuple) or not isinstance(gate, torch.Tensor) or gate.dim() != 3:
+    if not isinstance(gate, torch.Tensor) or gate.dim() != 3:
         _check(names[0], gate, (torch.bfloat16,), ("E_local", "I", H), dev)
     e, inter = gate.shape[0], gate.shape[1]
     _check(names[0], gate, (torch.bfloat16,), (e, inter, H), dev)

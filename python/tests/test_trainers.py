@@ -175,6 +175,9 @@ def test_errors_name_the_argument():
     with pytest.raises(TypeError, match="routed_up_weights, routed_down_weights: expected "
                                         "MXFP8 tuples like the other routed weights"):
         F.forward(config, ws, sched, x, rw, *sh, (routed[0], routed[0]), *routed[1:])
+    with pytest.raises(TypeError, match=r"shared_gate_weights: got a tuple \(MXFP8 weights, "
+                                        "precision='mxfp8'\), which only the routed weights"):
+        F.forward(config, ws, sched, x, rw, (sh[0], sh[0]), sh[1], sh[2], *routed)
     with pytest.raises(ValueError, match="swiglu_limit: expected None .* positive finite"):
         F.forward(config, ws, sched, x, rw, *sh, *routed, -1.0)
     with pytest.raises(ValueError, match="config: not the config the workspace was made "

@@ -922,8 +922,9 @@ static mok_status bindInputs(mok_layer layer, const mok_named_tensor *inputs,
   return checkOutputOverlaps(layer, pointers);
 }
 
-/// A layer compiled for ep > 1 runs only bound to a communicator of its
-/// size (mok_layer_bind_comm).
+/// A layer that exchanges (compiled for ep > 1, or for ep = 1 with
+/// self-exchange) runs only bound to a communicator of its size
+/// (mok_layer_bind_comm).
 static mok_status checkGroupSize(mok_layer layer) {
   if (!layer->symmetricBytes || layer->comm)
     return MOK_OK;

@@ -66,6 +66,16 @@ struct ConvertMoEToMKPass
                          << blockSize;
       return signalPassFailure();
     }
+    PlanOptions options{*mk::TargetSupport::forChip(chip),
+                        blockSize,
+                        tensorCores,
+                        profile,
+                        warpSpecialize,
+                        fuseDispatch,
+                        copyDispatch,
+                        multicast,
+                        barrierTimeoutMs,
+                        selfExchange};
     SmallVector<std::pair<func::FuncOp, LayerOp>> layers;
     SmallVector<std::pair<func::FuncOp, LayerGradOp>> grads;
     WalkResult walk = module.walk([&](Operation *op) {
@@ -97,7 +107,7 @@ struct ConvertMoEToMKPass
       // Expert parallelism: the forward (inference or training) and the
       // backward, with the GEMMs' default schedules
       // (docs/ExpertParallel.md).
-      if (plan.getEp() != 1 || selfExchange) {
+      if (options.exchanges(plan)) {
         std::string group = "(ep = " + std::to_string(plan.getEp()) +
                             (plan.getEp() == 1 ? ", self-exchange)" : ")");
         auto grad = dyn_cast<LayerGradOp>(op);
@@ -161,16 +171,6 @@ struct ConvertMoEToMKPass
     MLIRContext *ctx = &getContext();
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                     UnitAttr::get(ctx));
-    PlanOptions options{*mk::TargetSupport::forChip(chip),
-                        blockSize,
-                        tensorCores,
-                        profile,
-                        warpSpecialize,
-                        fuseDispatch,
-                        copyDispatch,
-                        multicast,
-                        barrierTimeoutMs,
-                        selfExchange};
     for (auto [func, layer] : layers)
       if (failed(planForward(module, func, layer, options)))
         return signalPassFailure();
