@@ -244,6 +244,9 @@ std::string dtypeString(nb::dlpack::dtype t) {
   case nb::dlpack::dtype_code::Bool:
     base = "bool";
     break;
+  case nb::dlpack::dtype_code::Float8_E4M3FN:
+    return t.lanes == 1 ? "float8_e4m3fn"
+                        : "float8_e4m3fnx" + std::to_string(t.lanes);
   default:
     base = "(DLPack type code " + std::to_string(t.code) + ")";
   }
@@ -267,9 +270,13 @@ mok_tensor describe(const Array &a, const std::string &name) {
     t.dtype = MOK_DTYPE_I32;
   else if (d.lanes == 1 && d.code == uint8_t(code::Int) && d.bits == 64)
     t.dtype = MOK_DTYPE_I64;
+  else if (d.lanes == 1 && d.code == uint8_t(code::Float8_E4M3FN) &&
+           d.bits == 8)
+    t.dtype = MOK_DTYPE_F8E4M3;
   else
     invalid(name + ": unsupported dtype " + dtypeString(d) +
-            " (the runtime takes bfloat16, float32, int32 and int64)");
+            " (the runtime takes bfloat16, float32, int32, int64 and "
+            "float8_e4m3fn)");
   if (a.ndim() > MOK_MAX_RANK)
     invalid(name + ": rank " + std::to_string(a.ndim()) +
             "; the runtime takes at most " + std::to_string(MOK_MAX_RANK) +

@@ -48,7 +48,8 @@ def set_error_checks(mode):
     return previous
 
 
-_DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
+_DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64",
+           "f8e4m3": "float8_e4m3fn"}
 # What the runtime reads (version 2 adds params' "access" and tensor maps'
 # "experts", both optional; version 5 params' "align" and expert-parallel
 # kernels).

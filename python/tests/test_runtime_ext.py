@@ -96,7 +96,8 @@ _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _CAPSULE_NAME = ctypes.c_char_p(b"dltensor")
 _KEEP = []  # exported tensors live for the session (views may hold them)
-_CODES = {"bf16": (4, 16), "f32": (2, 32), "i32": (0, 32), "i64": (0, 64)}
+_CODES = {"bf16": (4, 16), "f32": (2, 32), "i32": (0, 32), "i64": (0, 64),
+          "f8e4m3": (10, 8)}
 CUDA0, CUDA_HOST = (2, 0), (3, 0)
 
 
@@ -271,7 +272,11 @@ def _check_case(meta, name, value):
     ("x", np.zeros((40, 64), np.float32), mok.MokRuntimeError,
      "x: expected dtype bf16, got f32 [40, 64]"),
     ("x", np.zeros((40, 64), np.uint16), mok.MokRuntimeError,
-     "x: unsupported dtype uint16 (the runtime takes bfloat16, float32, int32 and int64)"),
+     "x: unsupported dtype uint16 (the runtime takes bfloat16, float32, int32, int64 "
+     "and float8_e4m3fn)"),
+    # FP8 (DLPack's float8_e4m3fn) is a runtime dtype, not this operand's.
+    ("x", FakeArray(np.zeros((40, 64), np.uint8), "f8e4m3"), mok.MokRuntimeError,
+     "x: expected dtype bf16, got f8e4m3 [40, 64]"),
     ("x", np.zeros((1,) * 5, np.float32), mok.MokRuntimeError,
      "x: rank 5; the runtime takes at most 4 dimensions"),
     ("x", [[0.0] * 64] * 40, TypeError, "x: expected a DLPack array"),

@@ -214,6 +214,8 @@ static bool dtypeOf(const std::string &s, mok_dtype &out) {
     out = MOK_DTYPE_I64;
   else if (s == "u8")
     out = MOK_DTYPE_U8;
+  else if (s == "f8e4m3")
+    out = MOK_DTYPE_F8E4M3;
   else
     return false;
   return true;
@@ -564,10 +566,16 @@ extern "C" mok_status mok_layer_create(const char *metadataJson,
     const Param &p = layer->params[m.param];
     std::string where =
         "metadata: tensor_maps[" + std::to_string(i) + "] ('" + m.buffer + "')";
-    if (p.dtype != MOK_DTYPE_BF16)
+    if (p.dtype != MOK_DTYPE_BF16 && p.dtype != MOK_DTYPE_F8E4M3)
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
-             << where << ": tensor maps are bf16, the buffer is "
+             << where << ": tensor maps are bf16 or f8e4m3, the buffer is "
              << mok_dtype_name(p.dtype);
+    // A box row is one 128-byte swizzle row: 64 bf16 or 128 FP8 elements.
+    if (m.boxCols * static_cast<int64_t>(mok_dtype_size(p.dtype)) > 128)
+      return Fail(MOK_ERROR_INVALID_ARGUMENT)
+             << where << ": box_cols " << m.boxCols << " of "
+             << mok_dtype_name(p.dtype)
+             << " is more than the 128 bytes of a swizzled box row";
     if (m.rowStride < m.cols)
       return Fail(MOK_ERROR_INVALID_ARGUMENT)
              << where << ": row_stride " << m.rowStride << " is less than cols "
@@ -1174,9 +1182,9 @@ static mok_status updateTensorMaps(mok_layer layer,
   for (size_t i = 0; rebuild && i < layer->maps.size(); ++i) {
     const TensorMapSpec &m = layer->maps[i];
     for (int64_t e = 0; e < m.experts; ++e, ++slot)
-      if (mok_status s = mok_tma_descriptor_2d(
+      if (mok_status s = mok_tma_descriptor_2d_typed(
               base + 128 * slot, reinterpret_cast<void *>(key[slot].address),
-              m.callRows(layer->callTokens), m.cols, key[slot].rowStride,
+              layer->params[m.param].dtype, m.callRows(layer->callTokens), m.cols, key[slot].rowStride,
               static_cast<uint32_t>(m.boxRows),
               static_cast<uint32_t>(m.boxCols))) {
         if (!capturing) // mapHost is half rewritten: rebuild next time

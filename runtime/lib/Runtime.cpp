@@ -167,6 +167,8 @@ extern "C" const char *mok_dtype_name(mok_dtype dtype) {
     return "i64";
   case MOK_DTYPE_U8:
     return "u8";
+  case MOK_DTYPE_F8E4M3:
+    return "f8e4m3";
   }
   return "(unknown dtype)";
 }
@@ -181,6 +183,7 @@ extern "C" size_t mok_dtype_size(mok_dtype dtype) {
   case MOK_DTYPE_I64:
     return 8;
   case MOK_DTYPE_U8:
+  case MOK_DTYPE_F8E4M3:
     return 1;
   }
   return 0;
@@ -684,31 +687,51 @@ extern "C" mok_status mok_tma_descriptor_2d(void *descriptor, void *data,
                                             int64_t rowStride,
                                             uint32_t boxRows,
                                             uint32_t boxCols) {
+  return mok_tma_descriptor_2d_typed(descriptor, data, MOK_DTYPE_BF16, rows,
+                                     cols, rowStride, boxRows, boxCols);
+}
+
+extern "C" mok_status
+mok_tma_descriptor_2d_typed(void *descriptor, void *data, mok_dtype dtype,
+                            int64_t rows, int64_t cols, int64_t rowStride,
+                            uint32_t boxRows, uint32_t boxCols) {
   if (!descriptor || !data)
     return Fail(MOK_ERROR_INVALID_ARGUMENT) << "descriptor/data: is NULL";
+  // FP8 travels as bytes: TMA moves it unchanged, and the tensor cores
+  // read it as E4M3.
+  CUtensorMapDataType type;
+  if (dtype == MOK_DTYPE_BF16)
+    type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  else if (dtype == MOK_DTYPE_F8E4M3)
+    type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  else
+    return Fail(MOK_ERROR_INVALID_ARGUMENT)
+           << "dtype: expected bf16 or f8e4m3, got " << mok_dtype_name(dtype);
+  int64_t elt = static_cast<int64_t>(mok_dtype_size(dtype));
   if (rows < 1 || cols < 1 || rowStride < cols)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "expected rows, cols >= 1 and row_stride >= cols, got [" << rows
            << ", " << cols << "] with row_stride " << rowStride;
-  if (reinterpret_cast<uintptr_t>(data) % 16 || (rowStride * 2) % 16)
+  if (reinterpret_cast<uintptr_t>(data) % 16 || (rowStride * elt) % 16)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "data and row_stride must be 16-byte aligned for TMA";
-  if (boxCols * 2 > 128 || boxRows > 256 || !boxRows || !boxCols)
+  if (boxCols * elt > 128 || boxRows > 256 || !boxRows || !boxCols)
     return Fail(MOK_ERROR_INVALID_ARGUMENT)
            << "box [" << boxRows << ", " << boxCols
-           << "] must have at most 256 rows and 128 bytes a row (128B swizzle)";
+           << "] must have at most 256 rows and 128 bytes a row (128B "
+              "swizzle), "
+           << 128 / elt << " " << mok_dtype_name(dtype) << " elements";
   const Driver *d;
   if (mok_status s = driverOrFail(d))
     return s;
   cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols),
                         static_cast<cuuint64_t>(rows)};
-  cuuint64_t strides[1] = {static_cast<cuuint64_t>(rowStride * 2)};
+  cuuint64_t strides[1] = {static_cast<cuuint64_t>(rowStride * elt)};
   cuuint32_t box[2] = {boxCols, boxRows};
   cuuint32_t elementStrides[2] = {1, 1};
   if (CUresult r = d->tensorMapEncodeTiled(
-          static_cast<CUtensorMap *>(descriptor),
-          CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, data, dims, strides, box,
-          elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+          static_cast<CUtensorMap *>(descriptor), type, 2, data, dims,
+          strides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
           CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
       r != CUDA_SUCCESS)

@@ -552,10 +552,10 @@ CUresult memcpyDtoH(void *dst, CUdeviceptr src, size_t bytes) {
   return CUDA_SUCCESS;
 }
 
-CUresult tensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType,
+CUresult tensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type,
                               cuuint32_t rank, void *address,
-                              const cuuint64_t *, const cuuint64_t *,
-                              const cuuint32_t *, const cuuint32_t *,
+                              const cuuint64_t *dims, const cuuint64_t *strides,
+                              const cuuint32_t *box, const cuuint32_t *,
                               CUtensorMapInterleave, CUtensorMapSwizzle,
                               CUtensorMapL2promotion,
                               CUtensorMapFloatOOBfill) {
@@ -564,7 +564,17 @@ CUresult tensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType,
     return CUDA_ERROR_INVALID_VALUE;
   // The runtime builds its host maps 64-byte aligned, CUDA 13's header
   // gives the type 128-byte alignment: written as bytes, not through it.
-  uint64_t words[CU_TENSOR_MAP_NUM_QWORDS] = {reinterpret_cast<uintptr_t>(address)};
+  // The stand-in's encoding, for tests to read: the address, the data
+  // type, dims[0..1], the byte stride and box[0..1] (2-D maps).
+  uint64_t words[CU_TENSOR_MAP_NUM_QWORDS] = {reinterpret_cast<uintptr_t>(address),
+                                              static_cast<uint64_t>(type)};
+  if (rank == 2) {
+    words[2] = dims[0];
+    words[3] = dims[1];
+    words[4] = strides[0];
+    words[5] = box[0];
+    words[6] = box[1];
+  }
   std::memcpy(static_cast<void *>(map), words, sizeof words);
   State &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);

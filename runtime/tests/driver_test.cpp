@@ -40,6 +40,7 @@ struct Fake {
   void (*setComputeCapability)(int);
   size_t (*cubin)(const char *, const char *, void *, size_t);
   size_t (*cubinShared)(const char *, const char *, uint64_t, void *, size_t);
+  int (*lastParams)(uint64_t *, int);
 
   /// Nothing allocated, loaded or retained; nothing released twice.
   bool clean() const {
@@ -86,6 +87,7 @@ bool bindFake(const char *path) {
   get(fake.setComputeCapability, "mok_fake_cuda_set_compute_capability");
   get(fake.cubin, "mok_fake_cuda_cubin");
   get(fake.cubinShared, "mok_fake_cuda_cubin_shared");
+  get(fake.lastParams, "mok_fake_cuda_last_params");
   return ok;
 }
 
@@ -253,6 +255,18 @@ void testProbeAndModules() {
 
   alignas(64) static unsigned char descriptor[128], data[64 * 128];
   CHECK(mok_tma_descriptor_2d(descriptor, data, 64, 64, 64, 64, 64) == MOK_OK);
+  uint64_t words[16];
+  std::memcpy(words, descriptor, sizeof words);
+  CHECK(words[0] == reinterpret_cast<uintptr_t>(data));
+  CHECK(words[1] == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+  CHECK(words[4] == 128 && words[5] == 64 && words[6] == 64);
+  // FP8 is encoded as bytes, its stride in bytes, a box row of 128 of them.
+  CHECK(mok_tma_descriptor_2d_typed(descriptor, data, MOK_DTYPE_F8E4M3, 64,
+                                    128, 128, 64, 128) == MOK_OK);
+  std::memcpy(words, descriptor, sizeof words);
+  CHECK(words[1] == CU_TENSOR_MAP_DATA_TYPE_UINT8);
+  CHECK(words[2] == 128 && words[3] == 64 && words[4] == 128);
+  CHECK(words[5] == 128 && words[6] == 64);
   inject("cuTensorMapEncodeTiled", CUDA_ERROR_INVALID_VALUE);
   CHECK_FAILS(mok_tma_descriptor_2d(descriptor, data, 64, 64, 64, 64, 64),
               MOK_ERROR_CUDA, "cuTensorMapEncodeTiled: invalid argument");
@@ -427,6 +441,57 @@ void testLayerForward() {
   CHECK(mok_layer_forward(layer, a.in, 1, &a.out, nullptr) == MOK_OK);
   CHECK(mok_layer_forward(layer, a.in, 1, &a.out, nullptr) == MOK_OK);
   CHECK(uploads() == up + 2);
+  mok_layer_destroy(layer);
+  CHECK(fake.clean());
+}
+
+/// An FP8 operand's tensor map: the buffer's dtype picks the encoding
+/// (bytes, a byte stride, a box row of 128 elements) next to a bf16 map.
+void testFp8TensorMaps() {
+  const char *json = R"({
+  "mok_metadata_version": 3, "kernel": "moe_layer_forward", "block": 256,
+  "cooperative": true, "dynamic_shared_memory": 65536,
+  "params": [
+    {"name": "xq", "role": "input", "dtype": "f8e4m3", "shape": [4, 128]},
+    {"name": "out", "role": "output", "dtype": "bf16", "shape": [4, 64]},
+    {"name": "tensor_maps", "role": "tensor_maps", "dtype": "i64", "shape": [32]}],
+  "tensor_maps": [
+    {"buffer": "xq", "rows": 4, "cols": 128, "row_stride": 128, "box_rows": 4, "box_cols": 128},
+    {"buffer": "out", "rows": 4, "cols": 64, "row_stride": 64, "box_rows": 4, "box_cols": 64}]
+})";
+  const char *ptx = ".version 8.1\n.target sm_90a\n.address_size 64\n"
+                    ".visible .entry moe_layer_forward(\n  .param .u64 p0,\n"
+                    "  .param .u64 p1,\n  .param .u64 p2\n)\n{\n  ret;\n}\n";
+  mok_layer layer = nullptr;
+  CHECK(mok_layer_create(json, &layer) == MOK_OK);
+  CHECK(mok_layer_load(layer, 0, ptx) == MOK_OK);
+  alignas(64) static unsigned char xq[4 * 128], out[4 * 64 * 2];
+  int64_t xShape[2] = {4, 128}, outShape[2] = {4, 64};
+  mok_named_tensor in[1] = {
+      {"xq", mok_tensor_contiguous(xq, MOK_DTYPE_F8E4M3, 2, xShape)}};
+  mok_tensor o = mok_tensor_contiguous(out, MOK_DTYPE_BF16, 2, outShape);
+  // Another dtype than the metadata's is refused by name.
+  mok_named_tensor wrong[1] = {
+      {"xq", mok_tensor_contiguous(xq, MOK_DTYPE_BF16, 2, xShape)}};
+  CHECK_FAILS(mok_layer_forward(layer, wrong, 1, &o, nullptr),
+              MOK_ERROR_INVALID_ARGUMENT, "expected dtype f8e4m3, got bf16");
+  CHECK(mok_layer_forward(layer, in, 1, &o, nullptr) == MOK_OK);
+  uint64_t params[8] = {};
+  if (fake.lastParams(params, 8) != 3 || !params[2]) {
+    check(false, "the launch has 3 parameters", __LINE__);
+    mok_layer_destroy(layer);
+    return;
+  }
+  // The stand-in's device memory is the host's: read the uploaded maps.
+  uint64_t maps[32];
+  std::memcpy(maps, reinterpret_cast<const void *>(params[2]), sizeof maps);
+  CHECK(maps[0] == reinterpret_cast<uintptr_t>(xq));
+  CHECK(maps[1] == CU_TENSOR_MAP_DATA_TYPE_UINT8);
+  CHECK(maps[2] == 128 && maps[3] == 4 && maps[4] == 128);
+  CHECK(maps[5] == 128 && maps[6] == 4);
+  CHECK(maps[16] == reinterpret_cast<uintptr_t>(out));
+  CHECK(maps[17] == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+  CHECK(maps[20] == 128 && maps[21] == 64);
   mok_layer_destroy(layer);
   CHECK(fake.clean());
 }
@@ -854,6 +919,7 @@ void testWithFakeDriver(const char *path) {
   testProbeAndModules();
   testLayerLoad();
   testLayerForward();
+  testFp8TensorMaps();
   testClusterLayer();
   testLoadUnloadLoop();
   testGivenCubin();

@@ -163,7 +163,14 @@ static void testWithoutDriver() {
               MOK_ERROR_DRIVER_UNAVAILABLE, "the CUDA driver could not be loaded");
   // Argument errors are reported before the driver is needed.
   CHECK_FAILS(mok_tma_descriptor_2d(descriptor, memory, 64, 64, 64, 64, 128),
-              MOK_ERROR_INVALID_ARGUMENT, "box [64, 128] must have at most 256 rows and 128 bytes a row");
+              MOK_ERROR_INVALID_ARGUMENT, "box [64, 128] must have at most 256 rows and 128 bytes a row (128B swizzle), 64 bf16 elements");
+  CHECK_FAILS(mok_tma_descriptor_2d_typed(descriptor, memory, MOK_DTYPE_F8E4M3, 64, 256, 256, 64, 256),
+              MOK_ERROR_INVALID_ARGUMENT, "box [64, 256] must have at most 256 rows and 128 bytes a row (128B swizzle), 128 f8e4m3 elements");
+  CHECK_FAILS(mok_tma_descriptor_2d_typed(descriptor, memory, MOK_DTYPE_F32, 64, 64, 64, 64, 32),
+              MOK_ERROR_INVALID_ARGUMENT, "dtype: expected bf16 or f8e4m3, got f32");
+  // An FP8 row stride is in bytes: 8 elements are not 16-byte aligned.
+  CHECK_FAILS(mok_tma_descriptor_2d_typed(descriptor, memory, MOK_DTYPE_F8E4M3, 4, 8, 8, 4, 8),
+              MOK_ERROR_INVALID_ARGUMENT, "data and row_stride must be 16-byte aligned for TMA");
   CHECK_FAILS(mok_module_load_ptx(0, "", &m), MOK_ERROR_INVALID_ARGUMENT,
               "ptx: is empty");
   // Cluster launches and their occupancy: the arguments are checked before
@@ -686,7 +693,11 @@ static void testWeightMetadata() {
        "metadata: tensor_maps[0] ('w'): row_stride 32 is less than cols 64"},
       {layerJson(2, R"({"name": "ids", "role": "input", "dtype": "i32", "shape": [64]}, )" + out + ", " + maps16,
                  R"({"buffer": "ids", "rows": 1, "cols": 64, "row_stride": 64, "box_rows": 1, "box_cols": 64})"),
-       "metadata: tensor_maps[0] ('ids'): tensor maps are bf16, the buffer is i32"},
+       "metadata: tensor_maps[0] ('ids'): tensor maps are bf16 or f8e4m3, the buffer is i32"},
+      // A bf16 box of 128 columns is 256 bytes a row: twice a swizzle row.
+      {layerJson(2, w + ", " + out + ", " + maps16,
+                 R"({"buffer": "w", "rows": 8, "cols": 64, "row_stride": 64, "box_rows": 8, "box_cols": 128})"),
+       "metadata: tensor_maps[0] ('w'): box_cols 128 of bf16 is more than the 128 bytes of a swizzled box row"},
   };
   for (auto &b : bad) {
     mok_layer l = nullptr;

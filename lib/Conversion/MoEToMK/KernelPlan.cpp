@@ -106,6 +106,8 @@ DictionaryAttr mok::moe_to_mk::describeKernel(
     llvm::raw_string_ostream(dtype) << p.type.getElementType();
     if (dtype == "i8") // bytes (the symmetric buffer)
       dtype = "u8";
+    else if (dtype == "f8E4M3FN") // FP8 values (MOK_DTYPE_F8E4M3)
+      dtype = "f8e4m3";
     SmallVector<NamedAttribute> entry = {
         b.getNamedAttr("name", b.getStringAttr(p.name)),
         b.getNamedAttr("role", b.getStringAttr(p.role)),
@@ -150,10 +152,10 @@ DictionaryAttr mok::moe_to_mk::describeKernel(
   if (cluster > 1)
     entries.push_back(b.getNamedAttr("cluster", b.getI64IntegerAttr(cluster)));
   // Entry i covers `experts` consecutive CUtensorMaps in the `tensor_maps`
-  // parameter (128 bytes each): bf16, 2-D {cols, rows} with a row stride of
-  // row_stride elements, box {box_cols, box_rows}, SWIZZLE_128B, no
-  // interleave, OOB zero fill; slot e of a per-expert entry views expert
-  // e's matrix.
+  // parameter (128 bytes each): of the buffer's dtype (bf16, or FP8 as
+  // bytes), 2-D {cols, rows} with a row stride of row_stride elements, box
+  // {box_cols, box_rows}, SWIZZLE_128B, no interleave, OOB zero fill; slot
+  // e of a per-expert entry views expert e's matrix.
   if (!tensorMaps.empty()) {
     SmallVector<Attribute> maps;
     for (const TensorMapSpec &m : tensorMaps) {

@@ -65,6 +65,9 @@ typedef enum mok_dtype {
   /* Bytes: an expert-parallel kernel's symmetric buffer (param role
    * "symmetric"), never a caller's tensor. */
   MOK_DTYPE_U8 = 5,
+  /* FP8 E4M3, the "fn" encoding (OCP OFP8: no infinities, S.1111.111 is
+   * NaN, largest finite 448), one byte: an FP8 layer's quantized values. */
+  MOK_DTYPE_F8E4M3 = 6,
 } mok_dtype;
 
 typedef struct mok_tensor {
@@ -358,6 +361,14 @@ MOK_API mok_status mok_module_max_active_blocks(mok_module module,
 MOK_API mok_status mok_tma_descriptor_2d(void *descriptor, void *data, int64_t rows,
                                  int64_t cols, int64_t row_stride,
                                  uint32_t box_rows, uint32_t box_cols);
+
+/* The same of a matrix of `dtype` elements: MOK_DTYPE_BF16 or
+ * MOK_DTYPE_F8E4M3 (encoded as bytes: TMA copies FP8 unchanged). A box row
+ * holds at most 128 bytes: 64 bf16 or 128 FP8 elements. */
+MOK_API mok_status mok_tma_descriptor_2d_typed(void *descriptor, void *data,
+                                 mok_dtype dtype, int64_t rows, int64_t cols,
+                                 int64_t row_stride, uint32_t box_rows,
+                                 uint32_t box_cols);
 
 /*---------------------------------------------------------------------------
  * Compiled layers: what the compiler emits for one layer (PTX + metadata,
