@@ -342,15 +342,12 @@ mok::conversion::checkKernel(gpu::GPUFuncOp func) {
         continue;
       if (&block != &func.getBody().front())
         return op.emitOpError("must be in the entry block of its kernel");
-      if (isa<mk::QuantizeRowsOp>(op))
-        return op.emitOpError("(FP8) has no lowering in convert-mk-to-gpu "
-                              "yet; the CPU target runs FP8 layers "
-                              "(--moe-to-cpu)");
       // What lowerKernel's switch lowers (MKToGPU.cpp); any other mk op
       // would be erased unlowered, so it is refused here.
       if (!isa<mk::FillOp, mk::CheckRoutesOp, mk::CountRoutesOp,
                mk::ScanChunksOp, mk::PadOffsetsOp, mk::AssignRowsOp,
                mk::GatherOp, mk::GemmOp, mk::CombineOp, mk::SwigluGradOp,
+               mk::QuantizeRowsOp,
                mk::GridBarrierOp, mk::TimestampOp, mk::RouteRanksOp,
                mk::PutCountsOp, mk::SignalOp, mk::WaitOp,
                mk::CheckCapacityOp, mk::ReceivedRowsOp, mk::SendRowsOp,
@@ -380,14 +377,16 @@ mok::conversion::checkKernel(gpu::GPUFuncOp func) {
     }
   if (failed(checkBarrierIntervals(func)))
     return failure();
-  // mk.swiglu_grad gives each row to one warp of whole-warp blocks.
+  // mk.swiglu_grad gives each row, mk.quantize_rows each block, to one
+  // warp of whole-warp blocks.
   std::optional<ArrayRef<int32_t>> block = func.getKnownBlockSize();
   bool wholeWarps =
       block && (*block)[0] % 32 == 0 && (*block)[1] == 1 && (*block)[2] == 1;
   if (!wholeWarps)
-    for (auto op : func.getBody().front().getOps<mk::SwigluGradOp>())
-      return op.emitOpError("needs a kernel of whole warps: a "
-                            "known_block_size [n, 1, 1] with n a multiple "
-                            "of 32");
+    for (Operation &op : func.getBody().front())
+      if (isa<mk::SwigluGradOp, mk::QuantizeRowsOp>(op))
+        return op.emitOpError("needs a kernel of whole warps: a "
+                              "known_block_size [n, 1, 1] with n a multiple "
+                              "of 32");
   return checkTensorCoreGemms(func);
 }

@@ -689,11 +689,11 @@ gpu.module @k {
 
 // -----
 
-// FP8's row quantizer has no GPU lowering yet: refused by name, not dropped.
+// FP8's row quantizer gives each block to one warp: whole warps only.
 gpu.module @k {
   gpu.func @fp8_rows(%x: memref<40x128xbf16>, %q: memref<40x128xf8E4M3FN>, %s: memref<1x40xf32>) kernel
-      attributes {mok.kernel = {params = [{name = "x"}, {name = "x_q"}, {name = "x_scales"}]}} {
-    // expected-error @+1 {{'mk.quantize_rows' op (FP8) has no lowering in convert-mk-to-gpu yet; the CPU target runs FP8 layers (--moe-to-cpu)}}
+      attributes {known_block_size = array<i32: 48, 1, 1>} {
+    // expected-error @+1 {{'mk.quantize_rows' op needs a kernel of whole warps: a known_block_size [n, 1, 1] with n a multiple of 32}}
     mk.quantize_rows %x into %q, %s : memref<40x128xbf16> -> memref<40x128xf8E4M3FN>, memref<1x40xf32>
     gpu.return
   }

@@ -386,8 +386,9 @@ def MK_QuantizeRowsOp : MK_Op<"quantize_rows"> {
 
     The step of the FP8 layers (`precision = "fp8"`) that quantizes
     activations inside the kernel (x's rows, the hidden activation, the
-    backward's d_out). convert-mk-to-gpu has no lowering for it yet and
-    refuses it by name.
+    backward's d_out). convert-mk-to-gpu gives each block to one warp of a
+    kernel of whole warps (IEEE divisions, `cvt.rn.satfinite` to E4M3),
+    bit for bit the rule above.
 
     ```mlir
     mk.quantize_rows %x into %x_q, %x_scales

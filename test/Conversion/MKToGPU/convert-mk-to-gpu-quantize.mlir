@@ -1,0 +1,75 @@
+// RUN: mok-opt %s --convert-mk-to-gpu | FileCheck %s --implicit-check-not=mk.
+// REQUIRES: ptxas
+// RUN: rm -rf %t && mok-opt %s --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90
+// RUN: FileCheck %s --check-prefix=PTX --input-file %t/sm90/k.ptx
+// RUN: ptxas -arch=sm_90a -v %t/sm90/k.ptx -o %t/sm90.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/sm100
+// RUN: ptxas -arch=sm_100a %t/sm100/k.ptx -o %t/sm100.cubin
+
+// mk.quantize_rows: one warp a 1 x 128 block (row r = i / blocks, block
+// i % blocks), warps spread over the blocks first; lane l holds the block's
+// columns l, l + 32, l + 64, l + 96 (each warp access contiguous).
+// amax: the lanes' NaN-propagating maximum of |x| (maximumf, then a
+// butterfly of xor shuffles 16 .. 1, so every lane has the block's);
+// s = amax / 448 (1 for amax = 0); the values E4M3(x / s) by cvt pairs
+// (rn, satfinite); a non-finite block (amax not < inf) stores 0x7F with each
+// element's sign and a NaN scale; lane 0 stores scales[block, r].
+// CHECK-LABEL: gpu.func @quantize(
+// CHECK-SAME: %[[X:[^:]*]]: memref<40x256xbf16>, %[[Q:[^:]*]]: memref<40x256xf8E4M3FN>, %[[S:[^:]*]]: memref<2x40xf32>)
+// CHECK: %[[LANE32:.*]] = nvvm.read.ptx.sreg.laneid
+// CHECK: %[[LANE:.*]] = arith.index_cast %[[LANE32]]
+// CHECK: scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step
+// CHECK: %[[R:.*]] = arith.divsi %[[I]], %c2
+// CHECK: %[[B:.*]] = arith.remsi %[[I]], %c2
+// CHECK: %[[B0:.*]] = arith.muli %[[B]], %c128
+// CHECK: %[[C0:.*]] = arith.addi %[[B0]], %[[LANE]]
+// CHECK: memref.load %[[X]][%[[R]], %{{.*}}]
+// CHECK: math.absf
+// CHECK: arith.maximumf
+// CHECK-COUNT-3: memref.load %[[X]]
+// CHECK: gpu.shuffle  xor %{{.*}}, %c16_i32
+// CHECK: gpu.shuffle  xor %{{.*}}, %c1_i32
+// CHECK: %[[AMAX:.*]] = arith.maximumf
+// CHECK: %[[FINITE:.*]] = arith.cmpf olt, %[[AMAX]], %cst{{.*}} : f32
+// CHECK: %[[ZERO:.*]] = arith.cmpf oeq, %[[AMAX]]
+// CHECK: %[[DIV:.*]] = arith.divf %[[AMAX]], %cst{{.*}} : f32
+// CHECK: %[[SC:.*]] = arith.select %[[ZERO]], %cst{{.*}}, %[[DIV]]
+// CHECK: %[[Q0:.*]] = arith.divf %{{.*}}, %[[SC]] : f32
+// CHECK: %[[Q1:.*]] = arith.divf %{{.*}}, %[[SC]] : f32
+// CHECK: nvvm.convert.f32x2.to.f8x2 %[[Q0]], %[[Q1]] {rnd = #nvvm.fp_rnd_mode<rn>, sat = #nvvm.sat_mode<satfinite>} : i16(f8E4M3FN)
+// CHECK: nvvm.convert.f32x2.to.f8x2
+// CHECK-COUNT-4: memref.store %{{.*}}, %[[Q]][%[[R]], %{{.*}}] {alignment = 1 : i64} : memref<40x256xf8E4M3FN>
+// CHECK: %[[SCALE:.*]] = arith.select %[[FINITE]], %[[SC]], %cst{{.*}} : f32
+// CHECK: arith.cmpi eq, %[[LANE]], %c0
+// CHECK: memref.store %[[SCALE]], %[[S]][%[[B]], %[[R]]]
+//
+// In the PTX, IEEE divisions (no .ftz: subnormal scales are kept), the
+// NaN-propagating maximum, the saturating conversion, no spills.
+// PTX: max.NaN.f32
+// PTX: shfl.sync.bfly.b32
+// PTX: div.rn.f32 {{.*}}, 0f43E00000;
+// PTX: cvt.rn.satfinite.e4m3x2.f32
+// PTX: cvt.rn.satfinite.e4m3x2.f32
+// PTX-NOT: .ftz
+// PTX-NOT: div.approx
+// PTXAS: 0 bytes spill stores, 0 bytes spill loads
+gpu.module @k {
+  gpu.func @quantize(%x: memref<40x256xbf16>, %q: memref<40x256xf8E4M3FN>, %s: memref<2x40xf32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    mk.quantize_rows %x into %q, %s : memref<40x256xbf16> -> memref<40x256xf8E4M3FN>, memref<2x40xf32>
+    gpu.return
+  }
+}
+
+// With tokens(%t): the blocks of rows r < t only.
+// CHECK-LABEL: gpu.func @quantize_tokens(
+// CHECK-SAME: %{{[^:]*}}: memref<64x128xbf16>, %{{[^:]*}}: memref<64x128xf8E4M3FN>, %{{[^:]*}}: memref<1x64xf32>, %[[T:[^:]*]]: index)
+// CHECK: %[[N:.*]] = arith.muli %[[T]], %c1
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[N]] step
+gpu.module @t {
+  gpu.func @quantize_tokens(%x: memref<64x128xbf16>, %q: memref<64x128xf8E4M3FN>, %s: memref<1x64xf32>, %t: index) kernel
+      attributes {known_block_size = array<i32: 128, 1, 1>} {
+    mk.quantize_rows %x into %q, %s tokens(%t) : memref<64x128xbf16> -> memref<64x128xf8E4M3FN>, memref<1x64xf32>
+    gpu.return
+  }
+}
