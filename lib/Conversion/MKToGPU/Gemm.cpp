@@ -54,17 +54,34 @@ void GemmLowering::lowerSimt(mk::GemmOp op) {
   ValueRange bs = op.getB();
   bool ta = op.getTransposeA(), tb = op.getTransposeB();
   int64_t k = size(a, ta ? 0 : 1);
-  // A(r, j) and B(c, j) in either operand form.
-  auto aAt = [&](Value src, Value r, Value j) {
+  // FP8: each operand's value is its E4M3 value times its block's scale
+  // (scales: a's, a2's, then each B's), an f32 product.
+  bool fp8 = op.isFp8();
+  ValueRange scales = op.getScales();
+  unsigned bScales = op.getA2() ? 2 : 1;
+  Value block = e.index(128);
+  // A(r, j) of `a` (second: a2) and B_i(c, j) in either operand form.
+  auto aAt = [&](bool second, Value r, Value j) {
+    Value src = second ? op.getA2() : a;
+    if (fp8)
+      return e.mul(decodeE4M3(e.load(src, {r, j})),
+                   e.load(scales[second ? 1 : 0], {e.div(j, block), r}));
     return ta ? e.loadF32(src, {j, r}) : e.loadF32(src, {r, j});
   };
-  auto bAt = [&](Value w, ArrayRef<Value> prefix, Value c, Value j) {
+  auto bAt = [&](unsigned i, ArrayRef<Value> prefix, Value c, Value j) {
     SmallVector<Value> idx(prefix);
+    if (fp8) {
+      SmallVector<Value> blockIdx(prefix);
+      blockIdx.append({e.div(c, block), e.div(j, block)});
+      idx.append({c, j});
+      return e.mul(decodeE4M3(e.load(bs[i], idx)),
+                   e.load(scales[bScales + i], blockIdx));
+    }
     if (tb)
       idx.append({j, c});
     else
       idx.append({c, j});
-    return e.loadF32(w, idx);
+    return e.loadF32(bs[i], idx);
   };
   // Weight gradients: out[g] sums over group g's K range, in k order.
   if (Value kOffsets = op.getKOffsets()) {
@@ -78,7 +95,7 @@ void GemmLowering::lowerSimt(mk::GemmOp op) {
         end = arith::MinSIOp::create(
             e.b, e.loc, end, e.add(begin, e.toIndex(e.load(counts, {g}))));
       Value acc = e.sum(begin, end, [&](Value j) {
-        return e.mul(aAt(a, r, j), bAt(bs[0], {}, c, j));
+        return e.mul(aAt(false, r, j), bAt(0, {}, c, j));
       });
       if (op.getAccumulate()) // out += acc (f32)
         acc = e.add(e.load(out, {g, r, c}), acc);
@@ -102,14 +119,14 @@ void GemmLowering::lowerSimt(mk::GemmOp op) {
     SmallVector<Value> prefix;
     if (op.isGrouped())
       prefix.push_back(e.toIndex(e.load(op.getRowExpert(), {r})));
-    auto dot = [&](Value src, Value w, Value init) {
+    auto dot = [&](bool second, unsigned i, Value init) {
       return e.fold(e.index(0), kEnd, init, [&](Value j, Value acc) {
-        return e.add(acc, e.mul(aAt(src, r, j), bAt(w, prefix, c, j)));
+        return e.add(acc, e.mul(aAt(second, r, j), bAt(i, prefix, c, j)));
       });
     };
     if (swigluEpilogue) {
-      Value g = e.roundBF16(dot(a, bs[0], e.f32(0.0f)));
-      Value u = e.roundBF16(dot(a, bs[1], e.f32(0.0f)));
+      Value g = e.roundBF16(dot(false, 0, e.f32(0.0f)));
+      Value u = e.roundBF16(dot(false, 1, e.f32(0.0f)));
       if (!op.getSaves().empty()) {
         e.storeRounded(g, op.getSaves()[0], {r, c});
         e.storeRounded(u, op.getSaves()[1], {r, c});
@@ -118,9 +135,9 @@ void GemmLowering::lowerSimt(mk::GemmOp op) {
       return;
     }
     // concat: one accumulator over both K-loops.
-    Value v = dot(a, bs[0], e.f32(0.0f));
-    if (Value a2 = op.getA2())
-      v = dot(a2, bs[1], v);
+    Value v = dot(false, 0, e.f32(0.0f));
+    if (op.getA2())
+      v = dot(true, 1, v);
     if (op.getAccumulate()) // out += v (f32)
       v = e.add(e.load(out, {r, c}), v);
     e.storeRounded(v, out, {r, c});

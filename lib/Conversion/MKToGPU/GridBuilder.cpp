@@ -183,3 +183,21 @@ Value GridBuilder::pack8(ArrayRef<Value> xs) {
         arith::ConstantIntOp::create(e.b, e.loc, i, 32));
   return packed;
 }
+
+Value GridBuilder::decodeE4M3(Value f8) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value byte = arith::BitcastOp::create(b, loc, b.getI8Type(), f8);
+  // The byte in both lanes of the pair: either half is its value.
+  auto pairType = VectorType::get({2}, b.getI8Type());
+  Value pair = LLVM::PoisonOp::create(b, loc, pairType);
+  for (int64_t i = 0; i < 2; ++i)
+    pair = LLVM::InsertElementOp::create(
+        b, loc, pair, byte, arith::ConstantIntOp::create(b, loc, i, 32));
+  Value halves = NVVM::ConvertF8x2ToF16x2Op::create(
+      b, loc, VectorType::get({2}, b.getF16Type()), pair,
+      /*relu=*/false, f8.getType());
+  Value half = LLVM::ExtractElementOp::create(
+      b, loc, halves, arith::ConstantIntOp::create(b, loc, 0, 32));
+  return arith::ExtFOp::create(b, loc, b.getF32Type(), half);
+}

@@ -146,6 +146,9 @@ protected:
   /// parameter's `align` in the kernel's `mok.kernel` description when it
   /// is a kernel argument, else 0.
   int64_t guaranteedAlignment(mlir::Value buffer) const;
+  /// The f32 value of an f8E4M3FN element (exact: cvt.rn.f16x2.e4m3x2,
+  /// then f16 to f32; NaN stays NaN).
+  mlir::Value decodeE4M3(mlir::Value f8);
   /// The 8 bf16 lanes of a 16-byte vector as f32, and back (rounded).
   llvm::SmallVector<mlir::Value> unpack8(mlir::Value vec);
   mlir::Value pack8(llvm::ArrayRef<mlir::Value> xs);

@@ -230,7 +230,7 @@ void ScheduleBuilder::gemm(const GemmPlan &g) {
   auto op = mk::GemmOp::create(
       b, loc, g.epilogue, g.a, g.b, g.out, g.rowExpert, g.offsets,
       tc ? g.tensorMaps : Value(), g.gatherRows, tc ? g.paddingRows : Value(),
-      g.a2, g.kOffsets, g.kCounts, g.saves,
+      g.a2, g.kOffsets, g.kCounts, g.saves, g.scales,
       // (Any T: a GEMM over token rows reads the call's T.)
       g.rowExpert || g.kOffsets ? Value() : tokens, schedule, g.limit,
       tc ? b.getDenseI64ArrayAttr(g.maps) : DenseI64ArrayAttr(),

@@ -168,6 +168,8 @@ struct GemmPlan {
   /// padding rows skips its MMAs (mk.gemm's `padding`).
   mlir::Value paddingRows;
   mlir::SmallVector<mlir::Value> b, saves;
+  /// FP8 operands: the f32 block scales of a, a2 and each B, in order.
+  mlir::SmallVector<mlir::Value> scales;
   bool transposeA = false, transposeB = false;
   mlir::FloatAttr limit;
   mlir::SmallVector<int64_t> maps;

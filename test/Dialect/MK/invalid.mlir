@@ -1276,3 +1276,103 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @fp8_mixed(%a: memref<128x128xf8E4M3FN>, %b: memref<128x128xbf16>, %o: memref<128x128xbf16>, %s: memref<1x128xf32>) kernel {
+    // expected-error @+1 {{a, a2 and the B operands must all be bf16 or all f8E4M3FN}}
+    mk.gemm store %a, %b into %o scales(%s : memref<1x128xf32>) schedule <simt> : memref<128x128xf8E4M3FN>, memref<128x128xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @fp8_no_scales(%a: memref<128x128xf8E4M3FN>, %b: memref<128x128xf8E4M3FN>, %o: memref<128x128xbf16>) kernel {
+    // expected-error @+1 {{FP8 operands need one scale buffer each (a, a2, then each B): expected 2, got 0}}
+    mk.gemm store %a, %b into %o schedule <simt> : memref<128x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @bf16_scales(%a: memref<128x128xbf16>, %b: memref<128x128xbf16>, %o: memref<128x128xbf16>, %s: memref<1x128xf32>) kernel {
+    // expected-error @+1 {{scales are for FP8 (f8E4M3FN) operands; bf16 operands take none}}
+    mk.gemm store %a, %b into %o scales(%s, %s : memref<1x128xf32>, memref<1x128xf32>) schedule <simt> : memref<128x128xbf16>, memref<128x128xbf16> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @fp8_transposed(%a: memref<128x128xf8E4M3FN>, %b: memref<128x128xf8E4M3FN>, %o: memref<128x128xbf16>, %s: memref<1x128xf32>, %sb: memref<1x1xf32>) kernel {
+    // expected-error @+1 {{FP8 operands are K-major (A [M, K], B [N, K]): no transpose_a, transpose_b, k_groups or gathered A}}
+    mk.gemm store %a, %b into %o scales(%s, %sb : memref<1x128xf32>, memref<1x1xf32>) schedule <simt> {transpose_b} : memref<128x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @fp8_k(%a: memref<128x64xf8E4M3FN>, %b: memref<128x64xf8E4M3FN>, %o: memref<128x128xbf16>, %s: memref<1x128xf32>, %sb: memref<1x1xf32>) kernel {
+    // expected-error @+1 {{FP8: K = 64 must be a multiple of 128, the block}}
+    mk.gemm store %a, %b into %o scales(%s, %sb : memref<1x128xf32>, memref<1x1xf32>) schedule <simt> : memref<128x64xf8E4M3FN>, memref<128x64xf8E4M3FN> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @fp8_a_scales(%a: memref<128x128xf8E4M3FN>, %b: memref<128x128xf8E4M3FN>, %o: memref<128x128xbf16>, %s: memref<1x126xf32>, %sb: memref<1x1xf32>) kernel {
+    // expected-error @+1 {{A scales dimension 1 must be at least a's rows (128) and a multiple of 4, got 126}}
+    mk.gemm store %a, %b into %o scales(%s, %sb : memref<1x126xf32>, memref<1x1xf32>) schedule <simt> : memref<128x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @fp8_a_blocks(%a: memref<128x256xf8E4M3FN>, %b: memref<128x256xf8E4M3FN>, %o: memref<128x128xbf16>, %s: memref<1x128xf32>, %sb: memref<1x2xf32>) kernel {
+    // expected-error @+1 {{A scales dimension 0 must be 2 (K / 128, one row of scales a block), got 1}}
+    mk.gemm store %a, %b into %o scales(%s, %sb : memref<1x128xf32>, memref<1x2xf32>) schedule <simt> : memref<128x256xf8E4M3FN>, memref<128x256xf8E4M3FN> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @fp8_b_rank(%a: memref<128x128xf8E4M3FN>, %b: memref<2x128x128xf8E4M3FN>, %o: memref<128x128xbf16>, %s: memref<1x128xf32>, %sb: memref<1x1xf32>, %re: memref<128xi64>, %off: memref<3xi64>) kernel {
+    // expected-error @+1 {{scales #1 (of a B operand) must be [E, N/128, K/128]}}
+    mk.gemm store %a, %b into %o grouped(%re, %off : memref<128xi64>, memref<3xi64>) scales(%s, %sb : memref<1x128xf32>, memref<1x1xf32>) schedule <simt> : memref<128x128xf8E4M3FN>, memref<2x128x128xf8E4M3FN> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @fp8_b_experts(%a: memref<128x128xf8E4M3FN>, %b: memref<2x128x128xf8E4M3FN>, %o: memref<128x128xbf16>, %s: memref<1x128xf32>, %sb: memref<3x1x1xf32>, %re: memref<128xi64>, %off: memref<3xi64>) kernel {
+    // expected-error @+1 {{B scales dimension 0 must be 2 (E, B's experts), got 3}}
+    mk.gemm store %a, %b into %o grouped(%re, %off : memref<128xi64>, memref<3xi64>) scales(%s, %sb : memref<1x128xf32>, memref<3x1x1xf32>) schedule <simt> : memref<128x128xf8E4M3FN>, memref<2x128x128xf8E4M3FN> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @fp8_b_n(%a: memref<128x128xf8E4M3FN>, %b: memref<256x128xf8E4M3FN>, %o: memref<128x256xbf16>, %s: memref<1x128xf32>, %sb: memref<1x1xf32>) kernel {
+    // expected-error @+1 {{B scales dimension 0 must be 2 (N / 128), got 1}}
+    mk.gemm store %a, %b into %o scales(%s, %sb : memref<1x128xf32>, memref<1x1xf32>) schedule <simt> : memref<128x128xf8E4M3FN>, memref<256x128xf8E4M3FN> -> memref<128x256xbf16>
+    gpu.return
+  }
+}

@@ -232,3 +232,25 @@ gpu.module @fp8_kernels {
     gpu.return
   }
 }
+
+// FP8 GEMMs: E4M3 operands with their f32 block scales (a's [K/128, S],
+// each B's [E, N/128, K/128], or [N/128, K/128] not grouped).
+// CHECK-LABEL: gpu.func @fp8_gemm
+// CHECK: mk.gemm swiglu %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} grouped(%{{.*}}, %{{.*}} : memref<256xi64>, memref<3xi64>) scales(%{{.*}}, %{{.*}}, %{{.*}} : memref<1x256xf32>, memref<2x1x1xf32>, memref<2x1x1xf32>) schedule <simt> : memref<256x128xf8E4M3FN>, memref<2x128x128xf8E4M3FN>, memref<2x128x128xf8E4M3FN> -> memref<256x128xbf16>
+// CHECK: mk.gemm store %{{.*}}, %{{.*}} into %{{.*}} concat(%{{.*}} : memref<256x128xf8E4M3FN>) scales(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : memref<1x256xf32>, memref<1x256xf32>, memref<1x1xf32>, memref<1x1xf32>) schedule <simt> : memref<256x128xf8E4M3FN>, memref<128x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<256x128xf32>
+gpu.module @fp8_gemm_kernels {
+  gpu.func @fp8_gemm(%a: memref<256x128xf8E4M3FN>, %sa: memref<1x256xf32>,
+                     %g: memref<2x128x128xf8E4M3FN>, %sg: memref<2x1x1xf32>,
+                     %u: memref<2x128x128xf8E4M3FN>, %su: memref<2x1x1xf32>,
+                     %re: memref<256xi64>, %off: memref<3xi64>, %h: memref<256x128xbf16>,
+                     %d: memref<128x128xf8E4M3FN>, %sd: memref<1x1xf32>, %y: memref<256x128xf32>) kernel {
+    mk.gemm swiglu %a, %g, %u into %h grouped(%re, %off : memref<256xi64>, memref<3xi64>)
+        scales(%sa, %sg, %su : memref<1x256xf32>, memref<2x1x1xf32>, memref<2x1x1xf32>) schedule <simt>
+        : memref<256x128xf8E4M3FN>, memref<2x128x128xf8E4M3FN>, memref<2x128x128xf8E4M3FN> -> memref<256x128xbf16>
+    mk.gemm store %a, %d, %d into %y concat(%a : memref<256x128xf8E4M3FN>)
+        scales(%sa, %sa, %sd, %sd : memref<1x256xf32>, memref<1x256xf32>, memref<1x1xf32>, memref<1x1xf32>) schedule <simt>
+        : memref<256x128xf8E4M3FN>, memref<128x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<256x128xf32>
+    gpu.return
+  }
+}
+

@@ -271,6 +271,71 @@ LogicalResult GatherOp::verify() {
                        dim(getRowRoute(), 0), "the size of row_route")));
 }
 
+LogicalResult GemmOp::verifyFp8(int64_t m, int64_t k, int64_t n) {
+  auto eltOf = [](Value v) {
+    return cast<MemRefType>(v.getType()).getElementType();
+  };
+  bool fp8 = isFp8();
+  SmallVector<Value> operands = {getA()};
+  if (Value a2 = getA2())
+    operands.push_back(a2);
+  llvm::append_range(operands, getB());
+  for (Value v : operands)
+    if (eltOf(v) != eltOf(getA()))
+      return emitOpError("a, a2 and the B operands must all be bf16 or all "
+                         "f8E4M3FN");
+  ValueRange scales = getScales();
+  if (!fp8) {
+    if (!scales.empty())
+      return emitOpError("scales are for FP8 (f8E4M3FN) operands; bf16 "
+                         "operands take none");
+    return success();
+  }
+  if (getTransposeA() || getTransposeB() || getKOffsets() || getGatherRows())
+    return emitOpError("FP8 operands are K-major (A [M, K], B [N, K]): no "
+                       "transpose_a, transpose_b, k_groups or gathered A");
+  if (scales.size() != operands.size())
+    return emitOpError() << "FP8 operands need one scale buffer each (a, "
+                            "a2, then each B): expected "
+                         << operands.size() << ", got " << scales.size();
+  for (auto [what, extent] : {std::pair<StringRef, int64_t>{"K", k}, {"N", n}})
+    if (!ShapedType::isDynamic(extent) && extent % 128)
+      return emitOpError() << "FP8: " << what << " = " << extent
+                           << " must be a multiple of 128, the block";
+  int64_t kBlocks = ShapedType::isDynamic(k) ? k : k / 128;
+  int64_t nBlocks = ShapedType::isDynamic(n) ? n : n / 128;
+  unsigned activations = getA2() ? 2 : 1;
+  for (unsigned i = 0; i < activations; ++i) {
+    Value s = scales[i];
+    if (cast<MemRefType>(s.getType()).getRank() != 2)
+      return emitOpError() << "scales #" << i
+                           << " (of an A operand) must be [K/128, S]";
+    if (failed(expectDim(*this, s, "A scales", 0, kBlocks,
+                         "K / 128, one row of scales a block")))
+      return failure();
+    int64_t width = dim(s, 1);
+    if (!ShapedType::isDynamic(width) && !ShapedType::isDynamic(m) &&
+        (width < m || width % 4))
+      return emitOpError() << "A scales dimension 1 must be at least a's rows ("
+                           << m << ") and a multiple of 4, got " << width;
+  }
+  bool grouped = isGrouped();
+  for (unsigned i = activations; i < scales.size(); ++i) {
+    Value s = scales[i];
+    unsigned rank = grouped ? 3 : 2;
+    if (cast<MemRefType>(s.getType()).getRank() != rank)
+      return emitOpError() << "scales #" << i << " (of a B operand) must be "
+                           << (grouped ? "[E, N/128, K/128]"
+                                       : "[N/128, K/128]");
+    if ((grouped && failed(expectDim(*this, s, "B scales", 0,
+                                     dim(getB()[0], 0), "E, B's experts"))) ||
+        failed(expectDim(*this, s, "B scales", rank - 2, nBlocks, "N / 128")) ||
+        failed(expectDim(*this, s, "B scales", rank - 1, kBlocks, "K / 128")))
+      return failure();
+  }
+  return success();
+}
+
 LogicalResult GemmOp::verify() {
   unsigned numB = getB().size();
   if (getEpilogue() == Epilogue::swiglu && numB != 2)
@@ -399,6 +464,8 @@ LogicalResult GemmOp::verify() {
                          "out's rows")))
       return failure();
   }
+  if (failed(verifyFp8(m, k, n)))
+    return failure();
   bool tc = usesTensorCores();
   if (!tc) {
     if (getMaps() || getTensorMaps())

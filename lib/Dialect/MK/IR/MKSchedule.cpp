@@ -24,6 +24,7 @@ GemmForm GemmForm::of(GemmOp op) {
   f.f32Out = out.getElementType().isF32();
   f.saves = !op.getSaves().empty();
   f.gathered = static_cast<bool>(op.getGatherRows());
+  f.fp8 = op.isFp8();
   f.columns = out.getDimSize(f.kGroups ? 2 : 1);
   if (f.kGroups)
     f.groupRows = out.getDimSize(1);
@@ -52,6 +53,8 @@ std::string TargetSupport::whyNot(const GemmForm &f,
   llvm::raw_string_ostream os(why);
   Engine engine = schedule.getEngine();
   bool producer = schedule.getProducer(), multicast = schedule.getMulticast();
+  if (f.fp8)
+    return "FP8 operands are implemented for the simt engine only so far";
   if (f.gathered && engine != Engine::wgmma)
     return "a gathered A operand is implemented for the wgmma engine only";
   // The training forms (saves, M-/N-major operands, concat, k_groups, an

@@ -165,6 +165,8 @@ def MK_GemmScheduleAttr : AttrDef<MK_Dialect, "GemmSchedule"> {
 def MK_I64Vector : MemRefRankOf<[I64], [1]>;
 def MK_Ids : MemRefRankOf<[I32, I64], [2]>;
 def MK_Bf16Matrix : MemRefRankOf<[BF16], [2]>;
+/// A GEMM operand: bf16, or FP8 E4M3 with block scales.
+def MK_GemmMatrix : MemRefRankOf<[BF16, F8E4M3FN], [2]>;
 
 //===----------------------------------------------------------------------===//
 // The routing plan
@@ -506,6 +508,18 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     rows summed); the tensor maps of the buffers with token rows must have
     `t` rows, so that TMA reads the rows past them as zeros.
 
+    *FP8* (`f8E4M3FN` operands, `precision = "fp8"` layers): `a`, `a2` and
+    every B are E4M3 together, K-major (no `transpose_a`, `transpose_b`,
+    `k_groups` or gathered A), with K and N multiples of 128, and
+    `scales(%sa[, %sa2], %sb_0[, %sb_1])` gives their f32 block scales in
+    that order: `sa [K/128, S]` (`S >= a's rows`, a multiple of 4;
+    `mk.quantize_rows`' layout) with `a(r, k) = f32(a[r, k]) * sa[k/128,
+    r]`, and each B's `[E, N/128, K/128]` (`[N/128, K/128]` not grouped)
+    with `b(c, k) = f32(b[e, c, k]) * sb[e, c/128, k/128]`: 1 x 128
+    activation blocks and 128 x 128 weight blocks, each dequantized value
+    an f32 product, then the GEMM above. `simt` sums the products in k
+    order; the tensor-core engines do not implement FP8 yet.
+
     ```mlir
     mk.gemm store %hidden, %down into %routed_y
         grouped(%row_expert, %offsets : memref<108xi64>, memref<5xi64>)
@@ -519,8 +533,8 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
   }];
   let arguments = (ins
       MK_Epilogue:$epilogue,
-      Arg<MK_Bf16Matrix, "", [MemRead]>:$a,
-      Arg<Variadic<MemRefOf<[BF16]>>, "", [MemRead]>:$b,
+      Arg<MK_GemmMatrix, "", [MemRead]>:$a,
+      Arg<Variadic<MemRefOf<[BF16, F8E4M3FN]>>, "", [MemRead]>:$b,
       Arg<MemRefOf<[BF16, F32]>, "read only with accumulate",
           [MemRead, MemWrite]>:$out,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$row_expert,
@@ -528,10 +542,11 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$tensor_maps,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$gather_rows,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$padding_rows,
-      Arg<Optional<MK_Bf16Matrix>, "", [MemRead]>:$a2,
+      Arg<Optional<MK_GemmMatrix>, "", [MemRead]>:$a2,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$k_offsets,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$k_counts,
       Arg<Variadic<MK_Bf16Matrix>, "", [MemWrite]>:$saves,
+      Arg<Variadic<MemRefRankOf<[F32], [2, 3]>>, "", [MemRead]>:$scales,
       Optional<Index>:$tokens,
       MK_GemmScheduleAttr:$schedule,
       OptionalAttr<F32Attr>:$swiglu_limit,
@@ -551,12 +566,20 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     (`k_groups` `(` $k_offsets^ `:` type($k_offsets) `)`)?
     (`k_counts` `(` $k_counts^ `:` type($k_counts) `)`)?
     (`saves` `(` $saves^ `:` type($saves) `)`)?
+    (`scales` `(` $scales^ `:` type($scales) `)`)?
     (`tokens` `(` $tokens^ `)`)?
     `schedule` $schedule
     attr-dict `:` type($a) `,` type($b) `->` type($out)
   }];
   let extraClassDeclaration = [{
     bool isGrouped() { return getRowExpert() != nullptr; }
+    /// The FP8 form's checks (a's rows m, K, N), part of the verifier.
+    mlir::LogicalResult verifyFp8(int64_t m, int64_t k, int64_t n);
+    /// FP8 E4M3 operands with block scales.
+    bool isFp8() {
+      return mlir::isa<mlir::Float8E4M3FNType>(
+          mlir::cast<mlir::MemRefType>(getA().getType()).getElementType());
+    }
 
     Engine getEngine() { return getSchedule().getEngine(); }
     bool usesTensorCores() { return getSchedule().usesTensorCores(); }

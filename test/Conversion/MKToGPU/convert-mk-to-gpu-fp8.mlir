@@ -3,8 +3,14 @@
 // RUN: rm -rf %t && mok-opt %s --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/sm90
 // RUN: FileCheck %s --check-prefix=PTX --input-file %t/sm90/k.ptx
 // RUN: ptxas -arch=sm_90a -v %t/sm90/k.ptx -o %t/sm90.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// RUN: FileCheck %s --check-prefix=GPTX --input-file %t/sm90/g.ptx
+// RUN: ptxas -arch=sm_90a %t/sm90/g.ptx -o %t/sm90-g.cubin
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/sm100
 // RUN: ptxas -arch=sm_100a %t/sm100/k.ptx -o %t/sm100.cubin
+// RUN: ptxas -arch=sm_100a %t/sm100/g.ptx -o %t/sm100-g.cubin
+
+// The FP8 steps of convert-mk-to-gpu: the row quantizer and the simt GEMMs
+// over E4M3 operands with f32 block scales.
 
 // mk.quantize_rows: one warp a 1 x 128 block (row r = i / blocks, block
 // i % blocks), warps spread over the blocks first; lane l holds the block's
@@ -73,3 +79,49 @@ gpu.module @t {
     gpu.return
   }
 }
+
+// An FP8 GEMM on simt: each operand element is decoded exactly (the byte
+// in both halves of cvt.rn.f16x2.e4m3x2, then f16 to f32) and multiplied by
+// its block's scale: B's [e, c / 128, k / 128], A's [k / 128, r]; then the
+// fp32 sum in k order and the bf16 epilogue, as for bf16 operands.
+// CHECK-LABEL: gpu.func @fp8_gemms(
+// CHECK-SAME: %[[A:[^:]*]]: memref<256x128xf8E4M3FN>, %[[SA:[^:]*]]: memref<1x256xf32>, %[[G:[^:]*]]: memref<2x128x128xf8E4M3FN>, %[[SG:[^:]*]]: memref<2x1x1xf32>,
+// CHECK: scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step
+// CHECK: %[[R:.*]] = arith.divsi %[[I]], %c128
+// CHECK: %[[E:.*]] = arith.index_cast %{{.*}} : i64 to index
+// CHECK: scf.for %[[K:.*]] = %c0 to %c128{{.*}} iter_args(%[[ACC:.*]] = %cst) -> (f32)
+// CHECK: %[[CB:.*]] = arith.divsi %[[C:.*]], %c128
+// CHECK: %[[KB:.*]] = arith.divsi %[[K]], %c128
+// CHECK: %[[SB:.*]] = memref.load %[[SG]][%[[E]], %[[CB]], %[[KB]]]
+// CHECK: %[[BQ:.*]] = memref.load %[[G]][%[[E]], %[[C]], %[[K]]]
+// CHECK: %[[BBYTE:.*]] = arith.bitcast %[[BQ]] : f8E4M3FN to i8
+// CHECK: %[[BH:.*]] = nvvm.convert.f8x2.to.f16x2 %{{.*}} : vector<2xi8>(f8E4M3FN) -> vector<2xf16>
+// CHECK: %[[BF:.*]] = arith.extf %{{.*}} : f16 to f32
+// CHECK: %[[BV:.*]] = arith.mulf %[[BF]], %[[SB]]
+// CHECK: %[[SAV:.*]] = memref.load %[[SA]][%{{.*}}, %[[R]]]
+// CHECK: memref.load %[[A]][%[[R]], %[[K]]]
+// CHECK: nvvm.convert.f8x2.to.f16x2
+// CHECK: %[[AF:.*]] = arith.extf %{{.*}} : f16 to f32
+// CHECK: %[[AV:.*]] = arith.mulf %[[AF]], %[[SAV]]
+// CHECK: %[[P:.*]] = arith.mulf %[[AV]], %[[BV]]
+// CHECK: arith.addf %[[ACC]], %[[P]]
+// GPTX: cvt.rn.f16x2.e4m3x2
+gpu.module @g {
+  gpu.func @fp8_gemms(%a: memref<256x128xf8E4M3FN>, %sa: memref<1x256xf32>,
+                      %g: memref<2x128x128xf8E4M3FN>, %sg: memref<2x1x1xf32>,
+                      %u: memref<2x128x128xf8E4M3FN>, %su: memref<2x1x1xf32>,
+                      %re: memref<256xi64>, %off: memref<3xi64>,
+                      %h: memref<256x128xbf16>,
+                      %d: memref<128x128xf8E4M3FN>, %sd: memref<1x1xf32>,
+                      %y: memref<256x128xbf16>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    mk.gemm swiglu %a, %g, %u into %h grouped(%re, %off : memref<256xi64>, memref<3xi64>)
+        scales(%sa, %sg, %su : memref<1x256xf32>, memref<2x1x1xf32>, memref<2x1x1xf32>)
+        schedule <simt>
+        : memref<256x128xf8E4M3FN>, memref<2x128x128xf8E4M3FN>, memref<2x128x128xf8E4M3FN> -> memref<256x128xbf16>
+    mk.gemm store %a, %d into %y scales(%sa, %sd : memref<1x256xf32>, memref<1x1xf32>) schedule <simt>
+        : memref<256x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<256x128xbf16>
+    gpu.return
+  }
+}
+
