@@ -347,7 +347,7 @@ mok::conversion::checkKernel(gpu::GPUFuncOp func) {
       if (!isa<mk::FillOp, mk::CheckRoutesOp, mk::CountRoutesOp,
                mk::ScanChunksOp, mk::PadOffsetsOp, mk::AssignRowsOp,
                mk::GatherOp, mk::GemmOp, mk::CombineOp, mk::SwigluGradOp,
-               mk::QuantizeRowsOp,
+               mk::QuantizeRowsOp, mk::QuantizeWeightsOp,
                mk::GridBarrierOp, mk::TimestampOp, mk::RouteRanksOp,
                mk::PutCountsOp, mk::SignalOp, mk::WaitOp,
                mk::CheckCapacityOp, mk::ReceivedRowsOp, mk::SendRowsOp,
@@ -377,14 +377,15 @@ mok::conversion::checkKernel(gpu::GPUFuncOp func) {
     }
   if (failed(checkBarrierIntervals(func)))
     return failure();
-  // mk.swiglu_grad gives each row, mk.quantize_rows each block, to one
-  // warp of whole-warp blocks.
+  // mk.swiglu_grad gives each row, the quantizers each block, to one warp
+  // of whole-warp blocks.
   std::optional<ArrayRef<int32_t>> block = func.getKnownBlockSize();
   bool wholeWarps =
       block && (*block)[0] % 32 == 0 && (*block)[1] == 1 && (*block)[2] == 1;
   if (!wholeWarps)
     for (Operation &op : func.getBody().front())
-      if (isa<mk::SwigluGradOp, mk::QuantizeRowsOp>(op))
+      if (isa<mk::SwigluGradOp, mk::QuantizeRowsOp, mk::QuantizeWeightsOp>(
+              op))
         return op.emitOpError("needs a kernel of whole warps: a "
                               "known_block_size [n, 1, 1] with n a multiple "
                               "of 32");

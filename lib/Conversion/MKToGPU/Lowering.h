@@ -50,8 +50,8 @@ void lowerGemm(const GridBuilder &grid, mk::GemmOp op,
                gemm::GemmEmitter *tensorCores, bool gridBarrierFollows);
 /// mk.swiglu_grad (SwigluGrad.cpp).
 void lowerSwigluGrad(const GridBuilder &grid, mk::SwigluGradOp op);
-/// mk.quantize_rows (Quantize.cpp).
-void lowerQuantize(const GridBuilder &grid, mk::QuantizeRowsOp op);
+/// mk.quantize_rows and mk.quantize_weights (Quantize.cpp).
+void lowerQuantize(const GridBuilder &grid, mlir::Operation *op);
 /// The expert-parallel exchange (Exchange.cpp): mk.route_ranks,
 /// mk.put_counts, mk.signal, mk.wait, mk.check_capacity,
 /// mk.received_rows, mk.send_rows, mk.return_rows, mk.take_routes,

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
-// mk.quantize_rows: block-scaled FP8 of a bf16 matrix's 1 x 128 row blocks,
-// one warp a block, bit for bit the rule of docs/FP8.md.
+// mk.quantize_rows and mk.quantize_weights: block-scaled FP8 of bf16
+// 1 x 128 row blocks and 128 x 128 weight blocks, one warp a block, bit for
+// bit the rule of docs/FP8.md.
 //
 #include "Lowering.h"
 
@@ -19,8 +20,20 @@ public:
   explicit QuantizeLowering(const GridBuilder &grid) : GridBuilder(grid) {}
 
   void lower(mk::QuantizeRowsOp op);
+  void lower(mk::QuantizeWeightsOp op);
 
 private:
+  /// A block's scale from its amax: the divisor (1 for a zero block),
+  /// whether the block is finite, and the scale to store (NaN if not).
+  struct Scale {
+    Value divisor, finite, stored;
+  };
+  Scale scaleOf(Value amax);
+  /// The E4M3 codes (i8) of `xs` (an even count) in a block of `scale`.
+  SmallVector<Value, 4> codesOf(ArrayRef<Value> xs, const Scale &scale);
+  /// Stores code j at `values[at(j)]`.
+  void storeCodes(ArrayRef<Value> codes, Value values,
+                  function_ref<SmallVector<Value>(int64_t)> at);
   /// The warp's NaN-propagating maximum of `v` (a fixed butterfly: every
   /// lane gets the same value).
   Value warpMax(Value v);
@@ -62,66 +75,125 @@ std::pair<Value, Value> QuantizeLowering::toE4M3(Value a, Value b) {
   return {hi, lo};
 }
 
-void QuantizeLowering::lower(mk::QuantizeRowsOp op) {
+QuantizeLowering::Scale QuantizeLowering::scaleOf(Value amax) {
+  Value finite = e.cmpf(arith::CmpFPredicate::OLT, amax,
+                        e.f32(std::numeric_limits<float>::infinity()));
+  Value zero = e.cmpf(arith::CmpFPredicate::OEQ, amax, e.f32(0.0f));
+  // IEEE divisions (div.rn.f32, subnormals kept): no fast-math flags.
+  Value s = e.select(zero, e.f32(1.0f),
+                     arith::DivFOp::create(e.b, e.loc, amax, e.f32(448.0f)));
+  Value stored =
+      e.select(finite, s, e.f32(std::numeric_limits<float>::quiet_NaN()));
+  return {s, finite, stored};
+}
+
+SmallVector<Value, 4> QuantizeLowering::codesOf(ArrayRef<Value> xs,
+                                                const Scale &scale) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
+  Type i8 = b.getI8Type(), i32 = b.getI32Type();
+  SmallVector<Value, 4> codes;
+  for (size_t j = 0; j < xs.size(); j += 2) {
+    Value first = arith::DivFOp::create(b, loc, xs[j], scale.divisor);
+    Value second = arith::DivFOp::create(b, loc, xs[j + 1], scale.divisor);
+    auto [hi, lo] = toE4M3(first, second);
+    codes.push_back(hi);
+    codes.push_back(lo);
+  }
+  for (size_t j = 0; j < xs.size(); ++j) {
+    // A non-finite block: NaN (0x7F) with the element's sign.
+    Value bits = arith::BitcastOp::create(b, loc, i32, xs[j]);
+    Value sign = arith::TruncIOp::create(
+        b, loc, i8,
+        arith::ShRUIOp::create(b, loc, bits,
+                               arith::ConstantIntOp::create(b, loc, 24, 32)));
+    Value nan = arith::OrIOp::create(
+        b, loc,
+        arith::AndIOp::create(b, loc, sign,
+                              arith::ConstantIntOp::create(b, loc, 0x80, 8)),
+        arith::ConstantIntOp::create(b, loc, 0x7F, 8));
+    codes[j] = e.select(scale.finite, codes[j], nan);
+  }
+  return codes;
+}
+
+void QuantizeLowering::storeCodes(ArrayRef<Value> codes, Value values,
+                                  function_ref<SmallVector<Value>(int64_t)> at) {
+  Type f8 = cast<MemRefType>(values.getType()).getElementType();
+  for (auto [j, code] : llvm::enumerate(codes))
+    e.store(arith::BitcastOp::create(e.b, e.loc, f8, code), values, at(j));
+}
+
+void QuantizeLowering::lower(mk::QuantizeRowsOp op) {
   Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
   int64_t blocks = size(src, 1) / 128;
   Value rows = op.getTokens() ? op.getTokens() : e.index(size(src, 0));
-  Type i8 = b.getI8Type(), i32 = b.getI32Type();
-  Type f8 = cast<MemRefType>(values.getType()).getElementType();
   // One warp a block; lane l holds the block's elements l, l + 32, l + 64
   // and l + 96, so that each load and store of the warp is contiguous.
   forAllWarps(e.mul(rows, e.index(blocks)), [&](Value i, Value lane) {
     Value r = e.div(i, e.index(blocks)), blk = e.rem(i, e.index(blocks));
     Value c0 = e.add(e.mul(blk, e.index(128)), lane);
-    SmallVector<Value, 4> cols, xs;
+    auto at = [&](int64_t j) {
+      return SmallVector<Value>{r, e.add(c0, e.index(32 * j))};
+    };
+    SmallVector<Value, 4> xs;
     Value amax = e.f32(0.0f);
     for (int64_t j = 0; j < 4; ++j) {
-      cols.push_back(e.add(c0, e.index(32 * j)));
-      xs.push_back(e.loadF32(src, {r, cols.back()}));
-      amax = e.maxf(amax, math::AbsFOp::create(b, loc, xs.back()));
+      xs.push_back(e.loadF32(src, at(j)));
+      amax = e.maxf(amax, math::AbsFOp::create(e.b, e.loc, xs.back()));
     }
     // amax is NaN for a block with a NaN, +inf for one with an infinity.
-    amax = warpMax(amax);
-    Value finite = e.cmpf(arith::CmpFPredicate::OLT, amax,
-                          e.f32(std::numeric_limits<float>::infinity()));
-    Value zero = e.cmpf(arith::CmpFPredicate::OEQ, amax, e.f32(0.0f));
-    // IEEE divisions (div.rn.f32, subnormals kept): no fast-math flags.
-    Value s = e.select(zero, e.f32(1.0f),
-                       arith::DivFOp::create(b, loc, amax, e.f32(448.0f)));
-    SmallVector<Value, 4> codes;
-    for (int64_t j = 0; j < 4; j += 2) {
-      Value first = arith::DivFOp::create(b, loc, xs[j], s);
-      Value second = arith::DivFOp::create(b, loc, xs[j + 1], s);
-      auto [hi, lo] = toE4M3(first, second);
-      codes.push_back(hi);
-      codes.push_back(lo);
-    }
-    for (int64_t j = 0; j < 4; ++j) {
-      // A non-finite block: NaN (0x7F) with the element's sign.
-      Value bits = arith::BitcastOp::create(b, loc, i32, xs[j]);
-      Value sign = arith::TruncIOp::create(
-          b, loc, i8,
-          arith::ShRUIOp::create(b, loc, bits,
-                                 arith::ConstantIntOp::create(b, loc, 24, 32)));
-      Value nan = arith::OrIOp::create(
-          b, loc, arith::AndIOp::create(b, loc, sign,
-                                        arith::ConstantIntOp::create(
-                                            b, loc, 0x80, 8)),
-          arith::ConstantIntOp::create(b, loc, 0x7F, 8));
-      Value code = e.select(finite, codes[j], nan);
-      e.store(arith::BitcastOp::create(b, loc, f8, code), values,
-              {r, cols[j]});
-    }
-    Value scale = e.select(
-        finite, s, e.f32(std::numeric_limits<float>::quiet_NaN()));
+    Scale scale = scaleOf(warpMax(amax));
+    storeCodes(codesOf(xs, scale), values, at);
     e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)),
-             [&] { e.store(scale, scales, {blk, r}); });
+             [&] { e.store(scale.stored, scales, {blk, r}); });
   });
 }
 
-void mok::conversion::lowerQuantize(const GridBuilder &grid,
-                                    mk::QuantizeRowsOp op) {
-  QuantizeLowering(grid).lower(op);
+void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
+  Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
+  int64_t nBlocks = size(src, 1) / 128, kBlocks = size(src, 2) / 128;
+  int64_t blocks = size(src, 0) * nBlocks * kBlocks;
+  // One warp a 128 x 128 block: a pass for its amax, then one that
+  // quantizes; row by row, lane l holding the row's columns l, l + 32,
+  // l + 64 and l + 96 of the block.
+  forAllWarps(e.index(blocks), [&](Value i, Value lane) {
+    Value x = e.div(i, e.index(nBlocks * kBlocks));
+    Value nb = e.rem(e.div(i, e.index(kBlocks)), e.index(nBlocks));
+    Value kb = e.rem(i, e.index(kBlocks));
+    Value n0 = e.mul(nb, e.index(128));
+    Value k0 = e.add(e.mul(kb, e.index(128)), lane);
+    auto at = [&](Value row, int64_t j) {
+      return SmallVector<Value>{x, e.add(n0, row),
+                                e.add(k0, e.index(32 * j))};
+    };
+    auto rowValues = [&](Value row) {
+      SmallVector<Value, 4> xs;
+      for (int64_t j = 0; j < 4; ++j)
+        xs.push_back(e.loadF32(src, at(row, j)));
+      return xs;
+    };
+    Value amax = e.fold(e.index(0), e.index(128), e.f32(0.0f),
+                        [&](Value row, Value acc) {
+                          for (Value v : rowValues(row))
+                            acc = e.maxf(acc,
+                                         math::AbsFOp::create(e.b, e.loc, v));
+                          return acc;
+                        });
+    Scale scale = scaleOf(warpMax(amax));
+    e.loop(e.index(128), [&](Value row) {
+      storeCodes(codesOf(rowValues(row), scale), values,
+                 [&](int64_t j) { return at(row, j); });
+    });
+    e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)),
+             [&] { e.store(scale.stored, scales, {x, nb, kb}); });
+  });
+}
+
+void mok::conversion::lowerQuantize(const GridBuilder &grid, Operation *op) {
+  QuantizeLowering lowering(grid);
+  if (auto rows = dyn_cast<mk::QuantizeRowsOp>(op))
+    lowering.lower(rows);
+  else
+    lowering.lower(cast<mk::QuantizeWeightsOp>(op));
 }

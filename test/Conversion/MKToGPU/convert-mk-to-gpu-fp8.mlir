@@ -5,6 +5,7 @@
 // RUN: ptxas -arch=sm_90a -v %t/sm90/k.ptx -o %t/sm90.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 // RUN: FileCheck %s --check-prefix=GPTX --input-file %t/sm90/g.ptx
 // RUN: ptxas -arch=sm_90a %t/sm90/g.ptx -o %t/sm90-g.cubin
+// RUN: ptxas -arch=sm_90a -v %t/sm90/w.ptx -o %t/sm90-w.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/sm100
 // RUN: ptxas -arch=sm_100a %t/sm100/k.ptx -o %t/sm100.cubin
 // RUN: ptxas -arch=sm_100a %t/sm100/g.ptx -o %t/sm100-g.cubin
@@ -40,12 +41,13 @@
 // CHECK: %[[ZERO:.*]] = arith.cmpf oeq, %[[AMAX]]
 // CHECK: %[[DIV:.*]] = arith.divf %[[AMAX]], %cst{{.*}} : f32
 // CHECK: %[[SC:.*]] = arith.select %[[ZERO]], %cst{{.*}}, %[[DIV]]
+// CHECK: %[[SCALE:.*]] = arith.select %[[FINITE]], %[[SC]], %cst{{.*}} : f32
 // CHECK: %[[Q0:.*]] = arith.divf %{{.*}}, %[[SC]] : f32
 // CHECK: %[[Q1:.*]] = arith.divf %{{.*}}, %[[SC]] : f32
 // CHECK: nvvm.convert.f32x2.to.f8x2 %[[Q0]], %[[Q1]] {rnd = #nvvm.fp_rnd_mode<rn>, sat = #nvvm.sat_mode<satfinite>} : i16(f8E4M3FN)
 // CHECK: nvvm.convert.f32x2.to.f8x2
+// CHECK: arith.select %[[FINITE]], %{{.*}} : i8
 // CHECK-COUNT-4: memref.store %{{.*}}, %[[Q]][%[[R]], %{{.*}}] {alignment = 1 : i64} : memref<40x256xf8E4M3FN>
-// CHECK: %[[SCALE:.*]] = arith.select %[[FINITE]], %[[SC]], %cst{{.*}} : f32
 // CHECK: arith.cmpi eq, %[[LANE]], %c0
 // CHECK: memref.store %[[SCALE]], %[[S]][%[[B]], %[[R]]]
 //
@@ -121,6 +123,34 @@ gpu.module @g {
         : memref<256x128xf8E4M3FN>, memref<2x128x128xf8E4M3FN>, memref<2x128x128xf8E4M3FN> -> memref<256x128xbf16>
     mk.gemm store %a, %d into %y scales(%sa, %sd : memref<1x256xf32>, memref<1x1xf32>) schedule <simt>
         : memref<256x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<256x128xbf16>
+    gpu.return
+  }
+}
+
+// mk.quantize_weights: one warp a 128 x 128 block (expert i / 2, block row
+// (i / 1) % 2, block column i % 1 of the 4 x 2 x 1 grid); a pass over the
+// block's 128 rows for the amax (lane l: columns l + 32 j), the butterfly,
+// the scale, then a second pass that quantizes and stores; lane 0 stores
+// scales[expert, n / 128, k / 128].
+// CHECK-LABEL: gpu.func @weights(
+// CHECK-SAME: %[[W:[^:]*]]: memref<4x256x128xbf16>, %[[WQ:[^:]*]]: memref<4x256x128xf8E4M3FN>, %[[WS:[^:]*]]: memref<4x2x1xf32>)
+// CHECK: scf.for %[[I:.*]] = %{{.*}} to %c8 step
+// CHECK: %[[X:.*]] = arith.divsi %[[I]], %c2
+// CHECK: %[[NB:.*]] = arith.remsi %{{.*}}, %c2
+// CHECK: %[[KB:.*]] = arith.remsi %[[I]], %c1
+// CHECK: %[[AMAX:.*]] = scf.for %{{.*}} iter_args(%{{.*}}) -> (f32)
+// CHECK-COUNT-4: memref.load %[[W]][%[[X]], %{{.*}}, %{{.*}}]
+// CHECK: scf.yield
+// CHECK: gpu.shuffle  xor %[[AMAX]], %c16_i32
+// CHECK: arith.divf %{{.*}}, %cst{{.*}} : f32
+// CHECK: scf.for
+// CHECK-COUNT-2: nvvm.convert.f32x2.to.f8x2
+// CHECK-COUNT-4: memref.store %{{.*}}, %[[WQ]][%[[X]], %{{.*}}, %{{.*}}]
+// CHECK: memref.store %{{.*}}, %[[WS]][%[[X]], %[[NB]], %[[KB]]]
+gpu.module @w {
+  gpu.func @weights(%w: memref<4x256x128xbf16>, %q: memref<4x256x128xf8E4M3FN>, %s: memref<4x2x1xf32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    mk.quantize_weights %w into %q, %s : memref<4x256x128xbf16> -> memref<4x256x128xf8E4M3FN>, memref<4x2x1xf32>
     gpu.return
   }
 }

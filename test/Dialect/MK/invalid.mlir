@@ -1376,3 +1376,43 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @weights_values(%w: memref<4x256x128xbf16>, %q: memref<4x128x128xf8E4M3FN>, %s: memref<4x2x1xf32>) kernel {
+    // expected-error @+1 {{values dimension 1 must be 256 (src's), got 128}}
+    mk.quantize_weights %w into %q, %s : memref<4x256x128xbf16> -> memref<4x128x128xf8E4M3FN>, memref<4x2x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @weights_block(%w: memref<4x256x96xbf16>, %q: memref<4x256x96xf8E4M3FN>, %s: memref<4x2x1xf32>) kernel {
+    // expected-error @+1 {{src dimension 2 (96) must be a multiple of 128, the block}}
+    mk.quantize_weights %w into %q, %s : memref<4x256x96xbf16> -> memref<4x256x96xf8E4M3FN>, memref<4x2x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @weights_scales(%w: memref<4x256x128xbf16>, %q: memref<4x256x128xf8E4M3FN>, %s: memref<4x1x1xf32>) kernel {
+    // expected-error @+1 {{scales dimension 1 must be 2 (one scale a 128 x 128 block), got 1}}
+    mk.quantize_weights %w into %q, %s : memref<4x256x128xbf16> -> memref<4x256x128xf8E4M3FN>, memref<4x1x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @weights_experts(%w: memref<4x256x128xbf16>, %q: memref<4x256x128xf8E4M3FN>, %s: memref<2x2x1xf32>) kernel {
+    // expected-error @+1 {{scales dimension 0 must be 4 (src's experts), got 2}}
+    mk.quantize_weights %w into %q, %s : memref<4x256x128xbf16> -> memref<4x256x128xf8E4M3FN>, memref<2x2x1xf32>
+    gpu.return
+  }
+}

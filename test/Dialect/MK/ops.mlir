@@ -233,6 +233,16 @@ gpu.module @fp8_kernels {
   }
 }
 
+// FP8 weights: E4M3 values and f32 scales of 128 x 128 blocks.
+// CHECK-LABEL: gpu.func @fp8_weights
+// CHECK: mk.quantize_weights %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<4x256x128xbf16> -> memref<4x256x128xf8E4M3FN>, memref<4x2x1xf32>
+gpu.module @fp8_weight_kernels {
+  gpu.func @fp8_weights(%w: memref<4x256x128xbf16>, %q: memref<4x256x128xf8E4M3FN>, %s: memref<4x2x1xf32>) kernel {
+    mk.quantize_weights %w into %q, %s : memref<4x256x128xbf16> -> memref<4x256x128xf8E4M3FN>, memref<4x2x1xf32>
+    gpu.return
+  }
+}
+
 // FP8 GEMMs: E4M3 operands with their f32 block scales (a's [K/128, S],
 // each B's [E, N/128, K/128], or [N/128, K/128] not grouped).
 // CHECK-LABEL: gpu.func @fp8_gemm

@@ -258,6 +258,28 @@ LogicalResult QuantizeRowsOp::verify() {
   return success();
 }
 
+LogicalResult QuantizeWeightsOp::verify() {
+  Value src = getSrc();
+  for (unsigned i = 0; i < 3; ++i)
+    if (failed(expectDim(*this, getValues(), "values", i, dim(src, i),
+                         "src's")))
+      return failure();
+  int64_t blocks[3] = {dim(src, 0), dim(src, 1), dim(src, 2)};
+  for (unsigned i = 1; i < 3; ++i) {
+    if (ShapedType::isDynamic(blocks[i]))
+      continue;
+    if (blocks[i] % 128)
+      return emitOpError() << "src dimension " << i << " (" << blocks[i]
+                           << ") must be a multiple of 128, the block";
+    blocks[i] /= 128;
+  }
+  for (unsigned i = 0; i < 3; ++i)
+    if (failed(expectDim(*this, getScales(), "scales", i, blocks[i],
+                         i ? "one scale a 128 x 128 block" : "src's experts")))
+      return failure();
+  return success();
+}
+
 LogicalResult GatherOp::verify() {
   if (Value w = getScale())
     if (failed(expectDim(*this, w, "scale", 0, dim(getX(), 0),

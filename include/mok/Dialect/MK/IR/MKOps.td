@@ -408,6 +408,38 @@ def MK_QuantizeRowsOp : MK_Op<"quantize_rows"> {
   let hasVerifier = 1;
 }
 
+def MK_QuantizeWeightsOp : MK_Op<"quantize_weights"> {
+  let summary = "FP8: E4M3 values and f32 scales of 128 x 128 weight blocks";
+  let description = [{
+    Block-scaled FP8 of the routed experts' bf16 weights `src [E, N, K]`
+    (N and K multiples of 128), the blocks 128 x 128, by
+    `mk.quantize_rows`' rule over a block: `s = f32(amax / 448)` (1 for a
+    block of zeros), `values[e, n, k] = E4M3(f32(src[e, n, k] / s))`
+    rounded to nearest even with saturation to +-448, `scales[e, n/128,
+    k/128] = s`; a block holding a NaN or an infinity gets a NaN scale and
+    NaN values (`0x7F` with each element's sign). The scales have the
+    layout FP8 `mk.gemm` reads for its B operands.
+
+    The FP8 layers' weights (`precision = "fp8"`: gate, up and down),
+    quantized inside the kernel at every call. convert-mk-to-gpu gives each
+    block to one warp of a kernel of whole warps: an amax pass over the
+    block, then the quantizing pass.
+
+    ```mlir
+    mk.quantize_weights %gate into %gate_q, %gate_scales
+        : memref<4x256x128xbf16> -> memref<4x256x128xf8E4M3FN>, memref<4x2x1xf32>
+    ```
+  }];
+  let arguments = (ins Arg<MemRefRankOf<[BF16], [3]>, "", [MemRead]>:$src,
+                       Arg<MemRefRankOf<[F8E4M3FN], [3]>, "", [MemWrite]>:$values,
+                       Arg<MemRefRankOf<[F32], [3]>, "", [MemWrite]>:$scales);
+  let assemblyFormat = [{
+    $src `into` $values `,` $scales attr-dict
+    `:` type($src) `->` type($values) `,` type($scales)
+  }];
+  let hasVerifier = 1;
+}
+
 def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
   let summary = "A (grouped) GEMM over output tiles, with its epilogue";
   let description = [{
