@@ -101,14 +101,24 @@ namespace {
 
 /// The phases of the schedule, in order: what lies between two barriers
 /// (profiling names them; emitSchedule checks it emits that many).
-ArrayRef<StringRef> phaseNames(bool fusedDispatch) {
+ArrayRef<StringRef> phaseNames(const Sizes &s) {
   static const StringRef names[] = {
       "plan: count", "plan: scan",       "plan: offsets", "plan: assign",
       "dispatch",    "gate/up + SwiGLU", "down",          "combine"};
   static const StringRef fused[] = {
       "plan: count",      "plan: scan", "plan: offsets", "plan: assign",
       "gate/up + SwiGLU", "down",       "combine"};
-  if (fusedDispatch)
+  // FP8: the weights quantized with the dispatch, the routed rows and the
+  // hidden activation each in a phase of their own.
+  static const StringRef fp8[] = {
+      "plan: count",       "plan: scan",
+      "plan: offsets",     "plan: assign",
+      "dispatch + quantize weights", "quantize routed x",
+      "gate/up + SwiGLU",  "quantize hidden",
+      "down",              "combine"};
+  if (s.fp8)
+    return fp8;
+  if (s.fusedDispatch)
     return fused;
   return names;
 }
@@ -176,6 +186,22 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   if (!saves)
     params.push_back({"hidden", "workspace", ty({rc, s.inter}, bf16)});
   params.push_back({"routed_y", "workspace", ty({rc, s.hidden}, bf16)});
+  // FP8: the quantized weights (every call) and routed rows, and their
+  // block scales.
+  if (s.fp8) {
+    Type f8 = tb.getType<Float8E4M3FNType>(), f32 = tb.getF32Type();
+    int64_t e = s.experts, h = s.hidden, in = s.inter, w = s.scaleWidth();
+    params.push_back({"gate_q", "workspace", ty({e, in, h}, f8)});
+    params.push_back({"gate_scale", "workspace", ty({e, in / 128, h / 128}, f32)});
+    params.push_back({"up_q", "workspace", ty({e, in, h}, f8)});
+    params.push_back({"up_scale", "workspace", ty({e, in / 128, h / 128}, f32)});
+    params.push_back({"down_q", "workspace", ty({e, h, in}, f8)});
+    params.push_back({"down_scale", "workspace", ty({e, h / 128, in / 128}, f32)});
+    params.push_back({"routed_x_q", "workspace", ty({rc, h}, f8)});
+    params.push_back({"routed_x_scale", "workspace", ty({h / 128, w}, f32)});
+    params.push_back({"hidden_q", "workspace", ty({rc, in}, f8)});
+    params.push_back({"hidden_scale", "workspace", ty({in / 128, w}, f32)});
+  }
   if (layer.hasSharedExpert()) {
     if (!saves)
       params.push_back(
@@ -198,7 +224,7 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
     for (StringRef name : {"phase_clock", "phase_cycles"})
       params.push_back(
           {name.str(), "workspace",
-           ty({static_cast<int64_t>(phaseNames(s.fusedDispatch).size()) + 1},
+           ty({static_cast<int64_t>(phaseNames(s).size()) + 1},
               i64)});
   // 128-byte CUtensorMaps; last, so the other parameters keep their
   // positions.
@@ -237,6 +263,20 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   if (!s.fusedDispatch) {
     mk::GatherOp::create(b, loc, buf["x"], buf["row_route"], buf["offsets"],
                          buf["routed_x"], /*scale=*/Value(), s.topK);
+    // FP8: the weights' 128 x 128 blocks, with the dispatch (they read
+    // only the layer's weights).
+    if (s.fp8)
+      for (StringRef w : {"gate", "up", "down"})
+        mk::QuantizeWeightsOp::create(b, loc, buf[(w + "_weights").str()],
+                                      buf[(w + "_q").str()],
+                                      buf[(w + "_scale").str()]);
+    barrier();
+  }
+  // FP8: the routed rows' 1 x 128 blocks (a routed row is its token's row,
+  // so they are Q(x)'s; padding rows are zeros).
+  if (s.fp8) {
+    mk::QuantizeRowsOp::create(b, loc, buf["routed_x"], buf["routed_x_q"],
+                               buf["routed_x_scale"], /*tokens=*/Value());
     barrier();
   }
 
@@ -259,6 +299,16 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
     }
     for (StringRef name : saves)
       g.saves.push_back(buf[name]);
+    // FP8 (routed GEMMs): the operands' quantized copies and their scales.
+    if (s.fp8 && grouped) {
+      g.scales.push_back(buf[(a + "_scale").str()]);
+      g.a = buf[(a + "_q").str()];
+      for (auto [i, name] : llvm::enumerate(bs)) {
+        StringRef w = name.drop_back(StringRef("_weights").size());
+        g.b[i] = buf[(w + "_q").str()];
+        g.scales.push_back(buf[(w + "_scale").str()]);
+      }
+    }
     if (epilogue == mk::Epilogue::swiglu)
       g.limit = limit;
     if (gathered) {
@@ -306,6 +356,12 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
          /*grouped=*/false, {slots.x, slots.sharedGate, slots.sharedUp},
          /*gathered=*/false, sharedSaves);
   barrier();
+  // FP8: the hidden activation's 1 x 128 blocks, from its bf16 value.
+  if (s.fp8) {
+    mk::QuantizeRowsOp::create(b, loc, buf["hidden"], buf["hidden_q"],
+                               buf["hidden_scale"], /*tokens=*/Value());
+    barrier();
+  }
   gemm("routed down", mk::Epilogue::store, "hidden", {"down_weights"},
        "routed_y",
        /*grouped=*/true, {slots.hidden, slots.down});
@@ -325,7 +381,7 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
     barrier();
   assert((!clock ||
           frame.stamps ==
-              static_cast<int64_t>(phaseNames(s.fusedDispatch).size()) + 1) &&
+              static_cast<int64_t>(phaseNames(s).size()) + 1) &&
          "phaseNames() must name every phase");
   gpu::ReturnOp::create(b, loc);
   return frame.status;
@@ -345,6 +401,8 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
   bool warpSpecialize = options.warpSpecialize;
   bool fuseDispatch = options.fuseDispatch, multicast = options.multicast;
   Sizes s = sizesOf(layer);
+  // (convert-moe-to-mk admits "fp8" here, with tensor-cores=false.)
+  s.fp8 = layer.getPrecision() == StringRef("fp8");
 
   // The plan: tensor-core GEMMs for the chip when the shapes fit.
   std::optional<mk::Engine> engine;
@@ -394,7 +452,7 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
   gpu::GPUFuncOp kernel =
       createKernel(b, module, func, layer, "_forward", params, block,
                    describeKernel(ctx, params, s, chip, block, maps,
-                                  profile ? phaseNames(s.fusedDispatch)
+                                  profile ? phaseNames(s)
                                           : ArrayRef<StringRef>(),
                                   cluster));
   return emitSchedule(b, layer, s, params, kernel, engine, slots, tileM,

@@ -90,6 +90,13 @@ struct Sizes {
   /// The dispatch copy fused into the gate/up GEMM's A loads (no mk.gather,
   /// no routed_x): sm_90a tensor-core kernels with fuse-dispatch.
   bool fusedDispatch = false;
+  /// precision = "fp8": the routed GEMMs read E4M3 operands with f32 block
+  /// scales (1 x 128 activations, 128 x 128 weights), quantized in the
+  /// kernel.
+  bool fp8 = false;
+  /// The routed capacity rounded up to a multiple of 4: the width of the
+  /// FP8 routed rows' block scales (16-byte rows).
+  int64_t scaleWidth() const { return (routedCapacity() + 3) / 4 * 4; }
   int64_t routes() const { return maxRoutes ? maxRoutes : tokens * topK; }
   int64_t routedCapacity() const {
     return routes() + experts * (padding - 1);

@@ -95,15 +95,34 @@ struct ConvertMoEToMKPass
       std::optional<StringRef> precision =
           isa<LayerOp>(op) ? cast<LayerOp>(op).getPrecision()
                            : cast<LayerGradOp>(op).getPrecision();
-      if (precision) {
-        op->emitError() << "convert-moe-to-mk: FP8 layers (precision = \""
-                        << *precision
-                        << "\") are not supported by the GPU targets yet; "
-                           "the CPU target runs them (--moe-to-cpu)";
-        return WalkResult::interrupt();
-      }
       PlanType plan = isa<LayerOp>(op) ? cast<LayerOp>(op).getPlanType()
                                        : cast<LayerGradOp>(op).getPlanType();
+      // FP8 on the GPU: the "fp8" forward on simt GEMMs so far; every
+      // other FP8 form is refused by name.
+      if (precision) {
+        StringRef unsupported =
+            *precision != "fp8" ? "MXFP8 layers (precision = \"mxfp8\") are"
+            : isa<LayerGradOp>(op)
+                ? "the FP8 backward (moe.layer_grad precision = \"fp8\") is"
+            : options.exchanges(plan) ? "expert-parallel FP8 layers are"
+                                      : "";
+        if (!unsupported.empty()) {
+          op->emitError() << "convert-moe-to-mk: " << unsupported
+                          << " not supported by the GPU targets yet; the CPU "
+                             "target runs "
+                          << (isa<LayerGradOp>(op) ? "it" : "them")
+                          << " (--moe-to-cpu)";
+          return WalkResult::interrupt();
+        }
+        if (tensorCores) {
+          op->emitError()
+              << "convert-moe-to-mk: FP8 layers (precision = \"fp8\") run "
+                 "on scalar GEMMs only so far: compile them with "
+                 "tensor-cores=false (the FP8 tensor-core GEMMs are not "
+                 "implemented yet)";
+          return WalkResult::interrupt();
+        }
+      }
       // Expert parallelism: the forward (inference or training) and the
       // backward, with the GEMMs' default schedules
       // (docs/ExpertParallel.md).

@@ -1,0 +1,50 @@
+// RUN: mok-opt %s --convert-moe-to-mk="tensor-cores=false" | FileCheck %s
+// RUN: mok-opt %s --convert-moe-to-mk="tensor-cores=false profile=true" | FileCheck %s --check-prefix=PROFILE
+// RUN: not mok-opt %s --convert-moe-to-mk 2>&1 | FileCheck %s --check-prefix=TC
+// RUN: not mok-opt %s --moe-generate-backward --convert-moe-to-mk="tensor-cores=false" 2>&1 | FileCheck %s --check-prefix=BWD
+// RUN: sed -e 's/ep = 1/ep = 2/' -e 's/4x128x256/2x128x256/g' -e 's/4x256x128/2x256x128/g' %s | not mok-opt --convert-moe-to-mk="tensor-cores=false" 2>&1 | FileCheck %s --check-prefix=EP
+
+// The FP8 forward (precision = "fp8") on simt GEMMs: the weights' 128 x 128
+// blocks quantized with the dispatch, the routed rows' and the hidden
+// activation's 1 x 128 blocks each in a phase of their own, and the routed
+// GEMMs reading the E4M3 copies with their f32 scales (a's block-major,
+// [K/128, R rounded to 4]; the weights' [E, N/128, K/128]). The rest is
+// the bf16 plan: routing, dispatch, combine.
+// CHECK-LABEL: gpu.func @fp8_layer_forward(
+// CHECK-SAME: %[[X:[^:]*]]: memref<40x256xbf16>, %{{[^:]*}}: memref<40x2xi32>, %{{[^:]*}}: memref<40x2xf32>,
+// CHECK-SAME: %[[WG:[^:]*]]: memref<4x128x256xbf16>, %[[WU:[^:]*]]: memref<4x128x256xbf16>, %[[WD:[^:]*]]: memref<4x256x128xbf16>,
+// CHECK-SAME: %[[GQ:[^:]*]]: memref<4x128x256xf8E4M3FN>, %[[GS:[^:]*]]: memref<4x1x2xf32>, %[[UQ:[^:]*]]: memref<4x128x256xf8E4M3FN>, %[[US:[^:]*]]: memref<4x1x2xf32>,
+// CHECK-SAME: %[[DQ:[^:]*]]: memref<4x256x128xf8E4M3FN>, %[[DS:[^:]*]]: memref<4x2x1xf32>,
+// CHECK-SAME: %[[RXQ:[^:]*]]: memref<588x256xf8E4M3FN>, %[[RXS:[^:]*]]: memref<2x588xf32>, %[[HQ:[^:]*]]: memref<588x128xf8E4M3FN>, %[[HS:[^:]*]]: memref<1x588xf32>,
+// The metadata: the FP8 workspaces, of the runtime's f8e4m3 dtype.
+// CHECK-SAME: {align = 16 : i64, dtype = "f8e4m3", name = "gate_q", role = "workspace", shape = array<i64: 4, 128, 256>}
+// CHECK-SAME: {align = 16 : i64, dtype = "f32", name = "routed_x_scale", role = "workspace", shape = array<i64: 2, 588>}
+// CHECK: mk.assign_rows
+// CHECK-NEXT: mk.grid_barrier
+// CHECK-NEXT: mk.gather %[[X]], %{{.*}} into %[[RX:[^ ]*]]
+// CHECK-NEXT: mk.quantize_weights %[[WG]] into %[[GQ]], %[[GS]]
+// CHECK-NEXT: mk.quantize_weights %[[WU]] into %[[UQ]], %[[US]]
+// CHECK-NEXT: mk.quantize_weights %[[WD]] into %[[DQ]], %[[DS]]
+// CHECK-NEXT: mk.grid_barrier
+// CHECK-NEXT: mk.quantize_rows %[[RX]] into %[[RXQ]], %[[RXS]] : memref<588x256xbf16>
+// CHECK-NEXT: mk.grid_barrier
+// CHECK-NEXT: mk.gemm swiglu %[[RXQ]], %[[GQ]], %[[UQ]] into %[[H:[^ ]*]] grouped({{.*}}) scales(%[[RXS]], %[[GS]], %[[US]] : {{.*}}) schedule <simt>
+// CHECK-NEXT: mk.grid_barrier
+// CHECK-NEXT: mk.quantize_rows %[[H]] into %[[HQ]], %[[HS]]
+// CHECK-NEXT: mk.grid_barrier
+// CHECK-NEXT: mk.gemm store %[[HQ]], %[[DQ]] into %[[RY:[^ ]*]] grouped({{.*}}) scales(%[[HS]], %[[DS]] : {{.*}}) schedule <simt>
+// CHECK-NEXT: mk.grid_barrier
+// CHECK-NEXT: mk.combine %[[RY]]
+
+// Profiling names the FP8 phases.
+// PROFILE: phases = ["plan: count", "plan: scan", "plan: offsets", "plan: assign", "dispatch + quantize weights", "quantize routed x", "gate/up + SwiGLU", "quantize hidden", "down", "combine"]
+
+// TC: error: convert-moe-to-mk: FP8 layers (precision = "fp8") run on scalar GEMMs only so far: compile them with tensor-cores=false (the FP8 tensor-core GEMMs are not implemented yet)
+// BWD: error: convert-moe-to-mk: the FP8 backward (moe.layer_grad precision = "fp8") is not supported by the GPU targets yet; the CPU target runs it (--moe-to-cpu)
+// EP: error: convert-moe-to-mk: expert-parallel FP8 layers are not supported by the GPU targets yet; the CPU target runs them (--moe-to-cpu)
+func.func @fp8_layer(%x: tensor<40x256xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>, %wg: tensor<4x128x256xbf16>, %wu: tensor<4x128x256xbf16>, %wd: tensor<4x256x128xbf16>) -> tensor<40x256xbf16> {
+  %out = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd
+      plan !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 128> {precision = "fp8"}
+      : (tensor<40x256xbf16>, tensor<40x2xi32>, tensor<40x2xf32>, tensor<4x128x256xbf16>, tensor<4x128x256xbf16>, tensor<4x256x128xbf16>) -> tensor<40x256xbf16>
+  return %out : tensor<40x256xbf16>
+}
