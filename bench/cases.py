@@ -198,9 +198,22 @@ def ep_train_twin(case):
     return spec
 
 
+# FP8 layers (precision = "fp8", scalar GEMMs: docs/FP8.md), run by
+# python/tests/gpu/test_gpu_fp8.py against their float64 definition
+# (python/tests/fp8_reference.py), and their in-kernel quantizers bit for bit.
+FP8_CASES = {
+    # A shared expert (bf16) with a clamp, -1 routes.
+    "fp8_shared_clamp": dict(tokens=100, hidden=256, intermediate=256, experts=4, top_k=2,
+                             padding=128, shared_intermediate=128, swiglu_limit=1.0,
+                             drop=0.1, precision="fp8", tensor_cores=False),
+    # Skewed (Zipf) routing over 8 experts, H of three blocks.
+    "fp8_skewed": dict(tokens=160, hidden=384, intermediate=128, experts=8, top_k=2,
+                       padding=128, routing="zipf", precision="fp8", tensor_cores=False),
+}
+
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
                "shared_intermediate", "swiglu_limit", "expert_id_dtype", "max_tokens",
-               "ep", "recv_capacity")
+               "ep", "recv_capacity", "precision")
 
 
 def ep1_twin(case):
@@ -225,4 +238,6 @@ def compile_kwargs(case):
         kwargs.update(main_grads=True)
     if case.get("barrier_timeout_ms"):
         kwargs.update(barrier_timeout_ms=case["barrier_timeout_ms"])
+    if case.get("tensor_cores") is False:
+        kwargs.update(tensor_cores=False)
     return kwargs

@@ -83,8 +83,7 @@ def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_di
         layer = dataclasses.replace(layer, max_tokens=DEFAULT_MAX_TOKENS)
         source = layer.to_mlir(function)
     if target != "cpu" and isinstance(layer, LayerSpec) and layer.precision != "bf16":
-        raise ValueError(f"layer: LayerSpec.precision = {layer.precision!r}; FP8 layers run on "
-                         f"the CPU target for now, not on {target} (docs/FP8.md)")
+        _check_gpu_precision(layer.precision, target, options)
     if target != "cpu" and isinstance(layer, LayerSpec) and layer.tokens == 0:
         raise ValueError(f"layer: LayerSpec.tokens = 0; a GPU target ({target}) compiles "
                          "its kernel for one token count of at least 1")
@@ -92,6 +91,22 @@ def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_di
         return compile_cpu(source, name, function, options,
                            layer.recv_capacity if isinstance(layer, LayerSpec) else None)
     return _compile_gpu(source, name, target, function, cache_dir, options)
+
+
+def _check_gpu_precision(precision, target, options):
+    """What a GPU target compiles of an FP8 LayerSpec: the "fp8" inference
+    forward on scalar GEMMs (docs/FP8.md); the rest is refused by name."""
+    if precision != "fp8":
+        raise ValueError(f"layer: LayerSpec.precision = {precision!r}; MXFP8 layers run on "
+                         f"the CPU target for now, not on {target} (docs/FP8.md)")
+    if options.training:
+        raise ValueError(f"layer: LayerSpec.precision = 'fp8' with training=True; the FP8 "
+                         f"backward runs on the CPU target for now, not on {target} "
+                         "(docs/FP8.md)")
+    if options.tensor_cores:
+        raise ValueError(f"layer: LayerSpec.precision = 'fp8' on {target} runs scalar "
+                         "GEMMs only so far: pass tensor_cores=False (the FP8 tensor-core "
+                         "GEMMs are not implemented yet; docs/FP8.md)")
 
 
 def _cache_dir(cache_dir):

@@ -184,7 +184,7 @@ def test_compile_lists_every_test_layer_once():
     names = [n for n, _, _ in layers]
     assert len(names) == len(set(names))
     assert set(names) == (set(cases.CASES) | set(cases.TRAIN_CASES) | set(cases.MAIN_GRAD_CASES)
-                          | set(cases.ANY_TOKENS_CASES)
+                          | set(cases.ANY_TOKENS_CASES) | set(cases.FP8_CASES)
                           | {n + "-profile" for n in comp.PROFILED}
                           | set(cases.EP_CASES) | {n + "-ep1" for n in cases.EP_CASES}
                           | set(cases.EP_TRAIN_CASES)
@@ -207,6 +207,9 @@ def test_compile_lists_every_test_layer_once():
     assert by_name["ep4_any_tokens-ep1"][0]["max_tokens"] == 128
     assert by_name["train_ep4_shared-ep1"][0]["tokens"] == 4 * 64
     assert by_name["maingrad_ep2"][1]["main_grads"] is True
+    # The FP8 layers: precision in the spec, scalar GEMMs asked for.
+    assert by_name["fp8_skewed"][0]["precision"] == "fp8"
+    assert by_name["fp8_skewed"][1]["tensor_cores"] is False
 
 
 def test_compile_shapes_and_their_twins():

@@ -91,9 +91,18 @@ def test_fp8_layer_matches_its_float64_definition(precision, H, I, shared, limit
 def test_fp8_refusals_name_what_is_missing():
     spec = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, padding=32,
                          precision="mxfp8")
-    with pytest.raises(ValueError, match="LayerSpec.precision = 'mxfp8'; FP8 layers run on "
+    with pytest.raises(ValueError, match="LayerSpec.precision = 'mxfp8'; MXFP8 layers run on "
                                          "the CPU target for now, not on sm_90a"):
         mok.compile(spec, target="sm_90a")
+    fp8 = mok.LayerSpec(hidden=128, intermediate=128, experts=4, top_k=2, padding=128,
+                        precision="fp8")
+    with pytest.raises(ValueError, match="LayerSpec.precision = 'fp8' with training=True; the "
+                                         "FP8 backward runs on the CPU target for now, not "
+                                         "on sm_100a"):
+        mok.compile(fp8, target="sm_100a", training=True, tensor_cores=False)
+    with pytest.raises(ValueError, match=r"LayerSpec.precision = 'fp8' on sm_90a runs scalar "
+                                         r"GEMMs only so far: pass tensor_cores=False"):
+        mok.compile(fp8, target="sm_90a")
     with pytest.raises(Exception, match="recompute is not supported for an FP8 layer"):
         mok.compile(spec, target="cpu", recompute=True)
     with pytest.raises(ValueError, match="LayerSpec.precision: expected 'bf16', 'mxfp8' or "

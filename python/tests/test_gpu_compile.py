@@ -527,3 +527,31 @@ def test_self_exchange_kernels_are_one_rank_of_a_group(tmp_path):
                                          r"\(ep = 1, self-exchange\) yet"):
         mok.compile(spec, target="sm_90a", training=True, recompute=True,
                     self_exchange=True, cache_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
+def test_fp8_forward_compiles_for_scalar_gemms(target, tmp_path):
+    """The FP8 forward (docs/FP8.md) for a GPU: the quantizers and the E4M3
+    GEMMs in the kernel, FP8 workspaces the runtime takes; ptxas-clean."""
+    from mok import _runtime as rt
+    spec = mok.LayerSpec(hidden=256, intermediate=128, experts=4, top_k=2, tokens=40,
+                         padding=128, shared_intermediate=128, precision="fp8")
+    art = mok.compile(spec, target=target, cache_dir=str(tmp_path), tensor_cores=False)
+    assert "cvt.rn.satfinite.e4m3x2.f32" in art.ptx and "cvt.rn.f16x2.e4m3x2" in art.ptx
+    mk = art.stages["mk"]
+    for step in ("mk.quantize_weights", "mk.quantize_rows", "scales("):
+        assert step in mk
+    # The shared expert stays bf16: two of the four GEMMs read FP8.
+    assert mk.count("mk.gemm") == 4 and mk.count("scales(") == 2
+    by_name = {p["name"]: p for p in art.metadata["params"]}
+    for name in ("gate_q", "up_q", "down_q", "routed_x_q", "hidden_q"):
+        assert by_name[name]["dtype"] == "f8e4m3" and by_name[name]["role"] == "workspace"
+    assert by_name["routed_x_scale"]["shape"] == [2, 40 * 2 + 4 * 127]
+    assert by_name["gate_weights"]["dtype"] == "bf16"  # the layer's operands stay bf16
+    rt.Layer(json.dumps(art.metadata))  # the runtime takes the metadata
+    ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+    if os.path.exists(ptxas):
+        ptx = tmp_path / "k.ptx"
+        ptx.write_text(art.ptx)
+        subprocess.run([ptxas, f"-arch={target}", str(ptx), "-o", str(tmp_path / "k.cubin")],
+                       check=True)

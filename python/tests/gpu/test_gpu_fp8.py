@@ -1,0 +1,139 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""FP8 layers (precision = "fp8", scalar GEMMs; docs/FP8.md) on the GPU:
+the output against the float64 definition (python/tests/fp8_reference.py)
+on fresh random inputs, the output poisoned before each launch; and the
+kernel's quantized copies (the weights, the routed rows of x, the hidden
+activation) bit for bit against the NumPy model of the format, with
+special values (NaN, infinity, zeros, -0, bf16 subnormals, huge values) in
+the inputs. Layers of bench/cases.py's FP8_CASES (python3 -m bench.compile
+tests)."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from bench import torch_reference
+from bench.cases import FP8_CASES
+from gpu_layers import forward_layer, fresh_seed
+from gpu_results import RESULTS
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import fp8_reference as ref  # noqa: E402  (python/tests)
+
+REL = 1e-2  # as the CPU FP8 layer's test (test_fp8_layer.py)
+
+
+def _f64(t):
+    return t.detach().double().cpu().numpy()
+
+
+def _definition(c, a):
+    shared = None
+    if c.get("shared_intermediate"):
+        shared = tuple(_f64(a[n]) for n in ("shared_gate_weights", "shared_up_weights",
+                                            "shared_down_weights"))
+    return ref.layer_forward(_f64(a["x"]), a["top_experts"].cpu().numpy(),
+                             _f64(a["router_weights"]), _f64(a["gate_weights"]),
+                             _f64(a["up_weights"]), _f64(a["down_weights"]), shared,
+                             c.get("swiglu_limit"), "fp8")
+
+
+def _rel(got, want):
+    return float(np.abs(got - want).sum() / np.abs(want).sum())
+
+
+@pytest.mark.parametrize("name", list(FP8_CASES))
+def test_fp8_forward_matches_its_definition(name):
+    import torch
+    c = FP8_CASES[name]
+    layer = forward_layer(name)
+    gen = torch.Generator().manual_seed(fresh_seed())
+    a = torch_reference.make_inputs(c, gen)
+    out = layer(**a)
+    torch.cuda.synchronize()
+    got = _f64(out)
+    assert not np.isnan(got).any(), f"{name}: NaN in the output (unwritten?)"
+    want = _definition(c, a)
+    bf16 = torch_reference.forward(a, c["experts"], c.get("swiglu_limit")).cpu().numpy()
+    err, err_bf16 = _rel(got, want), _rel(got, bf16)
+    RESULTS.append(dict(case=name, T=c["tokens"], H=c["hidden"], I=c["intermediate"],
+                        E=c["experts"], k=c["top_k"], rel=err,
+                        max=float(np.abs(got - want).max()), ms=float("nan")))
+    print(f"{name}: against its FP8 definition {err:.2e}, against the bf16 layer "
+          f"{err_bf16:.2e}")
+    assert err <= REL, f"{name}: relative error {err:.3e} > {REL}"
+    # The quantization is there: much further from the bf16 layer.
+    assert err_bf16 > 2 * err, name
+    # The same bits on a second call.
+    assert torch.equal(layer(**a), out)
+
+
+def _specials(a):
+    """Special values in x and the gate weights, in whole blocks and single
+    elements: a NaN, an infinity, a zero block, -0, bf16 subnormals, huge
+    values and exact ties of the rounding."""
+    import torch
+    x, wg = a["x"], a["gate_weights"]
+    x[0, 5] = float("nan")                         # block 0 of token 0: NaN
+    x[1, 130] = float("-inf")                      # block 1 of token 1: -inf
+    x[2, :128] = 0.0                               # a zero block
+    x[2, 128:256] = -0.0                           # a block of -0
+    x[3, :128] = 2.0 ** -130                       # bf16 subnormals
+    x[3, 7] = -(2.0 ** -128)
+    x[4, :128] = torch.linspace(-1e38, 1e38, 128)  # huge
+    x[5, :128] = 448.0 * torch.arange(128) / 127   # ties and the saturation
+    wg[0, :128, :128] = 0.0
+    wg[1, 3, 3] = float("inf")
+    wg[2, :128, :128] *= 1e-30
+
+
+def _workspace(layer, name):
+    import torch
+    t = layer.read_workspace(name)
+    return t.view(torch.uint8).numpy() if t.dtype == torch.float8_e4m3fn else t.numpy()
+
+
+def _same_scales(got, want):
+    """f32 scales equal bit for bit (NaN's bits included)."""
+    return np.array_equal(np.asarray(got, np.float32).view(np.uint32),
+                          np.asarray(want, np.float32).view(np.uint32))
+
+
+@pytest.mark.parametrize("name", list(FP8_CASES))
+def test_fp8_quantized_copies_are_bit_exact(name):
+    import torch
+    c = FP8_CASES[name]
+    layer = forward_layer(name)
+    gen = torch.Generator().manual_seed(fresh_seed())
+    # A first call on other inputs: the copies checked are the second's.
+    layer(**torch_reference.make_inputs(c, gen))
+    a = torch_reference.make_inputs(c, gen)
+    _specials(a)
+    layer(**a)
+    torch.cuda.synchronize()
+    # The weights: 128 x 128 blocks.
+    for w in ("gate", "up", "down"):
+        codes, scales = ref.quantize(_f64(a[w + "_weights"]), (128, 128), "f32")
+        assert np.array_equal(_workspace(layer, w + "_q"), codes), w
+        assert _same_scales(_workspace(layer, w + "_scale"), scales), w
+    # The routed rows of x: row r < offsets[E] holds route row_route[r]'s
+    # token (a padding row, -1, is zeros), quantized in 1 x 128 blocks.
+    offsets = _workspace(layer, "offsets")
+    rows = int(offsets[-1])
+    row_route = _workspace(layer, "row_route")[:rows]
+    x = _f64(a["x"])
+    routed = np.where((row_route >= 0)[:, None], x[np.maximum(row_route, 0) // c["top_k"]],
+                      0.0)
+    codes, scales = ref.quantize(routed, (1, 128), "f32")
+    assert np.array_equal(_workspace(layer, "routed_x_q")[:rows], codes)
+    assert _same_scales(_workspace(layer, "routed_x_scale")[:, :rows], scales.T)
+    # The hidden activation, from the kernel's own bf16 values.
+    hidden = layer.read_workspace("hidden")[:rows].double().numpy()
+    codes, scales = ref.quantize(hidden, (1, 128), "f32")
+    assert np.array_equal(_workspace(layer, "hidden_q")[:rows], codes)
+    assert _same_scales(_workspace(layer, "hidden_scale")[:, :rows], scales.T)
+    # The special blocks were there: NaN scales for the NaN and infinite
+    # blocks, 1 for the zero ones.
+    assert np.isnan(_workspace(layer, "routed_x_scale")).any()
+    assert (_workspace(layer, "gate_scale")[0, 0, 0] == 1.0)
