@@ -210,6 +210,14 @@ FP8_CASES = {
     "fp8_skewed": dict(tokens=160, hidden=384, intermediate=128, experts=8, top_k=2,
                        padding=128, routing="zipf", precision="fp8", tensor_cores=False),
 }
+# The same layers on E4M3 wgmma (sm_90a's tensor cores), "<name>_wgmma":
+# against the definition, and against their scalar twins on the same
+# inputs; and larger ones.
+for _name in list(FP8_CASES):
+    FP8_CASES[_name + "_wgmma"] = dict(FP8_CASES[_name], tensor_cores=True)
+FP8_CASES["fp8_wgmma_top4"] = dict(tokens=300, hidden=1024, intermediate=512, experts=16,
+                                   top_k=4, padding=128, shared_intermediate=256,
+                                   routing="zipf", drop=0.1, precision="fp8")
 
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
                "shared_intermediate", "swiglu_limit", "expert_id_dtype", "max_tokens",

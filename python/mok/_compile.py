@@ -95,7 +95,8 @@ def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_di
 
 def _check_gpu_precision(precision, target, options):
     """What a GPU target compiles of an FP8 LayerSpec: the "fp8" inference
-    forward on scalar GEMMs (docs/FP8.md); the rest is refused by name."""
+    forward, on E4M3 wgmma (sm_90a) or scalar GEMMs (docs/FP8.md); the rest
+    is refused by name."""
     if precision != "fp8":
         raise ValueError(f"layer: LayerSpec.precision = {precision!r}; MXFP8 layers run on "
                          f"the CPU target for now, not on {target} (docs/FP8.md)")
@@ -103,10 +104,14 @@ def _check_gpu_precision(precision, target, options):
         raise ValueError(f"layer: LayerSpec.precision = 'fp8' with training=True; the FP8 "
                          f"backward runs on the CPU target for now, not on {target} "
                          "(docs/FP8.md)")
-    if options.tensor_cores:
-        raise ValueError(f"layer: LayerSpec.precision = 'fp8' on {target} runs scalar "
-                         "GEMMs only so far: pass tensor_cores=False (the FP8 tensor-core "
-                         "GEMMs are not implemented yet; docs/FP8.md)")
+    if options.tensor_cores and target == "sm_100a":
+        raise ValueError("layer: LayerSpec.precision = 'fp8' on sm_100a runs scalar GEMMs "
+                         "only so far: pass tensor_cores=False (tcgen05's block-scaled FP8 "
+                         "is not implemented yet; docs/FP8.md)")
+    gemm = options._gemm_option()
+    if gemm:
+        raise ValueError(f"CompileOptions.{gemm}: not implemented for FP8 layers "
+                         "(LayerSpec.precision = 'fp8')")
 
 
 def _cache_dir(cache_dir):

@@ -100,9 +100,12 @@ def test_fp8_refusals_name_what_is_missing():
                                          "FP8 backward runs on the CPU target for now, not "
                                          "on sm_100a"):
         mok.compile(fp8, target="sm_100a", training=True, tensor_cores=False)
-    with pytest.raises(ValueError, match=r"LayerSpec.precision = 'fp8' on sm_90a runs scalar "
+    with pytest.raises(ValueError, match=r"LayerSpec.precision = 'fp8' on sm_100a runs scalar "
                                          r"GEMMs only so far: pass tensor_cores=False"):
-        mok.compile(fp8, target="sm_90a")
+        mok.compile(fp8, target="sm_100a")
+    with pytest.raises(ValueError, match=r"CompileOptions.warp_specialize: not implemented for "
+                                         r"FP8 layers"):
+        mok.compile(fp8, target="sm_90a", warp_specialize=True)
     with pytest.raises(Exception, match="recompute is not supported for an FP8 layer"):
         mok.compile(spec, target="cpu", recompute=True)
     with pytest.raises(ValueError, match="LayerSpec.precision: expected 'bf16', 'mxfp8' or "

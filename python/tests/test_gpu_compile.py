@@ -529,15 +529,24 @@ def test_self_exchange_kernels_are_one_rank_of_a_group(tmp_path):
                     self_exchange=True, cache_dir=str(tmp_path))
 
 
-@pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
-def test_fp8_forward_compiles_for_scalar_gemms(target, tmp_path):
+@pytest.mark.parametrize("target,tensor_cores", [("sm_90a", True), ("sm_90a", False),
+                                                 ("sm_100a", False)])
+def test_fp8_forward_compiles(target, tensor_cores, tmp_path):
     """The FP8 forward (docs/FP8.md) for a GPU: the quantizers and the E4M3
-    GEMMs in the kernel, FP8 workspaces the runtime takes; ptxas-clean."""
+    GEMMs (wgmma, or scalar) in the kernel, FP8 workspaces the runtime
+    takes; ptxas-clean."""
     from mok import _runtime as rt
     spec = mok.LayerSpec(hidden=256, intermediate=128, experts=4, top_k=2, tokens=40,
                          padding=128, shared_intermediate=128, precision="fp8")
-    art = mok.compile(spec, target=target, cache_dir=str(tmp_path), tensor_cores=False)
-    assert "cvt.rn.satfinite.e4m3x2.f32" in art.ptx and "cvt.rn.f16x2.e4m3x2" in art.ptx
+    art = mok.compile(spec, target=target, cache_dir=str(tmp_path), tensor_cores=tensor_cores)
+    assert "cvt.rn.satfinite.e4m3x2.f32" in art.ptx
+    if tensor_cores:  # E4M3 wgmma for the routed GEMMs, bf16 for the shared ones
+        assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in art.ptx
+        assert ".bf16.bf16" in art.ptx
+        maps = {m["buffer"]: m for m in art.metadata["tensor_maps"]}
+        assert maps["gate_q"]["box_cols"] == 128 and maps["gate_q"]["box_rows"] == 64
+    else:
+        assert "cvt.rn.f16x2.e4m3x2" in art.ptx and "wgmma" not in art.ptx
     mk = art.stages["mk"]
     for step in ("mk.quantize_weights", "mk.quantize_rows", "scales("):
         assert step in mk

@@ -352,6 +352,12 @@ void GemmLowering::lowerTensorCores(mk::GemmOp op) {
       op.getSchedule().tileN(), op.getSchedule().tileM()};
   phase.gridBarrierFollows = gridBarrierFollows;
   phase.paddingRows = op.getPaddingRows();
+  if (op.isFp8()) { // scales: a's, then each B's (no concat: whyNot)
+    phase.fp8 = true;
+    phase.aScales = op.getScales()[0];
+    for (Value s : op.getScales().drop_front())
+      phase.bScales.push_back(s);
+  }
   phase.transposeB = op.getTransposeB();
   phase.transposeA = ta;
   if (kOffsets) {

@@ -84,10 +84,16 @@ MemRefType smemType(MLIRContext *ctx, ArrayRef<int64_t> shape, Type elt) {
   return MemRefType::get(shape, elt, MemRefLayoutAttrInterface(),
                          workgroup(ctx));
 }
+/// A box of `boxRows` 128-byte rows: 64 bf16 or (fp8) 128 E4M3 elements.
+static MemRefType boxType(MLIRContext *ctx, int64_t boxRows, bool fp8) {
+  Type elt = fp8 ? Type(Float8E4M3FNType::get(ctx))
+                 : Type(BFloat16Type::get(ctx));
+  return smemType(ctx, {boxRows, schedule::tileK(fp8)}, elt);
+}
 static nvgpu::TensorMapDescriptorType tensorMapType(MLIRContext *ctx,
-                                                    int64_t boxRows) {
+                                                    int64_t boxRows, bool fp8) {
   return nvgpu::TensorMapDescriptorType::get(
-      ctx, smemType(ctx, {boxRows, kTileK}, BFloat16Type::get(ctx)),
+      ctx, boxType(ctx, boxRows, fp8),
       nvgpu::TensorMapSwizzleKind::SWIZZLE_128B,
       nvgpu::TensorMapL2PromoKind::L2PROMO_NONE,
       nvgpu::TensorMapOOBKind::OOB_ZERO,
@@ -202,7 +208,7 @@ GemmEmitter::GemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
   iteration = e.index(0);
 }
 
-Value GemmEmitter::mapAt(Value slot, int64_t boxRows) {
+Value GemmEmitter::mapAt(Value slot, int64_t boxRows, bool fp8) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
@@ -214,7 +220,8 @@ Value GemmEmitter::mapAt(Value slot, int64_t boxRows) {
                                arith::AddIOp::create(b, loc, mapsBase, offset),
                                LLVM::DereferenceableAttr());
   return UnrealizedConversionCastOp::create(
-             b, loc, TypeRange{tensorMapType(ctx, boxRows)}, ValueRange{ptr})
+             b, loc, TypeRange{tensorMapType(ctx, boxRows, fp8)},
+             ValueRange{ptr})
       .getResult(0);
 }
 
@@ -261,14 +268,16 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
   int64_t bytes = (p.gatherRows ? 0 : p.bytesA()) + numB * p.bytesB();
   nvgpu::MBarrierArriveExpectTxOp::create(b, loc, barriers, e.index(bytes),
                                           stage, Value());
-  Value kc = e.mul(kTile, e.index(kTileK));
+  // (FP8: K in E4M3 elements, the maps' unit; a k-tile's rows are the
+  // same 128 bytes.)
+  Value kc = e.mul(kTile, e.index(schedule::tileK(p.fp8)));
   if (t.kBase)
     kc = e.add(t.kBase, kc);
   auto tma = [&](Value map, int64_t boxRows, Value offset, Value row,
                  Value mask = Value()) {
     nvgpu::TmaAsyncLoadOp::create(
-        b, loc, view(offset, smemType(ctx, {boxRows, kTileK}, bf16)), barriers,
-        map, ValueRange{kc, row}, stage, mask, Value());
+        b, loc, view(offset, boxType(ctx, boxRows, p.fp8)), barriers, map,
+        ValueRange{kc, row}, stage, mask, Value());
   };
   Value baseB = e.add(base, e.index(p.bytesA()));
   // N-major B: tileN / 64 boxes of 64 (N) x 64 (K) at (n0 + 64 i, kc).

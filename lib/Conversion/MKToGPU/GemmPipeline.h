@@ -70,7 +70,7 @@ struct GemmPhase {
   int64_t a;                 // slot of A ([*, k], rows >= `rows`)
   int64_t b0;                // (first) slot of B_0
   std::optional<int64_t> b1; // (first) slot of B_1
-  int64_t k;                 // a multiple of kTileK
+  int64_t k;                 // a multiple of the k-tile (tileK())
   int64_t n;                 // output columns; n-tiles of tileN
   mlir::Value rows;          // A rows to compute (index)
   /// Grouped GEMMs: the expert of the m-tile at A row m0 (uniform in the
@@ -178,6 +178,18 @@ struct GemmPhase {
   /// it as zeros (their maps end there).
   mlir::Value kRows;
   int64_t groupRows = 0;
+  /// FP8 (sm_90a): A and the B operands are E4M3 (their maps of bytes,
+  /// boxes of 128-element rows: a stage holds the same bytes as for bf16),
+  /// each k-tile of 128 one block of their f32 scales: `aScales` [K/128, S]
+  /// (A row r's at [kt, r]) and one `bScales` a B operand, [E, N/128,
+  /// K/128] grouped (the task's expert) or [N/128, K/128]. The MMA layer
+  /// adds each k-tile's partial sums to the accumulators times the row's
+  /// and the column block's scales. K-major, one A, no gather.
+  bool fp8 = false;
+  mlir::Value aScales;
+  mlir::SmallVector<mlir::Value, 2> bScales;
+  /// The K of a k-tile, in elements.
+  int64_t tileK() const { return schedule::tileK(fp8); }
   /// n-tiles of the output.
   int64_t nTiles() const { return (n + tileN - 1) / tileN; }
   /// Warpgroups computing a tile (the CTA's first ones).
@@ -207,6 +219,8 @@ struct WarpRoles {
 /// One task of a phase: its tile origin and its operands' tensor maps.
 struct Task {
   mlir::Value m0, n0;
+  /// Grouped: the m-tile's expert (index); null otherwise.
+  mlir::Value expert;
   mlir::Value mapA, mapB0,
       mapB1;                // !nvgpu.tensormap.descriptor (mapB1 may be null)
   mlir::Value mapA2, mapB2; // concat's second pair (null without)
@@ -295,7 +309,7 @@ protected:
   mlir::SmallVector<mlir::Value> carried;
 
   /// The tensor map in slot `slot` (index), typed for boxes of `boxRows`.
-  mlir::Value mapAt(mlir::Value slot, int64_t boxRows);
+  mlir::Value mapAt(mlir::Value slot, int64_t boxRows, bool fp8 = false);
   /// Thread 0: k-tile `kTile` of the task into the stage of k-tile number
   /// `g` (arrive.expect_tx on its full barrier, then the TMA loads). With
   /// clusters of 2 it first waits until both CTAs released the stage's

@@ -193,9 +193,10 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
   int64_t boxB = p.transposeB ? kTileK : clusterEmpty ? kTileN : p.tileN;
   Task t{m0,
          n0,
-         mapAt(e.index(p.a), boxA),
-         mapAt(e.add(e.index(p.b0), expert), boxB),
-         p.b1 ? mapAt(e.add(e.index(*p.b1), expert), boxB) : Value(),
+         p.expertOf ? expert : Value(),
+         mapAt(e.index(p.a), boxA, p.fp8),
+         mapAt(e.add(e.index(p.b0), expert), boxB, p.fp8),
+         p.b1 ? mapAt(e.add(e.index(*p.b1), expert), boxB, p.fp8) : Value(),
          p.a2 ? mapAt(e.index(*p.a2), p.tileM) : Value(),
          p.b2 ? mapAt(e.add(e.index(*p.b2), expert), boxB) : Value(),
          {},
@@ -296,7 +297,7 @@ Task GemmEmitter::taskOfRound(const GemmPhase &p, Value first, Value tasks) {
 void GemmEmitter::producerTasks(const GemmPhase &p) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
-  int64_t kTiles = p.k / kTileK;
+  int64_t kTiles = p.k / p.tileK();
   Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
   Value grid = gpu::GridDimOp::create(b, loc, gpu::Dimension::x);
   // Gathered A: the warpgroup's threads copy the rows, its first thread
@@ -364,9 +365,12 @@ void GemmEmitter::tasks(const GemmPhase &p) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
-  assert(p.k % kTileK == 0 && "k must be a multiple of kTileK");
-  int64_t kTiles = p.k / kTileK;
-  assert(p.tileN % kThreads == 0 &&
+  assert(p.k % p.tileK() == 0 && "k must be a multiple of the k-tile");
+  int64_t kTiles = p.k / p.tileK();
+  // (The shared-memory epilogue, one B operand, stores a column a thread;
+  // two B operands store from registers, as FP8's gate/up tiles of 64
+  // columns each do.)
+  assert((p.tileN % kThreads == 0 || p.b1) &&
          p.bytesA() + (p.b1 ? 2 : 1) * p.bytesB() <= kStageBytes &&
          p.consumers() * kThreads <= kBlock &&
          "the tile's boxes must fit a stage, its warpgroups the CTA");

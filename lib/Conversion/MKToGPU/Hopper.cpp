@@ -52,6 +52,10 @@ namespace mok::conversion::sm90 {
 
 namespace {
 
+/// FP8: the columns of a tile (one E4M3 m64n128k32 wgmma chain: gate's 64
+/// and up's, or one operand's 128, within one block of the B scales).
+constexpr int64_t kFp8N = 128;
+
 class WgmmaEmitter final : public GemmEmitter {
 public:
   WgmmaEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
@@ -62,6 +66,12 @@ public:
 private:
   SmallVector<Value> accumulate(const GemmPhase &p, Value it,
                                 const Task &t) override;
+  /// FP8: the MMAs of k-tile `kt` of the stage at `base` (this
+  /// warpgroup's A rows at `baseA`): its partial sums in fresh registers,
+  /// waited for, then added to the accumulator `acc` times the row's A
+  /// scale and the column's B scale; returns the accumulator.
+  Value fp8KTile(const GemmPhase &p, const Task &t, Value kt, Value baseA,
+                 Value base, Value wg, Value acc);
   bool prefetchesEarly() const override { return true; }
   /// Clusters: neither CTA of a pair goes on (and exits) while the
   /// partner may still arrive on its empty barriers.
@@ -74,6 +84,91 @@ private:
 
 } // namespace
 
+Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
+                             Value baseA, Value base, Value wg, Value acc) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  MLIRContext *ctx = b.getContext();
+  Type f8 = Float8E4M3FNType::get(ctx), f32 = b.getF32Type();
+  Type i64 = b.getI64Type();
+  constexpr int64_t kStepK = 32; // an e4m3 wgmma's K: 32 bytes of a row
+  const int64_t fragment = kTileM * kFp8N / kThreads; // 64 floats
+  auto partType =
+      LLVM::LLVMStructType::getLiteral(ctx, SmallVector<Type>(fragment, f32));
+  // The k32 steps of the 128-byte rows: A [64 rows][32], K-major B spelled
+  // [K][N] as for bf16 (the descriptors' strides are the bf16 ones: the
+  // same bytes). B is the tile's 128 rows: gate's 64 then up's (B_1's box
+  // right after B_0's), or the one operand's.
+  MemRefType aStep = smemType(ctx, {kTileM, kStepK}, f8);
+  MemRefType bStep = smemType(ctx, {kStepK, kFp8N}, f8);
+  auto aDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, aStep);
+  auto bDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, bStep);
+  auto descriptor = [&](nvgpu::WarpgroupMatrixDescriptorType type, Value offset,
+                        MemRefType step, Value map) {
+    Value d = nvgpu::WarpgroupGenerateDescriptorOp::create(
+        b, loc, type, view(offset, step), map);
+    return UnrealizedConversionCastOp::create(b, loc, TypeRange{i64},
+                                              ValueRange{d})
+        .getResult(0);
+  };
+  auto shape = NVVM::MMAShapeAttr::get(ctx, kTileM, kFp8N, kStepK);
+  auto e4m3 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::e4m3);
+  auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
+  auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
+  auto zeroD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::zero);
+  auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
+  auto row = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
+  auto col = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
+
+  // The scales of this k-tile: this thread's two rows' (16w + l/4 and + 8
+  // of its warpgroup's 64) and each B operand's block (uniform).
+  Value lane = e.rem(tid, e.index(32));
+  Value warp = e.rem(e.div(tid, e.index(32)), e.index(4));
+  Value r0 = e.add(e.add(t.m0, e.mul(wg, e.index(kTileM))),
+                   e.add(e.mul(warp, e.index(16)), e.div(lane, e.index(4))));
+  Value sa[2] = {e.load(p.aScales, {kt, r0}),
+                 e.load(p.aScales, {kt, e.add(r0, e.index(8))})};
+  Value nBlock = e.div(t.n0, e.index(kFp8N));
+  SmallVector<Value, 2> sb;
+  for (Value scales : p.bScales) {
+    SmallVector<Value> idx;
+    if (t.expert)
+      idx.push_back(t.expert);
+    idx.append({nBlock, kt});
+    sb.push_back(e.load(scales, idx));
+  }
+  NVVM::WgmmaFenceAlignedOp::create(b, loc);
+  // The partial sums start from scale-d = 0: never read undefined.
+  Value part = LLVM::UndefOp::create(b, loc, partType);
+  for (int64_t ks = 0; ks < kTileKFp8 / kStepK; ++ks) {
+    Value descA =
+        descriptor(aDesc, e.add(baseA, e.index(ks * kStepK)), aStep, t.mapA);
+    Value descB =
+        descriptor(bDesc, e.add(base, e.index(p.bytesA() + ks * kStepK)),
+                   bStep, t.mapB0);
+    part = NVVM::WgmmaMmaAsyncOp::create(
+        b, loc, partType, part, descA, descB, shape, e4m3, e4m3, f32Type,
+        ks == 0 ? zeroD : scaleD, scaleIn, scaleIn, row, col,
+        NVVM::MMAIntOverflowAttr());
+  }
+  NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
+  NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+  // acc += partial * sa[row] * sb[operand]: element 4c + 2h + v is row
+  // half h of 8-column block c, whose operand is B_1 from column 64 on.
+  Value scale[2][2];
+  for (int64_t j = 0; j < static_cast<int64_t>(sb.size()); ++j)
+    for (int64_t h = 0; h < 2; ++h)
+      scale[j][h] = arith::MulFOp::create(b, loc, sa[h], sb[j]);
+  for (int64_t i = 0; i < fragment; ++i) {
+    int64_t j = p.b1 && i >= fragment / 2 ? 1 : 0;
+    Value x = LLVM::ExtractValueOp::create(b, loc, part, i);
+    Value y = LLVM::ExtractValueOp::create(b, loc, acc, i);
+    Value sum = LLVM::FMAOp::create(b, loc, x, scale[j][(i / 2) % 2], y);
+    acc = LLVM::InsertValueOp::create(b, loc, acc, sum, i);
+  }
+  return acc;
+}
+
 /// The k-loop of one task: fp32 accumulators in registers (LLVM structs of
 /// mmaN / 2 floats a thread, loop-carried), then the epilogue from
 /// registers.
@@ -83,15 +178,20 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
   Type bf16 = b.getBF16Type(), f32 = b.getF32Type(), i64 = b.getI64Type();
-  int64_t kTiles = p.k / kTileK;
+  int64_t kTiles = p.k / p.tileK();
   const int64_t tileN = p.tileN;
+  const bool fp8 = p.fp8;
   // Two B operands (gate and up) lie side by side in the stage (B_1's box
   // right after B_0's, both 1024-aligned, so one 2 * tileN-row K-major
   // box): one m64n(2 tileN) wgmma per k-step reads A once for both, into
   // one accumulator whose first half is gate's columns and second half
   // up's. (Two m64n(tileN) wgmmas read each A step twice.)
+  // (FP8 tiles are 128 columns in all, gate's 64 and up's or the down
+  // projection's 128: one accumulator, whose k-tile partial sums need as
+  // many registers again. whyNot.)
   const bool wide = p.b1 && 2 * tileN <= 256;
   const int64_t mmaN = wide ? 2 * tileN : tileN;
+  assert((!fp8 || mmaN == kFp8N) && "FP8 tiles of 128 columns");
   int64_t numAcc = p.b1 && !wide ? 2 : 1;
   const int64_t fragment = kTileM * mmaN / kThreads; // 64 or 128 floats
 
@@ -154,7 +254,11 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       if (mma)
         fenceAsyncShared();
     }
-    if (mma) {
+    if (mma && fp8) {
+      Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
+      acc[0] = fp8KTile(p, t, kt, e.add(base, e.mul(wg, e.index(kBytesA))),
+                        base, wg, acc[0]);
+    } else if (mma) {
       Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
       // This warpgroup's 64 rows of the A box (128-byte rows).
       Value baseA = e.add(base, e.mul(wg, e.index(kBytesA)));

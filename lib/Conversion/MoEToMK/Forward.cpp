@@ -23,14 +23,24 @@ mok::moe_to_mk::forwardTensorMaps(const Sizes &s, MapSlots &slots,
   // Clusters load B in 128-row halves (one per CTA of a pair).
   int64_t downBox = cluster > 1 ? sched::kTileN : storeTileN;
   int64_t rc = s.routedCapacity(), h = s.hidden, in = s.inter, e = s.experts;
-  auto a = [tileM](StringRef buffer, int64_t rows, int64_t cols) {
-    return TensorMapSpec{buffer.str(), rows, cols, cols, tileM, sched::kTileK};
+  // (FP8: the routed GEMMs read the E4M3 copies, boxes of 128-element
+  // rows: the same 128 bytes.)
+  auto a = [tileM](StringRef buffer, int64_t rows, int64_t cols,
+                   bool fp8 = false) {
+    return TensorMapSpec{buffer.str(), rows, cols, cols, tileM,
+                         sched::tileK(fp8)};
   };
   auto b = [](StringRef buffer, int64_t rows, int64_t cols, int64_t experts = 1,
-              int64_t box = sched::kTileN) {
+              int64_t box = sched::kTileN, bool fp8 = false) {
     return TensorMapSpec{buffer.str(), rows,          cols,   cols,
-                         box,          sched::kTileK, experts};
+                         box,          sched::tileK(fp8), experts};
   };
+  bool fp8 = s.fp8;
+  StringRef routedX = fp8 ? "routed_x_q" : "routed_x";
+  StringRef gate = fp8 ? "gate_q" : "gate_weights";
+  StringRef up = fp8 ? "up_q" : "up_weights";
+  StringRef hidden = fp8 ? "hidden_q" : "hidden";
+  StringRef down = fp8 ? "down_q" : "down_weights";
   SmallVector<TensorMapSpec> maps;
   int64_t next = 0;
   auto add = [&](TensorMapSpec spec) {
@@ -43,11 +53,11 @@ mok::moe_to_mk::forwardTensorMaps(const Sizes &s, MapSlots &slots,
   slots.routedX =
       s.fusedDispatch
           ? add(TensorMapSpec{"x", s.tokens, h, h, 1, sched::kTileK})
-          : add(a("routed_x", rc, h));
-  slots.gate = add(b("gate_weights", in, h, e)); // [I, H] each
-  slots.up = add(b("up_weights", in, h, e));
-  slots.hidden = add(a("hidden", rc, in));                // down A
-  slots.down = add(b("down_weights", h, in, e, downBox)); // [H, I] each
+          : add(a(routedX, rc, h, fp8));
+  slots.gate = add(b(gate, in, h, e, gateUpTileN(s), fp8)); // [I, H] each
+  slots.up = add(b(up, in, h, e, gateUpTileN(s), fp8));
+  slots.hidden = add(a(hidden, rc, in, fp8));                 // down A
+  slots.down = add(b(down, h, in, e, downBox, fp8)); // [H, I] each
   if (s.hasShared()) {
     int64_t is = s.sharedInter, t = s.tokens;
     slots.x = add(a("x", t, h));
@@ -74,11 +84,12 @@ ForwardTiles mok::moe_to_mk::forwardTiles(MLIRContext *ctx, const Sizes &s,
     SmallVector<int64_t> registers;
     if (producer && m == sched::kMaxConsumers * sched::kTileM)
       registers = {sched::kConsumerRegisters, sched::kProducerRegisters};
-    return mk::GemmScheduleAttr::get(ctx, engine, {m, n, sched::kTileK},
+    return mk::GemmScheduleAttr::get(ctx, engine, {m, n, sched::tileK(s.fp8)},
                                      sched::kStages, producer, registers,
                                      multicast);
   };
   mk::GemmForm gateUp, down;
+  gateUp.fp8 = down.fp8 = s.fp8;
   gateUp.epilogue = mk::Epilogue::swiglu;
   gateUp.bOperands = 2;
   gateUp.grouped = down.grouped = true;
@@ -89,7 +100,7 @@ ForwardTiles mok::moe_to_mk::forwardTiles(MLIRContext *ctx, const Sizes &s,
   ForwardTiles t;
   int64_t tall = sched::kMaxConsumers * sched::kTileM;
   if (s.padding % tall == 0 &&
-      support.whyNot(gateUp, scheduleOf(tall, sched::kTileN)).empty())
+      support.whyNot(gateUp, scheduleOf(tall, gateUpTileN(s))).empty())
     t.tileM = tall;
   if (support.whyNot(down, scheduleOf(t.tileM, 2 * sched::kTileN)).empty())
     t.storeTileN = 2 * sched::kTileN;
@@ -142,16 +153,20 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
     return ty(shape, t.getElementType());
   };
   // With tensor-core GEMMs, the kernel reads the weights only through
-  // their tensor maps: the runtime may bind weight views to them.
+  // their tensor maps: the runtime may bind weight views to them. (FP8:
+  // the routed weights are read by the quantizer, through pointers.)
   std::string weights = maps.empty() ? "pointer" : "tensor_maps";
+  std::string routedWeights = s.fp8 ? "pointer" : weights;
   int64_t rc = s.routedCapacity();
   SmallVector<Param> params = {
       {"x", "input", tensorType(layer.getX())},
       {"top_experts", "input", tensorType(layer.getTopExperts())},
       {"router_weights", "input", tensorType(layer.getRouterWeights())},
-      {"gate_weights", "input", tensorType(layer.getGateWeights()), weights},
-      {"up_weights", "input", tensorType(layer.getUpWeights()), weights},
-      {"down_weights", "input", tensorType(layer.getDownWeights()), weights}};
+      {"gate_weights", "input", tensorType(layer.getGateWeights()),
+       routedWeights},
+      {"up_weights", "input", tensorType(layer.getUpWeights()), routedWeights},
+      {"down_weights", "input", tensorType(layer.getDownWeights()),
+       routedWeights}};
   if (layer.hasSharedExpert()) {
     params.push_back({"shared_gate_weights", "input",
                       tensorType(layer.getSharedGate()), weights});
@@ -320,7 +335,9 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
       g.maps.assign(mapSlots.begin(), mapSlots.end());
       g.tensorMaps = buf["tensor_maps"];
       g.tileM = tileM;
-      g.tileN = epilogue == mk::Epilogue::store ? storeTileN : sched::kTileN;
+      g.tileN = epilogue == mk::Epilogue::store ? storeTileN
+                : grouped                          ? gateUpTileN(s)
+                                                   : sched::kTileN;
       // wgmma's down projections skip the MMAs of a tile half that is all
       // padding.
       if (grouped && *engine == mk::Engine::wgmma &&
@@ -421,7 +438,7 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
     // (The training forward saves routed_x: the dispatch copy.)
     s.fusedDispatch = !options.copyDispatch && *engine == mk::Engine::wgmma &&
                       (!warpSpecialize || fuseDispatch) &&
-                      !layer.savesContext();
+                      !layer.savesContext() && !s.fp8;
     // Clusters of 2 (weight boxes multicast to pairs of tasks): wgmma
     // without a producer (the options are checked by the pass).
     if (multicast)

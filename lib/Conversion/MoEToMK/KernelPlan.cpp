@@ -221,7 +221,9 @@ void ScheduleBuilder::gemm(const GemmPlan &g) {
   MLIRContext *ctx = b.getContext();
   mk::GemmScheduleAttr schedule =
       tc ? mk::GemmScheduleAttr::get(
-               ctx, g.engine, {g.tileM, g.tileN, sched::kTileK}, sched::kStages,
+               ctx, g.engine,
+               {g.tileM, g.tileN, sched::tileK(/*fp8=*/!g.scales.empty())},
+               sched::kStages,
                g.producer,
                g.producer && g.registers ? g.registers.asArrayRef()
                                          : ArrayRef<int64_t>(),

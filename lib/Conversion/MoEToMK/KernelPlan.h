@@ -135,6 +135,14 @@ struct Sizes {
   }
 };
 
+/// The columns of a routed gate/up tile for each of gate and up: FP8 tiles
+/// are 128 columns in all (64 each), as a k-tile's partial sums take as
+/// many registers again as the accumulators (sm_90a: 2 x 128 + 128 of
+/// them spilled); mk::TargetSupport::whyNot says so too.
+inline int64_t gateUpTileN(const Sizes &s) {
+  return s.fp8 ? sched::kTileN / 2 : sched::kTileN;
+}
+
 /// The tensor maps of a forward kernel (slots in `slots`): `tileM` the
 /// rows of every tile (the A boxes); `storeTileN` the output columns of
 /// the GEMMs with one B operand, whose B boxes have that many rows (128

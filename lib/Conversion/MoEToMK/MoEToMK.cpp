@@ -114,12 +114,23 @@ struct ConvertMoEToMKPass
                           << " (--moe-to-cpu)";
           return WalkResult::interrupt();
         }
-        if (tensorCores) {
+        // The FP8 tensor-core GEMMs: E4M3 wgmma on sm_90a, without the
+        // options that change the GEMMs.
+        if (tensorCores && options.support.chip() == "sm_100a") {
           op->emitError()
-              << "convert-moe-to-mk: FP8 layers (precision = \"fp8\") run "
-                 "on scalar GEMMs only so far: compile them with "
-                 "tensor-cores=false (the FP8 tensor-core GEMMs are not "
+              << "convert-moe-to-mk: FP8 layers (precision = \"fp8\") on "
+                 "sm_100a run on scalar GEMMs only so far: compile them with "
+                 "tensor-cores=false (tcgen05's block-scaled FP8 is not "
                  "implemented yet)";
+          return WalkResult::interrupt();
+        }
+        if (warpSpecialize || multicast || fuseDispatch) {
+          op->emitError() << "convert-moe-to-mk: "
+                          << (warpSpecialize ? "warp-specialize"
+                              : multicast    ? "multicast"
+                                             : "fuse-dispatch")
+                          << " is not implemented for FP8 layers "
+                             "(precision = \"fp8\")";
           return WalkResult::interrupt();
         }
       }

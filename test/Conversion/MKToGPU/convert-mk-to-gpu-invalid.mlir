@@ -60,12 +60,13 @@ gpu.module @k {
 
 // -----
 
-// FP8 GEMMs run on simt only: the tensor-core engines refuse them by name.
+// FP8 GEMMs on wgmma: tiles of 128 columns in all and K = 128 (a k-tile's
+// partial sums take as many registers as the accumulators).
 gpu.module @k {
   gpu.func @fp8_wgmma(%a: memref<128x128xf8E4M3FN>, %b: memref<128x128xf8E4M3FN>, %o: memref<128x128xbf16>, %m: memref<32xi64>,
                       %sa: memref<1x128xf32>, %sb: memref<1x1xf32>) kernel
       attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016 : i64}} {
-    // expected-error @+1 {{'mk.gemm' op FP8 operands are implemented for the simt engine only so far}}
+    // expected-error @+1 {{'mk.gemm' op FP8 operands on wgmma: tile [128, 128, 64] with 4 stages is not implemented; the lowering supports tiles of 64 or 128 rows, 128 columns in all (64 a B operand with two), K = 128 and 4 stages}}
     mk.gemm store %a, %b into %o maps(%m : memref<32xi64>) scales(%sa, %sb : memref<1x128xf32>, memref<1x1xf32>)
         schedule <wgmma, tile = [128, 128, 64], stages = 4> {maps = array<i64: 0, 1>}
         : memref<128x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<128x128xbf16>

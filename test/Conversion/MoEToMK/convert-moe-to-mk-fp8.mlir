@@ -1,6 +1,8 @@
 // RUN: mok-opt %s --convert-moe-to-mk="tensor-cores=false" | FileCheck %s
 // RUN: mok-opt %s --convert-moe-to-mk="tensor-cores=false profile=true" | FileCheck %s --check-prefix=PROFILE
-// RUN: not mok-opt %s --convert-moe-to-mk 2>&1 | FileCheck %s --check-prefix=TC
+// RUN: mok-opt %s --convert-moe-to-mk | FileCheck %s --check-prefix=WGMMA
+// RUN: not mok-opt %s --convert-moe-to-mk=chip=sm_100a 2>&1 | FileCheck %s --check-prefix=TC
+// RUN: not mok-opt %s --convert-moe-to-mk=warp-specialize=true 2>&1 | FileCheck %s --check-prefix=WS
 // RUN: not mok-opt %s --moe-generate-backward --convert-moe-to-mk="tensor-cores=false" 2>&1 | FileCheck %s --check-prefix=BWD
 // RUN: sed -e 's/ep = 1/ep = 2/' -e 's/4x128x256/2x128x256/g' -e 's/4x256x128/2x256x128/g' %s | not mok-opt --convert-moe-to-mk="tensor-cores=false" 2>&1 | FileCheck %s --check-prefix=EP
 
@@ -39,7 +41,24 @@
 // Profiling names the FP8 phases.
 // PROFILE: phases = ["plan: count", "plan: scan", "plan: offsets", "plan: assign", "dispatch + quantize weights", "quantize routed x", "gate/up + SwiGLU", "quantize hidden", "down", "combine"]
 
-// TC: error: convert-moe-to-mk: FP8 layers (precision = "fp8") run on scalar GEMMs only so far: compile them with tensor-cores=false (the FP8 tensor-core GEMMs are not implemented yet)
+// On sm_90a's tensor cores (the default): the same phases, the routed
+// GEMMs on E4M3 wgmma reading the FP8 copies through tensor maps of bytes
+// (boxes of 128-element rows), in tiles of 128 columns in all (gate's 64
+// and up's, or down's 128) and K = 128; the routed weights read by the
+// quantizer through pointers, not maps.
+// WGMMA-LABEL: gpu.func @fp8_layer_forward(
+// WGMMA-SAME: {access = "pointer", dtype = "bf16", name = "gate_weights"
+// WGMMA-SAME: {box_cols = 128 : i64, box_rows = 128 : i64, buffer = "routed_x_q", cols = 256 : i64, experts = 1 : i64, row_stride = 256 : i64, rows = 588 : i64}
+// WGMMA-SAME: {box_cols = 128 : i64, box_rows = 64 : i64, buffer = "gate_q", cols = 256 : i64, experts = 4 : i64, row_stride = 256 : i64, rows = 128 : i64}
+// WGMMA-SAME: {box_cols = 128 : i64, box_rows = 64 : i64, buffer = "up_q"
+// WGMMA-SAME: {box_cols = 128 : i64, box_rows = 128 : i64, buffer = "hidden_q"
+// WGMMA-SAME: {box_cols = 128 : i64, box_rows = 128 : i64, buffer = "down_q"
+// WGMMA: mk.quantize_rows
+// WGMMA: mk.gemm swiglu %{{.*}} scales({{.*}}) schedule <wgmma, tile = [128, 64, 128], stages = 4> {maps = array<i64: 0, 1, 5>}
+// WGMMA: mk.quantize_rows
+// WGMMA: mk.gemm store %{{.*}} scales({{.*}}) schedule <wgmma, tile = [128, 128, 128], stages = 4> {maps = array<i64: 9, 10>}
+// TC: error: convert-moe-to-mk: FP8 layers (precision = "fp8") on sm_100a run on scalar GEMMs only so far: compile them with tensor-cores=false (tcgen05's block-scaled FP8 is not implemented yet)
+// WS: error: convert-moe-to-mk: warp-specialize is not implemented for FP8 layers (precision = "fp8")
 // BWD: error: convert-moe-to-mk: the FP8 backward (moe.layer_grad precision = "fp8") is not supported by the GPU targets yet; the CPU target runs it (--moe-to-cpu)
 // EP: error: convert-moe-to-mk: expert-parallel FP8 layers are not supported by the GPU targets yet; the CPU target runs them (--moe-to-cpu)
 func.func @fp8_layer(%x: tensor<40x256xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>, %wg: tensor<4x128x256xbf16>, %wu: tensor<4x128x256xbf16>, %wd: tensor<4x256x128xbf16>) -> tensor<40x256xbf16> {

@@ -1,10 +1,46 @@
 // REQUIRES: ptxas
-// RUN: rm -rf %t && mok-opt %s --moe-to-ptx="chip=sm_90a tensor-cores=false" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90
+// RUN: mok-opt %s --convert-moe-to-mk --convert-mk-to-gpu | FileCheck %s --check-prefix=GPU
+// RUN: rm -rf %t && mok-opt %s --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/wgmma
+// RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/wgmma/fp8_layer_kernels.ptx
+// RUN: grep -c wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 %t/wgmma/fp8_layer_kernels.ptx | FileCheck %s --check-prefix=COUNT
+// RUN: ptxas -arch=sm_90a -v %t/wgmma/fp8_layer_kernels.ptx -o %t/wgmma.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// RUN: mok-opt %s --moe-to-ptx="chip=sm_90a tensor-cores=false" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90
 // RUN: FileCheck %s --input-file %t/sm90/fp8_layer_kernels.ptx
 // RUN: ptxas -arch=sm_90a -v %t/sm90/fp8_layer_kernels.ptx -o %t/sm90.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 // RUN: mok-opt %s --moe-to-ptx="chip=sm_100a tensor-cores=false" | %python %mok_src_root/scripts/extract-ptx.py %t/sm100
 // RUN: ptxas -arch=sm_100a -v %t/sm100/fp8_layer_kernels.ptx -o %t/sm100.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 
+// The FP8 forward on sm_90a's tensor cores: TMA boxes of 128 E4M3
+// elements a row (the A box, gate's and up's 64-row boxes), a k-tile of
+// four m64n128k32 e4m3 wgmmas into fresh partial sums (scale-d = 0 on the
+// first), waited for (wait_group 0), then added to the accumulator times
+// each row's A scale and its operand's B scale (gate's for the first 32
+// fragment elements, up's for the rest).
+// GPU-LABEL: gpu.func @fp8_layer_forward(
+// GPU: nvgpu.tma.async.load {{.*}} <tensor = memref<128x128xf8E4M3FN
+// GPU: nvgpu.tma.async.load {{.*}} <tensor = memref<64x128xf8E4M3FN
+// GPU: nvgpu.tma.async.load {{.*}} <tensor = memref<64x128xf8E4M3FN
+// GPU: %[[SA0:.*]] = memref.load %{{.*}}[%[[KT:.*]], %{{.*}}] {alignment = 4 : i64} : memref<2x588xf32>
+// GPU: %[[SA1:.*]] = memref.load %{{.*}}[%[[KT]], %{{.*}}] {alignment = 4 : i64} : memref<2x588xf32>
+// GPU: %[[SG:.*]] = memref.load %{{.*}}[%{{.*}}, %{{.*}}, %[[KT]]] {alignment = 4 : i64} : memref<4x1x2xf32>
+// GPU: %[[SU:.*]] = memref.load %{{.*}}[%{{.*}}, %{{.*}}, %[[KT]]] {alignment = 4 : i64} : memref<4x1x2xf32>
+// GPU: nvvm.wgmma.fence.aligned
+// GPU: %[[P0:.*]] = nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <zero>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
+// GPU-COUNT-3: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <one>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
+// GPU-NEXT: nvvm.wgmma.commit.group.sync.aligned
+// GPU-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+// GPU-NEXT: %[[G0:.*]] = arith.mulf %[[SA0]], %[[SG]] : f32
+// GPU-NEXT: %[[G1:.*]] = arith.mulf %[[SA1]], %[[SG]] : f32
+// GPU-NEXT: %[[U0:.*]] = arith.mulf %[[SA0]], %[[SU]] : f32
+// GPU-NEXT: arith.mulf %[[SA1]], %[[SU]] : f32
+// GPU: llvm.intr.fma(%{{.*}}, %[[G0]], %{{.*}})
+// GPU: llvm.intr.fma(%{{.*}}, %[[G1]], %{{.*}})
+// GPU: llvm.intr.fma(%{{.*}}, %[[U0]], %{{.*}})
+// WGMMA: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3
+// WGMMA: wgmma.wait_group.sync.aligned 0;
+// WGMMA: fma.rn.f32
+// COUNT: 8
+//
 // The FP8 forward on simt GEMMs, to PTX for both chips: the quantizers'
 // saturating conversions and IEEE divisions, the GEMMs' exact E4M3
 // decoding; ptxas accepts both without spills.

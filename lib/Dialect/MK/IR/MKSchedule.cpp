@@ -53,8 +53,35 @@ std::string TargetSupport::whyNot(const GemmForm &f,
   llvm::raw_string_ostream os(why);
   Engine engine = schedule.getEngine();
   bool producer = schedule.getProducer(), multicast = schedule.getMulticast();
-  if (f.fp8)
-    return "FP8 operands are implemented for the simt engine only so far";
+  // FP8: E4M3 wgmma with the block scales applied as each k-tile's partial
+  // sums are added to the accumulators (sm_90a), K-major operands only.
+  if (f.fp8) {
+    if (engine != Engine::wgmma)
+      return "FP8 operands are implemented for the wgmma (sm_90a) and simt "
+             "engines; tcgen05 (sm_100a MXFP8) is not implemented yet";
+    if (producer || multicast || f.gathered || f.concat)
+      return "FP8 operands on wgmma are implemented without a producer, "
+             "clusters, a gathered A or concat";
+    if (f.columns % 2)
+      return "FP8 operands on wgmma: the epilogue stores pairs of columns "
+             "from registers, so out needs an even number of columns";
+    // A k-tile's partial sums take as many registers as the accumulators:
+    // 128 columns in all (gate's 64 and up's, or one operand's 128).
+    ArrayRef<int64_t> tile = schedule.getTile();
+    if (tile[1] * f.bOperands != sched::kTileN || tile[2] != sched::kTileKFp8 ||
+        schedule.getStages() != sched::kStages ||
+        (tile[0] != sched::kTileM &&
+         tile[0] != sched::kMaxConsumers * sched::kTileM)) {
+      os << "FP8 operands on wgmma: tile [" << tile[0] << ", " << tile[1]
+         << ", " << tile[2] << "] with " << schedule.getStages()
+         << " stages is not implemented; the lowering supports tiles of "
+         << sched::kTileM << " or " << sched::kMaxConsumers * sched::kTileM
+         << " rows, " << sched::kTileN << " columns in all ("
+         << sched::kTileN / 2 << " a B operand with two), K = "
+         << sched::kTileKFp8 << " and " << sched::kStages << " stages";
+      return why;
+    }
+  }
   if (f.gathered && engine != Engine::wgmma)
     return "a gathered A operand is implemented for the wgmma engine only";
   // The training forms (saves, M-/N-major operands, concat, k_groups, an
@@ -117,9 +144,9 @@ std::string TargetSupport::whyNot(const GemmForm &f,
   bool wide = tile[1] == 2 * sched::kTileN && wgmma &&
               f.bOperands == (f.concat ? 2u : 1u);
   bool tall = tile[0] == sched::kMaxConsumers * sched::kTileM && wgmma;
-  if ((tile[0] != sched::kTileM && !tall) ||
+  if (!f.fp8 && ((tile[0] != sched::kTileM && !tall) ||
       (tile[1] != sched::kTileN && !wide) || tile[2] != sched::kTileK ||
-      schedule.getStages() != sched::kStages) {
+      schedule.getStages() != sched::kStages)) {
     os << "tile [" << tile[0] << ", " << tile[1] << ", " << tile[2] << "] with "
        << schedule.getStages()
        << " stages is not implemented; the lowering supports tile ["

@@ -28,6 +28,12 @@ namespace mok::mk {
 /// 2 * kTileN-column tiles.
 namespace schedule {
 constexpr int64_t kTileM = 64, kTileN = 128, kTileK = 64;
+/// FP8 (E4M3) operands: a k-tile of 128 elements, the same 128-byte
+/// swizzle row, so the stage ring is the bf16 one byte for byte; it is
+/// also the FP8 scales' block, so a k-tile has one scale a row.
+constexpr int64_t kTileKFp8 = 128;
+/// The K of a k-tile for operands of that kind.
+constexpr int64_t tileK(bool fp8) { return fp8 ? kTileKFp8 : kTileK; }
 constexpr int64_t kStages = 4;
 /// Task order: groups of kGroupM m-tiles, n-tiles outer within a group.
 constexpr int64_t kGroupM = 16;
