@@ -15,6 +15,9 @@ When <artifacts>/<shape>-profile exists (bench.compile compiles it), also
 a phase breakdown: the same layer compiled to record the global timer after
 each grid barrier, median milliseconds per phase over the timed runs
 (profiling adds one barrier; its total is close to, not equal to, mok ms).
+An FP8 shape (<shape>-fp8) is also compared with mok's bf16 layer of its
+shape timed in the same run (speedup_vs_bf16); its TFLOP/s count the same
+FLOPs as bf16's, and its error is against the bf16 reference.
 Writes <out>/moe_forward.json and .png; prints the tables last.
 
     # on the GPU machine, from the repository root, after
@@ -250,6 +253,13 @@ def main():
                                phases_ms=phases))
         del a, layer
         torch.cuda.empty_cache()
+    # FP8 shapes: against mok's bf16 layer of the same shape, this run.
+    by_shape = {r["shape"]: r for r in rows}
+    for r in rows:
+        base = by_shape.get(r["shape"].removesuffix("-fp8"))
+        if r["shape"].endswith("-fp8") and base:
+            r["bf16_ms"] = base["mok_ms"]
+            r["speedup_vs_bf16"] = base["mok_ms"] / r["mok_ms"]
     result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                   commit=args.commit,
                   date=time.strftime("%Y-%m-%d"), matmul_8192_tflops=ceiling, rows=rows)
@@ -277,6 +287,13 @@ def main():
               f"{r['mok_tflops']:9.1f} {r['torch_tflops']:10.1f} "
               f"{100 * r['mok_tflops'] / ceiling:6.1f} {r['speedup']:8.3f} "
               f"{r['mok_rel_err']:8.1e} {r['torch_rel_err']:9.1e}")
+    fp8 = [r for r in rows if "speedup_vs_bf16" in r]
+    if fp8:
+        print("\nFP8 against mok's bf16 layer (TFLOP/s counted as bf16's; the error is "
+              "against the bf16 float64 reference)")
+        for r in fp8:
+            print(f"{r['shape']:18s} {r['mok_ms']:9.3f} ms against {r['bf16_ms']:9.3f}: "
+                  f"{r['speedup_vs_bf16']:.3f}x, {r['mok_tflops']:.0f} TFLOP/s")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""Benchmark shapes (bf16, EP = 1, one GPU). Compiled by bench.compile (on
+"""Benchmark shapes (bf16 but for the -fp8 ones, EP = 1, one GPU). Compiled by bench.compile (on
 a development machine, or on the GPU machine with the carried compiler),
 timed on the GPU machine (bench.moe_forward, bench.moe_training,
 bench.peers)."""
@@ -26,6 +26,11 @@ for _name in ("dsv3-shard", "qwen3-30b"):
 # And in clusters of 2 CTAs sharing weight boxes (multicast=True).
 for _name in ("dsv3-shard", "qwen3-30b"):
     SHAPES[_name + "-mc"] = dict(SHAPES[_name], multicast=True)
+# And in FP8 (precision="fp8": E4M3 wgmma with f32 block scales, the
+# weights quantized in the kernel; docs/FP8.md), timed against mok's bf16
+# layer of the same shape in the same run.
+for _name in ("dsv3-shard", "qwen3-30b"):
+    SHAPES[_name + "-fp8"] = dict(SHAPES[_name], precision="fp8")
 del _name
 # The forward benchmark's shapes (bench.moe_forward's and bench.compile's
 # default): all of the above.
