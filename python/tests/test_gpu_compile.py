@@ -13,6 +13,16 @@ SPEC = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, tokens=40,
                      shared_intermediate=16, swiglu_limit=7.0, padding=8)
 
 
+def _ptxas_accepts(ptx, target, tmp_path):
+    """ptxas (where the toolkit is) assembles `ptx` for `target`."""
+    ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+    if os.path.exists(ptxas):
+        path = tmp_path / "k.ptx"
+        path.write_text(ptx)
+        subprocess.run([ptxas, f"-arch={target}", str(path), "-o", str(tmp_path / "k.cubin")],
+                       check=True)
+
+
 @pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
 def test_compile_emits_ptx_and_metadata(target, tmp_path):
     art = mok.compile(SPEC, target=target, cache_dir=str(tmp_path))
@@ -24,12 +34,7 @@ def test_compile_emits_ptx_and_metadata(target, tmp_path):
     roles = [p["role"] for p in meta["params"]]
     assert roles[:9] == ["input"] * 9 and roles[9] == "output"
     assert meta["routed_capacity"] == 40 * 2 + 4 * 7
-    ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
-    if os.path.exists(ptxas):
-        ptx = tmp_path / "k.ptx"
-        ptx.write_text(art.ptx)
-        subprocess.run([ptxas, f"-arch={target}", str(ptx), "-o", str(tmp_path / "k.cubin")],
-                       check=True)
+    _ptxas_accepts(art.ptx, target, tmp_path)
 
 
 def test_profile_kernels_time_their_phases(tmp_path):
@@ -452,12 +457,7 @@ def test_expert_parallel_inference_kernel(target, tmp_path):
     inputs = [p["name"] for p in meta["params"] if p["role"] == "input"]
     assert [p["shape"] for p in meta["params"] if p["name"] == "gate_weights"] == [[4, 32, 64]]
     assert inputs[:3] == ["x", "top_experts", "router_weights"]
-    ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
-    if os.path.exists(ptxas):
-        ptx = tmp_path / "k.ptx"
-        ptx.write_text(art.ptx)
-        subprocess.run([ptxas, f"-arch={target}", str(ptx), "-o", str(tmp_path / "k.cubin")],
-                       check=True)
+    _ptxas_accepts(art.ptx, target, tmp_path)
 
 
 def test_expert_parallel_metadata_is_what_the_runtime_takes(tmp_path):
@@ -558,9 +558,4 @@ def test_fp8_forward_compiles(target, tensor_cores, tmp_path):
     assert by_name["routed_x_scale"]["shape"] == [2, 40 * 2 + 4 * 127]
     assert by_name["gate_weights"]["dtype"] == "bf16"  # the layer's operands stay bf16
     rt.Layer(json.dumps(art.metadata))  # the runtime takes the metadata
-    ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
-    if os.path.exists(ptxas):
-        ptx = tmp_path / "k.ptx"
-        ptx.write_text(art.ptx)
-        subprocess.run([ptxas, f"-arch={target}", str(ptx), "-o", str(tmp_path / "k.cubin")],
-                       check=True)
+    _ptxas_accepts(art.ptx, target, tmp_path)

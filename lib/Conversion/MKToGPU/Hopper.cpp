@@ -66,6 +66,19 @@ public:
 private:
   SmallVector<Value> accumulate(const GemmPhase &p, Value it,
                                 const Task &t) override;
+  /// The operand descriptor (i64) of a wgmma step: the shared-memory view
+  /// `step` at byte `offset` (from smem), swizzled as `map`'s boxes.
+  Value descriptorAt(MemRefType step, Value offset, Value map);
+  /// The attributes of the wgmmas here: f32 accumulators, scale-d one
+  /// (or zero: the first step of fresh accumulators), unscaled inputs, A
+  /// K-major ("row"), B K-major ("col") or N-major.
+  struct WgmmaAttrs {
+    NVVM::WGMMATypesAttr f32;
+    NVVM::WGMMAScaleOutAttr scaleD, zeroD;
+    NVVM::WGMMAScaleInAttr scaleIn;
+    NVVM::MMALayoutAttr row, col;
+  };
+  static WgmmaAttrs wgmmaAttrs(MLIRContext *ctx);
   /// FP8: the MMAs of k-tile `kt` of the stage at `base` (this
   /// warpgroup's A rows at `baseA`): its partial sums in fresh registers,
   /// waited for, then added to the accumulator `acc` times the row's A
@@ -84,13 +97,32 @@ private:
 
 } // namespace
 
+Value WgmmaEmitter::descriptorAt(MemRefType step, Value offset, Value map) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  auto type = nvgpu::WarpgroupMatrixDescriptorType::get(b.getContext(), step);
+  Value d = nvgpu::WarpgroupGenerateDescriptorOp::create(
+      b, loc, type, view(offset, step), map);
+  return UnrealizedConversionCastOp::create(b, loc, TypeRange{b.getI64Type()},
+                                            ValueRange{d})
+      .getResult(0);
+}
+
+WgmmaEmitter::WgmmaAttrs WgmmaEmitter::wgmmaAttrs(MLIRContext *ctx) {
+  return {NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32),
+          NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one),
+          NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::zero),
+          NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one),
+          NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row),
+          NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col)};
+}
+
 Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
                              Value baseA, Value base, Value wg, Value acc) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
   Type f8 = Float8E4M3FNType::get(ctx), f32 = b.getF32Type();
-  Type i64 = b.getI64Type();
   constexpr int64_t kStepK = 32; // an e4m3 wgmma's K: 32 bytes of a row
   const int64_t fragment = kTileM * kFp8N / kThreads; // 64 floats
   auto partType =
@@ -101,24 +133,9 @@ Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
   // right after B_0's), or the one operand's.
   MemRefType aStep = smemType(ctx, {kTileM, kStepK}, f8);
   MemRefType bStep = smemType(ctx, {kStepK, kFp8N}, f8);
-  auto aDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, aStep);
-  auto bDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, bStep);
-  auto descriptor = [&](nvgpu::WarpgroupMatrixDescriptorType type, Value offset,
-                        MemRefType step, Value map) {
-    Value d = nvgpu::WarpgroupGenerateDescriptorOp::create(
-        b, loc, type, view(offset, step), map);
-    return UnrealizedConversionCastOp::create(b, loc, TypeRange{i64},
-                                              ValueRange{d})
-        .getResult(0);
-  };
   auto shape = NVVM::MMAShapeAttr::get(ctx, kTileM, kFp8N, kStepK);
   auto e4m3 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::e4m3);
-  auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
-  auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
-  auto zeroD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::zero);
-  auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
-  auto row = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
-  auto col = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
+  WgmmaAttrs attrs = wgmmaAttrs(ctx);
 
   // The scales of this k-tile: this thread's two rows' (16w + l/4 and + 8
   // of its warpgroup's 64) and each B operand's block (uniform).
@@ -142,14 +159,13 @@ Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
   Value part = LLVM::UndefOp::create(b, loc, partType);
   for (int64_t ks = 0; ks < kTileKFp8 / kStepK; ++ks) {
     Value descA =
-        descriptor(aDesc, e.add(baseA, e.index(ks * kStepK)), aStep, t.mapA);
-    Value descB =
-        descriptor(bDesc, e.add(base, e.index(p.bytesA() + ks * kStepK)),
-                   bStep, t.mapB0);
+        descriptorAt(aStep, e.add(baseA, e.index(ks * kStepK)), t.mapA);
+    Value descB = descriptorAt(
+        bStep, e.add(base, e.index(p.bytesA() + ks * kStepK)), t.mapB0);
     part = NVVM::WgmmaMmaAsyncOp::create(
-        b, loc, partType, part, descA, descB, shape, e4m3, e4m3, f32Type,
-        ks == 0 ? zeroD : scaleD, scaleIn, scaleIn, row, col,
-        NVVM::MMAIntOverflowAttr());
+        b, loc, partType, part, descA, descB, shape, e4m3, e4m3, attrs.f32,
+        ks == 0 ? attrs.zeroD : attrs.scaleD, attrs.scaleIn, attrs.scaleIn,
+        attrs.row, attrs.col, NVVM::MMAIntOverflowAttr());
   }
   NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
   NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
@@ -202,24 +218,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   // NVVM's terms A is "row" and a K-major B is "col" (imm-trans-a = 0,
   // imm-trans-b = 0 in PTX: what the verified probe's nvgpu path emits).
   MemRefType bStep = smemType(ctx, {16, mmaN}, bf16);
-  auto aDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, aStep);
-  auto bDesc = nvgpu::WarpgroupMatrixDescriptorType::get(ctx, bStep);
-  auto descriptor = [&](nvgpu::WarpgroupMatrixDescriptorType type, Value offset,
-                        MemRefType step, Value map) {
-    Value d = nvgpu::WarpgroupGenerateDescriptorOp::create(
-        b, loc, type, view(offset, step), map);
-    return UnrealizedConversionCastOp::create(b, loc, TypeRange{i64},
-                                              ValueRange{d})
-        .getResult(0);
-  };
   auto shape = NVVM::MMAShapeAttr::get(ctx, kTileM, mmaN, 16);
   auto bf16Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::bf16);
-  auto f32Type = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::f32);
-  auto scaleD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::one);
-  auto zeroD = NVVM::WGMMAScaleOutAttr::get(ctx, NVVM::WGMMAScaleOut::zero);
-  auto scaleIn = NVVM::WGMMAScaleInAttr::get(ctx, NVVM::WGMMAScaleIn::one);
-  auto row = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::row);
-  auto col = NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col);
+  WgmmaAttrs attrs = wgmmaAttrs(ctx);
 
   // The warpgroup of this thread: its half of a two-warpgroup tile.
   Value wg = e.div(tid, e.index(kThreads));
@@ -266,22 +267,22 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       for (int64_t ks = 0; ks < kTileK / 16; ++ks) {
         // M-major A: a k16 step is 16 of its box's 128-byte K rows.
         int64_t kStepA = p.transposeA ? 16 * kTileK * kBf16 : kK16Bytes;
-        Value descA = descriptor(aDesc, e.add(baseA, e.index(ks * kStepA)),
-                                 aStep, t.mapA);
+        Value descA =
+            descriptorAt(aStep, e.add(baseA, e.index(ks * kStepA)), t.mapA);
         for (int64_t j = 0; j < numAcc; ++j) {
           // N-major B: a k16 step is 16 of the boxes' 128-byte K rows (the
           // descriptor's leading-dimension offset, from the map's 64-row
           // boxes, steps between the 64-column blocks).
           int64_t kStep = p.transposeB ? 16 * kTileK * kBf16 : kK16Bytes;
-          Value descB = descriptor(
-              bDesc,
+          Value descB = descriptorAt(
+              bStep,
               e.add(base, e.index(p.bytesA() + j * p.bytesB() + ks * kStep)),
-              bStep, j == 0 ? t.mapB0 : t.mapB1);
+              j == 0 ? t.mapB0 : t.mapB1);
           acc[j] = NVVM::WgmmaMmaAsyncOp::create(
               b, loc, accType, acc[j], descA, descB, shape, bf16Type, bf16Type,
-              f32Type, first && ks == 0 ? zeroD : scaleD, scaleIn, scaleIn,
-              p.transposeA ? col : row, p.transposeB ? row : col,
-              NVVM::MMAIntOverflowAttr());
+              attrs.f32, first && ks == 0 ? attrs.zeroD : attrs.scaleD,
+              attrs.scaleIn, attrs.scaleIn, p.transposeA ? attrs.col : attrs.row,
+              p.transposeB ? attrs.row : attrs.col, NVVM::MMAIntOverflowAttr());
         }
       }
       NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
