@@ -18,7 +18,7 @@
 # path (SIMT and wgmma GEMMs, 64- and 128-row tiles, warp roles, fused and
 # copied dispatch, clusters with multicast, shared experts, clamps, -1
 # routes, int64 ids, training forward and backward, recompute, main_grads,
-# bad routing).
+# bad routing, the FP8 forward on both engines).
 # Writes $OUT/sanitize.md (the table: layer x tool -> errors) and
 # $OUT/sanitize-logs.tar.xz (each process's output); exits non-zero on any
 # error, a failed call, or a process that did not end in SANITIZE_TIMEOUT
@@ -39,6 +39,7 @@ SANITIZE_CASES=(
   maingrad_top2_no_route maingrad_shared_tall
   bad_routing:top2_no_route bad_routing:top1_clamp bad_routing:train_small_shared
   bad_routing:train_shared_tall
+  fp8_shared_clamp fp8_shared_clamp_wgmma fp8_skewed_wgmma
 )
 if (( $# )); then cases=("$@"); else cases=("${SANITIZE_CASES[@]}"); fi
 export PYTHONPATH=${PYTHONPATH:-$root/build-gpu/python}
