@@ -1,6 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """mok.ops: the tensor operations NeMo AutoModel's MoK backend calls for
-``precision: mxfp8``.
+``precision: mxfp8``, and their ``precision="fp8"`` counterpart.
+
+``fp8_quantize(w, normal, transposed)`` is the same for mok's ``"fp8"``
+weights (docs/FP8.md): E4M3 data with one f32 scale ``amax / 448`` per
+128 x 128 block (1 for a block of zeros, NaN and NaN elements for a block
+holding a NaN or an infinity), bit-exact to ``mok.fp8.quantize(w, (128,
+128), "f32")``; scales f32 [E, rows / 128, cols / 128]. Its blocks are
+square, so the transposed layout is the normal one transposed, values and
+scales alike.
 
 ``mxfp8_quantize(w, normal, transposed)`` quantizes a bf16 routed weight
 [E, rows, cols] to MXFP8 (E4M3 data, one E8M0 scale per 32 consecutive
@@ -22,7 +30,7 @@ values_T, scales_T)`` and down as ``(values_T, scales_T)``.
 """
 import torch
 
-__all__ = ["mxfp8_dequantize", "mxfp8_quantize"]
+__all__ = ["fp8_quantize", "mxfp8_dequantize", "mxfp8_quantize"]
 
 BLOCK = 32
 _E4M3_MAX = 448.0
@@ -80,7 +88,7 @@ def _check_out(out, weight, layouts):
     names = ("values", "scales", "values_T", "scales_T")
     if not isinstance(out, (tuple, list)) or len(out) != 4:
         raise TypeError("out: expected a tuple of 4 (values, scales, values_T, scales_T), "
-                        "as mxfp8_quantize returns")
+                        "as the quantizer returns")
     for name, t, layout in zip(names, out, layouts):
         if layout is None:
             continue
@@ -127,6 +135,92 @@ def mxfp8_quantize(weight, normal=True, transposed=False, *, out=None):
             return result
         for dst, src in zip(out, result):
             if src is not None:
+                dst.view(torch.uint8).copy_(src.view(torch.uint8))
+        return tuple(out)
+
+
+FP8_BLOCK = 128
+
+
+def _quantize_blocks(w):
+    """(values float8_e4m3fn, scales float32 [E, rows / 128, cols / 128])
+    of `w` [E, rows, cols], 128 x 128 blocks, f32 scales."""
+    e, rows, cols = w.shape
+    x = w.float().reshape(e, rows // FP8_BLOCK, FP8_BLOCK, cols // FP8_BLOCK, FP8_BLOCK)
+    x = x.permute(0, 1, 3, 2, 4)  # [E, row blocks, col blocks, 128, 128]
+    finite = torch.isfinite(x).all(dim=(-1, -2))
+    amax = torch.where(finite, x.abs().amax(dim=(-1, -2)), torch.zeros((), device=x.device))
+    # s = f32(amax / 448) (an IEEE division), 1 for a block of zeros.
+    s = torch.where(amax == 0, torch.ones_like(amax), amax / _E4M3_MAX)
+    # E4M3(f32(x / s)): the quotient rounded once to f32, then to E4M3 to
+    # nearest even; clamped first, as torch's conversion gives NaN past 448
+    # where the definition saturates (a quotient at most a rounding above
+    # 448, which rounds to 448 either way).
+    q = (x / s[..., None, None]).clamp(-_E4M3_MAX, _E4M3_MAX)
+    codes = q.to(torch.float8_e4m3fn).view(torch.uint8)
+    nan = (torch.signbit(x).to(torch.uint8) << 7) | 0x7F
+    codes = torch.where(finite[..., None, None], codes, nan)
+    scales = torch.where(finite, s, torch.full_like(s, float("nan")))
+    codes = codes.permute(0, 1, 3, 2, 4).reshape(e, rows, cols)
+    return codes.view(torch.float8_e4m3fn), scales
+
+
+def _check_fp8_weight(weight):
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight: expected a bf16 tensor [E, rows, cols], got "
+                        f"{type(weight).__name__}")
+    if weight.dtype != torch.bfloat16 or weight.dim() != 3:
+        raise ValueError(f"weight: expected a bf16 tensor [E, rows, cols], got "
+                         f"{str(weight.dtype).replace('torch.', '')} of shape "
+                         f"{list(weight.shape)}")
+    for axis, name in ((1, "rows"), (2, "cols")):
+        if weight.shape[axis] % FP8_BLOCK:
+            raise ValueError(f"weight: {name} = {weight.shape[axis]} is not a multiple of "
+                             f"{FP8_BLOCK} (an fp8 weight block is 128 x 128)")
+
+
+def _fp8_layouts(weight, normal, transposed):
+    e, rows, cols = weight.shape
+    f8, f32, b = torch.float8_e4m3fn, torch.float32, FP8_BLOCK
+    return ([(f8, [e, rows, cols]), (f32, [e, rows // b, cols // b])] if normal else
+            [None, None]) + ([(f8, [e, cols, rows]), (f32, [e, cols // b, rows // b])]
+                             if transposed else [None, None])
+
+
+def fp8_quantize(weight, normal=True, transposed=False, *, out=None):
+    """(values, scales, values_T, scales_T) of the bf16 routed weight
+    `weight` [E, rows, cols] in mok's "fp8" format: the normal layout
+    (values float8_e4m3fn [E, rows, cols], scales float32 [E, rows / 128,
+    cols / 128]) if `normal`, the transposed one (the quantization of
+    ``weight.transpose(-1, -2)``: values [E, cols, rows], scales [E, cols /
+    128, rows / 128]) if `transposed`; None for a layout not asked for.
+    Bit-exact to ``mok.fp8.quantize(w, (128, 128), "f32")``; runs where
+    `weight` is (CPU or CUDA). `out`: as for mxfp8_quantize, the tuple of
+    an earlier call, refreshed in place (addresses kept; device work only,
+    so a CUDA graph may capture it)."""
+    _check_fp8_weight(weight)
+    for name, flag in (("normal", normal), ("transposed", transposed)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected True or False, got {flag!r}")
+    if not (normal or transposed):
+        raise ValueError("normal, transposed: both False; ask for at least one layout")
+    if out is not None:
+        _check_out(out, weight, _fp8_layouts(weight, normal, transposed))
+    with torch.no_grad():
+        values, scales = _quantize_blocks(weight.contiguous())
+        result = (values, scales) if normal else (None, None)
+        # Square blocks: the transposed weight's blocks are the transposed
+        # blocks, with the same amax.
+        result += ((values.transpose(-1, -2).contiguous(),
+                    scales.transpose(-1, -2).contiguous()) if transposed else (None, None))
+        if out is None:
+            return result
+        for dst, src in zip(out, result):
+            if src is None:
+                continue
+            if dst.dtype == torch.float32:
+                dst.copy_(src)
+            else:
                 dst.view(torch.uint8).copy_(src.view(torch.uint8))
         return tuple(out)
 

@@ -176,7 +176,7 @@ def test_errors_name_the_argument():
                                         "MXFP8 tuples like the other routed weights"):
         F.forward(config, ws, sched, x, rw, *sh, (routed[0], routed[0]), *routed[1:])
     with pytest.raises(TypeError, match=r"shared_gate_weights: got a tuple \(MXFP8 weights, "
-                                        "precision='mxfp8'\), which only the routed weights"):
+                                        r"precision='mxfp8'\), which only the routed weights"):
         F.forward(config, ws, sched, x, rw, (sh[0], sh[0]), sh[1], sh[2], *routed)
     with pytest.raises(ValueError, match="swiglu_limit: expected None .* positive finite"):
         F.forward(config, ws, sched, x, rw, *sh, *routed, -1.0)
@@ -261,6 +261,50 @@ def test_mxfp8_quantize_errors_are_named():
         mok.ops.mxfp8_dequantize(v, s[:, :32], "gate")
     with pytest.raises(TypeError, match="gate: expected MXFP8 values"):
         mok.ops.mxfp8_dequantize(w, s, "gate")
+
+
+def test_fp8_quantize_is_bit_exact():
+    """mok.ops.fp8_quantize (torch operations; mok's "fp8" weights: 128 x
+    128 blocks, f32 scales) against mok.fp8.quantize (moe.quantize on the
+    CPU target), both layouts, each block at its own magnitude over bf16's
+    exponent range, with zero, subnormal, NaN and infinite blocks, a block
+    whose largest value is exactly 448 times a power of two, and a
+    negative zero; the in-place refresh keeps the tensors."""
+    g = torch.Generator().manual_seed(SEED)
+    E, R, C = 2, 256, 384
+    scale = torch.exp2(torch.randint(-130, 110, (E, R // 128, 1, C // 128, 1),
+                                     generator=g).float())
+    w = (torch.randn(E, R // 128, 128, C // 128, 128, generator=g) * scale)
+    w = w.reshape(E, R, C).to(torch.bfloat16)
+    w[0, :128, :128] = 0
+    w[0, 3, 200] = float("nan")
+    w[1, 130, 5] = float("-inf")
+    w[1, 0, 300] = -0.0
+    w[1, :128, 128:256] = torch.linspace(-448.0, 448.0, 128 * 128).reshape(128, 128) * 2 ** -20
+    w[0, 128:, 256:] = 1e-40
+    v, s, vt, st = mok.ops.fp8_quantize(w, True, True)
+    assert v.dtype == vt.dtype == torch.float8_e4m3fn and s.dtype == st.dtype == torch.float32
+    assert list(s.shape) == [E, R // 128, C // 128] and list(st.shape) == [E, C // 128, R // 128]
+    for values, scales, source in ((v, s, w), (vt, st, w.transpose(1, 2))):
+        want_v, want_s = mok.fp8.quantize(_bf16_bits(source), block=(128, 128), scale="f32")
+        assert np.array_equal(values.view(torch.uint8).numpy(), want_v)
+        assert np.array_equal(scales.numpy().view(np.uint32), want_s.view(np.uint32))
+    assert float(s[0, 0, 0]) == 1.0 and np.isnan(float(s[0, 0, 1]))
+    out = tuple(torch.empty_like(t) for t in (v, s, vt, st))
+    ptrs = [t.data_ptr() for t in out]
+    assert mok.ops.fp8_quantize(w, True, True, out=out) is not None
+    assert [t.data_ptr() for t in out] == ptrs
+    for got, want in zip(out, (v, s, vt, st)):
+        assert torch.equal(got.view(torch.uint8) if got.dtype == torch.float8_e4m3fn
+                           else got.view(torch.int32),
+                           want.view(torch.uint8) if want.dtype == torch.float8_e4m3fn
+                           else want.view(torch.int32))
+    assert mok.ops.fp8_quantize(w)[2:] == (None, None)
+    with pytest.raises(ValueError, match="weight: cols = 96 is not a multiple of 128"):
+        mok.ops.fp8_quantize(torch.zeros(2, 128, 96, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match=r"out: scales: expected a contiguous float32 tensor "
+                                         r"of shape \[2, 2, 3\]"):
+        mok.ops.fp8_quantize(w, out=(out[0], out[1][:, :1], None, None))
 
 
 def test_automodel_mxfp8_runs_the_mxfp8_layer():
