@@ -215,6 +215,10 @@ FP8_CASES = {
 # inputs; and larger ones.
 for _name in list(FP8_CASES):
     FP8_CASES[_name + "_wgmma"] = dict(FP8_CASES[_name], tensor_cores=True)
+# The quantized routed weights as inputs (fp8_quantized_weights, made by
+# mok.ops.fp8_quantize): bitwise the layer that quantizes them itself.
+FP8_CASES["fp8_shared_clamp_wgmma_given"] = dict(FP8_CASES["fp8_shared_clamp_wgmma"],
+                                                 fp8_quantized_weights=True)
 FP8_CASES["fp8_wgmma_top4"] = dict(tokens=300, hidden=1024, intermediate=512, experts=16,
                                    top_k=4, padding=128, shared_intermediate=256,
                                    routing="zipf", drop=0.1, precision="fp8")
@@ -248,4 +252,6 @@ def compile_kwargs(case):
         kwargs.update(barrier_timeout_ms=case["barrier_timeout_ms"])
     if case.get("tensor_cores") is False:
         kwargs.update(tensor_cores=False)
+    if case.get("fp8_quantized_weights"):
+        kwargs.update(fp8_quantized_weights=True)
     return kwargs

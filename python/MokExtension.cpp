@@ -182,6 +182,7 @@ NB_MODULE(_mok, m) {
           })
       .def_rw("multicast", &mok::CompileOptions::multicast)
       .def_rw("self_exchange", &mok::CompileOptions::selfExchange)
+      .def_rw("fp8_quantized_weights", &mok::CompileOptions::fp8QuantizedWeights)
       .def_rw("training", &mok::CompileOptions::training)
       .def_rw("recompute", &mok::CompileOptions::recompute)
       .def_rw("main_grads", &mok::CompileOptions::mainGrads)

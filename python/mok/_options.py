@@ -24,6 +24,7 @@ _REFUSED = {
         "barrier_timeout_ms": "only GPU targets have grid barriers",
         "self_exchange": "the CPU target's expert parallelism is a group of "
                          "functions in one process (docs/ExpertParallel.md)",
+        "fp8_quantized_weights": "the CPU layer quantizes its bf16 weights itself",
     },
     "sm_100a": {
         "warp_specialize": "implemented for the sm_90a target (wgmma) only",
@@ -74,6 +75,12 @@ class CompileOptions:
         unbounded). A kernel whose barrier times out ends instead of
         hanging, and the call raises MokRuntimeError (status
         MOK_ERROR_TIMEOUT) naming the barrier and the CTAs that arrived.
+    fp8_quantized_weights: GPU targets, FP8 layers (LayerSpec.precision =
+        "fp8"): the kernel takes the routed weights quantized, as inputs
+        gate_q, gate_scale, up_q, up_scale, down_q and down_scale (the
+        normal layout of mok.ops.fp8_quantize, which the caller refreshes
+        when the weights change), instead of the bf16 weights it would
+        quantize at every call.
     self_exchange: GPU targets, for testing the exchange on one GPU: a
         layer of ep = 1 is compiled as the one rank of an expert-parallel
         group, its routes crossing its own symmetric buffer; it runs bound
@@ -85,7 +92,8 @@ class CompileOptions:
     the training kernels; multicast is refused with warp_specialize. By
     target (`for_target`, `ignored_by`): "cpu" refuses training,
     main_grads, profile, warp_specialize, dispatch other than "auto",
-    multicast, barrier_timeout_ms and self_exchange, and ignores tensor_cores and toolkit; "sm_100a" refuses
+    multicast, barrier_timeout_ms, self_exchange and fp8_quantized_weights,
+    and ignores tensor_cores and toolkit; "sm_100a" refuses
     warp_specialize, dispatch="fused" and multicast; "sm_90a" uses every
     option. A layer whose shapes do not fit the tiles runs scalar GEMMs,
     and the compiler then refuses the tensor-core options too, naming the
@@ -102,6 +110,7 @@ class CompileOptions:
     toolkit: Optional[str] = None
     barrier_timeout_ms: int = 0
     self_exchange: bool = False
+    fp8_quantized_weights: bool = False
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

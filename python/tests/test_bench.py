@@ -210,6 +210,7 @@ def test_compile_lists_every_test_layer_once():
     # The FP8 layers: precision in the spec, scalar GEMMs asked for.
     assert by_name["fp8_skewed"][0]["precision"] == "fp8"
     assert by_name["fp8_skewed"][1]["tensor_cores"] is False
+    assert by_name["fp8_shared_clamp_wgmma_given"][1]["fp8_quantized_weights"] is True
 
 
 def test_compile_shapes_and_their_twins():

@@ -21,7 +21,7 @@ FIELDS = [f.name for f in dataclasses.fields(mok.CompileOptions)]
 OTHER = {"training": True, "recompute": True, "main_grads": True, "profile": True,
          "warp_specialize": True, "dispatch": "copy", "multicast": True,
          "tensor_cores": False, "toolkit": "/opt/cuda", "barrier_timeout_ms": 250,
-         "self_exchange": True}
+         "self_exchange": True, "fp8_quantized_weights": True}
 
 
 def test_the_other_values_cover_every_field():
@@ -179,7 +179,7 @@ def test_tool_flags_follow_the_options():
     assert _compile._tool_flags(mok.CompileOptions(**OTHER | {
         "multicast": False, "warp_specialize": False, "tensor_cores": True})) == [
         "--training", "--recompute", "--main-grads", "--profile", "--dispatch", "copy",
-        "--barrier-timeout-ms", "250", "--self-exchange"]
+        "--barrier-timeout-ms", "250", "--self-exchange", "--fp8-quantized-weights"]
     assert _compile._tool_flags(mok.CompileOptions(tensor_cores=False)) == ["--no-tensor-cores"]
 
 

@@ -559,3 +559,25 @@ def test_fp8_forward_compiles(target, tensor_cores, tmp_path):
     assert by_name["gate_weights"]["dtype"] == "bf16"  # the layer's operands stay bf16
     rt.Layer(json.dumps(art.metadata))  # the runtime takes the metadata
     _ptxas_accepts(art.ptx, target, tmp_path)
+
+
+def test_fp8_quantized_weights_are_inputs(tmp_path):
+    """fp8_quantized_weights: the routed weights are the kernel's inputs in
+    mok.ops.fp8_quantize's layout, no longer quantized in the kernel; a
+    bf16 layer refuses the option by name."""
+    from mok import _runtime as rt
+    spec = mok.LayerSpec(hidden=256, intermediate=128, experts=4, top_k=2, tokens=40,
+                         padding=128, precision="fp8")
+    art = mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path),
+                      fp8_quantized_weights=True)
+    inputs = {p["name"]: p for p in art.metadata["params"] if p["role"] == "input"}
+    assert list(inputs) == ["x", "top_experts", "router_weights", "gate_q", "gate_scale",
+                            "up_q", "up_scale", "down_q", "down_scale"]
+    assert inputs["gate_q"]["dtype"] == "f8e4m3" and inputs["gate_q"]["shape"] == [4, 128, 256]
+    assert inputs["down_scale"]["dtype"] == "f32" and inputs["down_scale"]["shape"] == [4, 2, 1]
+    assert "mk.quantize_weights" not in art.stages["mk"]
+    rt.Layer(json.dumps(art.metadata))
+    _ptxas_accepts(art.ptx, "sm_90a", tmp_path)
+    with pytest.raises(ValueError, match="CompileOptions.fp8_quantized_weights: for FP8 "
+                                         "layers"):
+        mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path), fp8_quantized_weights=True)

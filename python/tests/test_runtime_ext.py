@@ -1319,3 +1319,31 @@ def test_any_t_training_layer_sizes_its_context_for_the_call(any_t_training, mon
     assert len(layer._backward._layer.calls) == calls
     assert list(grads["x"].shape) == [0, 512]
     assert not grads["gate_weights"].any() and not grads["shared_down_weights"].any()
+
+
+def test_gpu_layer_takes_fp8_weight_inputs(monkeypatch, tmp_path_factory):
+    """An FP8 layer compiled with fp8_quantized_weights: GpuLayer and the
+    runtime take torch's float8_e4m3fn tensors (mok.ops.fp8_quantize's)
+    and f32 scales for the routed weights, and name a wrong dtype."""
+    torch = pytest.importorskip("torch")
+    import mok.ops
+    spec = mok.LayerSpec(hidden=128, intermediate=128, experts=4, top_k=2, tokens=4,
+                         padding=128, precision="fp8")
+    try:
+        art = mok.compile(spec, target="sm_90a", fp8_quantized_weights=True,
+                          cache_dir=str(tmp_path_factory.mktemp("c")))
+    except ImportError as e:  # a GPU machine without the carried mok-compile
+        pytest.skip(str(e))
+    layer, torch = _cpu_gpu_layer(art.metadata, monkeypatch)
+    args = dict(x=torch.zeros(4, 128, dtype=torch.bfloat16),
+                top_experts=torch.zeros(4, 2, dtype=torch.int32),
+                router_weights=torch.zeros(4, 2))
+    for w, shape in (("gate", (4, 128, 128)), ("up", (4, 128, 128)), ("down", (4, 128, 128))):
+        args[w + "_q"], args[w + "_scale"], _, _ = mok.ops.fp8_quantize(
+            torch.randn(*shape).to(torch.bfloat16))
+    out = layer(**args)
+    assert out.dtype == torch.bfloat16 and list(out.shape) == [4, 128]
+    (named, _, _), = layer._layer.calls
+    assert named["gate_q"].dtype == torch.float8_e4m3fn
+    with raises(TypeError, "gate_q: expected dtype torch.float8_e4m3fn, got torch.uint8"):
+        layer(**dict(args, gate_q=args["gate_q"].view(torch.uint8)))

@@ -40,6 +40,7 @@ static int usage(const char *why) {
       "       [--toolkit CUDA_DIR] [--stages-dir DIR [--stages LIST]]\n"
       "       [--function NAME]... [--times] [--verify-each]\n"
       "       [--barrier-timeout-ms N] [--self-exchange] [--cubin]\n"
+      "       [--fp8-quantized-weights]\n"
       "       (--toolkit: libdevice (and ptxas); default $CUDA_HOME or\n"
       "        /usr/local/cuda;\n"
       "        --fuse-dispatch, --copy-dispatch: --dispatch fused, copy;\n"
@@ -48,6 +49,9 @@ static int usage(const char *why) {
       "        --recompute: save no context, backward recomputes it;\n"
       "        --main-grads: backward adds the weights' gradients into fp32\n"
       "        main_grad outputs;\n"
+      "        --fp8-quantized-weights: an FP8 layer's kernel takes the\n"
+      "        routed weights quantized (gate_q, gate_scale, ...; as\n"
+      "        mok.ops.fp8_quantize makes them) instead of the bf16 ones;\n"
       "        --stages-dir: also write the IR after each step, DIR/moe.mlir,\n"
       "        training.mlir, mk.mlir, gpu.mlir, llvm.mlir;\n"
       "        --stages: only these of them, comma-separated (gpu and llvm\n"
@@ -212,6 +216,8 @@ int main(int argc, char **argv) {
                  : a == "--recompute"       ? &options.recompute
                  : a == "--main-grads"      ? &options.mainGrads
                  : a == "--self-exchange"   ? &options.selfExchange
+                 : a == "--fp8-quantized-weights"
+                     ? &options.fp8QuantizedWeights
                  : a == "--cubin"           ? &cubin
                                             : nullptr;
     if (flag) {

@@ -237,6 +237,14 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
            "of one expert and n-tile load each weight box once for both "
            "(TMA multicast of two 128-row halves; the down projections' "
            "maps get 128-row boxes). Refused where not implemented">,
+    Option<"fp8QuantizedWeights", "fp8-quantized-weights", "bool",
+           /*default=*/"false",
+           "FP8 layers (precision = \"fp8\"): the kernel takes the routed "
+           "weights quantized, as inputs gate_q, gate_scale, up_q, "
+           "up_scale, down_q and down_scale (mok.ops.fp8_quantize's "
+           "normal layout, refreshed by the caller when the weights "
+           "change), instead of quantizing the bf16 weights at every "
+           "call">,
     Option<"selfExchange", "self-exchange", "bool", /*default=*/"false",
            "Plan ep = 1 layers as one rank of an expert-parallel group: "
            "the routes cross the layer's own symmetric buffer (the "

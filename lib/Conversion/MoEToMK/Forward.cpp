@@ -127,8 +127,13 @@ ArrayRef<StringRef> phaseNames(const Sizes &s) {
       "dispatch + quantize weights", "quantize routed x",
       "gate/up + SwiGLU",  "quantize hidden",
       "down",              "combine"};
+  static const StringRef fp8Given[] = {
+      "plan: count",      "plan: scan",        "plan: offsets",
+      "plan: assign",     "dispatch",          "quantize routed x",
+      "gate/up + SwiGLU", "quantize hidden",   "down",
+      "combine"};
   if (s.fp8)
-    return fp8;
+    return s.fp8WeightInputs ? ArrayRef<StringRef>(fp8Given) : fp8;
   if (s.fusedDispatch)
     return fused;
   return names;
@@ -158,15 +163,33 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   std::string weights = maps.empty() ? "pointer" : "tensor_maps";
   std::string routedWeights = s.fp8 ? "pointer" : weights;
   int64_t rc = s.routedCapacity();
+  Type f8 = tb.getType<Float8E4M3FNType>(), f32 = tb.getF32Type();
+  int64_t e = s.experts, h = s.hidden, in = s.inter;
+  // FP8: the quantized routed weights (128 x 128 blocks) and their
+  // scales, the kernel's inputs or its workspace.
+  auto fp8Weights = [&](StringRef role, StringRef access) {
+    return SmallVector<Param>{
+        {"gate_q", role.str(), ty({e, in, h}, f8), access.str()},
+        {"gate_scale", role.str(), ty({e, in / 128, h / 128}, f32)},
+        {"up_q", role.str(), ty({e, in, h}, f8), access.str()},
+        {"up_scale", role.str(), ty({e, in / 128, h / 128}, f32)},
+        {"down_q", role.str(), ty({e, h, in}, f8), access.str()},
+        {"down_scale", role.str(), ty({e, h / 128, in / 128}, f32)}};
+  };
   SmallVector<Param> params = {
       {"x", "input", tensorType(layer.getX())},
       {"top_experts", "input", tensorType(layer.getTopExperts())},
-      {"router_weights", "input", tensorType(layer.getRouterWeights())},
-      {"gate_weights", "input", tensorType(layer.getGateWeights()),
-       routedWeights},
-      {"up_weights", "input", tensorType(layer.getUpWeights()), routedWeights},
-      {"down_weights", "input", tensorType(layer.getDownWeights()),
-       routedWeights}};
+      {"router_weights", "input", tensorType(layer.getRouterWeights())}};
+  if (s.fp8WeightInputs) {
+    params.append(fp8Weights("input", weights));
+  } else {
+    params.push_back({"gate_weights", "input",
+                      tensorType(layer.getGateWeights()), routedWeights});
+    params.push_back(
+        {"up_weights", "input", tensorType(layer.getUpWeights()), routedWeights});
+    params.push_back({"down_weights", "input",
+                      tensorType(layer.getDownWeights()), routedWeights});
+  }
   if (layer.hasSharedExpert()) {
     params.push_back({"shared_gate_weights", "input",
                       tensorType(layer.getSharedGate()), weights});
@@ -201,17 +224,12 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   if (!saves)
     params.push_back({"hidden", "workspace", ty({rc, s.inter}, bf16)});
   params.push_back({"routed_y", "workspace", ty({rc, s.hidden}, bf16)});
-  // FP8: the quantized weights (every call) and routed rows, and their
-  // block scales.
+  // FP8: the quantized weights (unless they are inputs: quantized at
+  // every call) and routed rows, and their block scales.
   if (s.fp8) {
-    Type f8 = tb.getType<Float8E4M3FNType>(), f32 = tb.getF32Type();
-    int64_t e = s.experts, h = s.hidden, in = s.inter, w = s.scaleWidth();
-    params.push_back({"gate_q", "workspace", ty({e, in, h}, f8)});
-    params.push_back({"gate_scale", "workspace", ty({e, in / 128, h / 128}, f32)});
-    params.push_back({"up_q", "workspace", ty({e, in, h}, f8)});
-    params.push_back({"up_scale", "workspace", ty({e, in / 128, h / 128}, f32)});
-    params.push_back({"down_q", "workspace", ty({e, h, in}, f8)});
-    params.push_back({"down_scale", "workspace", ty({e, h / 128, in / 128}, f32)});
+    int64_t w = s.scaleWidth();
+    if (!s.fp8WeightInputs)
+      params.append(fp8Weights("workspace", "pointer"));
     params.push_back({"routed_x_q", "workspace", ty({rc, h}, f8)});
     params.push_back({"routed_x_scale", "workspace", ty({h / 128, w}, f32)});
     params.push_back({"hidden_q", "workspace", ty({rc, in}, f8)});
@@ -279,8 +297,8 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
     mk::GatherOp::create(b, loc, buf["x"], buf["row_route"], buf["offsets"],
                          buf["routed_x"], /*scale=*/Value(), s.topK);
     // FP8: the weights' 128 x 128 blocks, with the dispatch (they read
-    // only the layer's weights).
-    if (s.fp8)
+    // only the layer's weights), unless they come quantized.
+    if (s.fp8 && !s.fp8WeightInputs)
       for (StringRef w : {"gate", "up", "down"})
         mk::QuantizeWeightsOp::create(b, loc, buf[(w + "_weights").str()],
                                       buf[(w + "_q").str()],
@@ -420,6 +438,7 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
   Sizes s = sizesOf(layer);
   // (convert-moe-to-mk admits "fp8" here, with tensor-cores=false.)
   s.fp8 = layer.getPrecision() == StringRef("fp8");
+  s.fp8WeightInputs = s.fp8 && options.fp8QuantizedWeights;
 
   // The plan: tensor-core GEMMs for the chip when the shapes fit.
   std::optional<mk::Engine> engine;

@@ -94,6 +94,9 @@ struct Sizes {
   /// scales (1 x 128 activations, 128 x 128 weights), quantized in the
   /// kernel.
   bool fp8 = false;
+  /// FP8: the routed weights are the kernel's inputs, quantized (gate_q,
+  /// gate_scale, ...), instead of bf16 ones it quantizes at every call.
+  bool fp8WeightInputs = false;
   /// The routed capacity rounded up to a multiple of 4: the width of the
   /// FP8 routed rows' block scales (16-byte rows).
   int64_t scaleWidth() const { return (routedCapacity() + 3) / 4 * 4; }
@@ -388,6 +391,9 @@ struct PlanOptions {
   unsigned barrierTimeoutMs = 0;
   /// ep = 1 layers planned as a group of one rank (self-exchange).
   bool selfExchange = false;
+  /// FP8 layers: the routed weights are inputs, quantized
+  /// (fp8-quantized-weights).
+  bool fp8QuantizedWeights = false;
 
   /// Whether `plan`'s layer runs the exchange: ep > 1, or self-exchange.
   bool exchanges(moe::PlanType plan) const {

@@ -75,7 +75,8 @@ struct ConvertMoEToMKPass
                         copyDispatch,
                         multicast,
                         barrierTimeoutMs,
-                        selfExchange};
+                        selfExchange,
+                        fp8QuantizedWeights};
     SmallVector<std::pair<func::FuncOp, LayerOp>> layers;
     SmallVector<std::pair<func::FuncOp, LayerGradOp>> grads;
     WalkResult walk = module.walk([&](Operation *op) {
@@ -99,6 +100,14 @@ struct ConvertMoEToMKPass
                                        : cast<LayerGradOp>(op).getPlanType();
       // FP8 on the GPU: the "fp8" forward on simt GEMMs so far; every
       // other FP8 form is refused by name.
+      if (fp8QuantizedWeights && precision != StringRef("fp8") &&
+          !isa<LayerGradOp>(op)) {
+        op->emitError() << "convert-moe-to-mk: fp8-quantized-weights is for "
+                           "FP8 layers (precision = \"fp8\"); this layer's "
+                           "precision is \""
+                        << precision.value_or("bf16") << "\"";
+        return WalkResult::interrupt();
+      }
       if (precision) {
         StringRef unsupported =
             *precision != "fp8" ? "MXFP8 layers (precision = \"mxfp8\") are"

@@ -59,6 +59,7 @@ static mok::ConvertMoEToMKOptions moeToMKOptions(const mok::CompileOptions &o) {
   options.multicast = o.multicast;
   options.barrierTimeoutMs = o.barrierTimeoutMs;
   options.selfExchange = o.selfExchange;
+  options.fp8QuantizedWeights = o.fp8QuantizedWeights;
   return options;
 }
 
@@ -177,6 +178,11 @@ struct MoEToPTXOptions : public PassPipelineOptions<MoEToPTXOptions> {
       llvm::cl::desc("sm_90a: clusters of 2 CTAs sharing weight boxes by "
                      "TMA multicast (convert-moe-to-mk's multicast)"),
       llvm::cl::init(false)};
+  Option<bool> fp8QuantizedWeights{
+      *this, "fp8-quantized-weights",
+      llvm::cl::desc("FP8 layers: the routed weights as quantized inputs "
+                     "(convert-moe-to-mk's fp8-quantized-weights)"),
+      llvm::cl::init(false)};
   Option<bool> selfExchange{
       *this, "self-exchange",
       llvm::cl::desc("ep = 1 layers as a group of one rank, through the "
@@ -201,6 +207,7 @@ void mok::registerMoEToPTXPipeline() {
         moeToMK.copyDispatch = textual.copyDispatch;
         moeToMK.multicast = textual.multicast;
         moeToMK.selfExchange = textual.selfExchange;
+        moeToMK.fp8QuantizedWeights = textual.fp8QuantizedWeights;
         addMoEToMK(pm, moeToMK);
         CompileOptions options;
         options.chip = textual.chip;

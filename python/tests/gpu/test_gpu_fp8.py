@@ -39,8 +39,26 @@ def _definition(c, a):
                              c.get("swiglu_limit"), "fp8")
 
 
+def _arguments(c, a):
+    """The layer's arguments for inputs `a`: with fp8_quantized_weights the
+    routed weights quantized by mok.ops.fp8_quantize (normal layout) in
+    place of the bf16 ones."""
+    if not c.get("fp8_quantized_weights"):
+        return a
+    import mok.ops
+    routed = ("gate", "up", "down")
+    args = {k: v for k, v in a.items() if k not in [w + "_weights" for w in routed]}
+    for w in routed:
+        args[w + "_q"], args[w + "_scale"], _, _ = mok.ops.fp8_quantize(a[w + "_weights"])
+    return args
+
+
 def _rel(got, want):
     return float(np.abs(got - want).sum() / np.abs(want).sum())
+
+
+# The layers called with bf16 routed weights (not fp8_quantized_weights).
+BF16_WEIGHTS = [n for n, c in FP8_CASES.items() if not c.get("fp8_quantized_weights")]
 
 
 @pytest.mark.parametrize("name", list(FP8_CASES))
@@ -50,7 +68,7 @@ def test_fp8_forward_matches_its_definition(name):
     layer = forward_layer(name)
     gen = torch.Generator().manual_seed(fresh_seed())
     a = torch_reference.make_inputs(c, gen)
-    out = layer(**a)
+    out = layer(**_arguments(c, a))
     torch.cuda.synchronize()
     got = _f64(out)
     assert not np.isnan(got).any(), f"{name}: NaN in the output (unwritten?)"
@@ -66,7 +84,7 @@ def test_fp8_forward_matches_its_definition(name):
     # The quantization is there: much further from the bf16 layer.
     assert err_bf16 > 2 * err, name
     # The same bits on a second call.
-    assert torch.equal(layer(**a), out)
+    assert torch.equal(layer(**_arguments(c, a)), out)
 
 
 def _specials(a):
@@ -100,7 +118,7 @@ def _same_scales(got, want):
                           np.asarray(want, np.float32).view(np.uint32))
 
 
-@pytest.mark.parametrize("name", list(FP8_CASES))
+@pytest.mark.parametrize("name", BF16_WEIGHTS)
 def test_fp8_quantized_copies_are_bit_exact(name):
     import torch
     c = FP8_CASES[name]
@@ -160,3 +178,24 @@ def test_fp8_wgmma_matches_its_scalar_twin(name):
     err = _rel(got, want)
     print(f"{name}: against its scalar twin {err:.2e}")
     assert err <= 1e-3, f"{name}: {err:.3e} from the scalar FP8 layer"
+
+
+@pytest.mark.parametrize("name", [n for n in FP8_CASES if n.endswith("_given")])
+def test_fp8_quantized_weight_inputs_are_the_in_kernel_ones(name):
+    """fp8_quantized_weights: the layer called with mok.ops.fp8_quantize's
+    weights gives bitwise the output of its twin that quantizes the bf16
+    weights itself, the same quantized weights in both."""
+    import torch
+    c = FP8_CASES[name]
+    given, itself = forward_layer(name), forward_layer(name[:-len("_given")])
+    assert "gate_weights" not in [p["name"] for p in given.inputs]
+    gen = torch.Generator().manual_seed(fresh_seed())
+    a = torch_reference.make_inputs(c, gen)
+    args = _arguments(c, a)
+    out = given(**args)
+    assert torch.equal(out, itself(**a))
+    torch.cuda.synchronize()
+    for w in ("gate", "up", "down"):
+        assert np.array_equal(_workspace(itself, w + "_q"),
+                              args[w + "_q"].view(torch.uint8).cpu().numpy()), w
+

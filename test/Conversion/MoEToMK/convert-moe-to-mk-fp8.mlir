@@ -1,6 +1,8 @@
 // RUN: mok-opt %s --convert-moe-to-mk="tensor-cores=false" | FileCheck %s
 // RUN: mok-opt %s --convert-moe-to-mk="tensor-cores=false profile=true" | FileCheck %s --check-prefix=PROFILE
 // RUN: mok-opt %s --convert-moe-to-mk | FileCheck %s --check-prefix=WGMMA
+// RUN: mok-opt %s --convert-moe-to-mk=fp8-quantized-weights=true | FileCheck %s --check-prefix=GIVEN --implicit-check-not=mk.quantize_weights
+// RUN: sed -e 's/ {precision = "fp8"}//' %s | not mok-opt --convert-moe-to-mk=fp8-quantized-weights=true 2>&1 | FileCheck %s --check-prefix=GIVEN-BF16
 // RUN: not mok-opt %s --convert-moe-to-mk=chip=sm_100a 2>&1 | FileCheck %s --check-prefix=TC
 // RUN: not mok-opt %s --convert-moe-to-mk=warp-specialize=true 2>&1 | FileCheck %s --check-prefix=WS
 // RUN: not mok-opt %s --moe-generate-backward --convert-moe-to-mk="tensor-cores=false" 2>&1 | FileCheck %s --check-prefix=BWD
@@ -57,6 +59,17 @@
 // WGMMA: mk.gemm swiglu %{{.*}} scales({{.*}}) schedule <wgmma, tile = [128, 64, 128], stages = 4> {maps = array<i64: 0, 1, 5>}
 // WGMMA: mk.quantize_rows
 // WGMMA: mk.gemm store %{{.*}} scales({{.*}}) schedule <wgmma, tile = [128, 128, 128], stages = 4> {maps = array<i64: 9, 10>}
+// With fp8-quantized-weights the routed weights are inputs, quantized:
+// gate_q, up_q and down_q read through their tensor maps, the scales by
+// pointer; no bf16 routed weights and no weight quantization in the kernel.
+// GIVEN-LABEL: gpu.func @fp8_layer_forward(
+// GIVEN-SAME: %{{[^:]*}}: memref<40x2xf32>, %[[GQ:[^:]*]]: memref<4x128x256xf8E4M3FN>, %[[GS:[^:]*]]: memref<4x1x2xf32>, %{{[^:]*}}: memref<4x128x256xf8E4M3FN>, %{{[^:]*}}: memref<4x1x2xf32>, %{{[^:]*}}: memref<4x256x128xf8E4M3FN>, %{{[^:]*}}: memref<4x2x1xf32>, %{{[^:]*}}: memref<40x256xbf16>,
+// GIVEN-SAME: {access = "tensor_maps", dtype = "f8e4m3", name = "gate_q", role = "input", shape = array<i64: 4, 128, 256>}, {access = "pointer", dtype = "f32", name = "gate_scale", role = "input", shape = array<i64: 4, 1, 2>}
+// GIVEN: mk.gather
+// GIVEN-NEXT: mk.grid_barrier
+// GIVEN-NEXT: mk.quantize_rows
+// GIVEN: mk.gemm swiglu %{{[^,]*}}, %[[GQ]], %{{.*}} scales(%{{[^,]*}}, %[[GS]],
+// GIVEN-BF16: error: convert-moe-to-mk: fp8-quantized-weights is for FP8 layers (precision = "fp8"); this layer's precision is "bf16"
 // TC: error: convert-moe-to-mk: FP8 layers (precision = "fp8") on sm_100a run on scalar GEMMs only so far: compile them with tensor-cores=false (tcgen05's block-scaled FP8 is not implemented yet)
 // WS: error: convert-moe-to-mk: warp-specialize is not implemented for FP8 layers (precision = "fp8")
 // BWD: error: convert-moe-to-mk: the FP8 backward (moe.layer_grad precision = "fp8") is not supported by the GPU targets yet; the CPU target runs it (--moe-to-cpu)

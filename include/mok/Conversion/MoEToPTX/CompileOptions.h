@@ -68,6 +68,9 @@ struct CompileOptions {
   /// one rank of an expert-parallel group, run bound to a communicator of
   /// one rank (self-exchange).
   bool selfExchange = false;
+  /// FP8 layers: the routed weights come quantized, as inputs
+  /// (fp8-quantized-weights).
+  bool fp8QuantizedWeights = false;
 
   /// Empty when the options can be compiled; otherwise why not, naming the
   /// options by their pass-option spelling (e.g. "multicast is implemented
