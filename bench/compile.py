@@ -96,7 +96,8 @@ def shape_layers(names, training, plain_only):
             continue
         options = {"warp_specialize": shape.get("warp_specialize", False),
                    "fuse_dispatch": shape.get("fuse_dispatch"),
-                   "multicast": shape.get("multicast", False)}
+                   "multicast": shape.get("multicast", False),
+                   "fp8_quantized_weights": shape.get("fp8_quantized_weights", False)}
         layers.append((name, spec, options))
         if not plain_only:
             layers.append((name + "-profile", spec, dict(options, profile=True)))

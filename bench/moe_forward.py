@@ -15,9 +15,10 @@ When <artifacts>/<shape>-profile exists (bench.compile compiles it), also
 a phase breakdown: the same layer compiled to record the global timer after
 each grid barrier, median milliseconds per phase over the timed runs
 (profiling adds one barrier; its total is close to, not equal to, mok ms).
-An FP8 shape (<shape>-fp8) is also compared with mok's bf16 layer of its
-shape timed in the same run (speedup_vs_bf16); its TFLOP/s count the same
-FLOPs as bf16's, and its error is against the bf16 reference.
+An FP8 shape (<shape>-fp8, or -fp8w with the weights quantized beforehand,
+untimed) is also compared with mok's bf16 layer of its shape timed in the
+same run (speedup_vs_bf16); its TFLOP/s count the same FLOPs as bf16's,
+and its error is against the bf16 reference.
 Writes <out>/moe_forward.json and .png; prints the tables last.
 
     # on the GPU machine, from the repository root, after
@@ -202,6 +203,17 @@ def write_result(out, stem, result, baseline, ylabel, title):
     plt.close(fig)
 
 
+def quantized_weight_args(a):
+    """The arguments of an FP8 layer compiled with fp8_quantized_weights:
+    `a` with the routed weights replaced by mok.ops.fp8_quantize's."""
+    import mok.ops
+    args = {k: v for k, v in a.items()
+            if k not in ("gate_weights", "up_weights", "down_weights")}
+    for w in ("gate", "up", "down"):
+        args[w + "_q"], args[w + "_scale"], _, _ = mok.ops.fp8_quantize(a[w + "_weights"])
+    return args
+
+
 def matmul_ceiling():
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -233,31 +245,34 @@ def main():
         gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
         a = make_inputs(s, gen)
         ref = reference(a, s["experts"])
+        # (-fp8w: the layer takes the routed weights quantized, made here
+        # once and not timed, as a trainer does once per optimizer step.)
+        args = quantized_weight_args(a) if s.get("fp8_quantized_weights") else a
         # Checked on an output poisoned (NaN) first; timed as a user calls
         # it (the output allocated, not filled).
         poisoned = torch.full(layer.output["shape"], float("nan"), dtype=torch.bfloat16,
                               device="cuda")
-        err_mok = rel_error(layer(**a, out=poisoned), ref)
+        err_mok = rel_error(layer(**args, out=poisoned), ref)
         del poisoned
         err_torch = rel_error(torch_layer(a), ref)
         del ref
         timed_mok, timed_torch = time_rounds(
-            [lambda layer=layer, a=a: layer(**a), lambda a=a: torch_layer(a)],
+            [lambda layer=layer, args=args: layer(**args), lambda a=a: torch_layer(a)],
             args.budget, args.rounds)
         prof = os.path.join(args.artifacts, name + "-profile", "moe_layer")
-        phases = phase_breakdown(prof, a, 20) if os.path.exists(prof + ".json") else None
+        phases = phase_breakdown(prof, args, 20) if os.path.exists(prof + ".json") else None
         t_shared = s["tokens"] if s.get("shared_intermediate") else 0
         flops = 6 * (s["tokens"] * s["top_k"] + t_shared) * s["hidden"] * s["intermediate"]
         rows.append(timing_row(name, s, flops, timed_mok, timed_torch,
                                mok_rel_err=err_mok, torch_rel_err=err_torch,
                                phases_ms=phases))
-        del a, layer
+        del a, args, layer
         torch.cuda.empty_cache()
     # FP8 shapes: against mok's bf16 layer of the same shape, this run.
     by_shape = {r["shape"]: r for r in rows}
     for r in rows:
-        base = by_shape.get(r["shape"].removesuffix("-fp8"))
-        if r["shape"].endswith("-fp8") and base:
+        base = by_shape.get(r["shape"].split("-fp8")[0])
+        if "-fp8" in r["shape"] and base:
             r["bf16_ms"] = base["mok_ms"]
             r["speedup_vs_bf16"] = base["mok_ms"] / r["mok_ms"]
     result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,

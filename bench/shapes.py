@@ -29,8 +29,12 @@ for _name in ("dsv3-shard", "qwen3-30b"):
 # And in FP8 (precision="fp8": E4M3 wgmma with f32 block scales, the
 # weights quantized in the kernel; docs/FP8.md), timed against mok's bf16
 # layer of the same shape in the same run.
+# "-fp8w": the same with the weights quantized beforehand, as a trainer
+# does once per optimizer step (fp8_quantized_weights; mok.ops.fp8_quantize,
+# not timed).
 for _name in ("dsv3-shard", "qwen3-30b"):
     SHAPES[_name + "-fp8"] = dict(SHAPES[_name], precision="fp8")
+    SHAPES[_name + "-fp8w"] = dict(SHAPES[_name + "-fp8"], fp8_quantized_weights=True)
 del _name
 # The forward benchmark's shapes (bench.moe_forward's and bench.compile's
 # default): all of the above.

@@ -217,7 +217,8 @@ def test_compile_shapes_and_their_twins():
     from bench import compile as comp
     forward = comp.shape_layers(["qwen3-30b-ws"], training=False, plain_only=False)
     assert [n for n, _, _ in forward] == ["qwen3-30b-ws", "qwen3-30b-ws-profile"]
-    assert forward[0][2] == {"warp_specialize": True, "fuse_dispatch": None, "multicast": False}
+    assert forward[0][2] == {"warp_specialize": True, "fuse_dispatch": None, "multicast": False,
+                             "fp8_quantized_weights": False}
     assert forward[1][2] == dict(forward[0][2], profile=True)
     assert forward[0][1] == {"tokens": 8192, "hidden": 2048, "intermediate": 768,
                              "experts": 128, "top_k": 8, "padding": 128}
@@ -244,6 +245,10 @@ def test_compile_defaults_to_the_forward_shapes_not_the_peers_one():
     # default and refuse them by name.
     assert SHAPES["dsv3-shard-fp8"]["precision"] == "fp8"
     assert "dsv3-shard-fp8" in [n for n, _, _ in args.layers]
+    by_name = {n: (spec, options) for n, spec, options in args.layers}
+    assert by_name["dsv3-shard-fp8w"][1]["fp8_quantized_weights"] is True
+    assert by_name["dsv3-shard-fp8w-profile"][1]["fp8_quantized_weights"] is True
+    assert by_name["dsv3-shard-fp8"][1]["fp8_quantized_weights"] is False
     training = [n for n, _, _ in comp.parse_args(["shapes", "out", "--training"]).layers]
     assert "dsv3-shard-train" in training and not any("fp8" in n for n in training)
 
