@@ -219,6 +219,10 @@ for _name in list(FP8_CASES):
 # mok.ops.fp8_quantize): bitwise the layer that quantizes them itself.
 FP8_CASES["fp8_shared_clamp_wgmma_given"] = dict(FP8_CASES["fp8_shared_clamp_wgmma"],
                                                  fp8_quantized_weights=True)
+# Any token count (tokens=None): run at several T up to max_tokens.
+FP8_CASES["fp8_wgmma_any_tokens"] = dict(tokens=None, max_tokens=160, hidden=256,
+                                         intermediate=256, experts=4, top_k=2, padding=128,
+                                         shared_intermediate=128, precision="fp8")
 FP8_CASES["fp8_wgmma_top4"] = dict(tokens=300, hidden=1024, intermediate=512, experts=16,
                                    top_k=4, padding=128, shared_intermediate=256,
                                    routing="zipf", drop=0.1, precision="fp8")

@@ -61,13 +61,21 @@ def _rel(got, want):
 BF16_WEIGHTS = [n for n, c in FP8_CASES.items() if not c.get("fp8_quantized_weights")]
 
 
-@pytest.mark.parametrize("name", list(FP8_CASES))
-def test_fp8_forward_matches_its_definition(name):
+def _runs():
+    """(case, T): each case at its T; a case for any T at 1, 67 and its
+    capacity."""
+    for name, c in FP8_CASES.items():
+        for tokens in ([c["tokens"]] if c["tokens"] else [1, 67, c["max_tokens"]]):
+            yield name, tokens
+
+
+@pytest.mark.parametrize("name,tokens", list(_runs()))
+def test_fp8_forward_matches_its_definition(name, tokens):
     import torch
     c = FP8_CASES[name]
     layer = forward_layer(name)
     gen = torch.Generator().manual_seed(fresh_seed())
-    a = torch_reference.make_inputs(c, gen)
+    a = torch_reference.make_inputs(c, gen, tokens=tokens)
     out = layer(**_arguments(c, a))
     torch.cuda.synchronize()
     got = _f64(out)
@@ -75,14 +83,14 @@ def test_fp8_forward_matches_its_definition(name):
     want = _definition(c, a)
     bf16 = torch_reference.forward(a, c["experts"], c.get("swiglu_limit")).cpu().numpy()
     err, err_bf16 = _rel(got, want), _rel(got, bf16)
-    RESULTS.append(dict(case=name, T=c["tokens"], H=c["hidden"], I=c["intermediate"],
+    RESULTS.append(dict(case=name, T=tokens, H=c["hidden"], I=c["intermediate"],
                         E=c["experts"], k=c["top_k"], rel=err,
                         max=float(np.abs(got - want).max()), ms=float("nan")))
-    print(f"{name}: against its FP8 definition {err:.2e}, against the bf16 layer "
-          f"{err_bf16:.2e}")
-    assert err <= REL, f"{name}: relative error {err:.3e} > {REL}"
+    print(f"{name} at T = {tokens}: against its FP8 definition {err:.2e}, against the "
+          f"bf16 layer {err_bf16:.2e}")
+    assert err <= REL, f"{name} at T = {tokens}: relative error {err:.3e} > {REL}"
     # The quantization is there: much further from the bf16 layer.
-    assert err_bf16 > 2 * err, name
+    assert err_bf16 > 2 * err, f"{name} at T = {tokens}"
     # The same bits on a second call.
     assert torch.equal(layer(**_arguments(c, a)), out)
 
@@ -125,8 +133,9 @@ def test_fp8_quantized_copies_are_bit_exact(name):
     layer = forward_layer(name)
     gen = torch.Generator().manual_seed(fresh_seed())
     # A first call on other inputs: the copies checked are the second's.
-    layer(**torch_reference.make_inputs(c, gen))
-    a = torch_reference.make_inputs(c, gen)
+    tokens = c["tokens"] or c["max_tokens"]
+    layer(**torch_reference.make_inputs(c, gen, tokens=tokens))
+    a = torch_reference.make_inputs(c, gen, tokens=tokens)
     _specials(a)
     layer(**a)
     torch.cuda.synchronize()
