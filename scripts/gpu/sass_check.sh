@@ -4,10 +4,11 @@
 # What the compiled kernels are on the chip: assembles each layer's PTX in
 # ARTIFACTS (python3 -m bench.compile's folders, shapes or tests, one per
 # layer) for sm_90a and prints, per layer, the wgmma
-# instructions in the SASS (HGMMA, from cuobjdump --dump-sass), the
+# instructions in the SASS (HGMMA for bf16, QGMMA for FP8: any *GMMA, from
+# cuobjdump --dump-sass), the
 # registers and the spill bytes (ptxas -v):
 #   bash scripts/gpu/sass_check.sh /tmp/bench-artifacts-here
-# Fails if a sm_90a layer whose PTX has wgmma has no HGMMA in its SASS,
+# Fails if a sm_90a layer whose PTX has wgmma has no GMMA in its SASS,
 # if a layer spills, or if ptxas warns (layers without tensor-core GEMMs,
 # e.g. some of the test layers, show "-").
 # Needs ptxas and cuobjdump (CUDA toolkit); profiling kernels are skipped.
@@ -18,7 +19,7 @@ ptxas=$cuda/bin/ptxas cuobjdump=$cuda/bin/cuobjdump
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0 seen=0
-printf '%-22s %6s %9s %12s %11s\n' layer HGMMA registers "spill st (B)" "spill ld (B)"
+printf '%-22s %6s %9s %12s %11s\n' layer GMMA registers "spill st (B)" "spill ld (B)"
 for ptx in "$artifacts"/*/*.ptx; do
   layer=$(basename "$(dirname "$ptx")")
   [[ $layer == *-profile ]] && continue
@@ -29,7 +30,7 @@ for ptx in "$artifacts"/*/*.ptx; do
   fi
   hgmma=-
   if grep -q 'wgmma.mma_async' "$ptx"; then
-    hgmma=$("$cuobjdump" --dump-sass "$work/k.cubin" | grep -c 'HGMMA')
+    hgmma=$("$cuobjdump" --dump-sass "$work/k.cubin" | grep -cE '[A-Z]GMMA\.')
     (( hgmma > 0 )) || status=1
   fi
   regs=$(grep -o 'Used [0-9]* registers' "$work/v.txt" | awk '{print $2}' | sort -n | tail -1)

@@ -1,5 +1,5 @@
 // REQUIRES: ptxas, cuobjdump
-// The machine code of the sm_90a kernels (issue 5: "check the SASS for
+// The machine code of the sm_90a kernels ("check the SASS for
 // HGMMA"): every wgmma of the PTX is an HGMMA in the SASS. ptxas deletes a
 // wgmma whose accumulators nothing reads (a diagnostic variant without the
 // gate/up stores kept 8 of 16), so the count is compared, not just found.
@@ -30,3 +30,10 @@
 // SIXTEEN: {{^}}16{{$}}
 // THIRTYTWO: {{^}}32{{$}}
 // EIGHT: {{^}}8{{$}}
+//
+// The FP8 shard: every E4M3 wgmma of the PTX is a *GMMA in the SASS.
+// RUN: mok-opt %mok_src_root/examples/dsv3-shard-fp8.mlir --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/fp8
+// RUN: ptxas -arch=sm_90a %t/fp8/dsv3_shard_fp8_moe_kernels.ptx -o %t/fp8.cubin
+// RUN: grep -c wgmma.mma_async %t/fp8/dsv3_shard_fp8_moe_kernels.ptx > %t/fp8.ptx.count
+// RUN: cuobjdump --dump-sass %t/fp8.cubin | grep -cE '[A-Z]GMMA\.64x[0-9]*x(16|32)\.' > %t/fp8.sass.count
+// RUN: diff %t/fp8.ptx.count %t/fp8.sass.count
