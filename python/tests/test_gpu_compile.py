@@ -548,10 +548,11 @@ def test_fp8_forward_compiles(target, tensor_cores, tmp_path):
     else:
         assert "cvt.rn.f16x2.e4m3x2" in art.ptx and "wgmma" not in art.ptx
     mk = art.stages["mk"]
-    for step in ("mk.quantize_weights", "mk.quantize_rows", "scales("):
+    for step in ("mk.quantize_weights", "mk.quantize_rows", " scales("):
         assert step in mk
     # The shared expert stays bf16: two of the four GEMMs read FP8.
-    assert mk.count("mk.gemm") == 4 and mk.count("scales(") == 2
+    assert mk.count("mk.gemm") == 4 and mk.count(" scales(") == 2
+    assert "block_scales(" in mk  # the dispatch of E4M3 rows
     by_name = {p["name"]: p for p in art.metadata["params"]}
     for name in ("gate_q", "up_q", "down_q", "routed_x_q", "hidden_q"):
         assert by_name[name]["dtype"] == "f8e4m3" and by_name[name]["role"] == "workspace"

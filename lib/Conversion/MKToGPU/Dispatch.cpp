@@ -29,6 +29,15 @@ public:
 private:
   void gatherScalar(mk::GatherOp op);
   void gatherVector(mk::GatherOp op);
+  /// FP8 rows: routed_scales[b, r] from x_scales (1 for a padding row).
+  void gatherBlockScales(mk::GatherOp op);
+  /// Bytes of an element of the rows gathered (bf16 2, FP8 1).
+  static int64_t elementBytes(mk::GatherOp op) {
+    return cast<MemRefType>(op.getX().getType())
+               .getElementType()
+               .getIntOrFloatBitWidth() /
+           8;
+  }
   void gatherScaledVector(mk::GatherOp op);
   void combineScalar(mk::CombineOp op);
   /// With `poison(%verdict)`: whether verdict[0] is set (i1), and the NaN
@@ -58,10 +67,13 @@ private:
 } // namespace
 
 void DispatchLowering::lower(mk::GatherOp op) {
-  // Rows of 8 bf16 multiples are copied 16 bytes at a time when every
-  // buffer is 16-byte aligned (the same bits either way; scaled, the same
-  // rounding of w * x per element).
-  if (size(op.getX(), 1) % 8)
+  // FP8 rows: their block scales too.
+  if (op.getXScales())
+    gatherBlockScales(op);
+  // Rows of whole 16-byte pieces (8 bf16, 16 FP8) are copied 16 bytes at
+  // a time when every buffer is 16-byte aligned (the same bits either way;
+  // scaled, the same rounding of w * x per element).
+  if (size(op.getX(), 1) * elementBytes(op) % 16)
     return gatherScalar(op);
   e.ifThen(
       aligned16({op.getX(), op.getRoutedX()}),
@@ -74,9 +86,38 @@ void DispatchLowering::lower(mk::GatherOp op) {
       [&] { gatherScalar(op); });
 }
 
+void DispatchLowering::gatherBlockScales(mk::GatherOp op) {
+  Value rowRoute = op.getRowRoute(), from = op.getXScales();
+  Value to = op.getRoutedScales();
+  Value k = e.index(op.getTopK());
+  forAll2(routedRows(op.getOffsets()), size(from, 0), [&](Value r, Value b) {
+    Value route = e.toIndex(e.load(rowRoute, {r}));
+    // A padding row's zeros: scale 1, as quantizing them gives.
+    Value s = e.ifValue(
+        e.isValid(route), [&] { return e.load(from, {b, e.div(route, k)}); },
+        [&] { return e.f32(1.0f); });
+    e.store(s, to, {b, r});
+  });
+}
+
 void DispatchLowering::gatherScalar(mk::GatherOp op) {
   Value x = op.getX(), rowRoute = op.getRowRoute(), out = op.getRoutedX();
   Value k = e.index(op.getTopK());
+  if (elementBytes(op) == 1) { // FP8: the bytes as they are
+    Type elt = cast<MemRefType>(x.getType()).getElementType();
+    Type i8 = e.b.getI8Type();
+    forAll2(routedRows(op.getOffsets()), size(out, 1), [&](Value r, Value j) {
+      Value route = e.toIndex(e.load(rowRoute, {r}));
+      Value valid = e.isValid(route);
+      // (A padding row reads row 0 and stores zeros.)
+      Value t = e.div(e.select(valid, route, e.index(0)), k);
+      Value byte = arith::BitcastOp::create(e.b, e.loc, i8, e.load(x, {t, j}));
+      byte = e.select(valid, byte,
+                      arith::ConstantIntOp::create(e.b, e.loc, 0, 8));
+      e.store(arith::BitcastOp::create(e.b, e.loc, elt, byte), out, {r, j});
+    });
+    return;
+  }
   forAll2(routedRows(op.getOffsets()), size(out, 1), [&](Value r, Value j) {
     Value route = e.toIndex(e.load(rowRoute, {r}));
     Value v = e.ifValue(
@@ -104,15 +145,17 @@ void DispatchLowering::gatherVector(mk::GatherOp op) {
   // dispatch copy took 0.61 ms, at 4 0.31 ms.)
   Value rowRoute = op.getRowRoute();
   Value k = e.index(op.getTopK());
-  int64_t h = size(op.getX(), 1);
-  int64_t pieces = h / 8, per = gatherPiecesOf(pieces);
+  int64_t h = size(op.getX(), 1), bytes = elementBytes(op);
+  int64_t perPiece = 16 / bytes; // elements in a 16-byte piece
+  int64_t pieces = h / perPiece, per = gatherPiecesOf(pieces);
   Value xBase = base(op.getX()), outBase = base(op.getRoutedX());
   auto v4 = VectorType::get({4}, e.b.getI32Type());
   Value zero = arith::ConstantOp::create(
       e.b, e.loc, v4, DenseElementsAttr::get(v4, int32_t(0)));
-  int64_t stride = 8 * (pieces / per); // elements between a thread's pieces
+  // Elements between a thread's pieces.
+  int64_t stride = perPiece * (pieces / per);
   forAll2(routedRows(op.getOffsets()), pieces / per, [&](Value r, Value c) {
-    Value col = e.mul(c, e.index(8));
+    Value col = e.mul(c, e.index(perPiece));
     Value route = e.toIndex(e.load(rowRoute, {r}));
     Value valid = e.isValid(route);
     // Padding rows (no route) read row 0 of x and store zeros instead.
@@ -122,9 +165,12 @@ void DispatchLowering::gatherVector(mk::GatherOp op) {
     SmallVector<Value> values;
     for (int64_t i = 0; i < per; ++i)
       values.push_back(e.select(
-          valid, load16(v4, at(xBase, e.add(src, e.index(stride * i)))), zero));
+          valid,
+          load16(v4, at(xBase, e.add(src, e.index(stride * i)), bytes)),
+          zero));
     for (int64_t i = 0; i < per; ++i)
-      store16Streaming(values[i], at(outBase, e.add(dst, e.index(stride * i))));
+      store16Streaming(values[i],
+                       at(outBase, e.add(dst, e.index(stride * i)), bytes));
   });
 }
 

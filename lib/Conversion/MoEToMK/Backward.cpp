@@ -382,7 +382,8 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
   frame.plan(s);
   auto gather = [&](StringRef from, StringRef into, Value scale) {
     mk::GatherOp::create(b, loc, buf[from], buf["row_route"], buf["offsets"],
-                         buf[into], scale, s.topK);
+                         buf[into], scale, /*xScales=*/Value(),
+                         /*routedScales=*/Value(), s.topK);
   };
 
   // The GEMMs on tensor cores when the plan has maps for them.

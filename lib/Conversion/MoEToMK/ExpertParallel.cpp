@@ -477,7 +477,7 @@ LogicalResult emitForward(OpBuilder &b, LayerOp layer, const EPKernel &k,
   // Step 4: the local experts, as at ep = 1 (with the dispatch copy).
   mk::GatherOp::create(b, loc, x.region["recv_x"], buf["row_route"],
                        buf["offsets"], buf["routed_x"], /*scale=*/Value(),
-                       s.topK);
+                       /*xScales=*/Value(), /*routedScales=*/Value(), s.topK);
   frame.barrier();
   gemm("routed gate/up", mk::Epilogue::swiglu, "routed_x",
        {"gate_weights", "up_weights"}, "hidden", /*grouped=*/true,
@@ -592,10 +592,11 @@ LogicalResult emitBackward(OpBuilder &b, LayerGradOp grad, const EPKernel &k,
   // Step 4, the local experts' backward: the received d_out rows, unscaled
   // and scaled by their routes' router weights.
   mk::GatherOp::create(b, loc, x.region["recv_x"], buf["row_route"],
-                       buf["offsets"], buf["routed_d_out"], Value(), s.topK);
+                       buf["offsets"], buf["routed_d_out"], Value(), Value(),
+                       Value(), s.topK);
   mk::GatherOp::create(b, loc, x.region["recv_x"], buf["row_route"],
                        buf["offsets"], buf["d_y"], x.region["recv_weights"],
-                       s.topK);
+                       Value(), Value(), s.topK);
   frame.barrier();
   gemms.routedDown("routed_d_out", /*gathered=*/false);
   frame.barrier();

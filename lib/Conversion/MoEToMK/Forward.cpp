@@ -132,6 +132,19 @@ ArrayRef<StringRef> phaseNames(const Sizes &s) {
       "plan: assign",     "dispatch",          "quantize routed x",
       "gate/up + SwiGLU", "quantize hidden",   "down",
       "combine"};
+  // FP8 inference: x quantized with the counting, its E4M3 rows dispatched.
+  static const StringRef fp8Rows[] = {
+      "plan: count + quantize x",    "plan: scan",
+      "plan: offsets",               "plan: assign",
+      "dispatch + quantize weights", "gate/up + SwiGLU",
+      "quantize hidden",             "down",
+      "combine"};
+  static const StringRef fp8RowsGiven[] = {
+      "plan: count + quantize x", "plan: scan",       "plan: offsets",
+      "plan: assign",             "dispatch",         "gate/up + SwiGLU",
+      "quantize hidden",          "down",             "combine"};
+  if (s.fp8 && s.fp8GatherQuantized)
+    return s.fp8WeightInputs ? ArrayRef<StringRef>(fp8RowsGiven) : fp8Rows;
   if (s.fp8)
     return s.fp8WeightInputs ? ArrayRef<StringRef>(fp8Given) : fp8;
   if (s.fusedDispatch)
@@ -219,7 +232,7 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   params.push_back({"route_row", "workspace", ty({s.tokens * s.topK}, i64)});
   params.push_back({"row_route", "workspace", ty({rc}, i64)});
   params.push_back({"row_expert", "workspace", ty({rc}, i64)});
-  if (!s.fusedDispatch && !saves)
+  if (!s.fusedDispatch && !saves && !s.fp8GatherQuantized)
     params.push_back({"routed_x", "workspace", ty({rc, s.hidden}, bf16)});
   if (!saves)
     params.push_back({"hidden", "workspace", ty({rc, s.inter}, bf16)});
@@ -230,6 +243,11 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
     int64_t w = s.scaleWidth();
     if (!s.fp8WeightInputs)
       params.append(fp8Weights("workspace", "pointer"));
+    if (s.fp8GatherQuantized) {
+      params.push_back({"x_q", "workspace", ty({s.tokens, h}, f8)});
+      params.push_back(
+          {"x_scale", "workspace", ty({h / 128, (s.tokens + 3) / 4 * 4}, f32)});
+    }
     params.push_back({"routed_x_q", "workspace", ty({rc, h}, f8)});
     params.push_back({"routed_x_scale", "workspace", ty({h / 128, w}, f32)});
     params.push_back({"hidden_q", "workspace", ty({rc, in}, f8)});
@@ -289,13 +307,27 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
     registers = b.getDenseI64ArrayAttr(
         {sched::kConsumerRegisters, sched::kProducerRegisters});
 
+  // FP8 inference: x's rows quantized, with the plan's counting (they
+  // read only x).
+  if (s.fp8GatherQuantized)
+    mk::QuantizeRowsOp::create(b, loc, buf["x"], buf["x_q"], buf["x_scale"],
+                               frame.tokens);
+
   // Phase 1: the routing plan.
   frame.plan(s);
 
   // Phase 2: dispatch (or, fused, the gate/up GEMM's A loads gather).
   if (!s.fusedDispatch) {
-    mk::GatherOp::create(b, loc, buf["x"], buf["row_route"], buf["offsets"],
-                         buf["routed_x"], /*scale=*/Value(), s.topK);
+    if (s.fp8GatherQuantized) // the E4M3 rows and their block scales
+      mk::GatherOp::create(b, loc, buf["x_q"], buf["row_route"],
+                           buf["offsets"], buf["routed_x_q"],
+                           /*scale=*/Value(), buf["x_scale"],
+                           buf["routed_x_scale"], s.topK);
+    else
+      mk::GatherOp::create(b, loc, buf["x"], buf["row_route"], buf["offsets"],
+                           buf["routed_x"], /*scale=*/Value(),
+                           /*xScales=*/Value(), /*routedScales=*/Value(),
+                           s.topK);
     // FP8: the weights' 128 x 128 blocks, with the dispatch (they read
     // only the layer's weights), unless they come quantized.
     if (s.fp8 && !s.fp8WeightInputs)
@@ -305,9 +337,10 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
                                       buf[(w + "_scale").str()]);
     barrier();
   }
-  // FP8: the routed rows' 1 x 128 blocks (a routed row is its token's row,
-  // so they are Q(x)'s; padding rows are zeros).
-  if (s.fp8) {
+  // FP8 training forward: the routed rows' 1 x 128 blocks, from the bf16
+  // rows it saves (a routed row is its token's row, so they are Q(x)'s;
+  // padding rows are zeros).
+  if (s.fp8 && !s.fp8GatherQuantized) {
     mk::QuantizeRowsOp::create(b, loc, buf["routed_x"], buf["routed_x_q"],
                                buf["routed_x_scale"], /*tokens=*/Value());
     barrier();
@@ -439,6 +472,7 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
   // (convert-moe-to-mk admits "fp8" here, with tensor-cores=false.)
   s.fp8 = layer.getPrecision() == StringRef("fp8");
   s.fp8WeightInputs = s.fp8 && options.fp8QuantizedWeights;
+  s.fp8GatherQuantized = s.fp8 && !layer.savesContext();
 
   // The plan: tensor-core GEMMs for the chip when the shapes fit.
   std::optional<mk::Engine> engine;

@@ -97,6 +97,10 @@ struct Sizes {
   /// FP8: the routed weights are the kernel's inputs, quantized (gate_q,
   /// gate_scale, ...), instead of bf16 ones it quantizes at every call.
   bool fp8WeightInputs = false;
+  /// FP8 without the saved context (inference): x's T rows quantized and
+  /// their E4M3 rows dispatched, instead of the routed bf16 rows (k times
+  /// more) copied, then quantized.
+  bool fp8GatherQuantized = false;
   /// The routed capacity rounded up to a multiple of 4: the width of the
   /// FP8 routed rows' block scales (16-byte rows).
   int64_t scaleWidth() const { return (routedCapacity() + 3) / 4 * 4; }

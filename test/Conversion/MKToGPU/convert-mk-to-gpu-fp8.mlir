@@ -9,6 +9,7 @@
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/sm100
 // RUN: ptxas -arch=sm_100a %t/sm100/k.ptx -o %t/sm100.cubin
 // RUN: ptxas -arch=sm_100a %t/sm100/g.ptx -o %t/sm100-g.cubin
+// RUN: ptxas -arch=sm_90a %t/sm90/d.ptx -o %t/sm90-d.cubin
 
 // The FP8 steps of convert-mk-to-gpu: the row quantizer and the simt GEMMs
 // over E4M3 operands with f32 block scales.
@@ -151,6 +152,30 @@ gpu.module @w {
   gpu.func @weights(%w: memref<4x256x128xbf16>, %q: memref<4x256x128xf8E4M3FN>, %s: memref<4x2x1xf32>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>} {
     mk.quantize_weights %w into %q, %s : memref<4x256x128xbf16> -> memref<4x256x128xf8E4M3FN>, memref<4x2x1xf32>
+    gpu.return
+  }
+}
+
+// The FP8 dispatch: E4M3 rows copied as bytes (16-byte pieces of 16
+// elements when aligned, else byte by byte), and each routed row's block
+// scales from its token's (1 for a padding row).
+// CHECK-LABEL: gpu.func @fp8_gather(
+// CHECK-SAME: %[[XS:[^:]*]]: memref<2x40xf32>, %[[RR:[^:]*]]: memref<108xi64>, %{{[^:]*}}: memref<5xi64>, %{{[^:]*}}: memref<108x256xf8E4M3FN>, %[[RS:[^:]*]]: memref<2x108xf32>)
+// CHECK: scf.for
+// CHECK: %[[ROUTE:.*]] = arith.index_cast %{{.*}} : i64 to index
+// CHECK: %[[S:.*]] = scf.if
+// CHECK: memref.load %[[XS]]
+// CHECK: } else {
+// CHECK: scf.yield %cst{{.*}} : f32
+// CHECK: memref.store %[[S]], %[[RS]]
+// CHECK: %c16 = arith.constant 16 : index
+// CHECK: llvm.load {{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<4xi32>
+gpu.module @d {
+  gpu.func @fp8_gather(%x: memref<40x256xf8E4M3FN>, %xs: memref<2x40xf32>, %rr: memref<108xi64>, %off: memref<5xi64>,
+                       %rx: memref<108x256xf8E4M3FN>, %rs: memref<2x108xf32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    mk.gather %x, %rr, %off into %rx block_scales(%xs into %rs : memref<2x40xf32> -> memref<2x108xf32>) {top_k = 2 : i64}
+        : memref<40x256xf8E4M3FN>, memref<108xi64>, memref<5xi64> -> memref<108x256xf8E4M3FN>
     gpu.return
   }
 }

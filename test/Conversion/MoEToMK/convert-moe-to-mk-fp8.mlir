@@ -8,29 +8,31 @@
 // RUN: not mok-opt %s --moe-generate-backward --convert-moe-to-mk="tensor-cores=false" 2>&1 | FileCheck %s --check-prefix=BWD
 // RUN: sed -e 's/ep = 1/ep = 2/' -e 's/4x128x256/2x128x256/g' -e 's/4x256x128/2x256x128/g' %s | not mok-opt --convert-moe-to-mk="tensor-cores=false" 2>&1 | FileCheck %s --check-prefix=EP
 
-// The FP8 forward (precision = "fp8") on simt GEMMs: the weights' 128 x 128
-// blocks quantized with the dispatch, the routed rows' and the hidden
-// activation's 1 x 128 blocks each in a phase of their own, and the routed
-// GEMMs reading the E4M3 copies with their f32 scales (a's block-major,
-// [K/128, R rounded to 4]; the weights' [E, N/128, K/128]). The rest is
-// the bf16 plan: routing, dispatch, combine.
+// The FP8 forward (precision = "fp8") on simt GEMMs: x's 1 x 128 blocks
+// quantized with the plan's counting (T rows, not the k times more routed
+// ones), their E4M3 rows and scales dispatched and the weights' 128 x 128
+// blocks quantized in one phase, the hidden activation's 1 x 128 blocks in
+// a phase of its own, and the routed GEMMs reading the E4M3 copies with
+// their f32 scales (a's block-major, [K/128, R rounded to 4]; the weights'
+// [E, N/128, K/128]). The rest is the bf16 plan: routing, combine.
 // CHECK-LABEL: gpu.func @fp8_layer_forward(
 // CHECK-SAME: %[[X:[^:]*]]: memref<40x256xbf16>, %{{[^:]*}}: memref<40x2xi32>, %{{[^:]*}}: memref<40x2xf32>,
 // CHECK-SAME: %[[WG:[^:]*]]: memref<4x128x256xbf16>, %[[WU:[^:]*]]: memref<4x128x256xbf16>, %[[WD:[^:]*]]: memref<4x256x128xbf16>,
 // CHECK-SAME: %[[GQ:[^:]*]]: memref<4x128x256xf8E4M3FN>, %[[GS:[^:]*]]: memref<4x1x2xf32>, %[[UQ:[^:]*]]: memref<4x128x256xf8E4M3FN>, %[[US:[^:]*]]: memref<4x1x2xf32>,
 // CHECK-SAME: %[[DQ:[^:]*]]: memref<4x256x128xf8E4M3FN>, %[[DS:[^:]*]]: memref<4x2x1xf32>,
+// CHECK-SAME: %[[XQ:[^:]*]]: memref<40x256xf8E4M3FN>, %[[XS:[^:]*]]: memref<2x40xf32>,
 // CHECK-SAME: %[[RXQ:[^:]*]]: memref<588x256xf8E4M3FN>, %[[RXS:[^:]*]]: memref<2x588xf32>, %[[HQ:[^:]*]]: memref<588x128xf8E4M3FN>, %[[HS:[^:]*]]: memref<1x588xf32>,
 // The metadata: the FP8 workspaces, of the runtime's f8e4m3 dtype.
 // CHECK-SAME: {align = 16 : i64, dtype = "f8e4m3", name = "gate_q", role = "workspace", shape = array<i64: 4, 128, 256>}
 // CHECK-SAME: {align = 16 : i64, dtype = "f32", name = "routed_x_scale", role = "workspace", shape = array<i64: 2, 588>}
+// CHECK: mk.quantize_rows %[[X]] into %[[XQ]], %[[XS]] : memref<40x256xbf16>
+// CHECK: mk.count_routes
 // CHECK: mk.assign_rows
 // CHECK-NEXT: mk.grid_barrier
-// CHECK-NEXT: mk.gather %[[X]], %{{.*}} into %[[RX:[^ ]*]]
+// CHECK-NEXT: mk.gather %[[XQ]], %{{.*}} into %[[RXQ]] block_scales(%[[XS]] into %[[RXS]] : memref<2x40xf32> -> memref<2x588xf32>)
 // CHECK-NEXT: mk.quantize_weights %[[WG]] into %[[GQ]], %[[GS]]
 // CHECK-NEXT: mk.quantize_weights %[[WU]] into %[[UQ]], %[[US]]
 // CHECK-NEXT: mk.quantize_weights %[[WD]] into %[[DQ]], %[[DS]]
-// CHECK-NEXT: mk.grid_barrier
-// CHECK-NEXT: mk.quantize_rows %[[RX]] into %[[RXQ]], %[[RXS]] : memref<588x256xbf16>
 // CHECK-NEXT: mk.grid_barrier
 // CHECK-NEXT: mk.gemm swiglu %[[RXQ]], %[[GQ]], %[[UQ]] into %[[H:[^ ]*]] grouped({{.*}}) scales(%[[RXS]], %[[GS]], %[[US]] : {{.*}}) schedule <simt>
 // CHECK-NEXT: mk.grid_barrier
@@ -41,7 +43,7 @@
 // CHECK-NEXT: mk.combine %[[RY]]
 
 // Profiling names the FP8 phases.
-// PROFILE: phases = ["plan: count", "plan: scan", "plan: offsets", "plan: assign", "dispatch + quantize weights", "quantize routed x", "gate/up + SwiGLU", "quantize hidden", "down", "combine"]
+// PROFILE: phases = ["plan: count + quantize x", "plan: scan", "plan: offsets", "plan: assign", "dispatch + quantize weights", "gate/up + SwiGLU", "quantize hidden", "down", "combine"]
 
 // On sm_90a's tensor cores (the default): the same phases, the routed
 // GEMMs on E4M3 wgmma reading the FP8 copies through tensor maps of bytes
@@ -67,8 +69,7 @@
 // GIVEN-SAME: {access = "tensor_maps", dtype = "f8e4m3", name = "gate_q", role = "input", shape = array<i64: 4, 128, 256>}, {access = "pointer", dtype = "f32", name = "gate_scale", role = "input", shape = array<i64: 4, 1, 2>}
 // GIVEN: mk.gather
 // GIVEN-NEXT: mk.grid_barrier
-// GIVEN-NEXT: mk.quantize_rows
-// GIVEN: mk.gemm swiglu %{{[^,]*}}, %[[GQ]], %{{.*}} scales(%{{[^,]*}}, %[[GS]],
+// GIVEN-NEXT: mk.gemm swiglu %{{[^,]*}}, %[[GQ]], %{{.*}} scales(%{{[^,]*}}, %[[GS]],
 // GIVEN-BF16: error: convert-moe-to-mk: fp8-quantized-weights is for FP8 layers (precision = "fp8"); this layer's precision is "bf16"
 // TC: error: convert-moe-to-mk: FP8 layers (precision = "fp8") on sm_100a run on scalar GEMMs only so far: compile them with tensor-cores=false (tcgen05's block-scaled FP8 is not implemented yet)
 // WS: error: convert-moe-to-mk: warp-specialize is not implemented for FP8 layers (precision = "fp8")

@@ -1416,3 +1416,43 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+gpu.module @k {
+  gpu.func @gather_fp8_no_scales(%x: memref<40x256xf8E4M3FN>, %rr: memref<108xi64>, %off: memref<5xi64>, %rx: memref<108x256xf8E4M3FN>) kernel {
+    // expected-error @+1 {{block_scales go with f8E4M3FN rows, and f8E4M3FN rows with block_scales}}
+    mk.gather %x, %rr, %off into %rx {top_k = 2 : i64} : memref<40x256xf8E4M3FN>, memref<108xi64>, memref<5xi64> -> memref<108x256xf8E4M3FN>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @gather_mixed(%x: memref<40x256xf8E4M3FN>, %rr: memref<108xi64>, %off: memref<5xi64>, %rx: memref<108x256xbf16>) kernel {
+    // expected-error @+1 {{x and routed_x must have one element type}}
+    mk.gather %x, %rr, %off into %rx {top_k = 2 : i64} : memref<40x256xf8E4M3FN>, memref<108xi64>, memref<5xi64> -> memref<108x256xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @gather_fp8_width(%x: memref<40x256xf8E4M3FN>, %xs: memref<2x40xf32>, %rr: memref<108xi64>, %off: memref<5xi64>, %rx: memref<108x256xf8E4M3FN>, %rs: memref<2x100xf32>) kernel {
+    // expected-error @+1 {{routed_scales dimension 1 must be at least its rows (108) and a multiple of 4, got 100}}
+    mk.gather %x, %rr, %off into %rx block_scales(%xs into %rs : memref<2x40xf32> -> memref<2x100xf32>) {top_k = 2 : i64} : memref<40x256xf8E4M3FN>, memref<108xi64>, memref<5xi64> -> memref<108x256xf8E4M3FN>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @gather_fp8_blocks(%x: memref<40x256xf8E4M3FN>, %xs: memref<1x40xf32>, %rr: memref<108xi64>, %off: memref<5xi64>, %rx: memref<108x256xf8E4M3FN>, %rs: memref<2x108xf32>) kernel {
+    // expected-error @+1 {{x_scales dimension 0 must be 2 (the hidden size / 128), got 1}}
+    mk.gather %x, %rr, %off into %rx block_scales(%xs into %rs : memref<1x40xf32> -> memref<2x108xf32>) {top_k = 2 : i64} : memref<40x256xf8E4M3FN>, memref<108xi64>, memref<5xi64> -> memref<108x256xf8E4M3FN>
+    gpu.return
+  }
+}

@@ -264,3 +264,15 @@ gpu.module @fp8_gemm_kernels {
   }
 }
 
+// FP8 dispatch: x's E4M3 rows and their block scales.
+// CHECK-LABEL: gpu.func @fp8_gather
+// CHECK: mk.gather %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}} block_scales(%{{.*}} into %{{.*}} : memref<2x40xf32> -> memref<2x108xf32>) {top_k = 2 : i64} : memref<40x256xf8E4M3FN>, memref<108xi64>, memref<5xi64> -> memref<108x256xf8E4M3FN>
+gpu.module @fp8_gather_kernels {
+  gpu.func @fp8_gather(%x: memref<40x256xf8E4M3FN>, %xs: memref<2x40xf32>, %rr: memref<108xi64>, %off: memref<5xi64>,
+                       %rx: memref<108x256xf8E4M3FN>, %rs: memref<2x108xf32>) kernel {
+    mk.gather %x, %rr, %off into %rx block_scales(%xs into %rs : memref<2x40xf32> -> memref<2x108xf32>) {top_k = 2 : i64}
+        : memref<40x256xf8E4M3FN>, memref<108xi64>, memref<5xi64> -> memref<108x256xf8E4M3FN>
+    gpu.return
+  }
+}
+

@@ -281,6 +281,39 @@ LogicalResult QuantizeWeightsOp::verify() {
 }
 
 LogicalResult GatherOp::verify() {
+  Type elt = cast<MemRefType>(getX().getType()).getElementType();
+  if (elt != cast<MemRefType>(getRoutedX().getType()).getElementType())
+    return emitOpError("x and routed_x must have one element type");
+  bool fp8 = isa<Float8E4M3FNType>(elt);
+  if (static_cast<bool>(getXScales()) != static_cast<bool>(getRoutedScales()))
+    return emitOpError("block_scales needs both x's and routed_x's scales");
+  if (fp8 != static_cast<bool>(getXScales()))
+    return emitOpError("block_scales go with f8E4M3FN rows, and f8E4M3FN "
+                       "rows with block_scales");
+  if (fp8 && getScale())
+    return emitOpError("scale (the router weights) applies to bf16 rows, not "
+                       "FP8 ones");
+  if (fp8) {
+    int64_t h = dim(getX(), 1);
+    if (!ShapedType::isDynamic(h) && h % 128)
+      return emitOpError() << "FP8 rows of " << h
+                           << " elements: a multiple of 128, the block";
+    int64_t blocks = ShapedType::isDynamic(h) ? h : h / 128;
+    for (auto [what, scales, rows] :
+         {std::tuple<StringRef, Value, int64_t>{"x_scales", getXScales(),
+                                                dim(getX(), 0)},
+          {"routed_scales", getRoutedScales(), dim(getRoutedX(), 0)}}) {
+      if (failed(expectDim(*this, scales, what, 0, blocks,
+                           "the hidden size / 128")))
+        return failure();
+      int64_t width = dim(scales, 1);
+      if (!ShapedType::isDynamic(width) && !ShapedType::isDynamic(rows) &&
+          (width < rows || width % 4))
+        return emitOpError() << what << " dimension 1 must be at least its "
+                             << "rows (" << rows
+                             << ") and a multiple of 4, got " << width;
+    }
+  }
   if (Value w = getScale())
     if (failed(expectDim(*this, w, "scale", 0, dim(getX(), 0),
                          "tokens, x's rows")) ||

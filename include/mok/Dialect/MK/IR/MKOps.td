@@ -336,7 +336,7 @@ def MK_AssignRowsOp : MK_Op<"assign_rows"> {
 // Dispatch, GEMMs, combine
 //===----------------------------------------------------------------------===//
 
-def MK_GatherOp : MK_Op<"gather"> {
+def MK_GatherOp : MK_Op<"gather", [AttrSizedOperandSegments]> {
   let summary = "Dispatch: copies each routed row's token row";
   let description = [{
     For every row `r < R = offsets[E]`: `routed_x[r] = x[row_route[r] / k]`,
@@ -348,6 +348,14 @@ def MK_GatherOp : MK_Op<"gather"> {
     `routed_x[r] = bf16(w * f32(x[t]))` with `w = router_weights[t, q % k]`
     for `q = row_route[r]`, `t = q / k` (zeros for padding rows as before).
 
+    *FP8* (`x` and `routed_x` f8E4M3FN, with `block_scales(%x_scales into
+    %routed_scales)`): the rows of x's E4M3 values are copied as they are,
+    and their 1 x 128 block scales (`mk.quantize_rows`' layout, `[H/128,
+    S]`) with them: `routed_scales[b, r] = x_scales[b, t]`, 1 for a padding
+    row (whose values are zeros). A routed row quantized so is the routed
+    row of x quantized (row blocks), so the FP8 dispatch quantizes x's T
+    rows instead of the k times more routed ones.
+
     ```mlir
     mk.gather %x, %row_route, %offsets into %routed_x {top_k = 2 : i64}
         : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
@@ -356,16 +364,22 @@ def MK_GatherOp : MK_Op<"gather"> {
         : memref<40x64xbf16>, memref<108xi64>, memref<5xi64> -> memref<108x64xbf16>
     ```
   }];
-  let arguments = (ins Arg<MK_Bf16Matrix, "", [MemRead]>:$x,
+  let arguments = (ins Arg<MK_GemmMatrix, "", [MemRead]>:$x,
                        Arg<MK_I64Vector, "", [MemRead]>:$row_route,
                        Arg<MK_I64Vector, "", [MemRead]>:$offsets,
-                       Arg<MK_Bf16Matrix, "", [MemWrite]>:$routed_x,
+                       Arg<MK_GemmMatrix, "", [MemWrite]>:$routed_x,
                        Arg<Optional<MemRefRankOf<[F32], [2]>>, "",
                            [MemRead]>:$scale,
+                       Arg<Optional<MemRefRankOf<[F32], [2]>>, "",
+                           [MemRead]>:$x_scales,
+                       Arg<Optional<MemRefRankOf<[F32], [2]>>, "",
+                           [MemWrite]>:$routed_scales,
                        ConfinedAttr<I64Attr, [IntPositive]>:$top_k);
   let assemblyFormat = [{
     $x `,` $row_route `,` $offsets `into` $routed_x
-    (`scale` `(` $scale^ `:` type($scale) `)`)? attr-dict `:` type($x)
+    (`scale` `(` $scale^ `:` type($scale) `)`)?
+    (`block_scales` `(` $x_scales^ `into` $routed_scales `:` type($x_scales)
+     `->` type($routed_scales) `)`)? attr-dict `:` type($x)
     `,` type($row_route) `,` type($offsets) `->` type($routed_x)
   }];
   let hasVerifier = 1;
