@@ -90,7 +90,10 @@ void DispatchLowering::gatherBlockScales(mk::GatherOp op) {
   Value rowRoute = op.getRowRoute(), from = op.getXScales();
   Value to = op.getRoutedScales();
   Value k = e.index(op.getTopK());
-  forAll2(routedRows(op.getOffsets()), size(from, 0), [&](Value r, Value b) {
+  // Rows fastest: a warp's stores into routed_scales[b, r] are contiguous.
+  Value rows = routedRows(op.getOffsets());
+  forAll(e.mul(rows, e.index(size(from, 0))), [&](Value i) {
+    Value b = e.div(i, rows), r = e.rem(i, rows);
     Value route = e.toIndex(e.load(rowRoute, {r}));
     // A padding row's zeros: scale 1, as quantizing them gives.
     Value s = e.ifValue(
