@@ -19,9 +19,11 @@ namespace {
 SmallVector<TensorMapSpec>
 mok::moe_to_mk::forwardTensorMaps(const Sizes &s, MapSlots &slots,
                                   int64_t tileM, int64_t storeTileN,
-                                  int64_t cluster) {
+                                  int64_t cluster, int64_t sharedStoreTileN) {
   // Clusters load B in 128-row halves (one per CTA of a pair).
   int64_t downBox = cluster > 1 ? sched::kTileN : storeTileN;
+  int64_t sharedDownBox =
+      cluster > 1 || !sharedStoreTileN ? downBox : sharedStoreTileN;
   int64_t rc = s.routedCapacity(), h = s.hidden, in = s.inter, e = s.experts;
   // (FP8: the routed GEMMs read the E4M3 copies, boxes of 128-element
   // rows: the same 128 bytes.)
@@ -64,7 +66,7 @@ mok::moe_to_mk::forwardTensorMaps(const Sizes &s, MapSlots &slots,
     slots.sharedGate = add(b("shared_gate_weights", is, h));
     slots.sharedUp = add(b("shared_up_weights", is, h));
     slots.sharedHidden = add(a("shared_hidden", t, is));
-    slots.sharedDown = add(b("shared_down_weights", h, is, 1, downBox));
+    slots.sharedDown = add(b("shared_down_weights", h, is, 1, sharedDownBox));
   }
   return maps;
 }
@@ -80,11 +82,11 @@ ForwardTiles mok::moe_to_mk::forwardTiles(MLIRContext *ctx, const Sizes &s,
   // (one B operand: twice the work per A tile and per k-tile sync, the
   // same stage bytes as gate + up).
   mk::Engine engine = support.tensorCoreEngine();
-  auto scheduleOf = [&](int64_t m, int64_t n) {
+  auto scheduleOf = [&](int64_t m, int64_t n, bool fp8) {
     SmallVector<int64_t> registers;
     if (producer && m == sched::kMaxConsumers * sched::kTileM)
       registers = {sched::kConsumerRegisters, sched::kProducerRegisters};
-    return mk::GemmScheduleAttr::get(ctx, engine, {m, n, sched::tileK(s.fp8)},
+    return mk::GemmScheduleAttr::get(ctx, engine, {m, n, sched::tileK(fp8)},
                                      sched::kStages, producer, registers,
                                      multicast);
   };
@@ -100,11 +102,22 @@ ForwardTiles mok::moe_to_mk::forwardTiles(MLIRContext *ctx, const Sizes &s,
   ForwardTiles t;
   int64_t tall = sched::kMaxConsumers * sched::kTileM;
   if (s.padding % tall == 0 &&
-      support.whyNot(gateUp, scheduleOf(tall, gateUpTileN(s))).empty())
+      support.whyNot(gateUp, scheduleOf(tall, gateUpTileN(s), s.fp8)).empty())
     t.tileM = tall;
-  if (support.whyNot(down, scheduleOf(t.tileM, 2 * sched::kTileN)).empty())
+  if (support.whyNot(down, scheduleOf(t.tileM, 2 * sched::kTileN, s.fp8))
+          .empty())
     t.storeTileN = 2 * sched::kTileN;
-  t.block = support.blockSize(scheduleOf(t.tileM, t.storeTileN));
+  // The shared expert's down projection is bf16 in an FP8 layer too: its
+  // own widest tile.
+  t.sharedStoreTileN = t.storeTileN;
+  mk::GemmForm sharedDown = down;
+  sharedDown.fp8 = false;
+  sharedDown.grouped = false;
+  if (s.fp8 &&
+      support.whyNot(sharedDown, scheduleOf(t.tileM, 2 * sched::kTileN, false))
+          .empty())
+    t.sharedStoreTileN = 2 * sched::kTileN;
+  t.block = support.blockSize(scheduleOf(t.tileM, t.storeTileN, s.fp8));
   return t;
 }
 
@@ -291,7 +304,8 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
                            ArrayRef<Param> params, gpu::GPUFuncOp func,
                            std::optional<mk::Engine> engine,
                            const MapSlots &slots, int64_t tileM,
-                           int64_t storeTileN, bool warpSpecialize,
+                           int64_t storeTileN, int64_t sharedStoreTileN,
+                           bool warpSpecialize,
                            int64_t cluster, const mk::TargetSupport &support,
                            unsigned timeoutMs) {
   Location loc = layer.getLoc();
@@ -386,9 +400,10 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
       g.maps.assign(mapSlots.begin(), mapSlots.end());
       g.tensorMaps = buf["tensor_maps"];
       g.tileM = tileM;
-      g.tileN = epilogue == mk::Epilogue::store ? storeTileN
-                : grouped                          ? gateUpTileN(s)
-                                                   : sched::kTileN;
+      g.tileN = epilogue == mk::Epilogue::swiglu
+                    ? (grouped ? gateUpTileN(s) : sched::kTileN)
+                : grouped ? storeTileN
+                          : sharedStoreTileN;
       // wgmma's down projections skip the MMAs of a tile half that is all
       // padding.
       if (grouped && *engine == mk::Engine::wgmma &&
@@ -480,6 +495,7 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
   MapSlots slots{};
   unsigned block = options.blockSize;
   int64_t tileM = sched::kTileM, storeTileN = sched::kTileN;
+  int64_t sharedStoreTileN = sched::kTileN;
   int64_t cluster = 1;
   if (tensorCores && s.tensorCoreEligible()) {
     engine = support.tensorCoreEngine();
@@ -501,8 +517,10 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
                      warpSpecialize && *engine == mk::Engine::wgmma, multicast);
     tileM = tiles.tileM;
     storeTileN = tiles.storeTileN;
+    sharedStoreTileN = tiles.sharedStoreTileN;
     block = tiles.block;
-    maps = forwardTensorMaps(s, slots, tileM, storeTileN, cluster);
+    maps = forwardTensorMaps(s, slots, tileM, storeTileN, cluster,
+                             sharedStoreTileN);
   }
   // The options that change the tensor-core GEMMs are refused, not
   // ignored, for a layer that runs scalar GEMMs.
@@ -526,6 +544,7 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
                                           : ArrayRef<StringRef>(),
                                   cluster));
   return emitSchedule(b, layer, s, params, kernel, engine, slots, tileM,
-                      storeTileN, warpSpecialize, cluster, support,
+                      storeTileN, sharedStoreTileN, warpSpecialize, cluster,
+                      support,
                       options.barrierTimeoutMs);
 }

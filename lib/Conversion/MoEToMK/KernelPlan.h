@@ -153,13 +153,15 @@ inline int64_t gateUpTileN(const Sizes &s) {
 /// The tensor maps of a forward kernel (slots in `slots`): `tileM` the
 /// rows of every tile (the A boxes); `storeTileN` the output columns of
 /// the GEMMs with one B operand, whose B boxes have that many rows (128
-/// with clusters of `cluster` = 2 CTAs).
+/// with clusters of `cluster` = 2 CTAs); `sharedStoreTileN`, when not 0,
+/// the shared expert's down projection's (bf16 in an FP8 layer).
 struct MapSlots;
 mlir::SmallVector<TensorMapSpec> forwardTensorMaps(const Sizes &s,
                                                    MapSlots &slots,
                                                    int64_t tileM,
                                                    int64_t storeTileN,
-                                                   int64_t cluster);
+                                                   int64_t cluster,
+                                                   int64_t sharedStoreTileN = 0);
 
 /// The tiles of a forward kernel's tensor-core GEMMs, the largest the
 /// chip's lowering implements for the layer (`saves`: the training
@@ -167,6 +169,9 @@ mlir::SmallVector<TensorMapSpec> forwardTensorMaps(const Sizes &s,
 /// the kernel's block.
 struct ForwardTiles {
   int64_t tileM = sched::kTileM, storeTileN = sched::kTileN;
+  /// The shared expert's down projection (bf16 also in an FP8 layer,
+  /// whose routed tiles are narrower).
+  int64_t sharedStoreTileN = sched::kTileN;
   unsigned block = 0;
 };
 ForwardTiles forwardTiles(mlir::MLIRContext *ctx, const Sizes &s,
