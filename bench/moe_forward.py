@@ -37,7 +37,7 @@ import torch
 
 import mok
 from bench.shapes import FORWARD_SHAPES, SHAPES
-from bench.torch_reference import forward as reference, make_inputs
+from bench.torch_reference import forward as reference, make_inputs, quantized_weight_args
 from bench.torch_reference import relative_error as rel_error
 
 
@@ -201,17 +201,6 @@ def write_result(out, stem, result, baseline, ylabel, title):
     fig.tight_layout()
     fig.savefig(os.path.join(out, stem + ".png"), dpi=120)
     plt.close(fig)
-
-
-def quantized_weight_args(a):
-    """The arguments of an FP8 layer compiled with fp8_quantized_weights:
-    `a` with the routed weights replaced by mok.ops.fp8_quantize's."""
-    import mok.ops
-    args = {k: v for k, v in a.items()
-            if k not in ("gate_weights", "up_weights", "down_weights")}
-    for w in ("gate", "up", "down"):
-        args[w + "_q"], args[w + "_scale"], _, _ = mok.ops.fp8_quantize(a[w + "_weights"])
-    return args
 
 
 def matmul_ceiling():

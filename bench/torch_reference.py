@@ -50,6 +50,18 @@ def make_inputs(c, gen, tokens=None):
     return args
 
 
+def quantized_weight_args(a):
+    """The arguments of an FP8 layer compiled with fp8_quantized_weights:
+    the inputs `a` with the routed weights replaced by mok.ops.fp8_quantize's
+    values and scales (normal layout)."""
+    import mok.ops
+    routed = ("gate", "up", "down")
+    args = {k: v for k, v in a.items() if k not in [w + "_weights" for w in routed]}
+    for w in routed:
+        args[w + "_q"], args[w + "_scale"], _, _ = mok.ops.fp8_quantize(a[w + "_weights"])
+    return args
+
+
 def forward(a, experts, swiglu_limit=None, route_outputs=None):
     """a: the layer's inputs by name (x, top_experts, router_weights,
     gate/up/down_weights, optional shared_*_weights). `route_outputs`: a

@@ -60,7 +60,9 @@ def _quantize_rows(w):
     return codes.reshape(w.shape).view(torch.float8_e4m3fn), scales
 
 
-def _check_weight(weight):
+def _check_weight(weight, block, why):
+    """`weight` a bf16 [E, rows, cols], rows and cols multiples of `block`
+    (`why`: what the block is, for the error)."""
     if not isinstance(weight, torch.Tensor):
         raise TypeError(f"weight: expected a bf16 tensor [E, rows, cols], got "
                         f"{type(weight).__name__}")
@@ -69,19 +71,42 @@ def _check_weight(weight):
                          f"{str(weight.dtype).replace('torch.', '')} of shape "
                          f"{list(weight.shape)}")
     for axis, name in ((1, "rows"), (2, "cols")):
-        if weight.shape[axis] % BLOCK:
+        if weight.shape[axis] % block:
             raise ValueError(f"weight: {name} = {weight.shape[axis]} is not a multiple of "
-                             f"{BLOCK} (an MXFP8 block is 32 elements, along cols in the "
-                             f"normal layout and along rows in the transposed one)")
+                             f"{block} ({why})")
 
 
-def _layouts(weight, normal, transposed):
-    """(dtype, shape) of each of the four results (None: not asked for)."""
+def _layouts(weight, normal, transposed, scales_of):
+    """(dtype, shape) of each of the four results (None: not asked for);
+    `scales_of(e, rows, cols)`: the (dtype, shape) of the scales of values
+    [e, rows, cols]."""
     e, rows, cols = weight.shape
-    f8, u8 = torch.float8_e4m3fn, torch.uint8
-    return ([(f8, [e, rows, cols]), (u8, [e, rows, cols // BLOCK])] if normal else
-            [None, None]) + ([(f8, [e, cols, rows]), (u8, [e, cols, rows // BLOCK])]
+    f8 = torch.float8_e4m3fn
+    return ([(f8, [e, rows, cols]), scales_of(e, rows, cols)] if normal else
+            [None, None]) + ([(f8, [e, cols, rows]), scales_of(e, cols, rows)]
                              if transposed else [None, None])
+
+
+def _check_call(weight, normal, transposed, out, block, why, scales_of):
+    """A quantizer's arguments, each error naming its argument."""
+    _check_weight(weight, block, why)
+    for name, flag in (("normal", normal), ("transposed", transposed)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected True or False, got {flag!r}")
+    if not (normal or transposed):
+        raise ValueError("normal, transposed: both False; ask for at least one layout")
+    if out is not None:
+        _check_out(out, weight, _layouts(weight, normal, transposed, scales_of))
+
+
+def _into(out, result):
+    """`result`, or with `out` its tensors' bytes written into out's."""
+    if out is None:
+        return result
+    for dst, src in zip(out, result):
+        if src is not None:
+            dst.view(torch.uint8).copy_(src.view(torch.uint8))
+    return tuple(out)
 
 
 def _check_out(out, weight, layouts):
@@ -117,26 +142,17 @@ def mxfp8_quantize(weight, normal=True, transposed=False, *, out=None):
     returned, so the quantized weights keep their addresses when they are
     refreshed after an optimizer step. That refresh is device work only
     (no host synchronization), and so may be captured into a CUDA graph."""
-    _check_weight(weight)
-    for name, flag in (("normal", normal), ("transposed", transposed)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name}: expected True or False, got {flag!r}")
-    if not (normal or transposed):
-        raise ValueError("normal, transposed: both False; ask for at least one layout")
-    if out is not None:
-        _check_out(out, weight, _layouts(weight, normal, transposed))
+    _check_call(weight, normal, transposed, out, BLOCK,
+                "an MXFP8 block is 32 elements, along cols in the normal layout and "
+                "along rows in the transposed one",
+                lambda e, rows, cols: (torch.uint8, [e, rows, cols // BLOCK]))
     with torch.no_grad():
         result = (None, None)
         if normal:
             result = _quantize_rows(weight.contiguous())
         result += (_quantize_rows(weight.transpose(-1, -2).contiguous()) if transposed
                    else (None, None))
-        if out is None:
-            return result
-        for dst, src in zip(out, result):
-            if src is not None:
-                dst.view(torch.uint8).copy_(src.view(torch.uint8))
-        return tuple(out)
+        return _into(out, result)
 
 
 FP8_BLOCK = 128
@@ -165,28 +181,6 @@ def _quantize_blocks(w):
     return codes.view(torch.float8_e4m3fn), scales
 
 
-def _check_fp8_weight(weight):
-    if not isinstance(weight, torch.Tensor):
-        raise TypeError(f"weight: expected a bf16 tensor [E, rows, cols], got "
-                        f"{type(weight).__name__}")
-    if weight.dtype != torch.bfloat16 or weight.dim() != 3:
-        raise ValueError(f"weight: expected a bf16 tensor [E, rows, cols], got "
-                         f"{str(weight.dtype).replace('torch.', '')} of shape "
-                         f"{list(weight.shape)}")
-    for axis, name in ((1, "rows"), (2, "cols")):
-        if weight.shape[axis] % FP8_BLOCK:
-            raise ValueError(f"weight: {name} = {weight.shape[axis]} is not a multiple of "
-                             f"{FP8_BLOCK} (an fp8 weight block is 128 x 128)")
-
-
-def _fp8_layouts(weight, normal, transposed):
-    e, rows, cols = weight.shape
-    f8, f32, b = torch.float8_e4m3fn, torch.float32, FP8_BLOCK
-    return ([(f8, [e, rows, cols]), (f32, [e, rows // b, cols // b])] if normal else
-            [None, None]) + ([(f8, [e, cols, rows]), (f32, [e, cols // b, rows // b])]
-                             if transposed else [None, None])
-
-
 def fp8_quantize(weight, normal=True, transposed=False, *, out=None):
     """(values, scales, values_T, scales_T) of the bf16 routed weight
     `weight` [E, rows, cols] in mok's "fp8" format: the normal layout
@@ -198,14 +192,9 @@ def fp8_quantize(weight, normal=True, transposed=False, *, out=None):
     `weight` is (CPU or CUDA). `out`: as for mxfp8_quantize, the tuple of
     an earlier call, refreshed in place (addresses kept; device work only,
     so a CUDA graph may capture it)."""
-    _check_fp8_weight(weight)
-    for name, flag in (("normal", normal), ("transposed", transposed)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name}: expected True or False, got {flag!r}")
-    if not (normal or transposed):
-        raise ValueError("normal, transposed: both False; ask for at least one layout")
-    if out is not None:
-        _check_out(out, weight, _fp8_layouts(weight, normal, transposed))
+    b = FP8_BLOCK
+    _check_call(weight, normal, transposed, out, b, "an fp8 weight block is 128 x 128",
+                lambda e, rows, cols: (torch.float32, [e, rows // b, cols // b]))
     with torch.no_grad():
         values, scales = _quantize_blocks(weight.contiguous())
         result = (values, scales) if normal else (None, None)
@@ -213,16 +202,7 @@ def fp8_quantize(weight, normal=True, transposed=False, *, out=None):
         # blocks, with the same amax.
         result += ((values.transpose(-1, -2).contiguous(),
                     scales.transpose(-1, -2).contiguous()) if transposed else (None, None))
-        if out is None:
-            return result
-        for dst, src in zip(out, result):
-            if src is None:
-                continue
-            if dst.dtype == torch.float32:
-                dst.copy_(src)
-            else:
-                dst.view(torch.uint8).copy_(src.view(torch.uint8))
-        return tuple(out)
+        return _into(out, result)
 
 
 def mxfp8_dequantize(values, scales, name="weight"):

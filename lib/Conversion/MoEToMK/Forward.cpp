@@ -125,43 +125,23 @@ namespace {
 
 /// The phases of the schedule, in order: what lies between two barriers
 /// (profiling names them; emitSchedule checks it emits that many).
-ArrayRef<StringRef> phaseNames(const Sizes &s) {
-  static const StringRef names[] = {
-      "plan: count", "plan: scan",       "plan: offsets", "plan: assign",
-      "dispatch",    "gate/up + SwiGLU", "down",          "combine"};
-  static const StringRef fused[] = {
-      "plan: count",      "plan: scan", "plan: offsets", "plan: assign",
-      "gate/up + SwiGLU", "down",       "combine"};
-  // FP8: the weights quantized with the dispatch, the routed rows and the
-  // hidden activation each in a phase of their own.
-  static const StringRef fp8[] = {
-      "plan: count",       "plan: scan",
-      "plan: offsets",     "plan: assign",
-      "dispatch + quantize weights", "quantize routed x",
-      "gate/up + SwiGLU",  "quantize hidden",
-      "down",              "combine"};
-  static const StringRef fp8Given[] = {
-      "plan: count",      "plan: scan",        "plan: offsets",
-      "plan: assign",     "dispatch",          "quantize routed x",
-      "gate/up + SwiGLU", "quantize hidden",   "down",
-      "combine"};
-  // FP8 inference: x quantized with the counting, its E4M3 rows dispatched.
-  static const StringRef fp8Rows[] = {
-      "plan: count + quantize x",    "plan: scan",
-      "plan: offsets",               "plan: assign",
-      "dispatch + quantize weights", "gate/up + SwiGLU",
-      "quantize hidden",             "down",
-      "combine"};
-  static const StringRef fp8RowsGiven[] = {
-      "plan: count + quantize x", "plan: scan",       "plan: offsets",
-      "plan: assign",             "dispatch",         "gate/up + SwiGLU",
-      "quantize hidden",          "down",             "combine"};
-  if (s.fp8 && s.fp8GatherQuantized)
-    return s.fp8WeightInputs ? ArrayRef<StringRef>(fp8RowsGiven) : fp8Rows;
+SmallVector<StringRef> phaseNames(const Sizes &s) {
+  // (FP8 inference: x quantized with the counting, its E4M3 rows
+  // dispatched; FP8 with the saved context: the routed rows quantized in a
+  // phase of their own. The weights are quantized with the dispatch unless
+  // they are inputs.)
+  SmallVector<StringRef> names = {
+      s.fp8GatherQuantized ? "plan: count + quantize x" : "plan: count",
+      "plan: scan", "plan: offsets", "plan: assign"};
+  if (!s.fusedDispatch)
+    names.push_back(s.fp8 && !s.fp8WeightInputs ? "dispatch + quantize weights"
+                                                 : "dispatch");
+  if (s.fp8 && !s.fp8GatherQuantized)
+    names.push_back("quantize routed x");
+  names.push_back("gate/up + SwiGLU");
   if (s.fp8)
-    return s.fp8WeightInputs ? ArrayRef<StringRef>(fp8Given) : fp8;
-  if (s.fusedDispatch)
-    return fused;
+    names.push_back("quantize hidden");
+  names.append({"down", "combine"});
   return names;
 }
 
@@ -541,7 +521,7 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
       createKernel(b, module, func, layer, "_forward", params, block,
                    describeKernel(ctx, params, s, chip, block, maps,
                                   profile ? phaseNames(s)
-                                          : ArrayRef<StringRef>(),
+                                          : SmallVector<StringRef>(),
                                   cluster));
   return emitSchedule(b, layer, s, params, kernel, engine, slots, tileM,
                       storeTileN, sharedStoreTileN, warpSpecialize, cluster,

@@ -40,17 +40,11 @@ def _definition(c, a):
 
 
 def _arguments(c, a):
-    """The layer's arguments for inputs `a`: with fp8_quantized_weights the
-    routed weights quantized by mok.ops.fp8_quantize (normal layout) in
-    place of the bf16 ones."""
+    """The layer's arguments for inputs `a` (the routed weights quantized
+    beforehand for a layer compiled with fp8_quantized_weights)."""
     if not c.get("fp8_quantized_weights"):
         return a
-    import mok.ops
-    routed = ("gate", "up", "down")
-    args = {k: v for k, v in a.items() if k not in [w + "_weights" for w in routed]}
-    for w in routed:
-        args[w + "_q"], args[w + "_scale"], _, _ = mok.ops.fp8_quantize(a[w + "_weights"])
-    return args
+    return torch_reference.quantized_weight_args(a)
 
 
 def _rel(got, want):
