@@ -236,17 +236,17 @@ def main():
         ref = reference(a, s["experts"])
         # (-fp8w: the layer takes the routed weights quantized, made here
         # once and not timed, as a trainer does once per optimizer step.)
-        args = quantized_weight_args(a) if s.get("fp8_quantized_weights") else a
+        call = quantized_weight_args(a) if s.get("fp8_quantized_weights") else a
         # Checked on an output poisoned (NaN) first; timed as a user calls
         # it (the output allocated, not filled).
         poisoned = torch.full(layer.output["shape"], float("nan"), dtype=torch.bfloat16,
                               device="cuda")
-        err_mok = rel_error(layer(**args, out=poisoned), ref)
+        err_mok = rel_error(layer(**call, out=poisoned), ref)
         del poisoned
         err_torch = rel_error(torch_layer(a), ref)
         del ref
         timed_mok, timed_torch = time_rounds(
-            [lambda layer=layer, args=args: layer(**args), lambda a=a: torch_layer(a)],
+            [lambda layer=layer, call=call: layer(**call), lambda a=a: torch_layer(a)],
             args.budget, args.rounds)
         prof = os.path.join(args.artifacts, name + "-profile", "moe_layer")
         phases = phase_breakdown(prof, args, 20) if os.path.exists(prof + ".json") else None
@@ -255,7 +255,7 @@ def main():
         rows.append(timing_row(name, s, flops, timed_mok, timed_torch,
                                mok_rel_err=err_mok, torch_rel_err=err_torch,
                                phases_ms=phases))
-        del a, args, layer
+        del a, call, layer
         torch.cuda.empty_cache()
     # FP8 shapes: against mok's bf16 layer of the same shape, this run.
     by_shape = {r["shape"]: r for r in rows}

@@ -166,8 +166,12 @@ def _quantize_blocks(w):
     x = x.permute(0, 1, 3, 2, 4)  # [E, row blocks, col blocks, 128, 128]
     finite = torch.isfinite(x).all(dim=(-1, -2))
     amax = torch.where(finite, x.abs().amax(dim=(-1, -2)), torch.zeros((), device=x.device))
-    # s = f32(amax / 448) (an IEEE division), 1 for a block of zeros.
-    s = torch.where(amax == 0, torch.ones_like(amax), amax / _E4M3_MAX)
+    # s = f32(amax / 448) (an IEEE division), 1 for a block of zeros. The
+    # divisor is a tensor: CUDA torch turns a division by a Python number
+    # into a multiplication by its reciprocal, which can differ in the last
+    # bit.
+    s = torch.where(amax == 0, torch.ones_like(amax),
+                    amax / torch.full_like(amax, _E4M3_MAX))
     # E4M3(f32(x / s)): the quotient rounded once to f32, then to E4M3 to
     # nearest even; clamped first, as torch's conversion gives NaN past 448
     # where the definition saturates (a quotient at most a rounding above
