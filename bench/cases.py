@@ -227,6 +227,15 @@ FP8_CASES["fp8_wgmma_top4"] = dict(tokens=300, hidden=1024, intermediate=512, ex
                                    top_k=4, padding=128, shared_intermediate=256,
                                    routing="zipf", drop=0.1, precision="fp8")
 
+# FP8 training layers: the forward saving the bf16 context, and the
+# backward with every routed GEMM on operands quantized along its reduction
+# (docs/FP8.md's backward table), against fp8_reference.layer_backward.
+FP8_TRAIN_CASES = {
+    "train_fp8_shared_clamp": dict(FP8_CASES["fp8_shared_clamp"], training=True),
+    "train_fp8_skewed": dict(FP8_CASES["fp8_skewed"], training=True, main_grads=True),
+    "train_fp8_shared_clamp_wgmma": dict(FP8_CASES["fp8_shared_clamp_wgmma"], training=True),
+}
+
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
                "shared_intermediate", "swiglu_limit", "expert_id_dtype", "max_tokens",
                "ep", "recv_capacity", "precision")

@@ -98,16 +98,16 @@ def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_di
 
 
 def _check_gpu_precision(precision, target, options):
-    """What a GPU target compiles of an FP8 LayerSpec: the "fp8" inference
-    forward, on E4M3 wgmma (sm_90a) or scalar GEMMs (docs/FP8.md); the rest
-    is refused by name."""
+    """What a GPU target compiles of an FP8 LayerSpec: the "fp8" layer,
+    inference or training, on E4M3 wgmma (sm_90a) or scalar GEMMs
+    (docs/FP8.md); the rest is refused by name."""
     if precision != "fp8":
         raise ValueError(f"layer: LayerSpec.precision = {precision!r}; MXFP8 layers run on "
                          f"the CPU target for now, not on {target} (docs/FP8.md)")
-    if options.training:
-        raise ValueError(f"layer: LayerSpec.precision = 'fp8' with training=True; the FP8 "
-                         f"backward runs on the CPU target for now, not on {target} "
-                         "(docs/FP8.md)")
+    if options.training and options.fp8_quantized_weights:
+        raise ValueError("CompileOptions.fp8_quantized_weights: for FP8 inference layers "
+                         "only so far; a training layer (training=True) takes the bf16 "
+                         "weights and quantizes them in its kernels (docs/FP8.md)")
     if options.tensor_cores and target == "sm_100a":
         raise ValueError("layer: LayerSpec.precision = 'fp8' on sm_100a runs scalar GEMMs "
                          "only so far: pass tensor_cores=False (tcgen05's block-scaled FP8 "

@@ -72,7 +72,10 @@ void GemmLowering::lowerSimt(mk::GemmOp op) {
     SmallVector<Value> idx(prefix);
     if (fp8) {
       SmallVector<Value> blockIdx(prefix);
-      blockIdx.append({e.div(c, block), e.div(j, block)});
+      if (op.getKOffsets()) // blocks along K (the routed rows) per column
+        blockIdx.append({e.div(j, block), c});
+      else
+        blockIdx.append({e.div(c, block), e.div(j, block)});
       idx.append({c, j});
       return e.mul(decodeE4M3(e.load(bs[i], idx)),
                    e.load(scales[bScales + i], blockIdx));

@@ -347,8 +347,8 @@ mok::conversion::checkKernel(gpu::GPUFuncOp func) {
       if (!isa<mk::FillOp, mk::CheckRoutesOp, mk::CountRoutesOp,
                mk::ScanChunksOp, mk::PadOffsetsOp, mk::AssignRowsOp,
                mk::GatherOp, mk::GemmOp, mk::CombineOp, mk::SwigluGradOp,
-               mk::QuantizeRowsOp, mk::QuantizeWeightsOp,
-               mk::GridBarrierOp, mk::TimestampOp, mk::RouteRanksOp,
+               mk::QuantizeRowsOp, mk::QuantizeColumnsOp,
+               mk::QuantizeWeightsOp, mk::GridBarrierOp, mk::TimestampOp, mk::RouteRanksOp,
                mk::PutCountsOp, mk::SignalOp, mk::WaitOp,
                mk::CheckCapacityOp, mk::ReceivedRowsOp, mk::SendRowsOp,
                mk::ReturnRowsOp, mk::TakeRoutesOp, mk::LaunchEpochOp,
@@ -384,8 +384,8 @@ mok::conversion::checkKernel(gpu::GPUFuncOp func) {
       block && (*block)[0] % 32 == 0 && (*block)[1] == 1 && (*block)[2] == 1;
   if (!wholeWarps)
     for (Operation &op : func.getBody().front())
-      if (isa<mk::SwigluGradOp, mk::QuantizeRowsOp, mk::QuantizeWeightsOp>(
-              op))
+      if (isa<mk::SwigluGradOp, mk::QuantizeRowsOp, mk::QuantizeColumnsOp,
+              mk::QuantizeWeightsOp>(op))
         return op.emitOpError("needs a kernel of whole warps: a "
                               "known_block_size [n, 1, 1] with n a multiple "
                               "of 32");

@@ -140,7 +140,8 @@ void lowerKernel(gpu::GPUFuncOp func, std::optional<mk::Engine> engine) {
         })
         .Case([&](mk::CombineOp combine) { lowerCombine(grid, combine); })
         .Case([&](mk::SwigluGradOp grad) { lowerSwigluGrad(grid, grad); })
-        .Case<mk::QuantizeRowsOp, mk::QuantizeWeightsOp>(
+        .Case<mk::QuantizeRowsOp, mk::QuantizeColumnsOp,
+              mk::QuantizeWeightsOp>(
             [&](Operation *q) { lowerQuantize(grid, q); })
         .Case([&](mk::GridBarrierOp barrier) {
           lowerGridBarrier(grid, barrier, static_cast<bool>(tensorCores));

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 //
-// mk.quantize_rows and mk.quantize_weights: block-scaled FP8 of bf16
-// 1 x 128 row blocks and 128 x 128 weight blocks, one warp a block, bit for
-// bit the rule of docs/FP8.md.
+// mk.quantize_rows, mk.quantize_columns and mk.quantize_weights:
+// block-scaled FP8 of bf16 1 x 128 row blocks, 128 x 1 column blocks
+// (stored transposed) and 128 x 128 weight blocks, bit for bit the rule of
+// docs/FP8.md.
 //
 #include "Lowering.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 
@@ -20,6 +22,7 @@ public:
   explicit QuantizeLowering(const GridBuilder &grid) : GridBuilder(grid) {}
 
   void lower(mk::QuantizeRowsOp op);
+  void lower(mk::QuantizeColumnsOp op);
   void lower(mk::QuantizeWeightsOp op);
 
 private:
@@ -34,6 +37,10 @@ private:
   /// Stores code j at `values[at(j)]`.
   void storeCodes(ArrayRef<Value> codes, Value values,
                   function_ref<SmallVector<Value>(int64_t)> at);
+  /// Stores the 16 codes of `codes` at `values`' flat element `offset`
+  /// and on: one 16-byte store where `values` is 16-byte aligned (offset a
+  /// multiple of 16), else byte by byte.
+  void store16Codes(ArrayRef<Value> codes, Value values, Value offset);
   /// The warp's NaN-propagating maximum of `v` (a fixed butterfly: every
   /// lane gets the same value).
   Value warpMax(Value v);
@@ -150,6 +157,101 @@ void QuantizeLowering::lower(mk::QuantizeRowsOp op) {
   });
 }
 
+void QuantizeLowering::store16Codes(ArrayRef<Value> codes, Value values,
+                                    Value offset) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type i32 = b.getI32Type();
+  e.ifThen(
+      aligned({values}, 16),
+      [&] {
+        // Little-endian words: code 4w + j in byte j of word w.
+        auto v4 = VectorType::get({4}, i32);
+        Value packed = LLVM::UndefOp::create(b, loc, v4);
+        for (int64_t w = 0; w < 4; ++w) {
+          Value word = arith::ConstantIntOp::create(b, loc, 0, 32);
+          for (int64_t j = 0; j < 4; ++j) {
+            Value byte = arith::ExtUIOp::create(b, loc, i32, codes[4 * w + j]);
+            if (j)
+              byte = arith::ShLIOp::create(
+                  b, loc, byte, arith::ConstantIntOp::create(b, loc, 8 * j, 32));
+            word = arith::OrIOp::create(b, loc, word, byte);
+          }
+          packed = LLVM::InsertElementOp::create(
+              b, loc, packed, word, arith::ConstantIntOp::create(b, loc, w, 32));
+        }
+        store16(packed, at(base(values), offset, /*elementBytes=*/1));
+      },
+      [&] {
+        auto type = cast<MemRefType>(values.getType());
+        int64_t cols = type.getDimSize(type.getRank() - 1);
+        for (auto [j, code] : llvm::enumerate(codes)) {
+          Value flat = e.add(offset, e.index(j));
+          SmallVector<Value> idx;
+          if (type.getRank() == 3) {
+            int64_t plane = type.getDimSize(1) * cols;
+            idx = {e.div(flat, e.index(plane)),
+                   e.div(e.rem(flat, e.index(plane)), e.index(cols)),
+                   e.rem(flat, e.index(cols))};
+          } else {
+            idx = {e.div(flat, e.index(cols)), e.rem(flat, e.index(cols))};
+          }
+          e.store(arith::BitcastOp::create(b, loc, type.getElementType(), code),
+                  values, idx);
+        }
+      });
+}
+
+void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
+  Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
+  int64_t rows = size(src, 0), cols = size(src, 1), padded = size(values, 1);
+  Value rowRoute = op.getRowRoute();
+  // The blocks written: all, or those holding the plan's routed rows.
+  Value rowBlocks = e.index(padded / 128);
+  Value limit = e.index(rows);
+  if (rowRoute) {
+    Value routed = routedRows(op.getOffsets());
+    limit = arith::MinSIOp::create(e.b, e.loc, routed, limit);
+    rowBlocks = e.div(e.add(routed, e.index(127)), e.index(128));
+  }
+  int64_t groups = cols / 32;
+  // One warp a block of 32 columns, a lane a column: an amax pass over the
+  // block's 128 rows (a warp reads 64 contiguous bytes a row), then the
+  // quantizing pass, 16 rows at a time into one 16-byte store of the
+  // column's transposed row.
+  forAllWarps(e.mul(rowBlocks, e.index(groups)), [&](Value i, Value lane) {
+    Value rb = e.div(i, e.index(groups));
+    Value c = e.add(e.mul(e.rem(i, e.index(groups)), e.index(32)), lane);
+    Value r0 = e.mul(rb, e.index(128));
+    // src[r, c], zero past the rows and for padding rows.
+    auto valueAt = [&](Value r) {
+      Value valid = e.cmp(arith::CmpIPredicate::slt, r, limit);
+      Value safe = e.select(valid, r, e.index(0));
+      if (rowRoute)
+        valid = arith::AndIOp::create(
+            e.b, e.loc, valid,
+            e.isValid(e.toIndex(e.load(rowRoute, {safe}))));
+      return e.select(valid, e.loadF32(src, {safe, c}), e.f32(0.0f));
+    };
+    Value amax = e.fold(e.index(0), e.index(128), e.f32(0.0f),
+                        [&](Value r, Value acc) {
+                          return e.maxf(acc, math::AbsFOp::create(
+                                                 e.b, e.loc,
+                                                 valueAt(e.add(r0, r))));
+                        });
+    Scale scale = scaleOf(amax);
+    e.loop(e.index(8), [&](Value chunk) {
+      Value first = e.add(r0, e.mul(chunk, e.index(16)));
+      SmallVector<Value, 16> xs;
+      for (int64_t j = 0; j < 16; ++j)
+        xs.push_back(valueAt(e.add(first, e.index(j))));
+      SmallVector<Value, 4> codes = codesOf(xs, scale);
+      store16Codes(codes, values, e.add(e.mul(c, e.index(padded)), first));
+    });
+    e.store(scale.stored, scales, {rb, c});
+  });
+}
+
 void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
   Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
   int64_t nBlocks = size(src, 1) / 128, kBlocks = size(src, 2) / 128;
@@ -181,6 +283,25 @@ void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
                           return acc;
                         });
     Scale scale = scaleOf(warpMax(amax));
+    if (op.getTransposed()) {
+      // values[x, k, n]: lane l quantizes the block's columns l + 32 j of
+      // src, 16 rows at a time, into one 16-byte store of their row of
+      // values.
+      int64_t n = size(src, 1);
+      e.loop(e.index(4 * 8), [&](Value jc) {
+        Value col = e.add(k0, e.mul(e.div(jc, e.index(8)), e.index(32)));
+        Value first = e.add(n0, e.mul(e.rem(jc, e.index(8)), e.index(16)));
+        SmallVector<Value, 16> xs;
+        for (int64_t j = 0; j < 16; ++j)
+          xs.push_back(e.loadF32(src, {x, e.add(first, e.index(j)), col}));
+        Value row = e.add(e.mul(x, e.index(size(src, 2))), col);
+        store16Codes(codesOf(xs, scale), values,
+                     e.add(e.mul(row, e.index(n)), first));
+      });
+      e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)),
+               [&] { e.store(scale.stored, scales, {x, kb, nb}); });
+      return;
+    }
     e.loop(e.index(128), [&](Value row) {
       storeCodes(codesOf(rowValues(row), scale), values,
                  [&](int64_t j) { return at(row, j); });
@@ -194,6 +315,8 @@ void mok::conversion::lowerQuantize(const GridBuilder &grid, Operation *op) {
   QuantizeLowering lowering(grid);
   if (auto rows = dyn_cast<mk::QuantizeRowsOp>(op))
     lowering.lower(rows);
+  else if (auto columns = dyn_cast<mk::QuantizeColumnsOp>(op))
+    lowering.lower(columns);
   else
     lowering.lower(cast<mk::QuantizeWeightsOp>(op));
 }

@@ -16,13 +16,19 @@ using namespace mok::moe_to_mk;
 namespace {
 
 /// The backward kernel's phases, in order (profiling names them).
-SmallVector<StringRef> backwardPhaseNames(LayerGradOp grad) {
+SmallVector<StringRef> backwardPhaseNames(LayerGradOp grad, const Sizes &s) {
   SmallVector<StringRef> names = {"plan: count", "plan: scan", "plan: offsets",
                                   "plan: assign"};
   if (grad.recomputes())
     names.append({"recompute: dispatch", "recompute: gate/up"});
-  names.append({"reverse combine", "down dgrad + wgrad", "SwiGLU backward",
-                "gate/up dgrad + wgrads", "reverse dispatch"});
+  if (s.fp8) // (the weights, x's and the hidden rows quantized with it)
+    names.append({"reverse combine + quantize", "quantize d_y"});
+  else
+    names.push_back("reverse combine");
+  names.append({"down dgrad + wgrad", "SwiGLU backward"});
+  if (s.fp8)
+    names.push_back("quantize d_gate/d_up");
+  names.append({"gate/up dgrad + wgrads", "reverse dispatch"});
   return names;
 }
 
@@ -84,15 +90,21 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
   // sm_90a: the down dgrad gathers its A rows from d_out (one-row boxes:
   // the runtime checks d_out's alignment with them; never read on the
   // device).
-  m.routedDOut =
-      m.gatherDOut
-          ? add(TensorMapSpec{"d_out", s.tokens, h, h, 1, sched::kTileK})
-          : a("routed_d_out", rc, h);
-  m.down = bT("down_weights", h, in, s.experts); // [H = K, I = N]
-  m.dGate = a("d_gate", rc, in);
-  m.dUp = a("d_up", rc, in);
-  m.gate = bT("gate_weights", in, h, s.experts); // [I = K, H = N]
-  m.up = bT("up_weights", in, h, s.experts);
+  // FP8: the routed GEMMs read the E4M3 copies (simt so far); the shared
+  // expert's stay bf16 on the tensor cores.
+  if (s.fp8)
+    m.gatherDOut = false;
+  if (!s.fp8) {
+    m.routedDOut =
+        m.gatherDOut
+            ? add(TensorMapSpec{"d_out", s.tokens, h, h, 1, sched::kTileK})
+            : a("routed_d_out", rc, h);
+    m.down = bT("down_weights", h, in, s.experts); // [H = K, I = N]
+    m.dGate = a("d_gate", rc, in);
+    m.dUp = a("d_up", rc, in);
+    m.gate = bT("gate_weights", in, h, s.experts); // [I = K, H = N]
+    m.up = bT("up_weights", in, h, s.experts);
+  }
   if (s.hasShared()) {
     int64_t t = s.tokens, is = s.sharedInter;
     m.dOut = a("d_out", t, h);
@@ -102,11 +114,13 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
     m.sharedGate = bT("shared_gate_weights", is, h);
     m.sharedUp = bT("shared_up_weights", is, h);
   }
-  m.dYT = bT("d_y", rc, h);
-  m.hiddenT = bT("hidden", rc, in);
-  m.dGateT = bT("d_gate", rc, in);
-  m.dUpT = bT("d_up", rc, in);
-  m.routedXT = bT("routed_x", rc, h);
+  if (!s.fp8) {
+    m.dYT = bT("d_y", rc, h);
+    m.hiddenT = bT("hidden", rc, in);
+    m.dGateT = bT("d_gate", rc, in);
+    m.dUpT = bT("d_up", rc, in);
+    m.routedXT = bT("routed_x", rc, h);
+  }
   if (s.hasShared()) {
     int64_t t = s.tokens, is = s.sharedInter;
     m.dOutT = bT("d_out", t, h);
@@ -146,6 +160,31 @@ void BackwardGemms::onTensorCores(GemmPlan &g,
 
 void BackwardGemms::routedDown(StringRef dOut, bool gathered) {
   llvm::StringMap<Value> &buf = frame.buf;
+  if (s.fp8) {
+    // d_out's routed E4M3 rows against the transposed down weights
+    // ([E, I, H]: K = H), and d_y's and the hidden rows' column blocks
+    // (K = the routed rows; docs/FP8.md's backward table).
+    GemmPlan g;
+    g.role = "down dgrad";
+    g.a = buf["routed_d_out_q"];
+    g.b = {buf["down_qt"]};
+    g.scales = {buf["routed_d_out_scale"], buf["down_scale_t"]};
+    g.out = buf["d_hidden_u"];
+    g.rowExpert = buf["row_expert"];
+    g.offsets = buf["offsets"];
+    frame.gemm(g);
+    GemmPlan w;
+    w.role = "down weights' gradient";
+    w.a = buf["d_y_t"];     // [H, R]: M = H, K = rows
+    w.b = {buf["hidden_t"]}; // [I, R]: N = I
+    w.scales = {buf["d_y_t_scale"], buf["hidden_t_scale"]};
+    w.kOffsets = buf["offsets"];
+    w.kCounts = buf["counts"];
+    w.out = buf["d_down_weights"];
+    w.accumulate = accumulate;
+    frame.gemm(w);
+    return;
+  }
   GemmPlan g;
   g.role = "down dgrad";
   g.a = buf[dOut];
@@ -234,10 +273,41 @@ void BackwardGemms::gateUp(bool shared) {
     onTensorCores(w, slots);
     frame.gemm(w);
   };
-  dgrad("d_gate", "d_up", "gate_weights", "up_weights", "d_routed_x", true,
-        {tc.dGate, tc.gate, tc.up, tc.dUp});
-  wgrad("d_gate", "routed_x", "d_gate_weights", true, {tc.dGateT, tc.routedXT});
-  wgrad("d_up", "routed_x", "d_up_weights", true, {tc.dUpT, tc.routedXT});
+  if (s.fp8) {
+    // The E4M3 rows of d_gate and d_up against the transposed gate and up
+    // weights ([E, H, I]: K = I), both K-loops into one accumulator; the
+    // weights' gradients from the column blocks.
+    GemmPlan g;
+    g.role = "gate/up dgrad";
+    g.a = buf["d_gate_q"];
+    g.a2 = buf["d_up_q"];
+    g.b = {buf["gate_qt"], buf["up_qt"]};
+    g.scales = {buf["d_gate_scale"], buf["d_up_scale"], buf["gate_scale_t"],
+                buf["up_scale_t"]};
+    g.out = buf["d_routed_x"];
+    g.rowExpert = buf["row_expert"];
+    g.offsets = buf["offsets"];
+    frame.gemm(g);
+    for (StringRef w : {"gate", "up"}) {
+      GemmPlan wg;
+      wg.role = w == "gate" ? "d_gate_weights" : "d_up_weights";
+      wg.a = buf[("d_" + w + "_t").str()];
+      wg.b = {buf["routed_x_t"]};
+      wg.scales = {buf[("d_" + w + "_t_scale").str()],
+                   buf["routed_x_t_scale"]};
+      wg.kOffsets = buf["offsets"];
+      wg.kCounts = buf["counts"];
+      wg.out = buf[("d_" + w + "_weights").str()];
+      wg.accumulate = accumulate;
+      frame.gemm(wg);
+    }
+  } else {
+    dgrad("d_gate", "d_up", "gate_weights", "up_weights", "d_routed_x", true,
+          {tc.dGate, tc.gate, tc.up, tc.dUp});
+    wgrad("d_gate", "routed_x", "d_gate_weights", true,
+          {tc.dGateT, tc.routedXT});
+    wgrad("d_up", "routed_x", "d_up_weights", true, {tc.dUpT, tc.routedXT});
+  }
   if (shared) {
     dgrad("d_shared_gate", "d_shared_up", "shared_gate_weights",
           "shared_up_weights", "d_shared_x", false,
@@ -327,7 +397,7 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   // d_out's routed rows, unscaled (the simt down dgrad's A; the wgmma one
   // gathers them itself) and scaled by the router weight (d_y, the down
   // weights' gradient's A).
-  if (!gatherDOut)
+  if (!gatherDOut && !s.fp8)
     params.push_back({"routed_d_out", "workspace", ty({rc, s.hidden}, bf16)});
   params.push_back({"d_y", "workspace", ty({rc, s.hidden}, bf16)});
   params.push_back({"d_hidden_u", "workspace", ty({rc, s.inter}, f32)});
@@ -343,6 +413,45 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
         {"d_shared_up", "workspace", ty({t, s.sharedInter}, bf16)});
     params.push_back({"d_shared_x", "workspace", ty({t, s.hidden}, bf16)});
   }
+  // FP8 (docs/FP8.md's backward table): d_out's 1 x 128 row blocks (and
+  // their routed copies), the weights transposed (K-major for the dgrads),
+  // d_gate's and d_up's row blocks, and the column blocks of d_y, the
+  // hidden rows, d_gate, d_up and the routed rows of x, stored transposed
+  // for the weight gradients (R' = R rounded up to 128).
+  if (s.fp8) {
+    Type f8 = tb.getType<Float8E4M3FNType>();
+    int64_t e = s.experts, h = s.hidden, in = s.inter, w = s.scaleWidth();
+    int64_t padded = (rc + 127) / 128 * 128;
+    params.push_back({"d_out_q", "workspace", ty({t, h}, f8)});
+    params.push_back(
+        {"d_out_scale", "workspace", ty({h / 128, (t + 3) / 4 * 4}, f32)});
+    params.push_back({"routed_d_out_q", "workspace", ty({rc, h}, f8)});
+    params.push_back({"routed_d_out_scale", "workspace", ty({h / 128, w}, f32)});
+    params.push_back({"gate_qt", "workspace", ty({e, h, in}, f8)});
+    params.push_back(
+        {"gate_scale_t", "workspace", ty({e, h / 128, in / 128}, f32)});
+    params.push_back({"up_qt", "workspace", ty({e, h, in}, f8)});
+    params.push_back(
+        {"up_scale_t", "workspace", ty({e, h / 128, in / 128}, f32)});
+    params.push_back({"down_qt", "workspace", ty({e, in, h}, f8)});
+    params.push_back(
+        {"down_scale_t", "workspace", ty({e, in / 128, h / 128}, f32)});
+    for (StringRef name : {"d_gate", "d_up"}) {
+      params.push_back({(name + "_q").str(), "workspace", ty({rc, in}, f8)});
+      params.push_back(
+          {(name + "_scale").str(), "workspace", ty({in / 128, w}, f32)});
+    }
+    for (auto [name, cols] : {std::pair<StringRef, int64_t>{"d_y", h},
+                              {"hidden", in},
+                              {"routed_x", h},
+                              {"d_gate", in},
+                              {"d_up", in}}) {
+      params.push_back(
+          {(name + "_t").str(), "workspace", ty({cols, padded}, f8)});
+      params.push_back({(name + "_t_scale").str(), "workspace",
+                        ty({padded / 128, cols}, f32)});
+    }
+  }
   params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
   // The kernel's report to the runtime (mk.check_routes, bounded grid
   // barriers): host memory the runtime zeroes and reads after the call.
@@ -354,7 +463,7 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
     for (StringRef name : {"phase_clock", "phase_cycles"})
       params.push_back(
           {name.str(), "workspace",
-           ty({static_cast<int64_t>(backwardPhaseNames(grad).size()) + 1},
+           ty({static_cast<int64_t>(backwardPhaseNames(grad, s).size()) + 1},
               i64)});
   if (!maps.empty())
     params.push_back(
@@ -428,9 +537,35 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
   // Reverse combine: d_out's routed rows scaled (and, for a simt down
   // dgrad, unscaled).
   bool gathersDOut = tc.gatherDOut;
-  if (!gathersDOut)
+  if (!gathersDOut && !s.fp8)
     gather("d_out", "routed_d_out", Value());
   gather("d_out", "d_y", buf["router_weights"]);
+  // FP8: what reads only the inputs and the context is quantized with it:
+  // d_out's rows, the weights transposed, and the column blocks of the
+  // hidden rows and x's routed rows. Then d_out's E4M3 rows are
+  // dispatched, and d_y's column blocks quantized.
+  auto columns = [&](StringRef name) {
+    mk::QuantizeColumnsOp::create(b, loc, buf[name], buf[(name + "_t").str()],
+                                  buf[(name + "_t_scale").str()],
+                                  buf["row_route"], buf["offsets"]);
+  };
+  if (s.fp8) {
+    mk::QuantizeRowsOp::create(b, loc, buf["d_out"], buf["d_out_q"],
+                               buf["d_out_scale"], frame.tokens);
+    for (StringRef w : {"gate", "up", "down"})
+      mk::QuantizeWeightsOp::create(b, loc, buf[(w + "_weights").str()],
+                                    buf[(w + "_qt").str()],
+                                    buf[(w + "_scale_t").str()],
+                                    /*transposed=*/true);
+    columns("hidden");
+    columns("routed_x");
+    barrier();
+    mk::GatherOp::create(b, loc, buf["d_out_q"], buf["row_route"],
+                         buf["offsets"], buf["routed_d_out_q"],
+                         /*scale=*/Value(), buf["d_out_scale"],
+                         buf["routed_d_out_scale"], s.topK);
+    columns("d_y");
+  }
   barrier();
 
   // Down dgrad (fp32, unscaled) and the down weights' gradients.
@@ -451,6 +586,17 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
         buf["shared_hidden"], buf["d_shared_gate"], buf["d_shared_up"], Value(),
         Value(), Value(), Value(), Value(), frame.tokens, limit);
   barrier();
+  // FP8: d_gate's and d_up's row blocks (the dgrad) and column blocks (the
+  // weights' gradients).
+  if (s.fp8) {
+    for (StringRef name : {"d_gate", "d_up"}) {
+      mk::QuantizeRowsOp::create(b, loc, buf[name], buf[(name + "_q").str()],
+                                 buf[(name + "_scale").str()],
+                                 /*tokens=*/Value());
+      columns(name);
+    }
+    barrier();
+  }
 
   // The gate/up dgrad (both K-loops into one accumulator) and the gate and
   // up weights' gradients.
@@ -479,7 +625,8 @@ LogicalResult mok::moe_to_mk::planBackward(ModuleOp module, func::FuncOp func,
   MLIRContext *ctx = module.getContext();
   const mk::TargetSupport &support = options.support;
   Sizes s = sizesOf(grad);
-  SmallVector<StringRef> phases = backwardPhaseNames(grad);
+  s.fp8 = grad.getPrecision() == StringRef("fp8");
+  SmallVector<StringRef> phases = backwardPhaseNames(grad, s);
   if (options.exchanges(grad.getPlanType()))
     return planBackwardEP(module, func, grad, options);
   BackwardMaps tc = backwardMapsFor(ctx, s, support, options.tensorCores,

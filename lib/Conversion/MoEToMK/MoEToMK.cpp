@@ -98,7 +98,7 @@ struct ConvertMoEToMKPass
                            : cast<LayerGradOp>(op).getPrecision();
       PlanType plan = isa<LayerOp>(op) ? cast<LayerOp>(op).getPlanType()
                                        : cast<LayerGradOp>(op).getPlanType();
-      // FP8 on the GPU: the "fp8" forward on simt GEMMs so far; every
+      // FP8 on the GPU: the "fp8" layers, forward and backward; every
       // other FP8 form is refused by name.
       if (fp8QuantizedWeights && precision != StringRef("fp8") &&
           !isa<LayerGradOp>(op)) {
@@ -111,8 +111,6 @@ struct ConvertMoEToMKPass
       if (precision) {
         StringRef unsupported =
             *precision != "fp8" ? "MXFP8 layers (precision = \"mxfp8\") are"
-            : isa<LayerGradOp>(op)
-                ? "the FP8 backward (moe.layer_grad precision = \"fp8\") is"
             : options.exchanges(plan) ? "expert-parallel FP8 layers are"
                                       : "";
         if (!unsupported.empty()) {

@@ -10,9 +10,11 @@
 // RUN: ptxas -arch=sm_100a %t/sm100/k.ptx -o %t/sm100.cubin
 // RUN: ptxas -arch=sm_100a %t/sm100/g.ptx -o %t/sm100-g.cubin
 // RUN: ptxas -arch=sm_90a %t/sm90/d.ptx -o %t/sm90-d.cubin
+// RUN: ptxas -arch=sm_90a -v %t/sm90/c.ptx -o %t/sm90-c.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// RUN: ptxas -arch=sm_100a %t/sm100/c.ptx -o %t/sm100-c.cubin
 
-// The FP8 steps of convert-mk-to-gpu: the row quantizer and the simt GEMMs
-// over E4M3 operands with f32 block scales.
+// The FP8 steps of convert-mk-to-gpu: the row, column and weight
+// quantizers and the simt GEMMs over E4M3 operands with f32 block scales.
 
 // mk.quantize_rows: one warp a 1 x 128 block (row r = i / blocks, block
 // i % blocks), warps spread over the blocks first; lane l holds the block's
@@ -180,3 +182,80 @@ gpu.module @d {
   }
 }
 
+
+// mk.quantize_columns: one warp a 128-row block of 32 columns (a lane a
+// column), over the blocks that hold routed rows (offsets[E], at most
+// src's 200); a row past them or with row_route < 0 reads as zero. An amax
+// pass over the block's rows, then 8 chunks of 16 rows, each packed into
+// one 16-byte store of the column's transposed row (byte stores where
+// values is not 16-byte aligned); scales[block, c].
+// CHECK-LABEL: gpu.func @fp8_columns(
+// CHECK-SAME: %[[H:[^:]*]]: memref<200x128xbf16>, %[[HQ:[^:]*]]: memref<128x256xf8E4M3FN>, %[[HS:[^:]*]]: memref<2x128xf32>, %[[RR:[^:]*]]: memref<200xi64>, %[[OFF:[^:]*]]: memref<3xi64>, %[[D:[^:]*]]: memref<200x64xbf16>, %[[DQ:[^:]*]]: memref<64x256xf8E4M3FN>, %[[DS:[^:]*]]: memref<2x64xf32>, %[[DW:[^:]*]]: memref<2x64x128xf32>
+// CHECK: memref.load %[[OFF]][%c2
+// CHECK: arith.minsi %{{.*}}, %c200
+// CHECK: scf.for
+// CHECK: scf.for %{{.*}} iter_args(%{{.*}}) -> (f32)
+// CHECK: memref.load %[[RR]]
+// CHECK: memref.load %[[H]]
+// CHECK: arith.maximumf
+// CHECK: arith.divf %{{.*}}, %cst{{.*}} : f32
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c8
+// CHECK-COUNT-16: memref.load %[[H]]
+// CHECK-COUNT-8: nvvm.convert.f32x2.to.f8x2
+// CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
+// CHECK: } else {
+// CHECK-COUNT-16: memref.store %{{.*}}, %[[HQ]]
+// CHECK: memref.store %{{.*}}, %[[HS]]
+// The second: every row of src (no row_route), the blocks of values.
+// CHECK: scf.for
+// CHECK: memref.load %[[D]]
+// CHECK-NOT: memref.load %[[RR]]
+// CHECK: memref.store %{{.*}}, %[[DS]]
+// The weight gradient on them (k_groups, simt): out[g, m, n] sums expert
+// g's K rows, each term A's E4M3 value times sa[k/128, m] and B's times
+// sb[k/128, n] (both blocks along K).
+// CHECK: gpu.barrier
+// CHECK: %[[N:.*]] = arith.remsi %{{.*}}, %c128
+// CHECK: %[[M:.*]] = arith.remsi %{{.*}}, %c64
+// CHECK: scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
+// CHECK: %[[KB:.*]] = arith.divsi %[[K]], %c128
+// CHECK: memref.load %[[HS]][%[[KB]], %[[N]]]
+// CHECK: memref.load %[[HQ]][%[[N]], %[[K]]]
+// CHECK: %[[KB2:.*]] = arith.divsi %[[K]], %c128
+// CHECK: memref.load %[[DS]][%[[KB2]], %[[M]]]
+// CHECK: memref.load %[[DQ]][%[[M]], %[[K]]]
+// CHECK: memref.store %{{.*}}, %[[DW]]
+//
+// mk.quantize_weights transposed: the block's amax as above, then lane l
+// quantizes the block's columns l + 32 j, 16 rows at a time, into one
+// 16-byte store of values[e, k, n0 .. n0 + 15]; scales[e, k / 128, n / 128].
+// CHECK-LABEL: gpu.func @weights_t(
+// CHECK-SAME: %[[TW:[^:]*]]: memref<4x256x128xbf16>, %[[TQ:[^:]*]]: memref<4x128x256xf8E4M3FN>, %[[TS:[^:]*]]: memref<4x1x2xf32>)
+// CHECK: %[[TX:.*]] = arith.divsi %{{.*}}, %c2
+// CHECK: %[[TNB:.*]] = arith.remsi %{{.*}}, %c2
+// CHECK: %[[TKB:.*]] = arith.remsi %{{.*}}, %c1
+// CHECK: gpu.shuffle  xor
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c32
+// CHECK-COUNT-16: memref.load %[[TW]][%[[TX]], %{{.*}}, %{{.*}}]
+// CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
+// CHECK: } else {
+// CHECK-COUNT-16: memref.store %{{.*}}, %[[TQ]]
+// CHECK: memref.store %{{.*}}, %[[TS]][%[[TX]], %[[TKB]], %[[TNB]]]
+gpu.module @c {
+  gpu.func @fp8_columns(%h: memref<200x128xbf16>, %hq: memref<128x256xf8E4M3FN>, %hs: memref<2x128xf32>,
+                        %rr: memref<200xi64>, %off: memref<3xi64>,
+                        %d: memref<200x64xbf16>, %dq: memref<64x256xf8E4M3FN>, %ds: memref<2x64xf32>,
+                        %dw: memref<2x64x128xf32>, %bar: memref<2xi32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    mk.quantize_columns %h into %hq, %hs routed(%rr, %off : memref<200xi64>, memref<3xi64>) : memref<200x128xbf16> -> memref<128x256xf8E4M3FN>, memref<2x128xf32>
+    mk.quantize_columns %d into %dq, %ds : memref<200x64xbf16> -> memref<64x256xf8E4M3FN>, memref<2x64xf32>
+    mk.grid_barrier %bar : memref<2xi32>
+    mk.gemm store %dq, %hq into %dw k_groups(%off : memref<3xi64>) scales(%ds, %hs : memref<2x64xf32>, memref<2x128xf32>) schedule <simt> : memref<64x256xf8E4M3FN>, memref<128x256xf8E4M3FN> -> memref<2x64x128xf32>
+    gpu.return
+  }
+  gpu.func @weights_t(%w: memref<4x256x128xbf16>, %q: memref<4x128x256xf8E4M3FN>, %s: memref<4x1x2xf32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    mk.quantize_weights %w into %q, %s transposed : memref<4x256x128xbf16> -> memref<4x128x256xf8E4M3FN>, memref<4x1x2xf32>
+    gpu.return
+  }
+}

@@ -5,7 +5,7 @@
 // RUN: sed -e 's/ {precision = "fp8"}//' %s | not mok-opt --convert-moe-to-mk=fp8-quantized-weights=true 2>&1 | FileCheck %s --check-prefix=GIVEN-BF16
 // RUN: not mok-opt %s --convert-moe-to-mk=chip=sm_100a 2>&1 | FileCheck %s --check-prefix=TC
 // RUN: not mok-opt %s --convert-moe-to-mk=warp-specialize=true 2>&1 | FileCheck %s --check-prefix=WS
-// RUN: not mok-opt %s --moe-generate-backward --convert-moe-to-mk="tensor-cores=false" 2>&1 | FileCheck %s --check-prefix=BWD
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="tensor-cores=false" | FileCheck %s --check-prefix=BWD
 // RUN: sed -e 's/ep = 1/ep = 2/' -e 's/4x128x256/2x128x256/g' -e 's/4x256x128/2x256x128/g' %s | not mok-opt --convert-moe-to-mk="tensor-cores=false" 2>&1 | FileCheck %s --check-prefix=EP
 
 // The FP8 forward (precision = "fp8") on simt GEMMs: x's 1 x 128 blocks
@@ -73,7 +73,43 @@
 // GIVEN-BF16: error: convert-moe-to-mk: fp8-quantized-weights is for FP8 layers (precision = "fp8"); this layer's precision is "bf16"
 // TC: error: convert-moe-to-mk: FP8 layers (precision = "fp8") on sm_100a run on scalar GEMMs only so far: compile them with tensor-cores=false (tcgen05's block-scaled FP8 is not implemented yet)
 // WS: error: convert-moe-to-mk: warp-specialize is not implemented for FP8 layers (precision = "fp8")
-// BWD: error: convert-moe-to-mk: the FP8 backward (moe.layer_grad precision = "fp8") is not supported by the GPU targets yet; the CPU target runs it (--moe-to-cpu)
+// The FP8 backward (docs/FP8.md's backward table), after the plan:
+// d_out's row blocks, the weights quantized transposed (K-major for the
+// dgrads), and the column blocks of the saved hidden rows and x's routed
+// rows, with the reverse combine; then d_out's E4M3 rows dispatched and
+// d_y's column blocks; the down dgrad (f32) and the down weights'
+// gradient (k_groups, both scales [K/128, S]); the SwiGLU backward; d_gate
+// and d_up in row and column blocks; the gate/up dgrad (concat, the two
+// K-loops with their own scales) and the gate and up weights' gradients.
+// BWD-LABEL: gpu.func @fp8_layer_backward_backward(
+// BWD: mk.assign_rows %{{[^,]*}}, %[[OFF:[^,]*]], %{{[^ ]*}} into %{{[^,]*}}, %[[RR:[^,]*]], %{{[^ ]*}} {
+// BWD: mk.grid_barrier
+// BWD-NEXT: mk.gather %[[DOUT:[^,]*]], %[[RR]], %[[OFF]] into %[[DY:[^ ]*]] scale(
+// BWD-NEXT: mk.quantize_rows %[[DOUT]] into %[[DOUTQ:[^,]*]], %[[DOUTS:[^ ]*]] : memref<40x256xbf16> -> memref<40x256xf8E4M3FN>, memref<2x40xf32>
+// BWD-NEXT: mk.quantize_weights %{{[^ ]*}} into %[[GQT:[^,]*]], %[[GST:[^ ]*]] transposed : memref<4x128x256xbf16> -> memref<4x256x128xf8E4M3FN>, memref<4x2x1xf32>
+// BWD-NEXT: mk.quantize_weights %{{[^ ]*}} into %[[UQT:[^,]*]], %[[UST:[^ ]*]] transposed
+// BWD-NEXT: mk.quantize_weights %{{[^ ]*}} into %[[DQT:[^,]*]], %[[DST:[^ ]*]] transposed : memref<4x256x128xbf16> -> memref<4x128x256xf8E4M3FN>, memref<4x1x2xf32>
+// BWD-NEXT: mk.quantize_columns %{{[^ ]*}} into %[[HT:[^,]*]], %[[HTS:[^ ]*]] routed(%[[RR]], %[[OFF]] : memref<588xi64>, memref<5xi64>) : memref<588x128xbf16> -> memref<128x640xf8E4M3FN>, memref<5x128xf32>
+// BWD-NEXT: mk.quantize_columns %{{[^ ]*}} into %[[XT:[^,]*]], %[[XTS:[^ ]*]] routed(%[[RR]], %[[OFF]] : memref<588xi64>, memref<5xi64>) : memref<588x256xbf16> -> memref<256x640xf8E4M3FN>, memref<5x256xf32>
+// BWD-NEXT: mk.grid_barrier
+// BWD-NEXT: mk.gather %[[DOUTQ]], %[[RR]], %[[OFF]] into %[[RDQ:[^ ]*]] block_scales(%[[DOUTS]] into %[[RDS:[^ ]*]] : memref<2x40xf32> -> memref<2x588xf32>)
+// BWD-NEXT: mk.quantize_columns %[[DY]] into %[[DYT:[^,]*]], %[[DYTS:[^ ]*]] routed(%[[RR]], %[[OFF]]
+// BWD-NEXT: mk.grid_barrier
+// BWD-NEXT: mk.gemm store %[[RDQ]], %[[DQT]] into %[[DHU:[^ ]*]] grouped(%{{[^,]*}}, %[[OFF]] : memref<588xi64>, memref<5xi64>) scales(%[[RDS]], %[[DST]] : memref<2x588xf32>, memref<4x1x2xf32>) schedule <simt> : memref<588x256xf8E4M3FN>, memref<4x128x256xf8E4M3FN> -> memref<588x128xf32>
+// BWD-NEXT: mk.gemm store %[[DYT]], %[[HT]] into %{{[^ ]*}} k_groups(%[[OFF]] : memref<5xi64>) k_counts(%{{[^ ]*}} : memref<4xi64>) scales(%[[DYTS]], %[[HTS]] : memref<5x256xf32>, memref<5x128xf32>) schedule <simt> : memref<256x640xf8E4M3FN>, memref<128x640xf8E4M3FN> -> memref<4x256x128xbf16>
+// BWD-NEXT: mk.grid_barrier
+// BWD-NEXT: mk.swiglu_grad %[[DHU]], {{.*}} into %[[DG:[^,]*]], %[[DU:[^ ]*]] routes(
+// BWD-NEXT: mk.grid_barrier
+// BWD-NEXT: mk.quantize_rows %[[DG]] into %[[DGQ:[^,]*]], %[[DGS:[^ ]*]] : memref<588x128xbf16> -> memref<588x128xf8E4M3FN>, memref<1x588xf32>
+// BWD-NEXT: mk.quantize_columns %[[DG]] into %[[DGT:[^,]*]], %[[DGTS:[^ ]*]] routed(
+// BWD-NEXT: mk.quantize_rows %[[DU]] into %[[DUQ:[^,]*]], %[[DUS:[^ ]*]] :
+// BWD-NEXT: mk.quantize_columns %[[DU]] into %[[DUT:[^,]*]], %[[DUTS:[^ ]*]] routed(
+// BWD-NEXT: mk.grid_barrier
+// BWD-NEXT: mk.gemm store %[[DGQ]], %[[GQT]], %[[UQT]] into %{{[^ ]*}} grouped(%{{[^)]*}}) concat(%[[DUQ]] : memref<588x128xf8E4M3FN>) scales(%[[DGS]], %[[DUS]], %[[GST]], %[[UST]] :
+// BWD-NEXT: mk.gemm store %[[DGT]], %[[XT]] into %{{[^ ]*}} k_groups(%[[OFF]] : memref<5xi64>) k_counts(%{{[^ ]*}} : memref<4xi64>) scales(%[[DGTS]], %[[XTS]] :
+// BWD-NEXT: mk.gemm store %[[DUT]], %[[XT]] into %{{[^ ]*}} k_groups(%[[OFF]] : memref<5xi64>) k_counts(%{{[^ ]*}} : memref<4xi64>) scales(%[[DUTS]], %[[XTS]] :
+// BWD-NEXT: mk.grid_barrier
+// BWD-NEXT: mk.combine
 // EP: error: convert-moe-to-mk: expert-parallel FP8 layers are not supported by the GPU targets yet; the CPU target runs them (--moe-to-cpu)
 func.func @fp8_layer(%x: tensor<40x256xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>, %wg: tensor<4x128x256xbf16>, %wu: tensor<4x128x256xbf16>, %wd: tensor<4x256x128xbf16>) -> tensor<40x256xbf16> {
   %out = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd

@@ -603,7 +603,7 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @k_groups_no_transpose_a(%a: memref<108x64xbf16>, %b: memref<108x32xbf16>, %o: memref<4x64x32xbf16>, %off: memref<5xi64>) kernel {
-    // expected-error @+1 {{k_groups needs transpose_a and transpose_b (A [K, M] and B [K, N], K over the routed rows) and no grouped}}
+    // expected-error @+1 {{k_groups needs transpose_a and transpose_b (A [K, M] and B [K, N], K over the routed rows; FP8: A [M, K] and B [N, K]) and no grouped}}
     mk.gemm store %a, %b into %o k_groups(%off : memref<5xi64>) schedule <simt> {transpose_b} : memref<108x64xbf16>, memref<108x32xbf16> -> memref<4x64x32xbf16>
     gpu.return
   }
@@ -613,7 +613,7 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @k_groups_grouped(%a: memref<108x64xbf16>, %b: memref<4x108x32xbf16>, %o: memref<4x64x32xbf16>, %re: memref<64xi64>, %off: memref<5xi64>) kernel {
-    // expected-error @+1 {{k_groups needs transpose_a and transpose_b (A [K, M] and B [K, N], K over the routed rows) and no grouped}}
+    // expected-error @+1 {{k_groups needs transpose_a and transpose_b (A [K, M] and B [K, N], K over the routed rows; FP8: A [M, K] and B [N, K]) and no grouped}}
     mk.gemm store %a, %b into %o grouped(%re, %off : memref<64xi64>, memref<5xi64>) k_groups(%off : memref<5xi64>) schedule <simt> {transpose_a, transpose_b} : memref<108x64xbf16>, memref<4x108x32xbf16> -> memref<4x64x32xbf16>
     gpu.return
   }
@@ -1311,7 +1311,7 @@ gpu.module @k {
 
 gpu.module @k {
   gpu.func @fp8_transposed(%a: memref<128x128xf8E4M3FN>, %b: memref<128x128xf8E4M3FN>, %o: memref<128x128xbf16>, %s: memref<1x128xf32>, %sb: memref<1x1xf32>) kernel {
-    // expected-error @+1 {{FP8 operands are K-major (A [M, K], B [N, K]): no transpose_a, transpose_b, k_groups or gathered A}}
+    // expected-error @+1 {{FP8 operands are K-major (A [M, K], B [N, K]): no transpose_a, transpose_b or gathered A}}
     mk.gemm store %a, %b into %o scales(%s, %sb : memref<1x128xf32>, memref<1x1xf32>) schedule <simt> {transpose_b} : memref<128x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<128x128xbf16>
     gpu.return
   }
@@ -1453,6 +1453,106 @@ gpu.module @k {
   gpu.func @gather_fp8_blocks(%x: memref<40x256xf8E4M3FN>, %xs: memref<1x40xf32>, %rr: memref<108xi64>, %off: memref<5xi64>, %rx: memref<108x256xf8E4M3FN>, %rs: memref<2x108xf32>) kernel {
     // expected-error @+1 {{x_scales dimension 0 must be 2 (the hidden size / 128), got 1}}
     mk.gather %x, %rr, %off into %rx block_scales(%xs into %rs : memref<1x40xf32> -> memref<2x108xf32>) {top_k = 2 : i64} : memref<40x256xf8E4M3FN>, memref<108xi64>, memref<5xi64> -> memref<108x256xf8E4M3FN>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @fp8_k_groups_b_scales(%a: memref<256x256xf8E4M3FN>, %b: memref<128x256xf8E4M3FN>, %o: memref<2x256x128xf32>, %off: memref<3xi64>, %sa: memref<2x256xf32>, %sb: memref<1x2x2xf32>) kernel {
+    // expected-error @+1 {{with k_groups the B operand's scales are [K/128, S], S >= N}}
+    mk.gemm store %a, %b into %o k_groups(%off : memref<3xi64>) scales(%sa, %sb : memref<2x256xf32>, memref<1x2x2xf32>) schedule <simt> : memref<256x256xf8E4M3FN>, memref<128x256xf8E4M3FN> -> memref<2x256x128xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @fp8_k_groups_b_width(%a: memref<256x256xf8E4M3FN>, %b: memref<128x256xf8E4M3FN>, %o: memref<2x256x128xf32>, %off: memref<3xi64>, %sa: memref<2x256xf32>, %sb: memref<2x64xf32>) kernel {
+    // expected-error @+1 {{B scales dimension 1 must be at least N (128) and a multiple of 4, got 64}}
+    mk.gemm store %a, %b into %o k_groups(%off : memref<3xi64>) scales(%sa, %sb : memref<2x256xf32>, memref<2x64xf32>) schedule <simt> : memref<256x256xf8E4M3FN>, memref<128x256xf8E4M3FN> -> memref<2x256x128xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @weights_transposed_values(%w: memref<4x256x128xbf16>, %q: memref<4x256x128xf8E4M3FN>, %s: memref<4x1x2xf32>) kernel {
+    // expected-error @+1 {{values dimension 1 must be 128 (src's, transposed), got 256}}
+    mk.quantize_weights %w into %q, %s transposed : memref<4x256x128xbf16> -> memref<4x256x128xf8E4M3FN>, memref<4x1x2xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @weights_transposed_scales(%w: memref<4x256x128xbf16>, %q: memref<4x128x256xf8E4M3FN>, %s: memref<4x2x1xf32>) kernel {
+    // expected-error @+1 {{scales dimension 1 must be 1 (one scale a 128 x 128 block), got 2}}
+    mk.quantize_weights %w into %q, %s transposed : memref<4x256x128xbf16> -> memref<4x128x256xf8E4M3FN>, memref<4x2x1xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @columns_values(%x: memref<200x64xbf16>, %q: memref<64x200xf8E4M3FN>, %s: memref<2x64xf32>) kernel {
+    // expected-error @+1 {{values dimension 1 (200) must be src's rows (200) or more, a multiple of 128, the block}}
+    mk.quantize_columns %x into %q, %s : memref<200x64xbf16> -> memref<64x200xf8E4M3FN>, memref<2x64xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @columns_transposed(%x: memref<200x64xbf16>, %q: memref<200x256xf8E4M3FN>, %s: memref<2x64xf32>) kernel {
+    // expected-error @+1 {{values dimension 0 must be 64 (src's columns), got 200}}
+    mk.quantize_columns %x into %q, %s : memref<200x64xbf16> -> memref<200x256xf8E4M3FN>, memref<2x64xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @columns_scale_rows(%x: memref<200x64xbf16>, %q: memref<64x256xf8E4M3FN>, %s: memref<1x64xf32>) kernel {
+    // expected-error @+1 {{scales dimension 0 must be 2 (values' columns / 128, one row of scales a block), got 1}}
+    mk.quantize_columns %x into %q, %s : memref<200x64xbf16> -> memref<64x256xf8E4M3FN>, memref<1x64xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @columns_scale_width(%x: memref<200x64xbf16>, %q: memref<64x256xf8E4M3FN>, %s: memref<2x62xf32>) kernel {
+    // expected-error @+1 {{scales dimension 1 must be at least src's columns (64) and a multiple of 4, got 62}}
+    mk.quantize_columns %x into %q, %s : memref<200x64xbf16> -> memref<64x256xf8E4M3FN>, memref<2x62xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @columns_lanes(%x: memref<200x48xbf16>, %q: memref<48x256xf8E4M3FN>, %s: memref<2x48xf32>) kernel {
+    // expected-error @+1 {{src's columns (48) must be a multiple of 32 (a warp's lanes)}}
+    mk.quantize_columns %x into %q, %s : memref<200x48xbf16> -> memref<48x256xf8E4M3FN>, memref<2x48xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @columns_row_route(%x: memref<200x64xbf16>, %q: memref<64x256xf8E4M3FN>, %s: memref<2x64xf32>, %rr: memref<100xi64>, %off: memref<5xi64>) kernel {
+    // expected-error @+1 {{row_route dimension 0 must be 200 (src's rows), got 100}}
+    mk.quantize_columns %x into %q, %s routed(%rr, %off : memref<100xi64>, memref<5xi64>) : memref<200x64xbf16> -> memref<64x256xf8E4M3FN>, memref<2x64xf32>
     gpu.return
   }
 }

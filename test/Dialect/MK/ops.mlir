@@ -236,9 +236,30 @@ gpu.module @fp8_kernels {
 // FP8 weights: E4M3 values and f32 scales of 128 x 128 blocks.
 // CHECK-LABEL: gpu.func @fp8_weights
 // CHECK: mk.quantize_weights %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<4x256x128xbf16> -> memref<4x256x128xf8E4M3FN>, memref<4x2x1xf32>
+// CHECK: mk.quantize_weights %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} transposed : memref<4x256x128xbf16> -> memref<4x128x256xf8E4M3FN>, memref<4x1x2xf32>
 gpu.module @fp8_weight_kernels {
-  gpu.func @fp8_weights(%w: memref<4x256x128xbf16>, %q: memref<4x256x128xf8E4M3FN>, %s: memref<4x2x1xf32>) kernel {
+  gpu.func @fp8_weights(%w: memref<4x256x128xbf16>, %q: memref<4x256x128xf8E4M3FN>, %s: memref<4x2x1xf32>,
+                        %qt: memref<4x128x256xf8E4M3FN>, %st: memref<4x1x2xf32>) kernel {
     mk.quantize_weights %w into %q, %s : memref<4x256x128xbf16> -> memref<4x256x128xf8E4M3FN>, memref<4x2x1xf32>
+    mk.quantize_weights %w into %qt, %st transposed : memref<4x256x128xbf16> -> memref<4x128x256xf8E4M3FN>, memref<4x1x2xf32>
+    gpu.return
+  }
+}
+
+// FP8 columns: 128 x 1 blocks stored transposed, all rows or the plan's
+// routed rows; and the weight gradient that reads them (k_groups, both
+// operands' scales [K/128, S]).
+// CHECK-LABEL: gpu.func @fp8_columns
+// CHECK: mk.quantize_columns %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<200x64xbf16> -> memref<64x256xf8E4M3FN>, memref<2x64xf32>
+// CHECK: mk.quantize_columns %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} routed(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<200xi64>, memref<3xi64>) : memref<200x128xbf16> -> memref<128x256xf8E4M3FN>, memref<2x128xf32>
+// CHECK: mk.gemm store %{{.*}}, %{{.*}} into %{{.*}} k_groups(%{{.*}} : memref<3xi64>) scales(%{{.*}}, %{{.*}} : memref<2x64xf32>, memref<2x128xf32>) schedule <simt> : memref<64x256xf8E4M3FN>, memref<128x256xf8E4M3FN> -> memref<2x64x128xf32>
+gpu.module @fp8_column_kernels {
+  gpu.func @fp8_columns(%x: memref<200x64xbf16>, %q: memref<64x256xf8E4M3FN>, %s: memref<2x64xf32>,
+                        %h: memref<200x128xbf16>, %hq: memref<128x256xf8E4M3FN>, %hs: memref<2x128xf32>,
+                        %rr: memref<200xi64>, %off: memref<3xi64>, %dw: memref<2x64x128xf32>) kernel {
+    mk.quantize_columns %x into %q, %s : memref<200x64xbf16> -> memref<64x256xf8E4M3FN>, memref<2x64xf32>
+    mk.quantize_columns %h into %hq, %hs routed(%rr, %off : memref<200xi64>, memref<3xi64>) : memref<200x128xbf16> -> memref<128x256xf8E4M3FN>, memref<2x128xf32>
+    mk.gemm store %q, %hq into %dw k_groups(%off : memref<3xi64>) scales(%s, %hs : memref<2x64xf32>, memref<2x128xf32>) schedule <simt> : memref<64x256xf8E4M3FN>, memref<128x256xf8E4M3FN> -> memref<2x64x128xf32>
     gpu.return
   }
 }

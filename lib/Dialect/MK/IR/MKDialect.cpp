@@ -258,18 +258,56 @@ LogicalResult QuantizeRowsOp::verify() {
   return success();
 }
 
+LogicalResult QuantizeColumnsOp::verify() {
+  Value src = getSrc(), values = getValues(), scales = getScales();
+  int64_t rows = dim(src, 0), cols = dim(src, 1);
+  if (failed(expectDim(*this, values, "values", 0, cols, "src's columns")))
+    return failure();
+  int64_t padded = dim(values, 1);
+  if (!ShapedType::isDynamic(padded)) {
+    if (padded % 128 || (!ShapedType::isDynamic(rows) && padded < rows))
+      return emitOpError() << "values dimension 1 (" << padded
+                           << ") must be src's rows (" << rows
+                           << ") or more, a multiple of 128, the block";
+    if (failed(expectDim(*this, scales, "scales", 0, padded / 128,
+                         "values' columns / 128, one row of scales a block")))
+      return failure();
+  }
+  int64_t width = dim(scales, 1);
+  if (!ShapedType::isDynamic(width) && !ShapedType::isDynamic(cols) &&
+      (width < cols || width % 4))
+    return emitOpError() << "scales dimension 1 must be at least src's "
+                            "columns ("
+                         << cols << ") and a multiple of 4, got " << width;
+  if (!ShapedType::isDynamic(cols) && cols % 32)
+    return emitOpError() << "src's columns (" << cols
+                         << ") must be a multiple of 32 (a warp's lanes)";
+  if (static_cast<bool>(getRowRoute()) != static_cast<bool>(getOffsets()))
+    return emitOpError("routed needs both row_route and offsets");
+  if (Value rowRoute = getRowRoute())
+    if (failed(expectDim(*this, rowRoute, "row_route", 0, rows, "src's rows")))
+      return failure();
+  return success();
+}
+
 LogicalResult QuantizeWeightsOp::verify() {
   Value src = getSrc();
+  // (transposed: values and scales [E, K, N], src's dimensions 0, 2, 1.)
+  unsigned from[3] = {0, 1, 2};
+  if (getTransposed())
+    std::swap(from[1], from[2]);
   for (unsigned i = 0; i < 3; ++i)
-    if (failed(expectDim(*this, getValues(), "values", i, dim(src, i),
-                         "src's")))
+    if (failed(expectDim(*this, getValues(), "values", i, dim(src, from[i]),
+                         getTransposed() ? "src's, transposed" : "src's")))
       return failure();
-  int64_t blocks[3] = {dim(src, 0), dim(src, 1), dim(src, 2)};
+  int64_t blocks[3] = {dim(src, from[0]), dim(src, from[1]),
+                       dim(src, from[2])};
   for (unsigned i = 1; i < 3; ++i) {
     if (ShapedType::isDynamic(blocks[i]))
       continue;
     if (blocks[i] % 128)
-      return emitOpError() << "src dimension " << i << " (" << blocks[i]
+      return emitOpError() << "src dimension " << from[i] << " ("
+                           << blocks[i]
                            << ") must be a multiple of 128, the block";
     blocks[i] /= 128;
   }
@@ -346,9 +384,9 @@ LogicalResult GemmOp::verifyFp8(int64_t m, int64_t k, int64_t n) {
                          "operands take none");
     return success();
   }
-  if (getTransposeA() || getTransposeB() || getKOffsets() || getGatherRows())
+  if (getTransposeA() || getTransposeB() || getGatherRows())
     return emitOpError("FP8 operands are K-major (A [M, K], B [N, K]): no "
-                       "transpose_a, transpose_b, k_groups or gathered A");
+                       "transpose_a, transpose_b or gathered A");
   if (scales.size() != operands.size())
     return emitOpError() << "FP8 operands need one scale buffer each (a, "
                             "a2, then each B): expected "
@@ -373,6 +411,22 @@ LogicalResult GemmOp::verifyFp8(int64_t m, int64_t k, int64_t n) {
         (width < m || width % 4))
       return emitOpError() << "A scales dimension 1 must be at least a's rows ("
                            << m << ") and a multiple of 4, got " << width;
+  }
+  // k_groups (a weight gradient, K the routed rows): both operands'
+  // blocks run along K, so B's scales are [K/128, S >= N] as A's.
+  if (getKOffsets()) {
+    Value s = scales[activations];
+    if (cast<MemRefType>(s.getType()).getRank() != 2 ||
+        failed(expectDim(*this, s, "B scales", 0, kBlocks,
+                         "K / 128, one row of scales a block")))
+      return emitOpError("with k_groups the B operand's scales are "
+                         "[K/128, S], S >= N");
+    int64_t width = dim(s, 1);
+    if (!ShapedType::isDynamic(width) && !ShapedType::isDynamic(n) &&
+        (width < n || width % 4))
+      return emitOpError() << "B scales dimension 1 must be at least N (" << n
+                           << ") and a multiple of 4, got " << width;
+    return success();
   }
   bool grouped = isGrouped();
   for (unsigned i = activations; i < scales.size(); ++i) {
@@ -432,9 +486,12 @@ LogicalResult GemmOp::verify() {
     return emitOpError("tokens (a's token rows) applies to a GEMM over token "
                        "rows: not grouped, no k_groups (their rows come from "
                        "the routing plan)");
-  if (kGroups && (!ta || !tb || isGrouped()))
+  // (FP8: K-major operands, A [M, K] and B [N, K]; verifyFp8 refuses the
+  // transposes.)
+  if (kGroups && ((!isFp8() && (!ta || !tb)) || isGrouped()))
     return emitOpError("k_groups needs transpose_a and transpose_b (A [K, M] "
-                       "and B [K, N], K over the routed rows) and no grouped");
+                       "and B [K, N], K over the routed rows; FP8: A [M, K] "
+                       "and B [N, K]) and no grouped");
   if (kGroups && (getEpilogue() != Epilogue::store || numB != 1))
     return emitOpError("k_groups needs the store epilogue with one B operand "
                        "(no concat)");

@@ -422,6 +422,50 @@ def MK_QuantizeRowsOp : MK_Op<"quantize_rows"> {
   let hasVerifier = 1;
 }
 
+def MK_QuantizeColumnsOp : MK_Op<"quantize_columns", [AttrSizedOperandSegments]> {
+  let summary = "FP8: E4M3 values and f32 scales of 128 x 1 column blocks, "
+                "stored transposed";
+  let description = [{
+    Block-scaled FP8 of a bf16 matrix `src [R, C]` whose blocks are 128
+    consecutive rows of one column, by `mk.quantize_rows`' rule, stored
+    transposed (K-major for a GEMM that reduces over the rows):
+    `values [C, R']` (R' >= R, a multiple of 128) with `values[c, r] =
+    E4M3(f32(src[r, c] / s))` for block `b = r / 128` of column `c`, and
+    `scales [R' / 128, S]` (S >= C, a multiple of 4) with `scales[b, c] =
+    s`. Rows past R read as zeros.
+
+    With `routed(%row_route, %offsets)` the rows are the routing plan's:
+    only the blocks holding routed rows (`r < offsets[E]`) are written, and
+    a padding row (`row_route[r] < 0`) reads as zeros whatever `src` holds
+    there. So a weight gradient's K loop over an expert's segment (a
+    multiple of 128 rows, the FP8 padding) reads only its own rows.
+
+    The backward of the FP8 layers (`precision = "fp8"`) quantizes d_y, the
+    hidden activation, d_gate, d_up and the routed rows of x so for the
+    weight gradients. convert-mk-to-gpu gives each block of 32 columns to a
+    warp (a lane a column): an amax pass, then the quantizing pass, which
+    stores 16 consecutive values of a column at a time.
+
+    ```mlir
+    mk.quantize_columns %d_y into %d_y_t, %d_y_t_scales
+        routed(%row_route, %offsets : memref<640xi64>, memref<5xi64>)
+        : memref<640x256xbf16> -> memref<256x640xf8E4M3FN>, memref<5x256xf32>
+    ```
+  }];
+  let arguments = (ins Arg<MK_Bf16Matrix, "", [MemRead]>:$src,
+                       Arg<MemRefRankOf<[F8E4M3FN], [2]>, "", [MemWrite]>:$values,
+                       Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$scales,
+                       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$row_route,
+                       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$offsets);
+  let assemblyFormat = [{
+    $src `into` $values `,` $scales
+    (`routed` `(` $row_route^ `,` $offsets `:` type($row_route) `,`
+     type($offsets) `)`)? attr-dict
+    `:` type($src) `->` type($values) `,` type($scales)
+  }];
+  let hasVerifier = 1;
+}
+
 def MK_QuantizeWeightsOp : MK_Op<"quantize_weights"> {
   let summary = "FP8: E4M3 values and f32 scales of 128 x 128 weight blocks";
   let description = [{
@@ -434,21 +478,31 @@ def MK_QuantizeWeightsOp : MK_Op<"quantize_weights"> {
     NaN values (`0x7F` with each element's sign). The scales have the
     layout FP8 `mk.gemm` reads for its B operands.
 
+    With `transposed` the values and scales are those of `src` transposed,
+    `values [E, K, N]` and `scales [E, K/128, N/128]`: the blocks are
+    square, so they are the same blocks and scales, stored transposed. The
+    backward's GEMMs reduce over the weights' other dimension and read them
+    so, K-major as E4M3 wgmma requires.
+
     The FP8 layers' weights (`precision = "fp8"`: gate, up and down),
     quantized inside the kernel at every call. convert-mk-to-gpu gives each
     block to one warp of a kernel of whole warps: an amax pass over the
-    block, then the quantizing pass.
+    block, then the quantizing pass (transposed: a lane a column of the
+    block, 16 consecutive values of its output row at a time).
 
     ```mlir
     mk.quantize_weights %gate into %gate_q, %gate_scales
         : memref<4x256x128xbf16> -> memref<4x256x128xf8E4M3FN>, memref<4x2x1xf32>
+    mk.quantize_weights %down into %down_t, %down_t_scales transposed
+        : memref<4x256x128xbf16> -> memref<4x128x256xf8E4M3FN>, memref<4x1x2xf32>
     ```
   }];
   let arguments = (ins Arg<MemRefRankOf<[BF16], [3]>, "", [MemRead]>:$src,
                        Arg<MemRefRankOf<[F8E4M3FN], [3]>, "", [MemWrite]>:$values,
-                       Arg<MemRefRankOf<[F32], [3]>, "", [MemWrite]>:$scales);
+                       Arg<MemRefRankOf<[F32], [3]>, "", [MemWrite]>:$scales,
+                       UnitAttr:$transposed);
   let assemblyFormat = [{
-    $src `into` $values `,` $scales attr-dict
+    $src `into` $values `,` $scales (`transposed` $transposed^)? attr-dict
     `:` type($src) `->` type($values) `,` type($scales)
   }];
   let hasVerifier = 1;
@@ -555,16 +609,22 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     `t` rows, so that TMA reads the rows past them as zeros.
 
     *FP8* (`f8E4M3FN` operands, `precision = "fp8"` layers): `a`, `a2` and
-    every B are E4M3 together, K-major (no `transpose_a`, `transpose_b`,
-    `k_groups` or gathered A), with K and N multiples of 128, and
+    every B are E4M3 together, K-major (no `transpose_a`, `transpose_b` or
+    gathered A), with K and N multiples of 128, and
     `scales(%sa[, %sa2], %sb_0[, %sb_1])` gives their f32 block scales in
     that order: `sa [K/128, S]` (`S >= a's rows`, a multiple of 4;
     `mk.quantize_rows`' layout) with `a(r, k) = f32(a[r, k]) * sa[k/128,
     r]`, and each B's `[E, N/128, K/128]` (`[N/128, K/128]` not grouped)
     with `b(c, k) = f32(b[e, c, k]) * sb[e, c/128, k/128]`: 1 x 128
-    activation blocks and 128 x 128 weight blocks, each dequantized value
-    an f32 product, then the GEMM above. `simt` sums the products in k
-    order; the tensor-core engines do not implement FP8 yet.
+    activation blocks and 128 x 128 weight blocks. With `k_groups` (a weight
+    gradient: A `[M, K]` and B `[N, K]`, K the routed rows, as
+    `mk.quantize_columns` writes them) both operands' blocks run along K:
+    B's scales are `[K/128, S]` (`S >= N`) with `b(c, k) = f32(b[c, k]) *
+    sb[k/128, c]`. Each dequantized value is an f32 product, then the GEMM
+    above. `simt` sums the products in k order; `wgmma` (sm_90a) sums each
+    128-K block's E4M3 products on the tensor cores and adds the block's
+    sums to fp32 accumulators times the two scales, so its results differ
+    from `simt`'s in the last bits; tcgen05 does not implement FP8 yet.
 
     ```mlir
     mk.gemm store %hidden, %down into %routed_y
