@@ -322,7 +322,9 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
           barriers, t.mapA, ValueRange{e.add(aCol, e.index(i * kTileM)), kc},
           stage, Value(), Value());
   } else if (!p.gatherRows) {
-    tma(t.mapA, p.tileM, base, t.m0);
+    // (K-major A with K in groups, FP8's weight gradients: A's rows are
+    // out's M within the group.)
+    tma(t.mapA, p.tileM, base, t.aCol ? t.aCol : t.m0);
   }
   if (p.transposeB) {
     tmaTransposed(t.mapB0, kc);

@@ -214,14 +214,15 @@ Task GemmEmitter::taskAt(const GemmPhase &p, Value task) {
     Value end = e.toIndex(e.load(p.kOffsets, {e.add(group, e.index(1))}));
     t.kBase = begin;
     Value rows = e.sub(end, begin);
+    int64_t tileK = p.tileK(); // (FP8: 128 routed rows, a scale block)
     if (p.kCounts) // whole k-tiles over the counted rows
       rows = arith::MinSIOp::create(
           b, loc, rows,
           e.mul(e.div(e.add(e.toIndex(e.load(p.kCounts, {group})),
-                            e.index(kTileK - 1)),
-                      e.index(kTileK)),
-                e.index(kTileK)));
-    t.kTiles = e.div(rows, e.index(kTileK));
+                            e.index(tileK - 1)),
+                      e.index(tileK)),
+                e.index(tileK)));
+    t.kTiles = e.div(rows, e.index(tileK));
     t.aCol = e.sub(m0, e.mul(group, e.index(p.groupRows)));
   } else if (p.kRows) {
     t.kTiles =

@@ -138,21 +138,27 @@ Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
   WgmmaAttrs attrs = wgmmaAttrs(ctx);
 
   // The scales of this k-tile: this thread's two rows' (16w + l/4 and + 8
-  // of its warpgroup's 64) and each B operand's block (uniform).
+  // of its warpgroup's 64) and each B operand's block (uniform). K in
+  // groups (the weight gradients): the k-tile is scale block kBase / 128 +
+  // kt of A's rows (out's M within the group) and of B's columns, one B
+  // scale a column (the 1 x 128 blocks of both run along K).
   Value lane = e.rem(tid, e.index(32));
   Value warp = e.rem(e.div(tid, e.index(32)), e.index(4));
-  Value r0 = e.add(e.add(t.m0, e.mul(wg, e.index(kTileM))),
+  Value kb = t.kBase ? e.add(e.div(t.kBase, e.index(kTileKFp8)), kt) : kt;
+  Value r0 = e.add(e.add(t.aCol ? t.aCol : t.m0, e.mul(wg, e.index(kTileM))),
                    e.add(e.mul(warp, e.index(16)), e.div(lane, e.index(4))));
-  Value sa[2] = {e.load(p.aScales, {kt, r0}),
-                 e.load(p.aScales, {kt, e.add(r0, e.index(8))})};
+  Value sa[2] = {e.load(p.aScales, {kb, r0}),
+                 e.load(p.aScales, {kb, e.add(r0, e.index(8))})};
   Value nBlock = e.div(t.n0, e.index(kFp8N));
   SmallVector<Value, 2> sb;
-  for (Value scales : p.bScales) {
-    SmallVector<Value> idx;
-    if (t.expert)
-      idx.push_back(t.expert);
-    idx.append({nBlock, kt});
-    sb.push_back(e.load(scales, idx));
+  if (!p.kOffsets) {
+    for (Value scales : p.bScales) {
+      SmallVector<Value> idx;
+      if (t.expert)
+        idx.push_back(t.expert);
+      idx.append({nBlock, kt});
+      sb.push_back(e.load(scales, idx));
+    }
   }
   NVVM::WgmmaFenceAlignedOp::create(b, loc);
   // The partial sums start from scale-d = 0: never read undefined.
@@ -170,7 +176,25 @@ Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
   NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
   NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
   // acc += partial * sa[row] * sb[operand]: element 4c + 2h + v is row
-  // half h of 8-column block c, whose operand is B_1 from column 64 on.
+  // half h of 8-column block c (columns 8c + 2 (l % 4) + v), whose operand
+  // is B_1 from column 64 on; with K in groups sb is the column's.
+  if (p.kOffsets) {
+    Value c0 = e.add(t.n0, e.mul(e.rem(lane, e.index(4)), e.index(2)));
+    for (int64_t c = 0; c < fragment / 4; ++c)
+      for (int64_t v = 0; v < 2; ++v) {
+        Value col = e.add(c0, e.index(8 * c + v));
+        Value sbCol = e.load(p.bScales[0], {kb, col});
+        for (int64_t h = 0; h < 2; ++h) {
+          int64_t i = 4 * c + 2 * h + v;
+          Value x = LLVM::ExtractValueOp::create(b, loc, part, i);
+          Value y = LLVM::ExtractValueOp::create(b, loc, acc, i);
+          Value scale = arith::MulFOp::create(b, loc, sa[h], sbCol);
+          Value sum = LLVM::FMAOp::create(b, loc, x, scale, y);
+          acc = LLVM::InsertValueOp::create(b, loc, acc, sum, i);
+        }
+      }
+    return acc;
+  }
   Value scale[2][2];
   for (int64_t j = 0; j < static_cast<int64_t>(sb.size()); ++j)
     for (int64_t h = 0; h < 2; ++h)

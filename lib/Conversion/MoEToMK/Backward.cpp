@@ -90,10 +90,45 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
   // sm_90a: the down dgrad gathers its A rows from d_out (one-row boxes:
   // the runtime checks d_out's alignment with them; never read on the
   // device).
-  // FP8: the routed GEMMs read the E4M3 copies (simt so far); the shared
-  // expert's stay bf16 on the tensor cores.
-  if (s.fp8)
+  // FP8: the routed GEMMs read the E4M3 copies; on wgmma so far the down
+  // dgrad (tiles of 128 columns, K = 128), the others on scalar cores. The
+  // shared expert's stay bf16 on the tensor cores.
+  if (s.fp8) {
     m.gatherDOut = false;
+    mk::GemmForm fp8Down;
+    fp8Down.grouped = fp8Down.f32Out = fp8Down.fp8 = true;
+    fp8Down.columns = s.inter;
+    auto schedule = mk::GemmScheduleAttr::get(
+        ctx, m.engine, {m.tileM, sched::kTileN, sched::kTileKFp8},
+        sched::kStages, /*producer=*/false, ArrayRef<int64_t>(),
+        /*multicast=*/false);
+    if (support.whyNot(fp8Down, schedule).empty()) {
+      m.fp8DOut = add(TensorMapSpec{"routed_d_out_q", rc, h, h, m.tileM,
+                                    sched::kTileKFp8});
+      m.fp8Down = add(TensorMapSpec{"down_qt", in, h, h, sched::kTileN,
+                                    sched::kTileKFp8, s.experts});
+    }
+    mk::GemmForm fp8Wgrad;
+    fp8Wgrad.kGroups = fp8Wgrad.fp8 = true;
+    fp8Wgrad.columns = s.inter;
+    fp8Wgrad.groupRows = s.hidden;
+    mk::GemmForm fp8WgradGateUp = fp8Wgrad;
+    fp8WgradGateUp.columns = s.hidden;
+    fp8WgradGateUp.groupRows = s.inter;
+    if (support.whyNot(fp8Wgrad, schedule).empty() &&
+        support.whyNot(fp8WgradGateUp, schedule).empty()) {
+      int64_t padded = (rc + 127) / 128 * 128;
+      auto t = [&](StringRef buffer, int64_t rows, int64_t boxRows) {
+        return add(TensorMapSpec{buffer.str(), rows, padded, padded, boxRows,
+                                 sched::kTileKFp8});
+      };
+      m.fp8DYT = t("d_y_t", h, m.tileM);
+      m.fp8HiddenT = t("hidden_t", in, sched::kTileN);
+      m.fp8DGateT = t("d_gate_t", in, m.tileM);
+      m.fp8DUpT = t("d_up_t", in, m.tileM);
+      m.fp8RoutedXT = t("routed_x_t", h, sched::kTileN);
+    }
+  }
   if (!s.fp8) {
     m.routedDOut =
         m.gatherDOut
@@ -172,6 +207,11 @@ void BackwardGemms::routedDown(StringRef dOut, bool gathered) {
     g.out = buf["d_hidden_u"];
     g.rowExpert = buf["row_expert"];
     g.offsets = buf["offsets"];
+    if (tc.fp8Down >= 0) {
+      onTensorCores(g, {tc.fp8DOut, tc.fp8Down});
+      g.tileN = sched::kTileN;
+      g.paddingRows = buf["row_route"];
+    }
     frame.gemm(g);
     GemmPlan w;
     w.role = "down weights' gradient";
@@ -182,6 +222,10 @@ void BackwardGemms::routedDown(StringRef dOut, bool gathered) {
     w.kCounts = buf["counts"];
     w.out = buf["d_down_weights"];
     w.accumulate = accumulate;
+    if (tc.fp8DYT >= 0) {
+      onTensorCores(w, {tc.fp8DYT, tc.fp8HiddenT});
+      w.tileN = sched::kTileN;
+    }
     frame.gemm(w);
     return;
   }
@@ -299,6 +343,11 @@ void BackwardGemms::gateUp(bool shared) {
       wg.kCounts = buf["counts"];
       wg.out = buf[("d_" + w + "_weights").str()];
       wg.accumulate = accumulate;
+      if (tc.fp8DYT >= 0) {
+        onTensorCores(wg, {w == "gate" ? tc.fp8DGateT : tc.fp8DUpT,
+                           tc.fp8RoutedXT});
+        wg.tileN = sched::kTileN;
+      }
       frame.gemm(wg);
     }
   } else {

@@ -231,6 +231,13 @@ struct BackwardMaps {
   // Recompute: the forward's gate/up GEMMs (K-major operands).
   int64_t routedX = -1, gateK = -1, upK = -1, x = -1, sharedGateK = -1,
           sharedUpK = -1;
+  // FP8 on wgmma (sm_90a): the down dgrad's E4M3 operands, routed d_out
+  // rows and the transposed down weights (K-major, 128-byte boxes).
+  int64_t fp8DOut = -1, fp8Down = -1;
+  // ... and the weight gradients' (K-major [M or N, R'], K the routed rows:
+  // mk.quantize_columns' copies).
+  int64_t fp8DYT = -1, fp8HiddenT = -1, fp8DGateT = -1, fp8DUpT = -1,
+          fp8RoutedXT = -1;
   int64_t tileM = sched::kTileM;
   /// sm_90a: 256-column tiles for the GEMMs of one B operand (as the
   /// forward's down projections) and the down dgrad's A gathered from d_out;
