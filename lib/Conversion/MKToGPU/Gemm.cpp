@@ -355,10 +355,13 @@ void GemmLowering::lowerTensorCores(mk::GemmOp op) {
       op.getSchedule().tileN(), op.getSchedule().tileM()};
   phase.gridBarrierFollows = gridBarrierFollows;
   phase.paddingRows = op.getPaddingRows();
-  if (op.isFp8()) { // scales: a's, then each B's (no concat: whyNot)
+  if (op.isFp8()) { // scales: a's (and a2's), then each B's
     phase.fp8 = true;
-    phase.aScales = op.getScales()[0];
-    for (Value s : op.getScales().drop_front())
+    ValueRange scales = op.getScales();
+    phase.aScales = scales[0];
+    if (concat)
+      phase.a2Scales = scales[1];
+    for (Value s : scales.drop_front(concat ? 2 : 1))
       phase.bScales.push_back(s);
   }
   phase.transposeB = op.getTransposeB();
@@ -376,7 +379,7 @@ void GemmLowering::lowerTensorCores(mk::GemmOp op) {
   if (concat) { // maps = [a, b_0, b_1, a2]
     phase.b2 = slots[2];
     phase.a2 = slots[3];
-    phase.kSplit = size(op.getA(), 1) / sched::kTileK;
+    phase.kSplit = size(op.getA(), 1) / phase.tileK();
   }
   if (accumulate && !(n % 2)) {
     phase.storePairAligned = pairReduce8;

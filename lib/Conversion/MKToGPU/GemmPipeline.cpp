@@ -306,7 +306,8 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
     e.ifThen(
         second,
         [&] {
-          pair(t.mapA2, t.mapB2, e.sub(kTileStart, e.index(p.kSplit * kTileK)));
+          pair(t.mapA2, t.mapB2,
+               e.sub(kTileStart, e.index(p.kSplit * p.tileK())));
         },
         [&] { pair(t.mapA, t.mapB0, kTileStart); });
     return;

@@ -182,11 +182,13 @@ struct GemmPhase {
   /// boxes of 128-element rows: a stage holds the same bytes as for bf16),
   /// each k-tile of 128 one block of their f32 scales: `aScales` [K/128, S]
   /// (A row r's at [kt, r]) and one `bScales` a B operand, [E, N/128,
-  /// K/128] grouped (the task's expert) or [N/128, K/128]. The MMA layer
-  /// adds each k-tile's partial sums to the accumulators times the row's
-  /// and the column block's scales. K-major, one A, no gather.
+  /// K/128] grouped (the task's expert) or [N/128, K/128]; with K in groups
+  /// B's are [K/128, S] too (a scale a column); concat's second K-loop
+  /// reads `a2Scales` and bScales[1]. The MMA layer adds each k-tile's
+  /// partial sums to the accumulators times the row's and the column's
+  /// scales. K-major, no gather.
   bool fp8 = false;
-  mlir::Value aScales;
+  mlir::Value aScales, a2Scales;
   mlir::SmallVector<mlir::Value, 2> bScales;
   /// The K of a k-tile, in elements.
   int64_t tileK() const { return schedule::tileK(fp8); }

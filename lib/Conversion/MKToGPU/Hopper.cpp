@@ -144,11 +144,27 @@ Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
   // scale a column (the 1 x 128 blocks of both run along K).
   Value lane = e.rem(tid, e.index(32));
   Value warp = e.rem(e.div(tid, e.index(32)), e.index(4));
+  // concat: k-tiles from kSplit on are the second K-loop's (a2's and B_1's
+  // scales, from their block 0); both scales' shapes are the first's, so
+  // both loads are in bounds and the right ones are selected.
+  Value second;
+  if (p.a2) {
+    second = e.cmp(arith::CmpIPredicate::sge, kt, e.index(p.kSplit));
+    kt = e.select(second, e.sub(kt, e.index(p.kSplit)), kt);
+  }
+  auto pick = [&](Value first, Value other) {
+    return second ? e.select(second, other, first) : first;
+  };
   Value kb = t.kBase ? e.add(e.div(t.kBase, e.index(kTileKFp8)), kt) : kt;
   Value r0 = e.add(e.add(t.aCol ? t.aCol : t.m0, e.mul(wg, e.index(kTileM))),
                    e.add(e.mul(warp, e.index(16)), e.div(lane, e.index(4))));
-  Value sa[2] = {e.load(p.aScales, {kb, r0}),
-                 e.load(p.aScales, {kb, e.add(r0, e.index(8))})};
+  Value sa[2];
+  for (int64_t h = 0; h < 2; ++h) {
+    Value r = e.add(r0, e.index(8 * h));
+    sa[h] = e.load(p.aScales, {kb, r});
+    if (second)
+      sa[h] = pick(sa[h], e.load(p.a2Scales, {kb, r}));
+  }
   Value nBlock = e.div(t.n0, e.index(kFp8N));
   SmallVector<Value, 2> sb;
   if (!p.kOffsets) {
@@ -159,6 +175,8 @@ Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
       idx.append({nBlock, kt});
       sb.push_back(e.load(scales, idx));
     }
+    if (second) // one accumulator: B_0's scale in the first loop, B_1's after
+      sb = {pick(sb[0], sb[1])};
   }
   NVVM::WgmmaFenceAlignedOp::create(b, loc);
   // The partial sums start from scale-d = 0: never read undefined.

@@ -90,9 +90,9 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
   // sm_90a: the down dgrad gathers its A rows from d_out (one-row boxes:
   // the runtime checks d_out's alignment with them; never read on the
   // device).
-  // FP8: the routed GEMMs read the E4M3 copies; on wgmma so far the down
-  // dgrad (tiles of 128 columns, K = 128), the others on scalar cores. The
-  // shared expert's stay bf16 on the tensor cores.
+  // FP8: the routed GEMMs read the E4M3 copies, on wgmma in tiles of 128
+  // columns and K = 128 (each k-tile one block of scales). The shared
+  // expert's stay bf16.
   if (s.fp8) {
     m.gatherDOut = false;
     mk::GemmForm fp8Down;
@@ -107,6 +107,24 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
                                     sched::kTileKFp8});
       m.fp8Down = add(TensorMapSpec{"down_qt", in, h, h, sched::kTileN,
                                     sched::kTileKFp8, s.experts});
+    }
+    mk::GemmForm fp8GateUp;
+    fp8GateUp.grouped = fp8GateUp.concat = fp8GateUp.fp8 = true;
+    fp8GateUp.bOperands = 2;
+    fp8GateUp.columns = s.hidden;
+    if (support.whyNot(fp8GateUp, schedule).empty()) {
+      auto rows = [&](StringRef buffer) {
+        return add(TensorMapSpec{buffer.str(), rc, in, in, m.tileM,
+                                 sched::kTileKFp8});
+      };
+      auto weights = [&](StringRef buffer) { // [E, H, I]: N = H, K = I
+        return add(TensorMapSpec{buffer.str(), h, in, in, sched::kTileN,
+                                 sched::kTileKFp8, s.experts});
+      };
+      m.fp8DGate = rows("d_gate_q");
+      m.fp8DUp = rows("d_up_q");
+      m.fp8GateT = weights("gate_qt");
+      m.fp8UpT = weights("up_qt");
     }
     mk::GemmForm fp8Wgrad;
     fp8Wgrad.kGroups = fp8Wgrad.fp8 = true;
@@ -331,6 +349,10 @@ void BackwardGemms::gateUp(bool shared) {
     g.out = buf["d_routed_x"];
     g.rowExpert = buf["row_expert"];
     g.offsets = buf["offsets"];
+    if (tc.fp8DGate >= 0) { // maps: a, b_0, b_1, a2
+      onTensorCores(g, {tc.fp8DGate, tc.fp8GateT, tc.fp8UpT, tc.fp8DUp});
+      g.tileN = sched::kTileN;
+    }
     frame.gemm(g);
     for (StringRef w : {"gate", "up"}) {
       GemmPlan wg;

@@ -234,6 +234,9 @@ struct BackwardMaps {
   // FP8 on wgmma (sm_90a): the down dgrad's E4M3 operands, routed d_out
   // rows and the transposed down weights (K-major, 128-byte boxes).
   int64_t fp8DOut = -1, fp8Down = -1;
+  // ... the gate/up dgrad's (d_gate's and d_up's E4M3 rows, the transposed
+  // gate and up weights) ...
+  int64_t fp8DGate = -1, fp8DUp = -1, fp8GateT = -1, fp8UpT = -1;
   // ... and the weight gradients' (K-major [M or N, R'], K the routed rows:
   // mk.quantize_columns' copies).
   int64_t fp8DYT = -1, fp8HiddenT = -1, fp8DGateT = -1, fp8DUpT = -1,

@@ -59,16 +59,18 @@ std::string TargetSupport::whyNot(const GemmForm &f,
     if (engine != Engine::wgmma)
       return "FP8 operands are implemented for the wgmma (sm_90a) and simt "
              "engines; tcgen05 (sm_100a MXFP8) is not implemented yet";
-    if (producer || multicast || f.gathered || f.concat)
+    if (producer || multicast || f.gathered)
       return "FP8 operands on wgmma are implemented without a producer, "
-             "clusters, a gathered A or concat";
+             "clusters or a gathered A";
     if (f.columns % 2)
       return "FP8 operands on wgmma: the epilogue stores pairs of columns "
              "from registers, so out needs an even number of columns";
     // A k-tile's partial sums take as many registers as the accumulators:
     // 128 columns in all (gate's 64 and up's, or one operand's 128).
+    // (concat's two B operands take turns in one box.)
     ArrayRef<int64_t> tile = schedule.getTile();
-    if (tile[1] * f.bOperands != sched::kTileN || tile[2] != sched::kTileKFp8 ||
+    int64_t columns = f.concat ? tile[1] : tile[1] * f.bOperands;
+    if (columns != sched::kTileN || tile[2] != sched::kTileKFp8 ||
         schedule.getStages() != sched::kStages ||
         (tile[0] != sched::kTileM &&
          tile[0] != sched::kMaxConsumers * sched::kTileM)) {
