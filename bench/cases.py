@@ -234,6 +234,8 @@ FP8_TRAIN_CASES = {
     "train_fp8_shared_clamp": dict(FP8_CASES["fp8_shared_clamp"], training=True),
     "train_fp8_skewed": dict(FP8_CASES["fp8_skewed"], training=True, main_grads=True),
     "train_fp8_shared_clamp_wgmma": dict(FP8_CASES["fp8_shared_clamp_wgmma"], training=True),
+    "train_fp8_skewed_wgmma": dict(FP8_CASES["fp8_skewed_wgmma"], training=True,
+                                   main_grads=True),
 }
 
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",
