@@ -83,9 +83,9 @@ def shape_layers(names, training, plain_only):
     for name in names:
         shape = SHAPES[name]
         spec = spec_kwargs(shape)
-        if training and shape.get("precision"):
-            raise ValueError(f"SHAPE: {name} is an FP8 shape, and the GPU targets have no "
-                             "FP8 training layers yet (docs/FP8.md)")
+        if training and shape.get("fp8_quantized_weights"):
+            raise ValueError(f"SHAPE: {name} takes its weights quantized, which FP8 "
+                             "training layers do not yet (docs/FP8.md)")
         if training:
             # The forward-only options (warp roles, dispatch, multicast) do
             # not apply: the training layers take the target's defaults.
@@ -153,9 +153,10 @@ def parse_args(argv=None):
         args.layers = test_layers()
     else:
         try:
-            # (The training layers: the shapes with a GPU backward, no FP8.)
+            # (The training layers: the shapes whose weights are not
+            # given quantized.)
             default = [n for n in FORWARD_SHAPES
-                       if not (args.training and SHAPES[n].get("precision"))]
+                       if not (args.training and SHAPES[n].get("fp8_quantized_weights"))]
             args.layers = shape_layers(args.names or default, args.training,
                                        args.plain_only)
         except ValueError as e:

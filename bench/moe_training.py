@@ -190,6 +190,13 @@ def main():
                                forward_phases_ms=fwd_phases, backward_phases_ms=phases))
         del a, layer, leaves
         torch.cuda.empty_cache()
+    # FP8 shapes: against mok's bf16 layer of the same shape, this run.
+    by_shape = {r["shape"]: r for r in rows}
+    for r in rows:
+        base = by_shape.get(r["shape"].split("-fp8")[0])
+        if "-fp8" in r["shape"] and base:
+            r["bf16_ms"] = base["mok_ms"]
+            r["speedup_vs_bf16"] = base["mok_ms"] / r["mok_ms"]
     result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                   commit=args.commit, date=time.strftime("%Y-%m-%d"),
                   matmul_8192_tflops=ceiling, rows=rows)
@@ -215,6 +222,13 @@ def main():
             else ("-", float("nan"))
         print(f"{r['shape']:18s} {r['mok_ms']:9.3f} {r['torch_ms']:9.3f} {r['mok_tflops']:9.1f} "
               f"{r['torch_tflops']:10.1f} {r['speedup']:8.3f} {worst[1]:9.1e} ({worst[0]})")
+    fp8 = [r for r in rows if "speedup_vs_bf16" in r]
+    if fp8:
+        print("\nFP8 against mok's bf16 training step (TFLOP/s counted as bf16's; the "
+              "gradient errors are against the bf16 float64 reference)")
+        for r in fp8:
+            print(f"{r['shape']:18s} {r['mok_ms']:9.3f} ms against {r['bf16_ms']:9.3f}: "
+                  f"{r['speedup_vs_bf16']:.3f}x, {r['mok_tflops']:.0f} TFLOP/s")
 
 
 if __name__ == "__main__":
