@@ -1,0 +1,42 @@
+// REQUIRES: ptxas
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk --convert-mk-to-gpu | FileCheck %s --check-prefix=GPU
+// RUN: rm -rf %t && mok-opt %s --moe-generate-backward --moe-to-ptx=chip=sm_90a | %python %mok_src_root/scripts/extract-ptx.py %t/wgmma
+// RUN: grep -c wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 %t/wgmma/moe_layer_backward_kernels.ptx | FileCheck %s --check-prefix=COUNT
+// RUN: ptxas -arch=sm_90a -v %t/wgmma/moe_layer_backward_kernels.ptx -o %t/wgmma.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// RUN: mok-opt %s --moe-generate-backward --moe-to-ptx="chip=sm_90a tensor-cores=false" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90
+// RUN: ptxas -arch=sm_90a -v %t/sm90/moe_layer_backward_kernels.ptx -o %t/sm90.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// RUN: mok-opt %s --moe-generate-backward --moe-to-ptx="chip=sm_100a tensor-cores=false" | %python %mok_src_root/scripts/extract-ptx.py %t/sm100
+// RUN: ptxas -arch=sm_100a -v %t/sm100/moe_layer_backward_kernels.ptx -o %t/sm100.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+
+// The FP8 backward on sm_90a's tensor cores: every routed GEMM in E4M3
+// wgmma (the down dgrad, the down weights' gradient, the gate/up dgrad
+// and the gate and up weights' gradients: 4 k32 steps each), the shared
+// expert's in bf16. ptxas takes it without spills, as it takes the scalar
+// form on both chips.
+// COUNT: 20
+// PTXAS: 0 bytes spill stores, 0 bytes spill loads
+// PTXAS-NOT: spill stores
+
+// The weight gradients' promotion: A's two rows' scales of the k-tile's
+// block, kBase / 128 + kt of the expert's rows, and a B scale a column
+// (the thread's 32 columns of the 128-column tile), all from the
+// [K/128, S] scales of mk.quantize_columns.
+// GPU-LABEL: gpu.func @moe_layer_backward_backward(
+// GPU: memref.load %[[DYS:arg[0-9]+]][%[[KB:[0-9]+]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
+// GPU: memref.load %[[DYS]][%[[KB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
+// GPU: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <zero>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
+// GPU: nvvm.wgmma.wait.group.sync.aligned 0
+// GPU-COUNT-32: memref.load %[[HS:arg[0-9]+]][%[[KB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
+// The gate/up dgrad (concat): k-tiles from kSplit = 2 on are d_up's, with
+// d_up's row scales and the up weights' block scale, selected per k-tile.
+// GPU: %[[SECOND:.*]] = arith.cmpi sge, %[[KT:arg[0-9]+]], %c2{{.*}} : index
+// GPU: %[[KK:.*]] = arith.select %[[SECOND]], %{{.*}}, %[[KT]] : index
+// GPU: %[[G:.*]] = memref.load %{{.*}}[%[[KK]], %{{.*}}] {alignment = 4 : i64} : memref<2x1020xf32>
+// GPU: %[[U:.*]] = memref.load %{{.*}}[%[[KK]], %{{.*}}] {alignment = 4 : i64} : memref<2x1020xf32>
+// GPU: arith.select %[[SECOND]], %[[U]], %[[G]] : f32
+func.func @moe_layer(%x: tensor<256x256xbf16>, %top_experts: tensor<256x2xi32>, %router_weights: tensor<256x2xf32>, %gate: tensor<4x256x256xbf16>, %up: tensor<4x256x256xbf16>, %down: tensor<4x256x256xbf16>, %shared_gate: tensor<128x256xbf16>, %shared_up: tensor<128x256xbf16>, %shared_down: tensor<256x128xbf16>) -> tensor<256x256xbf16> {
+  %out = moe.layer %x, %top_experts, %router_weights, gate %gate, up %up, down %down shared(%shared_gate, %shared_up, %shared_down)
+      plan !moe.plan<tokens = 256, top_k = 2, experts = 4, ep = 1, padding = 128> {precision = "fp8"}
+      : (tensor<256x256xbf16>, tensor<256x2xi32>, tensor<256x2xf32>, tensor<4x256x256xbf16>, tensor<4x256x256xbf16>, tensor<4x256x256xbf16>, tensor<128x256xbf16>, tensor<128x256xbf16>, tensor<256x128xbf16>) -> tensor<256x256xbf16>
+  return %out : tensor<256x256xbf16>
+}
