@@ -40,6 +40,7 @@ SANITIZE_CASES=(
   bad_routing:top2_no_route bad_routing:top1_clamp bad_routing:train_small_shared
   bad_routing:train_shared_tall
   fp8_shared_clamp fp8_shared_clamp_wgmma fp8_skewed_wgmma
+  train_fp8_shared_clamp_wgmma train_fp8_skewed_wgmma
 )
 if (( $# )); then cases=("$@"); else cases=("${SANITIZE_CASES[@]}"); fi
 export PYTHONPATH=${PYTHONPATH:-$root/build-gpu/python}

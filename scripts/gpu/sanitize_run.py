@@ -43,11 +43,11 @@ def run(artifacts, name, seed):
 
     import mok
     from bench import torch_reference
-    from bench.cases import CASES, FP8_CASES, MAIN_GRAD_CASES, TRAIN_CASES
+    from bench.cases import CASES, FP8_CASES, FP8_TRAIN_CASES, MAIN_GRAD_CASES, TRAIN_CASES
 
     bad = name.startswith("bad_routing:")
     name = name.split(":", 1)[-1]
-    c = {**CASES, **TRAIN_CASES, **MAIN_GRAD_CASES, **FP8_CASES}[name]
+    c = {**CASES, **TRAIN_CASES, **MAIN_GRAD_CASES, **FP8_CASES, **FP8_TRAIN_CASES}[name]
     gen = torch.Generator().manual_seed(seed)
     args = torch_reference.make_inputs(c, gen)
     mok.set_error_checks("off")
