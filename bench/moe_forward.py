@@ -161,6 +161,17 @@ def timing_row(name, shape, flops, mok, torch_, **extra):
                 speedup=ms_torch / ms_mok, **extra)
 
 
+def against_bf16(rows):
+    """Gives each FP8 shape's row ("<shape>-fp8...") mok's bf16 time of its
+    shape from the same run (`bf16_ms`) and the speedup over it."""
+    by_shape = {r["shape"]: r for r in rows}
+    for r in rows:
+        base = by_shape.get(r["shape"].split("-fp8")[0])
+        if "-fp8" in r["shape"] and base:
+            r["bf16_ms"] = base["mok_ms"]
+            r["speedup_vs_bf16"] = base["mok_ms"] / r["mok_ms"]
+
+
 def layer_and_inputs(script, seed):
     """For the one-shape tools (`SCRIPT ARTIFACTS SHAPE`): ARTIFACTS, SHAPE,
     SHAPE's layer loaded from ARTIFACTS and its inputs (seeded), or the
@@ -257,13 +268,7 @@ def main():
                                phases_ms=phases))
         del a, call, layer
         torch.cuda.empty_cache()
-    # FP8 shapes: against mok's bf16 layer of the same shape, this run.
-    by_shape = {r["shape"]: r for r in rows}
-    for r in rows:
-        base = by_shape.get(r["shape"].split("-fp8")[0])
-        if "-fp8" in r["shape"] and base:
-            r["bf16_ms"] = base["mok_ms"]
-            r["speedup_vs_bf16"] = base["mok_ms"] / r["mok_ms"]
+    against_bf16(rows)
     result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                   commit=args.commit,
                   date=time.strftime("%Y-%m-%d"), matmul_8192_tflops=ceiling, rows=rows)

@@ -29,8 +29,9 @@ import time
 import torch
 
 import mok
-from bench.moe_forward import (matmul_ceiling, median_phases, sleep_cycles_per_ms,
-                               time_rounds, timing_row, torch_layer, write_result)
+from bench.moe_forward import (against_bf16, matmul_ceiling, median_phases,
+                               sleep_cycles_per_ms, time_rounds, timing_row, torch_layer,
+                               write_result)
 from bench.shapes import SHAPES
 from bench.torch_reference import backward as reference_grads
 from bench.torch_reference import make_inputs, relative_error
@@ -190,13 +191,7 @@ def main():
                                forward_phases_ms=fwd_phases, backward_phases_ms=phases))
         del a, layer, leaves
         torch.cuda.empty_cache()
-    # FP8 shapes: against mok's bf16 layer of the same shape, this run.
-    by_shape = {r["shape"]: r for r in rows}
-    for r in rows:
-        base = by_shape.get(r["shape"].split("-fp8")[0])
-        if "-fp8" in r["shape"] and base:
-            r["bf16_ms"] = base["mok_ms"]
-            r["speedup_vs_bf16"] = base["mok_ms"] / r["mok_ms"]
+    against_bf16(rows)  # FP8 shapes: against mok's bf16 step, this run
     result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                   commit=args.commit, date=time.strftime("%Y-%m-%d"),
                   matmul_8192_tflops=ceiling, rows=rows)

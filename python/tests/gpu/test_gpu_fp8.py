@@ -28,14 +28,18 @@ def _f64(t):
     return t.detach().double().cpu().numpy()
 
 
+def _shared(c, a):
+    """The shared expert's weights (float64), or None."""
+    if not c.get("shared_intermediate"):
+        return None
+    return tuple(_f64(a[n]) for n in ("shared_gate_weights", "shared_up_weights",
+                                      "shared_down_weights"))
+
+
 def _definition(c, a):
-    shared = None
-    if c.get("shared_intermediate"):
-        shared = tuple(_f64(a[n]) for n in ("shared_gate_weights", "shared_up_weights",
-                                            "shared_down_weights"))
     return ref.layer_forward(_f64(a["x"]), a["top_experts"].cpu().numpy(),
                              _f64(a["router_weights"]), _f64(a["gate_weights"]),
-                             _f64(a["up_weights"]), _f64(a["down_weights"]), shared,
+                             _f64(a["up_weights"]), _f64(a["down_weights"]), _shared(c, a),
                              c.get("swiglu_limit"), "fp8")
 
 
@@ -221,10 +225,7 @@ def test_fp8_quantized_weight_inputs_are_the_in_kernel_ones(name):
 
 
 def _backward_definition(c, a, d_out):
-    shared = None
-    if c.get("shared_intermediate"):
-        shared = tuple(_f64(a[n]) for n in ("shared_gate_weights", "shared_up_weights",
-                                            "shared_down_weights"))
+    shared = _shared(c, a)
     return ref.layer_backward(_f64(a["x"]), a["top_experts"].cpu().numpy(),
                               _f64(a["router_weights"]), _f64(a["gate_weights"]),
                               _f64(a["up_weights"]), _f64(a["down_weights"]), _f64(d_out),
