@@ -562,6 +562,41 @@ def test_fp8_forward_compiles(target, tensor_cores, tmp_path):
     _ptxas_accepts(art.ptx, target, tmp_path)
 
 
+@pytest.mark.parametrize("target,tensor_cores", [("sm_90a", True), ("sm_90a", False),
+                                                 ("sm_100a", False)])
+def test_fp8_training_layer_compiles(target, tensor_cores, tmp_path):
+    """The FP8 training forward and backward for a GPU: the backward's
+    quantizers (d_out's rows, the weights transposed, the column blocks)
+    and its five routed GEMMs on E4M3 copies (wgmma, or scalar); the routed
+    weights read by pointer (the quantizer reads them), metadata the
+    runtime takes; ptxas-clean."""
+    from mok import _runtime as rt
+    spec = mok.LayerSpec(hidden=256, intermediate=128, experts=4, top_k=2, tokens=40,
+                         padding=128, shared_intermediate=128, precision="fp8")
+    art = mok.compile(spec, target=target, training=True, cache_dir=str(tmp_path),
+                      tensor_cores=tensor_cores)
+    # (The stage holds both kernels: the backward's comes second.)
+    mk = art.backward.stages["mk"].split("gpu.func @moe_layer_backward_backward")[1]
+    for step in ("mk.quantize_columns", "transposed", "mk.quantize_rows", "block_scales(",
+                 "k_groups("):
+        assert step in mk
+    # Five routed GEMMs read FP8, the shared expert's five bf16.
+    assert mk.count(" scales(") == 5 and mk.count("mk.gemm") == 10
+    ptx = art.backward.ptx
+    if tensor_cores:
+        assert ptx.count("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3") == 20
+    else:
+        assert "e4m3.e4m3" not in ptx and "cvt.rn.f16x2.e4m3x2" in ptx
+    for meta in (art.forward.metadata, art.backward.metadata):
+        access = {p["name"]: p.get("access") for p in meta["params"] if p["role"] == "input"}
+        assert [access[w + "_weights"] for w in ("gate", "up", "down")] == ["pointer"] * 3
+        rt.Layer(json.dumps(meta))  # the runtime takes the metadata
+    by_name = {p["name"]: p for p in art.backward.metadata["params"]}
+    assert by_name["d_y_t"]["dtype"] == "f8e4m3" and by_name["d_y_t"]["shape"] == [256, 640]
+    assert by_name["down_qt"]["shape"] == [4, 128, 256]
+    _ptxas_accepts(ptx, target, tmp_path)
+
+
 def test_fp8_quantized_weights_are_inputs(tmp_path):
     """fp8_quantized_weights: the routed weights are the kernel's inputs in
     mok.ops.fp8_quantize's layout, no longer quantized in the kernel; a

@@ -423,13 +423,17 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
     params.push_back({name.str(), "input", tensorType(v)});
   // With tensor-core GEMMs (maps), the kernel reads the weights only
   // through their tensor maps, as the forward does: the runtime may bind
-  // weight views to them.
+  // weight views to them. (FP8: the routed weights are read by the
+  // quantizer, through pointers; the GEMMs read its copies.)
   std::string access = maps.empty() ? "pointer" : "tensor_maps";
   static const StringRef weightNames[] = {
       "gate_weights",        "up_weights",        "down_weights",
       "shared_gate_weights", "shared_up_weights", "shared_down_weights"};
-  for (auto [name, w] : llvm::zip(weightNames, grad.getWeights()))
-    params.push_back({name.str(), "input", tensorType(w), access});
+  for (auto [name, w] : llvm::zip(weightNames, grad.getWeights())) {
+    bool routed = !name.starts_with("shared_");
+    params.push_back({name.str(), "input", tensorType(w),
+                      s.fp8 && routed ? "pointer" : access});
+  }
   static const StringRef savedNames[] = {
       "routed_x",    "gate",      "up",           "hidden",
       "shared_gate", "shared_up", "shared_hidden"};

@@ -416,11 +416,12 @@ LogicalResult GemmOp::verifyFp8(int64_t m, int64_t k, int64_t n) {
   // blocks run along K, so B's scales are [K/128, S >= N] as A's.
   if (getKOffsets()) {
     Value s = scales[activations];
-    if (cast<MemRefType>(s.getType()).getRank() != 2 ||
-        failed(expectDim(*this, s, "B scales", 0, kBlocks,
-                         "K / 128, one row of scales a block")))
+    if (cast<MemRefType>(s.getType()).getRank() != 2)
       return emitOpError("with k_groups the B operand's scales are "
                          "[K/128, S], S >= N");
+    if (failed(expectDim(*this, s, "B scales", 0, kBlocks,
+                         "K / 128, one row of scales a block")))
+      return failure();
     int64_t width = dim(s, 1);
     if (!ShapedType::isDynamic(width) && !ShapedType::isDynamic(n) &&
         (width < n || width % 4))
