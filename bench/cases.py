@@ -236,6 +236,8 @@ FP8_TRAIN_CASES = {
     "train_fp8_shared_clamp_wgmma": dict(FP8_CASES["fp8_shared_clamp_wgmma"], training=True),
     "train_fp8_skewed_wgmma": dict(FP8_CASES["fp8_skewed_wgmma"], training=True,
                                    main_grads=True),
+    # Any T (tokens=None): run at 67 of its 160.
+    "train_fp8_any_tokens": dict(FP8_CASES["fp8_wgmma_any_tokens"], training=True),
 }
 
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",

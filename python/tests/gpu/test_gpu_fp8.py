@@ -246,8 +246,9 @@ def test_fp8_training_step_matches_its_definition(name):
     c = FP8_TRAIN_CASES[name]
     layer = training_layer(name)
     gen = torch.Generator().manual_seed(fresh_seed())
-    a = torch_reference.make_inputs(c, gen)
-    d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
+    tokens = c["tokens"] or 67  # (any T: a call's T below the capacity)
+    a = torch_reference.make_inputs(c, gen, tokens=tokens)
+    d_out = torch.randn(tokens, c["hidden"], generator=gen).to(torch.bfloat16).cuda()
     want = _backward_definition(c, a, d_out)
     bf16 = torch_reference.backward(a, d_out, c["experts"], c.get("swiglu_limit"))
 
@@ -268,7 +269,7 @@ def test_fp8_training_step_matches_its_definition(name):
         got = _f64(grads[n])
         assert not np.isnan(got).any(), f"{name}: NaN in d_{n} (unwritten?)"
         err, err_bf16 = _rel(got, w), _rel(got, _f64(bf16[n]))
-        RESULTS.append(dict(case=name + " d_" + n, T=c["tokens"], H=c["hidden"],
+        RESULTS.append(dict(case=name + " d_" + n, T=tokens, H=c["hidden"],
                             I=c["intermediate"], E=c["experts"], k=c["top_k"], rel=err,
                             max=float(np.abs(got - w).max()), ms=float("nan")))
         print(f"{name}: d_{n} against its FP8 definition {err:.2e}, against bf16 "
