@@ -212,7 +212,10 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
   if (rowRoute) {
     Value routed = routedRows(op.getOffsets());
     limit = arith::MinSIOp::create(e.b, e.loc, routed, limit);
-    rowBlocks = e.div(e.add(routed, e.index(127)), e.index(128));
+    // (At most values' blocks, whatever offsets[E] holds.)
+    rowBlocks = arith::MinSIOp::create(
+        e.b, e.loc, e.div(e.add(limit, e.index(127)), e.index(128)),
+        rowBlocks);
   }
   int64_t groups = cols / 32;
   // One warp a block of 32 columns, a lane a column: an amax pass over the

@@ -365,7 +365,7 @@ void BackwardGemms::gateUp(bool shared) {
       wg.kCounts = buf["counts"];
       wg.out = buf[("d_" + w + "_weights").str()];
       wg.accumulate = accumulate;
-      if (tc.fp8DYT >= 0) {
+      if (tc.fp8DGateT >= 0) {
         onTensorCores(wg, {w == "gate" ? tc.fp8DGateT : tc.fp8DUpT,
                            tc.fp8RoutedXT});
         wg.tileN = sched::kTileN;

@@ -620,7 +620,8 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     gradient: A `[M, K]` and B `[N, K]`, K the routed rows, as
     `mk.quantize_columns` writes them) both operands' blocks run along K:
     B's scales are `[K/128, S]` (`S >= N`) with `b(c, k) = f32(b[c, k]) *
-    sb[k/128, c]`. Each dequantized value is an f32 product, then the GEMM
+    sb[k/128, c]`; each group's K range must start on a block (offsets
+    multiples of 128: the FP8 layers' padding). Each dequantized value is an f32 product, then the GEMM
     above. `simt` sums the products in k order; `wgmma` (sm_90a) sums each
     128-K block's E4M3 products on the tensor cores and adds the block's
     sums to fp32 accumulators times the two scales, so its results differ
