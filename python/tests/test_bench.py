@@ -987,3 +987,15 @@ def test_pytest_shards_sums_every_shard_and_fails_with_any(tmp_path):
     assert sorted(os.listdir(tmp_path / "logs")) == ["shard0.log", "shard1.log", "shard2.log"]
     usage = subprocess.run(["bash", script, "-n", "0", "x"], capture_output=True, text=True)
     assert usage.returncode == 2 and "usage" in usage.stderr
+
+
+def test_fp8_training_runs_on_the_cpu_target_and_names_its_target():
+    """bench.fp8_training: one step of each precision on the CPU target
+    (the GPU kernels with --target sm_90a: bf16 and fp8 only)."""
+    pytest.importorskip("torch")
+    from bench import fp8_training
+    result = fp8_training.main(["--steps", "1"])
+    assert result["target"] == "cpu" and set(result["losses"]) == {"bf16", "mxfp8", "fp8"}
+    assert set(result["max_rel_diff"]) == {"mxfp8", "fp8"}
+    with pytest.raises(SystemExit):
+        fp8_training.main(["--target", "sm_100a"])
