@@ -172,6 +172,16 @@ def against_bf16(rows):
             r["speedup_vs_bf16"] = base["mok_ms"] / r["mok_ms"]
 
 
+def print_against_bf16(rows, what):
+    """Prints the FP8 rows' times against mok's bf16 `what` (against_bf16)."""
+    fp8 = [r for r in rows if "speedup_vs_bf16" in r]
+    if fp8:
+        print(f"\nFP8 against mok's bf16 {what}")
+        for r in fp8:
+            print(f"{r['shape']:18s} {r['mok_ms']:9.3f} ms against {r['bf16_ms']:9.3f}: "
+                  f"{r['speedup_vs_bf16']:.3f}x, {r['mok_tflops']:.0f} TFLOP/s")
+
+
 def layer_and_inputs(script, seed):
     """For the one-shape tools (`SCRIPT ARTIFACTS SHAPE`): ARTIFACTS, SHAPE,
     SHAPE's layer loaded from ARTIFACTS and its inputs (seeded), or the
@@ -296,13 +306,8 @@ def main():
               f"{r['mok_tflops']:9.1f} {r['torch_tflops']:10.1f} "
               f"{100 * r['mok_tflops'] / ceiling:6.1f} {r['speedup']:8.3f} "
               f"{r['mok_rel_err']:8.1e} {r['torch_rel_err']:9.1e}")
-    fp8 = [r for r in rows if "speedup_vs_bf16" in r]
-    if fp8:
-        print("\nFP8 against mok's bf16 layer (TFLOP/s counted as bf16's; the error is "
-              "against the bf16 float64 reference)")
-        for r in fp8:
-            print(f"{r['shape']:18s} {r['mok_ms']:9.3f} ms against {r['bf16_ms']:9.3f}: "
-                  f"{r['speedup_vs_bf16']:.3f}x, {r['mok_tflops']:.0f} TFLOP/s")
+    print_against_bf16(rows, "layer (TFLOP/s counted as bf16's; the error is against the "
+                       "bf16 float64 reference)")
 
 
 if __name__ == "__main__":

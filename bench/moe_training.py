@@ -30,8 +30,8 @@ import torch
 
 import mok
 from bench.moe_forward import (against_bf16, matmul_ceiling, median_phases,
-                               sleep_cycles_per_ms, time_rounds, timing_row, torch_layer,
-                               write_result)
+                               print_against_bf16, sleep_cycles_per_ms, time_rounds,
+                               timing_row, torch_layer, write_result)
 from bench.shapes import SHAPES
 from bench.torch_reference import backward as reference_grads
 from bench.torch_reference import make_inputs, relative_error
@@ -217,13 +217,8 @@ def main():
             else ("-", float("nan"))
         print(f"{r['shape']:18s} {r['mok_ms']:9.3f} {r['torch_ms']:9.3f} {r['mok_tflops']:9.1f} "
               f"{r['torch_tflops']:10.1f} {r['speedup']:8.3f} {worst[1]:9.1e} ({worst[0]})")
-    fp8 = [r for r in rows if "speedup_vs_bf16" in r]
-    if fp8:
-        print("\nFP8 against mok's bf16 training step (TFLOP/s counted as bf16's; the "
-              "gradient errors are against the bf16 float64 reference)")
-        for r in fp8:
-            print(f"{r['shape']:18s} {r['mok_ms']:9.3f} ms against {r['bf16_ms']:9.3f}: "
-                  f"{r['speedup_vs_bf16']:.3f}x, {r['mok_tflops']:.0f} TFLOP/s")
+    print_against_bf16(rows, "training step (TFLOP/s counted as bf16's; the gradient "
+                       "errors are against the bf16 float64 reference)")
 
 
 if __name__ == "__main__":

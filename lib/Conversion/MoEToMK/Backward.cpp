@@ -207,7 +207,8 @@ void BackwardGemms::onTensorCores(GemmPlan &g,
   g.maps.assign(slots.begin(), slots.end());
   g.tensorMaps = frame.buf.lookup("tensor_maps");
   g.tileM = tc.tileM;
-  g.tileN = tc.storeTileN;
+  // (FP8 tiles are 128 columns: the partial sums take registers too.)
+  g.tileN = g.scales.empty() ? tc.storeTileN : sched::kTileN;
   g.engine = tc.engine;
 }
 
@@ -227,7 +228,6 @@ void BackwardGemms::routedDown(StringRef dOut, bool gathered) {
     g.offsets = buf["offsets"];
     if (tc.fp8Down >= 0) {
       onTensorCores(g, {tc.fp8DOut, tc.fp8Down});
-      g.tileN = sched::kTileN;
       g.paddingRows = buf["row_route"];
     }
     frame.gemm(g);
@@ -242,7 +242,6 @@ void BackwardGemms::routedDown(StringRef dOut, bool gathered) {
     w.accumulate = accumulate;
     if (tc.fp8DYT >= 0) {
       onTensorCores(w, {tc.fp8DYT, tc.fp8HiddenT});
-      w.tileN = sched::kTileN;
     }
     frame.gemm(w);
     return;
@@ -351,7 +350,6 @@ void BackwardGemms::gateUp(bool shared) {
     g.offsets = buf["offsets"];
     if (tc.fp8DGate >= 0) { // maps: a, b_0, b_1, a2
       onTensorCores(g, {tc.fp8DGate, tc.fp8GateT, tc.fp8UpT, tc.fp8DUp});
-      g.tileN = sched::kTileN;
     }
     frame.gemm(g);
     for (StringRef w : {"gate", "up"}) {
@@ -368,7 +366,6 @@ void BackwardGemms::gateUp(bool shared) {
       if (tc.fp8DGateT >= 0) {
         onTensorCores(wg, {w == "gate" ? tc.fp8DGateT : tc.fp8DUpT,
                            tc.fp8RoutedXT});
-        wg.tileN = sched::kTileN;
       }
       frame.gemm(wg);
     }
