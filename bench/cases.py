@@ -227,6 +227,18 @@ FP8_CASES["fp8_wgmma_top4"] = dict(tokens=300, hidden=1024, intermediate=512, ex
                                    top_k=4, padding=128, shared_intermediate=256,
                                    routing="zipf", drop=0.1, precision="fp8")
 
+# MXFP8 layers (precision = "mxfp8": 1 x 32 blocks with E8M0 scales in
+# tcgen05's scale-factor atoms; docs/FP8.md) on sm_90a's scalar GEMMs, the
+# GPU MXFP8 path that runs here (tcgen05's block-scaled MMA is sm_100a's):
+# against their definition, and their quantizers bit for bit.
+MX_CASES = {
+    "mx_shared_clamp": dict(tokens=100, hidden=256, intermediate=256, experts=4, top_k=2,
+                            padding=32, shared_intermediate=128, swiglu_limit=1.0,
+                            drop=0.1, precision="mxfp8", tensor_cores=False),
+    "mx_skewed": dict(tokens=160, hidden=384, intermediate=128, experts=8, top_k=2,
+                      padding=32, routing="zipf", precision="mxfp8", tensor_cores=False),
+}
+
 # FP8 training layers: the forward saving the bf16 context, and the
 # backward with every routed GEMM on operands quantized along its reduction
 # (docs/FP8.md's backward table), against fp8_reference.layer_backward.

@@ -33,8 +33,8 @@ import concurrent.futures
 import os
 
 from bench.cases import (ANY_TOKENS_CASES, CASES, EP_CASES, EP_TRAIN_CASES, FP8_CASES,
-                         FP8_TRAIN_CASES, MAIN_GRAD_CASES, TRAIN_CASES, compile_kwargs, ep1_twin,
-                         ep_train_twin, spec_kwargs)
+                         FP8_TRAIN_CASES, MAIN_GRAD_CASES, MX_CASES, TRAIN_CASES, compile_kwargs,
+                         ep1_twin, ep_train_twin, spec_kwargs)
 from bench.shapes import FORWARD_SHAPES, SHAPES
 
 # The cases python/tests/gpu/test_gpu_profile.py compiles with profile=True
@@ -50,7 +50,7 @@ def test_layers():
     """(name, spec fields, mok.compile options) of every GPU test layer."""
     layers = [(name, spec_kwargs(case), compile_kwargs(case))
               for table in (CASES, TRAIN_CASES, MAIN_GRAD_CASES, ANY_TOKENS_CASES, FP8_CASES,
-                            FP8_TRAIN_CASES)
+                            FP8_TRAIN_CASES, MX_CASES)
               for name, case in table.items()]
     layers += [(name + "-profile", spec_kwargs(CASES[name]),
                 dict(compile_kwargs(CASES[name]), profile=True)) for name in PROFILED]

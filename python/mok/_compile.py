@@ -83,7 +83,7 @@ def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_di
         layer = dataclasses.replace(layer, max_tokens=DEFAULT_MAX_TOKENS)
         source = layer.to_mlir(function)
     if target != "cpu" and isinstance(layer, LayerSpec) and layer.precision != "bf16":
-        _check_gpu_precision(layer.precision, target, options)
+        _check_gpu_precision(layer, target, options)
     if (options.fp8_quantized_weights and isinstance(layer, LayerSpec)
             and layer.precision != "fp8"):
         raise ValueError(f"CompileOptions.fp8_quantized_weights: for FP8 layers "
@@ -97,25 +97,42 @@ def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_di
     return _compile_gpu(source, name, target, function, cache_dir, options)
 
 
-def _check_gpu_precision(precision, target, options):
-    """What a GPU target compiles of an FP8 LayerSpec: the "fp8" layer,
-    inference or training, on E4M3 wgmma (sm_90a) or scalar GEMMs
-    (docs/FP8.md); the rest is refused by name."""
-    if precision != "fp8":
-        raise ValueError(f"layer: LayerSpec.precision = {precision!r}; MXFP8 layers run on "
-                         f"the CPU target for now, not on {target} (docs/FP8.md)")
-    if options.training and options.fp8_quantized_weights:
+def _check_gpu_precision(layer, target, options):
+    """What a GPU target compiles of an FP8 LayerSpec (docs/FP8.md): the
+    "fp8" layer, inference or training, on E4M3 wgmma (sm_90a) or scalar
+    GEMMs; the "mxfp8" inference layer on tcgen05's block-scaled MMA
+    (sm_100a) or scalar GEMMs; the rest is refused by name."""
+    precision = layer.precision
+    if precision == "mxfp8":
+        if options.training:
+            raise ValueError(f"layer: LayerSpec.precision = 'mxfp8' with training=True: "
+                             f"MXFP8 training layers run on the CPU target for now, not on "
+                             f"{target} (docs/FP8.md)")
+        for name in ("hidden", "intermediate"):
+            if getattr(layer, name) % 128:
+                raise ValueError(f"layer: LayerSpec.{name} = {getattr(layer, name)}: MXFP8 "
+                                 f"layers on {target} need a multiple of 128 (the scale "
+                                 "atoms; docs/FP8.md)")
+        if options.tensor_cores and target == "sm_90a":
+            raise ValueError("layer: LayerSpec.precision = 'mxfp8' on sm_90a runs scalar "
+                             "GEMMs only: pass tensor_cores=False (Hopper has no "
+                             "block-scaled MMA; precision 'fp8' runs on its tensor cores)")
+        if options.tensor_cores and layer.padding % 128:
+            raise ValueError(f"layer: LayerSpec.padding = {layer.padding}: MXFP8 on "
+                             "sm_100a's tensor cores needs a multiple of 128 (the "
+                             "block-scaled MMA's 128-row tiles)")
+    elif options.training and options.fp8_quantized_weights:
         raise ValueError("CompileOptions.fp8_quantized_weights: for FP8 inference layers "
                          "only so far; a training layer (training=True) takes the bf16 "
                          "weights and quantizes them in its kernels (docs/FP8.md)")
-    if options.tensor_cores and target == "sm_100a":
+    elif options.tensor_cores and target == "sm_100a":
         raise ValueError("layer: LayerSpec.precision = 'fp8' on sm_100a runs scalar GEMMs "
-                         "only so far: pass tensor_cores=False (tcgen05's block-scaled FP8 "
-                         "is not implemented yet; docs/FP8.md)")
+                         "only: pass tensor_cores=False (tcgen05 runs MXFP8's "
+                         "block-scaled MMA, precision 'mxfp8'; docs/FP8.md)")
     gemm = options._gemm_option()
     if gemm:
         raise ValueError(f"CompileOptions.{gemm}: not implemented for FP8 layers "
-                         "(LayerSpec.precision = 'fp8')")
+                         f"(LayerSpec.precision = {precision!r})")
 
 
 def _cache_dir(cache_dir):

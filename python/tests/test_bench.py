@@ -185,7 +185,7 @@ def test_compile_lists_every_test_layer_once():
     assert len(names) == len(set(names))
     assert set(names) == (set(cases.CASES) | set(cases.TRAIN_CASES) | set(cases.MAIN_GRAD_CASES)
                           | set(cases.ANY_TOKENS_CASES) | set(cases.FP8_CASES)
-                          | set(cases.FP8_TRAIN_CASES)
+                          | set(cases.FP8_TRAIN_CASES) | set(cases.MX_CASES)
                           | {n + "-profile" for n in comp.PROFILED}
                           | set(cases.EP_CASES) | {n + "-ep1" for n in cases.EP_CASES}
                           | set(cases.EP_TRAIN_CASES)

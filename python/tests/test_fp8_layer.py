@@ -4,6 +4,8 @@
 reference that quantizes the same operands with the NumPy model of the
 formats (fp8_reference.layer_forward / layer_backward), and the refusals
 of what is not built yet (the GPU targets, ep > 1, recompute)."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -91,16 +93,30 @@ def test_fp8_layer_matches_its_float64_definition(precision, H, I, shared, limit
 def test_fp8_refusals_name_what_is_missing():
     spec = mok.LayerSpec(hidden=64, intermediate=32, experts=4, top_k=2, padding=32,
                          precision="mxfp8")
-    with pytest.raises(ValueError, match="LayerSpec.precision = 'mxfp8'; MXFP8 layers run on "
-                                         "the CPU target for now, not on sm_90a"):
-        mok.compile(spec, target="sm_90a")
+    with pytest.raises(ValueError, match="LayerSpec.hidden = 64: MXFP8 layers on sm_90a need "
+                                         "a multiple of 128"):
+        mok.compile(spec, target="sm_90a", tensor_cores=False)
+    mx = dataclasses.replace(spec, hidden=128, intermediate=128, padding=128)
+    with pytest.raises(ValueError, match="LayerSpec.precision = 'mxfp8' with training=True: "
+                                         "MXFP8 training layers run on the CPU target"):
+        mok.compile(mx, target="sm_100a", training=True)
+    with pytest.raises(ValueError, match="LayerSpec.precision = 'mxfp8' on sm_90a runs scalar "
+                                         "GEMMs only: pass tensor_cores=False"):
+        mok.compile(mx, target="sm_90a")
+    with pytest.raises(ValueError, match="LayerSpec.padding = 32: MXFP8 on sm_100a's tensor "
+                                         "cores needs a multiple of 128"):
+        mok.compile(dataclasses.replace(mx, padding=32), target="sm_100a")
+    with pytest.raises(ValueError, match="CompileOptions.fp8_quantized_weights: for FP8 layers "
+                                         r"\(LayerSpec.precision = 'fp8'\), got precision 'mxfp8'"):
+        mok.compile(mx, target="sm_100a", fp8_quantized_weights=True)
     fp8 = mok.LayerSpec(hidden=128, intermediate=128, experts=4, top_k=2, padding=128,
                         precision="fp8")
     with pytest.raises(ValueError, match="CompileOptions.fp8_quantized_weights: for FP8 "
                                          "inference layers only so far"):
         mok.compile(fp8, target="sm_90a", training=True, fp8_quantized_weights=True)
     with pytest.raises(ValueError, match=r"LayerSpec.precision = 'fp8' on sm_100a runs scalar "
-                                         r"GEMMs only so far: pass tensor_cores=False"):
+                                         r"GEMMs only: pass tensor_cores=False \(tcgen05 runs "
+                                         r"MXFP8's block-scaled MMA"):
         mok.compile(fp8, target="sm_100a")
     with pytest.raises(ValueError, match=r"CompileOptions.warp_specialize: not implemented for "
                                          r"FP8 layers"):

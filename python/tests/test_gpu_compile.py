@@ -562,6 +562,37 @@ def test_fp8_forward_compiles(target, tensor_cores, tmp_path):
     _ptxas_accepts(art.ptx, target, tmp_path)
 
 
+@pytest.mark.parametrize("target,tensor_cores", [("sm_100a", True), ("sm_90a", False),
+                                                 ("sm_100a", False)])
+def test_mxfp8_forward_compiles(target, tensor_cores, tmp_path):
+    """The MXFP8 forward (docs/FP8.md) for a GPU: the MX quantizers (E8M0
+    scales in tcgen05's scale-factor atoms) and the routed GEMMs on
+    tcgen05's block-scaled MMA (sm_100a) or scalar; u8 scale workspaces
+    the runtime takes; ptxas-clean (no sm_100a GPU here: compiled only)."""
+    from mok import _runtime as rt
+    spec = mok.LayerSpec(hidden=256, intermediate=128, experts=4, top_k=2, tokens=40,
+                         padding=128, shared_intermediate=128, precision="mxfp8")
+    art = mok.compile(spec, target=target, cache_dir=str(tmp_path), tensor_cores=tensor_cores)
+    assert "cvt.rn.satfinite.e4m3x2.f32" in art.ptx
+    if tensor_cores:
+        assert "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.block32" in art.ptx
+        assert "tcgen05.cp.cta_group::1.32x128b.warpx4" in art.ptx
+        assert "kind::f16" in art.ptx  # the shared expert, bf16
+        maps = {m["buffer"]: m for m in art.metadata["tensor_maps"]}
+        assert maps["gate_q"]["box_rows"] == 128 and maps["routed_x_q"]["box_rows"] == 128
+    else:
+        assert "cvt.rn.f16x2.e4m3x2" in art.ptx and "tcgen05.mma" not in art.ptx
+    mk = art.stages["mk"]
+    assert mk.count("mk.gemm") == 4 and mk.count(" scales(") == 2
+    assert "block_scales(" not in mk  # the routed rows are quantized after the dispatch
+    by_name = {p["name"]: p for p in art.metadata["params"]}
+    assert by_name["routed_x_scale"]["dtype"] == "u8"
+    assert by_name["routed_x_scale"]["shape"] == [(40 * 2 + 4 * 127 + 127) // 128, 2, 512]
+    assert by_name["down_scale"]["shape"] == [4, 2, 1, 512]
+    rt.Layer(json.dumps(art.metadata))  # the runtime takes the metadata
+    _ptxas_accepts(art.ptx, target, tmp_path)
+
+
 @pytest.mark.parametrize("target,tensor_cores", [("sm_90a", True), ("sm_90a", False),
                                                  ("sm_100a", False)])
 def test_fp8_training_layer_compiles(target, tensor_cores, tmp_path):

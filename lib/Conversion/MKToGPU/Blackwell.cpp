@@ -73,12 +73,46 @@ constexpr uint32_t instrDescF16(int64_t m, int64_t n, bool transposeA = false,
 }
 static_assert(instrDescF16(64, 128) == 0x04200490u);
 static_assert(instrDescF16(64, 128, true, true) == 0x04218490u);
+static_assert(instrDescF16(128, 128) == 0x08200490u);
 // M = 64 needs N % 8 == 0, 8 <= N <= 256 (cta_group::1, dense, kind::f16).
 static_assert(kTileM == 64 && kTileN % 8 == 0 && kTileN <= 256);
 static_assert(2 * kTileN <= kTmemColumns && kTmemColumns <= 512 &&
                   (kTmemColumns & (kTmemColumns - 1)) == 0,
               "tcgen05.alloc takes a power of two of at least 32 columns");
 static_assert(kTileN % kLdColumns == 0);
+
+/// The 32-bit instruction descriptor of tcgen05.mma .kind::mxf8f6f4
+/// .block_scale (PTX ISA 9.7.16.4.2, the block-scaled kinds' format): A = B
+/// = E4M3 (format 0 in bits 7-9 and 10-12), both K-major, N >> 3 in bits
+/// 17-22, scale type UE8M0 (bit 23), M >> 4 in bits 24-28, and the scale
+/// factors' byte within each 32-bit Tensor Memory word, for B in bits 4-5
+/// and for A in bits 29-30: the k32 step `ks` of a k-tile reads byte ks
+/// (the atom's 32-element block ks).
+constexpr uint32_t instrDescMx(int64_t m, int64_t n, int64_t ks) {
+  return (static_cast<uint32_t>(ks) << 4) |
+         (static_cast<uint32_t>(n >> 3) << 17) | (1u << 23) |
+         (static_cast<uint32_t>(m >> 4) << 24) |
+         (static_cast<uint32_t>(ks) << 29);
+}
+static_assert(instrDescMx(128, 128, 0) == 0x08A00000u);
+static_assert(instrDescMx(128, 128, 3) == 0x68A00030u);
+
+/// MXFP8 tiles: M = 128 (block-scaled MMAs with cta_group::1 take no other
+/// M; Layout D, row r in TMEM lane r), N = 128 an operand, k-tiles of 128
+/// E4M3 (four k32 MMAs, one E8M0 scale a row and a column each).
+constexpr int64_t kMxTileM = 128;
+constexpr int64_t kMxStepK = 32;
+/// A k-tile's scale atoms (A's, then each B's) in shared memory, 512 bytes
+/// each, copied to Tensor Memory with tcgen05.cp.32x128b.warpx4: an atom
+/// fills 4 columns (column c, lane l: rows 32 c + l's four bytes), the
+/// same in each 32-lane sub-partition. The Tensor Memory columns of stage
+/// s's atoms follow the two accumulators: kMxScaleColumn + 12 s + 4 i.
+constexpr int64_t kAtomBytes = 512;
+constexpr int64_t kMxAtoms = 3;
+constexpr int64_t kMxScaleColumn = 2 * kTileN;
+constexpr int32_t kMxTmemColumns = 512;
+static_assert(kMxScaleColumn + kStages * kMxAtoms * 4 <= kMxTmemColumns);
+constexpr const char *kMxAtomsSlot = "mok_mx_scale_atoms";
 
 /// Fields of the 64-bit shared memory descriptor (PTX ISA 9.7.16.4.1,
 /// "Shared memory descriptor", Table 40) of a K-major operand tile as the
@@ -111,7 +145,8 @@ constexpr int64_t kK16BytesMN = 16 * kTileK * 2;
 class Tcgen05Emitter final : public GemmEmitter {
 public:
   Tcgen05Emitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-                 ArrayRef<std::pair<int64_t, int64_t>> prefetch);
+                 ArrayRef<std::pair<int64_t, int64_t>> prefetch,
+                 const WarpRoles &roles, bool mx);
 
   void finish() override;
 
@@ -121,6 +156,23 @@ private:
   Value mmaBarriers;
   Value tmem; // the Tensor Memory base address (i32: lane << 16 | column)
   Value isWarp0;
+  /// MXFP8: the Tensor Memory columns allocated, and the shared-window
+  /// address (index) of the scale atoms, kMxAtoms a stage.
+  int32_t tmemColumns = kTmemColumns;
+  Value mxAtoms;
+
+  int64_t extraLoadBytes(const GemmPhase &p) const override {
+    return p.mx ? kAtomBytes * (1 + (p.b1 ? 2 : 1)) : 0;
+  }
+  void loadExtra(const GemmPhase &p, Value g, Value kTile,
+                 const Task &t) override;
+  /// A 128-row tile (both consumer warpgroups): MXFP8's block-scaled MMAs,
+  /// or bf16's kind::f16 ones at M = 128 (an MXFP8 kernel's shared
+  /// expert), and the epilogue.
+  SmallVector<Value> accumulateTall(const GemmPhase &p, Value it,
+                                    const Task &t);
+  /// The global address (i64) of a buffer's first byte.
+  Value globalAddress(Value buffer);
 
   void acquire(Value g) override;
   SmallVector<Value> accumulate(const GemmPhase &p, Value it,
@@ -146,7 +198,8 @@ private:
   /// Emits tcgen05.mma.cta_group::1.kind::f16 [d], aDesc, bDesc, idesc,
   /// accumulate.
   void mma(Value d, Value aDesc, Value bDesc, Value accumulate,
-           bool transposeA = false, bool transposeB = false);
+           bool transposeA = false, bool transposeB = false,
+           int64_t m = kTileM);
   /// Emits tcgen05.commit.cta_group::1.mbarrier::arrive::one on
   /// mmaBarriers[index]: it arrives once the MMAs this thread issued so far
   /// have completed.
@@ -157,8 +210,9 @@ private:
 
 Tcgen05Emitter::Tcgen05Emitter(Emitter &e, gpu::GPUModuleOp module,
                                Value tensorMaps,
-                               ArrayRef<std::pair<int64_t, int64_t>> prefetch)
-    : GemmEmitter(e, module, tensorMaps, prefetch, WarpRoles{},
+                               ArrayRef<std::pair<int64_t, int64_t>> prefetch,
+                               const WarpRoles &roles, bool mx)
+    : GemmEmitter(e, module, tensorMaps, prefetch, roles,
                   /*sm90=*/false) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
@@ -175,6 +229,24 @@ Tcgen05Emitter::Tcgen05Emitter(Emitter &e, gpu::GPUModuleOp module,
                              b.getI64IntegerAttr(4));
   }
   Value slot = memref::GetGlobalOp::create(b, loc, slotType, kTmemSlot);
+  // MXFP8: the scale atoms' stage ring (static shared memory, beside the
+  // dynamic ring the operand boxes fill) and the Tensor Memory for their
+  // copies.
+  if (mx) {
+    tmemColumns = kMxTmemColumns;
+    MemRefType atomsType =
+        smemType(ctx, {kStages * kMxAtoms * kAtomBytes}, b.getI8Type());
+    if (!module.lookupSymbol(kMxAtomsSlot)) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(module.getBody());
+      memref::GlobalOp::create(b, loc, kMxAtomsSlot,
+                               b.getStringAttr("private"), atomsType,
+                               Attribute(), /*constant=*/false,
+                               b.getI64IntegerAttr(128));
+    }
+    mxAtoms = memref::ExtractAlignedPointerAsIndexOp::create(
+        b, loc, memref::GetGlobalOp::create(b, loc, atomsType, kMxAtomsSlot));
+  }
   Value slotAddress = arith::IndexCastOp::create(
       b, loc, b.getI64Type(),
       memref::ExtractAlignedPointerAsIndexOp::create(b, loc, slot));
@@ -202,7 +274,7 @@ Tcgen05Emitter::Tcgen05Emitter(Emitter &e, gpu::GPUModuleOp module,
   auto cta1 = NVVM::CTAGroupKindAttr::get(ctx, NVVM::CTAGroupKind::CTA_1);
   isWarp0 = e.cmp(arith::CmpIPredicate::ult, tid, e.index(32));
   e.ifThen(isWarp0, [&] {
-    Value columns = i32(kTmemColumns);
+    Value columns = i32(tmemColumns);
     NVVM::Tcgen05AllocOp::create(b, loc, slotPointer, columns, cta1);
     NVVM::Tcgen05RelinquishAllocPermitOp::create(b, loc, cta1);
   });
@@ -223,7 +295,7 @@ void Tcgen05Emitter::finish() {
   // tcgen05.dealloc.cta_group::1.sync.aligned.b32, by the allocating warp.
   e.ifThen(isWarp0, [&] {
     Value pointer = tmemPointer(tmem);
-    Value columns = i32(kTmemColumns);
+    Value columns = i32(tmemColumns);
     NVVM::Tcgen05DeallocOp::create(
         b, loc, pointer, columns,
         NVVM::CTAGroupKindAttr::get(b.getContext(), NVVM::CTAGroupKind::CTA_1));
@@ -273,12 +345,12 @@ Value Tcgen05Emitter::smemDescriptor(Value byteOffset, bool mnMajor) {
 }
 
 void Tcgen05Emitter::mma(Value d, Value aDesc, Value bDesc, Value accumulate,
-                         bool transposeA, bool transposeB) {
+                         bool transposeA, bool transposeB, int64_t m) {
   OpBuilder &b = e.b;
   MLIRContext *ctx = b.getContext();
   Value dPointer = tmemPointer(d);
   Value idesc = i32(static_cast<int32_t>(
-      instrDescF16(kTileM, kTileN, transposeA, transposeB)));
+      instrDescF16(m, kTileN, transposeA, transposeB)));
   NVVM::Tcgen05MMAOp::create(
       b, e.loc, NVVM::Tcgen05MMAKindAttr::get(ctx, NVVM::Tcgen05MMAKind::F16),
       NVVM::CTAGroupKindAttr::get(ctx, NVVM::CTAGroupKind::CTA_1),
@@ -307,6 +379,8 @@ void Tcgen05Emitter::acquire(Value g) {
 
 SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
                                               const Task &t) {
+  if (p.tileM == kMxTileM)
+    return accumulateTall(p, it, t);
   assert(p.tileN == kTileN && "tcgen05: tiles of kTileN columns only");
   OpBuilder &b = e.b;
   Location loc = e.loc;
@@ -434,10 +508,221 @@ SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
   return tiles;
 }
 
+Value Tcgen05Emitter::globalAddress(Value buffer) {
+  return arith::IndexCastOp::create(
+      e.b, e.loc, e.b.getI64Type(),
+      memref::ExtractAlignedPointerAsIndexOp::create(e.b, e.loc, buffer));
+}
+
+/// Thread 0: k-tile kTile's scale atoms (A's rows m0 .. m0 + 127, each B's
+/// columns n0 .. n0 + 127 of the task's expert) into the stage's atom slots,
+/// bulk copies completing on the stage's full barrier.
+void Tcgen05Emitter::loadExtra(const GemmPhase &p, Value g, Value kTile,
+                               const Task &t) {
+  if (!p.mx)
+    return;
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  MLIRContext *ctx = b.getContext();
+  Value stage = e.rem(g, e.index(kStages));
+  Value barrier = LLVM::IntToPtrOp::create(
+      b, loc, LLVM::LLVMPointerType::get(ctx, /*shared=*/3),
+      nvgpu::MBarrierGetOp::create(b, loc, b.getI32Type(), barriers, stage),
+      LLVM::DereferenceableAttr());
+  int64_t kBlocks = p.k / kTileKFp8;
+  auto copyAtom = [&](int64_t slot, Value buffer, Value atom) {
+    Value src = LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(ctx, /*global=*/1),
+        arith::AddIOp::create(
+            b, loc, globalAddress(buffer),
+            arith::IndexCastOp::create(b, loc, b.getI64Type(),
+                                       e.mul(atom, e.index(kAtomBytes)))),
+        LLVM::DereferenceableAttr());
+    Value dst = sharedPointer(
+        e.add(mxAtoms, e.add(e.mul(stage, e.index(kMxAtoms * kAtomBytes)),
+                             e.index(slot * kAtomBytes))));
+    NVVM::CpAsyncBulkGlobalToSharedClusterOp::create(
+        b, loc, dst, src, barrier, i32(kAtomBytes), /*multicastMask=*/Value(),
+        /*l2CacheHint=*/Value());
+  };
+  // Atom [m0 / 128, kTile] of A; [expert, n0 / 128, kTile] of each B.
+  copyAtom(0, p.aScales,
+           e.add(e.mul(e.div(t.m0, e.index(kMxTileM)), e.index(kBlocks)),
+                 kTile));
+  int64_t nAtoms = (p.n + kTileN - 1) / kTileN;
+  for (auto [j, scales] : llvm::enumerate(p.bScales)) {
+    Value row = e.div(t.n0, e.index(kTileN));
+    if (t.expert)
+      row = e.add(e.mul(t.expert, e.index(nAtoms)), row);
+    copyAtom(1 + static_cast<int64_t>(j), scales,
+             e.add(e.mul(row, e.index(kBlocks)), kTile));
+  }
+}
+
+SmallVector<Value> Tcgen05Emitter::accumulateTall(const GemmPhase &p,
+                                                  Value it, const Task &t) {
+  assert(p.tileM == kMxTileM && p.tileN == kTileN && !p.a2 && !p.kOffsets &&
+         !p.transposeA && !p.transposeB && !p.gatherRows &&
+         (!p.fp8 || p.mx) &&
+         "tcgen05, 128-row tiles: K-major bf16 or MXFP8 128 x 128 tiles only");
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  MLIRContext *ctx = b.getContext();
+  int64_t kTiles = p.k / p.tileK();
+  int64_t numAcc = p.b1 ? 2 : 1;
+  Value accBarrier = e.index(kStages);
+  Value tasksDone = carried[0];
+  Value kTilesV = t.kTiles ? t.kTiles : e.index(kTiles);
+  auto cpShape = NVVM::Tcgen05CpShape::SHAPE_32x128b;
+
+  e.ifThen(isThread0, [&] {
+    e.loop(kTilesV, [&](Value kt) {
+      Value g = e.add(it, kt);
+      Value stage = e.rem(g, e.index(kStages));
+      nvgpu::MBarrierTryWaitParityOp::create(b, loc, barriers, phaseParity(g),
+                                             e.index(10000000), stage);
+      fence(NVVM::Tcgen05FenceKind::AFTER_THREAD_SYNC);
+      // The stage's atoms into its Tensor Memory columns: the copies and
+      // the MMAs after them, issued by this thread, run in order. (The
+      // stage's previous MMAs, which read these columns, completed before
+      // its refill: `acquire`.)
+      Value atomBase =
+          e.add(mxAtoms, e.mul(stage, e.index(kMxAtoms * kAtomBytes)));
+      Value scaleColumn = arith::AddIOp::create(
+          b, loc, tmem,
+          arith::AddIOp::create(
+              b, loc, i32(kMxScaleColumn),
+              arith::MulIOp::create(
+                  b, loc,
+                  arith::IndexCastOp::create(b, loc, b.getI32Type(), stage),
+                  i32(kMxAtoms * 4))));
+      SmallVector<Value, 3> scaleAt;
+      for (int64_t i = 0; p.mx && i < 1 + numAcc; ++i) {
+        Value column =
+            arith::AddIOp::create(b, loc, scaleColumn, i32(4 * i));
+        scaleAt.push_back(tmemPointer(column));
+        // No swizzle: 16-byte rows 16 bytes apart, 8-row groups 128 bytes
+        // apart (stride 128 >> 4); one 128-bit column, no leading offset.
+        Value address = arith::IndexCastOp::create(
+            b, loc, b.getI32Type(), e.add(atomBase, e.index(i * kAtomBytes)));
+        Value desc = NVVM::Tcgen05MmaSmemDescOp::create(
+            b, loc, b.getI64Type(),
+            arith::ShRUIOp::create(b, loc, address, i32(4)), i32(0),
+            i32(128 >> 4), arith::ConstantIntOp::create(b, loc, 0, 8),
+            arith::ConstantIntOp::create(b, loc, 0, 1),
+            arith::ConstantIntOp::create(b, loc, 0, 8));
+        NVVM::Tcgen05CpOp::create(b, loc, cpShape, NVVM::CTAGroupKind::CTA_1,
+                                  NVVM::Tcgen05CpMulticast::WARPX4,
+                                  NVVM::Tcgen05CpSrcFormatAttr(),
+                                  scaleAt.back(), desc);
+      }
+      Value base = stageOffset(g);
+      Value notFirstKTile = e.cmp(arith::CmpIPredicate::ne, kt, e.index(0));
+      Value yes = arith::ConstantIntOp::create(b, loc, 1, 1);
+      // k32 steps (E4M3) or k16 steps (bf16): 32 bytes along the 128-byte
+      // swizzled rows.
+      for (int64_t ks = 0; ks < p.tileK() / (p.mx ? kMxStepK : 16); ++ks) {
+        Value aDesc = smemDescriptor(e.add(base, e.index(ks * kK16Bytes)));
+        for (int64_t j = 0; j < numAcc; ++j) {
+          Value bDesc = smemDescriptor(e.add(
+              base, e.index(p.bytesA() + j * p.bytesB() + ks * kK16Bytes)));
+          Value d = arith::AddIOp::create(b, loc, tmem, i32(j * kTileN));
+          if (!p.mx) {
+            mma(d, aDesc, bDesc, ks == 0 ? notFirstKTile : yes,
+                /*transposeA=*/false, /*transposeB=*/false, kMxTileM);
+            continue;
+          }
+          NVVM::Tcgen05MMABlockScaleOp::create(
+              b, loc, NVVM::MMABlockScaleKind::MXF8F6F4,
+              NVVM::CTAGroupKind::CTA_1, NVVM::Tcgen05MMABlockScale::BLOCK32,
+              NVVM::Tcgen05MMACollectorOp::DISCARD, tmemPointer(d), aDesc,
+              bDesc,
+              i32(static_cast<int32_t>(instrDescMx(kMxTileM, kTileN, ks))),
+              ks == 0 ? notFirstKTile : yes, scaleAt[0], scaleAt[1 + j]);
+        }
+      }
+      commit(stage);
+      if (t.kTiles || kTiles > kStages) {
+        Value next = e.add(kt, e.index(kStages - 1));
+        Value refill = arith::AndIOp::create(
+            b, loc, e.cmp(arith::CmpIPredicate::sge, kt, e.index(1)),
+            e.cmp(arith::CmpIPredicate::slt, next, kTilesV));
+        e.ifThen(refill, [&] {
+          Value gNext = e.add(g, e.index(kStages - 1));
+          acquire(gNext);
+          load(p, gNext, next, t);
+        });
+      }
+    });
+    commit(accBarrier);
+  });
+
+  // Both warpgroups wait for the accumulators; Layout D puts tile row r in
+  // TMEM lane r, which warp w reaches in its lane quarter w % 4 (rows 32 (w
+  // % 4) + l): warpgroup c's 64 rows are its warps 2c and 2c + 1 of the
+  // quarter numbering (warps 0, 1 and 6, 7 of the CTA), which read them
+  // into the [128][128] shared-memory tiles of the shared epilogue.
+  Value accParity =
+      e.cmp(arith::CmpIPredicate::ne, e.rem(tasksDone, e.index(2)), e.index(0));
+  waitMmaBarrier(accBarrier, accParity);
+  fence(NVVM::Tcgen05FenceKind::AFTER_THREAD_SYNC);
+  Value warp = e.div(tid, e.index(32)), lane = e.rem(tid, e.index(32));
+  Value quarter = e.rem(warp, e.index(4));
+  Value reads = e.cmp(arith::CmpIPredicate::eq, e.div(quarter, e.index(2)),
+                      e.div(warp, e.index(4)));
+  Value row = e.add(e.mul(quarter, e.index(32)), lane);
+  Value laneBase = arith::ShLIOp::create(
+      b, loc,
+      arith::IndexCastOp::create(b, loc, b.getI32Type(),
+                                 e.mul(quarter, e.index(32))),
+      i32(16));
+  Type f32 = b.getF32Type(), i32Type = b.getI32Type();
+  auto ldType = VectorType::get({kLdColumns}, i32Type);
+  auto f32Vector = VectorType::get({kLdColumns}, f32);
+  MemRefType accTile = smemType(ctx, {kMxTileM, kTileN}, f32);
+  auto ldShape = NVVM::Tcgen05LdStShapeAttr::get(
+      ctx, NVVM::Tcgen05LdStShape::SHAPE_32X32B);
+  SmallVector<Value> tiles;
+  for (int64_t j = 0; j < numAcc; ++j)
+    tiles.push_back(
+        view(e.add(pad, e.index(j * kMxTileM * kTileN * 4)), accTile));
+  e.ifThen(reads, [&] {
+    for (int64_t j = 0; j < numAcc; ++j) {
+      Value accBase = arith::AddIOp::create(
+          b, loc, arith::AddIOp::create(b, loc, tmem, laneBase),
+          i32(j * kTileN));
+      e.loop(kTileN / kLdColumns, [&](Value chunk) {
+        Value column = e.mul(chunk, e.index(kLdColumns));
+        Value address = arith::AddIOp::create(
+            b, loc, accBase,
+            arith::IndexCastOp::create(b, loc, i32Type, column));
+        Value bits = NVVM::Tcgen05LdOp::create(b, loc, ldType, UnitAttr(),
+                                               ldShape, tmemPointer(address),
+                                               /*offset=*/Value());
+        NVVM::Tcgen05WaitOp::create(
+            b, loc,
+            NVVM::Tcgen05WaitKindAttr::get(ctx, NVVM::Tcgen05WaitKind::LOAD));
+        Value values = LLVM::BitcastOp::create(b, loc, f32Vector, bits);
+        for (int64_t i = 0; i < kLdColumns; ++i)
+          e.store(LLVM::ExtractElementOp::create(
+                      b, loc, values,
+                      arith::ConstantIntOp::create(b, loc, i, 32)),
+                  tiles[j], {row, e.add(column, e.index(i))});
+      });
+    }
+  });
+  fence(NVVM::Tcgen05FenceKind::BEFORE_THREAD_SYNC);
+  syncWarpgroup(p.consumers());
+  carried[0] = e.add(tasksDone, e.index(1));
+  return tiles;
+}
+
 std::unique_ptr<GemmEmitter>
 createGemmEmitter(Emitter &e, gpu::GPUModuleOp module, Value tensorMaps,
-                  ArrayRef<std::pair<int64_t, int64_t>> prefetch) {
-  return std::make_unique<Tcgen05Emitter>(e, module, tensorMaps, prefetch);
+                  ArrayRef<std::pair<int64_t, int64_t>> prefetch,
+                  const WarpRoles &roles, bool mx) {
+  return std::make_unique<Tcgen05Emitter>(e, module, tensorMaps, prefetch,
+                                          roles, mx);
 }
 
 } // namespace mok::conversion::sm100

@@ -22,10 +22,15 @@ constexpr int32_t kTmemColumns = 256;
 /// builder's insertion point (see gemm::GemmEmitter), including the Tensor
 /// Memory allocation. Call `finish()` after the last GEMM phase (after a
 /// CTA-wide barrier): it frees the Tensor Memory.
+///
+/// `roles`: the consumer warpgroups (2 for MXFP8's 128-row tiles); `mx`:
+/// the kernel has MXFP8 GEMMs (block-scaled MMAs: the scale atoms' shared
+/// memory and Tensor Memory, kMxTmemColumns in all).
 std::unique_ptr<gemm::GemmEmitter>
 createGemmEmitter(Emitter &e, mlir::gpu::GPUModuleOp module,
                   mlir::Value tensorMaps,
-                  mlir::ArrayRef<std::pair<int64_t, int64_t>> prefetch);
+                  mlir::ArrayRef<std::pair<int64_t, int64_t>> prefetch,
+                  const gemm::WarpRoles &roles, bool mx);
 
 } // namespace mok::conversion::sm100
 

@@ -60,9 +60,24 @@ void GemmLowering::lowerSimt(mk::GemmOp op) {
   ValueRange scales = op.getScales();
   unsigned bScales = op.getA2() ? 2 : 1;
   Value block = e.index(128);
+  // MXFP8: E8M0 scales in tcgen05's scale-factor atoms, 2^(byte - 127):
+  // row (or column) r's block of 32 holding k, after the index prefix.
+  bool mx = op.isMx();
+  auto mxScale = [&](Value scaleBuffer, SmallVector<Value> idx, Value r,
+                     Value j) {
+    Value inAtom = e.rem(r, block);
+    idx.append({e.div(r, block), e.div(j, block),
+                e.add(e.add(e.mul(e.rem(inAtom, e.index(32)), e.index(16)),
+                            e.mul(e.div(inAtom, e.index(32)), e.index(4))),
+                      e.div(e.rem(j, block), e.index(32)))});
+    return decodeE8M0(e.load(scaleBuffer, idx));
+  };
   // A(r, j) of `a` (second: a2) and B_i(c, j) in either operand form.
   auto aAt = [&](bool second, Value r, Value j) {
     Value src = second ? op.getA2() : a;
+    if (mx)
+      return e.mul(decodeE4M3(e.load(src, {r, j})),
+                   mxScale(scales[0], {}, r, j));
     if (fp8)
       return e.mul(decodeE4M3(e.load(src, {r, j})),
                    e.load(scales[second ? 1 : 0], {e.div(j, block), r}));
@@ -70,6 +85,12 @@ void GemmLowering::lowerSimt(mk::GemmOp op) {
   };
   auto bAt = [&](unsigned i, ArrayRef<Value> prefix, Value c, Value j) {
     SmallVector<Value> idx(prefix);
+    if (mx) {
+      idx.append({c, j});
+      return e.mul(decodeE4M3(e.load(bs[i], idx)),
+                   mxScale(scales[bScales + i], SmallVector<Value>(prefix), c,
+                           j));
+    }
     if (fp8) {
       SmallVector<Value> blockIdx(prefix);
       if (op.getKOffsets()) // blocks along K (the routed rows) per column
@@ -357,6 +378,7 @@ void GemmLowering::lowerTensorCores(mk::GemmOp op) {
   phase.paddingRows = op.getPaddingRows();
   if (op.isFp8()) { // scales: a's (and a2's), then each B's
     phase.fp8 = true;
+    phase.mx = op.isMx();
     ValueRange scales = op.getScales();
     phase.aScales = scales[0];
     if (concat)

@@ -265,9 +265,11 @@ void GemmEmitter::load(const GemmPhase &p, Value g, Value kTile,
   }
   // (Multicast: the partner's half completes bytes on this CTA's barrier of
   // the stage, which expects all of B either way.)
-  int64_t bytes = (p.gatherRows ? 0 : p.bytesA()) + numB * p.bytesB();
+  int64_t bytes = (p.gatherRows ? 0 : p.bytesA()) + numB * p.bytesB() +
+                  extraLoadBytes(p);
   nvgpu::MBarrierArriveExpectTxOp::create(b, loc, barriers, e.index(bytes),
                                           stage, Value());
+  loadExtra(p, g, kTile, t);
   // (FP8: K in E4M3 elements, the maps' unit; a k-tile's rows are the
   // same 128 bytes.)
   Value kc = e.mul(kTile, e.index(schedule::tileK(p.fp8)));

@@ -188,6 +188,14 @@ struct GemmPhase {
   /// partial sums to the accumulators times the row's and the column's
   /// scales. K-major, no gather.
   bool fp8 = false;
+  /// MXFP8 (with fp8; sm_100a tcgen05): the scales are E8M0 atoms of
+  /// tcgen05's scale-factor layout, 512 bytes per 128 rows (or columns) and
+  /// k-tile: `aScales` [M'/128, K/128, 512], each B's [E, N/128, K/128,
+  /// 512] grouped or [N/128, K/128, 512]; the MMA layer loads a k-tile's
+  /// atoms with its stage (extraLoadBytes, loadExtra) and the tensor cores
+  /// apply them (block-scaled MMA). Tiles of 128 rows, 128 columns an
+  /// operand.
+  bool mx = false;
   mlir::Value aScales, a2Scales;
   mlir::SmallVector<mlir::Value, 2> bScales;
   /// The K of a k-tile, in elements.
@@ -385,6 +393,14 @@ protected:
   /// Set by the task loop around `accumulate` (empty otherwise): starts the
   /// next task's loads into the free stages.
   std::function<void()> onStagesFree;
+
+  /// Bytes the MMA layer loads with each k-tile besides the operand boxes
+  /// (completing on the stage's full barrier: `loadExtra`).
+  virtual int64_t extraLoadBytes(const GemmPhase &p) const { return 0; }
+  /// Thread 0, in `load` after the stage's arrive.expect_tx: the MMA
+  /// layer's own copies for k-tile `kTile` of task `t` (k-tile number `g`).
+  virtual void loadExtra(const GemmPhase &p, mlir::Value g, mlir::Value kTile,
+                         const Task &t) {}
 
   /// Thread 0, before it loads k-tile number `g` into its stage: wait until
   /// the stage is free. The default does nothing (the MMA layer leaves every

@@ -184,6 +184,29 @@ Value GridBuilder::pack8(ArrayRef<Value> xs) {
   return packed;
 }
 
+Value GridBuilder::decodeE8M0(Value e8) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type i32 = b.getI32Type();
+  auto c32 = [&](int64_t v) {
+    return arith::ConstantIntOp::create(b, loc, v, 32);
+  };
+  Value byte = arith::ExtUIOp::create(
+      b, loc, i32, arith::BitcastOp::create(b, loc, b.getI8Type(), e8));
+  // The byte is the f32 biased exponent; 0 is 2^-127 (mantissa bit 22),
+  // 0xFF (f32's infinity pattern) is a NaN scale.
+  Value bits = arith::ShLIOp::create(b, loc, byte, c32(23));
+  bits = arith::SelectOp::create(
+      b, loc,
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, byte, c32(0)),
+      c32(0x400000), bits);
+  bits = arith::SelectOp::create(
+      b, loc,
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, byte, c32(255)),
+      c32(0x7FC00000), bits);
+  return arith::BitcastOp::create(b, loc, b.getF32Type(), bits);
+}
+
 Value GridBuilder::decodeE4M3(Value f8) {
   OpBuilder &b = e.b;
   Location loc = e.loc;

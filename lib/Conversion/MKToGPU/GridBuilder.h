@@ -149,6 +149,9 @@ protected:
   /// The f32 value of an f8E4M3FN element (exact: cvt.rn.f16x2.e4m3x2,
   /// then f16 to f32; NaN stays NaN).
   mlir::Value decodeE4M3(mlir::Value f8);
+  /// The f32 value 2^(byte - 127) of an f8E8M0FNU scale: exact for bytes 1
+  /// to 254, 2^-127 (an f32 subnormal) for 0, NaN for 0xFF.
+  mlir::Value decodeE8M0(mlir::Value e8);
   /// The 8 bf16 lanes of a 16-byte vector as f32, and back (rounded).
   llvm::SmallVector<mlir::Value> unpack8(mlir::Value vec);
   mlir::Value pack8(llvm::ArrayRef<mlir::Value> xs);

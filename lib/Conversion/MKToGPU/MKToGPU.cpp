@@ -75,10 +75,12 @@ void lowerKernel(gpu::GPUFuncOp func, std::optional<mk::Engine> engine) {
   SmallVector<std::pair<int64_t, int64_t>> prefetch;
   Value maps;
   gemm::WarpRoles roles;
+  bool mx = false;
   if (engine)
     for (auto g : body.getOps<mk::GemmOp>()) {
       if (!g.usesTensorCores())
         continue;
+      mx |= g.isMx();
       mk::GemmScheduleAttr schedule = g.getSchedule();
       roles.consumers = schedule.tileM() / sched::kTileM;
       roles.producer = schedule.getProducer();
@@ -116,7 +118,7 @@ void lowerKernel(gpu::GPUFuncOp func, std::optional<mk::Engine> engine) {
     auto module = func->getParentOfType<gpu::GPUModuleOp>();
     tensorCores =
         *engine == mk::Engine::tcgen05
-            ? sm100::createGemmEmitter(e, module, maps, prefetch)
+            ? sm100::createGemmEmitter(e, module, maps, prefetch, roles, mx)
             : sm90::createGemmEmitter(e, module, maps, prefetch, roles);
     // setmaxnreg needs the kernel's register count fixed (.maxnreg): the
     // even share, which the phases move between the roles and restore.

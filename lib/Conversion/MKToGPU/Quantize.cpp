@@ -2,8 +2,9 @@
 //
 // mk.quantize_rows, mk.quantize_columns and mk.quantize_weights:
 // block-scaled FP8 of bf16 1 x 128 row blocks, 128 x 1 column blocks
-// (stored transposed) and 128 x 128 weight blocks, bit for bit the rule of
-// docs/FP8.md.
+// (stored transposed) and 128 x 128 weight blocks, and MX (E8M0) 1 x 32
+// row blocks with their scales in tcgen05's scale-factor layout, bit for
+// bit the rules of docs/FP8.md.
 //
 #include "Lowering.h"
 
@@ -32,6 +33,27 @@ private:
     Value divisor, finite, stored;
   };
   Scale scaleOf(Value amax);
+  /// MX (E8M0): 2^-e, the factor the elements are multiplied by (exactly),
+  /// whether the block is finite, and the byte to store (e + 127, 0xFF if
+  /// not finite).
+  struct MxScale {
+    Value factor, finite, byte;
+  };
+  MxScale mxScaleOf(Value amax);
+  /// MX rows: one warp quantizes 128 consecutive elements of a row, four
+  /// blocks of 32 (lane l holds elements l + 32 j of block j): `load(j)`
+  /// and `storeCode(j, code)` address lane's element of block j;
+  /// `storeScale(j, byte)` (lane 0) stores block j's scale byte.
+  void mxQuantize128(Value lane, function_ref<Value(int64_t)> load,
+                     function_ref<void(int64_t, Value)> storeCode,
+                     function_ref<void(int64_t, Value)> storeScale);
+  /// The offset of row `r`'s scale of 32-block `j` (of the atom's 4) in
+  /// its 512-byte atom: tcgen05's scale-factor layout.
+  Value mxAtomOffset(Value r, int64_t j);
+  void lowerMx(mk::QuantizeRowsOp op);
+  void lowerMx(mk::QuantizeWeightsOp op);
+  /// The NaN code of element `x` (0x7F with its sign).
+  Value nanCode(Value x);
   /// The E4M3 codes (i8) of `xs` (an even count) in a block of `scale`.
   SmallVector<Value, 4> codesOf(ArrayRef<Value> xs, const Scale &scale);
   /// Stores code j at `values[at(j)]`.
@@ -94,6 +116,143 @@ QuantizeLowering::Scale QuantizeLowering::scaleOf(Value amax) {
   return {s, finite, stored};
 }
 
+QuantizeLowering::MxScale QuantizeLowering::mxScaleOf(Value amax) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type i32 = b.getI32Type(), i8 = b.getI8Type();
+  auto c32 = [&](int64_t v) {
+    return arith::ConstantIntOp::create(b, loc, v, 32);
+  };
+  Value finite = e.cmpf(arith::CmpFPredicate::OLT, amax,
+                        e.f32(std::numeric_limits<float>::infinity()));
+  // amax = 1.m * 2^(E - 127): the smallest e with amax <= 448 * 2^e =
+  // 1.75 * 2^(e + 8) is E - 135, plus one when 1.m > 1.75 (mantissa bits
+  // above 0x600000); clamped to -127 (zeros and tiny blocks; amax <
+  // 2^128 keeps it below 127).
+  Value bits = arith::BitcastOp::create(b, loc, i32, amax);
+  Value field = arith::ShRUIOp::create(b, loc, bits, c32(23));
+  Value mantissa = arith::AndIOp::create(b, loc, bits, c32(0x7FFFFF));
+  Value above = arith::ExtUIOp::create(
+      b, loc, i32,
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, mantissa,
+                            c32(0x600000)));
+  Value exponent = arith::MaxSIOp::create(
+      b, loc,
+      arith::AddIOp::create(b, loc,
+                            arith::SubIOp::create(b, loc, field, c32(135)),
+                            above),
+      c32(-127));
+  // 2^-e, e in [-127, 120]: the biased exponent 127 - e in [7, 254].
+  Value factor = arith::BitcastOp::create(
+      b, loc, b.getF32Type(),
+      arith::ShLIOp::create(
+          b, loc, arith::SubIOp::create(b, loc, c32(127), exponent), c32(23)));
+  Value byte = arith::TruncIOp::create(
+      b, loc, i8, arith::AddIOp::create(b, loc, exponent, c32(127)));
+  byte = e.select(finite, byte, arith::ConstantIntOp::create(b, loc, 0xFF, 8));
+  return {factor, finite, byte};
+}
+
+Value QuantizeLowering::nanCode(Value x) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value bits = arith::BitcastOp::create(b, loc, b.getI32Type(), x);
+  Value sign = arith::TruncIOp::create(
+      b, loc, b.getI8Type(),
+      arith::ShRUIOp::create(b, loc, bits,
+                             arith::ConstantIntOp::create(b, loc, 24, 32)));
+  return arith::OrIOp::create(
+      b, loc,
+      arith::AndIOp::create(b, loc, sign,
+                            arith::ConstantIntOp::create(b, loc, 0x80, 8)),
+      arith::ConstantIntOp::create(b, loc, 0x7F, 8));
+}
+
+Value QuantizeLowering::mxAtomOffset(Value r, int64_t j) {
+  Value inAtom = e.rem(r, e.index(128));
+  return e.add(e.add(e.mul(e.rem(inAtom, e.index(32)), e.index(16)),
+                     e.mul(e.div(inAtom, e.index(32)), e.index(4))),
+               e.index(j));
+}
+
+void QuantizeLowering::mxQuantize128(
+    Value lane, function_ref<Value(int64_t)> load,
+    function_ref<void(int64_t, Value)> storeCode,
+    function_ref<void(int64_t, Value)> storeScale) {
+  SmallVector<Value, 4> xs, scaled;
+  SmallVector<MxScale, 4> scales;
+  for (int64_t j = 0; j < 4; ++j) {
+    xs.push_back(load(j));
+    // amax is NaN for a block with a NaN, +inf for one with an infinity.
+    scales.push_back(
+        mxScaleOf(warpMax(math::AbsFOp::create(e.b, e.loc, xs.back()))));
+    // x * 2^-e is exact (or far below E4M3's smallest, rounding to zero
+    // either way) and at most 448: E4M3's rounding is the only one.
+    scaled.push_back(arith::MulFOp::create(e.b, e.loc, xs[j], scales[j].factor));
+  }
+  for (int64_t j = 0; j < 4; j += 2) {
+    auto [hi, lo] = toE4M3(scaled[j], scaled[j + 1]);
+    storeCode(j, e.select(scales[j].finite, hi, nanCode(xs[j])));
+    storeCode(j + 1, e.select(scales[j + 1].finite, lo, nanCode(xs[j + 1])));
+  }
+  e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)), [&] {
+    for (int64_t j = 0; j < 4; ++j)
+      storeScale(j, scales[j].byte);
+  });
+}
+
+void QuantizeLowering::lowerMx(mk::QuantizeRowsOp op) {
+  Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
+  int64_t blocks = size(src, 1) / 128;
+  Value rows = op.getTokens() ? op.getTokens() : e.index(size(src, 0));
+  Type f8 = cast<MemRefType>(values.getType()).getElementType();
+  Type e8 = cast<MemRefType>(scales.getType()).getElementType();
+  forAllWarps(e.mul(rows, e.index(blocks)), [&](Value i, Value lane) {
+    Value r = e.div(i, e.index(blocks)), blk = e.rem(i, e.index(blocks));
+    Value c0 = e.add(e.mul(blk, e.index(128)), lane);
+    auto at = [&](int64_t j) {
+      return SmallVector<Value>{r, e.add(c0, e.index(32 * j))};
+    };
+    mxQuantize128(
+        lane, [&](int64_t j) { return e.loadF32(src, at(j)); },
+        [&](int64_t j, Value code) {
+          e.store(arith::BitcastOp::create(e.b, e.loc, f8, code), values,
+                  at(j));
+        },
+        [&](int64_t j, Value byte) {
+          e.store(arith::BitcastOp::create(e.b, e.loc, e8, byte), scales,
+                  {e.div(r, e.index(128)), blk, mxAtomOffset(r, j)});
+        });
+  });
+}
+
+void QuantizeLowering::lowerMx(mk::QuantizeWeightsOp op) {
+  Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
+  int64_t n = size(src, 1), blocks = size(src, 2) / 128;
+  Type f8 = cast<MemRefType>(values.getType()).getElementType();
+  Type e8 = cast<MemRefType>(scales.getType()).getElementType();
+  // Each expert's rows as mk.quantize_rows' (blocks of 32 along K).
+  forAllWarps(e.index(size(src, 0) * n * blocks), [&](Value i, Value lane) {
+    Value x = e.div(i, e.index(n * blocks));
+    Value r = e.rem(e.div(i, e.index(blocks)), e.index(n));
+    Value blk = e.rem(i, e.index(blocks));
+    Value c0 = e.add(e.mul(blk, e.index(128)), lane);
+    auto at = [&](int64_t j) {
+      return SmallVector<Value>{x, r, e.add(c0, e.index(32 * j))};
+    };
+    mxQuantize128(
+        lane, [&](int64_t j) { return e.loadF32(src, at(j)); },
+        [&](int64_t j, Value code) {
+          e.store(arith::BitcastOp::create(e.b, e.loc, f8, code), values,
+                  at(j));
+        },
+        [&](int64_t j, Value byte) {
+          e.store(arith::BitcastOp::create(e.b, e.loc, e8, byte), scales,
+                  {x, e.div(r, e.index(128)), blk, mxAtomOffset(r, j)});
+        });
+  });
+}
+
 SmallVector<Value, 4> QuantizeLowering::codesOf(ArrayRef<Value> xs,
                                                 const Scale &scale) {
   OpBuilder &b = e.b;
@@ -107,20 +266,8 @@ SmallVector<Value, 4> QuantizeLowering::codesOf(ArrayRef<Value> xs,
     codes.push_back(hi);
     codes.push_back(lo);
   }
-  for (size_t j = 0; j < xs.size(); ++j) {
-    // A non-finite block: NaN (0x7F) with the element's sign.
-    Value bits = arith::BitcastOp::create(b, loc, i32, xs[j]);
-    Value sign = arith::TruncIOp::create(
-        b, loc, i8,
-        arith::ShRUIOp::create(b, loc, bits,
-                               arith::ConstantIntOp::create(b, loc, 24, 32)));
-    Value nan = arith::OrIOp::create(
-        b, loc,
-        arith::AndIOp::create(b, loc, sign,
-                              arith::ConstantIntOp::create(b, loc, 0x80, 8)),
-        arith::ConstantIntOp::create(b, loc, 0x7F, 8));
-    codes[j] = e.select(scale.finite, codes[j], nan);
-  }
+  for (size_t j = 0; j < xs.size(); ++j) // a non-finite block: NaN codes
+    codes[j] = e.select(scale.finite, codes[j], nanCode(xs[j]));
   return codes;
 }
 
@@ -132,6 +279,8 @@ void QuantizeLowering::storeCodes(ArrayRef<Value> codes, Value values,
 }
 
 void QuantizeLowering::lower(mk::QuantizeRowsOp op) {
+  if (op.isMx())
+    return lowerMx(op);
   Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
   int64_t blocks = size(src, 1) / 128;
   Value rows = op.getTokens() ? op.getTokens() : e.index(size(src, 0));
@@ -256,6 +405,8 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
 }
 
 void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
+  if (op.isMx())
+    return lowerMx(op);
   Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
   int64_t nBlocks = size(src, 1) / 128, kBlocks = size(src, 2) / 128;
   int64_t blocks = size(src, 0) * nBlocks * kBlocks;

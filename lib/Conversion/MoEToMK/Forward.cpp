@@ -92,6 +92,7 @@ ForwardTiles mok::moe_to_mk::forwardTiles(MLIRContext *ctx, const Sizes &s,
   };
   mk::GemmForm gateUp, down;
   gateUp.fp8 = down.fp8 = s.fp8;
+  gateUp.mx = down.mx = s.mx;
   gateUp.epilogue = mk::Epilogue::swiglu;
   gateUp.bOperands = 2;
   gateUp.grouped = down.grouped = true;
@@ -101,7 +102,9 @@ ForwardTiles mok::moe_to_mk::forwardTiles(MLIRContext *ctx, const Sizes &s,
   down.columns = s.hidden;
   ForwardTiles t;
   int64_t tall = sched::kMaxConsumers * sched::kTileM;
-  if (s.padding % tall == 0 &&
+  // (tcgen05 takes 128-row tiles for MXFP8 only: its block-scaled MMA
+  // has M = 128; the bf16 layers keep 64.)
+  if (s.padding % tall == 0 && (engine == mk::Engine::wgmma || s.mx) &&
       support.whyNot(gateUp, scheduleOf(tall, gateUpTileN(s), s.fp8)).empty())
     t.tileM = tall;
   if (support.whyNot(down, scheduleOf(t.tileM, 2 * sched::kTileN, s.fp8))
@@ -170,17 +173,25 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   std::string routedWeights = s.fp8 ? "pointer" : weights;
   int64_t rc = s.routedCapacity();
   Type f8 = tb.getType<Float8E4M3FNType>(), f32 = tb.getF32Type();
+  Type e8 = tb.getType<Float8E8M0FNUType>();
   int64_t e = s.experts, h = s.hidden, in = s.inter;
-  // FP8: the quantized routed weights (128 x 128 blocks) and their
-  // scales, the kernel's inputs or its workspace.
+  // The block scales of a [rows, cols] operand (after `lead`): f32 [lead,
+  // rows/128, cols/128] weight blocks, or MXFP8's E8M0 atoms [lead,
+  // ceil(rows/128), cols/128, 512].
+  auto weightScales = [&](int64_t rows, int64_t cols) {
+    return s.mx ? ty({e, (rows + 127) / 128, cols / 128, 512}, e8)
+                : ty({e, rows / 128, cols / 128}, f32);
+  };
+  // FP8: the quantized routed weights and their scales, the kernel's
+  // inputs or its workspace.
   auto fp8Weights = [&](StringRef role, StringRef access) {
     return SmallVector<Param>{
         {"gate_q", role.str(), ty({e, in, h}, f8), access.str()},
-        {"gate_scale", role.str(), ty({e, in / 128, h / 128}, f32)},
+        {"gate_scale", role.str(), weightScales(in, h)},
         {"up_q", role.str(), ty({e, in, h}, f8), access.str()},
-        {"up_scale", role.str(), ty({e, in / 128, h / 128}, f32)},
+        {"up_scale", role.str(), weightScales(in, h)},
         {"down_q", role.str(), ty({e, h, in}, f8), access.str()},
-        {"down_scale", role.str(), ty({e, h / 128, in / 128}, f32)}};
+        {"down_scale", role.str(), weightScales(h, in)}};
   };
   SmallVector<Param> params = {
       {"x", "input", tensorType(layer.getX())},
@@ -241,10 +252,14 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
       params.push_back(
           {"x_scale", "workspace", ty({h / 128, (s.tokens + 3) / 4 * 4}, f32)});
     }
+    auto rowScales = [&](int64_t cols) {
+      return s.mx ? ty({(rc + 127) / 128, cols / 128, 512}, e8)
+                  : ty({cols / 128, w}, f32);
+    };
     params.push_back({"routed_x_q", "workspace", ty({rc, h}, f8)});
-    params.push_back({"routed_x_scale", "workspace", ty({h / 128, w}, f32)});
+    params.push_back({"routed_x_scale", "workspace", rowScales(h)});
     params.push_back({"hidden_q", "workspace", ty({rc, in}, f8)});
-    params.push_back({"hidden_scale", "workspace", ty({in / 128, w}, f32)});
+    params.push_back({"hidden_scale", "workspace", rowScales(in)});
   }
   if (layer.hasSharedExpert()) {
     if (!saves)
@@ -465,9 +480,13 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
   bool fuseDispatch = options.fuseDispatch, multicast = options.multicast;
   Sizes s = sizesOf(layer);
   // (convert-moe-to-mk admits "fp8" here, with tensor-cores=false.)
-  s.fp8 = layer.getPrecision() == StringRef("fp8");
-  s.fp8WeightInputs = s.fp8 && options.fp8QuantizedWeights;
-  s.fp8GatherQuantized = s.fp8 && !layer.savesContext();
+  std::optional<StringRef> precision = layer.getPrecision();
+  s.fp8 = precision == StringRef("fp8") || precision == StringRef("mxfp8");
+  s.mx = precision == StringRef("mxfp8");
+  s.fp8WeightInputs = s.fp8 && !s.mx && options.fp8QuantizedWeights;
+  // (MXFP8's scale atoms hold 128 routed rows: the routed rows are
+  // quantized after the dispatch.)
+  s.fp8GatherQuantized = s.fp8 && !s.mx && !layer.savesContext();
 
   // The plan: tensor-core GEMMs for the chip when the shapes fit.
   std::optional<mk::Engine> engine;

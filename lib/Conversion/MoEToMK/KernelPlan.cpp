@@ -108,6 +108,8 @@ DictionaryAttr mok::moe_to_mk::describeKernel(
       dtype = "u8";
     else if (dtype == "f8E4M3FN") // FP8 values (MOK_DTYPE_F8E4M3)
       dtype = "f8e4m3";
+    else if (dtype == "f8E8M0FNU") // MX scales: bytes (e + 127)
+      dtype = "u8";
     SmallVector<NamedAttribute> entry = {
         b.getNamedAttr("name", b.getStringAttr(p.name)),
         b.getNamedAttr("role", b.getStringAttr(p.role)),

@@ -94,6 +94,10 @@ struct Sizes {
   /// scales (1 x 128 activations, 128 x 128 weights), quantized in the
   /// kernel.
   bool fp8 = false;
+  /// precision = "mxfp8" (with fp8): E8M0 block scales of 1 x 32 blocks
+  /// along K, in tcgen05's scale-factor atoms (mk.quantize_rows); the
+  /// routed rows are quantized after the dispatch.
+  bool mx = false;
   /// FP8: the routed weights are the kernel's inputs, quantized (gate_q,
   /// gate_scale, ...), instead of bf16 ones it quantizes at every call.
   bool fp8WeightInputs = false;
@@ -146,8 +150,10 @@ struct Sizes {
 /// are 128 columns in all (64 each), as a k-tile's partial sums take as
 /// many registers again as the accumulators (sm_90a: 2 x 128 + 128 of
 /// them spilled); mk::TargetSupport::whyNot says so too.
+/// (MXFP8's tcgen05 tiles keep 128 an operand: the accumulators are in
+/// Tensor Memory.)
 inline int64_t gateUpTileN(const Sizes &s) {
-  return s.fp8 ? sched::kTileN / 2 : sched::kTileN;
+  return s.fp8 && !s.mx ? sched::kTileN / 2 : sched::kTileN;
 }
 
 /// The tensor maps of a forward kernel (slots in `slots`): `tileM` the

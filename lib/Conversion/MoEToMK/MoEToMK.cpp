@@ -108,9 +108,13 @@ struct ConvertMoEToMKPass
                         << precision.value_or("bf16") << "\"";
         return WalkResult::interrupt();
       }
+      bool mx = precision == StringRef("mxfp8");
+      bool training =
+          isa<LayerGradOp>(op) || cast<LayerOp>(op).savesContext();
       if (precision) {
         StringRef unsupported =
-            *precision != "fp8" ? "MXFP8 layers (precision = \"mxfp8\") are"
+            mx && training ? "MXFP8 training layers (precision = \"mxfp8\", "
+                             "the saved context and the backward) are"
             : options.exchanges(plan) ? "expert-parallel FP8 layers are"
                                       : "";
         if (!unsupported.empty()) {
@@ -121,9 +125,41 @@ struct ConvertMoEToMKPass
                           << " (--moe-to-cpu)";
           return WalkResult::interrupt();
         }
+        // MXFP8: the scale atoms span 128 columns; tcgen05's block-scaled
+        // MMA (sm_100a) takes 128-row tiles, so whole 128-row segments;
+        // Hopper has no block-scaled MMA.
+        if (mx) {
+          auto layer = cast<LayerOp>(op);
+          int64_t h = layer.getX().getType().getDimSize(1);
+          int64_t i = layer.getGateWeights().getType().getDimSize(1);
+          if (h % 128 || i % 128) {
+            op->emitError() << "convert-moe-to-mk: MXFP8 layers on the GPU "
+                               "targets need the hidden and intermediate "
+                               "sizes to be multiples of 128 (the scale "
+                               "atoms), got "
+                            << h << " and " << i;
+            return WalkResult::interrupt();
+          }
+          if (tensorCores && options.support.chip() == "sm_90a") {
+            op->emitError()
+                << "convert-moe-to-mk: MXFP8 layers (precision = \"mxfp8\") "
+                   "on sm_90a run on scalar GEMMs only: compile them with "
+                   "tensor-cores=false (Hopper has no block-scaled MMA; "
+                   "\"fp8\" runs on its tensor cores)";
+            return WalkResult::interrupt();
+          }
+          if (tensorCores && plan.getPadding() % 128) {
+            op->emitError()
+                << "convert-moe-to-mk: MXFP8 layers on tcgen05 need the "
+                   "plan's padding to be a multiple of 128 (the block-scaled "
+                   "MMA's 128-row tiles), got "
+                << plan.getPadding();
+            return WalkResult::interrupt();
+          }
+        }
         // The FP8 tensor-core GEMMs: E4M3 wgmma on sm_90a, without the
         // options that change the GEMMs.
-        if (tensorCores && options.support.chip() == "sm_100a") {
+        if (!mx && tensorCores && options.support.chip() == "sm_100a") {
           op->emitError()
               << "convert-moe-to-mk: FP8 layers (precision = \"fp8\") on "
                  "sm_100a run on scalar GEMMs only so far: compile them with "
@@ -137,7 +173,7 @@ struct ConvertMoEToMKPass
                               : multicast    ? "multicast"
                                              : "fuse-dispatch")
                           << " is not implemented for FP8 layers "
-                             "(precision = \"fp8\")";
+                             "(precision = \"" << *precision << "\")";
           return WalkResult::interrupt();
         }
       }
@@ -182,7 +218,6 @@ struct ConvertMoEToMKPass
       // The backward and the training forward have their own tensor-core
       // plan (docs/Backward.md), without warp roles, clusters or the fused
       // dispatch of x: those options are refused for them, not ignored.
-      bool training = isa<LayerGradOp>(op) || cast<LayerOp>(op).savesContext();
       if (training && (warpSpecialize || fuseDispatch || multicast)) {
         op->emitError() << "convert-moe-to-mk: "
                         << (warpSpecialize ? "warp-specialize"

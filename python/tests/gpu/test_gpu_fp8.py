@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from bench import torch_reference
-from bench.cases import FP8_CASES, FP8_TRAIN_CASES
+from bench.cases import FP8_CASES, FP8_TRAIN_CASES, MX_CASES
 from gpu_layers import forward_layer, fresh_seed, training_artifact, training_layer
 from gpu_results import RESULTS
 
@@ -40,7 +40,7 @@ def _definition(c, a):
     return ref.layer_forward(_f64(a["x"]), a["top_experts"].cpu().numpy(),
                              _f64(a["router_weights"]), _f64(a["gate_weights"]),
                              _f64(a["up_weights"]), _f64(a["down_weights"]), _shared(c, a),
-                             c.get("swiglu_limit"), "fp8")
+                             c.get("swiglu_limit"), c["precision"])
 
 
 def _arguments(c, a):
@@ -67,10 +67,11 @@ def _runs():
             yield name, tokens
 
 
-@pytest.mark.parametrize("name,tokens", list(_runs()))
+@pytest.mark.parametrize("name,tokens",
+                         list(_runs()) + [(n, c["tokens"]) for n, c in MX_CASES.items()])
 def test_fp8_forward_matches_its_definition(name, tokens):
     import torch
-    c = FP8_CASES[name]
+    c = FP8_CASES.get(name) or MX_CASES[name]
     layer = forward_layer(name)
     gen = torch.Generator().manual_seed(fresh_seed())
     a = torch_reference.make_inputs(c, gen, tokens=tokens)
@@ -162,6 +163,58 @@ def test_fp8_quantized_copies_are_bit_exact(name):
     # blocks, 1 for the zero ones.
     assert np.isnan(_workspace(layer, "routed_x_scale")).any()
     assert (_workspace(layer, "gate_scale")[0, 0, 0] == 1.0)
+
+
+def _from_atoms(atoms, rows):
+    """MX scales [..., rows, cols / 32] from tcgen05's scale-factor atoms
+    [..., ceil(rows / 128), cols / 128, 512]: row r's block j of atom column
+    cb is byte (r % 32) * 16 + (r % 128) // 32 * 4 + j."""
+    *lead, row_atoms, col_atoms, _ = atoms.shape
+    r = np.arange(row_atoms * 128)
+    offset = ((r % 32) * 16 + (r % 128) // 32 * 4)[:, None] + np.arange(4)  # [R', 4]
+    blocks = atoms[..., r // 128, :, :]  # [..., R', col_atoms, 512]
+    index = np.broadcast_to(offset[:, None, :], (*blocks.shape[:-1], 4))
+    picked = np.take_along_axis(blocks, index, axis=-1)  # [..., R', col_atoms, 4]
+    return picked.reshape(*lead, row_atoms * 128, col_atoms * 4)[..., :rows, :]
+
+
+@pytest.mark.parametrize("name", list(MX_CASES))
+def test_mxfp8_quantized_copies_are_bit_exact(name):
+    """The MX quantizers on the GPU (mk.quantize_rows and
+    mk.quantize_weights with E8M0 scales) against the NumPy model of
+    moe.quantize's MX rule, codes and scale bytes, with the special values
+    of _specials; the scales read back from tcgen05's atom layout."""
+    import torch
+    c = MX_CASES[name]
+    layer = forward_layer(name)
+    gen = torch.Generator().manual_seed(fresh_seed())
+    layer(**torch_reference.make_inputs(c, gen))  # the copies checked are the second call's
+    a = torch_reference.make_inputs(c, gen)
+    _specials(a)
+    layer(**a)
+    torch.cuda.synchronize()
+    for w in ("gate", "up", "down"):
+        weight = _f64(a[w + "_weights"])
+        codes, scales = ref.quantize(weight, (1, 32), "e8m0")
+        assert np.array_equal(_workspace(layer, w + "_q"), codes), w
+        got = _from_atoms(_workspace(layer, w + "_scale").view(np.uint8), weight.shape[1])
+        assert np.array_equal(got, scales), w
+    offsets = _workspace(layer, "offsets")
+    rows = int(offsets[-1])
+    row_route = _workspace(layer, "row_route")[:rows]
+    x = _f64(a["x"])
+    routed = np.where((row_route >= 0)[:, None], x[np.maximum(row_route, 0) // c["top_k"]],
+                      0.0)
+    hidden = layer.read_workspace("hidden")[:rows].double().numpy()
+    for values, source in (("routed_x", routed), ("hidden", hidden)):
+        codes, scales = ref.quantize(source, (1, 32), "e8m0")
+        assert np.array_equal(_workspace(layer, values + "_q")[:rows], codes), values
+        got = _from_atoms(_workspace(layer, values + "_scale").view(np.uint8), rows)
+        assert np.array_equal(got, scales), values
+    # The special blocks were there: 0xFF for the NaN and infinite blocks,
+    # 0 (2^-127) for the zero ones.
+    scales = _from_atoms(_workspace(layer, "routed_x_scale").view(np.uint8), rows)
+    assert (scales == 0xFF).any() and (scales == 0).any()
 
 
 @pytest.mark.parametrize("name", [n for n in FP8_CASES

@@ -76,6 +76,35 @@ gpu.module @k {
 
 // -----
 
+// MXFP8 (E8M0 scales) needs tcgen05's block-scaled MMA, at 128 rows.
+gpu.module @k {
+  gpu.func @mx_wgmma(%a: memref<128x128xf8E4M3FN>, %b: memref<128x128xf8E4M3FN>, %o: memref<128x128xbf16>, %m: memref<32xi64>,
+                     %sa: memref<1x1x512xf8E8M0FNU>, %sb: memref<1x1x512xf8E8M0FNU>) kernel
+      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016 : i64}} {
+    // expected-error @+1 {{'mk.gemm' op MXFP8 operands (E8M0 block scales) need tcgen05's block-scaled MMA (sm_100a); on sm_90a they run on the simt engine}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>) scales(%sa, %sb : memref<1x1x512xf8E8M0FNU>, memref<1x1x512xf8E8M0FNU>)
+        schedule <wgmma, tile = [128, 128, 128], stages = 4> {maps = array<i64: 0, 1>}
+        : memref<128x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @mx_tcgen05_short(%a: memref<128x128xf8E4M3FN>, %b: memref<128x128xf8E4M3FN>, %o: memref<128x128xbf16>, %m: memref<32xi64>,
+                             %sa: memref<1x1x512xf8E8M0FNU>, %sb: memref<1x1x512xf8E8M0FNU>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_100a", dynamic_shared_memory = 197632 : i64}} {
+    // expected-error @+1 {{'mk.gemm' op MXFP8 operands on tcgen05: tile [64, 128, 128] with 4 stages is not implemented; the block-scaled MMA takes M = 128 (tile [128, 128, 128], 4 stages)}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>) scales(%sa, %sb : memref<1x1x512xf8E8M0FNU>, memref<1x1x512xf8E8M0FNU>)
+        schedule <tcgen05, tile = [64, 128, 128], stages = 4> {maps = array<i64: 0, 1>}
+        : memref<128x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
 gpu.module @k {
   gpu.func @smem(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 197632 : i64}} {

@@ -1556,3 +1556,75 @@ gpu.module @k {
     gpu.return
   }
 }
+
+// -----
+
+// MX (E8M0) scales: tcgen05's scale-factor atoms, [rows/128, cols/128, 512].
+gpu.module @k {
+  gpu.func @mx_rows_rank(%x: memref<40x128xbf16>, %q: memref<40x128xf8E4M3FN>, %s: memref<1x1x1x512xf8E8M0FNU>) kernel {
+    // expected-error @+1 {{scales: E8M0 scales must be [rows / 128, columns / 128, 512] (tcgen05's scale-factor atoms), got rank 4}}
+    mk.quantize_rows %x into %q, %s : memref<40x128xbf16> -> memref<40x128xf8E4M3FN>, memref<1x1x1x512xf8E8M0FNU>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @mx_rows_atoms(%x: memref<200x256xbf16>, %q: memref<200x256xf8E4M3FN>, %s: memref<1x2x512xf8E8M0FNU>) kernel {
+    // expected-error @+1 {{scales dimension 0 must be 2 (the rows / 128, rounded up), got 1}}
+    mk.quantize_rows %x into %q, %s : memref<200x256xbf16> -> memref<200x256xf8E4M3FN>, memref<1x2x512xf8E8M0FNU>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @mx_rows_cols(%x: memref<40x96xbf16>, %q: memref<40x96xf8E4M3FN>, %s: memref<1x1x512xf8E8M0FNU>) kernel {
+    // expected-error @+1 {{scales: MX operands of 96 columns; the scale atoms need a multiple of 128}}
+    mk.quantize_rows %x into %q, %s : memref<40x96xbf16> -> memref<40x96xf8E4M3FN>, memref<1x1x512xf8E8M0FNU>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @mx_weights_transposed(%w: memref<2x128x256xbf16>, %q: memref<2x256x128xf8E4M3FN>, %s: memref<2x2x1x512xf8E8M0FNU>) kernel {
+    // expected-error @+1 {{transposed MX weights (E8M0 scales) are not implemented yet}}
+    mk.quantize_weights %w into %q, %s transposed : memref<2x128x256xbf16> -> memref<2x256x128xf8E4M3FN>, memref<2x2x1x512xf8E8M0FNU>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @mx_weights_atoms(%w: memref<2x128x256xbf16>, %q: memref<2x128x256xf8E4M3FN>, %s: memref<2x1x1x512xf8E8M0FNU>) kernel {
+    // expected-error @+1 {{scales dimension 2 must be 2 (the columns / 128), got 1}}
+    mk.quantize_weights %w into %q, %s : memref<2x128x256xbf16> -> memref<2x128x256xf8E4M3FN>, memref<2x1x1x512xf8E8M0FNU>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @mx_gemm_mixed(%a: memref<128x128xf8E4M3FN>, %b: memref<128x128xf8E4M3FN>, %o: memref<128x128xbf16>, %sa: memref<1x1x512xf8E8M0FNU>, %sb: memref<1x1xf32>) kernel {
+    // expected-error @+1 {{FP8 scales must be all f32 or all E8M0 (f8E8M0FNU)}}
+    mk.gemm store %a, %b into %o scales(%sa, %sb : memref<1x1x512xf8E8M0FNU>, memref<1x1xf32>) schedule <simt> : memref<128x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @mx_gemm_b_atoms(%a: memref<128x256xf8E4M3FN>, %b: memref<128x256xf8E4M3FN>, %o: memref<128x128xbf16>, %sa: memref<1x2x512xf8E8M0FNU>, %sb: memref<1x1x512xf8E8M0FNU>) kernel {
+    // expected-error @+1 {{B scales dimension 1 must be 2 (the columns / 128), got 1}}
+    mk.gemm store %a, %b into %o scales(%sa, %sb : memref<1x2x512xf8E8M0FNU>, memref<1x1x512xf8E8M0FNU>) schedule <simt> : memref<128x256xf8E4M3FN>, memref<128x256xf8E4M3FN> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+

@@ -191,6 +191,40 @@ LogicalResult expectDim(Operation *op, Value v, StringRef what, unsigned i,
   return op->emitOpError() << what << " dimension " << i << " must be "
                            << expected << " (" << meaning << "), got " << got;
 }
+/// MX scales (E8M0 bytes, tcgen05's scale-factor layout) of a matrix of
+/// `rows` x `cols` quantized along its columns, after the leading
+/// dimensions `lead` (an expert count): [lead..., ceil(rows / 128), cols /
+/// 128, 512], cols a multiple of 128.
+LogicalResult expectMxScales(Operation *op, Value scales, StringRef what,
+                             ArrayRef<int64_t> lead, int64_t rows,
+                             int64_t cols) {
+  unsigned rank = cast<MemRefType>(scales.getType()).getRank();
+  if (rank != lead.size() + 3)
+    return op->emitOpError()
+           << what << ": E8M0 scales must be "
+           << (lead.empty() ? "" : "[E, ") << (lead.empty() ? "[" : "")
+           << "rows / 128, columns / 128, 512] (tcgen05's scale-factor "
+              "atoms), got rank "
+           << rank;
+  for (auto [i, extent] : llvm::enumerate(lead))
+    if (failed(expectDim(op, scales, what, i, extent, "the experts")))
+      return failure();
+  unsigned at = lead.size();
+  if (!ShapedType::isDynamic(cols) && cols % 128)
+    return op->emitOpError()
+           << what << ": MX operands of " << cols
+           << " columns; the scale atoms need a multiple of 128";
+  int64_t rowAtoms =
+      ShapedType::isDynamic(rows) ? rows : (rows + 127) / 128;
+  int64_t colAtoms = ShapedType::isDynamic(cols) ? cols : cols / 128;
+  return failure(
+      failed(expectDim(op, scales, what, at, rowAtoms,
+                       "the rows / 128, rounded up")) ||
+      failed(expectDim(op, scales, what, at + 1, colAtoms,
+                       "the columns / 128")) ||
+      failed(expectDim(op, scales, what, at + 2, 512,
+                       "an atom's 512 bytes")));
+}
 } // namespace
 
 LogicalResult PadOffsetsOp::verify() {
@@ -240,6 +274,8 @@ LogicalResult QuantizeRowsOp::verify() {
   if (failed(expectDim(*this, getValues(), "values", 0, rows, "src's rows")) ||
       failed(expectDim(*this, getValues(), "values", 1, cols, "src's columns")))
     return failure();
+  if (isMx())
+    return expectMxScales(*this, getScales(), "scales", {}, rows, cols);
   if (ShapedType::isDynamic(cols))
     return success();
   if (cols % 128)
@@ -300,6 +336,16 @@ LogicalResult QuantizeWeightsOp::verify() {
     if (failed(expectDim(*this, getValues(), "values", i, dim(src, from[i]),
                          getTransposed() ? "src's, transposed" : "src's")))
       return failure();
+  if (isMx()) {
+    if (getTransposed())
+      return emitOpError("transposed MX weights (E8M0 scales) are not "
+                         "implemented yet");
+    if (!ShapedType::isDynamic(dim(src, 1)) && dim(src, 1) % 128)
+      return emitOpError() << "src dimension 1 (" << dim(src, 1)
+                           << ") must be a multiple of 128 (the scale atoms)";
+    return expectMxScales(*this, getScales(), "scales", {dim(src, 0)},
+                          dim(src, 1), dim(src, 2));
+  }
   int64_t blocks[3] = {dim(src, from[0]), dim(src, from[1]),
                        dim(src, from[2])};
   for (unsigned i = 1; i < 3; ++i) {
@@ -391,6 +437,28 @@ LogicalResult GemmOp::verifyFp8(int64_t m, int64_t k, int64_t n) {
     return emitOpError() << "FP8 operands need one scale buffer each (a, "
                             "a2, then each B): expected "
                          << operands.size() << ", got " << scales.size();
+  // MXFP8: every operand's scales E8M0 atoms (blocks of 32 along K).
+  bool mx = isa<Float8E8M0FNUType>(eltOf(scales[0]));
+  for (Value s : scales)
+    if (isa<Float8E8M0FNUType>(eltOf(s)) != mx)
+      return emitOpError("FP8 scales must be all f32 or all E8M0 (f8E8M0FNU)");
+  if (mx) {
+    if (getA2() || getKOffsets())
+      return emitOpError("MX operands (E8M0 scales) with concat or k_groups "
+                         "are not implemented yet");
+    if (failed(expectMxScales(*this, scales[0], "A scales", {}, m, k)))
+      return failure();
+    SmallVector<int64_t, 1> lead;
+    if (isGrouped())
+      lead.push_back(dim(getB()[0], 0));
+    if (!ShapedType::isDynamic(n) && n % 128)
+      return emitOpError() << "MX: N = " << n
+                           << " must be a multiple of 128 (the scale atoms)";
+    for (Value s : scales.drop_front())
+      if (failed(expectMxScales(*this, s, "B scales", lead, n, k)))
+        return failure();
+    return success();
+  }
   for (auto [what, extent] : {std::pair<StringRef, int64_t>{"K", k}, {"N", n}})
     if (!ShapedType::isDynamic(extent) && extent % 128)
       return emitOpError() << "FP8: " << what << " = " << extent

@@ -25,6 +25,7 @@ GemmForm GemmForm::of(GemmOp op) {
   f.saves = !op.getSaves().empty();
   f.gathered = static_cast<bool>(op.getGatherRows());
   f.fp8 = op.isFp8();
+  f.mx = op.isMx();
   f.columns = out.getDimSize(f.kGroups ? 2 : 1);
   if (f.kGroups)
     f.groupRows = out.getDimSize(1);
@@ -55,10 +56,34 @@ std::string TargetSupport::whyNot(const GemmForm &f,
   bool producer = schedule.getProducer(), multicast = schedule.getMulticast();
   // FP8: E4M3 wgmma with the block scales applied as each k-tile's partial
   // sums are added to the accumulators (sm_90a), K-major operands only.
-  if (f.fp8) {
+  // MXFP8: tcgen05's block-scaled MMA (E8M0 scales in Tensor Memory),
+  // 128-row tiles of K-major operands.
+  if (f.mx) {
+    if (engine != Engine::tcgen05)
+      return "MXFP8 operands (E8M0 block scales) need tcgen05's block-scaled "
+             "MMA (sm_100a); on sm_90a they run on the simt engine";
+    if (producer || multicast || f.gathered || f.transposeA || f.transposeB ||
+        f.concat || f.kGroups)
+      return "MXFP8 operands on tcgen05 are implemented for K-major operands "
+             "without a producer, clusters, a gathered A, concat or k_groups";
+    ArrayRef<int64_t> tile = schedule.getTile();
+    if (tile[0] != sched::kMaxConsumers * sched::kTileM ||
+        tile[1] != sched::kTileN || tile[2] != sched::kTileKFp8 ||
+        schedule.getStages() != sched::kStages) {
+      os << "MXFP8 operands on tcgen05: tile [" << tile[0] << ", " << tile[1]
+         << ", " << tile[2] << "] with " << schedule.getStages()
+         << " stages is not implemented; the block-scaled MMA takes M = "
+         << sched::kMaxConsumers * sched::kTileM << " (tile ["
+         << sched::kMaxConsumers * sched::kTileM << ", " << sched::kTileN
+         << ", " << sched::kTileKFp8 << "], " << sched::kStages
+         << " stages)";
+      return why;
+    }
+  } else if (f.fp8) {
     if (engine != Engine::wgmma)
-      return "FP8 operands are implemented for the wgmma (sm_90a) and simt "
-             "engines; tcgen05 (sm_100a MXFP8) is not implemented yet";
+      return "FP8 operands with f32 block scales are implemented for the "
+             "wgmma (sm_90a) and simt engines; tcgen05 runs MXFP8 (E8M0 "
+             "scales)";
     if (producer || multicast || f.gathered)
       return "FP8 operands on wgmma are implemented without a producer, "
              "clusters or a gathered A";
@@ -145,7 +170,11 @@ std::string TargetSupport::whyNot(const GemmForm &f,
   bool wgmma = engine == Engine::wgmma;
   bool wide = tile[1] == 2 * sched::kTileN && wgmma &&
               f.bOperands == (f.concat ? 2u : 1u);
-  bool tall = tile[0] == sched::kMaxConsumers * sched::kTileM && wgmma;
+  // (tcgen05 at 128 rows: K-major operands, the forward's forms, one
+  // M = 128 MMA a k16 step; the MXFP8 kernels' bf16 shared expert.)
+  bool tall = tile[0] == sched::kMaxConsumers * sched::kTileM &&
+              (wgmma || (!dgradForms && !f.gathered && !producer &&
+                         !multicast));
   if (!f.fp8 && ((tile[0] != sched::kTileM && !tall) ||
       (tile[1] != sched::kTileN && !wide) || tile[2] != sched::kTileK ||
       schedule.getStages() != sched::kStages)) {

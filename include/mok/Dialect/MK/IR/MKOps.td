@@ -165,6 +165,10 @@ def MK_GemmScheduleAttr : AttrDef<MK_Dialect, "GemmSchedule"> {
 def MK_I64Vector : MemRefRankOf<[I64], [1]>;
 def MK_Ids : MemRefRankOf<[I32, I64], [2]>;
 def MK_Bf16Matrix : MemRefRankOf<[BF16], [2]>;
+// MX block scales (precision = "mxfp8"): E8M0 bytes in tcgen05's
+// scale-factor layout, one 512-byte atom per 128 rows x 128 columns
+// (docs/FP8.md, "MX scales in the kernels").
+def MK_MxScales : MemRefRankOf<[F8E8M0FNU], [3, 4]>;
 /// A GEMM operand: bf16, or FP8 E4M3 with block scales.
 def MK_GemmMatrix : MemRefRankOf<[BF16, F8E4M3FN], [2]>;
 
@@ -400,6 +404,17 @@ def MK_QuantizeRowsOp : MK_Op<"quantize_rows"> {
     `tokens(%t)` only rows `r < t` are quantized (a kernel for any token
     count); the others are left as they are.
 
+    With E8M0 scales (`f8E8M0FNU`, the `precision = "mxfp8"` layers) the
+    blocks are 32 elements of a row and the rule is moe.quantize's MX one:
+    the scale `2^e` with `e` the smallest integer such that `amax <= 448 *
+    2^e`, clamped to [-127, 127] (-127 for a block of zeros), stored as the
+    byte `e + 127`, and `values[r, c] = E4M3(src[r, c] * 2^-e)`; a block
+    holding a NaN or an infinity gets the byte 0xFF and NaN values. The
+    scales are `[R' / 128, C / 128, 512]` (R' >= R rounded up to 128) in
+    tcgen05's scale-factor layout: row `r`'s block `c / 32` is byte
+    `(r % 32) * 16 + (r % 128) / 32 * 4 + (c % 128) / 32` of atom `[r / 128,
+    c / 128]`.
+
     The step of the FP8 layers (`precision = "fp8"`) that quantizes
     activations inside the kernel (x's rows, the hidden activation, the
     backward's d_out). convert-mk-to-gpu gives each block to one warp of a
@@ -413,11 +428,19 @@ def MK_QuantizeRowsOp : MK_Op<"quantize_rows"> {
   }];
   let arguments = (ins Arg<MK_Bf16Matrix, "", [MemRead]>:$src,
                        Arg<MemRefRankOf<[F8E4M3FN], [2]>, "", [MemWrite]>:$values,
-                       Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$scales,
+                       Arg<AnyTypeOf<[MemRefRankOf<[F32], [2]>, MK_MxScales]>, "",
+                           [MemWrite]>:$scales,
                        Optional<Index>:$tokens);
   let assemblyFormat = [{
     $src `into` $values `,` $scales (`tokens` `(` $tokens^ `)`)? attr-dict
     `:` type($src) `->` type($values) `,` type($scales)
+  }];
+  let extraClassDeclaration = [{
+    /// E8M0 scales: the MX rule, blocks of 32 along a row.
+    bool isMx() {
+      return mlir::isa<mlir::Float8E8M0FNUType>(
+          mlir::cast<mlir::MemRefType>(getScales().getType()).getElementType());
+    }
   }];
   let hasVerifier = 1;
 }
@@ -484,6 +507,12 @@ def MK_QuantizeWeightsOp : MK_Op<"quantize_weights"> {
     backward's GEMMs reduce over the weights' other dimension and read them
     so, K-major as E4M3 wgmma requires.
 
+    With E8M0 scales (`f8E8M0FNU`, the `precision = "mxfp8"` layers) each
+    row of each expert is quantized as `mk.quantize_rows` does with E8M0
+    scales (blocks of 32 along K), the scales `[E, N / 128, K / 128, 512]`
+    in tcgen05's scale-factor layout (`transposed` is not implemented for
+    them yet).
+
     The FP8 layers' weights (`precision = "fp8"`: gate, up and down),
     quantized inside the kernel at every call. convert-mk-to-gpu gives each
     block to one warp of a kernel of whole warps: an amax pass over the
@@ -499,11 +528,19 @@ def MK_QuantizeWeightsOp : MK_Op<"quantize_weights"> {
   }];
   let arguments = (ins Arg<MemRefRankOf<[BF16], [3]>, "", [MemRead]>:$src,
                        Arg<MemRefRankOf<[F8E4M3FN], [3]>, "", [MemWrite]>:$values,
-                       Arg<MemRefRankOf<[F32], [3]>, "", [MemWrite]>:$scales,
+                       Arg<AnyTypeOf<[MemRefRankOf<[F32], [3]>, MK_MxScales]>, "",
+                           [MemWrite]>:$scales,
                        UnitAttr:$transposed);
   let assemblyFormat = [{
     $src `into` $values `,` $scales (`transposed` $transposed^)? attr-dict
     `:` type($src) `->` type($values) `,` type($scales)
+  }];
+  let extraClassDeclaration = [{
+    /// E8M0 scales: the MX rule, blocks of 32 along a row.
+    bool isMx() {
+      return mlir::isa<mlir::Float8E8M0FNUType>(
+          mlir::cast<mlir::MemRefType>(getScales().getType()).getElementType());
+    }
   }];
   let hasVerifier = 1;
 }
@@ -625,7 +662,17 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     above. `simt` sums the products in k order; `wgmma` (sm_90a) sums each
     128-K block's E4M3 products on the tensor cores and adds the block's
     sums to fp32 accumulators times the two scales, so its results differ
-    from `simt`'s in the last bits; tcgen05 does not implement FP8 yet.
+    from `simt`'s in the last bits.
+
+    *MXFP8* (E8M0 scales, `precision = "mxfp8"` layers): the same operands
+    with blocks of 32 along K, every operand's scales in tcgen05's
+    scale-factor layout: `sa [M' / 128, K / 128, 512]` with `a(r, k) =
+    f32(a[r, k]) * 2^(sa[r / 128, k / 128, (r % 32) * 16 + (r % 128) / 32 *
+    4 + (k % 128) / 32] - 127)`, and each B's `[E, N / 128, K / 128, 512]`
+    (`[N / 128, K / 128, 512]` not grouped) likewise by column; no `k_groups`
+    or `concat` yet. `simt` sums the products in k order; `tcgen05`
+    (sm_100a) runs `tcgen05.mma.kind::mxf8f6f4.block_scale` on the E4M3
+    tiles with the scales copied to Tensor Memory, tiles of 128 rows.
 
     ```mlir
     mk.gemm store %hidden, %down into %routed_y
@@ -653,7 +700,8 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$k_offsets,
       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$k_counts,
       Arg<Variadic<MK_Bf16Matrix>, "", [MemWrite]>:$saves,
-      Arg<Variadic<MemRefRankOf<[F32], [2, 3]>>, "", [MemRead]>:$scales,
+      Arg<Variadic<AnyTypeOf<[MemRefRankOf<[F32], [2, 3]>, MK_MxScales]>>, "",
+          [MemRead]>:$scales,
       Optional<Index>:$tokens,
       MK_GemmScheduleAttr:$schedule,
       OptionalAttr<F32Attr>:$swiglu_limit,
@@ -686,6 +734,13 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     bool isFp8() {
       return mlir::isa<mlir::Float8E4M3FNType>(
           mlir::cast<mlir::MemRefType>(getA().getType()).getElementType());
+    }
+    /// MXFP8: FP8 operands with E8M0 block scales (blocks of 32 along K).
+    bool isMx() {
+      return isFp8() && !getScales().empty() &&
+             mlir::isa<mlir::Float8E8M0FNUType>(
+                 mlir::cast<mlir::MemRefType>(getScales()[0].getType())
+                     .getElementType());
     }
 
     Engine getEngine() { return getSchedule().getEngine(); }

@@ -101,8 +101,8 @@ struct GemmForm {
   bool saves = false;
   /// gather(%rows): A's rows gathered from the layer's x.
   bool gathered = false;
-  /// FP8 E4M3 operands with block scales.
-  bool fp8 = false;
+  /// FP8 E4M3 operands with block scales; `mx`: E8M0 scales (MXFP8).
+  bool fp8 = false, mx = false;
   /// Output columns (N), and with k_groups out's M.
   int64_t columns = 0, groupRows = 0;
 
