@@ -250,6 +250,10 @@ FP8_TRAIN_CASES = {
                                    main_grads=True),
     # Any T (tokens=None): run at 67 of its 160.
     "train_fp8_any_tokens": dict(FP8_CASES["fp8_wgmma_any_tokens"], training=True),
+    # MXFP8 training layers on scalar GEMMs (the backward's weights
+    # transposed and column blocks of 32 routed rows, E8M0 atoms).
+    "train_mx_shared_clamp": dict(MX_CASES["mx_shared_clamp"], training=True),
+    "train_mx_skewed": dict(MX_CASES["mx_skewed"], training=True, main_grads=True),
 }
 
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",

@@ -101,13 +101,15 @@ def _check_gpu_precision(layer, target, options):
     """What a GPU target compiles of an FP8 LayerSpec (docs/FP8.md): the
     "fp8" layer, inference or training, on E4M3 wgmma (sm_90a) or scalar
     GEMMs; the "mxfp8" inference layer on tcgen05's block-scaled MMA
-    (sm_100a) or scalar GEMMs; the rest is refused by name."""
+    (sm_100a) or scalar GEMMs, and its training layer on scalar GEMMs; the
+    rest is refused by name."""
     precision = layer.precision
     if precision == "mxfp8":
-        if options.training:
-            raise ValueError(f"layer: LayerSpec.precision = 'mxfp8' with training=True: "
-                             f"MXFP8 training layers run on the CPU target for now, not on "
-                             f"{target} (docs/FP8.md)")
+        if options.training and options.tensor_cores:
+            raise ValueError(f"layer: LayerSpec.precision = 'mxfp8' with training=True runs "
+                             f"scalar GEMMs only on {target} so far: pass tensor_cores=False "
+                             "(tcgen05's block-scaled backward is not implemented yet; "
+                             "docs/FP8.md)")
         for name in ("hidden", "intermediate"):
             if getattr(layer, name) % 128:
                 raise ValueError(f"layer: LayerSpec.{name} = {getattr(layer, name)}: MXFP8 "

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Compiling for the GPU targets needs no GPU: PTX and metadata, cached."""
+import dataclasses
 import json
 import os
 import shutil
@@ -591,6 +592,35 @@ def test_mxfp8_forward_compiles(target, tensor_cores, tmp_path):
     assert by_name["down_scale"]["shape"] == [4, 2, 1, 512]
     rt.Layer(json.dumps(art.metadata))  # the runtime takes the metadata
     _ptxas_accepts(art.ptx, target, tmp_path)
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
+def test_mxfp8_training_layer_compiles(target, tmp_path):
+    """The MXFP8 training forward and backward on scalar GEMMs: the
+    weights quantized transposed and the column blocks with E8M0 atoms,
+    d_out's routed rows quantized (not dispatched quantized), five routed
+    GEMMs on E4M3 copies; metadata the runtime takes; ptxas-clean. On the
+    tensor cores it is refused by name."""
+    from mok import _runtime as rt
+    spec = mok.LayerSpec(hidden=256, intermediate=128, experts=4, top_k=2, tokens=40,
+                         padding=32, shared_intermediate=128, precision="mxfp8")
+    art = mok.compile(spec, target=target, training=True, tensor_cores=False,
+                      cache_dir=str(tmp_path))
+    mk = art.backward.stages["mk"].split("gpu.func @moe_layer_backward_backward")[1]
+    assert mk.count(" scales(") == 5 and mk.count("mk.gemm") == 10
+    assert mk.count("transposed") == 3 and mk.count("mk.quantize_columns") == 5
+    assert "block_scales(" not in mk and "xf8E8M0FNU>" in mk
+    by_name = {p["name"]: p for p in art.backward.metadata["params"]}
+    assert by_name["d_y_t_scale"]["dtype"] == "u8"
+    # (R = 40 * 2 + 4 * 31 = 204 routed rows, 256 padded: 2 atom columns.)
+    assert by_name["d_y_t_scale"]["shape"] == [2, 2, 512]
+    assert by_name["down_scale_t"]["shape"] == [4, 1, 2, 512]
+    for meta in (art.forward.metadata, art.backward.metadata):
+        rt.Layer(json.dumps(meta))
+    _ptxas_accepts(art.backward.ptx, target, tmp_path)
+    with pytest.raises(ValueError, match="runs scalar GEMMs only on sm_100a so far"):
+        mok.compile(dataclasses.replace(spec, padding=128), target="sm_100a", training=True,
+                    cache_dir=str(tmp_path))
 
 
 @pytest.mark.parametrize("target,tensor_cores", [("sm_90a", True), ("sm_90a", False),

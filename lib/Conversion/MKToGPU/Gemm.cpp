@@ -77,7 +77,7 @@ void GemmLowering::lowerSimt(mk::GemmOp op) {
     Value src = second ? op.getA2() : a;
     if (mx)
       return e.mul(decodeE4M3(e.load(src, {r, j})),
-                   mxScale(scales[0], {}, r, j));
+                   mxScale(scales[second ? 1 : 0], {}, r, j));
     if (fp8)
       return e.mul(decodeE4M3(e.load(src, {r, j})),
                    e.load(scales[second ? 1 : 0], {e.div(j, block), r}));

@@ -52,6 +52,18 @@ private:
   Value mxAtomOffset(Value r, int64_t j);
   void lowerMx(mk::QuantizeRowsOp op);
   void lowerMx(mk::QuantizeWeightsOp op);
+  void lowerMx(mk::QuantizeColumnsOp op);
+  /// MX blocks down a column, stored transposed: a warp takes 32 columns
+  /// (a lane one, `c`) of 128 rows from `r0`, four blocks of 32 rows.
+  /// `valueAt(r)` is src[r, c]; the codes of rows r0 .. r0 + 127 go to
+  /// `values`' flat elements from `valuesOffset` (16 at a time), block j's
+  /// scale byte through `storeScale(j, byte)`.
+  void mxColumn(Value r0, function_ref<Value(Value)> valueAt, Value values,
+                Value valuesOffset,
+                function_ref<void(int64_t, Value)> storeScale);
+  /// The E4M3 codes of `xs` in a block of MX scale `scale` (NaN codes for
+  /// a block that is not finite).
+  SmallVector<Value, 16> mxCodes(ArrayRef<Value> xs, const MxScale &scale);
   /// The NaN code of element `x` (0x7F with its sign).
   Value nanCode(Value x);
   /// The E4M3 codes (i8) of `xs` (an even count) in a block of `scale`.
@@ -201,6 +213,80 @@ void QuantizeLowering::mxQuantize128(
   });
 }
 
+SmallVector<Value, 16> QuantizeLowering::mxCodes(ArrayRef<Value> xs,
+                                                const MxScale &scale) {
+  SmallVector<Value, 16> codes;
+  for (size_t j = 0; j < xs.size(); j += 2) {
+    auto [hi, lo] = toE4M3(
+        arith::MulFOp::create(e.b, e.loc, xs[j], scale.factor),
+        arith::MulFOp::create(e.b, e.loc, xs[j + 1], scale.factor));
+    codes.push_back(e.select(scale.finite, hi, nanCode(xs[j])));
+    codes.push_back(e.select(scale.finite, lo, nanCode(xs[j + 1])));
+  }
+  return codes;
+}
+
+void QuantizeLowering::mxColumn(
+    Value r0, function_ref<Value(Value)> valueAt, Value values,
+    Value valuesOffset, function_ref<void(int64_t, Value)> storeScale) {
+  for (int64_t j = 0; j < 4; ++j) {
+    Value first = e.add(r0, e.index(32 * j));
+    Value amax = e.fold(e.index(0), e.index(32), e.f32(0.0f),
+                        [&](Value r, Value acc) {
+                          return e.maxf(acc,
+                                        math::AbsFOp::create(
+                                            e.b, e.loc,
+                                            valueAt(e.add(first, r))));
+                        });
+    MxScale scale = mxScaleOf(amax);
+    for (int64_t half = 0; half < 2; ++half) {
+      SmallVector<Value, 16> xs;
+      for (int64_t i = 0; i < 16; ++i)
+        xs.push_back(valueAt(e.add(first, e.index(16 * half + i))));
+      store16Codes(mxCodes(xs, scale), values,
+                   e.add(valuesOffset, e.index(32 * j + 16 * half)));
+    }
+    storeScale(j, scale.byte);
+  }
+}
+
+void QuantizeLowering::lowerMx(mk::QuantizeColumnsOp op) {
+  Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
+  int64_t rows = size(src, 0), cols = size(src, 1), padded = size(values, 1);
+  Type e8 = cast<MemRefType>(scales.getType()).getElementType();
+  Value rowRoute = op.getRowRoute();
+  Value rowBlocks = e.index(padded / 128);
+  Value limit = e.index(rows);
+  if (rowRoute) {
+    Value routed = routedRows(op.getOffsets());
+    limit = arith::MinSIOp::create(e.b, e.loc, routed, limit);
+    rowBlocks = arith::MinSIOp::create(
+        e.b, e.loc, e.div(e.add(limit, e.index(127)), e.index(128)),
+        rowBlocks);
+  }
+  int64_t groups = cols / 32;
+  forAllWarps(e.mul(rowBlocks, e.index(groups)), [&](Value i, Value lane) {
+    Value rb = e.div(i, e.index(groups));
+    Value c = e.add(e.mul(e.rem(i, e.index(groups)), e.index(32)), lane);
+    auto valueAt = [&](Value r) {
+      Value valid = e.cmp(arith::CmpIPredicate::slt, r, limit);
+      Value safe = e.select(valid, r, e.index(0));
+      if (rowRoute)
+        valid = arith::AndIOp::create(
+            e.b, e.loc, valid,
+            e.isValid(e.toIndex(e.load(rowRoute, {safe}))));
+      return e.select(valid, e.loadF32(src, {safe, c}), e.f32(0.0f));
+    };
+    // values[c, r], scales: row c's blocks of 32 routed rows.
+    mxColumn(e.mul(rb, e.index(128)), valueAt, values,
+             e.add(e.mul(c, e.index(padded)), e.mul(rb, e.index(128))),
+             [&](int64_t j, Value byte) {
+               e.store(arith::BitcastOp::create(e.b, e.loc, e8, byte), scales,
+                       {e.div(c, e.index(128)), rb, mxAtomOffset(c, j)});
+             });
+  });
+}
+
 void QuantizeLowering::lowerMx(mk::QuantizeRowsOp op) {
   Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
   int64_t blocks = size(src, 1) / 128;
@@ -231,6 +317,33 @@ void QuantizeLowering::lowerMx(mk::QuantizeWeightsOp op) {
   int64_t n = size(src, 1), blocks = size(src, 2) / 128;
   Type f8 = cast<MemRefType>(values.getType()).getElementType();
   Type e8 = cast<MemRefType>(scales.getType()).getElementType();
+  if (op.getTransposed()) {
+    // values[x, k, n] (blocks of 32 along N): a warp takes 32 of src's
+    // columns k (a lane one, reading src's rows: contiguous across the
+    // warp) and 128 of its rows n, as mk.quantize_columns does.
+    int64_t k = size(src, 2), groups = k / 32, nBlocks = n / 128;
+    forAllWarps(e.index(size(src, 0) * nBlocks * groups),
+                [&](Value i, Value lane) {
+                  Value x = e.div(i, e.index(nBlocks * groups));
+                  Value nb = e.rem(e.div(i, e.index(groups)),
+                                   e.index(nBlocks));
+                  Value col = e.add(
+                      e.mul(e.rem(i, e.index(groups)), e.index(32)), lane);
+                  Value row = e.add(e.mul(x, e.index(k)), col);
+                  mxColumn(
+                      e.mul(nb, e.index(128)),
+                      [&](Value r) { return e.loadF32(src, {x, r, col}); },
+                      values,
+                      e.add(e.mul(row, e.index(n)), e.mul(nb, e.index(128))),
+                      [&](int64_t j, Value byte) {
+                        e.store(arith::BitcastOp::create(e.b, e.loc, e8, byte),
+                                scales,
+                                {x, e.div(col, e.index(128)), nb,
+                                 mxAtomOffset(col, j)});
+                      });
+                });
+    return;
+  }
   // Each expert's rows as mk.quantize_rows' (blocks of 32 along K).
   forAllWarps(e.index(size(src, 0) * n * blocks), [&](Value i, Value lane) {
     Value x = e.div(i, e.index(n * blocks));
@@ -352,6 +465,8 @@ void QuantizeLowering::store16Codes(ArrayRef<Value> codes, Value values,
 }
 
 void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
+  if (op.isMx())
+    return lowerMx(op);
   Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
   int64_t rows = size(src, 0), cols = size(src, 1), padded = size(values, 1);
   Value rowRoute = op.getRowRoute();

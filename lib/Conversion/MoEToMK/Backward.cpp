@@ -469,7 +469,7 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   // d_out's routed rows, unscaled (the simt down dgrad's A; the wgmma one
   // gathers them itself) and scaled by the router weight (d_y, the down
   // weights' gradient's A).
-  if (!gatherDOut && !s.fp8)
+  if (!gatherDOut && (!s.fp8 || s.mx))
     params.push_back({"routed_d_out", "workspace", ty({rc, s.hidden}, bf16)});
   params.push_back({"d_y", "workspace", ty({rc, s.hidden}, bf16)});
   params.push_back({"d_hidden_u", "workspace", ty({rc, s.inter}, f32)});
@@ -492,26 +492,43 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   // for the weight gradients (R' = R rounded up to 128).
   if (s.fp8) {
     Type f8 = tb.getType<Float8E4M3FNType>();
+    Type e8 = tb.getType<Float8E8M0FNUType>();
     int64_t e = s.experts, h = s.hidden, in = s.inter, w = s.scaleWidth();
     int64_t padded = (rc + 127) / 128 * 128;
-    params.push_back({"d_out_q", "workspace", ty({t, h}, f8)});
-    params.push_back(
-        {"d_out_scale", "workspace", ty({h / 128, (t + 3) / 4 * 4}, f32)});
+    // Scales of a matrix [rows, cols] blocked along cols: f32 [cols/128,
+    // S] (row blocks, `rowScales`) or [rows/128, cols/128] (weights), or
+    // MXFP8's E8M0 atoms [ceil(rows/128), cols/128, 512] for both.
+    auto atoms = [&](SmallVector<int64_t> lead, int64_t rows, int64_t cols) {
+      lead.append({(rows + 127) / 128, cols / 128, 512});
+      return ty(lead, e8);
+    };
+    auto rowScales = [&](int64_t rows, int64_t cols, int64_t width) {
+      return s.mx ? atoms({}, rows, cols) : ty({cols / 128, width}, f32);
+    };
+    auto weightScales = [&](int64_t rows, int64_t cols) {
+      return s.mx ? atoms({e}, rows, cols)
+                  : ty({e, rows / 128, cols / 128}, f32);
+    };
+    // (MXFP8: d_out's routed bf16 rows are quantized, not its token rows
+    // dispatched quantized: the scale atoms hold 128 routed rows.)
+    if (!s.mx) {
+      params.push_back({"d_out_q", "workspace", ty({t, h}, f8)});
+      params.push_back({"d_out_scale", "workspace",
+                        ty({h / 128, (t + 3) / 4 * 4}, f32)});
+    }
     params.push_back({"routed_d_out_q", "workspace", ty({rc, h}, f8)});
-    params.push_back({"routed_d_out_scale", "workspace", ty({h / 128, w}, f32)});
+    params.push_back(
+        {"routed_d_out_scale", "workspace", rowScales(rc, h, w)});
     params.push_back({"gate_qt", "workspace", ty({e, h, in}, f8)});
-    params.push_back(
-        {"gate_scale_t", "workspace", ty({e, h / 128, in / 128}, f32)});
+    params.push_back({"gate_scale_t", "workspace", weightScales(h, in)});
     params.push_back({"up_qt", "workspace", ty({e, h, in}, f8)});
-    params.push_back(
-        {"up_scale_t", "workspace", ty({e, h / 128, in / 128}, f32)});
+    params.push_back({"up_scale_t", "workspace", weightScales(h, in)});
     params.push_back({"down_qt", "workspace", ty({e, in, h}, f8)});
-    params.push_back(
-        {"down_scale_t", "workspace", ty({e, in / 128, h / 128}, f32)});
+    params.push_back({"down_scale_t", "workspace", weightScales(in, h)});
     for (StringRef name : {"d_gate", "d_up"}) {
       params.push_back({(name + "_q").str(), "workspace", ty({rc, in}, f8)});
       params.push_back(
-          {(name + "_scale").str(), "workspace", ty({in / 128, w}, f32)});
+          {(name + "_scale").str(), "workspace", rowScales(rc, in, w)});
     }
     for (auto [name, cols] : {std::pair<StringRef, int64_t>{"d_y", h},
                               {"hidden", in},
@@ -521,7 +538,8 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
       params.push_back(
           {(name + "_t").str(), "workspace", ty({cols, padded}, f8)});
       params.push_back({(name + "_t_scale").str(), "workspace",
-                        ty({padded / 128, cols}, f32)});
+                        s.mx ? atoms({}, cols, padded)
+                             : ty({padded / 128, cols}, f32)});
     }
   }
   params.push_back({"grid_barrier", "workspace", ty({2}, tb.getI32Type())});
@@ -609,7 +627,7 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
   // Reverse combine: d_out's routed rows scaled (and, for a simt down
   // dgrad, unscaled).
   bool gathersDOut = tc.gatherDOut;
-  if (!gathersDOut && !s.fp8)
+  if (!gathersDOut && (!s.fp8 || s.mx))
     gather("d_out", "routed_d_out", Value());
   gather("d_out", "d_y", buf["router_weights"]);
   // FP8: what reads only the inputs and the context is quantized with it:
@@ -622,8 +640,9 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
                                   buf["row_route"], buf["offsets"]);
   };
   if (s.fp8) {
-    mk::QuantizeRowsOp::create(b, loc, buf["d_out"], buf["d_out_q"],
-                               buf["d_out_scale"], frame.tokens);
+    if (!s.mx)
+      mk::QuantizeRowsOp::create(b, loc, buf["d_out"], buf["d_out_q"],
+                                 buf["d_out_scale"], frame.tokens);
     for (StringRef w : {"gate", "up", "down"})
       mk::QuantizeWeightsOp::create(b, loc, buf[(w + "_weights").str()],
                                     buf[(w + "_qt").str()],
@@ -632,10 +651,15 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
     columns("hidden");
     columns("routed_x");
     barrier();
-    mk::GatherOp::create(b, loc, buf["d_out_q"], buf["row_route"],
-                         buf["offsets"], buf["routed_d_out_q"],
-                         /*scale=*/Value(), buf["d_out_scale"],
-                         buf["routed_d_out_scale"], s.topK);
+    if (s.mx) // the routed bf16 rows, quantized
+      mk::QuantizeRowsOp::create(b, loc, buf["routed_d_out"],
+                                 buf["routed_d_out_q"],
+                                 buf["routed_d_out_scale"], /*tokens=*/Value());
+    else
+      mk::GatherOp::create(b, loc, buf["d_out_q"], buf["row_route"],
+                           buf["offsets"], buf["routed_d_out_q"],
+                           /*scale=*/Value(), buf["d_out_scale"],
+                           buf["routed_d_out_scale"], s.topK);
     columns("d_y");
   }
   barrier();
@@ -697,7 +721,9 @@ LogicalResult mok::moe_to_mk::planBackward(ModuleOp module, func::FuncOp func,
   MLIRContext *ctx = module.getContext();
   const mk::TargetSupport &support = options.support;
   Sizes s = sizesOf(grad);
-  s.fp8 = grad.getPrecision() == StringRef("fp8");
+  std::optional<StringRef> precision = grad.getPrecision();
+  s.fp8 = precision == StringRef("fp8") || precision == StringRef("mxfp8");
+  s.mx = precision == StringRef("mxfp8");
   SmallVector<StringRef> phases = backwardPhaseNames(grad, s);
   if (options.exchanges(grad.getPlanType()))
     return planBackwardEP(module, func, grad, options);

@@ -113,10 +113,7 @@ struct ConvertMoEToMKPass
           isa<LayerGradOp>(op) || cast<LayerOp>(op).savesContext();
       if (precision) {
         StringRef unsupported =
-            mx && training ? "MXFP8 training layers (precision = \"mxfp8\", "
-                             "the saved context and the backward) are"
-            : options.exchanges(plan) ? "expert-parallel FP8 layers are"
-                                      : "";
+            options.exchanges(plan) ? "expert-parallel FP8 layers are" : "";
         if (!unsupported.empty()) {
           op->emitError() << "convert-moe-to-mk: " << unsupported
                           << " not supported by the GPU targets yet; the CPU "
@@ -129,9 +126,15 @@ struct ConvertMoEToMKPass
         // MMA (sm_100a) takes 128-row tiles, so whole 128-row segments;
         // Hopper has no block-scaled MMA.
         if (mx) {
-          auto layer = cast<LayerOp>(op);
-          int64_t h = layer.getX().getType().getDimSize(1);
-          int64_t i = layer.getGateWeights().getType().getDimSize(1);
+          int64_t h = cast<ShapedType>(op->getOperand(isa<LayerOp>(op) ? 0 : 1)
+                                           .getType())
+                          .getDimSize(1);
+          int64_t i = cast<ShapedType>(
+                          (isa<LayerOp>(op) ? cast<LayerOp>(op).getGateWeights()
+                                            : cast<LayerGradOp>(op)
+                                                  .getGateWeights())
+                              .getType())
+                          .getDimSize(1);
           if (h % 128 || i % 128) {
             op->emitError() << "convert-moe-to-mk: MXFP8 layers on the GPU "
                                "targets need the hidden and intermediate "
@@ -146,6 +149,16 @@ struct ConvertMoEToMKPass
                    "on sm_90a run on scalar GEMMs only: compile them with "
                    "tensor-cores=false (Hopper has no block-scaled MMA; "
                    "\"fp8\" runs on its tensor cores)";
+            return WalkResult::interrupt();
+          }
+          // (The training layers' backward: the weights transposed and
+          // the column blocks on scalar GEMMs for now.)
+          if (tensorCores && training) {
+            op->emitError()
+                << "convert-moe-to-mk: MXFP8 training layers (precision = "
+                   "\"mxfp8\") run on scalar GEMMs only so far: compile them "
+                   "with tensor-cores=false (tcgen05's block-scaled backward "
+                   "is not implemented yet)";
             return WalkResult::interrupt();
           }
           if (tensorCores && plan.getPadding() % 128) {

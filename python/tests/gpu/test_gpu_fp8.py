@@ -282,7 +282,7 @@ def _backward_definition(c, a, d_out):
     return ref.layer_backward(_f64(a["x"]), a["top_experts"].cpu().numpy(),
                               _f64(a["router_weights"]), _f64(a["gate_weights"]),
                               _f64(a["up_weights"]), _f64(a["down_weights"]), _f64(d_out),
-                              shared, c.get("swiglu_limit"), "fp8", c["padding"])
+                              shared, c.get("swiglu_limit"), c["precision"], c["padding"])
 
 
 @pytest.mark.parametrize("name", list(FP8_TRAIN_CASES))
@@ -372,6 +372,51 @@ def test_fp8_backward_quantized_copies_are_bit_exact():
         codes, scales = ref.quantize(m, (128, 1), "f32")
         assert np.array_equal(ws(name_t)[:, :rows], codes.T), name_t
         assert _same_scales(ws(name_t + "_scale")[:rows // 128], scales), name_t
+
+
+def test_mxfp8_backward_quantized_copies_are_bit_exact():
+    """The MXFP8 backward's copies: the weights quantized transposed
+    (blocks of 32 along the dgrads' K), d_out's routed rows, and the column
+    blocks of 32 routed rows of d_y and the hidden rows (stored transposed,
+    padding rows and rows past the plan as zeros), codes and scale bytes
+    (read back from the atoms) against the NumPy model."""
+    import torch
+    name = "train_mx_shared_clamp"
+    c = FP8_TRAIN_CASES[name]
+    layer = training_layer(name)
+    gen = torch.Generator().manual_seed(fresh_seed())
+    a = torch_reference.make_inputs(c, gen)
+    d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
+    out, ctx = layer.forward(**a)
+    layer.backward(ctx, d_out)
+    torch.cuda.synchronize()
+    bwd = layer._backward
+    for w in ("gate", "up", "down"):
+        weight_t = np.swapaxes(_f64(a[w + "_weights"]), -1, -2)
+        codes, scales = ref.quantize(weight_t, (1, 32), "e8m0")
+        assert np.array_equal(_workspace(bwd, w + "_qt"), codes), w
+        got = _from_atoms(_workspace(bwd, w + "_scale_t").view(np.uint8), weight_t.shape[1])
+        assert np.array_equal(got, scales), w
+    rows = int(_workspace(bwd, "offsets")[-1])
+    row_route = _workspace(bwd, "row_route")[:rows]
+    routed = np.where((row_route >= 0)[:, None],
+                      _f64(d_out)[np.maximum(row_route, 0) // c["top_k"]], 0.0)
+    codes, scales = ref.quantize(routed, (1, 32), "e8m0")
+    assert np.array_equal(_workspace(bwd, "routed_d_out_q")[:rows], codes)
+    got = _from_atoms(_workspace(bwd, "routed_d_out_scale").view(np.uint8), rows)
+    assert np.array_equal(got, scales)
+    # (The blocks holding routed rows are written; rows past the plan read
+    # as zeros in them.)
+    padded = _workspace(bwd, "d_y_t").shape[1]
+    blocks = (rows + 31) // 32
+    for name_t, src in (("d_y", bwd.read_workspace("d_y")), ("hidden", ctx.saved["hidden"])):
+        src = src[:rows].double().cpu().numpy()
+        full = np.zeros((padded, src.shape[1]))
+        full[:rows] = np.where((row_route >= 0)[:, None], src, 0.0)
+        codes, scales = ref.quantize(full.T, (1, 32), "e8m0")
+        assert np.array_equal(_workspace(bwd, name_t + "_t")[:, :rows], codes[:, :rows]), name_t
+        got = _from_atoms(_workspace(bwd, name_t + "_t_scale").view(np.uint8), src.shape[1])
+        assert np.array_equal(got[:, :blocks], scales[:, :blocks]), name_t
 
 
 def test_fp8_torch_module_trains_with_the_fp8_kernels():

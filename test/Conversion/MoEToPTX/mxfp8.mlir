@@ -11,6 +11,11 @@
 // RUN: not mok-opt %s --convert-moe-to-mk 2>&1 | FileCheck %s --check-prefix=HOPPER
 // RUN: sed -e 's/padding = 128/padding = 32/' %s | not mok-opt --convert-moe-to-mk=chip=sm_100a 2>&1 | FileCheck %s --check-prefix=PADDING
 // RUN: mok-opt %s --moe-generate-backward | not mok-opt --convert-moe-to-mk=chip=sm_100a 2>&1 | FileCheck %s --check-prefix=TRAIN
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="tensor-cores=false" | FileCheck %s --check-prefix=BWD
+// RUN: mok-opt %s --moe-generate-backward --moe-to-ptx="chip=sm_90a tensor-cores=false" | %python %mok_src_root/scripts/extract-ptx.py %t/bwd90
+// RUN: ptxas -arch=sm_90a -v %t/bwd90/mx_layer_backward_kernels.ptx -o %t/bwd90.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// RUN: mok-opt %s --moe-generate-backward --moe-to-ptx="chip=sm_100a tensor-cores=false" | %python %mok_src_root/scripts/extract-ptx.py %t/bwd100
+// RUN: ptxas -arch=sm_100a -v %t/bwd100/mx_layer_backward_kernels.ptx -o %t/bwd100.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 
 // The MXFP8 forward on sm_100a: the weights and the routed rows (after
 // the dispatch) and the hidden activation quantized in blocks of 32 along
@@ -63,9 +68,23 @@
 // PTX-DAG: tcgen05.ld.sync.aligned.32x32b.x32.b32
 // PTXAS: 0 bytes spill stores, 0 bytes spill loads
 //
+// The MXFP8 backward on scalar GEMMs: the weights quantized transposed
+// (blocks of 32 along the dgrads' K), d_out's routed bf16 rows quantized,
+// the column blocks of 32 routed rows for the weights' gradients
+// (k_groups), and the gate/up dgrad's two K-loops with their own scales.
+// BWD-LABEL: gpu.func @mx_layer_backward_backward(
+// BWD: mk.gather %{{.*}} into %[[DOUT:.*]] {top_k = 2 : i64} : memref<40x256xbf16>, memref<588xi64>, memref<5xi64> -> memref<588x256xbf16>
+// BWD: mk.quantize_weights %{{.*}} transposed : memref<4x128x256xbf16> -> memref<4x256x128xf8E4M3FN>, memref<4x2x1x512xf8E8M0FNU>
+// BWD: mk.quantize_weights %{{.*}} transposed : memref<4x256x128xbf16> -> memref<4x128x256xf8E4M3FN>, memref<4x1x2x512xf8E8M0FNU>
+// BWD: mk.quantize_columns {{.*}} : memref<588x128xbf16> -> memref<128x640xf8E4M3FN>, memref<1x5x512xf8E8M0FNU>
+// BWD: mk.quantize_rows %[[DOUT]] into {{.*}} : memref<588x256xbf16> -> memref<588x256xf8E4M3FN>, memref<5x2x512xf8E8M0FNU>
+// BWD: mk.gemm store {{.*}} grouped({{.*}}) scales({{.*}} : memref<5x2x512xf8E8M0FNU>, memref<4x1x2x512xf8E8M0FNU>) schedule <simt> {{.*}} -> memref<588x128xf32>
+// BWD: mk.gemm store {{.*}} k_groups({{.*}}) k_counts({{.*}}) scales({{.*}} : memref<2x5x512xf8E8M0FNU>, memref<1x5x512xf8E8M0FNU>) schedule <simt>
+// BWD: mk.gemm store {{.*}} concat({{.*}}) scales({{.*}} : memref<5x1x512xf8E8M0FNU>, memref<5x1x512xf8E8M0FNU>, memref<4x2x1x512xf8E8M0FNU>, memref<4x2x1x512xf8E8M0FNU>) schedule <simt>
+//
 // HOPPER: error: convert-moe-to-mk: MXFP8 layers (precision = "mxfp8") on sm_90a run on scalar GEMMs only: compile them with tensor-cores=false
 // PADDING: error: convert-moe-to-mk: MXFP8 layers on tcgen05 need the plan's padding to be a multiple of 128 (the block-scaled MMA's 128-row tiles), got 32
-// TRAIN: error: convert-moe-to-mk: MXFP8 training layers (precision = "mxfp8", the saved context and the backward) are not supported by the GPU targets yet
+// TRAIN: error: convert-moe-to-mk: MXFP8 training layers (precision = "mxfp8") run on scalar GEMMs only so far: compile them with tensor-cores=false (tcgen05's block-scaled backward is not implemented yet)
 func.func @mx_layer(%x: tensor<40x256xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>, %wg: tensor<4x128x256xbf16>, %wu: tensor<4x128x256xbf16>, %wd: tensor<4x256x128xbf16>, %sg: tensor<128x256xbf16>, %su: tensor<128x256xbf16>, %sd: tensor<256x128xbf16>) -> tensor<40x256xbf16> {
   %out = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd shared(%sg, %su, %sd)
       plan !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 128> {precision = "mxfp8"}

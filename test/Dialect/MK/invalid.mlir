@@ -1590,10 +1590,22 @@ gpu.module @k {
 
 // -----
 
+// (Transposed: the atoms of [E, K, N], blocks along N.)
 gpu.module @k {
-  gpu.func @mx_weights_transposed(%w: memref<2x128x256xbf16>, %q: memref<2x256x128xf8E4M3FN>, %s: memref<2x2x1x512xf8E8M0FNU>) kernel {
-    // expected-error @+1 {{transposed MX weights (E8M0 scales) are not implemented yet}}
-    mk.quantize_weights %w into %q, %s transposed : memref<2x128x256xbf16> -> memref<2x256x128xf8E4M3FN>, memref<2x2x1x512xf8E8M0FNU>
+  gpu.func @mx_weights_transposed(%w: memref<2x128x256xbf16>, %q: memref<2x256x128xf8E4M3FN>, %s: memref<2x1x2x512xf8E8M0FNU>) kernel {
+    // expected-error @+1 {{scales dimension 1 must be 2 (the rows / 128, rounded up), got 1}}
+    mk.quantize_weights %w into %q, %s transposed : memref<2x128x256xbf16> -> memref<2x256x128xf8E4M3FN>, memref<2x1x2x512xf8E8M0FNU>
+    gpu.return
+  }
+}
+
+// -----
+
+// Column blocks, MX: the atoms of the transposed [C, R'].
+gpu.module @k {
+  gpu.func @mx_columns(%x: memref<200x256xbf16>, %q: memref<256x256xf8E4M3FN>, %s: memref<2x1x512xf8E8M0FNU>) kernel {
+    // expected-error @+1 {{scales dimension 1 must be 2 (the columns / 128), got 1}}
+    mk.quantize_columns %x into %q, %s : memref<200x256xbf16> -> memref<256x256xf8E4M3FN>, memref<2x1x512xf8E8M0FNU>
     gpu.return
   }
 }

@@ -300,7 +300,15 @@ LogicalResult QuantizeColumnsOp::verify() {
   if (failed(expectDim(*this, values, "values", 0, cols, "src's columns")))
     return failure();
   int64_t padded = dim(values, 1);
-  if (!ShapedType::isDynamic(padded)) {
+  if (isMx()) {
+    if (!ShapedType::isDynamic(padded) &&
+        (padded % 128 || (!ShapedType::isDynamic(rows) && padded < rows)))
+      return emitOpError() << "values dimension 1 (" << padded
+                           << ") must be src's rows (" << rows
+                           << ") or more, a multiple of 128 (the scale atoms)";
+    if (failed(expectMxScales(*this, scales, "scales", {}, cols, padded)))
+      return failure();
+  } else if (!ShapedType::isDynamic(padded)) {
     if (padded % 128 || (!ShapedType::isDynamic(rows) && padded < rows))
       return emitOpError() << "values dimension 1 (" << padded
                            << ") must be src's rows (" << rows
@@ -310,8 +318,8 @@ LogicalResult QuantizeColumnsOp::verify() {
       return failure();
   }
   int64_t width = dim(scales, 1);
-  if (!ShapedType::isDynamic(width) && !ShapedType::isDynamic(cols) &&
-      (width < cols || width % 4))
+  if (!isMx() && !ShapedType::isDynamic(width) &&
+      !ShapedType::isDynamic(cols) && (width < cols || width % 4))
     return emitOpError() << "scales dimension 1 must be at least src's "
                             "columns ("
                          << cols << ") and a multiple of 4, got " << width;
@@ -337,14 +345,13 @@ LogicalResult QuantizeWeightsOp::verify() {
                          getTransposed() ? "src's, transposed" : "src's")))
       return failure();
   if (isMx()) {
-    if (getTransposed())
-      return emitOpError("transposed MX weights (E8M0 scales) are not "
-                         "implemented yet");
-    if (!ShapedType::isDynamic(dim(src, 1)) && dim(src, 1) % 128)
-      return emitOpError() << "src dimension 1 (" << dim(src, 1)
+    // (transposed: the scales of [E, K, N], blocks along N.)
+    int64_t rows = dim(src, from[1]), cols = dim(src, from[2]);
+    if (!ShapedType::isDynamic(rows) && rows % 128)
+      return emitOpError() << "src dimension " << from[1] << " (" << rows
                            << ") must be a multiple of 128 (the scale atoms)";
-    return expectMxScales(*this, getScales(), "scales", {dim(src, 0)},
-                          dim(src, 1), dim(src, 2));
+    return expectMxScales(*this, getScales(), "scales", {dim(src, 0)}, rows,
+                          cols);
   }
   int64_t blocks[3] = {dim(src, from[0]), dim(src, from[1]),
                        dim(src, from[2])};
@@ -443,18 +450,19 @@ LogicalResult GemmOp::verifyFp8(int64_t m, int64_t k, int64_t n) {
     if (isa<Float8E8M0FNUType>(eltOf(s)) != mx)
       return emitOpError("FP8 scales must be all f32 or all E8M0 (f8E8M0FNU)");
   if (mx) {
-    if (getA2() || getKOffsets())
-      return emitOpError("MX operands (E8M0 scales) with concat or k_groups "
-                         "are not implemented yet");
-    if (failed(expectMxScales(*this, scales[0], "A scales", {}, m, k)))
-      return failure();
+    // (k_groups: A [M, K] and B [N, K] with K the routed rows, each group's
+    // K range starting on an atom column.)
+    unsigned activations = getA2() ? 2 : 1;
+    for (unsigned i = 0; i < activations; ++i)
+      if (failed(expectMxScales(*this, scales[i], "A scales", {}, m, k)))
+        return failure();
     SmallVector<int64_t, 1> lead;
     if (isGrouped())
       lead.push_back(dim(getB()[0], 0));
     if (!ShapedType::isDynamic(n) && n % 128)
       return emitOpError() << "MX: N = " << n
                            << " must be a multiple of 128 (the scale atoms)";
-    for (Value s : scales.drop_front())
+    for (Value s : scales.drop_front(activations))
       if (failed(expectMxScales(*this, s, "B scales", lead, n, k)))
         return failure();
     return success();

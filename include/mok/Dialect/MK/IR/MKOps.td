@@ -469,6 +469,12 @@ def MK_QuantizeColumnsOp : MK_Op<"quantize_columns", [AttrSizedOperandSegments]>
     warp (a lane a column): an amax pass, then the quantizing pass, which
     stores 16 consecutive values of a column at a time.
 
+    With E8M0 scales (`precision = "mxfp8"`) the blocks are 32 rows of a
+    column, by `mk.quantize_rows`' MX rule, and the scales are tcgen05's
+    scale-factor atoms of the transposed matrix, `[ceil(C / 128), R' / 128,
+    512]`: column `c`'s block `r / 32` is byte `(c % 32) * 16 + (c % 128) /
+    32 * 4 + (r % 128) / 32` of atom `[c / 128, r / 128]`.
+
     ```mlir
     mk.quantize_columns %d_y into %d_y_t, %d_y_t_scales
         routed(%row_route, %offsets : memref<640xi64>, memref<5xi64>)
@@ -477,7 +483,8 @@ def MK_QuantizeColumnsOp : MK_Op<"quantize_columns", [AttrSizedOperandSegments]>
   }];
   let arguments = (ins Arg<MK_Bf16Matrix, "", [MemRead]>:$src,
                        Arg<MemRefRankOf<[F8E4M3FN], [2]>, "", [MemWrite]>:$values,
-                       Arg<MemRefRankOf<[F32], [2]>, "", [MemWrite]>:$scales,
+                       Arg<AnyTypeOf<[MemRefRankOf<[F32], [2]>, MK_MxScales]>, "",
+                           [MemWrite]>:$scales,
                        Arg<Optional<MK_I64Vector>, "", [MemRead]>:$row_route,
                        Arg<Optional<MK_I64Vector>, "", [MemRead]>:$offsets);
   let assemblyFormat = [{
@@ -485,6 +492,13 @@ def MK_QuantizeColumnsOp : MK_Op<"quantize_columns", [AttrSizedOperandSegments]>
     (`routed` `(` $row_route^ `,` $offsets `:` type($row_route) `,`
      type($offsets) `)`)? attr-dict
     `:` type($src) `->` type($values) `,` type($scales)
+  }];
+  let extraClassDeclaration = [{
+    /// E8M0 scales: the MX rule, blocks of 32 rows of a column.
+    bool isMx() {
+      return mlir::isa<mlir::Float8E8M0FNUType>(
+          mlir::cast<mlir::MemRefType>(getScales().getType()).getElementType());
+    }
   }];
   let hasVerifier = 1;
 }
@@ -510,8 +524,8 @@ def MK_QuantizeWeightsOp : MK_Op<"quantize_weights"> {
     With E8M0 scales (`f8E8M0FNU`, the `precision = "mxfp8"` layers) each
     row of each expert is quantized as `mk.quantize_rows` does with E8M0
     scales (blocks of 32 along K), the scales `[E, N / 128, K / 128, 512]`
-    in tcgen05's scale-factor layout (`transposed` is not implemented for
-    them yet).
+    in tcgen05's scale-factor layout; with `transposed`, those of `src`
+    transposed (blocks of 32 along N), `[E, K / 128, N / 128, 512]`.
 
     The FP8 layers' weights (`precision = "fp8"`: gate, up and down),
     quantized inside the kernel at every call. convert-mk-to-gpu gives each
