@@ -514,9 +514,12 @@ Value Tcgen05Emitter::globalAddress(Value buffer) {
       memref::ExtractAlignedPointerAsIndexOp::create(e.b, e.loc, buffer));
 }
 
-/// Thread 0: k-tile kTile's scale atoms (A's rows m0 .. m0 + 127, each B's
-/// columns n0 .. n0 + 127 of the task's expert) into the stage's atom slots,
-/// bulk copies completing on the stage's full barrier.
+/// Thread 0: k-tile kTile's scale atoms into the stage's atom slots, bulk
+/// copies completing on the stage's full barrier: A's rows (m0, or with K
+/// in groups aCol, .. + 127) and each B's columns n0 .. n0 + 127 (of the
+/// task's expert), at the k-tile's atom column (kBase / 128 + kTile with K
+/// in groups); concat's second K-loop reads a2's atoms and B_1's, into the
+/// slots of a's and B_0's.
 void Tcgen05Emitter::loadExtra(const GemmPhase &p, Value g, Value kTile,
                                const Task &t) {
   if (!p.mx)
@@ -529,12 +532,23 @@ void Tcgen05Emitter::loadExtra(const GemmPhase &p, Value g, Value kTile,
       b, loc, LLVM::LLVMPointerType::get(ctx, /*shared=*/3),
       nvgpu::MBarrierGetOp::create(b, loc, b.getI32Type(), barriers, stage),
       LLVM::DereferenceableAttr());
-  int64_t kBlocks = p.k / kTileKFp8;
-  auto copyAtom = [&](int64_t slot, Value buffer, Value atom) {
+  // An atom buffer's [..., row atoms, atom columns, 512] extents.
+  auto extent = [](Value scales, int64_t fromEnd) {
+    auto type = cast<MemRefType>(scales.getType());
+    return type.getDimSize(type.getRank() - fromEnd);
+  };
+  Value second, kb = kTile;
+  if (p.a2) {
+    second = e.cmp(arith::CmpIPredicate::sge, kTile, e.index(p.kSplit));
+    kb = e.select(second, e.sub(kTile, e.index(p.kSplit)), kTile);
+  }
+  if (t.kBase)
+    kb = e.add(e.div(t.kBase, e.index(kTileKFp8)), kb);
+  auto copyAtom = [&](int64_t slot, Value address, Value atom) {
     Value src = LLVM::IntToPtrOp::create(
         b, loc, LLVM::LLVMPointerType::get(ctx, /*global=*/1),
         arith::AddIOp::create(
-            b, loc, globalAddress(buffer),
+            b, loc, address,
             arith::IndexCastOp::create(b, loc, b.getI64Type(),
                                        e.mul(atom, e.index(kAtomBytes)))),
         LLVM::DereferenceableAttr());
@@ -545,25 +559,34 @@ void Tcgen05Emitter::loadExtra(const GemmPhase &p, Value g, Value kTile,
         b, loc, dst, src, barrier, i32(kAtomBytes), /*multicastMask=*/Value(),
         /*l2CacheHint=*/Value());
   };
-  // Atom [m0 / 128, kTile] of A; [expert, n0 / 128, kTile] of each B.
-  copyAtom(0, p.aScales,
-           e.add(e.mul(e.div(t.m0, e.index(kMxTileM)), e.index(kBlocks)),
-                 kTile));
-  int64_t nAtoms = (p.n + kTileN - 1) / kTileN;
-  for (auto [j, scales] : llvm::enumerate(p.bScales)) {
+  // (concat: both K-loops' buffers have one shape.)
+  auto pick = [&](Value first, Value other) {
+    Value a = globalAddress(first);
+    return second ? e.select(second, globalAddress(other), a) : a;
+  };
+  Value aRow = e.div(t.aCol ? t.aCol : t.m0, e.index(kMxTileM));
+  copyAtom(0, pick(p.aScales, p.a2Scales),
+           e.add(e.mul(aRow, e.index(extent(p.aScales, 2))), kb));
+  auto bAtom = [&](Value scales) {
     Value row = e.div(t.n0, e.index(kTileN));
     if (t.expert)
-      row = e.add(e.mul(t.expert, e.index(nAtoms)), row);
-    copyAtom(1 + static_cast<int64_t>(j), scales,
-             e.add(e.mul(row, e.index(kBlocks)), kTile));
+      row = e.add(e.mul(t.expert, e.index(extent(scales, 3))), row);
+    return e.add(e.mul(row, e.index(extent(scales, 2))), kb);
+  };
+  if (p.a2) {
+    copyAtom(1, pick(p.bScales[0], p.bScales[1]), bAtom(p.bScales[0]));
+    return;
   }
+  for (auto [j, scales] : llvm::enumerate(p.bScales))
+    copyAtom(1 + static_cast<int64_t>(j), globalAddress(scales),
+             bAtom(scales));
 }
 
 SmallVector<Value> Tcgen05Emitter::accumulateTall(const GemmPhase &p,
                                                   Value it, const Task &t) {
-  assert(p.tileM == kMxTileM && p.tileN == kTileN && !p.a2 && !p.kOffsets &&
-         !p.transposeA && !p.transposeB && !p.gatherRows &&
-         (!p.fp8 || p.mx) &&
+  assert(p.tileM == kMxTileM && p.tileN == kTileN && !p.transposeA &&
+         !p.transposeB && !p.gatherRows && (!p.fp8 || p.mx) &&
+         (p.mx || (!p.a2 && !p.kOffsets)) &&
          "tcgen05, 128-row tiles: K-major bf16 or MXFP8 128 x 128 tiles only");
   OpBuilder &b = e.b;
   Location loc = e.loc;
@@ -680,6 +703,11 @@ SmallVector<Value> Tcgen05Emitter::accumulateTall(const GemmPhase &p,
   auto ldType = VectorType::get({kLdColumns}, i32Type);
   auto f32Vector = VectorType::get({kLdColumns}, f32);
   MemRefType accTile = smemType(ctx, {kMxTileM, kTileN}, f32);
+  // A task without k-tiles (an idle expert's weight gradient) issued no
+  // MMA: its results are zeros, not what Tensor Memory holds.
+  Value anyKTile = t.kTiles
+                       ? e.cmp(arith::CmpIPredicate::sgt, t.kTiles, e.index(0))
+                       : Value();
   auto ldShape = NVVM::Tcgen05LdStShapeAttr::get(
       ctx, NVVM::Tcgen05LdStShape::SHAPE_32X32B);
   SmallVector<Value> tiles;
@@ -703,11 +731,13 @@ SmallVector<Value> Tcgen05Emitter::accumulateTall(const GemmPhase &p,
             b, loc,
             NVVM::Tcgen05WaitKindAttr::get(ctx, NVVM::Tcgen05WaitKind::LOAD));
         Value values = LLVM::BitcastOp::create(b, loc, f32Vector, bits);
-        for (int64_t i = 0; i < kLdColumns; ++i)
-          e.store(LLVM::ExtractElementOp::create(
-                      b, loc, values,
-                      arith::ConstantIntOp::create(b, loc, i, 32)),
-                  tiles[j], {row, e.add(column, e.index(i))});
+        for (int64_t i = 0; i < kLdColumns; ++i) {
+          Value v = LLVM::ExtractElementOp::create(
+              b, loc, values, arith::ConstantIntOp::create(b, loc, i, 32));
+          if (anyKTile)
+            v = e.select(anyKTile, v, e.f32(0.0f));
+          e.store(v, tiles[j], {row, e.add(column, e.index(i))});
+        }
       });
     }
   });

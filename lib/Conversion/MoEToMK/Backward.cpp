@@ -59,16 +59,23 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
   downDgrad.grouped = downDgrad.transposeB = downDgrad.f32Out = true;
   downDgrad.columns = s.inter;
   int64_t tall = sched::kMaxConsumers * sched::kTileM;
-  if (s.padding % tall == 0 &&
-      support.whyNot(downWgrad, scheduleOf(tall, sched::kTileN)).empty())
+  if (s.mx) {
+    // MXFP8 (tcgen05): every tensor-core GEMM is a routed block-scaled
+    // one (convert-moe-to-mk refuses a shared expert), in 128-row tiles.
     m.tileM = tall;
-  if (support.whyNot(downDgrad, scheduleOf(m.tileM, 2 * sched::kTileN)).empty())
-    m.storeTileN = 2 * sched::kTileN;
-  mk::GemmForm gathered = downDgrad;
-  gathered.gathered = true;
-  m.gatherDOut =
-      mayGatherDOut &&
-      support.whyNot(gathered, scheduleOf(m.tileM, m.storeTileN)).empty();
+  } else {
+    if (s.padding % tall == 0 &&
+        support.whyNot(downWgrad, scheduleOf(tall, sched::kTileN)).empty())
+      m.tileM = tall;
+    if (support.whyNot(downDgrad, scheduleOf(m.tileM, 2 * sched::kTileN))
+            .empty())
+      m.storeTileN = 2 * sched::kTileN;
+    mk::GemmForm gathered = downDgrad;
+    gathered.gathered = true;
+    m.gatherDOut =
+        mayGatherDOut &&
+        support.whyNot(gathered, scheduleOf(m.tileM, m.storeTileN)).empty();
+  }
   int64_t next = 0, rc = s.routedCapacity(), h = s.hidden, in = s.inter;
   auto add = [&](TensorMapSpec spec) {
     m.maps.push_back(spec);
@@ -97,6 +104,7 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
     m.gatherDOut = false;
     mk::GemmForm fp8Down;
     fp8Down.grouped = fp8Down.f32Out = fp8Down.fp8 = true;
+    fp8Down.mx = s.mx;
     fp8Down.columns = s.inter;
     auto schedule = mk::GemmScheduleAttr::get(
         ctx, m.engine, {m.tileM, sched::kTileN, sched::kTileKFp8},
@@ -110,6 +118,7 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
     }
     mk::GemmForm fp8GateUp;
     fp8GateUp.grouped = fp8GateUp.concat = fp8GateUp.fp8 = true;
+    fp8GateUp.mx = s.mx;
     fp8GateUp.bOperands = 2;
     fp8GateUp.columns = s.hidden;
     if (support.whyNot(fp8GateUp, schedule).empty()) {
@@ -128,6 +137,7 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
     }
     mk::GemmForm fp8Wgrad;
     fp8Wgrad.kGroups = fp8Wgrad.fp8 = true;
+    fp8Wgrad.mx = s.mx;
     fp8Wgrad.columns = s.inter;
     fp8Wgrad.groupRows = s.hidden;
     mk::GemmForm fp8WgradGateUp = fp8Wgrad;

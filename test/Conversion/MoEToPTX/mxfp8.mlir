@@ -84,7 +84,7 @@
 //
 // HOPPER: error: convert-moe-to-mk: MXFP8 layers (precision = "mxfp8") on sm_90a run on scalar GEMMs only: compile them with tensor-cores=false
 // PADDING: error: convert-moe-to-mk: MXFP8 layers on tcgen05 need the plan's padding to be a multiple of 128 (the block-scaled MMA's 128-row tiles), got 32
-// TRAIN: error: convert-moe-to-mk: MXFP8 training layers (precision = "mxfp8") run on scalar GEMMs only so far: compile them with tensor-cores=false (tcgen05's block-scaled backward is not implemented yet)
+// TRAIN: error: convert-moe-to-mk: MXFP8 training layers with a shared expert run on scalar GEMMs only so far: compile them with tensor-cores=false (the shared expert's bf16 backward has no 128-row tcgen05 form yet)
 func.func @mx_layer(%x: tensor<40x256xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>, %wg: tensor<4x128x256xbf16>, %wu: tensor<4x128x256xbf16>, %wd: tensor<4x256x128xbf16>, %sg: tensor<128x256xbf16>, %su: tensor<128x256xbf16>, %sd: tensor<256x128xbf16>) -> tensor<40x256xbf16> {
   %out = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd shared(%sg, %su, %sd)
       plan !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 128> {precision = "mxfp8"}

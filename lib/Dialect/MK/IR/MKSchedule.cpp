@@ -62,10 +62,9 @@ std::string TargetSupport::whyNot(const GemmForm &f,
     if (engine != Engine::tcgen05)
       return "MXFP8 operands (E8M0 block scales) need tcgen05's block-scaled "
              "MMA (sm_100a); on sm_90a they run on the simt engine";
-    if (producer || multicast || f.gathered || f.transposeA || f.transposeB ||
-        f.concat || f.kGroups)
+    if (producer || multicast || f.gathered || f.transposeA || f.transposeB)
       return "MXFP8 operands on tcgen05 are implemented for K-major operands "
-             "without a producer, clusters, a gathered A, concat or k_groups";
+             "without a producer, clusters or a gathered A";
     ArrayRef<int64_t> tile = schedule.getTile();
     if (tile[0] != sched::kMaxConsumers * sched::kTileM ||
         tile[1] != sched::kTileN || tile[2] != sched::kTileKFp8 ||
