@@ -365,9 +365,9 @@ def _mxfp8_routed(workspace, routed, phase):
     if ws.target != "cpu":
         raise NotImplementedError(
             f"{_ROUTED[0]}: MXFP8 weight tuples (precision='mxfp8') run on the CPU target "
-            f"only: mok's {ws.target} kernels train MXFP8 on scalar GEMMs only "
-            "(mok.compile(..., tensor_cores=False)), not the tensor-core layers "
-            "mok.functional runs (docs/FP8.md); use precision='bf16'")
+            f"only: mok.functional's {ws.target} layers do not take MXFP8 weights yet "
+            "(mok.compile compiles MXFP8 GPU layers that quantize bf16 weights "
+            "themselves; docs/FP8.md); use precision='bf16'")
     if not all(isinstance(w, tuple) for w in routed):
         plain = [n for n, w in zip(_ROUTED, routed) if not isinstance(w, tuple)]
         raise TypeError(f"{', '.join(plain)}: expected MXFP8 tuples like the other routed "

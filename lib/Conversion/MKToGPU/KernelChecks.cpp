@@ -285,19 +285,32 @@ FailureOr<std::optional<mk::Engine>> checkTensorCoreGemms(gpu::GPUFuncOp func) {
     // Grouped: an m-tile must lie in one expert's segment, so the padding
     // of the plan that made the offsets must be a multiple of the tile
     // height.
-    if (gemm.isGrouped()) {
+    // FP8 with K in groups: each group's K range starts on a k-tile (the
+    // k-tile is the f32 scales' block, and MXFP8's atom column), so the
+    // padding must be a multiple of the k-tile.
+    bool fp8KGroups = gemm.getKOffsets() && gemm.isFp8();
+    if (gemm.isGrouped() || fp8KGroups) {
+      Value offsets = fp8KGroups ? gemm.getKOffsets() : gemm.getOffsets();
       mk::PadOffsetsOp plan;
       for (auto pad : func.getBody().front().getOps<mk::PadOffsetsOp>())
-        if (pad.getOffsets() == gemm.getOffsets())
+        if (pad.getOffsets() == offsets)
           plan = pad;
       if (!plan)
-        return gemm.emitOpError("a grouped tensor-core GEMM needs offsets "
-                                "made by an mk.pad_offsets of its kernel");
-      if (plan.getPadding() % schedule.tileM())
+        return gemm.emitOpError()
+               << "a " << (fp8KGroups ? "k_groups FP8" : "grouped")
+               << " tensor-core GEMM needs offsets made by an "
+                  "mk.pad_offsets of its kernel";
+      if (gemm.isGrouped() && plan.getPadding() % schedule.tileM())
         return gemm.emitOpError()
                << "expert segments are padded to " << plan.getPadding()
                << " rows, not a multiple of the tile's " << schedule.tileM()
                << ": a tile would span two experts";
+      if (fp8KGroups && plan.getPadding() % schedule.getTile()[2])
+        return gemm.emitOpError()
+               << "k_groups over segments padded to " << plan.getPadding()
+               << " rows, not a multiple of the FP8 k-tile's "
+               << schedule.getTile()[2]
+               << ": a k-tile would span two experts' scale blocks";
     }
     // Warp roles: one kind per kernel (the threads counting k-tiles, the
     // barriers and the register split are the kernel's).

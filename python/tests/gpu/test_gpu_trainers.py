@@ -139,7 +139,8 @@ def test_mxfp8_quantize_on_gpu_is_the_cpus():
     rw = torch.rand(8, 2, generator=g).cuda()
     down = mok.ops.mxfp8_quantize(w.transpose(1, 2).contiguous().cuda())[:2]
     with pytest.raises(NotImplementedError, match="MXFP8 weight tuples .* run on the CPU "
-                                                  "target only: mok's sm_90a kernels"):
+                                                  "target only: mok.functional's sm_90a "
+                                                  "layers"):
         F.forward(config, ws, sched, x, rw, None, None, None, gpu[:2], gpu[:2], down)
 
 

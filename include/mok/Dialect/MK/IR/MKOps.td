@@ -683,10 +683,12 @@ def MK_GemmOp : MK_Op<"gemm", [AttrSizedOperandSegments]> {
     scale-factor layout: `sa [M' / 128, K / 128, 512]` with `a(r, k) =
     f32(a[r, k]) * 2^(sa[r / 128, k / 128, (r % 32) * 16 + (r % 128) / 32 *
     4 + (k % 128) / 32] - 127)`, and each B's `[E, N / 128, K / 128, 512]`
-    (`[N / 128, K / 128, 512]` not grouped) likewise by column; no `k_groups`
-    or `concat` yet. `simt` sums the products in k order; `tcgen05`
-    (sm_100a) runs `tcgen05.mma.kind::mxf8f6f4.block_scale` on the E4M3
-    tiles with the scales copied to Tensor Memory, tiles of 128 rows.
+    (`[N / 128, K / 128, 512]` not grouped) likewise by column; with
+    `k_groups` (A `[M, K]`, B `[N, K]`, K the routed rows) each operand's
+    atoms are `[rows / 128, K / 128, 512]`, and `concat`'s `a2` has `a`'s
+    layout. `simt` sums the products in k order; `tcgen05` (sm_100a) runs
+    `tcgen05.mma.kind::mxf8f6f4.block_scale` on the E4M3 tiles with the
+    scales copied to Tensor Memory, tiles of 128 rows.
 
     ```mlir
     mk.gemm store %hidden, %down into %routed_y
