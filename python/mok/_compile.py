@@ -100,17 +100,11 @@ def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_di
 def _check_gpu_precision(layer, target, options):
     """What a GPU target compiles of an FP8 LayerSpec (docs/FP8.md): the
     "fp8" layer, inference or training, on E4M3 wgmma (sm_90a) or scalar
-    GEMMs; the "mxfp8" layer on tcgen05's block-scaled MMA (sm_100a; a
-    training layer without a shared expert) or scalar GEMMs; the rest is
-    refused by name."""
+    GEMMs; the "mxfp8" layer, inference or training, on tcgen05's
+    block-scaled MMA (sm_100a) or scalar GEMMs; the rest is refused by
+    name."""
     precision = layer.precision
     if precision == "mxfp8":
-        if options.training and options.tensor_cores and layer.shared_intermediate:
-            raise ValueError(f"layer: LayerSpec.shared_intermediate = "
-                             f"{layer.shared_intermediate}: an MXFP8 training layer with a "
-                             f"shared expert runs scalar GEMMs only on {target} so far: pass "
-                             "tensor_cores=False (the shared expert's bf16 backward has no "
-                             "128-row tcgen05 form yet; docs/FP8.md)")
         for name in ("hidden", "intermediate"):
             if getattr(layer, name) % 128:
                 raise ValueError(f"layer: LayerSpec.{name} = {getattr(layer, name)}: MXFP8 "

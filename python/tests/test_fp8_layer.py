@@ -97,11 +97,6 @@ def test_fp8_refusals_name_what_is_missing():
                                          "a multiple of 128"):
         mok.compile(spec, target="sm_90a", tensor_cores=False)
     mx = dataclasses.replace(spec, hidden=128, intermediate=128, padding=128)
-    with pytest.raises(ValueError, match="LayerSpec.shared_intermediate = 32: an MXFP8 "
-                                         "training layer with a shared expert runs scalar "
-                                         "GEMMs only on sm_100a so far"):
-        mok.compile(dataclasses.replace(mx, shared_intermediate=32), target="sm_100a",
-                    training=True)
     with pytest.raises(ValueError, match="LayerSpec.precision = 'mxfp8' on sm_90a runs scalar "
                                          "GEMMs only: pass tensor_cores=False"):
         mok.compile(mx, target="sm_90a")

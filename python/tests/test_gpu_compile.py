@@ -618,28 +618,27 @@ def test_mxfp8_training_layer_compiles(target, tmp_path):
     for meta in (art.forward.metadata, art.backward.metadata):
         rt.Layer(json.dumps(meta))
     _ptxas_accepts(art.backward.ptx, target, tmp_path)
-    with pytest.raises(ValueError, match="with a shared expert runs scalar GEMMs only on "
-                                         "sm_100a so far"):
-        mok.compile(dataclasses.replace(spec, padding=128), target="sm_100a", training=True,
-                    cache_dir=str(tmp_path))
 
 
-def test_mxfp8_training_layer_compiles_for_tcgen05(tmp_path):
-    """The MXFP8 training layer on sm_100a's block-scaled tcgen05 MMA
-    (no shared expert): the backward's five routed GEMMs (the f32 down
-    dgrad, the concat gate/up dgrad, three k_groups weight gradients) in
-    128-row tiles with their scale atoms in Tensor Memory; ptxas-clean (no
-    sm_100a GPU here: compiled only)."""
+@pytest.mark.parametrize("shared", [None, 128])
+def test_mxfp8_training_layer_compiles_for_tcgen05(shared, tmp_path):
+    """The MXFP8 training layer on sm_100a's block-scaled tcgen05 MMA: the
+    backward's five routed GEMMs (the f32 down dgrad, the concat gate/up
+    dgrad, three k_groups weight gradients) in 128-row tiles with their
+    scale atoms in Tensor Memory, and a shared expert's five bf16 ones in
+    the same tiles (kind::f16, M = 128, N- and M-major operands);
+    ptxas-clean (no sm_100a GPU here: compiled only)."""
     from mok import _runtime as rt
     spec = mok.LayerSpec(hidden=256, intermediate=128, experts=4, top_k=2, tokens=40,
-                         padding=128, precision="mxfp8")
+                         padding=128, shared_intermediate=shared, precision="mxfp8")
     art = mok.compile(spec, target="sm_100a", training=True, cache_dir=str(tmp_path))
     mk = art.backward.stages["mk"].split("gpu.func @moe_layer_backward_backward")[1]
     assert mk.count("schedule <tcgen05, tile = [128, 128, 128]") == 5
+    assert mk.count("schedule <tcgen05, tile = [128, 128, 64]") == (5 if shared else 0)
     assert "concat(" in mk and mk.count("k_groups(") == 3
     ptx = art.backward.ptx
     assert "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.block32" in ptx
-    assert "kind::f16" not in ptx
+    assert ("kind::f16" in ptx) == bool(shared)
     for meta in (art.forward.metadata, art.backward.metadata):
         rt.Layer(json.dumps(meta))
     _ptxas_accepts(ptx, "sm_100a", tmp_path)

@@ -167,8 +167,8 @@ private:
   void loadExtra(const GemmPhase &p, Value g, Value kTile,
                  const Task &t) override;
   /// A 128-row tile (both consumer warpgroups): MXFP8's block-scaled MMAs,
-  /// or bf16's kind::f16 ones at M = 128 (an MXFP8 kernel's shared
-  /// expert), and the epilogue.
+  /// or bf16's kind::f16 ones at M = 128, K- or MN-major (an MXFP8
+  /// kernel's shared expert, forward and backward), and the epilogue.
   SmallVector<Value> accumulateTall(const GemmPhase &p, Value it,
                                     const Task &t);
   /// The global address (i64) of a buffer's first byte.
@@ -584,10 +584,9 @@ void Tcgen05Emitter::loadExtra(const GemmPhase &p, Value g, Value kTile,
 
 SmallVector<Value> Tcgen05Emitter::accumulateTall(const GemmPhase &p,
                                                   Value it, const Task &t) {
-  assert(p.tileM == kMxTileM && p.tileN == kTileN && !p.transposeA &&
-         !p.transposeB && !p.gatherRows && (!p.fp8 || p.mx) &&
-         (p.mx || (!p.a2 && !p.kOffsets)) &&
-         "tcgen05, 128-row tiles: K-major bf16 or MXFP8 128 x 128 tiles only");
+  assert(p.tileM == kMxTileM && p.tileN == kTileN && !p.gatherRows &&
+         (!p.fp8 || p.mx) && (!p.mx || (!p.transposeA && !p.transposeB)) &&
+         "tcgen05, 128-row tiles: bf16 or K-major MXFP8 128 x 128 tiles only");
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
@@ -643,16 +642,23 @@ SmallVector<Value> Tcgen05Emitter::accumulateTall(const GemmPhase &p,
       Value notFirstKTile = e.cmp(arith::CmpIPredicate::ne, kt, e.index(0));
       Value yes = arith::ConstantIntOp::create(b, loc, 1, 1);
       // k32 steps (E4M3) or k16 steps (bf16): 32 bytes along the 128-byte
-      // swizzled rows.
+      // swizzled rows of a K-major operand, 16 of the 128-byte K rows of an
+      // MN-major one (bf16's dgrad and wgrad forms: two 64-wide MN blocks,
+      // the descriptor's leading offset apart, as at M = 64).
+      int64_t stepA = p.transposeA ? kK16BytesMN : kK16Bytes;
+      int64_t stepB = p.transposeB ? kK16BytesMN : kK16Bytes;
       for (int64_t ks = 0; ks < p.tileK() / (p.mx ? kMxStepK : 16); ++ks) {
-        Value aDesc = smemDescriptor(e.add(base, e.index(ks * kK16Bytes)));
+        Value aDesc = smemDescriptor(e.add(base, e.index(ks * stepA)),
+                                     p.transposeA);
         for (int64_t j = 0; j < numAcc; ++j) {
-          Value bDesc = smemDescriptor(e.add(
-              base, e.index(p.bytesA() + j * p.bytesB() + ks * kK16Bytes)));
+          Value bDesc = smemDescriptor(
+              e.add(base,
+                    e.index(p.bytesA() + j * p.bytesB() + ks * stepB)),
+              p.transposeB);
           Value d = arith::AddIOp::create(b, loc, tmem, i32(j * kTileN));
           if (!p.mx) {
-            mma(d, aDesc, bDesc, ks == 0 ? notFirstKTile : yes,
-                /*transposeA=*/false, /*transposeB=*/false, kMxTileM);
+            mma(d, aDesc, bDesc, ks == 0 ? notFirstKTile : yes, p.transposeA,
+                p.transposeB, kMxTileM);
             continue;
           }
           NVVM::Tcgen05MMABlockScaleOp::create(

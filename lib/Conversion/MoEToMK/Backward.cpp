@@ -60,11 +60,12 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
   downDgrad.columns = s.inter;
   int64_t tall = sched::kMaxConsumers * sched::kTileM;
   if (s.mx) {
-    // MXFP8 (tcgen05): every tensor-core GEMM is a routed block-scaled
-    // one (convert-moe-to-mk refuses a shared expert), in 128-row tiles.
+    // MXFP8 (tcgen05): the block-scaled MMA's 128-row tiles, for the
+    // shared expert's bf16 GEMMs too (one tile height a kernel).
     m.tileM = tall;
   } else {
-    if (s.padding % tall == 0 &&
+    // (tcgen05 takes 128-row tiles for MXFP8 kernels only.)
+    if (s.padding % tall == 0 && m.engine == mk::Engine::wgmma &&
         support.whyNot(downWgrad, scheduleOf(tall, sched::kTileN)).empty())
       m.tileM = tall;
     if (support.whyNot(downDgrad, scheduleOf(m.tileM, 2 * sched::kTileN))

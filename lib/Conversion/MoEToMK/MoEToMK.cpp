@@ -151,20 +151,6 @@ struct ConvertMoEToMKPass
                    "\"fp8\" runs on its tensor cores)";
             return WalkResult::interrupt();
           }
-          // (The training layers on tcgen05: every tensor-core GEMM of
-          // the backward is a routed block-scaled one, in 128-row tiles;
-          // the shared expert's bf16 dgrads and wgrads have no 128-row
-          // tcgen05 form yet.)
-          bool shared = isa<LayerOp>(op) ? cast<LayerOp>(op).hasSharedExpert()
-                                         : cast<LayerGradOp>(op).hasSharedExpert();
-          if (tensorCores && training && shared) {
-            op->emitError()
-                << "convert-moe-to-mk: MXFP8 training layers with a shared "
-                   "expert run on scalar GEMMs only so far: compile them with "
-                   "tensor-cores=false (the shared expert's bf16 backward has "
-                   "no 128-row tcgen05 form yet)";
-            return WalkResult::interrupt();
-          }
           if (tensorCores && plan.getPadding() % 128) {
             op->emitError()
                 << "convert-moe-to-mk: MXFP8 layers on tcgen05 need the "

@@ -10,7 +10,9 @@
 // RUN: ptxas -arch=sm_100a -v %t/sm100/mx_layer_kernels.ptx -o %t/sm100.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 // RUN: not mok-opt %s --convert-moe-to-mk 2>&1 | FileCheck %s --check-prefix=HOPPER
 // RUN: sed -e 's/padding = 128/padding = 32/' %s | not mok-opt --convert-moe-to-mk=chip=sm_100a 2>&1 | FileCheck %s --check-prefix=PADDING
-// RUN: mok-opt %s --moe-generate-backward | not mok-opt --convert-moe-to-mk=chip=sm_100a 2>&1 | FileCheck %s --check-prefix=TRAIN
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk=chip=sm_100a | FileCheck %s --check-prefix=TRAIN
+// RUN: mok-opt %s --moe-generate-backward --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/bwdtc
+// RUN: ptxas -arch=sm_100a -v %t/bwdtc/mx_layer_backward_kernels.ptx -o %t/bwdtc.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 // RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="tensor-cores=false" | FileCheck %s --check-prefix=BWD
 // RUN: mok-opt %s --moe-generate-backward --moe-to-ptx="chip=sm_90a tensor-cores=false" | %python %mok_src_root/scripts/extract-ptx.py %t/bwd90
 // RUN: ptxas -arch=sm_90a -v %t/bwd90/mx_layer_backward_kernels.ptx -o %t/bwd90.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
@@ -84,7 +86,14 @@
 //
 // HOPPER: error: convert-moe-to-mk: MXFP8 layers (precision = "mxfp8") on sm_90a run on scalar GEMMs only: compile them with tensor-cores=false
 // PADDING: error: convert-moe-to-mk: MXFP8 layers on tcgen05 need the plan's padding to be a multiple of 128 (the block-scaled MMA's 128-row tiles), got 32
-// TRAIN: error: convert-moe-to-mk: MXFP8 training layers with a shared expert run on scalar GEMMs only so far: compile them with tensor-cores=false (the shared expert's bf16 backward has no 128-row tcgen05 form yet)
+//
+// The training layer on sm_100a: the shared expert's bf16 backward GEMMs
+// (N-major B for the dgrads, M-major A too for the weights' gradients)
+// share the routed ones' 128-row tiles.
+// TRAIN-LABEL: gpu.func @mx_layer_backward_backward(
+// TRAIN: schedule <tcgen05, tile = [128, 128, 128], stages = 4>
+// TRAIN: schedule <tcgen05, tile = [128, 128, 64], stages = 4> {maps = array<i64: {{.*}}>, transpose_b}
+// TRAIN: schedule <tcgen05, tile = [128, 128, 64], stages = 4> {maps = array<i64: {{.*}}>, transpose_a, transpose_b}
 func.func @mx_layer(%x: tensor<40x256xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>, %wg: tensor<4x128x256xbf16>, %wu: tensor<4x128x256xbf16>, %wd: tensor<4x256x128xbf16>, %sg: tensor<128x256xbf16>, %su: tensor<128x256xbf16>, %sd: tensor<256x128xbf16>) -> tensor<40x256xbf16> {
   %out = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd shared(%sg, %su, %sd)
       plan !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 128> {precision = "mxfp8"}

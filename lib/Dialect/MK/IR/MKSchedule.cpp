@@ -169,11 +169,10 @@ std::string TargetSupport::whyNot(const GemmForm &f,
   bool wgmma = engine == Engine::wgmma;
   bool wide = tile[1] == 2 * sched::kTileN && wgmma &&
               f.bOperands == (f.concat ? 2u : 1u);
-  // (tcgen05 at 128 rows: K-major operands, the forward's forms, one
-  // M = 128 MMA a k16 step; the MXFP8 kernels' bf16 shared expert.)
+  // (tcgen05 at 128 rows: one M = 128 MMA a k16 step, without a gathered
+  // A, a producer or clusters; the MXFP8 kernels' bf16 shared expert.)
   bool tall = tile[0] == sched::kMaxConsumers * sched::kTileM &&
-              (wgmma || (!dgradForms && !f.gathered && !producer &&
-                         !multicast));
+              (wgmma || (!f.gathered && !producer && !multicast));
   if (!f.fp8 && ((tile[0] != sched::kTileM && !tall) ||
       (tile[1] != sched::kTileN && !wide) || tile[2] != sched::kTileK ||
       schedule.getStages() != sched::kStages)) {
