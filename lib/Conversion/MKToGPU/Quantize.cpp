@@ -52,7 +52,6 @@ private:
   Value mxAtomOffset(Value r, int64_t j);
   void lowerMx(mk::QuantizeRowsOp op);
   void lowerMx(mk::QuantizeWeightsOp op);
-  void lowerMx(mk::QuantizeColumnsOp op);
   /// MX blocks down a column, stored transposed: a warp takes 32 columns
   /// (a lane one, `c`) of 128 rows from `r0`, four blocks of 32 rows.
   /// `valueAt(r)` is src[r, c]; the codes of rows r0 .. r0 + 127 go to
@@ -250,43 +249,6 @@ void QuantizeLowering::mxColumn(
   }
 }
 
-void QuantizeLowering::lowerMx(mk::QuantizeColumnsOp op) {
-  Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
-  int64_t rows = size(src, 0), cols = size(src, 1), padded = size(values, 1);
-  Type e8 = cast<MemRefType>(scales.getType()).getElementType();
-  Value rowRoute = op.getRowRoute();
-  Value rowBlocks = e.index(padded / 128);
-  Value limit = e.index(rows);
-  if (rowRoute) {
-    Value routed = routedRows(op.getOffsets());
-    limit = arith::MinSIOp::create(e.b, e.loc, routed, limit);
-    rowBlocks = arith::MinSIOp::create(
-        e.b, e.loc, e.div(e.add(limit, e.index(127)), e.index(128)),
-        rowBlocks);
-  }
-  int64_t groups = cols / 32;
-  forAllWarps(e.mul(rowBlocks, e.index(groups)), [&](Value i, Value lane) {
-    Value rb = e.div(i, e.index(groups));
-    Value c = e.add(e.mul(e.rem(i, e.index(groups)), e.index(32)), lane);
-    auto valueAt = [&](Value r) {
-      Value valid = e.cmp(arith::CmpIPredicate::slt, r, limit);
-      Value safe = e.select(valid, r, e.index(0));
-      if (rowRoute)
-        valid = arith::AndIOp::create(
-            e.b, e.loc, valid,
-            e.isValid(e.toIndex(e.load(rowRoute, {safe}))));
-      return e.select(valid, e.loadF32(src, {safe, c}), e.f32(0.0f));
-    };
-    // values[c, r], scales: row c's blocks of 32 routed rows.
-    mxColumn(e.mul(rb, e.index(128)), valueAt, values,
-             e.add(e.mul(c, e.index(padded)), e.mul(rb, e.index(128))),
-             [&](int64_t j, Value byte) {
-               e.store(arith::BitcastOp::create(e.b, e.loc, e8, byte), scales,
-                       {e.div(c, e.index(128)), rb, mxAtomOffset(c, j)});
-             });
-  });
-}
-
 void QuantizeLowering::lowerMx(mk::QuantizeRowsOp op) {
   Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
   int64_t blocks = size(src, 1) / 128;
@@ -465,8 +427,6 @@ void QuantizeLowering::store16Codes(ArrayRef<Value> codes, Value values,
 }
 
 void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
-  if (op.isMx())
-    return lowerMx(op);
   Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
   int64_t rows = size(src, 0), cols = size(src, 1), padded = size(values, 1);
   Value rowRoute = op.getRowRoute();
@@ -500,6 +460,17 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
             e.isValid(e.toIndex(e.load(rowRoute, {safe}))));
       return e.select(valid, e.loadF32(src, {safe, c}), e.f32(0.0f));
     };
+    // MX: four blocks of 32 rows, their bytes in row c's atoms.
+    if (op.isMx()) {
+      Type e8 = cast<MemRefType>(scales.getType()).getElementType();
+      mxColumn(r0, valueAt, values, e.add(e.mul(c, e.index(padded)), r0),
+               [&](int64_t j, Value byte) {
+                 e.store(arith::BitcastOp::create(e.b, e.loc, e8, byte),
+                         scales,
+                         {e.div(c, e.index(128)), rb, mxAtomOffset(c, j)});
+               });
+      return;
+    }
     Value amax = e.fold(e.index(0), e.index(128), e.f32(0.0f),
                         [&](Value r, Value acc) {
                           return e.maxf(acc, math::AbsFOp::create(
