@@ -40,13 +40,12 @@ private:
     Value factor, finite, byte;
   };
   MxScale mxScaleOf(Value amax);
-  /// MX rows: one warp quantizes 128 consecutive elements of a row, four
-  /// blocks of 32 (lane l holds elements l + 32 j of block j): `load(j)`
-  /// and `storeCode(j, code)` address lane's element of block j;
-  /// `storeScale(j, byte)` (lane 0) stores block j's scale byte.
-  void mxQuantize128(Value lane, function_ref<Value(int64_t)> load,
-                     function_ref<void(int64_t, Value)> storeCode,
-                     function_ref<void(int64_t, Value)> storeScale);
+  /// MX rows: one warp quantizes elements blk * 128 .. + 127 of row `r`
+  /// of `src` (after the index prefix `lead`), four blocks of 32 (lane l
+  /// holds element l + 32 j of block j), into `values` and row r's atoms of
+  /// `scales` (lane 0 stores the four bytes).
+  void mxQuantize128(Value lane, ArrayRef<Value> lead, Value r, Value blk,
+                     Value src, Value values, Value scales);
   /// The offset of row `r`'s scale of 32-block `j` (of the atom's 4) in
   /// its 512-byte atom: tcgen05's scale-factor layout.
   Value mxAtomOffset(Value r, int64_t j);
@@ -186,29 +185,45 @@ Value QuantizeLowering::mxAtomOffset(Value r, int64_t j) {
                e.index(j));
 }
 
-void QuantizeLowering::mxQuantize128(
-    Value lane, function_ref<Value(int64_t)> load,
-    function_ref<void(int64_t, Value)> storeCode,
-    function_ref<void(int64_t, Value)> storeScale) {
+void QuantizeLowering::mxQuantize128(Value lane, ArrayRef<Value> lead,
+                                     Value r, Value blk, Value src,
+                                     Value values, Value scales) {
+  Type f8 = cast<MemRefType>(values.getType()).getElementType();
+  Type e8 = cast<MemRefType>(scales.getType()).getElementType();
+  Value c0 = e.add(e.mul(blk, e.index(128)), lane);
+  auto at = [&](int64_t j) {
+    SmallVector<Value> idx(lead);
+    idx.append({r, e.add(c0, e.index(32 * j))});
+    return idx;
+  };
   SmallVector<Value, 4> xs, scaled;
-  SmallVector<MxScale, 4> scales;
+  SmallVector<MxScale, 4> blockScales;
   for (int64_t j = 0; j < 4; ++j) {
-    xs.push_back(load(j));
+    xs.push_back(e.loadF32(src, at(j)));
     // amax is NaN for a block with a NaN, +inf for one with an infinity.
-    scales.push_back(
+    blockScales.push_back(
         mxScaleOf(warpMax(math::AbsFOp::create(e.b, e.loc, xs.back()))));
     // x * 2^-e is exact (or far below E4M3's smallest, rounding to zero
     // either way) and at most 448: E4M3's rounding is the only one.
-    scaled.push_back(arith::MulFOp::create(e.b, e.loc, xs[j], scales[j].factor));
+    scaled.push_back(
+        arith::MulFOp::create(e.b, e.loc, xs[j], blockScales[j].factor));
   }
+  auto storeCode = [&](int64_t j, Value code) {
+    e.store(arith::BitcastOp::create(e.b, e.loc, f8, code), values, at(j));
+  };
   for (int64_t j = 0; j < 4; j += 2) {
     auto [hi, lo] = toE4M3(scaled[j], scaled[j + 1]);
-    storeCode(j, e.select(scales[j].finite, hi, nanCode(xs[j])));
-    storeCode(j + 1, e.select(scales[j + 1].finite, lo, nanCode(xs[j + 1])));
+    storeCode(j, e.select(blockScales[j].finite, hi, nanCode(xs[j])));
+    storeCode(j + 1,
+              e.select(blockScales[j + 1].finite, lo, nanCode(xs[j + 1])));
   }
   e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)), [&] {
-    for (int64_t j = 0; j < 4; ++j)
-      storeScale(j, scales[j].byte);
+    for (int64_t j = 0; j < 4; ++j) {
+      SmallVector<Value> idx(lead);
+      idx.append({e.div(r, e.index(128)), blk, mxAtomOffset(r, j)});
+      e.store(arith::BitcastOp::create(e.b, e.loc, e8, blockScales[j].byte),
+              scales, idx);
+    }
   });
 }
 
@@ -250,34 +265,19 @@ void QuantizeLowering::mxColumn(
 }
 
 void QuantizeLowering::lowerMx(mk::QuantizeRowsOp op) {
-  Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
+  Value src = op.getSrc();
   int64_t blocks = size(src, 1) / 128;
   Value rows = op.getTokens() ? op.getTokens() : e.index(size(src, 0));
-  Type f8 = cast<MemRefType>(values.getType()).getElementType();
-  Type e8 = cast<MemRefType>(scales.getType()).getElementType();
   forAllWarps(e.mul(rows, e.index(blocks)), [&](Value i, Value lane) {
-    Value r = e.div(i, e.index(blocks)), blk = e.rem(i, e.index(blocks));
-    Value c0 = e.add(e.mul(blk, e.index(128)), lane);
-    auto at = [&](int64_t j) {
-      return SmallVector<Value>{r, e.add(c0, e.index(32 * j))};
-    };
-    mxQuantize128(
-        lane, [&](int64_t j) { return e.loadF32(src, at(j)); },
-        [&](int64_t j, Value code) {
-          e.store(arith::BitcastOp::create(e.b, e.loc, f8, code), values,
-                  at(j));
-        },
-        [&](int64_t j, Value byte) {
-          e.store(arith::BitcastOp::create(e.b, e.loc, e8, byte), scales,
-                  {e.div(r, e.index(128)), blk, mxAtomOffset(r, j)});
-        });
+    mxQuantize128(lane, {}, e.div(i, e.index(blocks)),
+                  e.rem(i, e.index(blocks)), src, op.getValues(),
+                  op.getScales());
   });
 }
 
 void QuantizeLowering::lowerMx(mk::QuantizeWeightsOp op) {
   Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
   int64_t n = size(src, 1), blocks = size(src, 2) / 128;
-  Type f8 = cast<MemRefType>(values.getType()).getElementType();
   Type e8 = cast<MemRefType>(scales.getType()).getElementType();
   if (op.getTransposed()) {
     // values[x, k, n] (blocks of 32 along N): a warp takes 32 of src's
@@ -308,23 +308,9 @@ void QuantizeLowering::lowerMx(mk::QuantizeWeightsOp op) {
   }
   // Each expert's rows as mk.quantize_rows' (blocks of 32 along K).
   forAllWarps(e.index(size(src, 0) * n * blocks), [&](Value i, Value lane) {
-    Value x = e.div(i, e.index(n * blocks));
-    Value r = e.rem(e.div(i, e.index(blocks)), e.index(n));
-    Value blk = e.rem(i, e.index(blocks));
-    Value c0 = e.add(e.mul(blk, e.index(128)), lane);
-    auto at = [&](int64_t j) {
-      return SmallVector<Value>{x, r, e.add(c0, e.index(32 * j))};
-    };
-    mxQuantize128(
-        lane, [&](int64_t j) { return e.loadF32(src, at(j)); },
-        [&](int64_t j, Value code) {
-          e.store(arith::BitcastOp::create(e.b, e.loc, f8, code), values,
-                  at(j));
-        },
-        [&](int64_t j, Value byte) {
-          e.store(arith::BitcastOp::create(e.b, e.loc, e8, byte), scales,
-                  {x, e.div(r, e.index(128)), blk, mxAtomOffset(r, j)});
-        });
+    mxQuantize128(lane, {e.div(i, e.index(n * blocks))},
+                  e.rem(e.div(i, e.index(blocks)), e.index(n)),
+                  e.rem(i, e.index(blocks)), src, values, scales);
   });
 }
 
