@@ -49,7 +49,7 @@ def set_error_checks(mode):
 
 
 _DTYPES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64",
-           "f8e4m3": "float8_e4m3fn"}
+           "f8e4m3": "float8_e4m3fn", "u8": "uint8"}
 # What the runtime reads (version 2 adds params' "access" and tensor maps'
 # "experts", both optional; version 5 params' "align" and expert-parallel
 # kernels).

@@ -27,6 +27,9 @@ public:
   void lower(mk::QuantizeWeightsOp op);
 
 private:
+  /// The rows a row quantizer takes: `tokens`, `offsets[E]` (grouped) or
+  /// all of src's.
+  Value rowsOf(mk::QuantizeRowsOp op);
   /// A block's scale from its amax: the divisor (1 for a zero block),
   /// whether the block is finite, and the scale to store (NaN if not).
   struct Scale {
@@ -264,11 +267,18 @@ void QuantizeLowering::mxColumn(
   }
 }
 
+Value QuantizeLowering::rowsOf(mk::QuantizeRowsOp op) {
+  if (op.getTokens())
+    return op.getTokens();
+  if (Value offsets = op.getOffsets())
+    return e.toIndex(e.load(offsets, {e.index(size(offsets, 0) - 1)}));
+  return e.index(size(op.getSrc(), 0));
+}
+
 void QuantizeLowering::lowerMx(mk::QuantizeRowsOp op) {
   Value src = op.getSrc();
   int64_t blocks = size(src, 1) / 128;
-  Value rows = op.getTokens() ? op.getTokens() : e.index(size(src, 0));
-  forAllWarps(e.mul(rows, e.index(blocks)), [&](Value i, Value lane) {
+  forAllWarps(e.mul(rowsOf(op), e.index(blocks)), [&](Value i, Value lane) {
     mxQuantize128(lane, {}, e.div(i, e.index(blocks)),
                   e.rem(i, e.index(blocks)), src, op.getValues(),
                   op.getScales());
@@ -344,7 +354,7 @@ void QuantizeLowering::lower(mk::QuantizeRowsOp op) {
     return lowerMx(op);
   Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
   int64_t blocks = size(src, 1) / 128;
-  Value rows = op.getTokens() ? op.getTokens() : e.index(size(src, 0));
+  Value rows = rowsOf(op);
   // One warp a block; lane l holds the block's elements l, l + 32, l + 64
   // and l + 96, so that each load and store of the warp is contiguous.
   forAllWarps(e.mul(rows, e.index(blocks)), [&](Value i, Value lane) {

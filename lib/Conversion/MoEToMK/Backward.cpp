@@ -653,7 +653,8 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
   if (s.fp8) {
     if (!s.mx)
       mk::QuantizeRowsOp::create(b, loc, buf["d_out"], buf["d_out_q"],
-                                 buf["d_out_scale"], frame.tokens);
+                                 buf["d_out_scale"], frame.tokens,
+                                 /*offsets=*/Value());
     for (StringRef w : {"gate", "up", "down"})
       mk::QuantizeWeightsOp::create(b, loc, buf[(w + "_weights").str()],
                                     buf[(w + "_qt").str()],
@@ -665,7 +666,8 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
     if (s.mx) // the routed bf16 rows, quantized
       mk::QuantizeRowsOp::create(b, loc, buf["routed_d_out"],
                                  buf["routed_d_out_q"],
-                                 buf["routed_d_out_scale"], /*tokens=*/Value());
+                                 buf["routed_d_out_scale"], /*tokens=*/Value(),
+                                 buf["offsets"]);
     else
       mk::GatherOp::create(b, loc, buf["d_out_q"], buf["row_route"],
                            buf["offsets"], buf["routed_d_out_q"],
@@ -699,7 +701,7 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
     for (StringRef name : {"d_gate", "d_up"}) {
       mk::QuantizeRowsOp::create(b, loc, buf[name], buf[(name + "_q").str()],
                                  buf[(name + "_scale").str()],
-                                 /*tokens=*/Value());
+                                 /*tokens=*/Value(), buf["offsets"]);
       columns(name);
     }
     barrier();

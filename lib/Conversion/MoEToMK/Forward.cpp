@@ -320,7 +320,7 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   // read only x).
   if (s.fp8GatherQuantized)
     mk::QuantizeRowsOp::create(b, loc, buf["x"], buf["x_q"], buf["x_scale"],
-                               frame.tokens);
+                               frame.tokens, /*offsets=*/Value());
 
   // Phase 1: the routing plan.
   frame.plan(s);
@@ -351,7 +351,8 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   // padding rows are zeros).
   if (s.fp8 && !s.fp8GatherQuantized) {
     mk::QuantizeRowsOp::create(b, loc, buf["routed_x"], buf["routed_x_q"],
-                               buf["routed_x_scale"], /*tokens=*/Value());
+                               buf["routed_x_scale"], /*tokens=*/Value(),
+                               buf["offsets"]);
     barrier();
   }
 
@@ -437,7 +438,8 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   // FP8: the hidden activation's 1 x 128 blocks, from its bf16 value.
   if (s.fp8) {
     mk::QuantizeRowsOp::create(b, loc, buf["hidden"], buf["hidden_q"],
-                               buf["hidden_scale"], /*tokens=*/Value());
+                               buf["hidden_scale"], /*tokens=*/Value(),
+                               buf["offsets"]);
     barrier();
   }
   gemm("routed down", mk::Epilogue::store, "hidden", {"down_weights"},

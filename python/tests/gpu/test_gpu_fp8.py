@@ -222,8 +222,14 @@ def test_mxfp8_quantized_copies_are_bit_exact(name):
 def test_fp8_wgmma_matches_its_scalar_twin(name):
     """E4M3 wgmma (partial sums a k-tile, added with their scales) against
     the scalar FP8 GEMMs (each element decoded and scaled, summed in k
-    order) on the same inputs: the same quantized inputs, bit for bit, and
-    outputs within 1e-3 (the tensor cores' accumulation order and width)."""
+    order) on the same inputs: the same quantized inputs, bit for bit; the
+    hidden activation (bf16, from each engine's own gate/up sums) within
+    1e-3, the tensor cores' accumulation order and width. Where a hidden
+    value differs by a bf16 rounding and lies near the midpoint of two
+    E4M3 values, its FP8 code differs by one (an eighth to a sixteenth of
+    the value): at most 1 % of the hidden codes may, and the outputs then
+    agree within 5e-3 (each is within REL of the definition, tested
+    above)."""
     import torch
     c = FP8_CASES[name]
     wgmma, simt = forward_layer(name), forward_layer(name[:-len("_wgmma")])
@@ -232,21 +238,21 @@ def test_fp8_wgmma_matches_its_scalar_twin(name):
     a = torch_reference.make_inputs(c, gen)
     got, want = _f64(wgmma(**a)), _f64(simt(**a))
     torch.cuda.synchronize()
-    # (The hidden activation comes from each engine's own gate/up sums.)
     for copy in ("routed_x_q", "routed_x_scale", "gate_q", "down_q", "down_scale"):
         assert np.array_equal(_workspace(wgmma, copy), _workspace(simt, copy)), copy
-    # How far apart the engines are before the down projection (the
-    # hidden activation, bf16) and after it, for the report.
     rows = int(_workspace(simt, "offsets")[-1])
     hidden = [layer.read_workspace("hidden")[:rows].double().numpy()
               for layer in (wgmma, simt)]
     h_err = _rel(*hidden)
     h_flips = float((hidden[0] != hidden[1]).mean())
+    q_flips = float((_workspace(wgmma, "hidden_q")[:rows]
+                     != _workspace(simt, "hidden_q")[:rows]).mean())
     err = _rel(got, want)
-    print(f"{name}: against its scalar twin {err:.2e} (hidden {h_err:.2e}, "
-          f"{100 * h_flips:.2f} % of its values differ)")
-    assert err <= 1e-3, (f"{name}: {err:.3e} from the scalar FP8 layer (hidden: "
-                         f"{h_err:.3e}, {100 * h_flips:.2f} % of its values differ)")
+    report = (f"{name}: against its scalar twin {err:.2e} (hidden {h_err:.2e}, "
+              f"{100 * h_flips:.2f} % of its values and {100 * q_flips:.3f} % of its "
+              "FP8 codes differ)")
+    print(report)
+    assert h_err <= 1e-3 and q_flips <= 1e-2 and err <= 5e-3, report
 
 
 @pytest.mark.parametrize("name", [n for n in FP8_CASES if n.endswith("_given")])

@@ -85,6 +85,22 @@ gpu.module @t {
   }
 }
 
+// With grouped(%offsets): the blocks of the rows the experts use, r <
+// offsets[E] (read in the kernel).
+// CHECK-LABEL: gpu.func @quantize_grouped(
+// CHECK-SAME: %[[OFFS:[^:]*]]: memref<5xi64>)
+// CHECK: %[[END:.*]] = memref.load %[[OFFS]][%c4]
+// CHECK: %[[ROWS:.*]] = arith.index_cast %[[END]] : i64 to index
+// CHECK: %[[NG:.*]] = arith.muli %[[ROWS]], %c2
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[NG]] step
+gpu.module @g2 {
+  gpu.func @quantize_grouped(%x: memref<600x256xbf16>, %q: memref<600x256xf8E4M3FN>, %s: memref<2x600xf32>, %o: memref<5xi64>) kernel
+      attributes {known_block_size = array<i32: 128, 1, 1>} {
+    mk.quantize_rows %x into %q, %s grouped(%o : memref<5xi64>) : memref<600x256xbf16> -> memref<600x256xf8E4M3FN>, memref<2x600xf32>
+    gpu.return
+  }
+}
+
 // An FP8 GEMM on simt: each operand element is decoded exactly (the byte
 // in both halves of cvt.rn.f16x2.e4m3x2, then f16 to f32) and multiplied by
 // its block's scale: B's [e, c / 128, k / 128], A's [k / 128, r]; then the

@@ -34,9 +34,10 @@
 // CHECK-NEXT: mk.quantize_weights %[[WU]] into %[[UQ]], %[[US]]
 // CHECK-NEXT: mk.quantize_weights %[[WD]] into %[[DQ]], %[[DS]]
 // CHECK-NEXT: mk.grid_barrier
-// CHECK-NEXT: mk.gemm swiglu %[[RXQ]], %[[GQ]], %[[UQ]] into %[[H:[^ ]*]] grouped({{.*}}) scales(%[[RXS]], %[[GS]], %[[US]] : {{.*}}) schedule <simt>
+// CHECK-NEXT: mk.gemm swiglu %[[RXQ]], %[[GQ]], %[[UQ]] into %[[H:[^ ]*]] grouped(%{{[^,]*}}, %[[OFF:[^ ]*]] : {{.*}}) scales(%[[RXS]], %[[GS]], %[[US]] : {{.*}}) schedule <simt>
 // CHECK-NEXT: mk.grid_barrier
-// CHECK-NEXT: mk.quantize_rows %[[H]] into %[[HQ]], %[[HS]]
+// The hidden rows the experts use (offsets[E]), not the capacity's rest.
+// CHECK-NEXT: mk.quantize_rows %[[H]] into %[[HQ]], %[[HS]] grouped(%[[OFF]] : memref<5xi64>)
 // CHECK-NEXT: mk.grid_barrier
 // CHECK-NEXT: mk.gemm store %[[HQ]], %[[DQ]] into %[[RY:[^ ]*]] grouped({{.*}}) scales(%[[HS]], %[[DS]] : {{.*}}) schedule <simt>
 // CHECK-NEXT: mk.grid_barrier
@@ -100,9 +101,9 @@
 // BWD-NEXT: mk.grid_barrier
 // BWD-NEXT: mk.swiglu_grad %[[DHU]], {{.*}} into %[[DG:[^,]*]], %[[DU:[^ ]*]] routes(
 // BWD-NEXT: mk.grid_barrier
-// BWD-NEXT: mk.quantize_rows %[[DG]] into %[[DGQ:[^,]*]], %[[DGS:[^ ]*]] : memref<588x128xbf16> -> memref<588x128xf8E4M3FN>, memref<1x588xf32>
+// BWD-NEXT: mk.quantize_rows %[[DG]] into %[[DGQ:[^,]*]], %[[DGS:[^ ]*]] grouped(%{{.*}} : memref<5xi64>) : memref<588x128xbf16> -> memref<588x128xf8E4M3FN>, memref<1x588xf32>
 // BWD-NEXT: mk.quantize_columns %[[DG]] into %[[DGT:[^,]*]], %[[DGTS:[^ ]*]] routed(
-// BWD-NEXT: mk.quantize_rows %[[DU]] into %[[DUQ:[^,]*]], %[[DUS:[^ ]*]] :
+// BWD-NEXT: mk.quantize_rows %[[DU]] into %[[DUQ:[^,]*]], %[[DUS:[^ ]*]] grouped(
 // BWD-NEXT: mk.quantize_columns %[[DU]] into %[[DUT:[^,]*]], %[[DUTS:[^ ]*]] routed(
 // BWD-NEXT: mk.grid_barrier
 // BWD-NEXT: mk.gemm store %[[DGQ]], %[[GQT]], %[[UQT]] into %{{[^ ]*}} grouped(%{{[^)]*}}) concat(%[[DUQ]] : memref<588x128xf8E4M3FN>) scales(%[[DGS]], %[[DUS]], %[[GST]], %[[UST]] :

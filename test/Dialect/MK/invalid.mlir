@@ -1270,9 +1270,19 @@ gpu.module @k {
 // -----
 
 gpu.module @k {
+  gpu.func @quantize_rows_bounds(%x: memref<40x128xbf16>, %q: memref<40x128xf8E4M3FN>, %s: memref<1x40xf32>, %t: index, %o: memref<5xi64>) kernel {
+    // expected-error @+1 {{takes tokens (token rows) or grouped (routed rows), not both}}
+    mk.quantize_rows %x into %q, %s tokens(%t) grouped(%o : memref<5xi64>) : memref<40x128xbf16> -> memref<40x128xf8E4M3FN>, memref<1x40xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
   gpu.func @quantize_rows_type(%x: memref<40x128xbf16>, %q: memref<40x128xbf16>, %s: memref<1x40xf32>) kernel {
     // expected-error @+1 {{operand #1 must be 2D memref of f8E4M3FN type values}}
-    "mk.quantize_rows"(%x, %q, %s) : (memref<40x128xbf16>, memref<40x128xbf16>, memref<1x40xf32>) -> ()
+    "mk.quantize_rows"(%x, %q, %s) {operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>} : (memref<40x128xbf16>, memref<40x128xbf16>, memref<1x40xf32>) -> ()
     gpu.return
   }
 }

@@ -274,6 +274,9 @@ LogicalResult QuantizeRowsOp::verify() {
   if (failed(expectDim(*this, getValues(), "values", 0, rows, "src's rows")) ||
       failed(expectDim(*this, getValues(), "values", 1, cols, "src's columns")))
     return failure();
+  if (getTokens() && getOffsets())
+    return emitOpError("takes tokens (token rows) or grouped (routed rows), "
+                       "not both");
   if (isMx())
     return expectMxScales(*this, getScales(), "scales", {}, rows, cols);
   if (ShapedType::isDynamic(cols))

@@ -389,7 +389,7 @@ def MK_GatherOp : MK_Op<"gather", [AttrSizedOperandSegments]> {
   let hasVerifier = 1;
 }
 
-def MK_QuantizeRowsOp : MK_Op<"quantize_rows"> {
+def MK_QuantizeRowsOp : MK_Op<"quantize_rows", [AttrSizedOperandSegments]> {
   let summary = "FP8: E4M3 values and f32 scales of 1 x 128 row blocks";
   let description = [{
     Block-scaled FP8 of a bf16 matrix `src [R, C]` (C a multiple of 128),
@@ -402,7 +402,10 @@ def MK_QuantizeRowsOp : MK_Op<"quantize_rows"> {
     multiple of 4: 16-byte rows). A block holding a NaN or an infinity gets
     a NaN scale and NaN values (`0x7F` with each element's sign). With
     `tokens(%t)` only rows `r < t` are quantized (a kernel for any token
-    count); the others are left as they are.
+    count); with `grouped(%offsets)` (the routed rows of a grouped layout,
+    `offsets [E + 1]`) only rows `r < offsets[E]`, the rows the experts
+    use: the capacity's rows past them are never written and are not read
+    (compute-sanitizer's initcheck). The others are left as they are.
 
     With E8M0 scales (`f8E8M0FNU`, the `precision = "mxfp8"` layers) the
     blocks are 32 elements of a row and the rule is moe.quantize's MX one:
@@ -430,9 +433,12 @@ def MK_QuantizeRowsOp : MK_Op<"quantize_rows"> {
                        Arg<MemRefRankOf<[F8E4M3FN], [2]>, "", [MemWrite]>:$values,
                        Arg<AnyTypeOf<[MemRefRankOf<[F32], [2]>, MK_MxScales]>, "",
                            [MemWrite]>:$scales,
-                       Optional<Index>:$tokens);
+                       Optional<Index>:$tokens,
+                       Arg<Optional<MemRefRankOf<[I64], [1]>>, "",
+                           [MemRead]>:$offsets);
   let assemblyFormat = [{
-    $src `into` $values `,` $scales (`tokens` `(` $tokens^ `)`)? attr-dict
+    $src `into` $values `,` $scales (`tokens` `(` $tokens^ `)`)?
+    (`grouped` `(` $offsets^ `:` type($offsets) `)`)? attr-dict
     `:` type($src) `->` type($values) `,` type($scales)
   }];
   let extraClassDeclaration = [{
