@@ -226,6 +226,14 @@ FP8_CASES["fp8_wgmma_any_tokens"] = dict(tokens=None, max_tokens=160, hidden=256
 FP8_CASES["fp8_wgmma_top4"] = dict(tokens=300, hidden=1024, intermediate=512, experts=16,
                                    top_k=4, padding=128, shared_intermediate=256,
                                    routing="zipf", drop=0.1, precision="fp8")
+# With a producer warpgroup (warp_specialize): each consumer warpgroup
+# waits for its k-tiles and hands back their stages on its own, so one's
+# partial-sum scaling runs beside the other's MMAs.
+# The same MMAs and scaling in the same order: bitwise their "twin".
+FP8_CASES["fp8_shared_clamp_ws"] = dict(FP8_CASES["fp8_shared_clamp_wgmma"],
+                                        warp_specialize=True, twin="fp8_shared_clamp_wgmma")
+FP8_CASES["fp8_top4_ws"] = dict(FP8_CASES["fp8_wgmma_top4"], warp_specialize=True,
+                                twin="fp8_wgmma_top4")
 
 # MXFP8 layers (precision = "mxfp8": 1 x 32 blocks with E8M0 scales in
 # tcgen05's scale-factor atoms; docs/FP8.md) on sm_90a's scalar GEMMs, the

@@ -32,9 +32,11 @@ for _name in ("dsv3-shard", "qwen3-30b"):
 # "-fp8w": the same with the weights quantized beforehand, as a trainer
 # does once per optimizer step (fp8_quantized_weights; mok.ops.fp8_quantize,
 # not timed).
+# "-fp8ws": "-fp8w" with a producer warpgroup (warp_specialize).
 for _name in ("dsv3-shard", "qwen3-30b"):
     SHAPES[_name + "-fp8"] = dict(SHAPES[_name], precision="fp8")
     SHAPES[_name + "-fp8w"] = dict(SHAPES[_name + "-fp8"], fp8_quantized_weights=True)
+    SHAPES[_name + "-fp8ws"] = dict(SHAPES[_name + "-fp8w"], warp_specialize=True)
 del _name
 # The forward benchmark's shapes (bench.moe_forward's and bench.compile's
 # default): all of the above.

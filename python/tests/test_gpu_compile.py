@@ -1,6 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Compiling for the GPU targets needs no GPU: PTX and metadata, cached."""
-import dataclasses
 import json
 import os
 import shutil
@@ -561,6 +560,29 @@ def test_fp8_forward_compiles(target, tensor_cores, tmp_path):
     assert by_name["gate_weights"]["dtype"] == "bf16"  # the layer's operands stay bf16
     rt.Layer(json.dumps(art.metadata))  # the runtime takes the metadata
     _ptxas_accepts(art.ptx, target, tmp_path)
+
+
+def test_fp8_forward_with_a_producer_compiles(tmp_path):
+    """warp_specialize on the FP8 forward (sm_90a): the routed E4M3 GEMMs
+    with a producer warpgroup and the registers moved to the consumers;
+    ptxas-clean. The other GEMM options and the training kernels'
+    warp_specialize are refused by name."""
+    spec = mok.LayerSpec(hidden=256, intermediate=128, experts=4, top_k=2, tokens=40,
+                         padding=128, shared_intermediate=128, precision="fp8")
+    art = mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path), warp_specialize=True)
+    assert art.metadata["block"] == 384
+    assert art.stages["mk"].count("producer, registers = [224, 56]") == 4
+    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in art.ptx
+    assert "setmaxnreg.inc.sync.aligned.u32" in art.ptx
+    _ptxas_accepts(art.ptx, "sm_90a", tmp_path)
+    for options, why in ((dict(multicast=True), "CompileOptions.multicast"),
+                         (dict(dispatch="fused"), "CompileOptions.dispatch")):
+        with pytest.raises(ValueError, match=why + r": not implemented for FP8 layers"):
+            mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path), **options)
+    with pytest.raises(ValueError, match=r"warp_specialize: not implemented for the "
+                                         r"training kernels"):
+        mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path), warp_specialize=True,
+                    training=True)
 
 
 @pytest.mark.parametrize("target,tensor_cores", [("sm_100a", True), ("sm_90a", False),

@@ -396,8 +396,10 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   // the form the H200 runs verified before the producer existed.)
   auto kLoop = [&](bool mma) {
     SmallVector<Value> init;
+    // (FP8: the accumulator is no wgmma's, only the partial sums are;
+    // it starts at zero with a producer too.)
     for (int64_t j = 0; j < numAcc; ++j)
-      init.push_back(roles.producer || !mma
+      init.push_back((roles.producer && !fp8) || !mma
                          ? Value(LLVM::UndefOp::create(b, loc, accType))
                          : Value(LLVM::ZeroOp::create(b, loc, accType)));
     if (roles.producer)

@@ -170,11 +170,13 @@ struct ConvertMoEToMKPass
                  "implemented yet)";
           return WalkResult::interrupt();
         }
-        if (warpSpecialize || multicast || fuseDispatch) {
+        // (warp-specialize: the "fp8" forward's wgmma GEMMs; the
+        // training kernels refuse it below.)
+        if ((warpSpecialize && mx) || multicast || fuseDispatch) {
           op->emitError() << "convert-moe-to-mk: "
-                          << (warpSpecialize ? "warp-specialize"
-                              : multicast    ? "multicast"
-                                             : "fuse-dispatch")
+                          << (multicast      ? "multicast"
+                              : fuseDispatch ? "fuse-dispatch"
+                                             : "warp-specialize")
                           << " is not implemented for FP8 layers "
                              "(precision = \"" << *precision << "\")";
           return WalkResult::interrupt();

@@ -255,6 +255,24 @@ def test_fp8_wgmma_matches_its_scalar_twin(name):
     assert h_err <= 1e-3 and q_flips <= 1e-2 and err <= 5e-3, report
 
 
+@pytest.mark.parametrize("name", [n for n, c in FP8_CASES.items() if c.get("warp_specialize")])
+def test_fp8_producer_is_bitwise_its_twin(name):
+    """warp_specialize: a producer warpgroup loads the stages and each
+    consumer warpgroup runs its k-tiles unsynchronized with the other, but
+    the same MMAs and the same scaling of their partial sums, in the same
+    order: the output of the layer without a producer, bit for bit."""
+    import torch
+    c = FP8_CASES[name]
+    ws, plain = forward_layer(name), forward_layer(c["twin"])
+    # (The producer is a third warpgroup.)
+    assert ws.meta["block"] == plain.meta["block"] + 128
+    gen = torch.Generator().manual_seed(fresh_seed())
+    a = torch_reference.make_inputs(c, gen)
+    out, want = ws(**a), plain(**a)
+    torch.cuda.synchronize()
+    assert torch.equal(out, want), f"{_rel(_f64(out), _f64(want)):.3e} apart"
+
+
 @pytest.mark.parametrize("name", [n for n in FP8_CASES if n.endswith("_given")])
 def test_fp8_quantized_weight_inputs_are_the_in_kernel_ones(name):
     """fp8_quantized_weights: the layer called with mok.ops.fp8_quantize's

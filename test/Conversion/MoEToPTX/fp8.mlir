@@ -4,6 +4,9 @@
 // RUN: FileCheck %s --check-prefix=WGMMA --input-file %t/wgmma/fp8_layer_kernels.ptx
 // RUN: grep -c wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 %t/wgmma/fp8_layer_kernels.ptx | FileCheck %s --check-prefix=COUNT
 // RUN: ptxas -arch=sm_90a -v %t/wgmma/fp8_layer_kernels.ptx -o %t/wgmma.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// RUN: mok-opt %s --moe-to-ptx="chip=sm_90a warp-specialize=true" | %python %mok_src_root/scripts/extract-ptx.py %t/ws
+// RUN: FileCheck %s --check-prefix=WS --input-file %t/ws/fp8_layer_kernels.ptx
+// RUN: ptxas -arch=sm_90a -v %t/ws/fp8_layer_kernels.ptx -o %t/ws.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
 // RUN: mok-opt %s --moe-to-ptx="chip=sm_90a tensor-cores=false" | %python %mok_src_root/scripts/extract-ptx.py %t/sm90
 // RUN: FileCheck %s --input-file %t/sm90/fp8_layer_kernels.ptx
 // RUN: ptxas -arch=sm_90a -v %t/sm90/fp8_layer_kernels.ptx -o %t/sm90.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
@@ -50,6 +53,18 @@
 // CHECK-DAG: div.rn.f32
 // CHECK-NOT: div.approx.f32
 // PTXAS: 0 bytes spill stores, 0 bytes spill loads
+
+// With warp-specialize: the consumers take 224 registers, each k-tile's
+// scaling after its own wait_group 0, then its stage handed back to the
+// producer (mbarrier.arrive on the stage's empty barrier); the producer
+// (56 registers) loads the stages.
+// WS: setmaxnreg.inc.sync.aligned.u32 224;
+// WS: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3
+// WS: wgmma.wait_group.sync.aligned 0;
+// WS: fma.rn.f32
+// WS: mbarrier.arrive.shared.b64
+// WS: setmaxnreg.dec.sync.aligned.u32 56;
+// WS: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
 func.func @fp8_layer(%x: tensor<40x256xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>, %wg: tensor<4x128x256xbf16>, %wu: tensor<4x128x256xbf16>, %wd: tensor<4x256x128xbf16>) -> tensor<40x256xbf16> {
   %out = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd
       plan !moe.plan<tokens = 40, top_k = 2, experts = 4, ep = 1, padding = 128> {precision = "fp8"}

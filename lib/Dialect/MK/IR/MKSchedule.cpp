@@ -83,9 +83,9 @@ std::string TargetSupport::whyNot(const GemmForm &f,
       return "FP8 operands with f32 block scales are implemented for the "
              "wgmma (sm_90a) and simt engines; tcgen05 runs MXFP8 (E8M0 "
              "scales)";
-    if (producer || multicast || f.gathered)
-      return "FP8 operands on wgmma are implemented without a producer, "
-             "clusters or a gathered A";
+    if (multicast || f.gathered || (producer && f.saves))
+      return "FP8 operands on wgmma are implemented without clusters, a "
+             "gathered A or (with a producer) saved activations";
     if (f.columns % 2)
       return "FP8 operands on wgmma: the epilogue stores pairs of columns "
              "from registers, so out needs an even number of columns";
