@@ -148,24 +148,38 @@ gpu.module @g {
 
 // mk.quantize_weights: one warp a 128 x 128 block (expert i / 2, block row
 // (i / 1) % 2, block column i % 1 of the 4 x 2 x 1 grid); a pass over the
-// block's 128 rows for the amax (lane l: columns l + 32 j), the butterfly,
-// the scale, then a second pass that quantizes and stores; lane 0 stores
-// scales[expert, n / 128, k / 128].
+// block's rows for the amax, the butterfly, the scale, then a second pass
+// that quantizes and stores; lane 0 stores scales[expert, n / 128, k /
+// 128]. With 16-byte aligned buffers (the check of the weights' address)
+// lane l reads 8 columns (16 bytes) of the rows of its parity l / 16, four
+// pairs of rows a step, and stores their 8 codes at once (8 bytes);
+// otherwise a lane reads columns l + 32 j and stores code by code.
 // CHECK-LABEL: gpu.func @weights(
 // CHECK-SAME: %[[W:[^:]*]]: memref<4x256x128xbf16>, %[[WQ:[^:]*]]: memref<4x256x128xf8E4M3FN>, %[[WS:[^:]*]]: memref<4x2x1xf32>)
 // CHECK: scf.for %[[I:.*]] = %{{.*}} to %c8 step
+// CHECK: scf.if
 // CHECK: %[[X:.*]] = arith.divsi %[[I]], %c2
 // CHECK: %[[NB:.*]] = arith.remsi %{{.*}}, %c2
 // CHECK: %[[KB:.*]] = arith.remsi %[[I]], %c1
+// CHECK: %[[VAMAX:.*]] = scf.for %{{.*}} = %c0{{.*}} to %c64{{.*}} step %c4{{.*}} iter_args(%{{.*}}) -> (f32)
+// CHECK-COUNT-4: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK: scf.yield
+// CHECK: gpu.shuffle  xor %[[VAMAX]], %c16_i32
+// CHECK: arith.divf %{{.*}}, %cst{{.*}} : f32
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c64{{.*}} step %c4
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-COUNT-4: nvvm.convert.f32x2.to.f8x2
+// CHECK: llvm.store %{{.*}} {alignment = 8 : i64} : vector<2xi32>, !llvm.ptr<1>
+// CHECK: memref.store %{{.*}}, %[[WS]][%{{.*}}, %{{.*}}, %{{.*}}]
+// CHECK: } else {
 // CHECK: %[[AMAX:.*]] = scf.for %{{.*}} iter_args(%{{.*}}) -> (f32)
-// CHECK-COUNT-4: memref.load %[[W]][%[[X]], %{{.*}}, %{{.*}}]
+// CHECK-COUNT-4: memref.load %[[W]][%{{.*}}, %{{.*}}, %{{.*}}]
 // CHECK: scf.yield
 // CHECK: gpu.shuffle  xor %[[AMAX]], %c16_i32
-// CHECK: arith.divf %{{.*}}, %cst{{.*}} : f32
 // CHECK: scf.for
 // CHECK-COUNT-2: nvvm.convert.f32x2.to.f8x2
-// CHECK-COUNT-4: memref.store %{{.*}}, %[[WQ]][%[[X]], %{{.*}}, %{{.*}}]
-// CHECK: memref.store %{{.*}}, %[[WS]][%[[X]], %[[NB]], %[[KB]]]
+// CHECK-COUNT-4: memref.store %{{.*}}, %[[WQ]][%{{.*}}, %{{.*}}, %{{.*}}]
+// CHECK: memref.store %{{.*}}, %[[WS]][%{{.*}}, %{{.*}}, %{{.*}}]
 gpu.module @w {
   gpu.func @weights(%w: memref<4x256x128xbf16>, %q: memref<4x256x128xf8E4M3FN>, %s: memref<4x2x1xf32>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>} {
