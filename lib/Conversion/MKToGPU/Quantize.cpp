@@ -514,65 +514,50 @@ void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
   if (op.isMx())
     return lowerMx(op);
   Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
-  int64_t nBlocks = size(src, 1) / 128, kBlocks = size(src, 2) / 128;
+  int64_t n = size(src, 1), k = size(src, 2);
+  int64_t nBlocks = n / 128, kBlocks = k / 128;
   int64_t blocks = size(src, 0) * nBlocks * kBlocks;
+  bool transposed = op.getTransposed();
   // One warp a 128 x 128 block: a pass for its amax, then one that
   // quantizes.
   //
   // 16-byte aligned weights (K is a multiple of 128): lane l holds 8
   // consecutive columns, 8 (l % 16) .. + 7, of the block's rows r with r %
   // 2 = l / 16, so that each load of the warp is two whole 256-byte rows
-  // (ld.global.v4) and each store 8 codes a lane (st.global.v2); four
-  // rows pairs a step, their loads independent. (A lane a column read 64
-  // bytes a warp load and stored a byte a lane: the weights' quantization
-  // took 4.9 ms of dsv3-shard's FP8 forward on the H200.)
+  // (ld.global.v4), four row pairs a step, their loads independent; the
+  // normal layout's pass stores each lane's 8 codes at once
+  // (st.global.v2). (A lane a column read 64 bytes a warp load and stored
+  // a byte a lane: the weights' quantization took 4.9 ms of dsv3-shard's
+  // FP8 forward on the H200.) Otherwise row by row, lane l holding the
+  // row's columns l, l + 32, l + 64 and l + 96 of the block. The
+  // transposed layout's pass goes down the columns either way.
   Type v8 = VectorType::get({8}, e.b.getBF16Type());
-  auto vectorBlock = [&](Value i, Value lane) {
-    Value x = e.div(i, e.index(nBlocks * kBlocks));
-    Value nb = e.rem(e.div(i, e.index(kBlocks)), e.index(nBlocks));
-    Value kb = e.rem(i, e.index(kBlocks));
-    int64_t n = size(src, 1), k = size(src, 2);
-    Value srcBase = base(src), valuesBase = base(values);
-    // The flat element of (x, 128 nb + row, 128 kb + 8 (l % 16)).
-    Value first = e.add(
-        e.mul(e.add(e.mul(x, e.index(n)), e.mul(nb, e.index(128))),
-              e.index(k)),
-        e.add(e.mul(kb, e.index(128)), e.mul(e.rem(lane, e.index(16)),
-                                             e.index(8))));
-    Value half = e.div(lane, e.index(16));
-    auto flat = [&](Value pair, int64_t u) {
-      Value row = e.add(e.mul(e.add(pair, e.index(u)), e.index(2)), half);
-      return e.add(first, e.mul(row, e.index(k)));
-    };
-    constexpr int64_t kUnroll = 4;
-    auto loadRow = [&](Value pair, int64_t u) {
-      return unpack8(load16(v8, at(srcBase, flat(pair, u))));
-    };
-    Value amax = e.fold(e.index(0), e.index(64), e.index(kUnroll),
-                        e.f32(0.0f), [&](Value pair, Value acc) {
-                          for (int64_t u = 0; u < kUnroll; ++u)
-                            for (Value v : loadRow(pair, u))
-                              acc = e.maxf(acc, math::AbsFOp::create(
-                                                    e.b, e.loc, v));
-                          return acc;
-                        });
-    Scale scale = scaleOf(warpMax(amax));
-    e.loop(e.index(0), e.index(64), e.index(kUnroll), [&](Value pair) {
-      for (int64_t u = 0; u < kUnroll; ++u)
-        store8Codes(codesOf(loadRow(pair, u), scale),
-                    at(valuesBase, flat(pair, u), /*elementBytes=*/1));
-    });
-    e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)),
-             [&] { e.store(scale.stored, scales, {x, nb, kb}); });
-  };
-  // Otherwise row by row, lane l holding the row's columns l, l + 32,
-  // l + 64 and l + 96 of the block.
-  auto scalarBlock = [&](Value i, Value lane) {
+  constexpr int64_t kUnroll = 4;
+  auto quantizeBlock = [&](Value i, Value lane, bool vector) {
     Value x = e.div(i, e.index(nBlocks * kBlocks));
     Value nb = e.rem(e.div(i, e.index(kBlocks)), e.index(nBlocks));
     Value kb = e.rem(i, e.index(kBlocks));
     Value n0 = e.mul(nb, e.index(128));
     Value k0 = e.add(e.mul(kb, e.index(128)), lane);
+    // The vector form: the flat element of (x, n0 + row, 128 kb + 8 (l %
+    // 16)) for rows 2 (pair + u) + l / 16.
+    Value srcBase, first, half;
+    if (vector) {
+      srcBase = base(src);
+      first = e.add(
+          e.mul(e.add(e.mul(x, e.index(n)), n0), e.index(k)),
+          e.add(e.mul(kb, e.index(128)),
+                e.mul(e.rem(lane, e.index(16)), e.index(8))));
+      half = e.div(lane, e.index(16));
+    }
+    auto flat = [&](Value pair, int64_t u) {
+      Value row = e.add(e.mul(e.add(pair, e.index(u)), e.index(2)), half);
+      return e.add(first, e.mul(row, e.index(k)));
+    };
+    auto loadRowPiece = [&](Value pair, int64_t u) {
+      return unpack8(load16(v8, at(srcBase, flat(pair, u))));
+    };
+    // The scalar form: element j of row `row` (column k0 + 32 j).
     auto at = [&](Value row, int64_t j) {
       return SmallVector<Value>{x, e.add(n0, row),
                                 e.add(k0, e.index(32 * j))};
@@ -583,44 +568,60 @@ void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
         xs.push_back(e.loadF32(src, at(row, j)));
       return xs;
     };
-    Value amax = e.fold(e.index(0), e.index(128), e.f32(0.0f),
-                        [&](Value row, Value acc) {
-                          for (Value v : rowValues(row))
-                            acc = e.maxf(acc,
-                                         math::AbsFOp::create(e.b, e.loc, v));
+    auto absMax = [&](Value acc, ArrayRef<Value> xs) {
+      for (Value v : xs)
+        acc = e.maxf(acc, math::AbsFOp::create(e.b, e.loc, v));
+      return acc;
+    };
+    Value amax =
+        vector ? e.fold(e.index(0), e.index(64), e.index(kUnroll), e.f32(0.0f),
+                        [&](Value pair, Value acc) {
+                          for (int64_t u = 0; u < kUnroll; ++u)
+                            acc = absMax(acc, loadRowPiece(pair, u));
                           return acc;
+                        })
+               : e.fold(e.index(0), e.index(128), e.f32(0.0f),
+                        [&](Value row, Value acc) {
+                          return absMax(acc, rowValues(row));
                         });
     Scale scale = scaleOf(warpMax(amax));
-    if (op.getTransposed()) {
+    if (transposed) {
       // values[x, k, n]: lane l quantizes the block's columns l + 32 j of
       // src, 16 rows at a time, into one 16-byte store of their row of
       // values.
-      int64_t n = size(src, 1);
       e.loop(e.index(4 * 8), [&](Value jc) {
         Value col = e.add(k0, e.mul(e.div(jc, e.index(8)), e.index(32)));
-        Value first = e.add(n0, e.mul(e.rem(jc, e.index(8)), e.index(16)));
+        Value row0 = e.add(n0, e.mul(e.rem(jc, e.index(8)), e.index(16)));
         SmallVector<Value, 16> xs;
         for (int64_t j = 0; j < 16; ++j)
-          xs.push_back(e.loadF32(src, {x, e.add(first, e.index(j)), col}));
-        Value row = e.add(e.mul(x, e.index(size(src, 2))), col);
+          xs.push_back(e.loadF32(src, {x, e.add(row0, e.index(j)), col}));
+        Value row = e.add(e.mul(x, e.index(k)), col);
         store16Codes(codesOf(xs, scale), values,
-                     e.add(e.mul(row, e.index(n)), first));
+                     e.add(e.mul(row, e.index(n)), row0));
       });
-      e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)),
-               [&] { e.store(scale.stored, scales, {x, kb, nb}); });
-      return;
+    } else if (vector) {
+      Value valuesBase = base(values);
+      e.loop(e.index(0), e.index(64), e.index(kUnroll), [&](Value pair) {
+        for (int64_t u = 0; u < kUnroll; ++u)
+          store8Codes(codesOf(loadRowPiece(pair, u), scale),
+                      this->at(valuesBase, flat(pair, u), /*elementBytes=*/1));
+      });
+    } else {
+      e.loop(e.index(128), [&](Value row) {
+        storeCodes(codesOf(rowValues(row), scale), values,
+                   [&](int64_t j) { return at(row, j); });
+      });
     }
-    e.loop(e.index(128), [&](Value row) {
-      storeCodes(codesOf(rowValues(row), scale), values,
-                 [&](int64_t j) { return at(row, j); });
+    e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)), [&] {
+      e.store(scale.stored, scales,
+              transposed ? SmallVector<Value>{x, kb, nb}
+                         : SmallVector<Value>{x, nb, kb});
     });
-    e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)),
-             [&] { e.store(scale.stored, scales, {x, nb, kb}); });
   };
   forAllWarps(e.index(blocks), [&](Value i, Value lane) {
     e.ifThen(
-        aligned({src, values}, 16), [&] { vectorBlock(i, lane); },
-        [&] { scalarBlock(i, lane); });
+        aligned({src, values}, 16), [&] { quantizeBlock(i, lane, true); },
+        [&] { quantizeBlock(i, lane, false); });
   });
 }
 
