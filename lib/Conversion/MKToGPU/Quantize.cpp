@@ -491,11 +491,16 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
                });
       return;
     }
-    Value amax = e.fold(e.index(0), e.index(128), e.f32(0.0f),
+    // (16 rows a step: their loads independent. One row a step left a
+    // warp waiting out each load's latency in turn, with 8 warps an SM.)
+    Value amax = e.fold(e.index(0), e.index(128), e.index(16), e.f32(0.0f),
                         [&](Value r, Value acc) {
-                          return e.maxf(acc, math::AbsFOp::create(
-                                                 e.b, e.loc,
-                                                 valueAt(e.add(r0, r))));
+                          for (int64_t j = 0; j < 16; ++j)
+                            acc = e.maxf(acc, math::AbsFOp::create(
+                                                  e.b, e.loc,
+                                                  valueAt(e.add(
+                                                      r0, e.add(r, e.index(j))))));
+                          return acc;
                         });
     Scale scale = scaleOf(amax);
     e.loop(e.index(8), [&](Value chunk) {
@@ -524,7 +529,7 @@ void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
   // 16-byte aligned weights (K is a multiple of 128): lane l holds 8
   // consecutive columns, 8 (l % 16) .. + 7, of the block's rows r with r %
   // 2 = l / 16, so that each load of the warp is two whole 256-byte rows
-  // (ld.global.v4), four row pairs a step, their loads independent; the
+  // (ld.global.v4), eight row pairs a step, their loads independent; the
   // normal layout's pass stores each lane's 8 codes at once
   // (st.global.v2). (A lane a column read 64 bytes a warp load and stored
   // a byte a lane: the weights' quantization took 4.9 ms of dsv3-shard's
@@ -532,7 +537,7 @@ void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
   // row's columns l, l + 32, l + 64 and l + 96 of the block. The
   // transposed layout's pass goes down the columns either way.
   Type v8 = VectorType::get({8}, e.b.getBF16Type());
-  constexpr int64_t kUnroll = 4;
+  constexpr int64_t kUnroll = 8;
   auto quantizeBlock = [&](Value i, Value lane, bool vector) {
     Value x = e.div(i, e.index(nBlocks * kBlocks));
     Value nb = e.rem(e.div(i, e.index(kBlocks)), e.index(nBlocks));

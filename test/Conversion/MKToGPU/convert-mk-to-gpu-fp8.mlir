@@ -151,7 +151,7 @@ gpu.module @g {
 // block's rows for the amax, the butterfly, the scale, then a second pass
 // that quantizes and stores; lane 0 stores scales[expert, n / 128, k /
 // 128]. With 16-byte aligned buffers (the check of the weights' address)
-// lane l reads 8 columns (16 bytes) of the rows of its parity l / 16, four
+// lane l reads 8 columns (16 bytes) of the rows of its parity l / 16, eight
 // pairs of rows a step, and stores their 8 codes at once (8 bytes);
 // otherwise a lane reads columns l + 32 j and stores code by code.
 // CHECK-LABEL: gpu.func @weights(
@@ -161,12 +161,12 @@ gpu.module @g {
 // CHECK: %[[X:.*]] = arith.divsi %[[I]], %c2
 // CHECK: %[[NB:.*]] = arith.remsi %{{.*}}, %c2
 // CHECK: %[[KB:.*]] = arith.remsi %[[I]], %c1
-// CHECK: %[[VAMAX:.*]] = scf.for %{{.*}} = %c0{{.*}} to %c64{{.*}} step %c4{{.*}} iter_args(%{{.*}}) -> (f32)
-// CHECK-COUNT-4: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK: %[[VAMAX:.*]] = scf.for %{{.*}} = %c0{{.*}} to %c64{{.*}} step %c8{{.*}} iter_args(%{{.*}}) -> (f32)
+// CHECK-COUNT-8: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK: scf.yield
 // CHECK: gpu.shuffle  xor %[[VAMAX]], %c16_i32
 // CHECK: arith.divf %{{.*}}, %cst{{.*}} : f32
-// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c64{{.*}} step %c4
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c64{{.*}} step %c8
 // CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK-COUNT-4: nvvm.convert.f32x2.to.f8x2
 // CHECK: llvm.store %{{.*}} {alignment = 8 : i64} : vector<2xi32>, !llvm.ptr<1>
