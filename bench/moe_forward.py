@@ -270,7 +270,7 @@ def main():
             [lambda layer=layer, call=call: layer(**call), lambda a=a: torch_layer(a)],
             args.budget, args.rounds)
         prof = os.path.join(args.artifacts, name + "-profile", "moe_layer")
-        phases = phase_breakdown(prof, args, 20) if os.path.exists(prof + ".json") else None
+        phases = phase_breakdown(prof, call, 20) if os.path.exists(prof + ".json") else None
         t_shared = s["tokens"] if s.get("shared_intermediate") else 0
         flops = 6 * (s["tokens"] * s["top_k"] + t_shared) * s["hidden"] * s["intermediate"]
         rows.append(timing_row(name, s, flops, timed_mok, timed_torch,
