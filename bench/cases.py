@@ -228,8 +228,8 @@ FP8_CASES["fp8_wgmma_top4"] = dict(tokens=300, hidden=1024, intermediate=512, ex
                                    routing="zipf", drop=0.1, precision="fp8")
 # With a producer warpgroup (warp_specialize): each consumer warpgroup
 # waits for its k-tiles and hands back their stages on its own, so one's
-# partial-sum scaling runs beside the other's MMAs.
-# The same MMAs and scaling in the same order: bitwise their "twin".
+# partial-sum scaling runs beside the other's MMAs. The same MMAs and
+# scaling in the same order as their "twin".
 FP8_CASES["fp8_shared_clamp_ws"] = dict(FP8_CASES["fp8_shared_clamp_wgmma"],
                                         warp_specialize=True, twin="fp8_shared_clamp_wgmma")
 FP8_CASES["fp8_top4_ws"] = dict(FP8_CASES["fp8_wgmma_top4"], warp_specialize=True,
