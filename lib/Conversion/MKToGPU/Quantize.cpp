@@ -30,12 +30,15 @@ private:
   /// The rows a row quantizer takes: `tokens`, `offsets[E]` (grouped) or
   /// all of src's.
   Value rowsOf(mk::QuantizeRowsOp op);
-  /// A block's scale from its amax: the divisor (1 for a zero block),
-  /// whether the block is finite, and the scale to store (NaN if not).
+  /// A block's scale from its amax: the divisor s (1 for a zero block),
+  /// whether the block is finite, and the scale to store (NaN if not);
+  /// for quotientOf, RN(1 / s) and whether s >= 2^-90 (`large`).
   struct Scale {
-    Value divisor, finite, stored;
+    Value divisor, finite, stored, reciprocal, large;
   };
   Scale scaleOf(Value amax);
+  /// RN(x / s), the IEEE quotient: without a division where s is large.
+  Value quotientOf(Value x, const Scale &scale, bool large);
   /// MX (E8M0): 2^-e, the factor the elements are multiplied by (exactly),
   /// whether the block is finite, and the byte to store (e + 127, 0xFF if
   /// not finite).
@@ -129,7 +132,44 @@ QuantizeLowering::Scale QuantizeLowering::scaleOf(Value amax) {
                      arith::DivFOp::create(e.b, e.loc, amax, e.f32(448.0f)));
   Value stored =
       e.select(finite, s, e.f32(std::numeric_limits<float>::quiet_NaN()));
-  return {s, finite, stored};
+  Value large = e.cmpf(arith::CmpFPredicate::OGE, s, e.f32(0x1p-90f));
+  Value reciprocal = arith::DivFOp::create(e.b, e.loc, e.f32(1.0f), s);
+  return {s, finite, stored, reciprocal, large};
+}
+
+Value QuantizeLowering::quotientOf(Value x, const Scale &scale, bool large) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  // A tiny block (amax under 448 * 2^-90): the IEEE division.
+  if (!large)
+    return arith::DivFOp::create(b, loc, x, scale.divisor);
+  // With b = s, y = RN(1 / b) and a = |x|: q0 = RN(a y) is within two ulps
+  // of a / b, one Newton step (r0 = fma(-q0, b, a), q1 = fma(r0, y, q0))
+  // takes it within one, and then r1 = fma(-q1, b, a) is exact and RN(q1
+  // + r1 y) = RN(a / b) (Markstein's theorem: y within half an ulp of 1 /
+  // b, q1 within one ulp of a / b, no underflow). Nothing underflows
+  // where E4M3 can tell: a quotient under 2^-11 rounds to zero however
+  // close it is, and one above it has a >= 2^-101 (b >= 2^-90), so r1 >=
+  // 2^-125. The sign is x's (-0 stays -0). A division an element
+  // (div.rn.f32, which branches to a slow path) kept ptxas from
+  // interleaving the elements' work.
+  Value a = math::AbsFOp::create(b, loc, x);
+  Value y = scale.reciprocal, d = scale.divisor;
+  auto negate = [&](Value v) { return arith::NegFOp::create(b, loc, v); };
+  Value q = arith::MulFOp::create(b, loc, a, y);
+  for (int step = 0; step < 2; ++step) {
+    Value r = LLVM::FMAOp::create(b, loc, negate(q), d, a);
+    q = LLVM::FMAOp::create(b, loc, r, y, q);
+  }
+  // (q >= 0: its bits or'ed with x's sign bit.)
+  Type i32 = b.getI32Type();
+  Value sign = arith::AndIOp::create(
+      b, loc, arith::BitcastOp::create(b, loc, i32, x),
+      arith::ConstantIntOp::create(b, loc, 0x80000000LL, 32));
+  return arith::BitcastOp::create(
+      b, loc, b.getF32Type(),
+      arith::OrIOp::create(b, loc, arith::BitcastOp::create(b, loc, i32, q),
+                           sign));
 }
 
 QuantizeLowering::MxScale QuantizeLowering::mxScaleOf(Value amax) {
@@ -332,14 +372,28 @@ SmallVector<Value, 4> QuantizeLowering::codesOf(ArrayRef<Value> xs,
   OpBuilder &b = e.b;
   Location loc = e.loc;
   Type i8 = b.getI8Type(), i32 = b.getI32Type();
-  SmallVector<Value, 4> codes;
-  for (size_t j = 0; j < xs.size(); j += 2) {
-    Value first = arith::DivFOp::create(b, loc, xs[j], scale.divisor);
-    Value second = arith::DivFOp::create(b, loc, xs[j + 1], scale.divisor);
-    auto [hi, lo] = toE4M3(first, second);
-    codes.push_back(hi);
-    codes.push_back(lo);
+  // (Uniform over the block: the branch on its scale.)
+  auto codesWith = [&](bool normal) {
+    SmallVector<Value> codes;
+    for (size_t j = 0; j < xs.size(); j += 2) {
+      Value first = quotientOf(xs[j], scale, normal);
+      Value second = quotientOf(xs[j + 1], scale, normal);
+      auto [hi, lo] = toE4M3(first, second);
+      codes.push_back(hi);
+      codes.push_back(lo);
+    }
+    return codes;
+  };
+  auto ifOp = scf::IfOp::create(b, loc, SmallVector<Type>(xs.size(), i8),
+                                scale.large, /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    scf::YieldOp::create(b, loc, codesWith(true));
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    scf::YieldOp::create(b, loc, codesWith(false));
   }
+  SmallVector<Value, 4> codes(ifOp.getResults().begin(), ifOp.getResults().end());
   for (size_t j = 0; j < xs.size(); ++j) // a non-finite block: NaN codes
     codes[j] = e.select(scale.finite, codes[j], nanCode(xs[j]));
   return codes;
@@ -537,7 +591,10 @@ void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
   // row's columns l, l + 32, l + 64 and l + 96 of the block. The
   // transposed layout's pass goes down the columns either way.
   Type v8 = VectorType::get({8}, e.b.getBF16Type());
-  constexpr int64_t kUnroll = 8;
+  // (Row pairs a step: eight in the amax pass, four in the quantizing one,
+  // whose quotients hold more registers: with eight, a kernel with a
+  // producer warpgroup, 168 registers a thread outside its GEMMs, spilled.)
+  constexpr int64_t kUnroll = 8, kQuantizeUnroll = 4;
   auto quantizeBlock = [&](Value i, Value lane, bool vector) {
     Value x = e.div(i, e.index(nBlocks * kBlocks));
     Value nb = e.rem(e.div(i, e.index(kBlocks)), e.index(nBlocks));
@@ -606,8 +663,8 @@ void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
       });
     } else if (vector) {
       Value valuesBase = base(values);
-      e.loop(e.index(0), e.index(64), e.index(kUnroll), [&](Value pair) {
-        for (int64_t u = 0; u < kUnroll; ++u)
+      e.loop(e.index(0), e.index(64), e.index(kQuantizeUnroll), [&](Value pair) {
+        for (int64_t u = 0; u < kQuantizeUnroll; ++u)
           store8Codes(codesOf(loadRowPiece(pair, u), scale),
                       this->at(valuesBase, flat(pair, u), /*elementBytes=*/1));
       });

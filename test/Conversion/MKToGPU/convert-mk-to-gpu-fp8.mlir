@@ -45,24 +45,47 @@
 // CHECK: %[[DIV:.*]] = arith.divf %[[AMAX]], %cst{{.*}} : f32
 // CHECK: %[[SC:.*]] = arith.select %[[ZERO]], %cst{{.*}}, %[[DIV]]
 // CHECK: %[[SCALE:.*]] = arith.select %[[FINITE]], %[[SC]], %cst{{.*}} : f32
-// CHECK: %[[Q0:.*]] = arith.divf %{{.*}}, %[[SC]] : f32
-// CHECK: %[[Q1:.*]] = arith.divf %{{.*}}, %[[SC]] : f32
+// The quotients without a division an element: y = RN(1 / s) once a
+// block; where s >= 2^-90 (a branch uniform over the block) a = |x|, q =
+// a y and two Newton steps of fma give RN(a / s) (Markstein), with x's
+// sign bit; a tinier s divides.
+// CHECK: %[[LARGE:.*]] = arith.cmpf oge, %[[SC]], %cst{{.*}} : f32
+// CHECK: %[[Y:.*]] = arith.divf %cst{{.*}}, %[[SC]] : f32
+// CHECK: scf.if %[[LARGE]] -> (i8, i8, i8, i8)
+// CHECK: %[[A:.*]] = math.absf %{{.*}} : f32
+// CHECK: %[[QA:.*]] = arith.mulf %[[A]], %[[Y]] : f32
+// CHECK: %[[NA:.*]] = arith.negf %[[QA]] : f32
+// CHECK: %[[RA:.*]] = llvm.intr.fma(%[[NA]], %[[SC]], %[[A]])
+// CHECK: %[[QB:.*]] = llvm.intr.fma(%[[RA]], %[[Y]], %[[QA]])
+// CHECK: %[[NB:.*]] = arith.negf %[[QB]] : f32
+// CHECK: %[[RB:.*]] = llvm.intr.fma(%[[NB]], %[[SC]], %[[A]])
+// CHECK: %[[QC:.*]] = llvm.intr.fma(%[[RB]], %[[Y]], %[[QB]])
+// CHECK: arith.andi %{{.*}}, %c-2147483648_i32
+// CHECK: %[[Q0:.*]] = arith.bitcast %{{.*}} : i32 to f32
+// CHECK: %[[Q1:.*]] = arith.bitcast %{{.*}} : i32 to f32
 // CHECK: nvvm.convert.f32x2.to.f8x2 %[[Q0]], %[[Q1]] {rnd = #nvvm.fp_rnd_mode<rn>, sat = #nvvm.sat_mode<satfinite>} : i16(f8E4M3FN)
 // CHECK: nvvm.convert.f32x2.to.f8x2
+// CHECK: } else {
+// CHECK-COUNT-2: arith.divf %{{.*}}, %[[SC]] : f32
 // CHECK: arith.select %[[FINITE]], %{{.*}} : i8
 // CHECK-COUNT-4: memref.store %{{.*}}, %[[Q]][%[[R]], %{{.*}}] {alignment = 1 : i64} : memref<40x256xf8E4M3FN>
 // CHECK: arith.cmpi eq, %[[LANE]], %c0
 // CHECK: memref.store %[[SCALE]], %[[S]][%[[B]], %[[R]]]
 //
-// In the PTX, IEEE divisions (no .ftz: subnormal scales are kept), the
-// NaN-propagating maximum, the saturating conversion, no spills.
+// In the PTX, the IEEE division for the scale and the correctly rounded
+// reciprocal (rcp.rn; no .ftz: subnormal scales are kept), fused
+// multiply-adds that round once, the NaN-propagating maximum, the
+// saturating conversion, no spills.
 // PTX: max.NaN.f32
 // PTX: shfl.sync.bfly.b32
 // PTX: div.rn.f32 {{.*}}, 0f43E00000;
+// PTX: rcp.rn.f32
+// PTX: fma.rn.f32
 // PTX: cvt.rn.satfinite.e4m3x2.f32
 // PTX: cvt.rn.satfinite.e4m3x2.f32
 // PTX-NOT: .ftz
 // PTX-NOT: div.approx
+// PTX-NOT: rcp.approx
 // PTXAS: 0 bytes spill stores, 0 bytes spill loads
 gpu.module @k {
   gpu.func @quantize(%x: memref<40x256xbf16>, %q: memref<40x256xf8E4M3FN>, %s: memref<2x40xf32>) kernel
@@ -151,8 +174,9 @@ gpu.module @g {
 // block's rows for the amax, the butterfly, the scale, then a second pass
 // that quantizes and stores; lane 0 stores scales[expert, n / 128, k /
 // 128]. With 16-byte aligned buffers (the check of the weights' address)
-// lane l reads 8 columns (16 bytes) of the rows of its parity l / 16, eight
-// pairs of rows a step, and stores their 8 codes at once (8 bytes);
+// lane l reads 8 columns (16 bytes) of the rows of its parity l / 16 (eight
+// pairs of rows a step for the amax, four for the codes), and stores their
+// 8 codes at once (8 bytes);
 // otherwise a lane reads columns l + 32 j and stores code by code.
 // CHECK-LABEL: gpu.func @weights(
 // CHECK-SAME: %[[W:[^:]*]]: memref<4x256x128xbf16>, %[[WQ:[^:]*]]: memref<4x256x128xf8E4M3FN>, %[[WS:[^:]*]]: memref<4x2x1xf32>)
@@ -166,7 +190,7 @@ gpu.module @g {
 // CHECK: scf.yield
 // CHECK: gpu.shuffle  xor %[[VAMAX]], %c16_i32
 // CHECK: arith.divf %{{.*}}, %cst{{.*}} : f32
-// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c64{{.*}} step %c8
+// CHECK: scf.for %{{.*}} = %c0{{.*}} to %c64{{.*}} step %c4
 // CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK-COUNT-4: nvvm.convert.f32x2.to.f8x2
 // CHECK: llvm.store %{{.*}} {alignment = 8 : i64} : vector<2xi32>, !llvm.ptr<1>

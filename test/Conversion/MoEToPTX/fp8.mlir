@@ -45,7 +45,7 @@
 // COUNT: 8
 //
 // The FP8 forward on simt GEMMs, to PTX for both chips: the quantizers'
-// saturating conversions and IEEE divisions, the GEMMs' exact E4M3
+// saturating conversions and correctly rounded quotients, the GEMMs' exact E4M3
 // decoding; ptxas accepts both without spills.
 // CHECK: .entry fp8_layer_forward(
 // CHECK-DAG: cvt.rn.satfinite.e4m3x2.f32

@@ -421,8 +421,9 @@ def MK_QuantizeRowsOp : MK_Op<"quantize_rows", [AttrSizedOperandSegments]> {
     The step of the FP8 layers (`precision = "fp8"`) that quantizes
     activations inside the kernel (x's rows, the hidden activation, the
     backward's d_out). convert-mk-to-gpu gives each block to one warp of a
-    kernel of whole warps (IEEE divisions, `cvt.rn.satfinite` to E4M3),
-    bit for bit the rule above.
+    kernel of whole warps (the scale an IEEE division; each quotient the
+    correctly rounded `x / s`, from `RN(1 / s)` and two fused Newton
+    steps; `cvt.rn.satfinite` to E4M3), bit for bit the rule above.
 
     ```mlir
     mk.quantize_rows %x into %x_q, %x_scales
