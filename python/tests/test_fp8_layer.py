@@ -115,9 +115,11 @@ def test_fp8_refusals_name_what_is_missing():
                                          r"GEMMs only: pass tensor_cores=False \(tcgen05 runs "
                                          r"MXFP8's block-scaled MMA"):
         mok.compile(fp8, target="sm_100a")
-    with pytest.raises(ValueError, match=r"CompileOptions.warp_specialize: not implemented for "
+    # (warp_specialize runs the FP8 forward's GEMMs with a producer; the
+    # other GEMM options are refused.)
+    with pytest.raises(ValueError, match=r"CompileOptions.multicast: not implemented for "
                                          r"FP8 layers"):
-        mok.compile(fp8, target="sm_90a", warp_specialize=True)
+        mok.compile(fp8, target="sm_90a", multicast=True)
     with pytest.raises(Exception, match="recompute is not supported for an FP8 layer"):
         mok.compile(spec, target="cpu", recompute=True)
     with pytest.raises(ValueError, match="LayerSpec.precision: expected 'bf16', 'mxfp8' or "
