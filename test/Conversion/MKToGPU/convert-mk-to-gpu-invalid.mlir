@@ -60,6 +60,21 @@ gpu.module @k {
 
 // -----
 
+// FP8 GEMMs on wgmma: a producer is taken, but not clusters.
+gpu.module @k {
+  gpu.func @fp8_multicast(%a: memref<128x128xf8E4M3FN>, %b: memref<128x128xf8E4M3FN>, %o: memref<128x128xbf16>, %m: memref<32xi64>,
+                          %sa: memref<1x128xf32>, %sb: memref<1x1xf32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2 : i64, dynamic_shared_memory = 214016 : i64}} {
+    // expected-error @+1 {{'mk.gemm' op FP8 operands on wgmma are implemented without clusters, a gathered A or (with a producer) saved activations}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>) scales(%sa, %sb : memref<1x128xf32>, memref<1x1xf32>)
+        schedule <wgmma, tile = [128, 128, 128], stages = 4, multicast> {maps = array<i64: 0, 1>}
+        : memref<128x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<128x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
 // FP8 GEMMs on wgmma: tiles of 128 columns in all and K = 128 (a k-tile's
 // partial sums take as many registers as the accumulators).
 gpu.module @k {
