@@ -371,13 +371,13 @@ SmallVector<Value, 4> QuantizeLowering::codesOf(ArrayRef<Value> xs,
                                                 const Scale &scale) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
-  Type i8 = b.getI8Type(), i32 = b.getI32Type();
+  Type i8 = b.getI8Type();
   // (Uniform over the block: the branch on its scale.)
-  auto codesWith = [&](bool normal) {
+  auto codesWith = [&](bool large) {
     SmallVector<Value> codes;
     for (size_t j = 0; j < xs.size(); j += 2) {
-      Value first = quotientOf(xs[j], scale, normal);
-      Value second = quotientOf(xs[j + 1], scale, normal);
+      Value first = quotientOf(xs[j], scale, large);
+      Value second = quotientOf(xs[j + 1], scale, large);
       auto [hi, lo] = toE4M3(first, second);
       codes.push_back(hi);
       codes.push_back(lo);
@@ -434,13 +434,14 @@ void QuantizeLowering::lower(mk::QuantizeRowsOp op) {
   });
 }
 
-/// The little-endian i32 words of `codes` (i8, a multiple of 4): code 4w + j
-/// in byte j of word w.
-static SmallVector<Value, 4> packCodes(OpBuilder &b, Location loc,
-                                       ArrayRef<Value> codes) {
+/// `codes` (i8, 8 or 16 of them) as a vector of little-endian i32 words:
+/// code 4w + j in byte j of word w.
+static Value packCodes(OpBuilder &b, Location loc, ArrayRef<Value> codes) {
   Type i32 = b.getI32Type();
-  SmallVector<Value, 4> words;
-  for (size_t w = 0; w < codes.size() / 4; ++w) {
+  int64_t words = codes.size() / 4;
+  Value packed =
+      LLVM::UndefOp::create(b, loc, VectorType::get({words}, i32));
+  for (int64_t w = 0; w < words; ++w) {
     Value word = arith::ConstantIntOp::create(b, loc, 0, 32);
     for (int64_t j = 0; j < 4; ++j) {
       Value byte = arith::ExtUIOp::create(b, loc, i32, codes[4 * w + j]);
@@ -449,36 +450,26 @@ static SmallVector<Value, 4> packCodes(OpBuilder &b, Location loc,
             b, loc, byte, arith::ConstantIntOp::create(b, loc, 8 * j, 32));
       word = arith::OrIOp::create(b, loc, word, byte);
     }
-    words.push_back(word);
+    packed = LLVM::InsertElementOp::create(
+        b, loc, packed, word, arith::ConstantIntOp::create(b, loc, w, 32));
   }
-  return words;
+  return packed;
 }
 
 void QuantizeLowering::store8Codes(ArrayRef<Value> codes, Value ptr) {
-  OpBuilder &b = e.b;
-  Location loc = e.loc;
-  auto v2 = VectorType::get({2}, b.getI32Type());
-  Value packed = LLVM::UndefOp::create(b, loc, v2);
-  for (auto [w, word] : llvm::enumerate(packCodes(b, loc, codes)))
-    packed = LLVM::InsertElementOp::create(
-        b, loc, packed, word, arith::ConstantIntOp::create(b, loc, w, 32));
-  LLVM::StoreOp::create(b, loc, packed, ptr, /*alignment=*/8);
+  LLVM::StoreOp::create(e.b, e.loc, packCodes(e.b, e.loc, codes), ptr,
+                        /*alignment=*/8);
 }
 
 void QuantizeLowering::store16Codes(ArrayRef<Value> codes, Value values,
                                     Value offset) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
-  Type i32 = b.getI32Type();
   e.ifThen(
       aligned({values}, 16),
       [&] {
-        auto v4 = VectorType::get({4}, i32);
-        Value packed = LLVM::UndefOp::create(b, loc, v4);
-        for (auto [w, word] : llvm::enumerate(packCodes(b, loc, codes)))
-          packed = LLVM::InsertElementOp::create(
-              b, loc, packed, word, arith::ConstantIntOp::create(b, loc, w, 32));
-        store16(packed, at(base(values), offset, /*elementBytes=*/1));
+        store16(packCodes(b, loc, codes),
+                at(base(values), offset, /*elementBytes=*/1));
       },
       [&] {
         auto type = cast<MemRefType>(values.getType());
@@ -620,14 +611,14 @@ void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
       return unpack8(load16(v8, at(srcBase, flat(pair, u))));
     };
     // The scalar form: element j of row `row` (column k0 + 32 j).
-    auto at = [&](Value row, int64_t j) {
+    auto elementAt = [&](Value row, int64_t j) {
       return SmallVector<Value>{x, e.add(n0, row),
                                 e.add(k0, e.index(32 * j))};
     };
     auto rowValues = [&](Value row) {
       SmallVector<Value, 4> xs;
       for (int64_t j = 0; j < 4; ++j)
-        xs.push_back(e.loadF32(src, at(row, j)));
+        xs.push_back(e.loadF32(src, elementAt(row, j)));
       return xs;
     };
     auto absMax = [&](Value acc, ArrayRef<Value> xs) {
@@ -666,12 +657,12 @@ void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
       e.loop(e.index(0), e.index(64), e.index(kQuantizeUnroll), [&](Value pair) {
         for (int64_t u = 0; u < kQuantizeUnroll; ++u)
           store8Codes(codesOf(loadRowPiece(pair, u), scale),
-                      this->at(valuesBase, flat(pair, u), /*elementBytes=*/1));
+                      at(valuesBase, flat(pair, u), /*elementBytes=*/1));
       });
     } else {
       e.loop(e.index(128), [&](Value row) {
         storeCodes(codesOf(rowValues(row), scale), values,
-                   [&](int64_t j) { return at(row, j); });
+                   [&](int64_t j) { return elementAt(row, j); });
       });
     }
     e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)), [&] {
