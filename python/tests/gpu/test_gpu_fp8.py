@@ -383,16 +383,25 @@ def test_fp8_training_step_matches_its_definition(name):
 
 def test_fp8_backward_quantized_copies_are_bit_exact():
     """The backward's E4M3 copies: the transposed weights (Q(W) transposed,
-    scales too), d_out's rows, and the column blocks of d_y and the hidden
-    rows (stored transposed, padding rows and rows past the plan as zeros)
-    bit for bit against the NumPy model."""
+    scales too), d_out's rows, and the column blocks of d_y, the hidden
+    rows, x's routed rows, d_gate and d_up (stored transposed, padding rows
+    and rows past the plan as zeros) bit for bit against the NumPy model,
+    with special blocks among them: the forward test's in x and the
+    weights, and in d_out a zero column, a tiny one (scales under 2^-90,
+    the divided quotients), one with an infinity and one with a NaN."""
     import torch
     name = "train_fp8_shared_clamp"
     c = FP8_TRAIN_CASES[name]
     layer = training_layer(name)
     gen = torch.Generator().manual_seed(fresh_seed())
     a = torch_reference.make_inputs(c, gen)
-    d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
+    _specials(a)
+    d_out = torch.randn(c["tokens"], c["hidden"], generator=gen)
+    d_out[:, 0] = 0.0
+    d_out[:, 1] *= 2.0 ** -100
+    d_out[5, 2] = float("inf")
+    d_out[9, 3] = float("nan")
+    d_out = d_out.to(torch.bfloat16).cuda()
     out, ctx = layer.forward(**a)
     layer.backward(ctx, d_out)
     torch.cuda.synchronize()
@@ -410,12 +419,15 @@ def test_fp8_backward_quantized_copies_are_bit_exact():
     offsets = ws("offsets")
     rows = int(offsets[-1])
     valid = ws("row_route")[:rows] >= 0
-    for src, name_t in (("d_y", "d_y_t"), ("hidden", "hidden_t")):
-        m = (bwd.read_workspace(src) if src == "d_y" else ctx.saved[src])[:rows]
+    for src in ("d_y", "hidden", "routed_x", "d_gate", "d_up"):
+        m = (ctx.saved[src] if src in ctx.saved else bwd.read_workspace(src))[:rows]
         m = np.where(valid[:, None], m.double().cpu().numpy(), 0.0)
         codes, scales = ref.quantize(m, (128, 1), "f32")
-        assert np.array_equal(ws(name_t)[:, :rows], codes.T), name_t
-        assert _same_scales(ws(name_t + "_scale")[:rows // 128], scales), name_t
+        assert np.array_equal(ws(src + "_t")[:, :rows], codes.T), src
+        assert _same_scales(ws(src + "_t_scale")[:rows // 128], scales), src
+    d_y_scale = ws("d_y_t_scale")[:rows // 128]
+    assert (d_y_scale[:, 0] == 1.0).all() and (d_y_scale[:, 1] < 2.0 ** -90).all()
+    assert np.isnan(d_y_scale[:, 2]).any() and np.isnan(d_y_scale[:, 3]).any()
 
 
 def test_mxfp8_backward_quantized_copies_are_bit_exact():

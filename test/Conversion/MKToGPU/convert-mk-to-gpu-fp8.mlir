@@ -16,16 +16,38 @@
 // The FP8 steps of convert-mk-to-gpu: the row, column and weight
 // quantizers and the simt GEMMs over E4M3 operands with f32 block scales.
 
-// mk.quantize_rows: one warp a 1 x 128 block (row r = i / blocks, block
-// i % blocks), warps spread over the blocks first; lane l holds the block's
-// columns l, l + 32, l + 64, l + 96 (each warp access contiguous).
-// amax: the lanes' NaN-propagating maximum of |x| (maximumf, then a
-// butterfly of xor shuffles 16 .. 1, so every lane has the block's);
-// s = amax / 448 (1 for amax = 0); the values E4M3(x / s) by cvt pairs
-// (rn, satfinite); a non-finite block (amax not < inf) stores 0x7F with each
-// element's sign and a NaN scale; lane 0 stores scales[block, r].
+// mk.quantize_rows: 1 x 128 blocks (row r = i / blocks, block i %
+// blocks). amax: the NaN-propagating maximum of |x| over the block's
+// lanes (maximumf, then a butterfly of xor shuffles, so every lane has the
+// block's); s = amax / 448 (1 for amax = 0); the values E4M3(x / s) by cvt
+// pairs (rn, satfinite); a non-finite block (amax not < inf) stores 0x7F
+// with each element's sign and a NaN scale; one lane stores scales[block,
+// r].
+//
+// With 16-byte aligned buffers (the check of their addresses): a
+// half-warp a block, 16 consecutive blocks a warp step (2 u + lane / 16, u
+// < 8, eight 16-byte loads in flight a lane), lane l holding the block's
+// columns 8 (l % 16) .. + 7 and storing their 8 codes at once; the
+// butterfly stays in the half-warp (xor 1 .. 8); lane l % 16 = 0 stores
+// the scale.
 // CHECK-LABEL: gpu.func @quantize(
 // CHECK-SAME: %[[X:[^:]*]]: memref<40x256xbf16>, %[[Q:[^:]*]]: memref<40x256xf8E4M3FN>, %[[S:[^:]*]]: memref<2x40xf32>)
+// CHECK: scf.if
+// CHECK: %[[STEPS:.*]] = arith.divsi %{{.*}}, %c16
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[STEPS]] step
+// CHECK-COUNT-8: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK: gpu.shuffle  xor %{{.*}}, %c1_i32
+// CHECK: gpu.shuffle  xor %{{.*}}, %c2_i32
+// CHECK: gpu.shuffle  xor %{{.*}}, %c4_i32
+// CHECK: gpu.shuffle  xor %{{.*}}, %c8_i32
+// CHECK: scf.if
+// CHECK-COUNT-4: nvvm.convert.f32x2.to.f8x2
+// CHECK: llvm.store %{{.*}} {alignment = 8 : i64} : vector<2xi32>, !llvm.ptr<1>
+// CHECK-COUNT-8: memref.store %{{.*}}, %[[S]]
+// CHECK: } else {
+// Otherwise one warp a block, warps spread over the blocks first; lane l
+// holds the block's columns l, l + 32, l + 64, l + 96 (each warp access
+// contiguous).
 // CHECK: %[[LANE32:.*]] = nvvm.read.ptx.sreg.laneid
 // CHECK: %[[LANE:.*]] = arith.index_cast %[[LANE32]]
 // CHECK: scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step
@@ -99,6 +121,11 @@ gpu.module @k {
 // CHECK-LABEL: gpu.func @quantize_tokens(
 // CHECK-SAME: %{{[^:]*}}: memref<64x128xbf16>, %{{[^:]*}}: memref<64x128xf8E4M3FN>, %{{[^:]*}}: memref<1x64xf32>, %[[T:[^:]*]]: index)
 // CHECK: %[[N:.*]] = arith.muli %[[T]], %c1
+// CHECK: scf.if
+// CHECK: %[[N15:.*]] = arith.addi %[[N]], %c15
+// CHECK: %[[NS:.*]] = arith.divsi %[[N15]], %c16
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[NS]] step
+// CHECK: } else {
 // CHECK: scf.for %{{.*}} = %{{.*}} to %[[N]] step
 gpu.module @t {
   gpu.func @quantize_tokens(%x: memref<64x128xbf16>, %q: memref<64x128xf8E4M3FN>, %s: memref<1x64xf32>, %t: index) kernel
@@ -115,6 +142,9 @@ gpu.module @t {
 // CHECK: %[[END:.*]] = memref.load %[[OFFS]][%c4]
 // CHECK: %[[ROWS:.*]] = arith.index_cast %[[END]] : i64 to index
 // CHECK: %[[NG:.*]] = arith.muli %[[ROWS]], %c2
+// CHECK: scf.if
+// CHECK: scf.for
+// CHECK: } else {
 // CHECK: scf.for %{{.*}} = %{{.*}} to %[[NG]] step
 gpu.module @g2 {
   gpu.func @quantize_grouped(%x: memref<600x256xbf16>, %q: memref<600x256xf8E4M3FN>, %s: memref<2x600xf32>, %o: memref<5xi64>) kernel
@@ -237,17 +267,34 @@ gpu.module @d {
 }
 
 
-// mk.quantize_columns: one warp a 128-row block of 32 columns (a lane a
-// column), over the blocks that hold routed rows (offsets[E], at most
-// src's 200); a row past them or with row_route < 0 reads as zero. An amax
-// pass over the block's rows, then 8 chunks of 16 rows, each packed into
-// one 16-byte store of the column's transposed row (byte stores where
-// values is not 16-byte aligned); scales[block, c].
+// mk.quantize_columns: one warp a 128-row block of 32 columns, over the
+// blocks that hold routed rows (offsets[E], at most src's 200); a row past
+// them or with row_route < 0 reads as zero. With 16-byte aligned buffers
+// the block stays in registers: lane l loads rows 16 (l % 8) + i (i < 16)
+// of it, 8 columns from 8 (l / 8) on (16 loads of 16 bytes, a row_route
+// load a row), takes its columns' amax over them and then over the 8 lanes
+// of the same columns (xor 1, 2, 4), and stores each column's 16 codes in
+// one 16-byte store of its transposed row; lanes l % 8 = 0 store
+// scales[block, c]. Otherwise a lane a column: an amax pass over the
+// block's rows, then 8 chunks of 16 rows, each packed into one 16-byte
+// store of the column's transposed row (byte stores where values is not
+// 16-byte aligned).
 // CHECK-LABEL: gpu.func @fp8_columns(
 // CHECK-SAME: %[[H:[^:]*]]: memref<200x128xbf16>, %[[HQ:[^:]*]]: memref<128x256xf8E4M3FN>, %[[HS:[^:]*]]: memref<2x128xf32>, %[[RR:[^:]*]]: memref<200xi64>, %[[OFF:[^:]*]]: memref<3xi64>, %[[D:[^:]*]]: memref<200x64xbf16>, %[[DQ:[^:]*]]: memref<64x256xf8E4M3FN>, %[[DS:[^:]*]]: memref<2x64xf32>, %[[DW:[^:]*]]: memref<2x64x128xf32>
 // CHECK: memref.load %[[OFF]][%c2
 // CHECK: arith.minsi %{{.*}}, %c200
 // CHECK: scf.for
+// CHECK: scf.if
+// CHECK-COUNT-16: memref.load %[[RR]]
+// CHECK-COUNT-16: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK: gpu.shuffle  xor %{{.*}}, %c1_i32
+// CHECK: gpu.shuffle  xor %{{.*}}, %c2_i32
+// CHECK: gpu.shuffle  xor %{{.*}}, %c4_i32
+// CHECK: arith.divf %{{.*}}, %cst{{.*}} : f32
+// CHECK-COUNT-8: nvvm.convert.f32x2.to.f8x2
+// CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
+// CHECK-COUNT-8: memref.store %{{.*}}, %[[HS]]
+// CHECK: } else {
 // CHECK: scf.for %{{.*}} iter_args(%{{.*}}) -> (f32)
 // CHECK: memref.load %[[RR]]
 // CHECK: memref.load %[[H]]
@@ -280,21 +327,34 @@ gpu.module @d {
 // CHECK: memref.load %[[DQ]][%[[M]], %[[K]]]
 // CHECK: memref.store %{{.*}}, %[[DW]]
 //
-// mk.quantize_weights transposed: the block's amax as above, then lane l
-// quantizes the block's columns l + 32 j, 16 rows at a time, into one
-// 16-byte store of values[e, k, n0 .. n0 + 15]; scales[e, k / 128, n / 128].
+// mk.quantize_weights transposed: the block's amax as above, then, with
+// 16-byte aligned buffers, its four 128 x 32 tiles as mk.quantize_columns
+// takes them (16 loads of 16 bytes a lane, a 16-byte store of 16 codes a
+// column); otherwise lane l quantizes the block's columns l + 32 j, 16
+// rows at a time, into one 16-byte store of values[e, k, n0 .. n0 + 15];
+// scales[e, k / 128, n / 128].
 // CHECK-LABEL: gpu.func @weights_t(
 // CHECK-SAME: %[[TW:[^:]*]]: memref<4x256x128xbf16>, %[[TQ:[^:]*]]: memref<4x128x256xf8E4M3FN>, %[[TS:[^:]*]]: memref<4x1x2xf32>)
+// CHECK: scf.if
 // CHECK: %[[TX:.*]] = arith.divsi %{{.*}}, %c2
 // CHECK: %[[TNB:.*]] = arith.remsi %{{.*}}, %c2
 // CHECK: %[[TKB:.*]] = arith.remsi %{{.*}}, %c1
 // CHECK: gpu.shuffle  xor
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c4
+// CHECK-COUNT-16: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-COUNT-8: llvm.store {{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
+// CHECK: memref.store %{{.*}}, %[[TS]][%[[TX]], %[[TKB]], %[[TNB]]]
+// CHECK: } else {
+// CHECK: %[[SX:.*]] = arith.divsi %{{.*}}, %c2
+// CHECK: %[[SNB:.*]] = arith.remsi %{{.*}}, %c2
+// CHECK: %[[SKB:.*]] = arith.remsi %{{.*}}, %c1
+// CHECK: gpu.shuffle  xor
 // CHECK: scf.for %{{.*}} = %{{.*}} to %c32
-// CHECK-COUNT-16: memref.load %[[TW]][%[[TX]], %{{.*}}, %{{.*}}]
+// CHECK-COUNT-16: memref.load %[[TW]][%[[SX]], %{{.*}}, %{{.*}}]
 // CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
 // CHECK: } else {
 // CHECK-COUNT-16: memref.store %{{.*}}, %[[TQ]]
-// CHECK: memref.store %{{.*}}, %[[TS]][%[[TX]], %[[TKB]], %[[TNB]]]
+// CHECK: memref.store %{{.*}}, %[[TS]][%[[SX]], %[[SKB]], %[[SNB]]]
 gpu.module @c {
   gpu.func @fp8_columns(%h: memref<200x128xbf16>, %hq: memref<128x256xf8E4M3FN>, %hs: memref<2x128xf32>,
                         %rr: memref<200xi64>, %off: memref<3xi64>,
