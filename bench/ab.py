@@ -141,6 +141,7 @@ def training_ab(args):
     from bench.moe_training import (FLOAT_ARGS, SM90_FLOPS_PER_CLOCK, kernel_phases,
                                     mok_step, phase_flops, torch_leaves, torch_step,
                                     training_inputs)
+    from bench.torch_reference import quantized_weight_args
     variants = args.variant_dirs
     torch.backends.cuda.matmul.allow_tf32 = False
     for shape in args.shapes:
@@ -152,10 +153,12 @@ def training_ab(args):
                     a[n].zero_()
             d_out.zero_()
         leaves = torch_leaves(a)
+        # ("-fp8w": mok's layers take the routed weights quantized.)
+        call = quantized_weight_args(a, training=True) if s.get("fp8_quantized_weights") else a
         layers = {n: mok.GpuTrainingArtifact.from_files(os.path.join(d, shape + "-train")).load()
                   for n, d in variants}
         times = {n: [] for n in list(layers) + ["torch"]}
-        steps = {n: (lambda layer=layer, a=a, d_out=d_out: mok_step(layer, a, d_out))
+        steps = {n: (lambda layer=layer, call=call, d_out=d_out: mok_step(layer, call, d_out))
                  for n, layer in layers.items()}
         steps["torch"] = lambda a=a, d_out=d_out, leaves=leaves: torch_step(a, d_out, leaves)
         names = list(layers)
@@ -179,7 +182,7 @@ def training_ab(args):
             with open(meta) as f:
                 records_cycles = any(p["name"] == "phase_cycles"
                                      for p in json.load(f)["params"])
-            fwd, bwd = kernel_phases(prof, a, d_out, 10, cycles=records_cycles)
+            fwd, bwd = kernel_phases(prof, call, d_out, 10, cycles=records_cycles)
             if records_cycles:
                 # Each phase's ms, cycles and mean clock; for the GEMM
                 # phases also the tensor cores' share of those cycles that

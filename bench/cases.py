@@ -256,6 +256,10 @@ FP8_TRAIN_CASES = {
     "train_fp8_shared_clamp_wgmma": dict(FP8_CASES["fp8_shared_clamp_wgmma"], training=True),
     "train_fp8_skewed_wgmma": dict(FP8_CASES["fp8_skewed_wgmma"], training=True,
                                    main_grads=True),
+    # Given the routed weights quantized, both layouts (mok.ops.fp8_quantize):
+    # bitwise the layer that quantizes them itself.
+    "train_fp8_shared_clamp_wgmma_given": dict(FP8_CASES["fp8_shared_clamp_wgmma_given"],
+                                               training=True),
     # Any T (tokens=None): run at 67 of its 160.
     "train_fp8_any_tokens": dict(FP8_CASES["fp8_wgmma_any_tokens"], training=True),
     # MXFP8 training layers on scalar GEMMs (the backward's weights

@@ -83,17 +83,18 @@ def shape_layers(names, training, plain_only):
     for name in names:
         shape = SHAPES[name]
         spec = spec_kwargs(shape)
-        if training and shape.get("fp8_quantized_weights"):
-            raise ValueError(f"SHAPE: {name} takes its weights quantized, which FP8 "
-                             "training layers do not yet (docs/FP8.md)")
         if training:
             # The forward-only options (warp roles, dispatch, multicast) do
             # not apply: the training layers take the target's defaults.
+            # Given quantized weights, both kernels take both layouts.
+            given = ({"fp8_quantized_weights": True}
+                     if shape.get("fp8_quantized_weights") else {})
             for suffix, profile, main_grads in TRAINING_FORMS:
                 if plain_only and suffix != "-train":
                     continue
                 layers.append((name + suffix, spec,
-                               dict(training=True, profile=profile, main_grads=main_grads)))
+                               dict(training=True, profile=profile, main_grads=main_grads,
+                                    **given)))
             continue
         options = {"warp_specialize": shape.get("warp_specialize", False),
                    "fuse_dispatch": shape.get("fuse_dispatch"),
@@ -153,10 +154,12 @@ def parse_args(argv=None):
         args.layers = test_layers()
     else:
         try:
-            # (The training layers: the shapes whose weights are not
-            # given quantized.)
+            # (The training layers leave out the FP8 shapes with warp
+            # roles: a training layer takes none, so they are their
+            # "-fp8w" twins.)
             default = [n for n in FORWARD_SHAPES
-                       if not (args.training and SHAPES[n].get("fp8_quantized_weights"))]
+                       if not (args.training and SHAPES[n].get("fp8_quantized_weights")
+                               and SHAPES[n].get("warp_specialize"))]
             args.layers = shape_layers(args.names or default, args.training,
                                        args.plain_only)
         except ValueError as e:

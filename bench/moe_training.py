@@ -12,7 +12,10 @@ out.backward(d_out), the gradients set to None each step), with CUDA events
 (median after warm-up) in --rounds alternating rounds (as moe_forward.py).
 FLOPs = 3 x the forward's, 18 (T k + T_shared) H I. Also the forward and
 the backward alone (one call at a time), and with
-<artifacts>/<shape>-train-profile, both kernels' phases.
+<artifacts>/<shape>-train-profile, both kernels' phases. A shape that
+takes its weights quantized ("-fp8w", fp8_quantized_weights) runs on
+mok.ops.fp8_quantize's copies made once, as a trainer refreshes them once
+per optimizer step; that refresh is timed apart (weights_quantize_ms).
 Writes <out>/moe_training.json and .png; prints the tables last.
 
     # compiled beforehand (needs the compiler):
@@ -34,7 +37,7 @@ from bench.moe_forward import (against_bf16, matmul_ceiling, median_phases,
                                timing_row, torch_layer, write_result)
 from bench.shapes import SHAPES
 from bench.torch_reference import backward as reference_grads
-from bench.torch_reference import make_inputs, relative_error
+from bench.torch_reference import make_inputs, quantized_weight_args, relative_error
 
 FLOAT_ARGS = ("x", "router_weights", "gate_weights", "up_weights", "down_weights",
               "shared_gate_weights", "shared_up_weights", "shared_down_weights")
@@ -62,6 +65,26 @@ def torch_step(a, d_out, leaves):
     args = dict(a, **leaves)
     out = torch_layer(args)
     out.backward(d_out)
+
+
+def weight_quantization_ms(a, call, iters=5):
+    """Median ms of refreshing the quantized routed weights of `call` (both
+    layouts, in place) from the bf16 ones of `a` with mok.ops.fp8_quantize:
+    what a trainer does once per optimizer step for a layer compiled with
+    fp8_quantized_weights (not part of the timed step)."""
+    import mok.ops
+    times = []
+    for _ in range(iters + 1):
+        e = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+        e[0].record()
+        for w in ("gate", "up", "down"):
+            mok.ops.fp8_quantize(a[w + "_weights"], normal=True, transposed=True,
+                                 out=tuple(call[w + k] for k in ("_q", "_scale", "_qt",
+                                                                 "_scale_t")))
+        e[1].record()
+        torch.cuda.synchronize()
+        times.append(e[0].elapsed_time(e[1]))
+    return statistics.median(times[1:])
 
 
 def mok_step(layer, a, d_out):
@@ -165,31 +188,39 @@ def main():
         layer = mok.GpuTrainingArtifact.from_files(path).load()
         gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
         a, d_out = training_inputs(s, gen)
+        # mok's arguments: given quantized weights ("-fp8w"), mok.ops's
+        # both layouts, made once (a trainer's refresh a step is timed
+        # apart).
+        call, extra = a, {}
+        if s.get("fp8_quantized_weights"):
+            call = quantized_weight_args(a, training=True)
+            extra["weights_quantize_ms"] = weight_quantization_ms(a, call)
         errors = {}
         if not args.no_check:
             # mok's gradients from poisoned outputs, against float64 autograd.
             checked = mok.GpuTrainingArtifact.from_files(path).load(poison_outputs=True)
-            grads = mok_step(checked, a, d_out)
+            grads = mok_step(checked, call, d_out)
             ref = reference_grads(a, d_out, s["experts"])
             errors = {n: relative_error(grads[n], ref[n]) for n in ref}
             del grads, ref, checked
             torch.cuda.empty_cache()
         leaves = torch_leaves(a)
         timed_mok, timed_torch = time_rounds(
-            [lambda layer=layer, a=a, d_out=d_out: mok_step(layer, a, d_out),
+            [lambda layer=layer, call=call, d_out=d_out: mok_step(layer, call, d_out),
              lambda a=a, d_out=d_out, leaves=leaves: torch_step(a, d_out, leaves)],
             args.budget, args.rounds)
-        fwd_ms, bwd_ms = split_times(layer, a, d_out, 20)
+        fwd_ms, bwd_ms = split_times(layer, call, d_out, 20)
         prof = os.path.join(args.artifacts, name + "-train-profile")
         fwd_phases, phases = (
-            kernel_phases(prof, a, d_out, 10)
+            kernel_phases(prof, call, d_out, 10)
             if os.path.exists(os.path.join(prof, "moe_layer_backward.json")) else (None, None))
         t_shared = s["tokens"] if s.get("shared_intermediate") else 0
         flops = 18 * (s["tokens"] * s["top_k"] + t_shared) * s["hidden"] * s["intermediate"]
         rows.append(timing_row(name, s, flops, timed_mok, timed_torch, grad_rel_err=errors,
                                mok_forward_ms=fwd_ms, mok_backward_ms=bwd_ms,
-                               forward_phases_ms=fwd_phases, backward_phases_ms=phases))
-        del a, layer, leaves
+                               forward_phases_ms=fwd_phases, backward_phases_ms=phases,
+                               **extra))
+        del a, call, layer, leaves
         torch.cuda.empty_cache()
     against_bf16(rows)  # FP8 shapes: against mok's bf16 step, this run
     result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
@@ -201,6 +232,10 @@ def main():
     for r in rows:
         print(f"\n{r['shape']}: mok forward alone {r['mok_forward_ms']:.3f} ms, "
               f"backward alone {r['mok_backward_ms']:.3f} ms (median, one call at a time)")
+        if "weights_quantize_ms" in r:
+            print(f"{r['shape']}: the routed weights quantized (both layouts, "
+                  f"mok.ops.fp8_quantize, once per optimizer step, not in the step): "
+                  f"{r['weights_quantize_ms']:.3f} ms")
         for kind in ("forward", "backward"):
             ph = r[kind + "_phases_ms"]
             if not ph:

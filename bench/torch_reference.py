@@ -50,15 +50,19 @@ def make_inputs(c, gen, tokens=None):
     return args
 
 
-def quantized_weight_args(a):
+def quantized_weight_args(a, training=False):
     """The arguments of an FP8 layer compiled with fp8_quantized_weights:
     the inputs `a` with the routed weights replaced by mok.ops.fp8_quantize's
-    values and scales (normal layout)."""
+    values and scales (the normal layout; a training layer's also the
+    transposed one)."""
     import mok.ops
     routed = ("gate", "up", "down")
     args = {k: v for k, v in a.items() if k not in [w + "_weights" for w in routed]}
     for w in routed:
-        args[w + "_q"], args[w + "_scale"], _, _ = mok.ops.fp8_quantize(a[w + "_weights"])
+        (args[w + "_q"], args[w + "_scale"], qt, st) = mok.ops.fp8_quantize(
+            a[w + "_weights"], normal=True, transposed=training)
+        if training:
+            args[w + "_qt"], args[w + "_scale_t"] = qt, st
     return args
 
 

@@ -118,10 +118,6 @@ def _check_gpu_precision(layer, target, options):
             raise ValueError(f"layer: LayerSpec.padding = {layer.padding}: MXFP8 on "
                              "sm_100a's tensor cores needs a multiple of 128 (the "
                              "block-scaled MMA's 128-row tiles)")
-    elif options.training and options.fp8_quantized_weights:
-        raise ValueError("CompileOptions.fp8_quantized_weights: for FP8 inference layers "
-                         "only so far; a training layer (training=True) takes the bf16 "
-                         "weights and quantizes them in its kernels (docs/FP8.md)")
     elif options.tensor_cores and target == "sm_100a":
         raise ValueError("layer: LayerSpec.precision = 'fp8' on sm_100a runs scalar GEMMs "
                          "only: pass tensor_cores=False (tcgen05 runs MXFP8's "

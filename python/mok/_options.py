@@ -80,7 +80,12 @@ class CompileOptions:
         gate_q, gate_scale, up_q, up_scale, down_q and down_scale (the
         normal layout of mok.ops.fp8_quantize, which the caller refreshes
         when the weights change), instead of the bf16 weights it would
-        quantize at every call.
+        quantize at every call. With training=True both kernels take
+        both layouts (mok.ops.fp8_quantize(w, normal=True,
+        transposed=True)): also gate_qt, gate_scale_t, up_qt,
+        up_scale_t, down_qt and down_scale_t, which the backward's
+        dgrads read; the weights' gradients are still returned (or added
+        into main_grads) for the bf16 weights.
     self_exchange: GPU targets, for testing the exchange on one GPU: a
         layer of ep = 1 is compiled as the one rank of an expert-parallel
         group, its routes crossing its own symmetric buffer; it runs bound

@@ -242,17 +242,20 @@ def test_compile_defaults_to_the_forward_shapes_not_the_peers_one():
     assert [n for n, _, _ in args.layers][::2] == list(FORWARD_SHAPES)
     assert "dsv3-routed" in SHAPES and "dsv3-routed" not in FORWARD_SHAPES
     assert comp.parse_args(["tests", "out", "--jobs", "3"]).jobs == 3
-    # The FP8 shapes: the training layers leave out (and refuse by name)
-    # those whose weights come quantized.
+    # The FP8 shapes: the training layers take the quantized weights of
+    # "-fp8w" (both layouts), and leave out "-fp8ws" (the same training
+    # layer: no warp roles in training).
     assert SHAPES["dsv3-shard-fp8"]["precision"] == "fp8"
     assert "dsv3-shard-fp8" in [n for n, _, _ in args.layers]
     by_name = {n: (spec, options) for n, spec, options in args.layers}
     assert by_name["dsv3-shard-fp8w"][1]["fp8_quantized_weights"] is True
     assert by_name["dsv3-shard-fp8w-profile"][1]["fp8_quantized_weights"] is True
     assert by_name["dsv3-shard-fp8"][1]["fp8_quantized_weights"] is False
-    training = [n for n, _, _ in comp.parse_args(["shapes", "out", "--training"]).layers]
+    training = {n: o for n, _, o in comp.parse_args(["shapes", "out", "--training"]).layers}
     assert "dsv3-shard-train" in training and "dsv3-shard-fp8-train" in training
-    assert not any("fp8w" in n for n in training)
+    assert training["dsv3-shard-fp8w-train"]["fp8_quantized_weights"] is True
+    assert "fp8_quantized_weights" not in training["dsv3-shard-fp8-train"]
+    assert not any("fp8ws" in n for n in training)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -260,9 +263,6 @@ def test_compile_defaults_to_the_forward_shapes_not_the_peers_one():
     (["tests", "out", "qwen3-30b"], "SHAPE: only for the benchmark shapes"),
     (["tests", "out", "--training"], "--training: only for the benchmark shapes"),
     (["shapes", "out", "--jobs", "0"], "--jobs: expected at least 1, got 0"),
-    (["shapes", "out", "--training", "dsv3-shard-fp8w"],
-     "SHAPE: dsv3-shard-fp8w takes its weights quantized, which FP8 training layers do "
-     "not yet"),
     (["shapes", "out", "--target", "sm_80"], "invalid choice: 'sm_80'"),
     (["layers", "out"], "invalid choice: 'layers'"),
 ])

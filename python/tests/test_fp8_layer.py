@@ -108,9 +108,6 @@ def test_fp8_refusals_name_what_is_missing():
         mok.compile(mx, target="sm_100a", fp8_quantized_weights=True)
     fp8 = mok.LayerSpec(hidden=128, intermediate=128, experts=4, top_k=2, padding=128,
                         precision="fp8")
-    with pytest.raises(ValueError, match="CompileOptions.fp8_quantized_weights: for FP8 "
-                                         "inference layers only so far"):
-        mok.compile(fp8, target="sm_90a", training=True, fp8_quantized_weights=True)
     with pytest.raises(ValueError, match=r"LayerSpec.precision = 'fp8' on sm_100a runs scalar "
                                          r"GEMMs only: pass tensor_cores=False \(tcgen05 runs "
                                          r"MXFP8's block-scaled MMA"):

@@ -721,3 +721,28 @@ def test_fp8_quantized_weights_are_inputs(tmp_path):
     with pytest.raises(ValueError, match="CompileOptions.fp8_quantized_weights: for FP8 "
                                          "layers"):
         mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path), fp8_quantized_weights=True)
+
+
+def test_fp8_training_takes_quantized_weights_in_both_layouts(tmp_path):
+    """fp8_quantized_weights with training=True: both kernels take the
+    routed weights quantized in both layouts (mok.ops.fp8_quantize(w, True,
+    True)), the same inputs; neither quantizes weights; the weights'
+    gradients are still the backward's outputs."""
+    spec = mok.LayerSpec(hidden=256, intermediate=128, experts=4, top_k=2, tokens=40,
+                         padding=128, precision="fp8")
+    art = mok.compile(spec, target="sm_90a", training=True, fp8_quantized_weights=True,
+                      cache_dir=str(tmp_path))
+    quantized = ["gate_q", "gate_scale", "up_q", "up_scale", "down_q", "down_scale",
+                 "gate_qt", "gate_scale_t", "up_qt", "up_scale_t", "down_qt", "down_scale_t"]
+    fwd = [p["name"] for p in art.forward.metadata["params"] if p["role"] == "input"]
+    bwd = {p["name"]: p for p in art.backward.metadata["params"]}
+    assert fwd == ["x", "top_experts", "router_weights"] + quantized
+    assert all(bwd[n]["role"] == "input" for n in quantized)
+    assert "gate_weights" not in fwd and "gate_weights" not in bwd
+    assert bwd["gate_qt"]["shape"] == [4, 256, 128] and bwd["gate_qt"]["dtype"] == "f8e4m3"
+    assert bwd["down_scale_t"]["shape"] == [4, 1, 2]
+    assert bwd["d_gate_weights"]["role"] == "output"
+    assert bwd["d_gate_weights"]["shape"] == [4, 128, 256]
+    for kernel in (art.forward, art.backward):
+        assert "mk.quantize_weights" not in kernel.stages["mk"]
+    _ptxas_accepts(art.backward.ptx, "sm_90a", tmp_path)

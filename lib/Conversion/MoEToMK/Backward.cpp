@@ -439,8 +439,27 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
       "shared_gate_weights", "shared_up_weights", "shared_down_weights"};
   for (auto [name, w] : llvm::zip(weightNames, grad.getWeights())) {
     bool routed = !name.starts_with("shared_");
+    if (routed && s.fp8WeightInputs)
+      continue;
     params.push_back({name.str(), "input", tensorType(w),
                       s.fp8 && routed ? "pointer" : access});
+  }
+  // Given the routed weights quantized: the training forward's inputs,
+  // both layouts (the forward reads the normal one, the dgrads here the
+  // transposed one).
+  if (s.fp8WeightInputs) {
+    Type f8 = tb.getType<Float8E4M3FNType>();
+    int64_t e = s.experts, h = s.hidden, in = s.inter;
+    auto scales = [&](int64_t rows, int64_t cols) {
+      return ty({e, rows / 128, cols / 128}, f32);
+    };
+    params.append({{"gate_q", "input", ty({e, in, h}, f8)},
+                   {"gate_scale", "input", scales(in, h)},
+                   {"up_q", "input", ty({e, in, h}, f8)},
+                   {"up_scale", "input", scales(in, h)},
+                   {"down_q", "input", ty({e, h, in}, f8)},
+                   {"down_scale", "input", scales(h, in)}});
+    params.append(fp8TransposedWeights(tb.getContext(), s, "input"));
   }
   static const StringRef savedNames[] = {
       "routed_x",    "gate",      "up",           "hidden",
@@ -530,12 +549,16 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
     params.push_back({"routed_d_out_q", "workspace", ty({rc, h}, f8)});
     params.push_back(
         {"routed_d_out_scale", "workspace", rowScales(rc, h, w)});
-    params.push_back({"gate_qt", "workspace", ty({e, h, in}, f8)});
-    params.push_back({"gate_scale_t", "workspace", weightScales(h, in)});
-    params.push_back({"up_qt", "workspace", ty({e, h, in}, f8)});
-    params.push_back({"up_scale_t", "workspace", weightScales(h, in)});
-    params.push_back({"down_qt", "workspace", ty({e, in, h}, f8)});
-    params.push_back({"down_scale_t", "workspace", weightScales(in, h)});
+    if (s.mx) {
+      params.push_back({"gate_qt", "workspace", ty({e, h, in}, f8)});
+      params.push_back({"gate_scale_t", "workspace", weightScales(h, in)});
+      params.push_back({"up_qt", "workspace", ty({e, h, in}, f8)});
+      params.push_back({"up_scale_t", "workspace", weightScales(h, in)});
+      params.push_back({"down_qt", "workspace", ty({e, in, h}, f8)});
+      params.push_back({"down_scale_t", "workspace", weightScales(in, h)});
+    } else if (!s.fp8WeightInputs) {
+      params.append(fp8TransposedWeights(tb.getContext(), s, "workspace"));
+    }
     for (StringRef name : {"d_gate", "d_up"}) {
       params.push_back({(name + "_q").str(), "workspace", ty({rc, in}, f8)});
       params.push_back(
@@ -656,7 +679,8 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
                                  buf["d_out_scale"], frame.tokens,
                                  /*offsets=*/Value());
     for (StringRef w : {"gate", "up", "down"})
-      mk::QuantizeWeightsOp::create(b, loc, buf[(w + "_weights").str()],
+      if (!s.fp8WeightInputs)
+        mk::QuantizeWeightsOp::create(b, loc, buf[(w + "_weights").str()],
                                     buf[(w + "_qt").str()],
                                     buf[(w + "_scale_t").str()],
                                     /*transposed=*/true);
@@ -737,6 +761,7 @@ LogicalResult mok::moe_to_mk::planBackward(ModuleOp module, func::FuncOp func,
   std::optional<StringRef> precision = grad.getPrecision();
   s.fp8 = precision == StringRef("fp8") || precision == StringRef("mxfp8");
   s.mx = precision == StringRef("mxfp8");
+  s.fp8WeightInputs = s.fp8 && !s.mx && options.fp8QuantizedWeights;
   SmallVector<StringRef> phases = backwardPhaseNames(grad, s);
   if (options.exchanges(grad.getPlanType()))
     return planBackwardEP(module, func, grad, options);

@@ -199,6 +199,11 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
       {"router_weights", "input", tensorType(layer.getRouterWeights())}};
   if (s.fp8WeightInputs) {
     params.append(fp8Weights("input", weights));
+    // A training forward also takes the transposed copies the backward's
+    // dgrads read (unread here): the context carries the inputs, so both
+    // kernels take the same ones.
+    if (layer.savesContext())
+      params.append(fp8TransposedWeights(tb.getContext(), s, "input"));
   } else {
     params.push_back({"gate_weights", "input",
                       tensorType(layer.getGateWeights()), routedWeights});

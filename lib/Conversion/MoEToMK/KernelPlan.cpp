@@ -71,6 +71,26 @@ TokenSize mok::moe_to_mk::callRowsOf(StringRef name, const Sizes &s) {
   return {};
 }
 
+SmallVector<Param> mok::moe_to_mk::fp8TransposedWeights(MLIRContext *ctx,
+                                                       const Sizes &s,
+                                                       StringRef role) {
+  Builder b(ctx);
+  Type f8 = b.getType<Float8E4M3FNType>(), f32 = b.getF32Type();
+  int64_t e = s.experts, h = s.hidden, in = s.inter;
+  auto weights = [&](int64_t rows, int64_t cols) {
+    return MemRefType::get({e, rows, cols}, f8);
+  };
+  auto scales = [&](int64_t rows, int64_t cols) {
+    return MemRefType::get({e, rows / 128, cols / 128}, f32);
+  };
+  return {{"gate_qt", role.str(), weights(h, in)},
+          {"gate_scale_t", role.str(), scales(h, in)},
+          {"up_qt", role.str(), weights(h, in)},
+          {"up_scale_t", role.str(), scales(h, in)},
+          {"down_qt", role.str(), weights(in, h)},
+          {"down_scale_t", role.str(), scales(in, h)}};
+}
+
 int64_t mok::moe_to_mk::slotCount(ArrayRef<TensorMapSpec> maps) {
   int64_t n = 0;
   for (const TensorMapSpec &m : maps)

@@ -390,6 +390,15 @@ template <typename LayerLike> Sizes sizesOf(LayerLike layer) {
 
 int64_t slotCount(mlir::ArrayRef<TensorMapSpec> maps);
 
+/// FP8 (f32 scales) training: the routed weights quantized transposed, as
+/// the backward's dgrads read them (K-major), with their scales:
+/// gate_qt and up_qt [E, H, I], down_qt [E, I, H], each with its
+/// `_scale_t` [E, rows / 128, cols / 128]; of role `role` (the backward's
+/// workspace, or the inputs of a layer given its quantized weights).
+mlir::SmallVector<Param> fp8TransposedWeights(mlir::MLIRContext *ctx,
+                                              const Sizes &s,
+                                              llvm::StringRef role);
+
 /// The kernel's description for the runtime, on the gpu.func.
 mlir::DictionaryAttr
 describeKernel(mlir::MLIRContext *ctx, mlir::ArrayRef<Param> params,

@@ -45,10 +45,11 @@ def _definition(c, a):
 
 def _arguments(c, a):
     """The layer's arguments for inputs `a` (the routed weights quantized
-    beforehand for a layer compiled with fp8_quantized_weights)."""
+    beforehand for a layer compiled with fp8_quantized_weights: a training
+    layer's in both layouts)."""
     if not c.get("fp8_quantized_weights"):
         return a
-    return torch_reference.quantized_weight_args(a)
+    return torch_reference.quantized_weight_args(a, training=bool(c.get("training")))
 
 
 def _rel(got, want):
@@ -350,7 +351,7 @@ def test_fp8_training_step_matches_its_definition(name):
     bf16 = torch_reference.backward(a, d_out, c["experts"], c.get("swiglu_limit"))
 
     def step():
-        out, ctx = layer.forward(**a)
+        out, ctx = layer.forward(**_arguments(c, a))
         if not c.get("main_grads"):
             return out, layer.backward(ctx, d_out)
         main = {n: torch.zeros(a[n].shape, dtype=torch.float32, device="cuda")
@@ -379,6 +380,39 @@ def test_fp8_training_step_matches_its_definition(name):
     assert torch.equal(out, out2)
     for n in want:
         assert torch.equal(grads[n], grads2[n]), f"{name}: d_{n} differs between steps"
+
+
+def test_fp8_training_with_quantized_weight_inputs_is_the_in_kernel_one():
+    """A training layer compiled with fp8_quantized_weights, called with
+    mok.ops.fp8_quantize's weights in both layouts: the forward's output
+    and every gradient bitwise its twin's, which quantizes the bf16 weights
+    in its kernels; the transposed copies the same as the twin's
+    backward's own."""
+    import torch
+    name = "train_fp8_shared_clamp_wgmma_given"
+    c = FP8_TRAIN_CASES[name]
+    given, itself = training_layer(name), training_layer(name[:-len("_given")])
+    names = given.arg_names
+    assert "gate_weights" not in names and {"gate_q", "gate_qt", "down_scale_t"} <= set(names)
+    gen = torch.Generator().manual_seed(fresh_seed())
+    a = torch_reference.make_inputs(c, gen)
+    d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
+    args = _arguments(c, a)
+    out, ctx = given.forward(**args)
+    grads = given.backward(ctx, d_out)
+    want_out, want_ctx = itself.forward(**a)
+    want = itself.backward(want_ctx, d_out)
+    torch.cuda.synchronize()
+    for w in ("gate", "up", "down"):
+        assert np.array_equal(args[w + "_qt"].view(torch.uint8).cpu().numpy(),
+                              _workspace(itself._backward, w + "_qt")), w
+        assert _same_scales(args[w + "_scale_t"].cpu().numpy(),
+                            _workspace(itself._backward, w + "_scale_t")), w
+    assert torch.equal(out, want_out), f"{_rel(_f64(out), _f64(want_out)):.3e} apart"
+    assert set(grads) == set(want)
+    for n in want:
+        assert torch.equal(grads[n], want[n]), \
+            f"d_{n}: {_rel(_f64(grads[n]), _f64(want[n])):.3e} apart"
 
 
 def test_fp8_backward_quantized_copies_are_bit_exact():

@@ -7,6 +7,7 @@
 // RUN: mok-opt %s --convert-moe-to-mk=warp-specialize=true | FileCheck %s --check-prefix=WS
 // RUN: not mok-opt %s --moe-generate-backward --convert-moe-to-mk=warp-specialize=true 2>&1 | FileCheck %s --check-prefix=WS-TRAIN
 // RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="tensor-cores=false" | FileCheck %s --check-prefix=BWD
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="tensor-cores=false fp8-quantized-weights=true" | FileCheck %s --check-prefix=GIVEN-TRAIN --implicit-check-not=mk.quantize_weights
 // RUN: sed -e 's/ep = 1/ep = 2/' -e 's/4x128x256/2x128x256/g' -e 's/4x256x128/2x256x128/g' %s | not mok-opt --convert-moe-to-mk="tensor-cores=false" 2>&1 | FileCheck %s --check-prefix=EP
 
 // The FP8 forward (precision = "fp8") on simt GEMMs: x's 1 x 128 blocks
@@ -116,6 +117,25 @@
 // BWD-NEXT: mk.gemm store %[[DUT]], %[[XT]] into %{{[^ ]*}} k_groups(%[[OFF]] : memref<5xi64>) k_counts(%{{[^ ]*}} : memref<4xi64>) scales(%[[DUTS]], %[[XTS]] :
 // BWD-NEXT: mk.grid_barrier
 // BWD-NEXT: mk.combine
+// Training with fp8-quantized-weights: both kernels take the routed
+// weights quantized in both layouts (mok.ops.fp8_quantize(w, True,
+// True)), the same inputs in the same order: the forward's GEMMs read the
+// normal one, the backward's dgrads the transposed one; no bf16 routed
+// weights, no weight quantizer in either kernel.
+// GIVEN-TRAIN-LABEL: gpu.func @fp8_layer_forward_forward(
+// GIVEN-TRAIN-SAME: %{{[^:]*}}: memref<40x2xf32>, %[[FGQ:[^:]*]]: memref<4x128x256xf8E4M3FN>, %{{[^:]*}}: memref<4x1x2xf32>, %{{[^:]*}}: memref<4x128x256xf8E4M3FN>, %{{[^:]*}}: memref<4x1x2xf32>, %{{[^:]*}}: memref<4x256x128xf8E4M3FN>, %{{[^:]*}}: memref<4x2x1xf32>, %{{[^:]*}}: memref<4x256x128xf8E4M3FN>, %{{[^:]*}}: memref<4x2x1xf32>, %{{[^:]*}}: memref<4x256x128xf8E4M3FN>, %{{[^:]*}}: memref<4x2x1xf32>, %{{[^:]*}}: memref<4x128x256xf8E4M3FN>, %{{[^:]*}}: memref<4x1x2xf32>, %{{[^:]*}}: memref<40x256xbf16>,
+// GIVEN-TRAIN-SAME: name = "gate_q", role = "input"
+// GIVEN-TRAIN-SAME: name = "gate_qt", role = "input"
+// GIVEN-TRAIN-SAME: name = "down_scale_t", role = "input"
+// GIVEN-TRAIN: mk.gemm swiglu %{{[^,]*}}, %[[FGQ]],
+// GIVEN-TRAIN-LABEL: gpu.func @fp8_layer_backward_backward(
+// GIVEN-TRAIN-SAME: %{{[^:]*}}: memref<40x2xf32>, %{{[^:]*}}: memref<4x128x256xf8E4M3FN>, %{{[^:]*}}: memref<4x1x2xf32>, %{{[^:]*}}: memref<4x128x256xf8E4M3FN>, %{{[^:]*}}: memref<4x1x2xf32>, %{{[^:]*}}: memref<4x256x128xf8E4M3FN>, %{{[^:]*}}: memref<4x2x1xf32>, %[[BGQT:[^:]*]]: memref<4x256x128xf8E4M3FN>, %[[BGST:[^:]*]]: memref<4x2x1xf32>, %[[BUQT:[^:]*]]: memref<4x256x128xf8E4M3FN>, %[[BUST:[^:]*]]: memref<4x2x1xf32>, %[[BDQT:[^:]*]]: memref<4x128x256xf8E4M3FN>, %[[BDST:[^:]*]]: memref<4x1x2xf32>, %{{[^:]*}}: memref<588x256xbf16>,
+// GIVEN-TRAIN-SAME: name = "gate_q", role = "input"
+// GIVEN-TRAIN-SAME: name = "gate_qt", role = "input"
+// GIVEN-TRAIN: mk.quantize_rows
+// GIVEN-TRAIN-NEXT: mk.quantize_columns
+// GIVEN-TRAIN: mk.gemm store %{{[^,]*}}, %[[BDQT]] into %{{.*}} scales(%{{[^,]*}}, %[[BDST]] :
+// GIVEN-TRAIN: mk.gemm store %{{[^,]*}}, %[[BGQT]], %[[BUQT]] into %{{.*}} scales(%{{[^,]*}}, %{{[^,]*}}, %[[BGST]], %[[BUST]] :
 // EP: error: convert-moe-to-mk: expert-parallel FP8 layers are not supported by the GPU targets yet; the CPU target runs them (--moe-to-cpu)
 func.func @fp8_layer(%x: tensor<40x256xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>, %wg: tensor<4x128x256xbf16>, %wu: tensor<4x128x256xbf16>, %wd: tensor<4x256x128xbf16>) -> tensor<40x256xbf16> {
   %out = moe.layer %x, %top, %rw, gate %wg, up %wu, down %wd
