@@ -794,6 +794,13 @@ class MoELayer(torch.nn.Module):
             elif fuse_main_grad and not artifact.main_grads:
                 raise ValueError("artifact: compiled without main_grads; fuse_main_grad=True "
                                  "needs one compiled with main_grads=True")
+            elif any(p.get("name") == "gate_q"
+                     for p in artifact.forward.metadata.get("params", ())):
+                raise ValueError("artifact: compiled with fp8_quantized_weights=True (its "
+                                 "kernels take the routed weights quantized); MoELayer holds "
+                                 "bf16 weights and does not quantize them yet: compile "
+                                 "without it, or call the mok.GpuTrainingLayer with "
+                                 "mok.ops.fp8_quantize's copies (docs/FP8.md)")
             if inference_artifact is not None:
                 _check_inference_artifact(inference_artifact, artifact)
             self.layer = _load(artifact, device, share_layer, comm)

@@ -415,6 +415,13 @@ def test_fuse_main_grad_picks_the_kernel_that_adds(monkeypatch):
     with pytest.raises(ValueError, match="artifact: compiled without main_grads"):
         mok.torch.MoELayer(spec, target="sm_90a", artifact=_training_artifact(),
                            accumulate_main_grad=True, fuse_main_grad=True)
+    # FP8 kernels that take their weights quantized (fp8_quantized_weights).
+    given = mok.GpuTrainingArtifact(
+        mok.GpuArtifact("// forward", {"function": "f_forward", "chip": "sm_90a", "params": [
+            {"name": "gate_q", "role": "input", "dtype": "f8e4m3", "shape": [4, 32, 64]}]}),
+        mok.GpuArtifact("// backward", {"function": "f_backward", "chip": "sm_90a"}))
+    with pytest.raises(ValueError, match="artifact: compiled with fp8_quantized_weights=True"):
+        mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=given)
     assert len(compiled) == 6
 
 
