@@ -160,29 +160,37 @@ FP8_BLOCK = 128
 
 def _quantize_blocks(w):
     """(values float8_e4m3fn, scales float32 [E, rows / 128, cols / 128])
-    of `w` [E, rows, cols], 128 x 128 blocks, f32 scales."""
+    of `w` [E, rows, cols], 128 x 128 blocks, f32 scales. Few passes over
+    the weight, on views of its own layout (no permuted copies): the block
+    maxima, the quotients, the codes."""
     e, rows, cols = w.shape
-    x = w.float().reshape(e, rows // FP8_BLOCK, FP8_BLOCK, cols // FP8_BLOCK, FP8_BLOCK)
-    x = x.permute(0, 1, 3, 2, 4)  # [E, row blocks, col blocks, 128, 128]
-    finite = torch.isfinite(x).all(dim=(-1, -2))
-    amax = torch.where(finite, x.abs().amax(dim=(-1, -2)), torch.zeros((), device=x.device))
+    b = FP8_BLOCK
+    x = w.view(e, rows // b, b, cols // b, b)  # block (i, j): x[:, i, :, j, :]
+    # amax = max |x| of a block, from its largest and smallest values (exact
+    # in bf16): NaN if it holds a NaN (amax and maximum propagate them),
+    # +inf if an infinity; finite otherwise.
+    amax = torch.maximum(x.amax(dim=(2, 4)), -x.amin(dim=(2, 4))).float()
+    finite = amax < float("inf")
     # s = f32(amax / 448) (an IEEE division), 1 for a block of zeros. The
     # divisor is a tensor: CUDA torch turns a division by a Python number
     # into a multiplication by its reciprocal, which can differ in the last
     # bit.
     s = torch.where(amax == 0, torch.ones_like(amax),
                     amax / torch.full_like(amax, _E4M3_MAX))
-    # E4M3(f32(x / s)): the quotient rounded once to f32, then to E4M3 to
-    # nearest even; clamped first, as torch's conversion gives NaN past 448
-    # where the definition saturates (a quotient at most a rounding above
-    # 448, which rounds to 448 either way).
-    q = (x / s[..., None, None]).clamp(-_E4M3_MAX, _E4M3_MAX)
+    # E4M3(f32(x / s)): the quotient of x (bf16, promoted exactly) and s
+    # rounded once to f32, then to E4M3 to nearest even; clamped first, as
+    # torch's conversion gives NaN past 448 where the definition saturates
+    # (a quotient at most a rounding above 448, which rounds to 448 either
+    # way).
+    q = x / s[:, :, None, :, None]
+    q.clamp_(-_E4M3_MAX, _E4M3_MAX)
     codes = q.to(torch.float8_e4m3fn).view(torch.uint8)
-    nan = (torch.signbit(x).to(torch.uint8) << 7) | 0x7F
-    codes = torch.where(finite[..., None, None], codes, nan)
+    del q
+    # A block that is not finite: 0x7F with each element's sign.
+    nan = (torch.signbit(x).view(torch.uint8) << 7) | 0x7F
+    codes = torch.where(finite[:, :, None, :, None], codes, nan)
     scales = torch.where(finite, s, torch.full_like(s, float("nan")))
-    codes = codes.permute(0, 1, 3, 2, 4).reshape(e, rows, cols)
-    return codes.view(torch.float8_e4m3fn), scales
+    return codes.view(torch.float8_e4m3fn).reshape(e, rows, cols), scales
 
 
 def fp8_quantize(weight, normal=True, transposed=False, *, out=None):
