@@ -794,7 +794,7 @@ class MoELayer(torch.nn.Module):
             elif fuse_main_grad and not artifact.main_grads:
                 raise ValueError("artifact: compiled without main_grads; fuse_main_grad=True "
                                  "needs one compiled with main_grads=True")
-            elif any(p.get("name") == "gate_q"
+            elif any(p.get("name") == "gate_q" and p.get("role") == "input"
                      for p in artifact.forward.metadata.get("params", ())):
                 raise ValueError("artifact: compiled with fp8_quantized_weights=True (its "
                                  "kernels take the routed weights quantized); MoELayer holds "
