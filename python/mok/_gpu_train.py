@@ -321,3 +321,82 @@ class GpuTrainingLayer:
             if name not in accumulated:
                 grads[name[len("d_"):]] = t
         return grads
+
+
+_ROUTED = ("gate", "up", "down")
+_QUANTIZED = tuple(w + s for w in _ROUTED for s in ("_q", "_scale", "_qt", "_scale_t"))
+
+
+class Fp8WeightsTrainingLayer(GpuTrainingLayer):
+    """A GpuTrainingLayer compiled with fp8_quantized_weights, called with
+    the bf16 routed weights like any other (its `arg_names` name
+    gate_weights, up_weights and down_weights, not their quantized forms):
+    it quantizes each in both layouts (mok.ops.fp8_quantize) into copies it
+    keeps, refreshed in place (the same addresses) when the weight has
+    changed since (its version counter, as an optimizer's in-place update
+    bumps it) and made anew for another storage. The forward's context
+    holds the bf16 weights; the backward reads the copies of the weights as
+    they are when it runs (unchanged since the forward under autograd: the
+    copies of the forward, not made again). mok.torch.MoELayer runs a layer
+    compiled with fp8_quantized_weights through this."""
+
+    def __init__(self, layer):
+        self._init(layer.artifact, layer._forward, layer._backward)
+        kernel = list(self.arg_names)
+        if "gate_q" not in kernel:
+            raise ValueError("layer: its kernels take the bf16 routed weights (compiled "
+                             "without fp8_quantized_weights)")
+        self.kernel_arg_names = kernel
+        self.arg_names = [n[:-len("_q")] + "_weights" if n in ("gate_q", "up_q", "down_q")
+                          else n for n in kernel if n not in _QUANTIZED or n.endswith("_q")]
+        self._copies = {}
+        by_name = {p["name"]: p for p in self._forward.inputs}
+        # The inputs' params as the bf16 names take them (T = 0's checks).
+        self.input_params = [
+            dict(by_name[n[:-len("_weights")] + "_q"], name=n, dtype="bf16")
+            if n[:-len("_weights")] in _ROUTED and n.endswith("_weights") else by_name[n]
+            for n in self.arg_names]
+
+    def quantized(self, name, weight):
+        """The copies (values, scales, values_t, scales_t) of routed weight
+        `name` (e.g. "gate_weights") for the bf16 tensor `weight`: made,
+        refreshed in place, or as they were."""
+        import mok.ops
+        where = (weight.data_ptr(), tuple(weight.shape), weight.device)
+        entry = self._copies.get(name)
+        if entry is None or entry[0] != where:
+            copies = mok.ops.fp8_quantize(weight, normal=True, transposed=True)
+            self._copies[name] = [where, weight._version, copies]
+        elif entry[1] != weight._version:
+            mok.ops.fp8_quantize(weight, normal=True, transposed=True, out=entry[2])
+            entry[1] = weight._version
+        return self._copies[name][2]
+
+    def _kernel_args(self, inputs):
+        args = {}
+        for n, v in inputs.items():
+            w = n[:-len("_weights")] if n.endswith("_weights") else None
+            if w in _ROUTED:
+                q, s, qt, st = self.quantized(n, v)
+                args.update({w + "_q": q, w + "_scale": s, w + "_qt": qt,
+                             w + "_scale_t": st})
+            else:
+                args[n] = v
+        return args
+
+    def forward(self, *args, **kwargs):
+        """Training forward: returns (output, Context), the context holding
+        the bf16 weights."""
+        inputs = self._bind(args, kwargs)
+        inputs = {n: inputs[n] for n in self._input_names() if n in inputs}
+        result = self._forward(**self._kernel_args(inputs))
+        out = result[self._forward.output["name"]]
+        saved = {n: result[n] for n in self.saved_names}
+        return out, Context(dict(inputs), saved, self._tokens(), self.bound_weights)
+
+    def backward(self, ctx, d_out, outputs=None, main_grads=None):
+        if not isinstance(ctx, Context):
+            raise TypeError(f"ctx: expected a mok.Context from forward(), got "
+                            f"{type(ctx).__name__}")
+        kernel_ctx = Context(self._kernel_args(ctx.inputs), ctx.saved, ctx.tokens, ctx.views)
+        return GpuTrainingLayer.backward(self, kernel_ctx, d_out, outputs, main_grads)

@@ -63,7 +63,7 @@ from torch.autograd.function import once_differentiable
 from ._comm import Communicator
 from ._compile import compile as _compile
 from ._gpu import GpuArtifact
-from ._gpu_train import GpuTrainingArtifact, GpuTrainingLayer
+from ._gpu_train import Fp8WeightsTrainingLayer, GpuTrainingArtifact, GpuTrainingLayer
 from ._layer import CompiledLayer
 from ._options import GPU_TARGETS
 from ._spec import LayerSpec
@@ -242,7 +242,10 @@ def _tokens(layer, x):
 
 def _kernel_inputs(layer):
     """The metadata params of a GPU layer's inputs (a GpuTrainingLayer's
-    forward kernel's), or None for a layer that has none."""
+    forward kernel's; the bf16 weights' of an Fp8WeightsTrainingLayer), or
+    None for a layer that has none."""
+    if isinstance(layer, Fp8WeightsTrainingLayer):
+        return layer.input_params
     inputs = getattr(getattr(layer, "_forward", layer), "inputs", None)
     return inputs if isinstance(inputs, list) else None
 
@@ -794,16 +797,19 @@ class MoELayer(torch.nn.Module):
             elif fuse_main_grad and not artifact.main_grads:
                 raise ValueError("artifact: compiled without main_grads; fuse_main_grad=True "
                                  "needs one compiled with main_grads=True")
-            elif any(p.get("name") == "gate_q" and p.get("role") == "input"
-                     for p in artifact.forward.metadata.get("params", ())):
-                raise ValueError("artifact: compiled with fp8_quantized_weights=True (its "
-                                 "kernels take the routed weights quantized); MoELayer holds "
-                                 "bf16 weights and does not quantize them yet: compile "
-                                 "without it, or call the mok.GpuTrainingLayer with "
-                                 "mok.ops.fp8_quantize's copies (docs/FP8.md)")
+            given = any(p.get("name") == "gate_q" and p.get("role") == "input"
+                        for p in artifact.forward.metadata.get("params", ()))
+            if given and inference_artifact is not None:
+                raise ValueError("inference_artifact: not with an artifact compiled with "
+                                 "fp8_quantized_weights=True (its no_grad forwards run the "
+                                 "training forward)")
             if inference_artifact is not None:
                 _check_inference_artifact(inference_artifact, artifact)
             self.layer = _load(artifact, device, share_layer, comm)
+            if given:
+                # (The bf16 parameters quantized by the layer's wrapper,
+                # its copies refreshed after each optimizer step.)
+                self.layer = Fp8WeightsTrainingLayer(self.layer)
             if inference_artifact is not None:
                 infer = _load(inference_artifact, device, share_layer, comm)
         self._layer_id = _register(self.layer, self.layer.arg_names)

@@ -1321,6 +1321,89 @@ def test_any_t_training_layer_sizes_its_context_for_the_call(any_t_training, mon
     assert not grads["gate_weights"].any() and not grads["shared_down_weights"].any()
 
 
+def test_fp8_weights_training_layer_quantizes_and_refreshes(monkeypatch, tmp_path_factory):
+    """Fp8WeightsTrainingLayer (mok.torch.MoELayer's wrapper of a training
+    layer compiled with fp8_quantized_weights): called with the bf16 routed
+    weights, both kernels get mok.ops.fp8_quantize's copies in both
+    layouts; the copies are reused while a weight is unchanged, refreshed
+    in place (same addresses, new values) after an in-place update, and
+    the backward gets the forward's; T = 0's checks name the bf16 weights."""
+    torch = pytest.importorskip("torch")
+    import mok.ops
+    from mok._gpu_train import Fp8WeightsTrainingLayer
+    spec = mok.LayerSpec(hidden=128, intermediate=128, experts=4, top_k=2, tokens=4,
+                         padding=128, precision="fp8")
+    try:
+        art = mok.compile(spec, target="sm_90a", training=True, fp8_quantized_weights=True,
+                          cache_dir=str(tmp_path_factory.mktemp("c")))
+    except ImportError as e:  # a GPU machine without the carried mok-compile
+        pytest.skip(str(e))
+    fwd, _ = _cpu_gpu_layer(art.forward.metadata, monkeypatch)
+    bwd, _ = _cpu_gpu_layer(art.backward.metadata, monkeypatch)
+    inner = object.__new__(mok.GpuTrainingLayer)
+    inner._init(art, fwd, bwd)
+    layer = Fp8WeightsTrainingLayer(inner)
+    assert layer.arg_names == ["x", "top_experts", "router_weights", "gate_weights",
+                               "up_weights", "down_weights"]
+    assert "gate_qt" in layer.kernel_arg_names
+    quantize, made = mok.ops.fp8_quantize, []
+
+    def counted(*a, **kw):
+        made.append(a[0].data_ptr())
+        return quantize(*a, **kw)
+    monkeypatch.setattr(mok.ops, "fp8_quantize", counted)
+    g = torch.Generator().manual_seed(3)
+    weights = {w: torch.randn(4, 128, 128, generator=g).to(torch.bfloat16)
+               for w in ("gate_weights", "up_weights", "down_weights")}
+    args = dict(x=torch.randn(4, 128, generator=g).to(torch.bfloat16),
+                top_experts=torch.zeros(4, 2, dtype=torch.int32),
+                router_weights=torch.ones(4, 2), **weights)
+    out, ctx = layer.forward(**args)
+    assert set(ctx.inputs) == set(args) and ctx.inputs["gate_weights"] is weights["gate_weights"]
+    (named, _, _), = fwd._layer.calls
+    assert "gate_weights" not in named
+    for w in ("gate", "up", "down"):
+        want = mok.ops.fp8_quantize(weights[w + "_weights"], True, True)
+        for suffix, t in zip(("_q", "_scale", "_qt", "_scale_t"), want):
+            got = named[w + suffix]
+            assert torch.equal(got.view(torch.uint8) if got.dtype == torch.float8_e4m3fn
+                               else got, t.view(torch.uint8)
+                               if t.dtype == torch.float8_e4m3fn else t), w + suffix
+    gate_q = named["gate_q"]
+    assert len(made) == 3 + 3  # (three by the layer, three by the check above)
+    del made[:]
+    layer.backward(ctx, torch.zeros(4, 128, dtype=torch.bfloat16))
+    (bnamed, _, _), = bwd._layer.calls
+    assert bnamed["gate_q"].data_ptr() == gate_q.data_ptr()
+    assert bnamed["gate_qt"].data_ptr() == named["gate_qt"].data_ptr()
+    assert "gate_weights" not in bnamed
+    # Unchanged: the same copies; updated in place: refreshed in place.
+    layer.forward(**args)
+    assert fwd._layer.calls[-1][0]["gate_q"].data_ptr() == gate_q.data_ptr()
+    assert made == []  # (the backward and the second forward: none made)
+    before = gate_q.view(torch.uint8).clone()
+    with torch.no_grad():
+        weights["gate_weights"].mul_(-1)
+    layer.forward(**args)
+    assert made == [weights["gate_weights"].data_ptr()]
+    again = fwd._layer.calls[-1][0]["gate_q"]
+    assert again.data_ptr() == gate_q.data_ptr() and not torch.equal(again.view(torch.uint8),
+                                                                      before)
+    want, _, _, _ = mok.ops.fp8_quantize(weights["gate_weights"])
+    assert torch.equal(again.view(torch.uint8), want.view(torch.uint8))
+    assert [p["name"] for p in layer.input_params] == layer.arg_names
+    assert layer.input_params[3]["dtype"] == "bf16"
+    assert layer.input_params[3]["shape"] == [4, 128, 128]
+    with pytest.raises(ValueError, match="compiled without fp8_quantized_weights"):
+        plain = mok.compile(spec, target="sm_90a", training=True,
+                            cache_dir=str(tmp_path_factory.mktemp("p")))
+        pf, _ = _cpu_gpu_layer(plain.forward.metadata, monkeypatch)
+        pb, _ = _cpu_gpu_layer(plain.backward.metadata, monkeypatch)
+        other = object.__new__(mok.GpuTrainingLayer)
+        other._init(plain, pf, pb)
+        Fp8WeightsTrainingLayer(other)
+
+
 def test_gpu_layer_takes_fp8_weight_inputs(monkeypatch, tmp_path_factory):
     """An FP8 layer compiled with fp8_quantized_weights: GpuLayer and the
     runtime take torch's float8_e4m3fn tensors (mok.ops.fp8_quantize's)

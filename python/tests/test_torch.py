@@ -420,8 +420,10 @@ def test_fuse_main_grad_picks_the_kernel_that_adds(monkeypatch):
         mok.GpuArtifact("// forward", {"function": "f_forward", "chip": "sm_90a", "params": [
             {"name": "gate_q", "role": "input", "dtype": "f8e4m3", "shape": [4, 32, 64]}]}),
         mok.GpuArtifact("// backward", {"function": "f_backward", "chip": "sm_90a"}))
-    with pytest.raises(ValueError, match="artifact: compiled with fp8_quantized_weights=True"):
-        mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=given)
+    with pytest.raises(ValueError, match="inference_artifact: not with an artifact compiled "
+                       "with fp8_quantized_weights=True"):
+        mok.torch.MoELayer(spec, target="sm_90a", device=0, artifact=given,
+                           inference_artifact=mok.GpuArtifact("// inference", {"function": "f"}))
     # (An FP8 layer that quantizes its weights itself has gate_q as a
     # workspace: accepted.)
     itself = mok.GpuTrainingArtifact(

@@ -539,3 +539,43 @@ def test_fp8_torch_module_trains_with_the_fp8_kernels():
     for n, w in want.items():
         err = _rel(_f64(got[n]), w)
         assert err <= REL, f"d_{n}: {err:.3e} from the FP8 definition"
+
+
+def test_fp8_torch_module_with_quantized_weight_inputs_refreshes_them():
+    """mok.torch.MoELayer on a training layer compiled with
+    fp8_quantized_weights: the module's bf16 parameters, quantized by the
+    layer's wrapper (both layouts) and refreshed after an optimizer step,
+    give bitwise the output and gradients of the module whose kernels
+    quantize the weights themselves, before and after the step."""
+    import torch
+    import mok.torch
+    from bench.cases import spec_kwargs
+    name = "train_fp8_shared_clamp_wgmma_given"
+    c = FP8_TRAIN_CASES[name]
+    spec = mok.LayerSpec(**spec_kwargs(c))
+    given = mok.torch.MoELayer(spec, target="sm_90a", artifact=training_artifact(name))
+    itself = mok.torch.MoELayer(spec, target="sm_90a",
+                                artifact=training_artifact(name[:-len("_given")]))
+    gen = torch.Generator().manual_seed(fresh_seed())
+    a = torch_reference.make_inputs(c, gen)
+    with torch.no_grad():
+        for n, p in given.named_parameters():
+            p.copy_(a[n])
+            getattr(itself, n).copy_(a[n])
+    d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
+    steps = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (given, itself)]
+    for step in range(2):
+        outs, grads = [], []
+        for m in (given, itself):
+            m.zero_grad()
+            out = m(a["x"], a["top_experts"], a["router_weights"])
+            out.backward(d_out)
+            outs.append(out)
+            grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
+        torch.cuda.synchronize()
+        assert torch.equal(outs[0], outs[1]), f"step {step}: the outputs differ"
+        for n in grads[1]:
+            assert torch.equal(grads[0][n], grads[1][n]), f"step {step}: d_{n} differs"
+        for opt in steps:
+            opt.step()
+    assert not torch.equal(given.gate_weights, torch.as_tensor(a["gate_weights"]))
