@@ -246,6 +246,10 @@ MX_CASES = {
     "mx_skewed": dict(tokens=160, hidden=384, intermediate=128, experts=8, top_k=2,
                       padding=32, routing="zipf", precision="mxfp8", tensor_cores=False),
 }
+# Given its weights quantized (mok.ops.mxfp8_quantize, the scales in atoms):
+# bitwise the layer that quantizes them itself.
+MX_CASES["mx_shared_clamp_given"] = dict(MX_CASES["mx_shared_clamp"],
+                                         fp8_quantized_weights=True)
 
 # FP8 training layers: the forward saving the bf16 context, and the
 # backward with every routed GEMM on operands quantized along its reduction
@@ -266,6 +270,7 @@ FP8_TRAIN_CASES = {
     # transposed and column blocks of 32 routed rows, E8M0 atoms).
     "train_mx_shared_clamp": dict(MX_CASES["mx_shared_clamp"], training=True),
     "train_mx_skewed": dict(MX_CASES["mx_skewed"], training=True, main_grads=True),
+    "train_mx_shared_clamp_given": dict(MX_CASES["mx_shared_clamp_given"], training=True),
 }
 
 SPEC_FIELDS = ("tokens", "hidden", "intermediate", "experts", "top_k", "padding",

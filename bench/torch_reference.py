@@ -50,19 +50,27 @@ def make_inputs(c, gen, tokens=None):
     return args
 
 
-def quantized_weight_args(a, training=False):
+def quantized_weight_args(a, training=False, precision="fp8"):
     """The arguments of an FP8 layer compiled with fp8_quantized_weights:
     the inputs `a` with the routed weights replaced by mok.ops.fp8_quantize's
-    values and scales (the normal layout; a training layer's also the
-    transposed one)."""
+    values and scales ("mxfp8": mok.ops.mxfp8_quantize's, the scales in
+    tcgen05's atoms) in the normal layout, and a training layer's in the
+    transposed one too."""
     import mok.ops
     routed = ("gate", "up", "down")
     args = {k: v for k, v in a.items() if k not in [w + "_weights" for w in routed]}
     for w in routed:
-        (args[w + "_q"], args[w + "_scale"], qt, st) = mok.ops.fp8_quantize(
-            a[w + "_weights"], normal=True, transposed=training)
+        if precision == "mxfp8":
+            v, s, vt, st = mok.ops.mxfp8_quantize(a[w + "_weights"], normal=True,
+                                                  transposed=training)
+            s = mok.ops.mxfp8_scale_atoms(s)
+            st = mok.ops.mxfp8_scale_atoms(st) if training else None
+        else:
+            v, s, vt, st = mok.ops.fp8_quantize(a[w + "_weights"], normal=True,
+                                                transposed=training)
+        args[w + "_q"], args[w + "_scale"] = v, s
         if training:
-            args[w + "_qt"], args[w + "_scale_t"] = qt, st
+            args[w + "_qt"], args[w + "_scale_t"] = vt, st
     return args
 
 

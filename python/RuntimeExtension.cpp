@@ -273,10 +273,12 @@ mok_tensor describe(const Array &a, const std::string &name) {
   else if (d.lanes == 1 && d.code == uint8_t(code::Float8_E4M3FN) &&
            d.bits == 8)
     t.dtype = MOK_DTYPE_F8E4M3;
+  else if (d.lanes == 1 && d.code == uint8_t(code::UInt) && d.bits == 8)
+    t.dtype = MOK_DTYPE_U8; // (MXFP8's E8M0 scale bytes)
   else
     invalid(name + ": unsupported dtype " + dtypeString(d) +
-            " (the runtime takes bfloat16, float32, int32, int64 and "
-            "float8_e4m3fn)");
+            " (the runtime takes bfloat16, float32, int32, int64, "
+            "float8_e4m3fn and uint8)");
   if (a.ndim() > MOK_MAX_RANK)
     invalid(name + ": rank " + std::to_string(a.ndim()) +
             "; the runtime takes at most " + std::to_string(MOK_MAX_RANK) +

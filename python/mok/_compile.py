@@ -85,9 +85,10 @@ def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_di
     if target != "cpu" and isinstance(layer, LayerSpec) and layer.precision != "bf16":
         _check_gpu_precision(layer, target, options)
     if (options.fp8_quantized_weights and isinstance(layer, LayerSpec)
-            and layer.precision != "fp8"):
+            and layer.precision not in ("fp8", "mxfp8")):
         raise ValueError(f"CompileOptions.fp8_quantized_weights: for FP8 layers "
-                         f"(LayerSpec.precision = 'fp8'), got precision {layer.precision!r}")
+                         f"(LayerSpec.precision = 'fp8' or 'mxfp8'), got precision "
+                         f"{layer.precision!r}")
     if target != "cpu" and isinstance(layer, LayerSpec) and layer.tokens == 0:
         raise ValueError(f"layer: LayerSpec.tokens = 0; a GPU target ({target}) compiles "
                          "its kernel for one token count of at least 1")

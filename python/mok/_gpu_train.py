@@ -331,7 +331,9 @@ class Fp8WeightsTrainingLayer(GpuTrainingLayer):
     """A GpuTrainingLayer compiled with fp8_quantized_weights, called with
     the bf16 routed weights like any other (its `arg_names` name
     gate_weights, up_weights and down_weights, not their quantized forms):
-    it quantizes each in both layouts (mok.ops.fp8_quantize) into copies it
+    it quantizes each in both layouts (mok.ops.fp8_quantize; MXFP8:
+    mok.ops.mxfp8_quantize, the scales in tcgen05's atoms by
+    mok.ops.mxfp8_scale_atoms) into copies it
     keeps, refreshed in place (the same addresses) when the weight has
     changed since (its version counter, as an optimizer's in-place update
     bumps it) and made anew for another storage. The forward's context
@@ -351,6 +353,7 @@ class Fp8WeightsTrainingLayer(GpuTrainingLayer):
                           else n for n in kernel if n not in _QUANTIZED or n.endswith("_q")]
         self._copies = {}
         by_name = {p["name"]: p for p in self._forward.inputs}
+        self._mx = by_name["gate_scale"]["dtype"] != "f32"
         # The inputs' params as the bf16 names take them (T = 0's checks).
         self.input_params = [
             dict(by_name[n[:-len("_weights")] + "_q"], name=n, dtype="bf16")
@@ -365,10 +368,20 @@ class Fp8WeightsTrainingLayer(GpuTrainingLayer):
         where = (weight.data_ptr(), tuple(weight.shape), weight.device)
         entry = self._copies.get(name)
         if entry is None or entry[0] != where:
-            copies = mok.ops.fp8_quantize(weight, normal=True, transposed=True)
-            self._copies[name] = [where, weight._version, copies]
+            if self._mx:  # (the scales as mxfp8_quantize gives them, and in atoms)
+                raw = mok.ops.mxfp8_quantize(weight, normal=True, transposed=True)
+                copies = (raw[0], mok.ops.mxfp8_scale_atoms(raw[1]), raw[2],
+                          mok.ops.mxfp8_scale_atoms(raw[3]))
+            else:
+                raw = copies = mok.ops.fp8_quantize(weight, normal=True, transposed=True)
+            self._copies[name] = [where, weight._version, copies, raw]
         elif entry[1] != weight._version:
-            mok.ops.fp8_quantize(weight, normal=True, transposed=True, out=entry[2])
+            if self._mx:
+                mok.ops.mxfp8_quantize(weight, normal=True, transposed=True, out=entry[3])
+                mok.ops.mxfp8_scale_atoms(entry[3][1], out=entry[2][1])
+                mok.ops.mxfp8_scale_atoms(entry[3][3], out=entry[2][3])
+            else:
+                mok.ops.fp8_quantize(weight, normal=True, transposed=True, out=entry[2])
             entry[1] = weight._version
         return self._copies[name][2]
 

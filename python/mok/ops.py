@@ -30,7 +30,7 @@ values_T, scales_T)`` and down as ``(values_T, scales_T)``.
 """
 import torch
 
-__all__ = ["fp8_quantize", "mxfp8_dequantize", "mxfp8_quantize"]
+__all__ = ["fp8_quantize", "mxfp8_dequantize", "mxfp8_quantize", "mxfp8_scale_atoms"]
 
 BLOCK = 32
 _E4M3_MAX = 448.0
@@ -153,6 +153,34 @@ def mxfp8_quantize(weight, normal=True, transposed=False, *, out=None):
         result += (_quantize_rows(weight.transpose(-1, -2).contiguous()) if transposed
                    else (None, None))
         return _into(out, result)
+
+
+def mxfp8_scale_atoms(scales, *, out=None):
+    """The E8M0 scales of mxfp8_quantize ([E, rows, cols / 32] uint8, one
+    byte a 32-block of a row) in tcgen05's scale-factor layout, as mok's
+    MXFP8 GPU layers compiled with fp8_quantized_weights take them: uint8
+    [E, rows / 128, cols / 128, 512], row r's byte of block j (of the 4 in
+    its 128 columns) at (r % 32) * 16 + (r % 128) // 32 * 4 + j of its
+    atom (rows and cols multiples of 128). `out`: a tensor of that shape
+    written in place and returned (device work only)."""
+    if (not isinstance(scales, torch.Tensor) or scales.dtype != torch.uint8
+            or scales.dim() != 3 or scales.shape[1] % 128 or scales.shape[2] % 4):
+        got = (f"{scales.dtype} of shape {list(scales.shape)}"
+               if isinstance(scales, torch.Tensor) else type(scales).__name__)
+        raise ValueError(f"scales: expected MXFP8 scales uint8 [E, rows, cols / 32] with rows "
+                         f"and cols multiples of 128, got {got}")
+    e, rows, blocks = scales.shape
+    # [E, rows/128, 4 (r % 128 // 32), 32 (r % 32), cols/128, 4 (j)] ->
+    # [E, rows/128, cols/128, 32, 4, 4]: byte (r % 32) * 16 + (r % 128 // 32) * 4 + j.
+    atoms = (scales.reshape(e, rows // 128, 4, 32, blocks // 4, 4)
+             .permute(0, 1, 4, 3, 2, 5).reshape(e, rows // 128, blocks // 4, 512))
+    if out is None:
+        return atoms.contiguous()
+    want = [e, rows // 128, blocks // 4, 512]
+    if (not isinstance(out, torch.Tensor) or out.dtype != torch.uint8
+            or list(out.shape) != want or out.device != scales.device):
+        raise ValueError(f"out: expected a uint8 tensor of shape {want} on {scales.device}")
+    return out.copy_(atoms)
 
 
 FP8_BLOCK = 128

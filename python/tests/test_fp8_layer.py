@@ -104,8 +104,10 @@ def test_fp8_refusals_name_what_is_missing():
                                          "cores needs a multiple of 128"):
         mok.compile(dataclasses.replace(mx, padding=32), target="sm_100a")
     with pytest.raises(ValueError, match="CompileOptions.fp8_quantized_weights: for FP8 layers "
-                                         r"\(LayerSpec.precision = 'fp8'\), got precision 'mxfp8'"):
-        mok.compile(mx, target="sm_100a", fp8_quantized_weights=True)
+                                         r"\(LayerSpec.precision = 'fp8' or 'mxfp8'\), got "
+                                         "precision 'bf16'"):
+        mok.compile(dataclasses.replace(mx, precision="bf16"), target="sm_100a",
+                    fp8_quantized_weights=True)
     fp8 = mok.LayerSpec(hidden=128, intermediate=128, experts=4, top_k=2, padding=128,
                         precision="fp8")
     with pytest.raises(ValueError, match=r"LayerSpec.precision = 'fp8' on sm_100a runs scalar "

@@ -723,6 +723,39 @@ def test_fp8_quantized_weights_are_inputs(tmp_path):
         mok.compile(SPEC, target="sm_90a", cache_dir=str(tmp_path), fp8_quantized_weights=True)
 
 
+@pytest.mark.parametrize("target,tensor_cores", [("sm_100a", True), ("sm_90a", False)])
+def test_mxfp8_layers_take_quantized_weights(tmp_path, target, tensor_cores):
+    """fp8_quantized_weights for "mxfp8" layers: the kernels take the routed
+    weights as E4M3 values and E8M0 scales in tcgen05's atoms
+    (mok.ops.mxfp8_quantize, then mok.ops.mxfp8_scale_atoms), a training
+    layer's both kernels both layouts; no weight quantizer in any kernel;
+    ptxas accepts them."""
+    spec = mok.LayerSpec(hidden=256, intermediate=128, experts=4, top_k=2, tokens=40,
+                         padding=128, shared_intermediate=128, precision="mxfp8")
+    infer = mok.compile(spec, target=target, tensor_cores=tensor_cores,
+                        fp8_quantized_weights=True, cache_dir=str(tmp_path))
+    inputs = {p["name"]: p for p in infer.metadata["params"] if p["role"] == "input"}
+    assert [n for n in inputs if n.startswith(("gate", "up", "down"))] == [
+        "gate_q", "gate_scale", "up_q", "up_scale", "down_q", "down_scale"]
+    assert inputs["gate_q"]["dtype"] == "f8e4m3" and inputs["gate_q"]["shape"] == [4, 128, 256]
+    assert inputs["gate_scale"]["dtype"] == "u8"
+    assert inputs["gate_scale"]["shape"] == [4, 1, 2, 512]
+    assert inputs["down_scale"]["shape"] == [4, 2, 1, 512]
+    assert "mk.quantize_weights" not in infer.stages["mk"]
+    _ptxas_accepts(infer.ptx, target, tmp_path)
+    train = mok.compile(spec, target=target, tensor_cores=tensor_cores, training=True,
+                        fp8_quantized_weights=True, cache_dir=str(tmp_path))
+    bwd = {p["name"]: p for p in train.backward.metadata["params"]}
+    assert bwd["gate_qt"]["role"] == "input" and bwd["gate_qt"]["shape"] == [4, 256, 128]
+    assert bwd["gate_scale_t"]["shape"] == [4, 2, 1, 512] and bwd["gate_scale_t"]["dtype"] == "u8"
+    assert bwd["down_scale_t"]["shape"] == [4, 1, 2, 512]
+    fwd = [p["name"] for p in train.forward.metadata["params"] if p["role"] == "input"]
+    assert all(bwd[n]["role"] == "input" for n in fwd)  # (the context's inputs)
+    for kernel in (train.forward, train.backward):
+        assert "mk.quantize_weights" not in kernel.stages["mk"]
+    _ptxas_accepts(train.backward.ptx, target, tmp_path)
+
+
 def test_fp8_training_takes_quantized_weights_in_both_layouts(tmp_path):
     """fp8_quantized_weights with training=True: both kernels take the
     routed weights quantized in both layouts (mok.ops.fp8_quantize(w, True,

@@ -272,8 +272,8 @@ def _check_case(meta, name, value):
     ("x", np.zeros((40, 64), np.float32), mok.MokRuntimeError,
      "x: expected dtype bf16, got f32 [40, 64]"),
     ("x", np.zeros((40, 64), np.uint16), mok.MokRuntimeError,
-     "x: unsupported dtype uint16 (the runtime takes bfloat16, float32, int32, int64 "
-     "and float8_e4m3fn)"),
+     "x: unsupported dtype uint16 (the runtime takes bfloat16, float32, int32, int64, "
+     "float8_e4m3fn and uint8)"),
     # FP8 (DLPack's float8_e4m3fn) is a runtime dtype, not this operand's.
     ("x", FakeArray(np.zeros((40, 64), np.uint8), "f8e4m3"), mok.MokRuntimeError,
      "x: expected dtype bf16, got f8e4m3 [40, 64]"),
@@ -1321,7 +1321,9 @@ def test_any_t_training_layer_sizes_its_context_for_the_call(any_t_training, mon
     assert not grads["gate_weights"].any() and not grads["shared_down_weights"].any()
 
 
-def test_fp8_weights_training_layer_quantizes_and_refreshes(monkeypatch, tmp_path_factory):
+@pytest.mark.parametrize("precision", ["fp8", "mxfp8"])
+def test_fp8_weights_training_layer_quantizes_and_refreshes(monkeypatch, tmp_path_factory,
+                                                            precision):
     """Fp8WeightsTrainingLayer (mok.torch.MoELayer's wrapper of a training
     layer compiled with fp8_quantized_weights): called with the bf16 routed
     weights, both kernels get mok.ops.fp8_quantize's copies in both
@@ -1332,10 +1334,17 @@ def test_fp8_weights_training_layer_quantizes_and_refreshes(monkeypatch, tmp_pat
     import mok.ops
     from mok._gpu_train import Fp8WeightsTrainingLayer
     spec = mok.LayerSpec(hidden=128, intermediate=128, experts=4, top_k=2, tokens=4,
-                         padding=128, precision="fp8")
+                         padding=128, precision=precision)
+    mx = precision == "mxfp8"
+    quantizer = mok.ops.mxfp8_quantize if mx else mok.ops.fp8_quantize
+
+    def expected(w):  # (values, scales, values_t, scales_t) as the kernels take them
+        v, s, vt, st = quantizer(w, True, True)
+        return ((v, mok.ops.mxfp8_scale_atoms(s), vt, mok.ops.mxfp8_scale_atoms(st)) if mx
+                else (v, s, vt, st))
     try:
         art = mok.compile(spec, target="sm_90a", training=True, fp8_quantized_weights=True,
-                          cache_dir=str(tmp_path_factory.mktemp("c")))
+                          tensor_cores=not mx, cache_dir=str(tmp_path_factory.mktemp("c")))
     except ImportError as e:  # a GPU machine without the carried mok-compile
         pytest.skip(str(e))
     fwd, _ = _cpu_gpu_layer(art.forward.metadata, monkeypatch)
@@ -1346,12 +1355,12 @@ def test_fp8_weights_training_layer_quantizes_and_refreshes(monkeypatch, tmp_pat
     assert layer.arg_names == ["x", "top_experts", "router_weights", "gate_weights",
                                "up_weights", "down_weights"]
     assert "gate_qt" in layer.kernel_arg_names
-    quantize, made = mok.ops.fp8_quantize, []
+    made = []
 
     def counted(*a, **kw):
         made.append(a[0].data_ptr())
-        return quantize(*a, **kw)
-    monkeypatch.setattr(mok.ops, "fp8_quantize", counted)
+        return quantizer(*a, **kw)
+    monkeypatch.setattr(mok.ops, "mxfp8_quantize" if mx else "fp8_quantize", counted)
     g = torch.Generator().manual_seed(3)
     weights = {w: torch.randn(4, 128, 128, generator=g).to(torch.bfloat16)
                for w in ("gate_weights", "up_weights", "down_weights")}
@@ -1363,14 +1372,14 @@ def test_fp8_weights_training_layer_quantizes_and_refreshes(monkeypatch, tmp_pat
     (named, _, _), = fwd._layer.calls
     assert "gate_weights" not in named
     for w in ("gate", "up", "down"):
-        want = mok.ops.fp8_quantize(weights[w + "_weights"], True, True)
+        want = expected(weights[w + "_weights"])
         for suffix, t in zip(("_q", "_scale", "_qt", "_scale_t"), want):
             got = named[w + suffix]
             assert torch.equal(got.view(torch.uint8) if got.dtype == torch.float8_e4m3fn
                                else got, t.view(torch.uint8)
                                if t.dtype == torch.float8_e4m3fn else t), w + suffix
     gate_q = named["gate_q"]
-    assert len(made) == 3 + 3  # (three by the layer, three by the check above)
+    assert len(made) == 3  # (by the layer; the check above calls the unpatched one)
     del made[:]
     layer.backward(ctx, torch.zeros(4, 128, dtype=torch.bfloat16))
     (bnamed, _, _), = bwd._layer.calls
@@ -1389,13 +1398,16 @@ def test_fp8_weights_training_layer_quantizes_and_refreshes(monkeypatch, tmp_pat
     again = fwd._layer.calls[-1][0]["gate_q"]
     assert again.data_ptr() == gate_q.data_ptr() and not torch.equal(again.view(torch.uint8),
                                                                       before)
-    want, _, _, _ = mok.ops.fp8_quantize(weights["gate_weights"])
-    assert torch.equal(again.view(torch.uint8), want.view(torch.uint8))
+    want = expected(weights["gate_weights"])
+    assert torch.equal(again.view(torch.uint8), want[0].view(torch.uint8))
+    scale = fwd._layer.calls[-1][0]["gate_scale_t"]
+    assert torch.equal(scale.view(torch.uint8) if mx else scale,
+                       want[3].view(torch.uint8) if mx else want[3])
     assert [p["name"] for p in layer.input_params] == layer.arg_names
     assert layer.input_params[3]["dtype"] == "bf16"
     assert layer.input_params[3]["shape"] == [4, 128, 128]
     with pytest.raises(ValueError, match="compiled without fp8_quantized_weights"):
-        plain = mok.compile(spec, target="sm_90a", training=True,
+        plain = mok.compile(spec, target="sm_90a", training=True, tensor_cores=not mx,
                             cache_dir=str(tmp_path_factory.mktemp("p")))
         pf, _ = _cpu_gpu_layer(plain.forward.metadata, monkeypatch)
         pb, _ = _cpu_gpu_layer(plain.backward.metadata, monkeypatch)

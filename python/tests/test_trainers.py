@@ -245,6 +245,33 @@ def test_mxfp8_quantize_is_bit_exact():
     assert mok.ops.mxfp8_quantize(w)[2:] == (None, None)
 
 
+def test_mxfp8_scale_atoms_is_tcgen05s_layout():
+    """mok.ops.mxfp8_scale_atoms: row r's scale of 32-block j of atom
+    column cb at byte (r % 32) * 16 + (r % 128) // 32 * 4 + j of atom
+    [r // 128, cb] (the layout mk.quantize_weights writes), in place with
+    out=; bad scales named."""
+    g = torch.Generator().manual_seed(SEED)
+    E, R, C = 2, 256, 384
+    scales = torch.randint(0, 256, (E, R, C // 32), generator=g, dtype=torch.uint8)
+    atoms = mok.ops.mxfp8_scale_atoms(scales)
+    assert atoms.dtype == torch.uint8 and list(atoms.shape) == [E, R // 128, C // 128, 512]
+    s, a = scales.numpy(), atoms.numpy()
+    for e in range(E):
+        for r in range(R):
+            for blk in range(C // 32):
+                cb, j = divmod(blk, 4)
+                byte = (r % 32) * 16 + (r % 128) // 32 * 4 + j
+                assert a[e, r // 128, cb, byte] == s[e, r, blk]
+    out = torch.empty_like(atoms)
+    assert mok.ops.mxfp8_scale_atoms(scales, out=out) is out and torch.equal(out, atoms)
+    with pytest.raises(ValueError, match=r"scales: expected MXFP8 scales uint8 \[E, rows, "
+                                         r"cols / 32\] with rows and cols multiples of 128, "
+                                         r"got torch.uint8 of shape \[2, 96, 12\]"):
+        mok.ops.mxfp8_scale_atoms(scales[:, :96])
+    with pytest.raises(ValueError, match=r"out: expected a uint8 tensor of shape \[2, 2, 3, 512\]"):
+        mok.ops.mxfp8_scale_atoms(scales, out=out[:1])
+
+
 def test_mxfp8_quantize_errors_are_named():
     w = torch.zeros(2, 64, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"weight: expected a bf16 tensor \[E, rows, cols\], "

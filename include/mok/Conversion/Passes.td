@@ -239,11 +239,14 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
            "maps get 128-row boxes). Refused where not implemented">,
     Option<"fp8QuantizedWeights", "fp8-quantized-weights", "bool",
            /*default=*/"false",
-           "FP8 layers (precision = \"fp8\"): the kernel takes the routed "
-           "weights quantized, as inputs gate_q, gate_scale, up_q, "
-           "up_scale, down_q and down_scale (mok.ops.fp8_quantize's "
-           "normal layout, refreshed by the caller when the weights "
-           "change), instead of quantizing the bf16 weights at every "
+           "FP8 layers (precision = \"fp8\" or \"mxfp8\"): the kernels "
+           "take the routed weights quantized, as inputs gate_q, "
+           "gate_scale, up_q, up_scale, down_q and down_scale (the normal "
+           "layout of mok.ops.fp8_quantize, or of mok.ops.mxfp8_quantize "
+           "with its scales in tcgen05's atoms), and for training also "
+           "the transposed layout, gate_qt, gate_scale_t, ... "
+           "down_scale_t, refreshed by the caller when the weights "
+           "change, instead of quantizing the bf16 weights at every "
            "call">,
     Option<"selfExchange", "self-exchange", "bool", /*default=*/"false",
            "Plan ep = 1 layers as one rank of an expert-parallel group: "

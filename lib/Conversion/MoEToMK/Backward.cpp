@@ -449,9 +449,11 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   // transposed one).
   if (s.fp8WeightInputs) {
     Type f8 = tb.getType<Float8E4M3FNType>();
+    Type e8 = tb.getType<Float8E8M0FNUType>();
     int64_t e = s.experts, h = s.hidden, in = s.inter;
     auto scales = [&](int64_t rows, int64_t cols) {
-      return ty({e, rows / 128, cols / 128}, f32);
+      return s.mx ? ty({e, (rows + 127) / 128, cols / 128, 512}, e8)
+                  : ty({e, rows / 128, cols / 128}, f32);
     };
     params.append({{"gate_q", "input", ty({e, in, h}, f8)},
                    {"gate_scale", "input", scales(in, h)},
@@ -526,18 +528,14 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
     int64_t e = s.experts, h = s.hidden, in = s.inter, w = s.scaleWidth();
     int64_t padded = (rc + 127) / 128 * 128;
     // Scales of a matrix [rows, cols] blocked along cols: f32 [cols/128,
-    // S] (row blocks, `rowScales`) or [rows/128, cols/128] (weights), or
-    // MXFP8's E8M0 atoms [ceil(rows/128), cols/128, 512] for both.
+    // S] (row blocks, `rowScales`), or MXFP8's E8M0 atoms [ceil(rows/128),
+    // cols/128, 512]. (The weights': fp8TransposedWeights.)
     auto atoms = [&](SmallVector<int64_t> lead, int64_t rows, int64_t cols) {
       lead.append({(rows + 127) / 128, cols / 128, 512});
       return ty(lead, e8);
     };
     auto rowScales = [&](int64_t rows, int64_t cols, int64_t width) {
       return s.mx ? atoms({}, rows, cols) : ty({cols / 128, width}, f32);
-    };
-    auto weightScales = [&](int64_t rows, int64_t cols) {
-      return s.mx ? atoms({e}, rows, cols)
-                  : ty({e, rows / 128, cols / 128}, f32);
     };
     // (MXFP8: d_out's routed bf16 rows are quantized, not its token rows
     // dispatched quantized: the scale atoms hold 128 routed rows.)
@@ -549,16 +547,8 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
     params.push_back({"routed_d_out_q", "workspace", ty({rc, h}, f8)});
     params.push_back(
         {"routed_d_out_scale", "workspace", rowScales(rc, h, w)});
-    if (s.mx) {
-      params.push_back({"gate_qt", "workspace", ty({e, h, in}, f8)});
-      params.push_back({"gate_scale_t", "workspace", weightScales(h, in)});
-      params.push_back({"up_qt", "workspace", ty({e, h, in}, f8)});
-      params.push_back({"up_scale_t", "workspace", weightScales(h, in)});
-      params.push_back({"down_qt", "workspace", ty({e, in, h}, f8)});
-      params.push_back({"down_scale_t", "workspace", weightScales(in, h)});
-    } else if (!s.fp8WeightInputs) {
+    if (!s.fp8WeightInputs)
       params.append(fp8TransposedWeights(tb.getContext(), s, "workspace"));
-    }
     for (StringRef name : {"d_gate", "d_up"}) {
       params.push_back({(name + "_q").str(), "workspace", ty({rc, in}, f8)});
       params.push_back(
@@ -761,7 +751,7 @@ LogicalResult mok::moe_to_mk::planBackward(ModuleOp module, func::FuncOp func,
   std::optional<StringRef> precision = grad.getPrecision();
   s.fp8 = precision == StringRef("fp8") || precision == StringRef("mxfp8");
   s.mx = precision == StringRef("mxfp8");
-  s.fp8WeightInputs = s.fp8 && !s.mx && options.fp8QuantizedWeights;
+  s.fp8WeightInputs = s.fp8 && options.fp8QuantizedWeights;
   SmallVector<StringRef> phases = backwardPhaseNames(grad, s);
   if (options.exchanges(grad.getPlanType()))
     return planBackwardEP(module, func, grad, options);

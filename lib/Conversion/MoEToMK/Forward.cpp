@@ -490,7 +490,7 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
   std::optional<StringRef> precision = layer.getPrecision();
   s.fp8 = precision == StringRef("fp8") || precision == StringRef("mxfp8");
   s.mx = precision == StringRef("mxfp8");
-  s.fp8WeightInputs = s.fp8 && !s.mx && options.fp8QuantizedWeights;
+  s.fp8WeightInputs = s.fp8 && options.fp8QuantizedWeights;
   // (MXFP8's scale atoms hold 128 routed rows: the routed rows are
   // quantized after the dispatch.)
   s.fp8GatherQuantized = s.fp8 && !s.mx && !layer.savesContext();

@@ -76,12 +76,14 @@ SmallVector<Param> mok::moe_to_mk::fp8TransposedWeights(MLIRContext *ctx,
                                                        StringRef role) {
   Builder b(ctx);
   Type f8 = b.getType<Float8E4M3FNType>(), f32 = b.getF32Type();
+  Type e8 = b.getType<Float8E8M0FNUType>();
   int64_t e = s.experts, h = s.hidden, in = s.inter;
   auto weights = [&](int64_t rows, int64_t cols) {
     return MemRefType::get({e, rows, cols}, f8);
   };
   auto scales = [&](int64_t rows, int64_t cols) {
-    return MemRefType::get({e, rows / 128, cols / 128}, f32);
+    return s.mx ? MemRefType::get({e, (rows + 127) / 128, cols / 128, 512}, e8)
+                : MemRefType::get({e, rows / 128, cols / 128}, f32);
   };
   return {{"gate_qt", role.str(), weights(h, in)},
           {"gate_scale_t", role.str(), scales(h, in)},

@@ -390,11 +390,12 @@ template <typename LayerLike> Sizes sizesOf(LayerLike layer) {
 
 int64_t slotCount(mlir::ArrayRef<TensorMapSpec> maps);
 
-/// FP8 (f32 scales) training: the routed weights quantized transposed, as
-/// the backward's dgrads read them (K-major), with their scales:
-/// gate_qt and up_qt [E, H, I], down_qt [E, I, H], each with its
-/// `_scale_t` [E, rows / 128, cols / 128]; of role `role` (the backward's
-/// workspace, or the inputs of a layer given its quantized weights).
+/// FP8 training: the routed weights quantized transposed, as the
+/// backward's dgrads read them (K-major), with their scales: gate_qt and
+/// up_qt [E, H, I], down_qt [E, I, H], each with its `_scale_t` (f32 [E,
+/// rows / 128, cols / 128], or MXFP8's E8M0 atoms [E, ceil(rows / 128),
+/// cols / 128, 512]); of role `role` (the backward's workspace, or the
+/// inputs of a layer given its quantized weights).
 mlir::SmallVector<Param> fp8TransposedWeights(mlir::MLIRContext *ctx,
                                               const Sizes &s,
                                               llvm::StringRef role);

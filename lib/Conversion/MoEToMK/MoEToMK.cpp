@@ -100,12 +100,10 @@ struct ConvertMoEToMKPass
                                        : cast<LayerGradOp>(op).getPlanType();
       // FP8 on the GPU: the "fp8" layers, forward and backward; every
       // other FP8 form is refused by name.
-      if (fp8QuantizedWeights && precision != StringRef("fp8") &&
-          !isa<LayerGradOp>(op)) {
+      if (fp8QuantizedWeights && !precision && !isa<LayerGradOp>(op)) {
         op->emitError() << "convert-moe-to-mk: fp8-quantized-weights is for "
-                           "FP8 layers (precision = \"fp8\"); this layer's "
-                           "precision is \""
-                        << precision.value_or("bf16") << "\"";
+                           "FP8 layers (precision = \"fp8\" or \"mxfp8\"); "
+                           "this layer's precision is \"bf16\"";
         return WalkResult::interrupt();
       }
       bool mx = precision == StringRef("mxfp8");

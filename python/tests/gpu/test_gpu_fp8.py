@@ -49,7 +49,8 @@ def _arguments(c, a):
     layer's in both layouts)."""
     if not c.get("fp8_quantized_weights"):
         return a
-    return torch_reference.quantized_weight_args(a, training=bool(c.get("training")))
+    return torch_reference.quantized_weight_args(a, training=bool(c.get("training")),
+                                                 precision=c["precision"])
 
 
 def _rel(got, want):
@@ -179,7 +180,8 @@ def _from_atoms(atoms, rows):
     return picked.reshape(*lead, row_atoms * 128, col_atoms * 4)[..., :rows, :]
 
 
-@pytest.mark.parametrize("name", list(MX_CASES))
+@pytest.mark.parametrize("name", [n for n, c in MX_CASES.items()
+                                  if not c.get("fp8_quantized_weights")])
 def test_mxfp8_quantized_copies_are_bit_exact(name):
     """The MX quantizers on the GPU (mk.quantize_rows and
     mk.quantize_weights with E8M0 scales) against the NumPy model of
@@ -294,13 +296,22 @@ def test_fp8_producer_matches_its_twin(name):
     assert _rel(_f64(out), _f64(want)) <= 1e-5, report
 
 
-@pytest.mark.parametrize("name", [n for n in FP8_CASES if n.endswith("_given")])
+def _same_weight_scales(c, got, want):
+    """f32 scales bit for bit, or MXFP8's atom bytes."""
+    if c["precision"] == "mxfp8":
+        return np.array_equal(np.asarray(got).view(np.uint8), np.asarray(want).view(np.uint8))
+    return _same_scales(got, want)
+
+
+@pytest.mark.parametrize("name", [n for n in list(FP8_CASES) + list(MX_CASES)
+                                  if n.endswith("_given")])
 def test_fp8_quantized_weight_inputs_are_the_in_kernel_ones(name):
     """fp8_quantized_weights: the layer called with mok.ops.fp8_quantize's
-    weights gives bitwise the output of its twin that quantizes the bf16
-    weights itself, the same quantized weights in both."""
+    weights (MXFP8: mok.ops.mxfp8_quantize's, the scales in atoms) gives
+    bitwise the output of its twin that quantizes the bf16 weights itself,
+    the same quantized weights in both."""
     import torch
-    c = FP8_CASES[name]
+    c = FP8_CASES.get(name) or MX_CASES[name]
     given, itself = forward_layer(name), forward_layer(name[:-len("_given")])
     assert "gate_weights" not in [p["name"] for p in given.inputs]
     gen = torch.Generator().manual_seed(fresh_seed())
@@ -313,8 +324,8 @@ def test_fp8_quantized_weight_inputs_are_the_in_kernel_ones(name):
     for w in ("gate", "up", "down"):
         assert np.array_equal(args[w + "_q"].view(torch.uint8).cpu().numpy(),
                               _workspace(itself, w + "_q")), w
-        assert _same_scales(args[w + "_scale"].cpu().numpy(),
-                            _workspace(itself, w + "_scale")), w
+        assert _same_weight_scales(c, args[w + "_scale"].cpu().numpy(),
+                                   _workspace(itself, w + "_scale")), w
     assert torch.equal(out, want), f"{_rel(_f64(out), _f64(want)):.3e} apart"
     for w in ("gate", "up", "down"):
         assert np.array_equal(_workspace(itself, w + "_q"),
@@ -382,14 +393,15 @@ def test_fp8_training_step_matches_its_definition(name):
         assert torch.equal(grads[n], grads2[n]), f"{name}: d_{n} differs between steps"
 
 
-def test_fp8_training_with_quantized_weight_inputs_is_the_in_kernel_one():
+@pytest.mark.parametrize("name", [n for n in FP8_TRAIN_CASES if n.endswith("_given")])
+def test_fp8_training_with_quantized_weight_inputs_is_the_in_kernel_one(name):
     """A training layer compiled with fp8_quantized_weights, called with
-    mok.ops.fp8_quantize's weights in both layouts: the forward's output
+    mok.ops.fp8_quantize's weights in both layouts (MXFP8:
+    mok.ops.mxfp8_quantize's, the scales in atoms): the forward's output
     and every gradient bitwise its twin's, which quantizes the bf16 weights
     in its kernels; the transposed copies the same as the twin's
     backward's own."""
     import torch
-    name = "train_fp8_shared_clamp_wgmma_given"
     c = FP8_TRAIN_CASES[name]
     given, itself = training_layer(name), training_layer(name[:-len("_given")])
     names = given.arg_names
@@ -406,8 +418,8 @@ def test_fp8_training_with_quantized_weight_inputs_is_the_in_kernel_one():
     for w in ("gate", "up", "down"):
         assert np.array_equal(args[w + "_qt"].view(torch.uint8).cpu().numpy(),
                               _workspace(itself._backward, w + "_qt")), w
-        assert _same_scales(args[w + "_scale_t"].cpu().numpy(),
-                            _workspace(itself._backward, w + "_scale_t")), w
+        assert _same_weight_scales(c, args[w + "_scale_t"].cpu().numpy(),
+                                   _workspace(itself._backward, w + "_scale_t")), w
     assert torch.equal(out, want_out), f"{_rel(_f64(out), _f64(want_out)):.3e} apart"
     assert set(grads) == set(want)
     for n in want:

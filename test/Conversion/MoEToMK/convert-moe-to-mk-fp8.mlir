@@ -73,7 +73,7 @@
 // GIVEN: mk.gather
 // GIVEN-NEXT: mk.grid_barrier
 // GIVEN-NEXT: mk.gemm swiglu %{{[^,]*}}, %[[GQ]], %{{.*}} scales(%{{[^,]*}}, %[[GS]],
-// GIVEN-BF16: error: convert-moe-to-mk: fp8-quantized-weights is for FP8 layers (precision = "fp8"); this layer's precision is "bf16"
+// GIVEN-BF16: error: convert-moe-to-mk: fp8-quantized-weights is for FP8 layers (precision = "fp8" or "mxfp8"); this layer's precision is "bf16"
 // TC: error: convert-moe-to-mk: FP8 layers (precision = "fp8") on sm_100a run on scalar GEMMs only so far: compile them with tensor-cores=false (tcgen05's block-scaled FP8 is not implemented yet)
 // With warp-specialize the routed GEMMs take a producer warpgroup, the
 // registers moving to the two consumers; the training kernels refuse it.
