@@ -154,7 +154,8 @@ def training_ab(args):
             d_out.zero_()
         leaves = torch_leaves(a)
         # ("-fp8w": mok's layers take the routed weights quantized.)
-        call = quantized_weight_args(a, training=True) if s.get("fp8_quantized_weights") else a
+        call = (quantized_weight_args(a, training=True, precision=s["precision"])
+                if s.get("fp8_quantized_weights") else a)
         layers = {n: mok.GpuTrainingArtifact.from_files(os.path.join(d, shape + "-train")).load()
                   for n, d in variants}
         times = {n: [] for n in list(layers) + ["torch"]}

@@ -70,9 +70,12 @@ def torch_step(a, d_out, leaves):
 def weight_quantization_ms(a, call, iters=5):
     """Median ms of refreshing the quantized routed weights of `call` (both
     layouts, in place) from the bf16 ones of `a` with mok.ops.fp8_quantize:
-    what a trainer does once per optimizer step for a layer compiled with
-    fp8_quantized_weights (not part of the timed step)."""
+    what a trainer does once per optimizer step for an "fp8" layer compiled
+    with fp8_quantized_weights (not part of the timed step)."""
     import mok.ops
+    if call["gate_scale"].dtype != torch.float32:
+        raise ValueError("weight_quantization_ms: times the \"fp8\" refresh "
+                         "(mok.ops.fp8_quantize) only")
     times = []
     for _ in range(iters + 1):
         e = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
@@ -193,7 +196,7 @@ def main():
         # apart).
         call, extra = a, {}
         if s.get("fp8_quantized_weights"):
-            call = quantized_weight_args(a, training=True)
+            call = quantized_weight_args(a, training=True, precision=s["precision"])
             extra["weights_quantize_ms"] = weight_quantization_ms(a, call)
         errors = {}
         if not args.no_check:

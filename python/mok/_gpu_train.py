@@ -336,11 +336,16 @@ class Fp8WeightsTrainingLayer(GpuTrainingLayer):
     mok.ops.mxfp8_scale_atoms) into copies it
     keeps, refreshed in place (the same addresses) when the weight has
     changed since (its version counter, as an optimizer's in-place update
-    bumps it) and made anew for another storage. The forward's context
+    bumps it) and made anew for another storage. A write the version
+    counter does not see (through `param.data`, as mixed-precision
+    optimizers copy their fp32 master weights back; a CUDA graph replaying
+    the forward) needs `refresh_weights()` after it. The forward's context
     holds the bf16 weights; the backward reads the copies of the weights as
     they are when it runs (unchanged since the forward under autograd: the
-    copies of the forward, not made again). mok.torch.MoELayer runs a layer
-    compiled with fp8_quantized_weights through this."""
+    copies of the forward, not made again). The copies are made outside
+    inference mode, so that a first call under torch.inference_mode() does
+    not leave copies that cannot be refreshed. mok.torch.MoELayer runs a
+    layer compiled with fp8_quantized_weights through this."""
 
     def __init__(self, layer):
         self._init(layer.artifact, layer._forward, layer._backward)
@@ -360,29 +365,54 @@ class Fp8WeightsTrainingLayer(GpuTrainingLayer):
             if n[:-len("_weights")] in _ROUTED and n.endswith("_weights") else by_name[n]
             for n in self.arg_names]
 
+    def refresh_weights(self):
+        """Makes the next forward quantize every routed weight again (in
+        place, the copies keeping their addresses), whatever its version
+        counter says: after writes it does not see (through `.data`)."""
+        for entry in self._copies.values():
+            entry[1] = None
+
+    def bind_weights(self, name, weights):
+        raise TypeError(f"{name}: this layer takes its routed weights quantized "
+                        "(compiled with fp8_quantized_weights) and quantizes the bf16 "
+                        "ones it is called with; it binds no weight views")
+
+    def bind_fc1(self, fc1):
+        self.bind_weights("gate_weights, up_weights", fc1)
+
     def quantized(self, name, weight):
         """The copies (values, scales, values_t, scales_t) of routed weight
         `name` (e.g. "gate_weights") for the bf16 tensor `weight`: made,
         refreshed in place, or as they were."""
         import mok.ops
+        torch = self.torch
+        want = next(p for p in self.input_params if p["name"] == name)
+        if (not isinstance(weight, torch.Tensor) or weight.dtype != torch.bfloat16
+                or list(weight.shape) != want["shape"] or weight.device != self.device):
+            got = (f"{weight.dtype} of shape {list(weight.shape)} on {weight.device}"
+                   if isinstance(weight, torch.Tensor) else type(weight).__name__)
+            raise ValueError(f"{name}: expected a torch.bfloat16 tensor of shape "
+                             f"{want['shape']} on {self.device}, got {got}")
         where = (weight.data_ptr(), tuple(weight.shape), weight.device)
         entry = self._copies.get(name)
-        if entry is None or entry[0] != where:
-            if self._mx:  # (the scales as mxfp8_quantize gives them, and in atoms)
-                raw = mok.ops.mxfp8_quantize(weight, normal=True, transposed=True)
-                copies = (raw[0], mok.ops.mxfp8_scale_atoms(raw[1]), raw[2],
-                          mok.ops.mxfp8_scale_atoms(raw[3]))
-            else:
-                raw = copies = mok.ops.fp8_quantize(weight, normal=True, transposed=True)
-            self._copies[name] = [where, weight._version, copies, raw]
-        elif entry[1] != weight._version:
-            if self._mx:
-                mok.ops.mxfp8_quantize(weight, normal=True, transposed=True, out=entry[3])
-                mok.ops.mxfp8_scale_atoms(entry[3][1], out=entry[2][1])
-                mok.ops.mxfp8_scale_atoms(entry[3][3], out=entry[2][3])
-            else:
-                mok.ops.fp8_quantize(weight, normal=True, transposed=True, out=entry[2])
-            entry[1] = weight._version
+        with torch.inference_mode(False):
+            if entry is None or entry[0] != where:
+                if self._mx:  # (the scales as mxfp8_quantize gives them, and in atoms)
+                    raw = mok.ops.mxfp8_quantize(weight, normal=True, transposed=True)
+                    copies = (raw[0], mok.ops.mxfp8_scale_atoms(raw[1]), raw[2],
+                              mok.ops.mxfp8_scale_atoms(raw[3]))
+                else:
+                    raw, copies = None, mok.ops.fp8_quantize(weight, normal=True,
+                                                             transposed=True)
+                self._copies[name] = [where, weight._version, copies, raw]
+            elif entry[1] != weight._version:
+                if self._mx:
+                    mok.ops.mxfp8_quantize(weight, normal=True, transposed=True, out=entry[3])
+                    mok.ops.mxfp8_scale_atoms(entry[3][1], out=entry[2][1])
+                    mok.ops.mxfp8_scale_atoms(entry[3][3], out=entry[2][3])
+                else:
+                    mok.ops.fp8_quantize(weight, normal=True, transposed=True, out=entry[2])
+                entry[1] = weight._version
         return self._copies[name][2]
 
     def _kernel_args(self, inputs):

@@ -76,16 +76,19 @@ class CompileOptions:
         hanging, and the call raises MokRuntimeError (status
         MOK_ERROR_TIMEOUT) naming the barrier and the CTAs that arrived.
     fp8_quantized_weights: GPU targets, FP8 layers (LayerSpec.precision =
-        "fp8"): the kernel takes the routed weights quantized, as inputs
-        gate_q, gate_scale, up_q, up_scale, down_q and down_scale (the
-        normal layout of mok.ops.fp8_quantize, which the caller refreshes
-        when the weights change), instead of the bf16 weights it would
-        quantize at every call. With training=True both kernels take
-        both layouts (mok.ops.fp8_quantize(w, normal=True,
-        transposed=True)): also gate_qt, gate_scale_t, up_qt,
-        up_scale_t, down_qt and down_scale_t, which the backward's
-        dgrads read; the weights' gradients are still returned (or added
-        into main_grads) for the bf16 weights.
+        "fp8" or "mxfp8"): the kernel takes the routed weights quantized,
+        as inputs gate_q, gate_scale, up_q, up_scale, down_q and
+        down_scale (the normal layout of mok.ops.fp8_quantize; for
+        "mxfp8" of mok.ops.mxfp8_quantize, its uint8 scales through
+        mok.ops.mxfp8_scale_atoms), which the caller refreshes when the
+        weights change, instead of the bf16 weights it would quantize at
+        every call. With training=True both kernels take both layouts
+        (quantize(w, normal=True, transposed=True)): also gate_qt,
+        gate_scale_t, up_qt, up_scale_t, down_qt and down_scale_t, which
+        the backward's dgrads read; the weights' gradients are still
+        returned (or added into main_grads) for the bf16 weights.
+        mok.torch.MoELayer takes such a training artifact and quantizes
+        its bf16 parameters itself.
     self_exchange: GPU targets, for testing the exchange on one GPU: a
         layer of ep = 1 is compiled as the one rank of an expert-parallel
         group, its routes crossing its own symmetric buffer; it runs bound

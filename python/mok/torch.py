@@ -883,6 +883,17 @@ class MoELayer(torch.nn.Module):
         return torch.ops.mok.moe_forward(self._layer_id, x, top_experts, router_weights,
                                          weights, list(main_grads.values()))[0]
 
+    def refresh_quantized_weights(self):
+        """A layer compiled with fp8_quantized_weights: quantize the routed
+        weights again on the next forward (their copies keep their
+        addresses). The copies follow each parameter's version counter,
+        which an optimizer's in-place step bumps; call this after writes
+        it does not see (through `param.data`, as a mixed-precision
+        optimizer's copy of its fp32 master weights back into the bf16
+        parameters). Other layers: nothing to do."""
+        if isinstance(self.layer, Fp8WeightsTrainingLayer):
+            self.layer.refresh_weights()
+
     def extra_repr(self):
         s = self.spec
         return (f"hidden={s.hidden}, intermediate={s.intermediate}, experts={s.experts}, "

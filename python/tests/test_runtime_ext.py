@@ -1403,6 +1403,32 @@ def test_fp8_weights_training_layer_quantizes_and_refreshes(monkeypatch, tmp_pat
     scale = fwd._layer.calls[-1][0]["gate_scale_t"]
     assert torch.equal(scale.view(torch.uint8) if mx else scale,
                        want[3].view(torch.uint8) if mx else want[3])
+    # A write the version counter misses (through .data): refresh_weights.
+    weights["gate_weights"].data.mul_(-1)
+    layer.forward(**args)
+    assert made == [weights["gate_weights"].data_ptr()]
+    layer.refresh_weights()
+    layer.forward(**args)
+    assert sorted(made) == sorted([weights["gate_weights"].data_ptr()] +
+                                  [w.data_ptr() for w in weights.values()])
+    assert torch.equal(fwd._layer.calls[-1][0]["gate_q"].view(torch.uint8),
+                       before if not mx else expected(weights["gate_weights"])[0]
+                       .view(torch.uint8))
+    # Copies first made under inference mode still refresh in place.
+    fresh = Fp8WeightsTrainingLayer(inner)
+    with torch.inference_mode():
+        fresh.forward(**args)
+    with torch.no_grad():
+        weights["up_weights"].mul_(2)
+    fresh.forward(**args)
+    # Arguments named as the caller passes them.
+    with pytest.raises(ValueError, match=r"gate_weights: expected a torch.bfloat16 tensor "
+                                         r"of shape \[4, 128, 128\] on cpu, got "
+                                         r"torch.float32"):
+        layer.forward(**dict(args, gate_weights=weights["gate_weights"].float()))
+    with pytest.raises(TypeError, match="gate_weights: this layer takes its routed weights "
+                                        "quantized"):
+        layer.bind_weights("gate_weights", weights["gate_weights"])
     assert [p["name"] for p in layer.input_params] == layer.arg_names
     assert layer.input_params[3]["dtype"] == "bf16"
     assert layer.input_params[3]["shape"] == [4, 128, 128]

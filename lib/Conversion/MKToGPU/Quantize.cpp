@@ -91,14 +91,14 @@ private:
 
   // Tiles of 128 rows x 32 columns, quantized down their columns and
   // stored transposed (mk.quantize_columns, transposed weights). Lane l
-  // holds the tile's rows 16 (l / 4) + i, i < 16, 8 columns from 8 (l %
-  // 4) on: each of its 16-byte loads reads 8 row pieces of 64 bytes
+  // holds the tile's rows 16 (l % 8) + i, i < 16, 8 columns from 8 (l /
+  // 8) on: each of its 16-byte loads reads 8 row pieces of 64 bytes
   // across the warp, all 16 in flight at once, and each of its columns'
-  // 16 codes is one 16-byte store of 16 consecutive rows of the
-  // transposed matrix. The tile is read once: it stays in registers (64
-  // a lane) from the column maxima to the codes.
+  // 16 codes is one 16-byte store: 16 consecutive elements of a row of
+  // the transposed matrix. The tile is read once: it stays in registers
+  // (64 a lane) from the column maxima to the codes.
   /// The lane's 16 row pieces (8 bf16 each): row i's from `rowPtr(i)`,
-  /// zero where `valid(i)` is false (a null Value: always valid).
+  /// zero where `valid(i)` is false (a null `valid`: always valid).
   SmallVector<Value, 16> loadPieces(function_ref<Value(int64_t)> rowPtr,
                                     function_ref<Value(int64_t)> valid);
   /// Element j of a piece as f32.
@@ -196,7 +196,7 @@ SmallVector<Value, 8> QuantizeLowering::columnMaxima(ArrayRef<Value> pieces) {
     for (int64_t j = 0; j < 8; ++j)
       amax[j] = e.maxf(
           amax[j], math::AbsFOp::create(e.b, e.loc, pieceElement(piece, j)));
-  // The 8 lanes of the same columns: lane bits 2, 3 and 4.
+  // The 8 lanes of the same columns: lane bits 0, 1 and 2 (l % 8).
   for (Value &m : amax)
     m = lanesMax(m, {1, 2, 4});
   return amax;

@@ -530,12 +530,11 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
     // Scales of a matrix [rows, cols] blocked along cols: f32 [cols/128,
     // S] (row blocks, `rowScales`), or MXFP8's E8M0 atoms [ceil(rows/128),
     // cols/128, 512]. (The weights': fp8TransposedWeights.)
-    auto atoms = [&](SmallVector<int64_t> lead, int64_t rows, int64_t cols) {
-      lead.append({(rows + 127) / 128, cols / 128, 512});
-      return ty(lead, e8);
+    auto atoms = [&](int64_t rows, int64_t cols) {
+      return ty({(rows + 127) / 128, cols / 128, 512}, e8);
     };
     auto rowScales = [&](int64_t rows, int64_t cols, int64_t width) {
-      return s.mx ? atoms({}, rows, cols) : ty({cols / 128, width}, f32);
+      return s.mx ? atoms(rows, cols) : ty({cols / 128, width}, f32);
     };
     // (MXFP8: d_out's routed bf16 rows are quantized, not its token rows
     // dispatched quantized: the scale atoms hold 128 routed rows.)
@@ -562,7 +561,7 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
       params.push_back(
           {(name + "_t").str(), "workspace", ty({cols, padded}, f8)});
       params.push_back({(name + "_t_scale").str(), "workspace",
-                        s.mx ? atoms({}, cols, padded)
+                        s.mx ? atoms(cols, padded)
                              : ty({padded / 128, cols}, f32)});
     }
   }

@@ -98,8 +98,8 @@ struct ConvertMoEToMKPass
                            : cast<LayerGradOp>(op).getPrecision();
       PlanType plan = isa<LayerOp>(op) ? cast<LayerOp>(op).getPlanType()
                                        : cast<LayerGradOp>(op).getPlanType();
-      // FP8 on the GPU: the "fp8" layers, forward and backward; every
-      // other FP8 form is refused by name.
+      // fp8-quantized-weights is for FP8 layers (a bf16 layer is refused
+      // at its moe.layer, which a moe.layer_grad comes with).
       if (fp8QuantizedWeights && !precision && !isa<LayerGradOp>(op)) {
         op->emitError() << "convert-moe-to-mk: fp8-quantized-weights is for "
                            "FP8 layers (precision = \"fp8\" or \"mxfp8\"); "
