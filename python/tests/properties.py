@@ -109,7 +109,7 @@ _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _NAME = ctypes.c_char_p(b"dltensor")
 # DLPack (code, bits) of the runtime's dtypes.
-DTYPES = {"bf16": (4, 16), "f32": (2, 32), "i32": (0, 32), "i64": (0, 64)}
+DTYPES = {"bf16": (4, 16), "f32": (2, 32), "i32": (0, 32), "i64": (0, 64), "u8": (1, 8)}
 CPU, CUDA0 = (1, 0), (2, 0)
 
 

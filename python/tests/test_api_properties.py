@@ -647,7 +647,8 @@ RT_INPUTS = ["x", "top_experts", "router_weights"]
 RT_EXTRA = ["gate", "d_router_weights"]
 _RT_PARAMS = {p["name"]: p for p in RT_META["params"]}
 # DLPack dtypes the runtime refuses (code, bits, lanes), and wrong ones it takes.
-_BAD_DLPACK = [(0, 8, 1), (1, 8, 1), (1, 16, 1), (2, 16, 1), (2, 64, 1), (5, 64, 1),
+# (uint8, (1, 8, 1), is a runtime dtype: MXFP8's scale bytes.)
+_BAD_DLPACK = [(0, 8, 1), (1, 16, 1), (2, 16, 1), (2, 64, 1), (5, 64, 1),
                (6, 8, 1), (4, 16, 2), (2, 32, 4), (0, 16, 1), (1, 32, 1), (9, 32, 1)]
 
 
@@ -965,8 +966,9 @@ def test_weight_views_arguments():
             expect(label, lambda: rt.weights_split_fc1(odd, "fc1"),
                    ["fc1: a fused FC1"], (mok.MokRuntimeError,))
         elif kind == "type":
+            # (bytes export a uint8 buffer of rank 1)
             expect(label, lambda: rt.weights_from_tensor(g.choice(WRONG_TYPES), "w"),
-                   ["w: expected a DLPack array", "w: unsupported dtype"],
+                   ["w: expected a DLPack array", "w: unsupported dtype", "w: expected rank"],
                    (TypeError, mok.MokRuntimeError))
         elif kind == "per-expert-shape":
             arrays = [np.zeros((rows, cols), np.float32) for _ in range(e)]
