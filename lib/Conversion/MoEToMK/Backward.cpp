@@ -448,20 +448,8 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   // both layouts (the forward reads the normal one, the dgrads here the
   // transposed one).
   if (s.fp8WeightInputs) {
-    Type f8 = tb.getType<Float8E4M3FNType>();
-    Type e8 = tb.getType<Float8E8M0FNUType>();
-    int64_t e = s.experts, h = s.hidden, in = s.inter;
-    auto scales = [&](int64_t rows, int64_t cols) {
-      return s.mx ? ty({e, (rows + 127) / 128, cols / 128, 512}, e8)
-                  : ty({e, rows / 128, cols / 128}, f32);
-    };
-    params.append({{"gate_q", "input", ty({e, in, h}, f8)},
-                   {"gate_scale", "input", scales(in, h)},
-                   {"up_q", "input", ty({e, in, h}, f8)},
-                   {"up_scale", "input", scales(in, h)},
-                   {"down_q", "input", ty({e, h, in}, f8)},
-                   {"down_scale", "input", scales(h, in)}});
-    params.append(fp8TransposedWeights(tb.getContext(), s, "input"));
+    params.append(fp8Weights(tb.getContext(), s, "input", false));
+    params.append(fp8Weights(tb.getContext(), s, "input", true));
   }
   static const StringRef savedNames[] = {
       "routed_x",    "gate",      "up",           "hidden",
@@ -529,7 +517,7 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
     int64_t padded = (rc + 127) / 128 * 128;
     // Scales of a matrix [rows, cols] blocked along cols: f32 [cols/128,
     // S] (row blocks, `rowScales`), or MXFP8's E8M0 atoms [ceil(rows/128),
-    // cols/128, 512]. (The weights': fp8TransposedWeights.)
+    // cols/128, 512]. (The weights': fp8Weights.)
     auto atoms = [&](int64_t rows, int64_t cols) {
       return ty({(rows + 127) / 128, cols / 128, 512}, e8);
     };
@@ -547,7 +535,7 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
     params.push_back(
         {"routed_d_out_scale", "workspace", rowScales(rc, h, w)});
     if (!s.fp8WeightInputs)
-      params.append(fp8TransposedWeights(tb.getContext(), s, "workspace"));
+      params.append(fp8Weights(tb.getContext(), s, "workspace", true));
     for (StringRef name : {"d_gate", "d_up"}) {
       params.push_back({(name + "_q").str(), "workspace", ty({rc, in}, f8)});
       params.push_back(

@@ -174,36 +174,18 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   int64_t rc = s.routedCapacity();
   Type f8 = tb.getType<Float8E4M3FNType>(), f32 = tb.getF32Type();
   Type e8 = tb.getType<Float8E8M0FNUType>();
-  int64_t e = s.experts, h = s.hidden, in = s.inter;
-  // The block scales of a [rows, cols] operand (after `lead`): f32 [lead,
-  // rows/128, cols/128] weight blocks, or MXFP8's E8M0 atoms [lead,
-  // ceil(rows/128), cols/128, 512].
-  auto weightScales = [&](int64_t rows, int64_t cols) {
-    return s.mx ? ty({e, (rows + 127) / 128, cols / 128, 512}, e8)
-                : ty({e, rows / 128, cols / 128}, f32);
-  };
-  // FP8: the quantized routed weights and their scales, the kernel's
-  // inputs or its workspace.
-  auto fp8Weights = [&](StringRef role, StringRef access) {
-    return SmallVector<Param>{
-        {"gate_q", role.str(), ty({e, in, h}, f8), access.str()},
-        {"gate_scale", role.str(), weightScales(in, h)},
-        {"up_q", role.str(), ty({e, in, h}, f8), access.str()},
-        {"up_scale", role.str(), weightScales(in, h)},
-        {"down_q", role.str(), ty({e, h, in}, f8), access.str()},
-        {"down_scale", role.str(), weightScales(h, in)}};
-  };
+  int64_t h = s.hidden, in = s.inter;
   SmallVector<Param> params = {
       {"x", "input", tensorType(layer.getX())},
       {"top_experts", "input", tensorType(layer.getTopExperts())},
       {"router_weights", "input", tensorType(layer.getRouterWeights())}};
   if (s.fp8WeightInputs) {
-    params.append(fp8Weights("input", weights));
+    params.append(fp8Weights(tb.getContext(), s, "input", false, weights));
     // A training forward also takes the transposed copies the backward's
     // dgrads read (unread here): the context carries the inputs, so both
     // kernels take the same ones.
     if (layer.savesContext())
-      params.append(fp8TransposedWeights(tb.getContext(), s, "input"));
+      params.append(fp8Weights(tb.getContext(), s, "input", true));
   } else {
     params.push_back({"gate_weights", "input",
                       tensorType(layer.getGateWeights()), routedWeights});
@@ -251,7 +233,7 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   if (s.fp8) {
     int64_t w = s.scaleWidth();
     if (!s.fp8WeightInputs)
-      params.append(fp8Weights("workspace", "pointer"));
+      params.append(fp8Weights(tb.getContext(), s, "workspace", false));
     if (s.fp8GatherQuantized) {
       params.push_back({"x_q", "workspace", ty({s.tokens, h}, f8)});
       params.push_back(

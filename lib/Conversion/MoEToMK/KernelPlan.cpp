@@ -71,9 +71,9 @@ TokenSize mok::moe_to_mk::callRowsOf(StringRef name, const Sizes &s) {
   return {};
 }
 
-SmallVector<Param> mok::moe_to_mk::fp8TransposedWeights(MLIRContext *ctx,
-                                                       const Sizes &s,
-                                                       StringRef role) {
+SmallVector<Param> mok::moe_to_mk::fp8Weights(MLIRContext *ctx, const Sizes &s,
+                                              StringRef role, bool transposed,
+                                              StringRef access) {
   Builder b(ctx);
   Type f8 = b.getType<Float8E4M3FNType>(), f32 = b.getF32Type();
   Type e8 = b.getType<Float8E8M0FNUType>();
@@ -85,12 +85,20 @@ SmallVector<Param> mok::moe_to_mk::fp8TransposedWeights(MLIRContext *ctx,
     return s.mx ? MemRefType::get({e, (rows + 127) / 128, cols / 128, 512}, e8)
                 : MemRefType::get({e, rows / 128, cols / 128}, f32);
   };
-  return {{"gate_qt", role.str(), weights(h, in)},
-          {"gate_scale_t", role.str(), scales(h, in)},
-          {"up_qt", role.str(), weights(h, in)},
-          {"up_scale_t", role.str(), scales(h, in)},
-          {"down_qt", role.str(), weights(in, h)},
-          {"down_scale_t", role.str(), scales(in, h)}};
+  // gate and up [I, H] and down [H, I], or their transposes.
+  int64_t gateRows = transposed ? h : in, gateCols = transposed ? in : h;
+  std::string q = transposed ? "_qt" : "_q";
+  std::string scale = transposed ? "_scale_t" : "_scale";
+  SmallVector<Param> params;
+  for (StringRef w : {"gate", "up", "down"}) {
+    bool down = w == "down";
+    int64_t rows = down ? gateCols : gateRows,
+            cols = down ? gateRows : gateCols;
+    params.push_back(
+        {w.str() + q, role.str(), weights(rows, cols), access.str()});
+    params.push_back({w.str() + scale, role.str(), scales(rows, cols)});
+  }
+  return params;
 }
 
 int64_t mok::moe_to_mk::slotCount(ArrayRef<TensorMapSpec> maps) {

@@ -390,15 +390,17 @@ template <typename LayerLike> Sizes sizesOf(LayerLike layer) {
 
 int64_t slotCount(mlir::ArrayRef<TensorMapSpec> maps);
 
-/// FP8 training: the routed weights quantized transposed, as the
-/// backward's dgrads read them (K-major), with their scales: gate_qt and
-/// up_qt [E, H, I], down_qt [E, I, H], each with its `_scale_t` (f32 [E,
-/// rows / 128, cols / 128], or MXFP8's E8M0 atoms [E, ceil(rows / 128),
-/// cols / 128, 512]); of role `role` (the backward's workspace, or the
-/// inputs of a layer given its quantized weights).
-mlir::SmallVector<Param> fp8TransposedWeights(mlir::MLIRContext *ctx,
-                                              const Sizes &s,
-                                              llvm::StringRef role);
+/// FP8: the routed weights quantized, with their scales (f32 [E, rows /
+/// 128, cols / 128], or MXFP8's E8M0 atoms [E, ceil(rows / 128), cols /
+/// 128, 512]), as params of role `role` (a kernel's inputs, given the
+/// weights quantized, or its workspace). The normal layout, which the
+/// forward's GEMMs read: gate_q and up_q [E, I, H], down_q [E, H, I],
+/// each with its `_scale` (the values' `access` as given); or
+/// (`transposed`) the layout the backward's dgrads read (K-major): gate_qt
+/// and up_qt [E, H, I], down_qt [E, I, H], each with its `_scale_t`.
+mlir::SmallVector<Param> fp8Weights(mlir::MLIRContext *ctx, const Sizes &s,
+                                    llvm::StringRef role, bool transposed,
+                                    llvm::StringRef access = "pointer");
 
 /// The kernel's description for the runtime, on the gpu.func.
 mlir::DictionaryAttr
