@@ -84,10 +84,13 @@ private:
   void store16Codes(ArrayRef<Value> codes, Value values, Value offset);
   /// The warp's NaN-propagating maximum of `v` (a fixed butterfly: every
   /// lane gets the same value).
-  Value warpMax(Value v);
+  Value warpMax(Value v) { return lanesMax(v, {16, 8, 4, 2, 1}); }
   /// The maximum of `v` over the lanes that differ from this one only in
   /// the lane-index bits of `masks` (xor butterflies).
   Value lanesMax(Value v, ArrayRef<int64_t> masks);
+  /// max(acc, |x|) over `xs`, NaN-propagating (amax is NaN for a block
+  /// with a NaN, +inf for one with an infinity).
+  Value absMax(Value acc, ArrayRef<Value> xs);
 
   // Tiles of 128 rows x 32 columns, quantized down their columns and
   // stored transposed (mk.quantize_columns, transposed weights). Lane l
@@ -138,18 +141,10 @@ static Value packCodes(OpBuilder &b, Location loc, ArrayRef<Value> codes) {
   return packed;
 }
 
-Value QuantizeLowering::warpMax(Value v) {
-  OpBuilder &b = e.b;
-  Location loc = e.loc;
-  Value width = arith::ConstantIntOp::create(b, loc, 32, 32);
-  for (int64_t d = 16; d >= 1; d /= 2) {
-    Value off = arith::ConstantIntOp::create(b, loc, d, 32);
-    Value other =
-        gpu::ShuffleOp::create(b, loc, v, off, width, gpu::ShuffleMode::XOR)
-            .getResult(0);
-    v = e.maxf(v, other); // arith.maximumf: NaN if either is
-  }
-  return v;
+Value QuantizeLowering::absMax(Value acc, ArrayRef<Value> xs) {
+  for (Value x : xs) // (arith.maximumf: NaN if either is)
+    acc = e.maxf(acc, math::AbsFOp::create(e.b, e.loc, x));
+  return acc;
 }
 
 Value QuantizeLowering::lanesMax(Value v, ArrayRef<int64_t> masks) {
@@ -192,10 +187,11 @@ Value QuantizeLowering::pieceElement(Value piece, int64_t j) {
 
 SmallVector<Value, 8> QuantizeLowering::columnMaxima(ArrayRef<Value> pieces) {
   SmallVector<Value, 8> amax(8, e.f32(0.0f));
-  for (Value piece : pieces)
+  for (Value piece : pieces) {
+    SmallVector<Value> xs = unpack8(piece);
     for (int64_t j = 0; j < 8; ++j)
-      amax[j] = e.maxf(
-          amax[j], math::AbsFOp::create(e.b, e.loc, pieceElement(piece, j)));
+      amax[j] = absMax(amax[j], xs[j]);
+  }
   // The 8 lanes of the same columns: lane bits 0, 1 and 2 (l % 8).
   for (Value &m : amax)
     m = lanesMax(m, {1, 2, 4});
@@ -548,14 +544,10 @@ void QuantizeLowering::lower(mk::QuantizeRowsOp op) {
             xs8.push_back(load16(v8, at(srcBase, flat.back())));
           }
           for (int64_t u = 0; u < kBlocksPerStep / 2; ++u) {
-            SmallVector<Value> x;
-            Value amax = e.f32(0.0f);
-            for (int64_t j = 0; j < 8; ++j) {
-              x.push_back(pieceElement(xs8[u], j));
-              amax = e.maxf(amax, math::AbsFOp::create(e.b, e.loc, x.back()));
-            }
+            SmallVector<Value> x = unpack8(xs8[u]);
             // The half-warp's 16 lanes: lane bits 0 to 3.
-            Scale scale = scaleOf(lanesMax(amax, {1, 2, 4, 8}));
+            Scale scale =
+                scaleOf(lanesMax(absMax(e.f32(0.0f), x), {1, 2, 4, 8}));
             e.ifThen(valid[u], [&] {
               store8Codes(codesOf(x, scale),
                           at(valuesBase, flat[u], /*elementBytes=*/1));
@@ -577,13 +569,9 @@ void QuantizeLowering::lower(mk::QuantizeRowsOp op) {
         return SmallVector<Value>{r, e.add(c0, e.index(32 * j))};
       };
       SmallVector<Value, 4> xs;
-      Value amax = e.f32(0.0f);
-      for (int64_t j = 0; j < 4; ++j) {
+      for (int64_t j = 0; j < 4; ++j)
         xs.push_back(e.loadF32(src, at(j)));
-        amax = e.maxf(amax, math::AbsFOp::create(e.b, e.loc, xs.back()));
-      }
-      // amax is NaN for a block with a NaN, +inf for one with an infinity.
-      Scale scale = scaleOf(warpMax(amax));
+      Scale scale = scaleOf(warpMax(absMax(e.f32(0.0f), xs)));
       storeCodes(codesOf(xs, scale), values, at);
       e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)), [&] {
         e.store(scale.stored, scales, {blk, r});
@@ -800,11 +788,6 @@ void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
       for (int64_t j = 0; j < 4; ++j)
         xs.push_back(e.loadF32(src, elementAt(row, j)));
       return xs;
-    };
-    auto absMax = [&](Value acc, ArrayRef<Value> xs) {
-      for (Value v : xs)
-        acc = e.maxf(acc, math::AbsFOp::create(e.b, e.loc, v));
-      return acc;
     };
     Value amax =
         vector ? e.fold(e.index(0), e.index(64), e.index(kUnroll), e.f32(0.0f),

@@ -56,9 +56,9 @@
 // CHECK: %[[B0:.*]] = arith.muli %[[B]], %c128
 // CHECK: %[[C0:.*]] = arith.addi %[[B0]], %[[LANE]]
 // CHECK: memref.load %[[X]][%[[R]], %{{.*}}]
+// CHECK-COUNT-3: memref.load %[[X]]
 // CHECK: math.absf
 // CHECK: arith.maximumf
-// CHECK-COUNT-3: memref.load %[[X]]
 // CHECK: gpu.shuffle  xor %{{.*}}, %c16_i32
 // CHECK: gpu.shuffle  xor %{{.*}}, %c1_i32
 // CHECK: %[[AMAX:.*]] = arith.maximumf
