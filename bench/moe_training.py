@@ -14,7 +14,7 @@ FLOPs = 3 x the forward's, 18 (T k + T_shared) H I. Also the forward and
 the backward alone (one call at a time), and with
 <artifacts>/<shape>-train-profile, both kernels' phases. A shape that
 takes its weights quantized ("-fp8w", fp8_quantized_weights) runs on
-mok.ops.fp8_quantize's copies made once, as a trainer refreshes them once
+mok.ops.fp8_kernel_weights' copies made once, as a trainer refreshes them once
 per optimizer step; that refresh is timed apart (weights_quantize_ms).
 Writes <out>/moe_training.json and .png; prints the tables last.
 
@@ -67,23 +67,22 @@ def torch_step(a, d_out, leaves):
     out.backward(d_out)
 
 
-def weight_quantization_ms(a, call, iters=5):
+def weight_quantization_ms(a, call, precision, iters=5):
     """Median ms of refreshing the quantized routed weights of `call` (both
-    layouts, in place) from the bf16 ones of `a` with mok.ops.fp8_quantize:
-    what a trainer does once per optimizer step for an "fp8" layer compiled
-    with fp8_quantized_weights (not part of the timed step)."""
+    layouts, in place) from the bf16 ones of `a` with
+    mok.ops.fp8_kernel_weights: what a trainer does once per optimizer step
+    for a layer compiled with fp8_quantized_weights (not part of the timed
+    step)."""
     import mok.ops
-    if call["gate_scale"].dtype != torch.float32:
-        raise ValueError("weight_quantization_ms: times the \"fp8\" refresh "
-                         "(mok.ops.fp8_quantize) only")
     times = []
     for _ in range(iters + 1):
         e = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
         e[0].record()
         for w in ("gate", "up", "down"):
-            mok.ops.fp8_quantize(a[w + "_weights"], normal=True, transposed=True,
-                                 out=tuple(call[w + k] for k in ("_q", "_scale", "_qt",
-                                                                 "_scale_t")))
+            mok.ops.fp8_kernel_weights(a[w + "_weights"], precision, normal=True,
+                                       transposed=True,
+                                       out=tuple(call[w + k] for k in ("_q", "_scale", "_qt",
+                                                                       "_scale_t")))
         e[1].record()
         torch.cuda.synchronize()
         times.append(e[0].elapsed_time(e[1]))
@@ -197,7 +196,7 @@ def main():
         call, extra = a, {}
         if s.get("fp8_quantized_weights"):
             call = quantized_weight_args(a, training=True, precision=s["precision"])
-            extra["weights_quantize_ms"] = weight_quantization_ms(a, call)
+            extra["weights_quantize_ms"] = weight_quantization_ms(a, call, s["precision"])
         errors = {}
         if not args.no_check:
             # mok's gradients from poisoned outputs, against float64 autograd.
@@ -237,7 +236,7 @@ def main():
               f"backward alone {r['mok_backward_ms']:.3f} ms (median, one call at a time)")
         if "weights_quantize_ms" in r:
             print(f"{r['shape']}: the routed weights quantized (both layouts, "
-                  f"mok.ops.fp8_quantize, once per optimizer step, not in the step): "
+                  f"mok.ops.fp8_kernel_weights, once per optimizer step, not in the step): "
                   f"{r['weights_quantize_ms']:.3f} ms")
         for kind in ("forward", "backward"):
             ph = r[kind + "_phases_ms"]

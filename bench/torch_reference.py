@@ -60,14 +60,8 @@ def quantized_weight_args(a, training=False, precision="fp8"):
     routed = ("gate", "up", "down")
     args = {k: v for k, v in a.items() if k not in [w + "_weights" for w in routed]}
     for w in routed:
-        if precision == "mxfp8":
-            v, s, vt, st = mok.ops.mxfp8_quantize(a[w + "_weights"], normal=True,
+        v, s, vt, st = mok.ops.fp8_kernel_weights(a[w + "_weights"], precision, normal=True,
                                                   transposed=training)
-            s = mok.ops.mxfp8_scale_atoms(s)
-            st = mok.ops.mxfp8_scale_atoms(st) if training else None
-        else:
-            v, s, vt, st = mok.ops.fp8_quantize(a[w + "_weights"], normal=True,
-                                                transposed=training)
         args[w + "_q"], args[w + "_scale"] = v, s
         if training:
             args[w + "_qt"], args[w + "_scale_t"] = vt, st

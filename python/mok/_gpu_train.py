@@ -395,23 +395,13 @@ class Fp8WeightsTrainingLayer(GpuTrainingLayer):
                              f"{want['shape']} on {self.device}, got {got}")
         where = (weight.data_ptr(), tuple(weight.shape), weight.device)
         entry = self._copies.get(name)
+        precision = "mxfp8" if self._mx else "fp8"
         with torch.inference_mode(False):
             if entry is None or entry[0] != where:
-                if self._mx:  # (the scales as mxfp8_quantize gives them, and in atoms)
-                    raw = mok.ops.mxfp8_quantize(weight, normal=True, transposed=True)
-                    copies = (raw[0], mok.ops.mxfp8_scale_atoms(raw[1]), raw[2],
-                              mok.ops.mxfp8_scale_atoms(raw[3]))
-                else:
-                    raw, copies = None, mok.ops.fp8_quantize(weight, normal=True,
-                                                             transposed=True)
-                self._copies[name] = [where, weight._version, copies, raw]
+                copies = mok.ops.fp8_kernel_weights(weight, precision, True, True)
+                self._copies[name] = [where, weight._version, copies]
             elif entry[1] != weight._version:
-                if self._mx:
-                    mok.ops.mxfp8_quantize(weight, normal=True, transposed=True, out=entry[3])
-                    mok.ops.mxfp8_scale_atoms(entry[3][1], out=entry[2][1])
-                    mok.ops.mxfp8_scale_atoms(entry[3][3], out=entry[2][3])
-                else:
-                    mok.ops.fp8_quantize(weight, normal=True, transposed=True, out=entry[2])
+                mok.ops.fp8_kernel_weights(weight, precision, True, True, out=entry[2])
                 entry[1] = weight._version
         return self._copies[name][2]
 

@@ -30,7 +30,8 @@ values_T, scales_T)`` and down as ``(values_T, scales_T)``.
 """
 import torch
 
-__all__ = ["fp8_quantize", "mxfp8_dequantize", "mxfp8_quantize", "mxfp8_scale_atoms"]
+__all__ = ["fp8_kernel_weights", "fp8_quantize", "mxfp8_dequantize", "mxfp8_quantize",
+           "mxfp8_scale_atoms"]
 
 BLOCK = 32
 _E4M3_MAX = 448.0
@@ -104,7 +105,13 @@ def _into(out, result):
     if out is None:
         return result
     for dst, src in zip(out, result):
-        if src is not None:
+        if src is None:
+            continue
+        if dst.dtype == src.dtype:
+            # (A size-1 dimension may carry any stride, which a byte view
+            # refuses: the transposed scales of a weight of 128 rows.)
+            dst.copy_(src)
+        else:
             dst.view(torch.uint8).copy_(src.view(torch.uint8))
     return tuple(out)
 
@@ -243,6 +250,29 @@ def fp8_quantize(weight, normal=True, transposed=False, *, out=None):
         result += ((values.transpose(-1, -2).contiguous(),
                     scales.transpose(-1, -2).contiguous()) if transposed else (None, None))
         return _into(out, result)
+
+
+def fp8_kernel_weights(weight, precision="fp8", normal=True, transposed=False, *, out=None):
+    """(values, scales, values_T, scales_T) of the bf16 routed weight
+    `weight` as mok's kernels compiled with fp8_quantized_weights take them
+    (gate_q, gate_scale, gate_qt, gate_scale_t, ...): fp8_quantize's for
+    precision "fp8"; for "mxfp8" mxfp8_quantize's with the scales in
+    tcgen05's atoms (mxfp8_scale_atoms). `out`: the tuple of an earlier
+    call, refreshed in place (device work only)."""
+    if precision == "fp8":
+        return fp8_quantize(weight, normal, transposed, out=out)
+    if precision != "mxfp8":
+        raise ValueError(f"precision: expected 'fp8' or 'mxfp8', got {precision!r}")
+    v, s, vt, st = mxfp8_quantize(weight, normal, transposed)
+    result = (v, None if s is None else mxfp8_scale_atoms(s),
+              vt, None if st is None else mxfp8_scale_atoms(st))
+    if out is not None:
+        for i, (dst, src) in enumerate(zip(out, result)):
+            if src is not None and (not isinstance(dst, torch.Tensor) or dst.dtype != src.dtype
+                                    or dst.shape != src.shape or dst.device != src.device):
+                raise ValueError(f"out: element {i}: expected a {src.dtype} tensor of shape "
+                                 f"{list(src.shape)} on {src.device}")
+    return _into(out, result)
 
 
 def mxfp8_dequantize(values, scales, name="weight"):

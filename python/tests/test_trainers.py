@@ -272,6 +272,39 @@ def test_mxfp8_scale_atoms_is_tcgen05s_layout():
         mok.ops.mxfp8_scale_atoms(scales, out=out[:1])
 
 
+def test_fp8_kernel_weights_are_the_kernels_layouts():
+    """mok.ops.fp8_kernel_weights: fp8_quantize's tuple for "fp8";
+    mxfp8_quantize's with the scales in atoms for "mxfp8"; refreshed in
+    place with out=; a bad precision or out named."""
+    def _bytes(t):
+        return t.reshape(-1).view(torch.uint8)
+    g = torch.Generator().manual_seed(SEED)
+    w = torch.randn(2, 128, 256, generator=g).to(torch.bfloat16)
+    for got, want in zip(mok.ops.fp8_kernel_weights(w, "fp8", True, True),
+                         mok.ops.fp8_quantize(w, True, True)):
+        assert torch.equal(_bytes(got), _bytes(want))
+    v, s, vt, st = mok.ops.mxfp8_quantize(w, True, True)
+    mx = mok.ops.fp8_kernel_weights(w, "mxfp8", True, True)
+    for got, want in zip(mx, (v, mok.ops.mxfp8_scale_atoms(s), vt,
+                              mok.ops.mxfp8_scale_atoms(st))):
+        assert torch.equal(_bytes(got), _bytes(want))
+    assert mok.ops.fp8_kernel_weights(w, "mxfp8")[2:] == (None, None)
+    out = tuple(torch.zeros_like(t) for t in mx)
+    ptrs = [t.data_ptr() for t in out]
+    mok.ops.fp8_kernel_weights(w, "mxfp8", True, True, out=out)
+    assert [t.data_ptr() for t in out] == ptrs
+    assert all(torch.equal(_bytes(a), _bytes(b)) for a, b in zip(out, mx))
+    q8 = mok.ops.fp8_kernel_weights(w, "fp8", True, True)
+    out8 = tuple(torch.empty_like(t) for t in q8)
+    mok.ops.fp8_kernel_weights(w, "fp8", True, True, out=out8)
+    assert all(torch.equal(_bytes(a), _bytes(b)) for a, b in zip(out8, q8))
+    with pytest.raises(ValueError, match="precision: expected 'fp8' or 'mxfp8', got 'bf16'"):
+        mok.ops.fp8_kernel_weights(w, "bf16")
+    with pytest.raises(ValueError, match=r"out: element 1: expected a torch.uint8 tensor of "
+                                         r"shape \[2, 1, 2, 512\]"):
+        mok.ops.fp8_kernel_weights(w, "mxfp8", True, True, out=(out[0], out[3], out[2], out[1]))
+
+
 def test_mxfp8_quantize_errors_are_named():
     w = torch.zeros(2, 64, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"weight: expected a bf16 tensor \[E, rows, cols\], "
