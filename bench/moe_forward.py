@@ -190,6 +190,9 @@ def layer_and_inputs(script, seed):
         sys.exit(f"usage: {script} ARTIFACTS SHAPE (one of {', '.join(SHAPES)})")
     artifacts, name = sys.argv[1], sys.argv[2]
     a = make_inputs(SHAPES[name], torch.Generator().manual_seed(seed))
+    # (-fp8w: the layer takes the routed weights quantized.)
+    if SHAPES[name].get("fp8_quantized_weights"):
+        a = quantized_weight_args(a)
     layer = mok.GpuArtifact.from_files(os.path.join(artifacts, name, "moe_layer")).load()
     return artifacts, name, layer, a
 

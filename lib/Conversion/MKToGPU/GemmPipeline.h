@@ -314,6 +314,9 @@ protected:
   /// cluster (index) and the partner's (i32).
   mlir::Value clusterEmpty, rank, peer;
   mlir::Value iteration; // k-tiles this CTA has consumed so far
+  /// The consumers' `iteration` at the start of the phase being emitted
+  /// (its first k-tile's number, if it has any).
+  mlir::Value phaseStart;
   /// Values of the MMA layer carried across tasks and phases along with
   /// `iteration` (yielded by the task loops and the warpgroup's scf.if).
   mlir::SmallVector<mlir::Value> carried;
@@ -380,10 +383,10 @@ protected:
   int64_t prologueLoads(int64_t kTiles) const;
 
   /// With a producer: lane 0 of each consumer warp hands the stage of
-  /// k-tile number `g` back (its MMAs reading it are complete). The
-  /// consumers release k-tile g - 1 after issuing k-tile g, every k-tile:
-  /// first a virtual k-tile -1 (stage kStages - 1, which the producer
-  /// counts), and the last k-tile of a task with the next task's first.
+  /// k-tile number `g` back (its MMAs reading it are complete). Each task
+  /// releases each of its k-tiles once, in order: bf16 k-tile g - 1 after
+  /// issuing k-tile g and the last after the task's final wait; FP8 each
+  /// k-tile right after its own wait (the promotion reads registers only).
   void release(mlir::Value g);
 
   /// Whether the MMA layer calls `onStagesFree` (when set) once a task's
@@ -420,6 +423,10 @@ protected:
   /// return nothing. It may update `carried`.
   virtual mlir::SmallVector<mlir::Value>
   accumulate(const GemmPhase &p, mlir::Value it, const Task &t) = 0;
+  /// The consumers, after the phase's task loop (`iteration` past its
+  /// k-tiles): what the MMA layer still owes the pipeline (with a
+  /// producer, releases). The default does nothing.
+  virtual void phaseDone(const GemmPhase &p) {}
 
 private:
   void tasks(const GemmPhase &p);

@@ -317,20 +317,13 @@ void GemmEmitter::producerTasks(const GemmPhase &p) {
     e.loop(kTiles, [&](Value kt) {
       Value g = e.add(it, kt);
       // k-tile g reuses the stage s of k-tile g - kStages: wait until the
-      // consumers released it. They release k-tiles -1, 0, 1, ... in
-      // order (-1 virtual, in stage kStages - 1), so that takes
-      // c = g / kStages (+1 for the last stage) completions of the stage's
-      // empty barrier; the c-th completes its phase c - 1, of parity
-      // (c - 1) & 1. With c = 0 (the first round) the parity is 1, which a
-      // fresh barrier (in its phase 0) reports complete at once.
+      // consumers released it. They release every k-tile once (see
+      // GemmEmitter::release), so that takes c = g / kStages completions
+      // of the stage's empty barrier; the c-th completes its phase c - 1,
+      // of parity (c - 1) & 1. With c = 0 (the first round) the parity is
+      // 1, which a fresh barrier (in its phase 0) reports complete at once.
       Value s = e.rem(g, e.index(kStages));
-      Value c =
-          e.add(e.div(g, e.index(kStages)),
-                arith::IndexCastOp::create(
-                    b, loc, b.getIndexType(),
-                    arith::ExtUIOp::create(b, loc, b.getI32Type(),
-                                           e.cmp(arith::CmpIPredicate::eq, s,
-                                                 e.index(kStages - 1)))));
+      Value c = e.div(g, e.index(kStages));
       Value parity =
           e.cmp(arith::CmpIPredicate::eq, e.rem(c, e.index(2)), e.index(0));
       nvgpu::MBarrierTryWaitParityOp::create(b, loc, emptyBarriers, parity,
@@ -428,6 +421,7 @@ void GemmEmitter::tasks(const GemmPhase &p) {
     e.ifThen(e.cmp(arith::CmpIPredicate::slt, firstTask, tasks),
              [&] { prologue(taskOfRound(p, firstTask, tasks), iteration); });
 
+  phaseStart = iteration;
   SmallVector<Value> init = {iteration};
   init.append(carried);
   auto taskLoop = scf::ForOp::create(b, loc, firstTask, tasks, grid, init);
@@ -519,6 +513,7 @@ void GemmEmitter::tasks(const GemmPhase &p) {
   iteration = taskLoop.getResult(0);
   ValueRange results = taskLoop.getResults().drop_front();
   carried.assign(results.begin(), results.end());
+  phaseDone(p);
 }
 
 } // namespace mok::conversion::gemm

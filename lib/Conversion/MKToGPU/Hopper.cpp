@@ -16,8 +16,11 @@
 //     of k-tile kt-1 any more: thread 0 refills it with k-tile
 //     kt-1+kStages, so the pipeline needs no "empty" barriers. With warp
 //     roles (a producer), lane 0 of each warp releases that stage to the
-//     producer through its "empty" barrier instead, and a task's first
-//     k-tile is emitted apart (scale-d = 0 on undefined accumulators);
+//     producer through its "empty" barrier instead (the task's last
+//     k-tile after its final wait; FP8, whose k-tiles each end in
+//     wait_group 0, releases k-tile kt's own stage right after that
+//     wait), and a task's first k-tile is emitted apart (scale-d = 0 on
+//     undefined accumulators);
 //   * after the last k-tile (wait_group 0 and a consumer barrier) thread 0
 //     starts the next task's first stages, and the epilogue runs from
 //     registers (the wgmma D fragment layout; the SwiGLU on gate and up
@@ -79,13 +82,23 @@ private:
     NVVM::MMALayoutAttr row, col;
   };
   static WgmmaAttrs wgmmaAttrs(MLIRContext *ctx);
-  /// FP8: the MMAs of k-tile `kt` of the stage at `base` (this
-  /// warpgroup's A rows at `baseA`): its partial sums in fresh registers,
-  /// waited for, then added to the accumulator `acc` times the row's A
-  /// scale and the column's B scale; returns the accumulator.
-  Value fp8KTile(const GemmPhase &p, const Task &t, Value kt, Value baseA,
-                 Value base, Value wg, Value acc);
+  /// FP8: the MMAs of k-tile `kt` (number `g` of the kernel) of the stage
+  /// at `base` (this warpgroup's A rows at `baseA`): its partial sums in
+  /// fresh registers, waited for (with a producer, the stage then released
+  /// at once), then added to the accumulator `acc` times the row's A scale
+  /// and the column's B scale; returns the accumulator.
+  Value fp8KTile(const GemmPhase &p, const Task &t, Value kt, Value g,
+                 Value baseA, Value base, Value wg, Value acc);
   bool prefetchesEarly() const override { return true; }
+  /// With a producer, bf16: the phase's last k-tile goes back (its tasks
+  /// release each k-tile at the next one's issue), so that every phase
+  /// releases exactly its own k-tiles whatever precision the next has.
+  void phaseDone(const GemmPhase &p) override {
+    if (!roles.producer || p.fp8)
+      return;
+    e.ifThen(e.cmp(mlir::arith::CmpIPredicate::ne, iteration, phaseStart),
+             [&] { release(e.sub(iteration, e.index(1))); });
+  }
   /// Clusters: neither CTA of a pair goes on (and exits) while the
   /// partner may still arrive on its empty barriers.
   void finish() override {
@@ -118,7 +131,8 @@ WgmmaEmitter::WgmmaAttrs WgmmaEmitter::wgmmaAttrs(MLIRContext *ctx) {
 }
 
 Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
-                             Value baseA, Value base, Value wg, Value acc) {
+                             Value g, Value baseA, Value base, Value wg,
+                             Value acc) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
@@ -193,6 +207,10 @@ Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
   }
   NVVM::WgmmaGroupSyncAlignedOp::create(b, loc);
   NVVM::WgmmaWaitGroupSyncOp::create(b, loc, 0);
+  // With a producer the stage goes back now: the partial sums are in
+  // registers, and the scaling below reads no shared memory.
+  if (roles.producer)
+    release(g);
   // acc += partial * sa[row] * sb[operand]: element 4c + 2h + v is row
   // half h of 8-column block c (columns 8c + 2 (l % 4) + v), whose operand
   // is B_1 from column 64 on; with K in groups sb is the column's.
@@ -299,7 +317,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     }
     if (mma && fp8) {
       Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
-      acc[0] = fp8KTile(p, t, kt, e.add(base, e.mul(wg, e.index(kBytesA))),
+      acc[0] = fp8KTile(p, t, kt, g, e.add(base, e.mul(wg, e.index(kBytesA))),
                         base, wg, acc[0]);
     } else if (mma) {
       Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
@@ -334,10 +352,16 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     Value prev = e.sub(kt, e.index(1));
     if (roles.producer) {
       // Hand k-tile g-1's stage back to the producer: at kt = 0 the
-      // previous task's last k-tile, at g = 0 a virtual k-tile -1 (see
-      // GemmEmitter::release). No branch on kt: LLVM peeled the loop's
-      // first iteration for one, and ptxas serialized that copy's wgmmas.
-      release(e.sub(g, e.index(1)));
+      // previous task's last k-tile (none at the phase's first k-tile:
+      // each phase releases its own, the last after its task loop). No
+      // branch on kt: LLVM peeled the loop's first iteration for one, and
+      // ptxas serialized that copy's wgmmas. FP8 released this k-tile's
+      // own stage already.
+      if (!fp8 && first)
+        e.ifThen(e.cmp(arith::CmpIPredicate::ne, g, phaseStart),
+                 [&] { release(e.sub(g, e.index(1))); });
+      else if (!fp8)
+        release(e.sub(g, e.index(1)));
     } else {
       // Gathered A: this thread's rows of k-tile kt+1 have landed (copied
       // two k-tiles ago; one cp.async group per k-tile, the prologue's and

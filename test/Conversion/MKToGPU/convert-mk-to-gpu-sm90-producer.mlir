@@ -26,7 +26,9 @@
 // The consumers (threads < 256): more registers, the task loop; each
 // task's first k-tile apart, its first wgmma with scale-d = 0 on undefined
 // accumulators; every k-tile hands the one before back (lane 0 of each
-// warp); the epilogue stores column pairs from registers.
+// warp; at the first k-tile of a task only the previous task's, not at the
+// phase's first); the epilogue stores column pairs from registers. After
+// the task loop the phase's last k-tile goes back.
 // CHECK: %[[CONSUMER:.*]] = arith.cmpi ult, %{{.*}}, %c256{{.*}} : index
 // CHECK: scf.if %[[CONSUMER]] -> (index)
 // CHECK: nvvm.setmaxregister increase 224
@@ -35,6 +37,8 @@
 // CHECK: nvvm.wgmma.mma_async {{.*}} D[<f32>, <zero>]
 // CHECK: nvvm.wgmma.mma_async {{.*}} D[<f32>, <one>]
 // CHECK: nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK: %[[NOTFIRST:.*]] = arith.cmpi ne, %{{.*}}, %[[START:[^ ]*]] : index
+// CHECK: scf.if %[[NOTFIRST]]
 // CHECK: nvgpu.mbarrier.arrive %[[EMPTY]][
 // CHECK: scf.for
 // CHECK: nvgpu.mbarrier.try_wait.parity %[[FULL]][
@@ -53,6 +57,9 @@
 // CHECK: nvvm.bar.warp.sync
 // CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<3> -> vector<4xi32>
 // CHECK: llvm.inline_asm has_side_effects "st.global.cs.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r"
+// CHECK: %[[DONE:.*]] = arith.cmpi ne, %{{.*}}, %[[START]] : index
+// CHECK: scf.if %[[DONE]]
+// CHECK: nvgpu.mbarrier.arrive %[[EMPTY]][
 // Back to the even share, and a signal to the producer warpgroup.
 // CHECK: nvvm.setmaxregister decrease 168
 // CHECK: nvvm.barrier.arrive id = %{{.*}} number_of_threads = %{{.*}}

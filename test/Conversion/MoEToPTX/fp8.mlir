@@ -54,15 +54,17 @@
 // CHECK-NOT: div.approx.f32
 // PTXAS: 0 bytes spill stores, 0 bytes spill loads
 
-// With warp-specialize: the consumers take 224 registers, each k-tile's
-// scaling after its own wait_group 0, then its stage handed back to the
-// producer (mbarrier.arrive on the stage's empty barrier); the producer
-// (56 registers) loads the stages.
+// With warp-specialize: the consumers take 224 registers; each k-tile's
+// stage goes back to the producer (mbarrier.arrive on the stage's empty
+// barrier) right after the k-tile's own wait_group 0, before its scaling;
+// the producer (56 registers) loads the stages.
 // WS: setmaxnreg.inc.sync.aligned.u32 224;
 // WS: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3
 // WS: wgmma.wait_group.sync.aligned 0;
-// WS: fma.rn.f32
+// WS-NOT: fma.rn.f32
 // WS: mbarrier.arrive.shared.b64
+// WS-NEXT: $L__BB
+// WS: fma.rn.f32
 // WS: setmaxnreg.dec.sync.aligned.u32 56;
 // WS: cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
 func.func @fp8_layer(%x: tensor<40x256xbf16>, %top: tensor<40x2xi32>, %rw: tensor<40x2xf32>, %wg: tensor<4x128x256xbf16>, %wu: tensor<4x128x256xbf16>, %wd: tensor<4x256x128xbf16>) -> tensor<40x256xbf16> {
