@@ -298,8 +298,10 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     Value g = e.add(it, kt);
     Value stageCount = e.index(kStages);
     Value stage = e.rem(g, stageCount);
-    // (Without MMAs but with a producer, the wait keeps this warpgroup's
-    // releases in order with the other's: see GemmEmitter::release.)
+    // (A warpgroup without MMAs, the padding split's, never has a
+    // producer: the split needs the early prefetch, which a producer
+    // replaces. Its FP8 k-tiles would release nothing.)
+    assert((mma || !roles.producer) && "no padding split with a producer");
     if (mma || roles.producer)
       nvgpu::MBarrierTryWaitParityOp::create(b, loc, barriers, phaseParity(g),
                                              e.index(10000000), stage);
