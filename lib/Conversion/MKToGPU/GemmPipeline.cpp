@@ -472,7 +472,7 @@ void GemmEmitter::release(Value g) {
   e.ifThen(lane0, [&] {
     nvgpu::MBarrierArriveOp::create(
         b, loc, nvgpu::MBarrierTokenType::get(b.getContext()), emptyBarriers,
-        e.rem(e.add(g, e.index(kStages)), e.index(kStages)));
+        e.rem(g, e.index(kStages)));
   });
 }
 
