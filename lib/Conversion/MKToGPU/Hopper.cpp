@@ -82,13 +82,34 @@ private:
     NVVM::MMALayoutAttr row, col;
   };
   static WgmmaAttrs wgmmaAttrs(MLIRContext *ctx);
-  /// FP8: the MMAs of k-tile `kt` (number `g` of the kernel) of the stage
+  /// FP8: the scales of task `t`'s k-tile `kt` that this thread
+  /// multiplies its partial sums by: its two rows' A scales, then B's (one
+  /// a B operand; with K in groups none: fp8ColumnScales). The k-loop
+  /// loads them a k-tile ahead, so `kt` may be one past the task's last
+  /// k-tile (or a task may have none): every block index is clamped into
+  /// its scales, and such values go unused.
+  SmallVector<Value> fp8Scales(const GemmPhase &p, const Task &t, Value kt,
+                               Value wg);
+  /// FP8 (B's scales a block): what the k-loop carries of fp8Scales' values
+  /// `s`: each B operand's scale times each row's, [2 j + h] for operand j
+  /// and row half h. (Multiplied at the end of the k-tile before, after
+  /// its promotion: the k-tile's MMAs never wait for the loads.) With K in
+  /// groups, the A scales as they are.
+  SmallVector<Value> fp8Factors(const GemmPhase &p, ArrayRef<Value> s);
+  /// FP8 with K in groups: the B scales of the 32 columns of this thread's
+  /// fragment for k-tile `kt`, in fragment order. (Loaded in the k-tile
+  /// itself, before its MMAs: 32 more values carried a k-tile made ptxas
+  /// spill in the weight gradients.)
+  SmallVector<Value> fp8ColumnScales(const GemmPhase &p, const Task &t,
+                                     Value kt);
+  /// FP8: the MMAs of the k-tile numbered `g` in the kernel, from the stage
   /// at `base` (this warpgroup's A rows at `baseA`): its partial sums in
   /// fresh registers, waited for (with a producer, the stage then released
-  /// at once), then added to the accumulator `acc` times the row's A scale
-  /// and the column's B scale; returns the accumulator.
-  Value fp8KTile(const GemmPhase &p, const Task &t, Value kt, Value g,
-                 Value baseA, Value base, Value wg, Value acc);
+  /// at once), then added to the accumulator `acc` times `scales` (this
+  /// k-tile's fp8Factors; with K in groups, followed by fp8ColumnScales');
+  /// returns the accumulator.
+  Value fp8KTile(const GemmPhase &p, const Task &t, Value g, Value baseA,
+                 Value base, ArrayRef<Value> scales, Value acc);
   bool prefetchesEarly() const override { return true; }
   /// With a producer, bf16: the phase's last k-tile goes back (its tasks
   /// release each k-tile at the next one's issue), so that every phase
@@ -130,8 +151,93 @@ WgmmaEmitter::WgmmaAttrs WgmmaEmitter::wgmmaAttrs(MLIRContext *ctx) {
           NVVM::MMALayoutAttr::get(ctx, NVVM::MMALayout::col)};
 }
 
-Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
-                             Value g, Value baseA, Value base, Value wg,
+SmallVector<Value> WgmmaEmitter::fp8Scales(const GemmPhase &p, const Task &t,
+                                           Value kt, Value wg) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  const int64_t fragment = kTileM * kFp8N / kThreads; // 64 floats
+  // Block `block` of dimension `dim` of `scales`, clamped into it.
+  auto clamped = [&](Value scales, int64_t dim, Value block) {
+    Value last = e.sub(memref::DimOp::create(b, loc, scales, dim), e.index(1));
+    return arith::MinSIOp::create(b, loc, block, last).getResult();
+  };
+  // This thread's two rows (16w + l/4 and + 8 of its warpgroup's 64) and
+  // each B operand's block (uniform). K in groups (the weight gradients):
+  // the k-tile is scale block kBase / 128 + kt of A's rows (out's M within
+  // the group) and of B's columns, one B scale a column (the 1 x 128
+  // blocks of both run along K).
+  Value lane = e.rem(tid, e.index(32));
+  Value warp = e.rem(e.div(tid, e.index(32)), e.index(4));
+  // concat: k-tiles from kSplit on are the second K-loop's (a2's and B_1's
+  // scales, from their block 0); both scales' shapes are the first's, so
+  // both loads are in bounds and the right ones are selected.
+  Value second;
+  if (p.a2) {
+    second = e.cmp(arith::CmpIPredicate::sge, kt, e.index(p.kSplit));
+    kt = e.select(second, e.sub(kt, e.index(p.kSplit)), kt);
+  }
+  auto pick = [&](Value first, Value other) {
+    return second ? e.select(second, other, first) : first;
+  };
+  Value kb = t.kBase ? e.add(e.div(t.kBase, e.index(kTileKFp8)), kt) : kt;
+  Value kbA = clamped(p.aScales, 0, kb);
+  Value r0 = e.add(e.add(t.aCol ? t.aCol : t.m0, e.mul(wg, e.index(kTileM))),
+                   e.add(e.mul(warp, e.index(16)), e.div(lane, e.index(4))));
+  SmallVector<Value> scales;
+  for (int64_t h = 0; h < 2; ++h) {
+    Value r = e.add(r0, e.index(8 * h));
+    Value sa = e.load(p.aScales, {kbA, r});
+    if (second)
+      sa = pick(sa, e.load(p.a2Scales, {kbA, r}));
+    scales.push_back(sa);
+  }
+  if (p.kOffsets)
+    return scales;
+  Value nBlock = e.div(t.n0, e.index(kFp8N));
+  SmallVector<Value, 2> sb;
+  for (Value bScales : p.bScales) {
+    SmallVector<Value> idx;
+    if (t.expert)
+      idx.push_back(t.expert);
+    idx.push_back(nBlock);
+    idx.push_back(clamped(bScales, idx.size(), kt));
+    sb.push_back(e.load(bScales, idx));
+  }
+  if (second) // one accumulator: B_0's scale in the first loop, B_1's after
+    sb = {pick(sb[0], sb[1])};
+  scales.append(sb.begin(), sb.end());
+  return scales;
+}
+
+SmallVector<Value> WgmmaEmitter::fp8Factors(const GemmPhase &p,
+                                            ArrayRef<Value> s) {
+  if (p.kOffsets)
+    return SmallVector<Value>(s);
+  SmallVector<Value> factors;
+  for (Value sb : s.drop_front(2))
+    for (int64_t h = 0; h < 2; ++h)
+      factors.push_back(arith::MulFOp::create(e.b, e.loc, s[h], sb));
+  return factors;
+}
+
+SmallVector<Value> WgmmaEmitter::fp8ColumnScales(const GemmPhase &p,
+                                                 const Task &t, Value kt) {
+  const int64_t fragment = kTileM * kFp8N / kThreads; // 64 floats
+  // Column 8c + 2 (l % 4) + v's, in fragment order (c, v), of block
+  // kBase / 128 + kt (the task has k-tile kt: no clamp).
+  Value lane = e.rem(tid, e.index(32));
+  Value kb = e.add(e.div(t.kBase, e.index(kTileKFp8)), kt);
+  Value c0 = e.add(t.n0, e.mul(e.rem(lane, e.index(4)), e.index(2)));
+  SmallVector<Value> scales;
+  for (int64_t c = 0; c < fragment / 4; ++c)
+    for (int64_t v = 0; v < 2; ++v)
+      scales.push_back(
+          e.load(p.bScales[0], {kb, e.add(c0, e.index(8 * c + v))}));
+  return scales;
+}
+
+Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value g,
+                             Value baseA, Value base, ArrayRef<Value> scales,
                              Value acc) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
@@ -151,57 +257,25 @@ Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
   auto e4m3 = NVVM::WGMMATypesAttr::get(ctx, NVVM::WGMMATypes::e4m3);
   WgmmaAttrs attrs = wgmmaAttrs(ctx);
 
-  // The scales of this k-tile: this thread's two rows' (16w + l/4 and + 8
-  // of its warpgroup's 64) and each B operand's block (uniform). K in
-  // groups (the weight gradients): the k-tile is scale block kBase / 128 +
-  // kt of A's rows (out's M within the group) and of B's columns, one B
-  // scale a column (the 1 x 128 blocks of both run along K).
-  Value lane = e.rem(tid, e.index(32));
-  Value warp = e.rem(e.div(tid, e.index(32)), e.index(4));
-  // concat: k-tiles from kSplit on are the second K-loop's (a2's and B_1's
-  // scales, from their block 0); both scales' shapes are the first's, so
-  // both loads are in bounds and the right ones are selected.
-  Value second;
-  if (p.a2) {
-    second = e.cmp(arith::CmpIPredicate::sge, kt, e.index(p.kSplit));
-    kt = e.select(second, e.sub(kt, e.index(p.kSplit)), kt);
-  }
-  auto pick = [&](Value first, Value other) {
-    return second ? e.select(second, other, first) : first;
-  };
-  Value kb = t.kBase ? e.add(e.div(t.kBase, e.index(kTileKFp8)), kt) : kt;
-  Value r0 = e.add(e.add(t.aCol ? t.aCol : t.m0, e.mul(wg, e.index(kTileM))),
-                   e.add(e.mul(warp, e.index(16)), e.div(lane, e.index(4))));
-  Value sa[2];
-  for (int64_t h = 0; h < 2; ++h) {
-    Value r = e.add(r0, e.index(8 * h));
-    sa[h] = e.load(p.aScales, {kb, r});
-    if (second)
-      sa[h] = pick(sa[h], e.load(p.a2Scales, {kb, r}));
-  }
-  Value nBlock = e.div(t.n0, e.index(kFp8N));
-  SmallVector<Value, 2> sb;
-  if (!p.kOffsets) {
-    for (Value scales : p.bScales) {
-      SmallVector<Value> idx;
-      if (t.expert)
-        idx.push_back(t.expert);
-      idx.append({nBlock, kt});
-      sb.push_back(e.load(scales, idx));
-    }
-    if (second) // one accumulator: B_0's scale in the first loop, B_1's after
-      sb = {pick(sb[0], sb[1])};
-  }
   NVVM::WgmmaFenceAlignedOp::create(b, loc);
-  // The partial sums start from scale-d = 0: never read undefined.
+  // The partial sums start from scale-d = 0: never read undefined. Step
+  // ks's descriptors are step 0's plus ks * 32 bytes in their start
+  // address field (which counts 16 bytes; shared addresses stay below its
+  // 2^18, so the sum never carries out of the field).
+  Value descA0 = descriptorAt(aStep, baseA, t.mapA);
+  Value descB0 = descriptorAt(bStep, e.add(base, e.index(p.bytesA())), t.mapB0);
+  Type i64 = b.getI64Type();
+  auto advance = [&](Value desc, int64_t bytes) {
+    if (bytes == 0)
+      return desc;
+    Value step = LLVM::ConstantOp::create(b, loc, i64, bytes / 16);
+    return LLVM::AddOp::create(b, loc, desc, step).getResult();
+  };
   Value part = LLVM::UndefOp::create(b, loc, partType);
   for (int64_t ks = 0; ks < kTileKFp8 / kStepK; ++ks) {
-    Value descA =
-        descriptorAt(aStep, e.add(baseA, e.index(ks * kStepK)), t.mapA);
-    Value descB = descriptorAt(
-        bStep, e.add(base, e.index(p.bytesA() + ks * kStepK)), t.mapB0);
     part = NVVM::WgmmaMmaAsyncOp::create(
-        b, loc, partType, part, descA, descB, shape, e4m3, e4m3, attrs.f32,
+        b, loc, partType, part, advance(descA0, ks * kStepK),
+        advance(descB0, ks * kStepK), shape, e4m3, e4m3, attrs.f32,
         ks == 0 ? attrs.zeroD : attrs.scaleD, attrs.scaleIn, attrs.scaleIn,
         attrs.row, attrs.col, NVVM::MMAIntOverflowAttr());
   }
@@ -215,11 +289,10 @@ Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
   // half h of 8-column block c (columns 8c + 2 (l % 4) + v), whose operand
   // is B_1 from column 64 on; with K in groups sb is the column's.
   if (p.kOffsets) {
-    Value c0 = e.add(t.n0, e.mul(e.rem(lane, e.index(4)), e.index(2)));
+    ArrayRef<Value> sa = scales.take_front(2), sb = scales.drop_front(2);
     for (int64_t c = 0; c < fragment / 4; ++c)
       for (int64_t v = 0; v < 2; ++v) {
-        Value col = e.add(c0, e.index(8 * c + v));
-        Value sbCol = e.load(p.bScales[0], {kb, col});
+        Value sbCol = sb[2 * c + v];
         for (int64_t h = 0; h < 2; ++h) {
           int64_t i = 4 * c + 2 * h + v;
           Value x = LLVM::ExtractValueOp::create(b, loc, part, i);
@@ -231,15 +304,11 @@ Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value kt,
       }
     return acc;
   }
-  Value scale[2][2];
-  for (int64_t j = 0; j < static_cast<int64_t>(sb.size()); ++j)
-    for (int64_t h = 0; h < 2; ++h)
-      scale[j][h] = arith::MulFOp::create(b, loc, sa[h], sb[j]);
   for (int64_t i = 0; i < fragment; ++i) {
     int64_t j = p.b1 && i >= fragment / 2 ? 1 : 0;
     Value x = LLVM::ExtractValueOp::create(b, loc, part, i);
     Value y = LLVM::ExtractValueOp::create(b, loc, acc, i);
-    Value sum = LLVM::FMAOp::create(b, loc, x, scale[j][(i / 2) % 2], y);
+    Value sum = LLVM::FMAOp::create(b, loc, x, scales[2 * j + (i / 2) % 2], y);
     acc = LLVM::InsertValueOp::create(b, loc, acc, sum, i);
   }
   return acc;
@@ -302,6 +371,15 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     // producer: the split needs the early prefetch, which a producer
     // replaces. Its FP8 k-tiles would release nothing.)
     assert((mma || !roles.producer) && "no padding split with a producer");
+    // FP8: the scales of k-tile kt+1, loaded now and carried to it, so that
+    // their latency (L2, a new block every k-tile) passes during this
+    // k-tile's wait and MMAs; kt's came from the k-tile before.
+    SmallVector<Value> next, columns;
+    if (mma && fp8) {
+      next = fp8Scales(p, t, e.add(kt, e.index(1)), wg);
+      if (p.kOffsets)
+        columns = fp8ColumnScales(p, t, kt);
+    }
     if (mma || roles.producer)
       nvgpu::MBarrierTryWaitParityOp::create(b, loc, barriers, phaseParity(g),
                                              e.index(10000000), stage);
@@ -319,8 +397,12 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     }
     if (mma && fp8) {
       Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
-      acc[0] = fp8KTile(p, t, kt, g, e.add(base, e.mul(wg, e.index(kBytesA))),
-                        base, wg, acc[0]);
+      SmallVector<Value> scales(acc.begin() + 1, acc.end());
+      scales.append(columns.begin(), columns.end());
+      acc[0] = fp8KTile(p, t, g, e.add(base, e.mul(wg, e.index(kBytesA))), base,
+                        scales, acc[0]);
+      acc.resize(1);
+      acc.append(fp8Factors(p, next));
     } else if (mma) {
       Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
       // This warpgroup's 64 rows of the A box (128-byte rows).
@@ -428,6 +510,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       init.push_back((roles.producer && !fp8) || !mma
                          ? Value(LLVM::UndefOp::create(b, loc, accType))
                          : Value(LLVM::ZeroOp::create(b, loc, accType)));
+    // FP8: k-tile 0's scales; the loop carries each next k-tile's.
+    if (mma && fp8)
+      init.append(fp8Factors(p, fp8Scales(p, t, e.index(0), wg)));
     if (roles.producer)
       init = kTileStep(e.index(0), init, /*first=*/true, mma);
     auto loop = scf::ForOp::create(b, loc, e.index(roles.producer ? 1 : 0),
@@ -439,7 +524,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
         loop.getInductionVar(), SmallVector<Value>(loop.getRegionIterArgs()),
         /*first=*/false, mma);
     scf::YieldOp::create(b, loc, acc);
-    return SmallVector<Value>(loop.getResults());
+    return SmallVector<Value>(loop.getResults().take_front(numAcc));
   };
   // Padding rows (the down projections, mk.gemm's `padding`): with two
   // consumer warpgroups and the register epilogue after an early prefetch,

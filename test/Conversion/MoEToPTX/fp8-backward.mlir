@@ -20,20 +20,33 @@
 // The weight gradients' promotion: A's two rows' scales of the k-tile's
 // block, kBase / 128 + kt of the expert's rows, and a B scale a column
 // (the thread's 32 columns of the 128-column tile), all from the
-// [K/128, S] scales of mk.quantize_columns.
+// [K/128, S] scales of mk.quantize_columns. The k-loop carries A's, each
+// k-tile loading the next one's (the block clamped into them: a group may
+// have no k-tile), then its own 32 B scales before its MMAs.
 // GPU-LABEL: gpu.func @moe_layer_backward_backward(
-// GPU: memref.load %[[DYS:arg[0-9]+]][%[[KB:[0-9]+]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
-// GPU: memref.load %[[DYS]][%[[KB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
+// GPU: memref.dim %[[DYS:arg[0-9]+]], %{{.*}} : memref<8x256xf32>
+// GPU-NEXT: arith.subi
+// GPU-NEXT: %[[KBA:.*]] = arith.minsi %{{.*}}, %{{.*}} : index
+// GPU: memref.load %[[DYS]][%[[KBA]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
+// GPU: memref.load %[[DYS]][%[[KBA]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
+// GPU: scf.for
+// GPU: memref.dim %[[DYS]], %{{.*}} : memref<8x256xf32>
+// GPU-NEXT: arith.subi
+// GPU-NEXT: %[[NKB:.*]] = arith.minsi %{{.*}}, %{{.*}} : index
+// GPU: memref.load %[[DYS]][%[[NKB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
+// GPU: memref.load %[[DYS]][%[[NKB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
+// GPU: %[[KB:.*]] = arith.addi %{{.*}}, %{{.*}} : index
+// GPU-COUNT-32: memref.load %[[HS:arg[0-9]+]][%[[KB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
 // GPU: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <zero>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
 // GPU: nvvm.wgmma.wait.group.sync.aligned 0
-// GPU-COUNT-32: memref.load %[[HS:arg[0-9]+]][%[[KB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
 // The gate/up dgrad (concat): k-tiles from kSplit = 2 on are d_up's, with
 // d_up's row scales and the up weights' block scale, selected per k-tile.
-// GPU: %[[SECOND:.*]] = arith.cmpi sge, %[[KT:arg[0-9]+]], %c2{{.*}} : index
-// GPU: %[[KK:.*]] = arith.select %[[SECOND]], %{{.*}}, %[[KT]] : index
-// GPU: %[[G:.*]] = memref.load %{{.*}}[%[[KK]], %{{.*}}] {alignment = 4 : i64} : memref<2x1020xf32>
-// GPU: %[[U:.*]] = memref.load %{{.*}}[%[[KK]], %{{.*}}] {alignment = 4 : i64} : memref<2x1020xf32>
-// GPU: arith.select %[[SECOND]], %[[U]], %[[G]] : f32
+// GPU: %[[SUB:.*]] = arith.subi %[[KT:[0-9a-z_]+]], %c2{{(_[0-9]+)?}} : index
+// GPU-NEXT: %[[KK:.*]] = arith.select %[[SECOND:[0-9]+]], %[[SUB]], %[[KT]] : index
+// GPU: %[[KKC:.*]] = arith.minsi %[[KK]], %{{.*}} : index
+// GPU: %[[G:.*]] = memref.load %{{.*}}[%[[KKC]], %{{.*}}] {alignment = 4 : i64} : memref<2x1020xf32>
+// GPU-NEXT: %[[U:.*]] = memref.load %{{.*}}[%[[KKC]], %{{.*}}] {alignment = 4 : i64} : memref<2x1020xf32>
+// GPU-NEXT: arith.select %[[SECOND]], %[[U]], %[[G]] : f32
 func.func @moe_layer(%x: tensor<256x256xbf16>, %top_experts: tensor<256x2xi32>, %router_weights: tensor<256x2xf32>, %gate: tensor<4x256x256xbf16>, %up: tensor<4x256x256xbf16>, %down: tensor<4x256x256xbf16>, %shared_gate: tensor<128x256xbf16>, %shared_up: tensor<128x256xbf16>, %shared_down: tensor<256x128xbf16>) -> tensor<256x256xbf16> {
   %out = moe.layer %x, %top_experts, %router_weights, gate %gate, up %up, down %down shared(%shared_gate, %shared_up, %shared_down)
       plan !moe.plan<tokens = 256, top_k = 2, experts = 4, ep = 1, padding = 128> {precision = "fp8"}

@@ -16,29 +16,53 @@
 // The FP8 forward on sm_90a's tensor cores: TMA boxes of 128 E4M3
 // elements a row (the A box, gate's and up's 64-row boxes), a k-tile of
 // four m64n128k32 e4m3 wgmmas into fresh partial sums (scale-d = 0 on the
-// first), waited for (wait_group 0), then added to the accumulator times
-// each row's A scale and its operand's B scale (gate's for the first 32
-// fragment elements, up's for the rest).
+// first; each step's descriptors step 0's plus 2, i.e. 32 bytes), waited
+// for (wait_group 0), then added to the accumulator times each row's A
+// scale and its operand's B scale (gate's for the first 32 fragment
+// elements, up's for the rest). The k-loop carries those products: k-tile
+// 0's made before it; each k-tile loads the next one's scales (the block
+// clamped into them) before its barrier wait and MMAs, and multiplies
+// them after its promotion.
 // GPU-LABEL: gpu.func @fp8_layer_forward(
 // GPU: nvgpu.tma.async.load {{.*}} <tensor = memref<128x128xf8E4M3FN
 // GPU: nvgpu.tma.async.load {{.*}} <tensor = memref<64x128xf8E4M3FN
 // GPU: nvgpu.tma.async.load {{.*}} <tensor = memref<64x128xf8E4M3FN
-// GPU: %[[SA0:.*]] = memref.load %{{.*}}[%[[KT:.*]], %{{.*}}] {alignment = 4 : i64} : memref<2x588xf32>
-// GPU: %[[SA1:.*]] = memref.load %{{.*}}[%[[KT]], %{{.*}}] {alignment = 4 : i64} : memref<2x588xf32>
-// GPU: %[[SG:.*]] = memref.load %{{.*}}[%{{.*}}, %{{.*}}, %[[KT]]] {alignment = 4 : i64} : memref<4x1x2xf32>
-// GPU: %[[SU:.*]] = memref.load %{{.*}}[%{{.*}}, %{{.*}}, %[[KT]]] {alignment = 4 : i64} : memref<4x1x2xf32>
+// GPU: %[[A0:.*]] = memref.load %{{.*}}[%[[KT0:.*]], %{{.*}}] {alignment = 4 : i64} : memref<2x588xf32>
+// GPU: %[[A1:.*]] = memref.load %{{.*}}[%[[KT0]], %{{.*}}] {alignment = 4 : i64} : memref<2x588xf32>
+// GPU: %[[B0:.*]] = memref.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {alignment = 4 : i64} : memref<4x1x2xf32>
+// GPU: %[[B1:.*]] = memref.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {alignment = 4 : i64} : memref<4x1x2xf32>
+// GPU-NEXT: arith.mulf %[[A0]], %[[B0]] : f32
+// GPU-NEXT: arith.mulf %[[A1]], %[[B0]] : f32
+// GPU-NEXT: arith.mulf %[[A0]], %[[B1]] : f32
+// GPU-NEXT: arith.mulf %[[A1]], %[[B1]] : f32
+// GPU: scf.for {{.*}} iter_args(%{{[^ ]+}} = %{{[^ ]+}}, %[[G0:[^ ]+]] = %{{[^ ]+}}, %[[G1:[^ ]+]] = %{{[^ ]+}}, %[[U0:[^ ]+]] = %{{[^ ]+}}, %[[U1:[^ ]+]] = %{{[^)]+}})
+// GPU: %[[KT:.*]] = arith.minsi %{{.*}}, %{{.*}} : index
+// GPU: %[[NA0:.*]] = memref.load %{{.*}}[%[[KT]], %{{.*}}] {alignment = 4 : i64} : memref<2x588xf32>
+// GPU: %[[NA1:.*]] = memref.load %{{.*}}[%[[KT]], %{{.*}}] {alignment = 4 : i64} : memref<2x588xf32>
+// GPU: arith.minsi
+// GPU: %[[NG:.*]] = memref.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {alignment = 4 : i64} : memref<4x1x2xf32>
+// GPU: arith.minsi
+// GPU: %[[NU:.*]] = memref.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {alignment = 4 : i64} : memref<4x1x2xf32>
+// GPU: nvgpu.mbarrier.try_wait.parity
 // GPU: nvvm.wgmma.fence.aligned
-// GPU: %[[P0:.*]] = nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <zero>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
+// GPU-COUNT-2: nvgpu.warpgroup.generate.descriptor
+// GPU-NOT: nvgpu.warpgroup.generate.descriptor
+// GPU: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <zero>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
+// GPU-NEXT: llvm.mlir.constant(2 : i64) : i64
+// GPU-NEXT: llvm.add %{{.*}}, %{{.*}} : i64
+// GPU-NOT: nvgpu.warpgroup.generate.descriptor
 // GPU-COUNT-3: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <one>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
 // GPU-NEXT: nvvm.wgmma.commit.group.sync.aligned
 // GPU-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
-// GPU-NEXT: %[[G0:.*]] = arith.mulf %[[SA0]], %[[SG]] : f32
-// GPU-NEXT: %[[G1:.*]] = arith.mulf %[[SA1]], %[[SG]] : f32
-// GPU-NEXT: %[[U0:.*]] = arith.mulf %[[SA0]], %[[SU]] : f32
-// GPU-NEXT: arith.mulf %[[SA1]], %[[SU]] : f32
 // GPU: llvm.intr.fma(%{{.*}}, %[[G0]], %{{.*}})
 // GPU: llvm.intr.fma(%{{.*}}, %[[G1]], %{{.*}})
 // GPU: llvm.intr.fma(%{{.*}}, %[[U0]], %{{.*}})
+// GPU: llvm.intr.fma(%{{.*}}, %[[U1]], %{{.*}})
+// GPU: %[[N0:.*]] = arith.mulf %[[NA0]], %[[NG]] : f32
+// GPU-NEXT: %[[N1:.*]] = arith.mulf %[[NA1]], %[[NG]] : f32
+// GPU-NEXT: %[[N2:.*]] = arith.mulf %[[NA0]], %[[NU]] : f32
+// GPU-NEXT: %[[N3:.*]] = arith.mulf %[[NA1]], %[[NU]] : f32
+// GPU: scf.yield %{{.*}}, %[[N0]], %[[N1]], %[[N2]], %[[N3]] :
 // WGMMA: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3
 // WGMMA: wgmma.wait_group.sync.aligned 0;
 // WGMMA: fma.rn.f32
