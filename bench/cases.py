@@ -98,6 +98,11 @@ TRAIN_CASES["train_partial_pieces"] = dict(tokens=180, hidden=512, intermediate=
                                            experts=8, top_k=2, padding=64,
                                            shared_intermediate=384, swiglu_limit=7.0,
                                            drop=0.05, training=True)
+# The training forward's GEMMs with a producer warpgroup (warp_specialize;
+# the backward's run without one): 128-row tiles, a shared expert, a clamp
+# and -1 routes.
+TRAIN_CASES["train_ws_shared_tall"] = dict(TRAIN_CASES["train_shared_tall"],
+                                           warp_specialize=True)
 del _name
 # Megatron-Core's gradient accumulation in the backward kernel
 # (mok.compile(..., main_grads=True): main_grad += dW, unrounded fp32):
@@ -264,6 +269,9 @@ FP8_TRAIN_CASES = {
     # bitwise the layer that quantizes them itself.
     "train_fp8_shared_clamp_wgmma_given": dict(FP8_CASES["fp8_shared_clamp_wgmma_given"],
                                                training=True),
+    # The same with a producer warpgroup in the training forward.
+    "train_fp8_given_ws": dict(FP8_CASES["fp8_shared_clamp_wgmma_given"], training=True,
+                               warp_specialize=True),
     # Any T (tokens=None): run at 67 of its 160.
     "train_fp8_any_tokens": dict(FP8_CASES["fp8_wgmma_any_tokens"], training=True),
     # MXFP8 training layers on scalar GEMMs (the backward's weights

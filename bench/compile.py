@@ -84,11 +84,14 @@ def shape_layers(names, training, plain_only):
         shape = SHAPES[name]
         spec = spec_kwargs(shape)
         if training:
-            # The forward-only options (warp roles, dispatch, multicast) do
-            # not apply: the training layers take the target's defaults.
-            # Given quantized weights, both kernels take both layouts.
+            # The forward-only options (dispatch, multicast) do not apply:
+            # the training layers take the target's defaults; warp roles
+            # go to the training forward. Given quantized weights, both
+            # kernels take both layouts.
             given = ({"fp8_quantized_weights": True}
                      if shape.get("fp8_quantized_weights") else {})
+            if shape.get("warp_specialize"):
+                given["warp_specialize"] = True
             for suffix, profile, main_grads in TRAINING_FORMS:
                 if plain_only and suffix != "-train":
                     continue
@@ -154,12 +157,7 @@ def parse_args(argv=None):
         args.layers = test_layers()
     else:
         try:
-            # (The training layers leave out the FP8 shapes with warp
-            # roles: a training layer takes none, so they are their
-            # "-fp8w" twins.)
-            default = [n for n in FORWARD_SHAPES
-                       if not (args.training and SHAPES[n].get("fp8_quantized_weights")
-                               and SHAPES[n].get("warp_specialize"))]
+            default = list(FORWARD_SHAPES)
             args.layers = shape_layers(args.names or default, args.training,
                                        args.plain_only)
         except ValueError as e:

@@ -59,7 +59,10 @@ class CompileOptions:
         main_grad += dW). Implies training.
     profile: GPU targets: kernels that record the global timer after each
         phase (GpuLayer.phase_times()).
-    warp_specialize: sm_90a: GEMMs with a TMA producer warpgroup.
+    warp_specialize: sm_90a: the forward kernels' GEMMs (inference and,
+        with training, the training forward's) with a TMA producer
+        warpgroup; the backward's GEMMs have none yet. Refused with
+        recompute.
     dispatch: "auto" (fused into the gate/up GEMM on sm_90a tensor-core
         GEMMs without warp_specialize, else copied), "fused" (required:
         the GEMM loads its A rows straight from x; sm_90a) or "copy" (the
@@ -96,8 +99,9 @@ class CompileOptions:
         one). Slower than the ep = 1 kernel; a layer of ep > 1 ignores it.
 
     The options that change the tensor-core GEMMs (warp_specialize,
-    dispatch="fused", multicast) are refused without tensor_cores and for
-    the training kernels; multicast is refused with warp_specialize. By
+    dispatch="fused", multicast) are refused without tensor_cores;
+    dispatch="fused" and multicast also for the training kernels, and
+    multicast with warp_specialize. By
     target (`for_target`, `ignored_by`): "cpu" refuses training,
     main_grads, profile, warp_specialize, dispatch other than "auto",
     multicast, barrier_timeout_ms, self_exchange and fp8_quantized_weights,
@@ -153,9 +157,19 @@ class CompileOptions:
         if gemm and self.self_exchange:
             raise ValueError(f"CompileOptions.{gemm}: not implemented with expert "
                              "parallelism (self_exchange) yet")
-        if gemm and self.training:
-            raise ValueError(f"CompileOptions.{gemm}: not implemented for the training "
-                             "kernels (the training forward and the backward) yet")
+        # Warp roles are the forward kernels': the training forward's GEMMs
+        # take a producer, the backward's none yet.
+        gemm_train = ("dispatch" if self.dispatch == "fused"
+                      else "multicast" if self.multicast else None)
+        if gemm_train and self.training:
+            raise ValueError(f"CompileOptions.{gemm_train}: not implemented for the "
+                             "training kernels (the training forward and the "
+                             "backward) yet")
+        if self.warp_specialize and self.recompute:
+            raise ValueError("CompileOptions.warp_specialize: not implemented with "
+                             "recompute (the backward's recomputed SwiGLU, without "
+                             "warp roles, would not match the forward's bit for "
+                             "bit); save the forward's context instead")
 
     def _gemm_option(self):
         """The first option set that changes the tensor-core GEMMs, or None."""

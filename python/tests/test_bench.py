@@ -243,8 +243,7 @@ def test_compile_defaults_to_the_forward_shapes_not_the_peers_one():
     assert "dsv3-routed" in SHAPES and "dsv3-routed" not in FORWARD_SHAPES
     assert comp.parse_args(["tests", "out", "--jobs", "3"]).jobs == 3
     # The FP8 shapes: the training layers take the quantized weights of
-    # "-fp8w" (both layouts), and leave out "-fp8ws" (the same training
-    # layer: no warp roles in training).
+    # "-fp8w" (both layouts); "-fp8ws"'s training forward takes warp roles.
     assert SHAPES["dsv3-shard-fp8"]["precision"] == "fp8"
     assert "dsv3-shard-fp8" in [n for n, _, _ in args.layers]
     by_name = {n: (spec, options) for n, spec, options in args.layers}
@@ -255,7 +254,10 @@ def test_compile_defaults_to_the_forward_shapes_not_the_peers_one():
     assert "dsv3-shard-train" in training and "dsv3-shard-fp8-train" in training
     assert training["dsv3-shard-fp8w-train"]["fp8_quantized_weights"] is True
     assert "fp8_quantized_weights" not in training["dsv3-shard-fp8-train"]
-    assert not any("fp8ws" in n for n in training)
+    assert "warp_specialize" not in training["dsv3-shard-fp8w-train"]
+    assert training["dsv3-shard-fp8ws-train"] == dict(
+        training["dsv3-shard-fp8w-train"], warp_specialize=True)
+    assert training["dsv3-shard-ws-train"]["warp_specialize"] is True
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -61,8 +61,10 @@ def test_dispatch_and_toolkit_values():
     (dict(dispatch="fused", tensor_cores=False),
      r"CompileOptions\.dispatch: needs tensor-core GEMMs"),
     (dict(multicast=True, tensor_cores=False), r"CompileOptions\.multicast: needs tensor-core"),
-    (dict(warp_specialize=True, training=True),
-     r"CompileOptions\.warp_specialize: not implemented for the training kernels"),
+    (dict(warp_specialize=True, recompute=True),
+     r"CompileOptions\.warp_specialize: not implemented with recompute"),
+    (dict(warp_specialize=True, recompute=True, training=True),
+     r"CompileOptions\.warp_specialize: not implemented with recompute"),
     (dict(dispatch="fused", training=True),
      r"CompileOptions\.dispatch: not implemented for the training kernels"),
     (dict(multicast=True, training=True),
@@ -123,11 +125,14 @@ def test_what_targets_ignore_and_imply():
     assert o.for_target("cpu") is o
     assert mok.CompileOptions(dispatch="copy").for_target("sm_100a").dispatch == "copy"
     # On a GPU target recompute and main_grads imply training, and then
-    # the tensor-core options are refused as with training.
+    # the tensor-core options are refused as with training (warp roles
+    # are the forward kernels': taken with training).
     assert o.for_target("sm_90a") == o.replace(training=True)
     assert mok.CompileOptions(main_grads=True).for_target("sm_100a").training
-    with pytest.raises(ValueError, match=r"warp_specialize: not implemented for the training"):
-        mok.CompileOptions(warp_specialize=True, recompute=True).for_target("sm_90a")
+    ws = mok.CompileOptions(warp_specialize=True, main_grads=True)
+    assert ws.for_target("sm_90a") == ws.replace(training=True)
+    with pytest.raises(ValueError, match=r"multicast: not implemented for the training"):
+        mok.CompileOptions(multicast=True, main_grads=True).for_target("sm_90a")
     for bad in ("sm_80", None):
         with pytest.raises(ValueError, match=rf"target: expected 'cpu', 'sm_90a' or 'sm_100a', "
                                              rf"got {bad!r}"):

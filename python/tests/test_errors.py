@@ -116,11 +116,11 @@ def test_unsupported_target_and_ep(tmp_path):
         mok.compile(SPEC, training=True)
     with pytest.raises(TypeError, match="training: expected True or False"):
         mok.compile(SPEC, target="sm_90a", training=1)
-    with pytest.raises(ValueError, match=r"warp_specialize: not implemented for the "
-                                         r"training kernels"):
+    with pytest.raises(ValueError, match=r"warp_specialize: not implemented with "
+                                         r"recompute"):
         mok.compile(mok.LayerSpec(tokens=8, hidden=64, intermediate=128, experts=4, top_k=2,
                                   padding=64), target="sm_90a", training=True,
-                    warp_specialize=True, cache_dir=str(tmp_path))
+                    recompute=True, warp_specialize=True, cache_dir=str(tmp_path))
     # A dynamic token count compiles with the default capacity; IR without
     # one is refused by name.
     dynamic = mok.LayerSpec(hidden=16, intermediate=8, experts=4, top_k=2)

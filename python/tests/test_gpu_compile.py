@@ -565,8 +565,9 @@ def test_fp8_forward_compiles(target, tensor_cores, tmp_path):
 def test_fp8_forward_with_a_producer_compiles(tmp_path):
     """warp_specialize on the FP8 forward (sm_90a): the routed E4M3 GEMMs
     with a producer warpgroup and the registers moved to the consumers;
-    ptxas-clean. The other GEMM options and the training kernels'
-    warp_specialize are refused by name."""
+    ptxas-clean. The other GEMM options are refused by name. In training
+    the training forward's GEMMs take the producer (their saves staged
+    after the ring), the backward's none."""
     spec = mok.LayerSpec(hidden=256, intermediate=128, experts=4, top_k=2, tokens=40,
                          padding=128, shared_intermediate=128, precision="fp8")
     art = mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path), warp_specialize=True)
@@ -579,10 +580,15 @@ def test_fp8_forward_with_a_producer_compiles(tmp_path):
                          (dict(dispatch="fused"), "CompileOptions.dispatch")):
         with pytest.raises(ValueError, match=why + r": not implemented for FP8 layers"):
             mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path), **options)
-    with pytest.raises(ValueError, match=r"warp_specialize: not implemented for the "
-                                         r"training kernels"):
-        mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path), warp_specialize=True,
-                    training=True)
+    train = mok.compile(spec, target="sm_90a", cache_dir=str(tmp_path), warp_specialize=True,
+                        training=True)
+    assert train.forward.metadata["block"] == 384 and train.backward.metadata["block"] == 256
+    # (The stage holds both kernels: the forward's four GEMMs have a producer.)
+    assert train.forward.stages["mk"].count("producer, registers = [224, 56]") == 4
+    assert "saves(" in train.forward.stages["mk"]
+    assert "setmaxnreg.inc.sync.aligned.u32" in train.forward.ptx
+    assert "setmaxnreg" not in train.backward.ptx
+    _ptxas_accepts(train.forward.ptx, "sm_90a", tmp_path)
 
 
 @pytest.mark.parametrize("target,tensor_cores", [("sm_100a", True), ("sm_90a", False),

@@ -10,7 +10,7 @@
 // RUN: not mok-compile %s --multicast --warp-specialize -o %t/x 2>&1 | FileCheck %s --check-prefix=MCWS
 // RUN: not mok-compile %s --no-tensor-cores --warp-specialize -o %t/x 2>&1 | FileCheck %s --check-prefix=NOTC
 // RUN: not mok-compile %s --no-tensor-cores --dispatch fused -o %t/x 2>&1 | FileCheck %s --check-prefix=NOTC-FUSED
-// RUN: not mok-compile %s --training --warp-specialize -o %t/x 2>&1 | FileCheck %s --check-prefix=TRAIN-WS
+// RUN: not mok-compile %s --training --recompute --warp-specialize -o %t/x 2>&1 | FileCheck %s --check-prefix=TRAIN-WS
 // RUN: not mok-compile %s --training --fuse-dispatch -o %t/x 2>&1 | FileCheck %s --check-prefix=TRAIN-FUSED
 // RUN: not mok-compile %s --training --multicast -o %t/x 2>&1 | FileCheck %s --check-prefix=TRAIN-MC
 // RUN: not mok-compile %s --dispatch both -o %t/x 2>&1 | FileCheck %s --check-prefix=BAD-DISPATCH
@@ -30,7 +30,7 @@
 // MCWS: invalid compile options: multicast is implemented for sm_90a without warp-specialize only
 // NOTC: invalid compile options: warp-specialize needs tensor-core GEMMs, and tensor-cores is off
 // NOTC-FUSED: invalid compile options: fuse-dispatch needs tensor-core GEMMs
-// TRAIN-WS: invalid compile options: warp-specialize is not implemented for the training kernels
+// TRAIN-WS: invalid compile options: warp-specialize is not implemented with recompute
 // TRAIN-FUSED: invalid compile options: fuse-dispatch is not implemented for the training kernels
 // TRAIN-MC: invalid compile options: multicast is not implemented for the training kernels
 // BAD-DISPATCH: mok-compile: --dispatch: expected auto, fused or copy, got 'both'

@@ -24,6 +24,17 @@
 // RUN: FileCheck %s --check-prefixes=BACKWARD,RECOMPUTE -DCHIP=sm_100a < %t/sm100-recompute/layer_backward.json
 // RUN: FileCheck %s --check-prefix=NOSAVE < %t/sm100-recompute/layer_forward.json
 // RUN: ptxas -arch=sm_100a %t/sm100-recompute/layer_backward.ptx -o %t/sm100-recompute.cubin
+// --warp-specialize: the training forward's GEMMs take a producer (its
+// consumer warps hand each stage back on its "empty" barrier), the
+// backward's none: its PTX is the one without the option.
+// RUN: mok-compile %s --training --warp-specialize --chip sm_90a -o %t/sm90-ws | FileCheck %s --check-prefix=FILES
+// RUN: ptxas -arch=sm_90a %t/sm90-ws/layer_forward.ptx -o %t/sm90-ws-forward.cubin
+// RUN: cmp %t/sm90/layer_backward.ptx %t/sm90-ws/layer_backward.ptx
+// RUN: not cmp -s %t/sm90/layer_forward.ptx %t/sm90-ws/layer_forward.ptx
+// RUN: grep -c "mbarrier.arrive" %t/sm90/layer_forward.ptx | FileCheck %s --check-prefix=ARRIVES
+// RUN: grep -c "mbarrier.arrive" %t/sm90-ws/layer_forward.ptx | FileCheck %s --check-prefix=ARRIVES-WS
+// ARRIVES: 9
+// ARRIVES-WS: 14
 // --main-grads: the backward adds the weights' gradients into fp32
 // outputs (Megatron's main_grad += dW; metadata "accumulate").
 // RUN: mok-compile %s --training --main-grads --chip sm_90a -o %t/sm90-mg | FileCheck %s --check-prefix=FILES

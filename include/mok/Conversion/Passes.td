@@ -156,8 +156,10 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
       weights' gradients; the reverse dispatch (`mk.combine` without
       weights). Every sum has a fixed order: the gradients are bitwise
       reproducible.
-    The tensor-core options (warp-specialize, fuse-dispatch, multicast) are
-    refused for them.
+    fuse-dispatch and multicast are refused for them; warp-specialize
+    gives the training forward's GEMMs a producer warpgroup (the
+    backward's run without one) and is refused with a backward that
+    recomputes the forward.
 
     Any token count: a layer whose plan has `tokens = ?` and a capacity
     (`max_tokens = C`) becomes a kernel for every T from 1 to C. Its

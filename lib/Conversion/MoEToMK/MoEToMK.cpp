@@ -219,18 +219,30 @@ struct ConvertMoEToMKPass
         return WalkResult::interrupt();
       }
       // The backward and the training forward have their own tensor-core
-      // plan (docs/Backward.md), without warp roles, clusters or the fused
-      // dispatch of x: those options are refused for them, not ignored.
-      if (training && (warpSpecialize || fuseDispatch || multicast)) {
+      // plan (docs/Backward.md), without clusters or the fused dispatch of
+      // x: those options are refused for them, not ignored. Warp roles
+      // (warp-specialize) are the forward kernels': the training forward's
+      // GEMMs take a producer, the backward's none yet.
+      if (training && (fuseDispatch || multicast)) {
         op->emitError() << "convert-moe-to-mk: "
-                        << (warpSpecialize ? "warp-specialize"
-                            : fuseDispatch ? "fuse-dispatch"
-                                           : "multicast")
+                        << (fuseDispatch ? "fuse-dispatch" : "multicast")
                         << " is not implemented for "
                         << (isa<LayerGradOp>(op)
                                 ? "the backward (moe.layer_grad)"
                                 : "the training forward (saved context)")
                         << " yet";
+        return WalkResult::interrupt();
+      }
+      // A backward that recomputes the forward (without warp roles) would
+      // not reproduce the h of a forward with them bit for bit: kernels
+      // with warp roles compute the sigmoid exactly.
+      if (auto grad = dyn_cast<LayerGradOp>(op);
+          grad && grad.recomputes() && warpSpecialize) {
+        op->emitError("convert-moe-to-mk: warp-specialize is not implemented "
+                      "with a backward that recomputes the forward (its "
+                      "recomputed SwiGLU, without warp roles, would not "
+                      "match the forward's bit for bit); save the forward's "
+                      "context instead");
         return WalkResult::interrupt();
       }
       auto func = op->getParentOfType<func::FuncOp>();

@@ -48,12 +48,18 @@ std::string CompileOptions::validate() const {
   if (gemmOption && !tensorCores)
     return std::string(gemmOption) +
            " needs tensor-core GEMMs, and tensor-cores is off";
-  // The training kernels have their own tensor-core plan, without warp
-  // roles, clusters or the fused dispatch of x (docs/Backward.md).
-  if (gemmOption && training)
-    return std::string(gemmOption) +
+  // The training kernels have their own tensor-core plan, without
+  // clusters or the fused dispatch of x (docs/Backward.md); warp roles are
+  // the forward kernels' (the training forward's GEMMs take a producer).
+  if ((fused || multicast) && training)
+    return std::string(fused ? "fuse-dispatch" : "multicast") +
            " is not implemented for the training kernels (the training "
            "forward and the backward) yet";
+  if (warpSpecialize && recompute)
+    return "warp-specialize is not implemented with recompute (the "
+           "backward's recomputed SwiGLU, without warp roles, would not "
+           "match the forward's bit for bit); save the forward's context "
+           "instead";
   if (recompute && !training)
     return "recompute needs training";
   if (mainGrads && !training)

@@ -65,7 +65,7 @@ gpu.module @k {
   gpu.func @fp8_multicast(%a: memref<128x128xf8E4M3FN>, %b: memref<128x128xf8E4M3FN>, %o: memref<128x128xbf16>, %m: memref<32xi64>,
                           %sa: memref<1x128xf32>, %sb: memref<1x1xf32>) kernel
       attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2 : i64, dynamic_shared_memory = 214016 : i64}} {
-    // expected-error @+1 {{'mk.gemm' op FP8 operands on wgmma are implemented without clusters, a gathered A or (with a producer) saved activations}}
+    // expected-error @+1 {{'mk.gemm' op FP8 operands on wgmma are implemented without clusters or a gathered A}}
     mk.gemm store %a, %b into %o maps(%m : memref<32xi64>) scales(%sa, %sb : memref<1x128xf32>, memref<1x1xf32>)
         schedule <wgmma, tile = [128, 128, 128], stages = 4, multicast> {maps = array<i64: 0, 1>}
         : memref<128x128xf8E4M3FN>, memref<128x128xf8E4M3FN> -> memref<128x128xbf16>
@@ -669,13 +669,13 @@ gpu.module @k {
 
 // -----
 
-// saves (the training forward's gate and up) without warp roles.
+// saves (the training forward's gate and up) without clusters.
 gpu.module @k {
-  gpu.func @saves_producer(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %g: memref<64x128xbf16>, %u: memref<64x128xbf16>, %m: memref<48xi64>) kernel
-      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
-    // expected-error @+1 {{saves is implemented for wgmma GEMMs without a producer, clusters or a gathered A}}
+  gpu.func @saves_multicast(%a: memref<64x64xbf16>, %b: memref<128x64xbf16>, %o: memref<64x128xbf16>, %g: memref<64x128xbf16>, %u: memref<64x128xbf16>, %m: memref<48xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", cluster = 2 : i64, dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{saves is implemented for wgmma GEMMs without clusters or a gathered A}}
     mk.gemm swiglu %a, %b, %b into %o maps(%m : memref<48xi64>) saves(%g, %u : memref<64x128xbf16>, memref<64x128xbf16>)
-        schedule <wgmma, tile = [64, 128, 64], stages = 4, producer> {maps = array<i64: 0, 1, 2>}
+        schedule <wgmma, tile = [64, 128, 64], stages = 4, multicast> {maps = array<i64: 0, 1, 2>}
         : memref<64x64xbf16>, memref<128x64xbf16>, memref<128x64xbf16> -> memref<64x128xbf16>
     gpu.return
   }

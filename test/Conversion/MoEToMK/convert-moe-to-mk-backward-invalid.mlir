@@ -1,9 +1,10 @@
 // The backward and the training forward have their own tensor-core plan:
-// the forward's tensor-core options are refused for them, not ignored.
+// the options they do not take are refused for them, not ignored (warp
+// roles are the forward kernels': refused only with a recomputing backward).
 // RUN: not mok-opt %s --convert-moe-to-mk="chip=sm_90a warp-specialize=true" 2>&1 | FileCheck %s --check-prefix=WS
 // RUN: not mok-opt %s --convert-moe-to-mk="chip=sm_90a multicast=true" 2>&1 | FileCheck %s --check-prefix=MC
 // RUN: not mok-opt %s --convert-moe-to-mk="chip=sm_90a fuse-dispatch=true" 2>&1 | FileCheck %s --check-prefix=FD
-// WS: error: convert-moe-to-mk: warp-specialize is not implemented for the backward (moe.layer_grad) yet
+// WS: error: convert-moe-to-mk: warp-specialize is not implemented with a backward that recomputes the forward
 // MC: error: convert-moe-to-mk: multicast is not implemented for the backward (moe.layer_grad) yet
 // FD: error: convert-moe-to-mk: fuse-dispatch is not implemented for the backward (moe.layer_grad) yet
 // RUN: mok-opt %s --convert-moe-to-mk | FileCheck %s --check-prefix=OK

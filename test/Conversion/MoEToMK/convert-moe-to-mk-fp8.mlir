@@ -5,7 +5,7 @@
 // RUN: sed -e 's/ {precision = "fp8"}//' %s | not mok-opt --convert-moe-to-mk=fp8-quantized-weights=true 2>&1 | FileCheck %s --check-prefix=GIVEN-BF16
 // RUN: not mok-opt %s --convert-moe-to-mk=chip=sm_100a 2>&1 | FileCheck %s --check-prefix=TC
 // RUN: mok-opt %s --convert-moe-to-mk=warp-specialize=true | FileCheck %s --check-prefix=WS
-// RUN: not mok-opt %s --moe-generate-backward --convert-moe-to-mk=warp-specialize=true 2>&1 | FileCheck %s --check-prefix=WS-TRAIN
+// RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk=warp-specialize=true | FileCheck %s --check-prefix=WS-TRAIN
 // RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="tensor-cores=false" | FileCheck %s --check-prefix=BWD
 // RUN: mok-opt %s --moe-generate-backward --convert-moe-to-mk="tensor-cores=false fp8-quantized-weights=true" | FileCheck %s --check-prefix=GIVEN-TRAIN --implicit-check-not=mk.quantize_weights
 // RUN: sed -e 's/ep = 1/ep = 2/' -e 's/4x128x256/2x128x256/g' -e 's/4x256x128/2x256x128/g' %s | not mok-opt --convert-moe-to-mk="tensor-cores=false" 2>&1 | FileCheck %s --check-prefix=EP
@@ -76,10 +76,16 @@
 // GIVEN-BF16: error: convert-moe-to-mk: fp8-quantized-weights is for FP8 layers (precision = "fp8" or "mxfp8"); this layer's precision is "bf16"
 // TC: error: convert-moe-to-mk: FP8 layers (precision = "fp8") on sm_100a run on scalar GEMMs only so far: compile them with tensor-cores=false (tcgen05's block-scaled FP8 is not implemented yet)
 // With warp-specialize the routed GEMMs take a producer warpgroup, the
-// registers moving to the two consumers; the training kernels refuse it.
+// registers moving to the two consumers; in training, the training
+// forward's GEMMs do (their saves staged after the ring, as without a
+// producer), the backward's run without warp roles.
 // WS: mk.gemm swiglu %{{.*}} schedule <wgmma, tile = [128, 64, 128], stages = 4, producer, registers = [224, 56]>
 // WS: mk.gemm store %{{.*}} schedule <wgmma, tile = [128, 128, 128], stages = 4, producer, registers = [224, 56]>
-// WS-TRAIN: error: convert-moe-to-mk: warp-specialize is not implemented for the training forward (saved context) yet
+// WS-TRAIN-LABEL: gpu.func @fp8_layer_forward_forward(
+// WS-TRAIN: mk.gemm swiglu %{{.*}} saves(%{{.*}} schedule <wgmma, tile = [128, 64, 128], stages = 4, producer, registers = [224, 56]>
+// WS-TRAIN: mk.gemm store %{{.*}} schedule <wgmma, tile = [128, 128, 128], stages = 4, producer, registers = [224, 56]>
+// WS-TRAIN-LABEL: gpu.func @fp8_layer_backward_backward(
+// WS-TRAIN-NOT: producer
 // The FP8 backward (docs/FP8.md's backward table), after the plan:
 // d_out's row blocks, the weights quantized transposed (K-major for the
 // dgrads), and the column blocks of the saved hidden rows and x's routed

@@ -44,7 +44,8 @@ struct CompileOptions {
   bool tensorCores = true;
   /// Kernels that record the global timer after each phase (profile).
   bool profile = false;
-  /// sm_90a GEMMs with a TMA producer warpgroup (warp-specialize).
+  /// sm_90a: the forward kernels' GEMMs (the training forward's too)
+  /// with a TMA producer warpgroup (warp-specialize).
   bool warpSpecialize = false;
   /// The dispatch of x into the routed gate/up GEMM.
   Dispatch dispatch = Dispatch::Auto;
@@ -78,8 +79,9 @@ struct CompileOptions {
   /// convert-moe-to-mk's, made before anything is compiled: an unknown chip;
   /// fuse-dispatch, warp-specialize or multicast where they are not
   /// implemented (sm_100a, multicast with warp-specialize, any of them
-  /// without tensor cores or for the training kernels); recompute and
-  /// main-grads without training.
+  /// without tensor cores, fuse-dispatch and multicast for the training
+  /// kernels, warp-specialize with recompute); recompute and main-grads
+  /// without training.
   std::string validate() const;
 
   /// `toolkit`, or $CUDA_HOME, or /usr/local/cuda.

@@ -83,9 +83,9 @@ std::string TargetSupport::whyNot(const GemmForm &f,
       return "FP8 operands with f32 block scales are implemented for the "
              "wgmma (sm_90a) and simt engines; tcgen05 runs MXFP8 (E8M0 "
              "scales)";
-    if (multicast || f.gathered || (producer && f.saves))
-      return "FP8 operands on wgmma are implemented without clusters, a "
-             "gathered A or (with a producer) saved activations";
+    if (multicast || f.gathered)
+      return "FP8 operands on wgmma are implemented without clusters or a "
+             "gathered A";
     if (f.columns % 2)
       return "FP8 operands on wgmma: the epilogue stores pairs of columns "
              "from registers, so out needs an even number of columns";
@@ -115,9 +115,11 @@ std::string TargetSupport::whyNot(const GemmForm &f,
   // clusters; a gathered A (wgmma) only with an N-major B alone.
   bool dgradForms =
       f.transposeB || f.concat || f.transposeA || f.kGroups || f.f32Out;
-  if (f.saves && (producer || multicast || f.gathered))
-    return "saves is implemented for wgmma GEMMs without a producer, "
-           "clusters or a gathered A";
+  // (With a producer the saves go through the register epilogue's staging
+  // after the ring, which the producer's loads never touch.)
+  if (f.saves && (multicast || f.gathered))
+    return "saves is implemented for wgmma GEMMs without clusters or a "
+           "gathered A";
   // (A gathered A with an N-major B: the down dgrad, d_out's rows.)
   bool gatherOk = !f.gathered || (!f.transposeA && !f.concat && !f.kGroups);
   if (dgradForms && (producer || multicast || !gatherOk ||
