@@ -518,6 +518,17 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     auto loop = scf::ForOp::create(b, loc, e.index(roles.producer ? 1 : 0),
                                    t.kTiles ? t.kTiles : e.index(kTiles),
                                    e.index(1), init);
+    // FP8: never unrolled. With the scale factors carried, LLVM unrolled
+    // a k-loop of three k-tiles (K = 512) in full, and ptxas then
+    // serialized the kernel's wgmmas for want of registers (C7512).
+    if (fp8) {
+      auto unroll = LLVM::LoopUnrollAttr::get(ctx, b.getBoolAttr(true), {}, {},
+                                              {}, {}, {}, {});
+      loop->setAttr("loop_annotation",
+                    LLVM::LoopAnnotationAttr::get(ctx, {}, {}, {}, unroll, {},
+                                                  {}, {}, {}, {}, {}, {}, {},
+                                                  {}, {}, {}));
+    }
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
     SmallVector<Value> acc = kTileStep(

@@ -63,6 +63,9 @@
 // GPU-NEXT: %[[N2:.*]] = arith.mulf %[[NA0]], %[[NU]] : f32
 // GPU-NEXT: %[[N3:.*]] = arith.mulf %[[NA1]], %[[NU]] : f32
 // GPU: scf.yield %{{.*}}, %[[N0]], %[[N1]], %[[N2]], %[[N3]] :
+// The FP8 k-loops are never unrolled (a loop of a few k-tiles unrolled in
+// full made ptxas serialize the kernel's wgmmas).
+// WGMMA: .pragma "nounroll";
 // WGMMA: wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3
 // WGMMA: wgmma.wait_group.sync.aligned 0;
 // WGMMA: fma.rn.f32
