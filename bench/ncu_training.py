@@ -23,6 +23,7 @@ import torch
 import mok
 from bench.moe_training import training_inputs
 from bench.shapes import SHAPES
+from bench.torch_reference import quantized_weight_args
 
 
 def main():
@@ -37,6 +38,8 @@ def main():
     s = SHAPES[shape]
     layer = mok.GpuTrainingArtifact.from_files(path).load()
     a, d_out = training_inputs(s, torch.Generator().manual_seed(1))
+    if s.get("fp8_quantized_weights"):  # ("-fp8w": the routed weights quantized)
+        a = quantized_weight_args(a, training=True, precision=s["precision"])
     for _ in range(4):
         _, ctx = layer.forward(**a)
         layer.backward(ctx, d_out)
