@@ -88,16 +88,14 @@ def shape_layers(names, training, plain_only):
             # the training layers take the target's defaults; warp roles
             # go to the training forward. Given quantized weights, both
             # kernels take both layouts.
-            given = ({"fp8_quantized_weights": True}
-                     if shape.get("fp8_quantized_weights") else {})
-            if shape.get("warp_specialize"):
-                given["warp_specialize"] = True
+            taken = {k: True for k in ("fp8_quantized_weights", "warp_specialize")
+                     if shape.get(k)}
             for suffix, profile, main_grads in TRAINING_FORMS:
                 if plain_only and suffix != "-train":
                     continue
                 layers.append((name + suffix, spec,
                                dict(training=True, profile=profile, main_grads=main_grads,
-                                    **given)))
+                                    **taken)))
             continue
         options = {"warp_specialize": shape.get("warp_specialize", False),
                    "fuse_dispatch": shape.get("fuse_dispatch"),

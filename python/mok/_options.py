@@ -159,8 +159,7 @@ class CompileOptions:
                              "parallelism (self_exchange) yet")
         # Warp roles are the forward kernels': the training forward's GEMMs
         # take a producer, the backward's none yet.
-        gemm_train = ("dispatch" if self.dispatch == "fused"
-                      else "multicast" if self.multicast else None)
+        gemm_train = self._gemm_option(training=True)
         if gemm_train and self.training:
             raise ValueError(f"CompileOptions.{gemm_train}: not implemented for the "
                              "training kernels (the training forward and the "
@@ -171,9 +170,11 @@ class CompileOptions:
                              "warp roles, would not match the forward's bit for "
                              "bit); save the forward's context instead")
 
-    def _gemm_option(self):
-        """The first option set that changes the tensor-core GEMMs, or None."""
-        if self.warp_specialize:
+    def _gemm_option(self, training=False):
+        """The first option set that changes the tensor-core GEMMs, or None;
+        `training`: of those the training kernels do not take (all but
+        warp_specialize)."""
+        if self.warp_specialize and not training:
             return "warp_specialize"
         if self.dispatch == "fused":
             return "dispatch"
