@@ -84,30 +84,25 @@ private:
   static WgmmaAttrs wgmmaAttrs(MLIRContext *ctx);
   /// FP8: the scales of task `t`'s k-tile `kt` that this thread
   /// multiplies its partial sums by: its two rows' A scales, then B's (one
-  /// a B operand; with K in groups none: fp8ColumnScales). The k-loop
-  /// loads them a k-tile ahead, so `kt` may be one past the task's last
-  /// k-tile (or a task may have none): every block index is clamped into
-  /// its scales, and such values go unused.
+  /// a B operand; with K in groups one for each of its fragment's 32
+  /// columns, in fragment order). The k-loop loads them a k-tile ahead, so
+  /// `kt` may be one past the task's last k-tile (or a task may have
+  /// none): every block index is clamped into its scales, and such values
+  /// go unused.
   SmallVector<Value> fp8Scales(const GemmPhase &p, const Task &t, Value kt,
                                Value wg);
   /// FP8 (B's scales a block): what the k-loop carries of fp8Scales' values
   /// `s`: each B operand's scale times each row's, [2 j + h] for operand j
   /// and row half h. (Multiplied at the end of the k-tile before, after
   /// its promotion: the k-tile's MMAs never wait for the loads.) With K in
-  /// groups, the A scales as they are.
+  /// groups, the scales as they are (a column's B scale multiplies in the
+  /// promotion).
   SmallVector<Value> fp8Factors(const GemmPhase &p, ArrayRef<Value> s);
-  /// FP8 with K in groups: the B scales of the 32 columns of this thread's
-  /// fragment for k-tile `kt`, in fragment order. (Loaded in the k-tile
-  /// itself, before its MMAs: 32 more values carried a k-tile made ptxas
-  /// spill in the weight gradients.)
-  SmallVector<Value> fp8ColumnScales(const GemmPhase &p, const Task &t,
-                                     Value kt);
   /// FP8: the MMAs of the k-tile numbered `g` in the kernel, from the stage
   /// at `base` (this warpgroup's A rows at `baseA`): its partial sums in
   /// fresh registers, waited for (with a producer, the stage then released
   /// at once), then added to the accumulator `acc` times `scales` (this
-  /// k-tile's fp8Factors; with K in groups, followed by fp8ColumnScales');
-  /// returns the accumulator.
+  /// k-tile's fp8Factors); returns the accumulator.
   Value fp8KTile(const GemmPhase &p, const Task &t, Value g, Value baseA,
                  Value base, ArrayRef<Value> scales, Value acc);
   bool prefetchesEarly() const override { return true; }
@@ -191,8 +186,16 @@ SmallVector<Value> WgmmaEmitter::fp8Scales(const GemmPhase &p, const Task &t,
       sa = pick(sa, e.load(p.a2Scales, {kbA, r}));
     scales.push_back(sa);
   }
-  if (p.kOffsets)
+  if (p.kOffsets) {
+    // Column 8c + 2 (l % 4) + v's, in fragment order (c, v).
+    Value kbB = clamped(p.bScales[0], 0, kb);
+    Value c0 = e.add(t.n0, e.mul(e.rem(lane, e.index(4)), e.index(2)));
+    for (int64_t c = 0; c < kTileM * kFp8N / kThreads / 4; ++c)
+      for (int64_t v = 0; v < 2; ++v)
+        scales.push_back(
+            e.load(p.bScales[0], {kbB, e.add(c0, e.index(8 * c + v))}));
     return scales;
+  }
   Value nBlock = e.div(t.n0, e.index(kFp8N));
   SmallVector<Value, 2> sb;
   for (Value bScales : p.bScales) {
@@ -218,22 +221,6 @@ SmallVector<Value> WgmmaEmitter::fp8Factors(const GemmPhase &p,
     for (int64_t h = 0; h < 2; ++h)
       factors.push_back(arith::MulFOp::create(e.b, e.loc, s[h], sb));
   return factors;
-}
-
-SmallVector<Value> WgmmaEmitter::fp8ColumnScales(const GemmPhase &p,
-                                                 const Task &t, Value kt) {
-  const int64_t fragment = kTileM * kFp8N / kThreads; // 64 floats
-  // Column 8c + 2 (l % 4) + v's, in fragment order (c, v), of block
-  // kBase / 128 + kt (the task has k-tile kt: no clamp).
-  Value lane = e.rem(tid, e.index(32));
-  Value kb = e.add(e.div(t.kBase, e.index(kTileKFp8)), kt);
-  Value c0 = e.add(t.n0, e.mul(e.rem(lane, e.index(4)), e.index(2)));
-  SmallVector<Value> scales;
-  for (int64_t c = 0; c < fragment / 4; ++c)
-    for (int64_t v = 0; v < 2; ++v)
-      scales.push_back(
-          e.load(p.bScales[0], {kb, e.add(c0, e.index(8 * c + v))}));
-  return scales;
 }
 
 Value WgmmaEmitter::fp8KTile(const GemmPhase &p, const Task &t, Value g,
@@ -374,12 +361,9 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     // FP8: the scales of k-tile kt+1, loaded now and carried to it, so that
     // their latency (L2, a new block every k-tile) passes during this
     // k-tile's wait and MMAs; kt's came from the k-tile before.
-    SmallVector<Value> next, columns;
-    if (mma && fp8) {
+    SmallVector<Value> next;
+    if (mma && fp8)
       next = fp8Scales(p, t, e.add(kt, e.index(1)), wg);
-      if (p.kOffsets)
-        columns = fp8ColumnScales(p, t, kt);
-    }
     if (mma || roles.producer)
       nvgpu::MBarrierTryWaitParityOp::create(b, loc, barriers, phaseParity(g),
                                              e.index(10000000), stage);
@@ -398,7 +382,6 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     if (mma && fp8) {
       Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
       SmallVector<Value> scales(acc.begin() + 1, acc.end());
-      scales.append(columns.begin(), columns.end());
       acc[0] = fp8KTile(p, t, g, e.add(base, e.mul(wg, e.index(kBytesA))), base,
                         scales, acc[0]);
       acc.resize(1);

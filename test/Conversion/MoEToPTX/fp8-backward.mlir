@@ -20,23 +20,29 @@
 // The weight gradients' promotion: A's two rows' scales of the k-tile's
 // block, kBase / 128 + kt of the expert's rows, and a B scale a column
 // (the thread's 32 columns of the 128-column tile), all from the
-// [K/128, S] scales of mk.quantize_columns. The k-loop carries A's, each
-// k-tile loading the next one's (the block clamped into them: a group may
-// have no k-tile), then its own 32 B scales before its MMAs.
+// [K/128, S] scales of mk.quantize_columns. The k-loop carries them, each
+// k-tile loading the next one's (the block clamped into each: a group
+// may have no k-tile) before its MMAs.
 // GPU-LABEL: gpu.func @moe_layer_backward_backward(
 // GPU: memref.dim %[[DYS:arg[0-9]+]], %{{.*}} : memref<8x256xf32>
 // GPU-NEXT: arith.subi
-// GPU-NEXT: %[[KBA:.*]] = arith.minsi %{{.*}}, %{{.*}} : index
+// GPU-NEXT: %[[KBA:.*]] = arith.minsi %[[KB:[0-9]+]], %{{.*}} : index
 // GPU: memref.load %[[DYS]][%[[KBA]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
 // GPU: memref.load %[[DYS]][%[[KBA]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
+// GPU: memref.dim %[[HS:arg[0-9]+]], %{{.*}} : memref<8x256xf32>
+// GPU-NEXT: arith.subi
+// GPU-NEXT: %[[KBB:.*]] = arith.minsi %[[KB]], %{{.*}} : index
+// GPU-COUNT-32: memref.load %[[HS]][%[[KBB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
 // GPU: scf.for
 // GPU: memref.dim %[[DYS]], %{{.*}} : memref<8x256xf32>
 // GPU-NEXT: arith.subi
-// GPU-NEXT: %[[NKB:.*]] = arith.minsi %{{.*}}, %{{.*}} : index
+// GPU-NEXT: %[[NKB:.*]] = arith.minsi %[[NKT:[0-9]+]], %{{.*}} : index
 // GPU: memref.load %[[DYS]][%[[NKB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
 // GPU: memref.load %[[DYS]][%[[NKB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
-// GPU: %[[KB:.*]] = arith.addi %{{.*}}, %{{.*}} : index
-// GPU-COUNT-32: memref.load %[[HS:arg[0-9]+]][%[[KB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
+// GPU: memref.dim %[[HS]], %{{.*}} : memref<8x256xf32>
+// GPU-NEXT: arith.subi
+// GPU-NEXT: %[[NKBB:.*]] = arith.minsi %[[NKT]], %{{.*}} : index
+// GPU-COUNT-32: memref.load %[[HS]][%[[NKBB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
 // GPU: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <zero>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
 // GPU: nvvm.wgmma.wait.group.sync.aligned 0
 // The gate/up dgrad (concat): k-tiles from kSplit = 2 on are d_up's, with
