@@ -190,7 +190,7 @@ SmallVector<Value> WgmmaEmitter::fp8Scales(const GemmPhase &p, const Task &t,
     // Column 8c + 2 (l % 4) + v's, in fragment order (c, v).
     Value kbB = clamped(p.bScales[0], 0, kb);
     Value c0 = e.add(t.n0, e.mul(e.rem(lane, e.index(4)), e.index(2)));
-    for (int64_t c = 0; c < kTileM * kFp8N / kThreads / 4; ++c)
+    for (int64_t c = 0; c < fragment / 4; ++c)
       for (int64_t v = 0; v < 2; ++v)
         scales.push_back(
             e.load(p.bScales[0], {kbB, e.add(c0, e.index(8 * c + v))}));
