@@ -272,6 +272,12 @@ FP8_TRAIN_CASES = {
     # The same with a producer warpgroup in the training forward.
     "train_fp8_given_ws": dict(FP8_CASES["fp8_shared_clamp_wgmma_given"], training=True,
                                warp_specialize=True),
+    # Wide enough that the quantizers' warps take several blocks each (x's
+    # routed rows: 3000+ rows x 2048 columns), so that their loops carry a
+    # block's loads to the next iteration; with a producer in the forward.
+    "train_fp8_wide": dict(tokens=800, hidden=2048, intermediate=512, experts=8, top_k=4,
+                           padding=128, routing="zipf", precision="fp8", training=True,
+                           warp_specialize=True),
     # Any T (tokens=None): run at 67 of its 160.
     "train_fp8_any_tokens": dict(FP8_CASES["fp8_wgmma_any_tokens"], training=True),
     # MXFP8 training layers on scalar GEMMs (the backward's weights

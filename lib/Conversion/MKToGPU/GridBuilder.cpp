@@ -47,6 +47,31 @@ void GridBuilder::forAllWarps(Value n, function_ref<void(Value, Value)> body) {
          [&](Value i) { body(i, lane); });
 }
 
+void GridBuilder::forAllWarpsPrefetched(
+    Value n, function_ref<SmallVector<Value>(Value, Value)> fetch,
+    function_ref<void(Value, Value, ValueRange)> body) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+  Value first = e.add(e.mul(e.div(tid, e.index(32)), numBlocks),
+                      gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
+  Value stride = e.div(gridThreads, e.index(32));
+  // (%laneid, as forAllWarps takes it.)
+  Value lane = arith::IndexCastOp::create(
+      b, loc, b.getIndexType(), NVVM::LaneIdOp::create(b, loc, b.getI32Type()));
+  auto orElse = [&](Value i, Value other) {
+    return e.select(e.cmp(arith::CmpIPredicate::slt, i, n), i, other);
+  };
+  auto loop = scf::ForOp::create(b, loc, first, n, stride,
+                                 fetch(orElse(first, e.index(0)), lane));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  Value i = loop.getInductionVar();
+  SmallVector<Value> next = fetch(orElse(e.add(i, stride), i), lane);
+  body(i, lane, loop.getRegionIterArgs());
+  scf::YieldOp::create(b, loc, next);
+}
+
 Value GridBuilder::shuffle64(Value v, int64_t offset, gpu::ShuffleMode mode) {
   OpBuilder &b = e.b;
   Location loc = e.loc;

@@ -97,6 +97,20 @@ protected:
   /// each warp, so warp-wide operations inside see all 32 lanes.
   void forAllWarps(mlir::Value n,
                    mlir::function_ref<void(mlir::Value, mlir::Value)> body);
+  /// forAllWarps with each warp's next item loaded while it works on the
+  /// current one: fetch(i, lane) issues item i's loads and returns their
+  /// values, body(i, lane, fetched) consumes them. The loop carries the
+  /// values: item i + stride's loads are issued before body(i), the
+  /// warp's first item's before the loop. fetch must be safe to call with
+  /// any item in [0, n) and with item 0 whatever n is (a warp without
+  /// items fetches item 0; the last fetches its own item again).
+  void forAllWarpsPrefetched(
+      mlir::Value n,
+      mlir::function_ref<llvm::SmallVector<mlir::Value>(mlir::Value,
+                                                        mlir::Value)>
+          fetch,
+      mlir::function_ref<void(mlir::Value, mlir::Value, mlir::ValueRange)>
+          body);
 
   // Warp primitives.
   /// A gpu.shuffle of an i64 (two i32 halves) over the whole warp.

@@ -645,43 +645,117 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
   // One warp a block of 128 rows x 32 columns. 16-byte aligned buffers:
   // the tile in registers (loadPieces); each lane's 16 codes of a column
   // start 16-byte aligned, the values' rows being `padded` (a multiple of
-  // 128) long. Otherwise, and for MX, a lane a column: the block's amax
-  // (a warp reads 64 contiguous bytes a row), then the quantizing pass.
-  // (On the H100 the scalar form took 3.6 ms for dsv3-shard's d_y, 0.8 GB
-  // moved.)
-  forAllWarps(e.mul(rowBlocks, e.index(groups)), [&](Value i, Value lane) {
-    Value rb = e.div(i, e.index(groups));
-    Value c32 = e.mul(e.rem(i, e.index(groups)), e.index(32));
-    Value r0 = e.mul(rb, e.index(128));
-    auto vectorTile = [&] {
+  // 128) long. A warp's tiles in turn, the next one's loads in flight
+  // while it quantizes the current one (forAllWarpsPrefetched), so that
+  // the 8 warps of an SM keep loads in flight while they compute.
+  // Otherwise, and for MX, a lane a column: the block's amax (a warp
+  // reads 64 contiguous bytes a row), then the quantizing pass. (On the
+  // H100 the scalar form took 3.6 ms for dsv3-shard's d_y.)
+  Value tiles = e.mul(rowBlocks, e.index(groups));
+  auto vectorTiles = [&] {
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    Value srcBase = base(src), valuesBase = base(values);
+    Type v8 = VectorType::get({8}, b.getBF16Type());
+    // Tile i: its first row, and this lane's first column and row.
+    struct Tile {
+      Value rb, r0, c0, first;
+    };
+    auto tileAt = [&](Value i, Value lane) {
       Value q = e.div(lane, e.index(8)), h = e.rem(lane, e.index(8));
-      Value c0 = e.add(c32, e.mul(q, e.index(8)));
-      Value first = e.add(r0, e.mul(h, e.index(16)));
-      Value srcBase = base(src), valuesBase = base(values);
-      SmallVector<std::pair<Value, Value>, 16> checks;
+      Tile t;
+      t.rb = e.div(i, e.index(groups));
+      t.r0 = e.mul(t.rb, e.index(128));
+      t.c0 = e.add(e.mul(e.rem(i, e.index(groups)), e.index(32)),
+                   e.mul(q, e.index(8)));
+      t.first = e.add(t.r0, e.mul(h, e.index(16)));
+      return t;
+    };
+    // Below the rows: the row itself, else row 0 (safe to read).
+    auto safeRow = [&](Value r) {
+      return e.select(e.cmp(arith::CmpIPredicate::slt, r, limit), r,
+                      e.index(0));
+    };
+    // The loads of tile i: the lane's 16 row pieces, then (routed) the
+    // row_route entries of the tile's rows r0 + 4 lane + k, k < 4.
+    auto fetch = [&](Value i, Value lane) {
+      Tile t = tileAt(i, lane);
+      SmallVector<Value> loaded;
       for (int64_t j = 0; j < 16; ++j)
-        checks.push_back(rowCheck(e.add(first, e.index(j))));
-      SmallVector<Value, 16> pieces = loadPieces(
-          [&](int64_t j) {
-            return at(srcBase,
-                      e.add(e.mul(checks[j].second, e.index(cols)), c0));
-          },
-          [&](int64_t j) { return checks[j].first; });
+        loaded.push_back(load16(
+            v8, at(srcBase, e.add(e.mul(safeRow(e.add(t.first, e.index(j))),
+                                        e.index(cols)),
+                                  t.c0))));
+      if (rowRoute)
+        for (int64_t k = 0; k < 4; ++k)
+          loaded.push_back(e.load(
+              rowRoute,
+              {safeRow(e.add(t.r0, e.add(e.mul(lane, e.index(4)),
+                                         e.index(k))))}));
+      return loaded;
+    };
+    // Quantizes tile i from its loads.
+    auto quantize = [&](Value i, Value lane, ValueRange loaded) {
+      Tile t = tileAt(i, lane);
+      Value h = e.rem(lane, e.index(8));
+      // Routed: whether row r0 + 4 l + k is a routed row, bit l of
+      // ballot k; row 16 h + j of the tile is bit 4 h + j / 4 of ballot
+      // j % 4.
+      SmallVector<Value, 4> ballots;
+      if (rowRoute)
+        for (int64_t k = 0; k < 4; ++k) {
+          Value r = e.add(t.r0, e.add(e.mul(lane, e.index(4)), e.index(k)));
+          Value routed = arith::AndIOp::create(
+              b, loc, e.cmp(arith::CmpIPredicate::slt, r, limit),
+              e.isValid(e.toIndex(loaded[16 + k])));
+          ballots.push_back(NVVM::VoteSyncOp::create(
+              b, loc, b.getI32Type(),
+              arith::ConstantIntOp::create(b, loc, -1, 32), routed,
+              NVVM::VoteSyncKind::ballot));
+        }
+      Type i32 = b.getI32Type();
+      Value h4 = arith::IndexCastOp::create(b, loc, i32,
+                                            e.mul(h, e.index(4)));
+      SmallVector<Value, 16> pieces(loaded.take_front(16));
+      Value zero = arith::ConstantOp::create(
+          b, loc, v8,
+          DenseElementsAttr::get(cast<ShapedType>(v8),
+                                 b.getZeroAttr(b.getBF16Type())));
+      for (int64_t j = 0; j < 16; ++j) {
+        Value valid;
+        if (rowRoute) {
+          Value bit = arith::ShRUIOp::create(
+              b, loc, ballots[j % 4],
+              arith::AddIOp::create(
+                  b, loc, h4, arith::ConstantIntOp::create(b, loc, j / 4, 32)));
+          valid = arith::TruncIOp::create(b, loc, b.getI1Type(), bit);
+        } else {
+          valid = e.cmp(arith::CmpIPredicate::slt,
+                        e.add(t.first, e.index(j)), limit);
+        }
+        pieces[j] = e.select(valid, pieces[j], zero);
+      }
       SmallVector<Value, 8> amax = columnMaxima(pieces);
       for (int64_t j = 0; j < 8; ++j) {
-        Value col = e.add(c0, e.index(j));
+        Value col = e.add(t.c0, e.index(j));
         Scale scale = scaleOf(amax[j]);
         storeColumnCodes(pieces, j, scale,
                          at(valuesBase,
-                            e.add(e.mul(col, e.index(padded)), first),
+                            e.add(e.mul(col, e.index(padded)), t.first),
                             /*elementBytes=*/1));
         e.ifThen(e.cmp(arith::CmpIPredicate::eq, h, e.index(0)), [&] {
-          e.store(scale.stored, scales, {rb, col});
+          e.store(scale.stored, scales, {t.rb, col});
         });
       }
     };
-    auto scalarColumn = [&] {
-      Value c = e.add(c32, lane);
+    // (Tile 0 is safe to read whatever `tiles` is.)
+    forAllWarpsPrefetched(tiles, fetch, quantize);
+  };
+  auto scalarColumns = [&] {
+    forAllWarps(tiles, [&](Value i, Value lane) {
+      Value rb = e.div(i, e.index(groups));
+      Value c = e.add(e.mul(e.rem(i, e.index(groups)), e.index(32)), lane);
+      Value r0 = e.mul(rb, e.index(128));
       // src[r, c], zero past the rows and for padding rows.
       auto valueAt = [&](Value r) {
         auto [valid, safe] = rowCheck(r);
@@ -719,12 +793,12 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
                      e.add(e.mul(c, e.index(padded)), first));
       });
       e.store(scale.stored, scales, {rb, c});
-    };
-    if (op.isMx())
-      scalarColumn();
-    else
-      e.ifThen(aligned({src, values}, 16), vectorTile, scalarColumn);
-  });
+    });
+  };
+  if (op.isMx())
+    scalarColumns();
+  else
+    e.ifThen(aligned({src, values}, 16), vectorTiles, scalarColumns);
 }
 
 void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {

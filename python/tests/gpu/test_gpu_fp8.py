@@ -427,16 +427,19 @@ def test_fp8_training_with_quantized_weight_inputs_is_the_in_kernel_one(name):
             f"d_{n}: {_rel(_f64(grads[n]), _f64(want[n])):.3e} apart"
 
 
-def test_fp8_backward_quantized_copies_are_bit_exact():
+@pytest.mark.parametrize("name", ["train_fp8_shared_clamp", "train_fp8_wide"])
+def test_fp8_backward_quantized_copies_are_bit_exact(name):
     """The backward's E4M3 copies: the transposed weights (Q(W) transposed,
     scales too), d_out's rows, and the column blocks of d_y, the hidden
     rows, x's routed rows, d_gate and d_up (stored transposed, padding rows
     and rows past the plan as zeros) bit for bit against the NumPy model,
     with special blocks among them: the forward test's in x and the
     weights, and in d_out a zero column, a tiny one (scales under 2^-90,
-    the divided quotients), one with an infinity and one with a NaN."""
+    the divided quotients), one with an infinity and one with a NaN. The
+    wide case gives the quantizers' warps several blocks each (their
+    loops carry the next block's loads); the training forward's routed
+    rows of x too."""
     import torch
-    name = "train_fp8_shared_clamp"
     c = FP8_TRAIN_CASES[name]
     layer = training_layer(name)
     gen = torch.Generator().manual_seed(fresh_seed())
@@ -471,6 +474,12 @@ def test_fp8_backward_quantized_copies_are_bit_exact():
         codes, scales = ref.quantize(m, (128, 1), "f32")
         assert np.array_equal(ws(src + "_t")[:, :rows], codes.T), src
         assert _same_scales(ws(src + "_t_scale")[:rows // 128], scales), src
+    # The training forward's routed rows of x (1 x 128 blocks).
+    fwd = layer._forward
+    routed = np.where(valid[:, None], ctx.saved["routed_x"][:rows].double().cpu().numpy(), 0.0)
+    codes, scales = ref.quantize(routed, (1, 128), "f32")
+    assert np.array_equal(_workspace(fwd, "routed_x_q")[:rows], codes)
+    assert _same_scales(_workspace(fwd, "routed_x_scale")[:, :rows], scales.T)
     d_y_scale = ws("d_y_t_scale")[:rows // 128]
     assert (d_y_scale[:, 0] == 1.0).all() and (d_y_scale[:, 1] < 2.0 ** -90).all()
     assert np.isnan(d_y_scale[:, 2]).any() and np.isnan(d_y_scale[:, 3]).any()

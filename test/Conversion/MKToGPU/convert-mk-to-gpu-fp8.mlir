@@ -271,10 +271,14 @@ gpu.module @d {
 // blocks that hold routed rows (offsets[E], at most src's 200); a row past
 // them or with row_route < 0 reads as zero. With 16-byte aligned buffers
 // the block stays in registers: lane l loads rows 16 (l % 8) + i (i < 16)
-// of it, 8 columns from 8 (l / 8) on (16 loads of 16 bytes, a row_route
-// load a row), takes its columns' amax over them and then over the 8 lanes
-// of the same columns (xor 1, 2, 4), and stores each column's 16 codes in
-// one 16-byte store of its transposed row; lanes l % 8 = 0 store
+// of it, 8 columns from 8 (l / 8) on (16 loads of 16 bytes), and the
+// row_route entries of rows 4 l + k (k < 4). A warp's blocks in turn: the
+// loop carries the next block's loads, issued before the current one is
+// quantized (the first block's before the loop). The rows' routes go
+// through four ballots (row 16 h + j is bit 4 h + j / 4 of ballot j % 4);
+// the lane takes its columns' amax over its rows and then over the 8
+// lanes of the same columns (xor 1, 2, 4), and stores each column's 16
+// codes in one 16-byte store of its transposed row; lanes l % 8 = 0 store
 // scales[block, c]. Otherwise a lane a column: an amax pass over the
 // block's rows, then 8 chunks of 16 rows, each packed into one 16-byte
 // store of the column's transposed row (byte stores where values is not
@@ -283,10 +287,13 @@ gpu.module @d {
 // CHECK-SAME: %[[H:[^:]*]]: memref<200x128xbf16>, %[[HQ:[^:]*]]: memref<128x256xf8E4M3FN>, %[[HS:[^:]*]]: memref<2x128xf32>, %[[RR:[^:]*]]: memref<200xi64>, %[[OFF:[^:]*]]: memref<3xi64>, %[[D:[^:]*]]: memref<200x64xbf16>, %[[DQ:[^:]*]]: memref<64x256xf8E4M3FN>, %[[DS:[^:]*]]: memref<2x64xf32>, %[[DW:[^:]*]]: memref<2x64x128xf32>
 // CHECK: memref.load %[[OFF]][%c2
 // CHECK: arith.minsi %{{.*}}, %c200
-// CHECK: scf.for
 // CHECK: scf.if
-// CHECK-COUNT-16: memref.load %[[RR]]
 // CHECK-COUNT-16: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-COUNT-4: memref.load %[[RR]]
+// CHECK: scf.for %{{.*}} iter_args({{.*}}) -> (vector<8xbf16>, {{.*}}, i64, i64, i64, i64)
+// CHECK-COUNT-16: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-COUNT-4: memref.load %[[RR]]
+// CHECK-COUNT-4: nvvm.vote.sync  ballot
 // CHECK: gpu.shuffle  xor %{{.*}}, %c1_i32
 // CHECK: gpu.shuffle  xor %{{.*}}, %c2_i32
 // CHECK: gpu.shuffle  xor %{{.*}}, %c4_i32
@@ -294,6 +301,7 @@ gpu.module @d {
 // CHECK-COUNT-8: nvvm.convert.f32x2.to.f8x2
 // CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
 // CHECK-COUNT-8: memref.store %{{.*}}, %[[HS]]
+// CHECK: scf.yield
 // CHECK: } else {
 // CHECK: scf.for %{{.*}} iter_args(%{{.*}}) -> (f32)
 // CHECK: memref.load %[[RR]]

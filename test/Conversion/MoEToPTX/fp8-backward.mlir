@@ -11,10 +11,12 @@
 // The FP8 backward on sm_90a's tensor cores: every routed GEMM in E4M3
 // wgmma (the down dgrad, the down weights' gradient, the gate/up dgrad
 // and the gate and up weights' gradients: 4 k32 steps each), the shared
-// expert's in bf16. ptxas takes it without spills, as it takes the scalar
-// form on both chips.
+// expert's in bf16. The quantizers' loops carry the next block's loads
+// (64 registers a lane for a column block) beside the block they
+// quantize, so ptxas spills a few of the values the kernel holds across
+// its phases, here and in the scalar form on both chips: under 100 bytes.
 // COUNT: 20
-// PTXAS: 0 bytes spill stores, 0 bytes spill loads
+// PTXAS: {{ ([0-9]|[1-9][0-9]) }}bytes spill stores
 // PTXAS-NOT: spill stores
 
 // The weight gradients' promotion: A's two rows' scales of the k-tile's

@@ -473,8 +473,11 @@ def MK_QuantizeColumnsOp : MK_Op<"quantize_columns", [AttrSizedOperandSegments]>
     The backward of the FP8 layers (`precision = "fp8"`) quantizes d_y, the
     hidden activation, d_gate, d_up and the routed rows of x so for the
     weight gradients. convert-mk-to-gpu gives each block of 32 columns to a
-    warp (a lane a column): an amax pass, then the quantizing pass, which
-    stores 16 consecutive values of a column at a time.
+    warp: with 16-byte aligned buffers the block stays in registers (a
+    lane 16 rows of 8 columns) and each warp loads its next block while it
+    quantizes the current one; otherwise a lane a column, an amax pass and
+    then the quantizing pass. Either stores 16 consecutive values of a
+    column at a time.
 
     With E8M0 scales (`precision = "mxfp8"`) the blocks are 32 rows of a
     column, by `mk.quantize_rows`' MX rule, and the scales are tcgen05's
