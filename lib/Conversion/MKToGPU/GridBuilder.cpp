@@ -32,10 +32,10 @@ bool GridBuilder::wholeWarps() const {
   return block && (*block)[0] % 32 == 0 && (*block)[1] == 1 && (*block)[2] == 1;
 }
 
-void GridBuilder::forAllWarps(Value n, function_ref<void(Value, Value)> body) {
+GridBuilder::WarpSlots GridBuilder::warpSlots() {
   Value tid = gpu::ThreadIdOp::create(e.b, e.loc, gpu::Dimension::x);
-  Value warp = e.add(e.mul(e.div(tid, e.index(32)), numBlocks),
-                     gpu::BlockIdOp::create(e.b, e.loc, gpu::Dimension::x));
+  Value first = e.add(e.mul(e.div(tid, e.index(32)), numBlocks),
+                      gpu::BlockIdOp::create(e.b, e.loc, gpu::Dimension::x));
   // The lane from %laneid (tid % 32 in a block of whole warps). A tid %
   // 32 here, at the top of the kernel, was merged with the GEMM
   // epilogues' tid % 32 and kept live through the GEMMs: ptxas spilled
@@ -43,33 +43,29 @@ void GridBuilder::forAllWarps(Value n, function_ref<void(Value, Value)> body) {
   Value lane = arith::IndexCastOp::create(
       e.b, e.loc, e.b.getIndexType(),
       NVVM::LaneIdOp::create(e.b, e.loc, e.b.getI32Type()));
-  e.loop(warp, n, e.div(gridThreads, e.index(32)),
-         [&](Value i) { body(i, lane); });
+  return {first, e.div(gridThreads, e.index(32)), lane};
+}
+
+void GridBuilder::forAllWarps(Value n, function_ref<void(Value, Value)> body) {
+  WarpSlots w = warpSlots();
+  e.loop(w.first, n, w.stride, [&](Value i) { body(i, w.lane); });
 }
 
 void GridBuilder::forAllWarpsPrefetched(
     Value n, function_ref<SmallVector<Value>(Value, Value)> fetch,
     function_ref<void(Value, Value, ValueRange)> body) {
-  OpBuilder &b = e.b;
-  Location loc = e.loc;
-  Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
-  Value first = e.add(e.mul(e.div(tid, e.index(32)), numBlocks),
-                      gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
-  Value stride = e.div(gridThreads, e.index(32));
-  // (%laneid, as forAllWarps takes it.)
-  Value lane = arith::IndexCastOp::create(
-      b, loc, b.getIndexType(), NVVM::LaneIdOp::create(b, loc, b.getI32Type()));
+  WarpSlots w = warpSlots();
   auto orElse = [&](Value i, Value other) {
     return e.select(e.cmp(arith::CmpIPredicate::slt, i, n), i, other);
   };
-  auto loop = scf::ForOp::create(b, loc, first, n, stride,
-                                 fetch(orElse(first, e.index(0)), lane));
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(loop.getBody());
+  auto loop = scf::ForOp::create(e.b, e.loc, w.first, n, w.stride,
+                                 fetch(orElse(w.first, e.index(0)), w.lane));
+  OpBuilder::InsertionGuard guard(e.b);
+  e.b.setInsertionPointToStart(loop.getBody());
   Value i = loop.getInductionVar();
-  SmallVector<Value> next = fetch(orElse(e.add(i, stride), i), lane);
-  body(i, lane, loop.getRegionIterArgs());
-  scf::YieldOp::create(b, loc, next);
+  SmallVector<Value> next = fetch(orElse(e.add(i, w.stride), i), w.lane);
+  body(i, w.lane, loop.getRegionIterArgs());
+  scf::YieldOp::create(e.b, e.loc, next);
 }
 
 Value GridBuilder::shuffle64(Value v, int64_t offset, gpu::ShuffleMode mode) {

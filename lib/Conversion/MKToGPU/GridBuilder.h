@@ -171,6 +171,13 @@ protected:
   mlir::Value pack8(llvm::ArrayRef<mlir::Value> xs);
 
 private:
+  /// A warp's first item of forAllWarps' spread, the stride between its
+  /// items, and its lane.
+  struct WarpSlots {
+    mlir::Value first, stride, lane;
+  };
+  WarpSlots warpSlots();
+
   GridBuilder(mlir::gpu::GPUFuncOp func, Emitter &e, const SimtTuning &tuning)
       : SimtTuning(tuning), func(func), e(e) {}
 };

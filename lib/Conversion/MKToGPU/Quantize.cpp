@@ -632,11 +632,16 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
         rowBlocks);
   }
   int64_t groups = cols / 32;
+  // Below the rows: the row itself, else row 0 (safe to read).
+  auto safeRow = [&](Value r) {
+    return e.select(e.cmp(arith::CmpIPredicate::slt, r, limit), r,
+                    e.index(0));
+  };
   // Whether row r of src is quantized (below the rows, not padding), and
   // r where it is, else 0 (a row safe to read).
   auto rowCheck = [&](Value r) -> std::pair<Value, Value> {
     Value valid = e.cmp(arith::CmpIPredicate::slt, r, limit);
-    Value safe = e.select(valid, r, e.index(0));
+    Value safe = safeRow(r);
     if (rowRoute)
       valid = arith::AndIOp::create(
           e.b, e.loc, valid, e.isValid(e.toIndex(e.load(rowRoute, {safe}))));
@@ -657,35 +662,35 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
     Location loc = e.loc;
     Value srcBase = base(src), valuesBase = base(values);
     Type v8 = VectorType::get({8}, b.getBF16Type());
-    // Tile i: its first row, and this lane's first column and row.
+    // Tile i: its row block and first row, and this lane's first column,
+    // its rows' sixteenth h of the tile and their first.
     struct Tile {
-      Value rb, r0, c0, first;
+      Value rb, r0, c0, h, first;
     };
     auto tileAt = [&](Value i, Value lane) {
-      Value q = e.div(lane, e.index(8)), h = e.rem(lane, e.index(8));
+      Value q = e.div(lane, e.index(8));
       Tile t;
+      t.h = e.rem(lane, e.index(8));
       t.rb = e.div(i, e.index(groups));
       t.r0 = e.mul(t.rb, e.index(128));
       t.c0 = e.add(e.mul(e.rem(i, e.index(groups)), e.index(32)),
                    e.mul(q, e.index(8)));
-      t.first = e.add(t.r0, e.mul(h, e.index(16)));
+      t.first = e.add(t.r0, e.mul(t.h, e.index(16)));
       return t;
-    };
-    // Below the rows: the row itself, else row 0 (safe to read).
-    auto safeRow = [&](Value r) {
-      return e.select(e.cmp(arith::CmpIPredicate::slt, r, limit), r,
-                      e.index(0));
     };
     // The loads of tile i: the lane's 16 row pieces, then (routed) the
     // row_route entries of the tile's rows r0 + 4 lane + k, k < 4.
     auto fetch = [&](Value i, Value lane) {
       Tile t = tileAt(i, lane);
-      SmallVector<Value> loaded;
-      for (int64_t j = 0; j < 16; ++j)
-        loaded.push_back(load16(
-            v8, at(srcBase, e.add(e.mul(safeRow(e.add(t.first, e.index(j))),
-                                        e.index(cols)),
-                                  t.c0))));
+      // (Zeroed where not routed once the routes have come: quantize.)
+      SmallVector<Value> loaded(loadPieces(
+          [&](int64_t j) {
+            return at(srcBase,
+                      e.add(e.mul(safeRow(e.add(t.first, e.index(j))),
+                                  e.index(cols)),
+                            t.c0));
+          },
+          /*valid=*/nullptr));
       if (rowRoute)
         for (int64_t k = 0; k < 4; ++k)
           loaded.push_back(e.load(
@@ -697,7 +702,6 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
     // Quantizes tile i from its loads.
     auto quantize = [&](Value i, Value lane, ValueRange loaded) {
       Tile t = tileAt(i, lane);
-      Value h = e.rem(lane, e.index(8));
       // Routed: whether row r0 + 4 l + k is a routed row, bit l of
       // ballot k; row 16 h + j of the tile is bit 4 h + j / 4 of ballot
       // j % 4.
@@ -715,7 +719,7 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
         }
       Type i32 = b.getI32Type();
       Value h4 = arith::IndexCastOp::create(b, loc, i32,
-                                            e.mul(h, e.index(4)));
+                                            e.mul(t.h, e.index(4)));
       SmallVector<Value, 16> pieces(loaded.take_front(16));
       Value zero = arith::ConstantOp::create(
           b, loc, v8,
@@ -743,7 +747,7 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
                          at(valuesBase,
                             e.add(e.mul(col, e.index(padded)), t.first),
                             /*elementBytes=*/1));
-        e.ifThen(e.cmp(arith::CmpIPredicate::eq, h, e.index(0)), [&] {
+        e.ifThen(e.cmp(arith::CmpIPredicate::eq, t.h, e.index(0)), [&] {
           e.store(scale.stored, scales, {t.rb, col});
         });
       }
