@@ -314,7 +314,10 @@ void GemmEmitter::producerTasks(const GemmPhase &p) {
     Task t = taskAt(p, taskLoop.getInductionVar());
     if (p.gatherRows)
       planGather(p, t, rank, kThreads);
-    e.loop(kTiles, [&](Value kt) {
+    // (K in groups or the call's rows: the task's own k-tile count, which
+    // may be 0.)
+    Value count = t.kTiles ? t.kTiles : e.index(kTiles);
+    e.loop(count, [&](Value kt) {
       Value g = e.add(it, kt);
       // k-tile g reuses the stage s of k-tile g - kStages: wait until the
       // consumers released it. They release every k-tile once (see
@@ -348,7 +351,7 @@ void GemmEmitter::producerTasks(const GemmPhase &p) {
           /*noinc=*/true);
       e.ifThen(isLoader, [&] { load(p, g, kt, t); });
     });
-    scf::YieldOp::create(b, loc, ValueRange{e.add(it, e.index(kTiles))});
+    scf::YieldOp::create(b, loc, ValueRange{e.add(it, count)});
   }
   iteration = taskLoop.getResult(0);
 }

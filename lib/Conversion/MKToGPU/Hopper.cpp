@@ -496,9 +496,15 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     // FP8: k-tile 0's scales; the loop carries each next k-tile's.
     if (mma && fp8)
       init.append(fp8Factors(p, fp8Scales(p, t, e.index(0), wg)));
-    if (roles.producer)
+    // With a producer the first k-tile is peeled (bf16: it releases the
+    // previous task's last stage and zeroes the accumulators), except for
+    // FP8 with a k-tile count of the task's own (K in groups: it may be
+    // 0), whose k-tiles release their own stages and whose accumulators
+    // start at zero.
+    bool peel = roles.producer && !(fp8 && t.kTiles);
+    if (peel)
       init = kTileStep(e.index(0), init, /*first=*/true, mma);
-    auto loop = scf::ForOp::create(b, loc, e.index(roles.producer ? 1 : 0),
+    auto loop = scf::ForOp::create(b, loc, e.index(peel ? 1 : 0),
                                    t.kTiles ? t.kTiles : e.index(kTiles),
                                    e.index(1), init);
     // FP8: never unrolled. With the scale factors carried, LLVM unrolled

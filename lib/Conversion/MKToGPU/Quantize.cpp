@@ -657,6 +657,11 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
   // reads 64 contiguous bytes a row), then the quantizing pass. (On the
   // H100 the scalar form took 3.6 ms for dsv3-shard's d_y.)
   Value tiles = e.mul(rowBlocks, e.index(groups));
+  // (With more than 256 threads a CTA, as with a producer warpgroup, a
+  // thread has 168 registers outside the GEMMs: too few to carry a block
+  // beside the one it quantizes. One block at a time there.)
+  DenseI32ArrayAttr block = func.getKnownBlockSizeAttr();
+  bool prefetch = block && block[0] <= 256;
   auto vectorTiles = [&] {
     OpBuilder &b = e.b;
     Location loc = e.loc;
@@ -753,7 +758,13 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
       }
     };
     // (Tile 0 is safe to read whatever `tiles` is.)
-    forAllWarpsPrefetched(tiles, fetch, quantize);
+    if (prefetch)
+      forAllWarpsPrefetched(tiles, fetch, quantize);
+    else
+      forAllWarps(tiles, [&](Value i, Value lane) {
+        SmallVector<Value> loaded = fetch(i, lane);
+        quantize(i, lane, loaded);
+      });
   };
   auto scalarColumns = [&] {
     forAllWarps(tiles, [&](Value i, Value lane) {

@@ -37,20 +37,34 @@ SmallVector<StringRef> backwardPhaseNames(LayerGradOp grad, const Sizes &s) {
 BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
                                              const mk::TargetSupport &support,
                                              bool tensorCores, bool recompute,
-                                             bool mayGatherDOut) {
+                                             bool mayGatherDOut,
+                                             bool warpRoles) {
   BackwardMaps m;
   if (!tensorCores || !s.tensorCoreEligible())
     return m;
+  // Warp roles: the FP8 backward on wgmma (its routed GEMMs' k-tiles
+  // release their own stages, so a group without k-tiles needs no peeled
+  // one), with static tokens (the shared expert's weight gradients reduce
+  // over them, in bf16).
+  m.producer = warpRoles && s.fp8 && !s.mx && !recompute && !s.anyTokens &&
+               support.tensorCoreEngine() == mk::Engine::wgmma;
   // The largest tiles the chip's lowering implements for the backward's
   // GEMMs, asked of it with their forms: 128 rows when the expert segments
   // and the weight gradients' M (H, I, I_s) are whole tiles of them, 256
   // columns for the dgrads (one B operand, or concat's two taking turns),
   // and the down dgrad's A gathered from d_out's rows.
   m.engine = support.tensorCoreEngine();
+  int64_t tall = sched::kMaxConsumers * sched::kTileM;
+  auto registersOf = [&](int64_t tileM) {
+    return m.producer && tileM == tall
+               ? SmallVector<int64_t>{sched::kConsumerRegisters,
+                                      sched::kProducerRegisters}
+               : SmallVector<int64_t>();
+  };
   auto scheduleOf = [&](int64_t tileM, int64_t tileN) {
     return mk::GemmScheduleAttr::get(
         ctx, m.engine, {tileM, tileN, sched::kTileK}, sched::kStages,
-        /*producer=*/false, ArrayRef<int64_t>(), /*multicast=*/false);
+        m.producer, registersOf(tileM), /*multicast=*/false);
   };
   mk::GemmForm downWgrad, downDgrad;
   downWgrad.transposeA = downWgrad.transposeB = downWgrad.kGroups = true;
@@ -58,15 +72,19 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
   downWgrad.groupRows = s.hidden;
   downDgrad.grouped = downDgrad.transposeB = downDgrad.f32Out = true;
   downDgrad.columns = s.inter;
-  int64_t tall = sched::kMaxConsumers * sched::kTileM;
   if (s.mx) {
     // MXFP8 (tcgen05): the block-scaled MMA's 128-row tiles, for the
     // shared expert's bf16 GEMMs too (one tile height a kernel).
     m.tileM = tall;
   } else {
     // (tcgen05 takes 128-row tiles for MXFP8 kernels only.)
+    // (The bf16 down wgrad's form without warp roles: with them the
+    // kernel is FP8's, whose routed GEMMs check their own forms below.)
+    auto plain = mk::GemmScheduleAttr::get(
+        ctx, m.engine, {tall, sched::kTileN, sched::kTileK}, sched::kStages,
+        /*producer=*/false, ArrayRef<int64_t>(), /*multicast=*/false);
     if (s.padding % tall == 0 && m.engine == mk::Engine::wgmma &&
-        support.whyNot(downWgrad, scheduleOf(tall, sched::kTileN)).empty())
+        support.whyNot(downWgrad, plain).empty())
       m.tileM = tall;
     if (support.whyNot(downDgrad, scheduleOf(m.tileM, 2 * sched::kTileN))
             .empty())
@@ -109,7 +127,7 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
     fp8Down.columns = s.inter;
     auto schedule = mk::GemmScheduleAttr::get(
         ctx, m.engine, {m.tileM, sched::kTileN, sched::kTileKFp8},
-        sched::kStages, /*producer=*/false, ArrayRef<int64_t>(),
+        sched::kStages, m.producer, registersOf(m.tileM),
         /*multicast=*/false);
     if (support.whyNot(fp8Down, schedule).empty()) {
       m.fp8DOut = add(TensorMapSpec{"routed_d_out_q", rc, h, h, m.tileM,
@@ -208,6 +226,7 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
       m.sharedUpK = bK("shared_up_weights", s.sharedInter, h);
     }
   }
+  m.registers = registersOf(m.tileM);
   return m;
 }
 
@@ -221,6 +240,9 @@ void BackwardGemms::onTensorCores(GemmPlan &g,
   // (FP8 tiles are 128 columns: the partial sums take registers too.)
   g.tileN = g.scales.empty() ? tc.storeTileN : sched::kTileN;
   g.engine = tc.engine;
+  g.producer = tc.producer;
+  if (!tc.registers.empty())
+    g.registers = DenseI64ArrayAttr::get(frame.b.getContext(), tc.registers);
 }
 
 void BackwardGemms::routedDown(StringRef dOut, bool gathered) {
@@ -742,11 +764,14 @@ LogicalResult mok::moe_to_mk::planBackward(ModuleOp module, func::FuncOp func,
   SmallVector<StringRef> phases = backwardPhaseNames(grad, s);
   if (options.exchanges(grad.getPlanType()))
     return planBackwardEP(module, func, grad, options);
-  BackwardMaps tc = backwardMapsFor(ctx, s, support, options.tensorCores,
-                                    grad.recomputes(), /*mayGatherDOut=*/true);
+  BackwardMaps tc =
+      backwardMapsFor(ctx, s, support, options.tensorCores, grad.recomputes(),
+                      /*mayGatherDOut=*/true, options.warpSpecialize);
   SmallVector<Param> params =
       backwardParamsFor(grad, s, options.profile, tc.maps, tc.gatherDOut);
-  unsigned block = tc.maps.empty() ? options.blockSize : sched::kBlock;
+  unsigned block = tc.maps.empty() ? options.blockSize
+                   : tc.producer   ? sched::producerBlock(tc.tileM)
+                                   : sched::kBlock;
   OpBuilder b(ctx);
   gpu::GPUFuncOp kernel = createKernel(
       b, module, func, grad, "_backward", params, block,

@@ -254,15 +254,22 @@ struct BackwardMaps {
   int64_t storeTileN = sched::kTileN;
   bool gatherDOut = false;
   mk::Engine engine = mk::Engine::wgmma;
+  /// sm_90a, FP8, warp-specialize: every GEMM of the backward with a
+  /// producer warpgroup (registers moved to the consumers of 128-row
+  /// tiles).
+  bool producer = false;
+  llvm::SmallVector<int64_t> registers;
 };
 
 /// The backward's tensor-core plan for the layer (empty maps: simt);
 /// `mayGatherDOut`: the down dgrad may gather its A rows from d_out (not
-/// when d_out's rows arrive in a symmetric buffer, which has no map).
+/// when d_out's rows arrive in a symmetric buffer, which has no map);
+/// `warpRoles`: a producer warpgroup for the GEMMs where the plan admits
+/// one (FP8 on wgmma with the tokens static).
 BackwardMaps backwardMapsFor(mlir::MLIRContext *ctx, const Sizes &s,
                              const mk::TargetSupport &support,
                              bool tensorCores, bool recompute,
-                             bool mayGatherDOut);
+                             bool mayGatherDOut, bool warpRoles = false);
 
 /// What every kernel's schedule starts with: its buffers by parameter
 /// name, grid barriers (each followed, when profiling, by a timestamp into

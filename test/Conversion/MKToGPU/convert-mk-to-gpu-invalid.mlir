@@ -615,13 +615,29 @@ gpu.module @k {
 
 // -----
 
-// The dgrads' forms run on wgmma without warp roles.
+// With a producer, a weight gradient's K in groups is implemented for FP8
+// operands only (a bf16 task's first k-tile is peeled, and a group may
+// have no rows).
 gpu.module @k {
-  gpu.func @wgmma_transpose_b_producer(%a: memref<64x64xbf16>, %b: memref<64x128xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
-      attributes {known_block_size = array<i32: 384, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
-    // expected-error @+1 {{transpose_a, transpose_b, concat, k_groups and an f32 out are implemented for tensor-core GEMMs of one B operand (two with concat) without a producer or clusters, and a gathered A only with transpose_b alone}}
-    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>)
-        schedule <wgmma, tile = [64, 128, 64], stages = 4, producer> {maps = array<i64: 0, 1>, transpose_b}
+  gpu.func @wgmma_k_groups_producer(%a: memref<108x64xbf16>, %b: memref<108x128xbf16>, %o: memref<4x64x128xbf16>, %off: memref<5xi64>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{transpose_a, transpose_b, concat, k_groups and an f32 out are implemented for tensor-core GEMMs of one B operand (two with concat) without clusters, with a producer on wgmma (k_groups there with FP8 operands), and a gathered A only with transpose_b alone and no producer}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>) k_groups(%off : memref<5xi64>)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4, producer> {maps = array<i64: 0, 1>, transpose_a, transpose_b}
+        : memref<108x64xbf16>, memref<108x128xbf16> -> memref<4x64x128xbf16>
+    gpu.return
+  }
+}
+
+// -----
+
+// With a producer, a bf16 GEMM's K is static: not the call's rows.
+gpu.module @k {
+  gpu.func @wgmma_tokens_k_producer(%t: index, %a: memref<64x64xbf16>, %b: memref<64x128xbf16>, %o: memref<64x128xbf16>, %m: memref<32xi64>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>, mok.kernel = {chip = "sm_90a", dynamic_shared_memory = 214016}} {
+    // expected-error @+1 {{with a producer, a bf16 GEMM's K must be static: K = the call's rows is implemented with a producer for FP8 operands only}}
+    mk.gemm store %a, %b into %o maps(%m : memref<32xi64>) tokens(%t)
+        schedule <wgmma, tile = [64, 128, 64], stages = 4, producer> {maps = array<i64: 0, 1>, transpose_a, transpose_b}
         : memref<64x64xbf16>, memref<64x128xbf16> -> memref<64x128xbf16>
     gpu.return
   }

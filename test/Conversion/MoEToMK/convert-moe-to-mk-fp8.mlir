@@ -78,14 +78,16 @@
 // With warp-specialize the routed GEMMs take a producer warpgroup, the
 // registers moving to the two consumers; in training, the training
 // forward's GEMMs do (their saves staged after the ring, as without a
-// producer), the backward's run without warp roles.
+// producer), and so do the backward's, in a kernel of 384 threads.
 // WS: mk.gemm swiglu %{{.*}} schedule <wgmma, tile = [128, 64, 128], stages = 4, producer, registers = [224, 56]>
 // WS: mk.gemm store %{{.*}} schedule <wgmma, tile = [128, 128, 128], stages = 4, producer, registers = [224, 56]>
 // WS-TRAIN-LABEL: gpu.func @fp8_layer_forward_forward(
 // WS-TRAIN: mk.gemm swiglu %{{.*}} saves(%{{.*}} schedule <wgmma, tile = [128, 64, 128], stages = 4, producer, registers = [224, 56]>
 // WS-TRAIN: mk.gemm store %{{.*}} schedule <wgmma, tile = [128, 128, 128], stages = 4, producer, registers = [224, 56]>
 // WS-TRAIN-LABEL: gpu.func @fp8_layer_backward_backward(
-// WS-TRAIN-NOT: producer
+// WS-TRAIN-SAME: known_block_size = array<i32: 384, 1, 1>
+// WS-TRAIN-COUNT-5: mk.gemm store %{{.*}} schedule <wgmma, tile = [128, 128, 128], stages = 4, producer, registers = [224, 56]>
+// WS-TRAIN-NOT: mk.gemm
 // The FP8 backward (docs/FP8.md's backward table), after the plan:
 // d_out's row blocks, the weights quantized transposed (K-major for the
 // dgrads), and the column blocks of the saved hidden rows and x's routed

@@ -122,12 +122,17 @@ std::string TargetSupport::whyNot(const GemmForm &f,
            "gathered A";
   // (A gathered A with an N-major B: the down dgrad, d_out's rows.)
   bool gatherOk = !f.gathered || (!f.transposeA && !f.concat && !f.kGroups);
-  if (dgradForms && (producer || multicast || !gatherOk ||
+  // (With a producer on wgmma: the FP8 forms, and bf16's without
+  // k_groups; a gathered A stays the forward's.)
+  bool producerOk = !producer || (engine == Engine::wgmma && !f.gathered &&
+                                  (f.fp8 || !f.kGroups));
+  if (dgradForms && (!producerOk || multicast || !gatherOk ||
                      f.bOperands != (f.concat ? 2u : 1u)))
     return "transpose_a, transpose_b, concat, k_groups and an f32 out are "
            "implemented for tensor-core GEMMs of one B operand (two with "
-           "concat) without a producer or clusters, and a gathered A only "
-           "with transpose_b alone";
+           "concat) without clusters, with a producer on wgmma (k_groups "
+           "there with FP8 operands), and a gathered A only with "
+           "transpose_b alone and no producer";
   if (f.transposeA && !f.transposeB)
     return "on the tensor-core engines, transpose_a needs transpose_b";
   if (f.concat && f.transposeA)
