@@ -129,10 +129,10 @@ namespace {
 /// The phases of the schedule, in order: what lies between two barriers
 /// (profiling names them; emitSchedule checks it emits that many).
 SmallVector<StringRef> phaseNames(const Sizes &s) {
-  // (FP8 inference: x quantized with the counting, its E4M3 rows
-  // dispatched; FP8 with the saved context: the routed rows quantized in a
-  // phase of their own. The weights are quantized with the dispatch unless
-  // they are inputs.)
+  // (FP8: x quantized with the counting, its E4M3 rows dispatched, with
+  // the saved context beside its bf16 rows; MXFP8: the routed rows
+  // quantized in a phase of their own. The weights are quantized with the
+  // dispatch unless they are inputs.)
   SmallVector<StringRef> names = {
       s.fp8GatherQuantized ? "plan: count + quantize x" : "plan: count",
       "plan: scan", "plan: offsets", "plan: assign"};
@@ -303,8 +303,8 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
     registers = b.getDenseI64ArrayAttr(
         {sched::kConsumerRegisters, sched::kProducerRegisters});
 
-  // FP8 inference: x's rows quantized, with the plan's counting (they
-  // read only x).
+  // FP8: x's rows quantized, with the plan's counting (they read only
+  // x).
   if (s.fp8GatherQuantized)
     mk::QuantizeRowsOp::create(b, loc, buf["x"], buf["x_q"], buf["x_scale"],
                                frame.tokens, /*offsets=*/Value());
@@ -314,12 +314,16 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
 
   // Phase 2: dispatch (or, fused, the gate/up GEMM's A loads gather).
   if (!s.fusedDispatch) {
-    if (s.fp8GatherQuantized) // the E4M3 rows and their block scales
+    // FP8: the E4M3 rows and their block scales (a routed row is its
+    // token's row, so they are the routed rows' own quantization; a
+    // padding row is zeros with scale 1, as quantizing its zeros gives);
+    // with the saved context, the bf16 rows too.
+    if (s.fp8GatherQuantized)
       mk::GatherOp::create(b, loc, buf["x_q"], buf["row_route"],
                            buf["offsets"], buf["routed_x_q"],
                            /*scale=*/Value(), buf["x_scale"],
                            buf["routed_x_scale"], s.topK);
-    else
+    if (!s.fp8GatherQuantized || layer.savesContext())
       mk::GatherOp::create(b, loc, buf["x"], buf["row_route"], buf["offsets"],
                            buf["routed_x"], /*scale=*/Value(),
                            /*xScales=*/Value(), /*routedScales=*/Value(),
@@ -333,9 +337,8 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
                                       buf[(w + "_scale").str()]);
     barrier();
   }
-  // FP8 training forward: the routed rows' 1 x 128 blocks, from the bf16
-  // rows it saves (a routed row is its token's row, so they are Q(x)'s;
-  // padding rows are zeros).
+  // MXFP8: the routed rows' 1 x 32 blocks, from the bf16 rows (their
+  // scale atoms hold 128 routed rows).
   if (s.fp8 && !s.fp8GatherQuantized) {
     mk::QuantizeRowsOp::create(b, loc, buf["routed_x"], buf["routed_x_q"],
                                buf["routed_x_scale"], /*tokens=*/Value(),
@@ -475,7 +478,7 @@ LogicalResult mok::moe_to_mk::planForward(ModuleOp module, func::FuncOp func,
   s.fp8WeightInputs = s.fp8 && options.fp8QuantizedWeights;
   // (MXFP8's scale atoms hold 128 routed rows: the routed rows are
   // quantized after the dispatch.)
-  s.fp8GatherQuantized = s.fp8 && !s.mx && !layer.savesContext();
+  s.fp8GatherQuantized = s.fp8 && !s.mx;
 
   // The plan: tensor-core GEMMs for the chip when the shapes fit.
   std::optional<mk::Engine> engine;

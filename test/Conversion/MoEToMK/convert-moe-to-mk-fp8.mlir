@@ -96,6 +96,17 @@
 // gradient (k_groups, both scales [K/128, S]); the SwiGLU backward; d_gate
 // and d_up in row and column blocks; the gate/up dgrad (concat, the two
 // K-loops with their own scales) and the gate and up weights' gradients.
+// The training forward quantizes x's T rows with the counting and
+// dispatches their E4M3 rows and scales beside the bf16 rows it saves
+// (routed_x): no quantization of the routed rows.
+// BWD-LABEL: gpu.func @fp8_layer_forward_forward(
+// BWD-SAME: %[[X:[^:]*]]: memref<40x256xbf16>
+// BWD: mk.quantize_rows %[[X]] into %[[XQ:[^,]*]], %[[XS:[^ ]*]] : memref<40x256xbf16> -> memref<40x256xf8E4M3FN>, memref<2x40xf32>
+// BWD: mk.count_routes
+// BWD: mk.gather %[[XQ]], %{{[^,]*}}, %{{[^ ]*}} into %[[RXQ:[^ ]*]] block_scales(%[[XS]] into %[[RXS:[^ ]*]] :
+// BWD-NEXT: mk.gather %[[X]], %{{[^,]*}}, %{{[^ ]*}} into %{{[^ ]*}} {top_k = 2 : i64} : memref<40x256xbf16>, memref<588xi64>, memref<5xi64> -> memref<588x256xbf16>
+// BWD-NOT: mk.quantize_rows %{{[^ ]*}} into %[[RXQ]]
+// BWD: mk.gemm swiglu %[[RXQ]], {{.*}} scales(%[[RXS]],
 // BWD-LABEL: gpu.func @fp8_layer_backward_backward(
 // BWD: mk.assign_rows %{{[^,]*}}, %[[OFF:[^,]*]], %{{[^ ]*}} into %{{[^,]*}}, %[[RR:[^,]*]], %{{[^ ]*}} {
 // BWD: mk.grid_barrier
