@@ -360,9 +360,15 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     assert((mma || !roles.producer) && "no padding split with a producer");
     // FP8: the scales of k-tile kt+1, loaded now and carried to it, so that
     // their latency (L2, a new block every k-tile) passes during this
-    // k-tile's wait and MMAs; kt's came from the k-tile before.
+    // k-tile's wait and MMAs; kt's came from the k-tile before. K in
+    // groups (the weight gradients, 32 column scales a thread): loaded
+    // after this k-tile's promotion instead, into the registers it has
+    // just read, so that their latency passes during the next k-tile's
+    // wait and MMAs. (Loaded before, both sets were live at once: with a
+    // producer, at 224 registers, ptxas copied the set at the back edge,
+    // 34 moves a k-tile, and spilled in the k-loops.)
     SmallVector<Value> next;
-    if (mma && fp8)
+    if (mma && fp8 && !p.kOffsets)
       next = fp8Scales(p, t, e.add(kt, e.index(1)), wg);
     if (mma || roles.producer)
       nvgpu::MBarrierTryWaitParityOp::create(b, loc, barriers, phaseParity(g),
@@ -384,6 +390,8 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
       SmallVector<Value> scales(acc.begin() + 1, acc.end());
       acc[0] = fp8KTile(p, t, g, e.add(base, e.mul(wg, e.index(kBytesA))), base,
                         scales, acc[0]);
+      if (p.kOffsets)
+        next = fp8Scales(p, t, e.add(kt, e.index(1)), wg);
       acc.resize(1);
       acc.append(fp8Factors(p, next));
     } else if (mma) {

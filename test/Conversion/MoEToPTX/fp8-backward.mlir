@@ -24,7 +24,8 @@
 // (the thread's 32 columns of the 128-column tile), all from the
 // [K/128, S] scales of mk.quantize_columns. The k-loop carries them, each
 // k-tile loading the next one's (the block clamped into each: a group
-// may have no k-tile) before its MMAs.
+// may have no k-tile) after its MMAs and their promotion, into the
+// registers the promotion has read.
 // GPU-LABEL: gpu.func @moe_layer_backward_backward(
 // GPU: memref.dim %[[DYS:arg[0-9]+]], %{{.*}} : memref<8x256xf32>
 // GPU-NEXT: arith.subi
@@ -36,6 +37,9 @@
 // GPU-NEXT: %[[KBB:.*]] = arith.minsi %[[KB]], %{{.*}} : index
 // GPU-COUNT-32: memref.load %[[HS]][%[[KBB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
 // GPU: scf.for
+// GPU: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <zero>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
+// GPU: nvvm.wgmma.wait.group.sync.aligned 0
+// GPU: llvm.intr.fma
 // GPU: memref.dim %[[DYS]], %{{.*}} : memref<8x256xf32>
 // GPU-NEXT: arith.subi
 // GPU-NEXT: %[[NKB:.*]] = arith.minsi %[[NKT:[0-9]+]], %{{.*}} : index
@@ -45,8 +49,8 @@
 // GPU-NEXT: arith.subi
 // GPU-NEXT: %[[NKBB:.*]] = arith.minsi %[[NKT]], %{{.*}} : index
 // GPU-COUNT-32: memref.load %[[HS]][%[[NKBB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
-// GPU: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <zero>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
-// GPU: nvvm.wgmma.wait.group.sync.aligned 0
+// GPU-NOT: nvvm.wgmma
+// GPU: scf.yield
 // The gate/up dgrad (concat): k-tiles from kSplit = 2 on are d_up's, with
 // d_up's row scales and the up weights' block scale, selected per k-tile.
 // GPU: %[[SUB:.*]] = arith.subi %[[KT:[0-9a-z_]+]], %c2{{(_[0-9]+)?}} : index
