@@ -123,8 +123,9 @@ def _check_gpu_precision(layer, target, options):
         raise ValueError("layer: LayerSpec.precision = 'fp8' on sm_100a runs scalar GEMMs "
                          "only: pass tensor_cores=False (tcgen05 runs MXFP8's "
                          "block-scaled MMA, precision 'mxfp8'; docs/FP8.md)")
-    # (warp_specialize runs the "fp8" forward's wgmma GEMMs with a producer
-    # warpgroup; MXFP8 has no sm_90a tensor-core GEMMs to take it.)
+    # (warp_specialize runs the "fp8" layer's wgmma GEMMs, forward and
+    # backward, with a producer warpgroup; MXFP8 has no sm_90a tensor-core
+    # GEMMs to take it.)
     gemm = ("dispatch" if options.dispatch == "fused" else
             "multicast" if options.multicast else None)
     if gemm:

@@ -157,9 +157,9 @@ def ConvertMoEToMK : Pass<"convert-moe-to-mk", "::mlir::ModuleOp"> {
       weights). Every sum has a fixed order: the gradients are bitwise
       reproducible.
     fuse-dispatch and multicast are refused for them; warp-specialize
-    gives the training forward's GEMMs a producer warpgroup (the
-    backward's run without one) and is refused with a backward that
-    recomputes the forward.
+    gives the training forward's GEMMs a producer warpgroup (and the FP8
+    backward's; the bf16 backward's run without one) and is refused with
+    a backward that recomputes the forward.
 
     Any token count: a layer whose plan has `tokens = ?` and a capacity
     (`max_tokens = C`) becomes a kernel for every T from 1 to C. Its

@@ -168,8 +168,8 @@ struct ConvertMoEToMKPass
                  "implemented yet)";
           return WalkResult::interrupt();
         }
-        // (warp-specialize: the "fp8" forward's wgmma GEMMs; the
-        // training kernels refuse it below.)
+        // (warp-specialize: the "fp8" layer's wgmma GEMMs, forward and
+        // backward; with recompute it is refused below.)
         if ((warpSpecialize && mx) || multicast || fuseDispatch) {
           op->emitError() << "convert-moe-to-mk: "
                           << (multicast      ? "multicast"
