@@ -327,14 +327,15 @@ FailureOr<std::optional<mk::Engine>> checkTensorCoreGemms(gpu::GPUFuncOp func) {
           "kernel's first tensor-core GEMM only (the producer warpgroup's "
           "other threads do not count the k-tiles of the GEMMs before it)");
     // With a producer the consumers peel a bf16 task's first k-tile, so
-    // its k-tile count must not be 0: K in groups or the call's rows
-    // (runtime counts) are implemented for FP8 operands there.
-    if (schedule.getProducer() && !gemm.isFp8() &&
-        (gemm.getKOffsets() || (gemm.getTokens() && gemm.getTransposeA())))
+    // its k-tile count must not be 0: K over the call's rows (a runtime
+    // count) is implemented for FP8 operands there. (K in groups is
+    // whyNot's: its form.)
+    if (schedule.getProducer() && !gemm.isFp8() && gemm.getTokens() &&
+        gemm.getTransposeA())
       return gemm.emitOpError()
-             << "with a producer, a bf16 GEMM's K must be static: "
-             << (gemm.getKOffsets() ? "k_groups" : "K = the call's rows")
-             << " is implemented with a producer for FP8 operands only";
+             << "with a producer, a bf16 GEMM's K must be static: K = the "
+                "call's rows is implemented with a producer for FP8 operands "
+                "only";
     roles = schedule;
     unsigned threads = support->blockSize(schedule);
     // (Null when the kernel has no known_block_size.)

@@ -55,16 +55,15 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
   // and the down dgrad's A gathered from d_out's rows.
   m.engine = support.tensorCoreEngine();
   int64_t tall = sched::kMaxConsumers * sched::kTileM;
-  auto registersOf = [&](int64_t tileM) {
-    return m.producer && tileM == tall
-               ? SmallVector<int64_t>{sched::kConsumerRegisters,
-                                      sched::kProducerRegisters}
-               : SmallVector<int64_t>();
-  };
-  auto scheduleOf = [&](int64_t tileM, int64_t tileN) {
+  // (`roles` false: the form without warp roles.)
+  auto scheduleOf = [&](int64_t tileM, int64_t tileN,
+                        int64_t tileK = sched::kTileK, bool roles = true) {
+    bool producer = roles && m.producer;
     return mk::GemmScheduleAttr::get(
-        ctx, m.engine, {tileM, tileN, sched::kTileK}, sched::kStages,
-        m.producer, registersOf(tileM), /*multicast=*/false);
+        ctx, m.engine, {tileM, tileN, tileK}, sched::kStages, producer,
+        producer ? sched::producerRegisters(tileM)
+                 : SmallVector<int64_t, 2>(),
+        /*multicast=*/false);
   };
   mk::GemmForm downWgrad, downDgrad;
   downWgrad.transposeA = downWgrad.transposeB = downWgrad.kGroups = true;
@@ -80,11 +79,11 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
     // (tcgen05 takes 128-row tiles for MXFP8 kernels only.)
     // (The bf16 down wgrad's form without warp roles: with them the
     // kernel is FP8's, whose routed GEMMs check their own forms below.)
-    auto plain = mk::GemmScheduleAttr::get(
-        ctx, m.engine, {tall, sched::kTileN, sched::kTileK}, sched::kStages,
-        /*producer=*/false, ArrayRef<int64_t>(), /*multicast=*/false);
     if (s.padding % tall == 0 && m.engine == mk::Engine::wgmma &&
-        support.whyNot(downWgrad, plain).empty())
+        support.whyNot(downWgrad,
+                       scheduleOf(tall, sched::kTileN, sched::kTileK,
+                                  /*roles=*/false))
+            .empty())
       m.tileM = tall;
     if (support.whyNot(downDgrad, scheduleOf(m.tileM, 2 * sched::kTileN))
             .empty())
@@ -125,10 +124,7 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
     fp8Down.grouped = fp8Down.f32Out = fp8Down.fp8 = true;
     fp8Down.mx = s.mx;
     fp8Down.columns = s.inter;
-    auto schedule = mk::GemmScheduleAttr::get(
-        ctx, m.engine, {m.tileM, sched::kTileN, sched::kTileKFp8},
-        sched::kStages, m.producer, registersOf(m.tileM),
-        /*multicast=*/false);
+    auto schedule = scheduleOf(m.tileM, sched::kTileN, sched::kTileKFp8);
     if (support.whyNot(fp8Down, schedule).empty()) {
       m.fp8DOut = add(TensorMapSpec{"routed_d_out_q", rc, h, h, m.tileM,
                                     sched::kTileKFp8});
@@ -226,7 +222,6 @@ BackwardMaps mok::moe_to_mk::backwardMapsFor(MLIRContext *ctx, const Sizes &s,
       m.sharedUpK = bK("shared_up_weights", s.sharedInter, h);
     }
   }
-  m.registers = registersOf(m.tileM);
   return m;
 }
 
@@ -241,8 +236,9 @@ void BackwardGemms::onTensorCores(GemmPlan &g,
   g.tileN = g.scales.empty() ? tc.storeTileN : sched::kTileN;
   g.engine = tc.engine;
   g.producer = tc.producer;
-  if (!tc.registers.empty())
-    g.registers = DenseI64ArrayAttr::get(frame.b.getContext(), tc.registers);
+  if (tc.producer && !sched::producerRegisters(tc.tileM).empty())
+    g.registers = DenseI64ArrayAttr::get(frame.b.getContext(),
+                                         sched::producerRegisters(tc.tileM));
 }
 
 void BackwardGemms::routedDown(StringRef dOut, bool gathered) {

@@ -83,9 +83,9 @@ ForwardTiles mok::moe_to_mk::forwardTiles(MLIRContext *ctx, const Sizes &s,
   // same stage bytes as gate + up).
   mk::Engine engine = support.tensorCoreEngine();
   auto scheduleOf = [&](int64_t m, int64_t n, bool fp8) {
-    SmallVector<int64_t> registers;
-    if (producer && m == sched::kMaxConsumers * sched::kTileM)
-      registers = {sched::kConsumerRegisters, sched::kProducerRegisters};
+    SmallVector<int64_t, 2> registers;
+    if (producer)
+      registers = sched::producerRegisters(m);
     return mk::GemmScheduleAttr::get(ctx, engine, {m, n, sched::tileK(fp8)},
                                      sched::kStages, producer, registers,
                                      multicast);
@@ -299,9 +299,8 @@ LogicalResult emitSchedule(OpBuilder &b, LayerOp layer, const Sizes &s,
   // consumers); with two consumer warpgroups, registers move to them.
   bool warpRoles = engine == mk::Engine::wgmma && warpSpecialize;
   DenseI64ArrayAttr registers;
-  if (warpRoles && tileM == sched::kMaxConsumers * sched::kTileM)
-    registers = b.getDenseI64ArrayAttr(
-        {sched::kConsumerRegisters, sched::kProducerRegisters});
+  if (warpRoles && !sched::producerRegisters(tileM).empty())
+    registers = b.getDenseI64ArrayAttr(sched::producerRegisters(tileM));
 
   // FP8: x's rows quantized, with the plan's counting (they read only
   // x).

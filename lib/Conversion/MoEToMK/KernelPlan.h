@@ -256,9 +256,8 @@ struct BackwardMaps {
   mk::Engine engine = mk::Engine::wgmma;
   /// sm_90a, FP8, warp-specialize: every GEMM of the backward with a
   /// producer warpgroup (registers moved to the consumers of 128-row
-  /// tiles).
+  /// tiles: sched::producerRegisters).
   bool producer = false;
-  llvm::SmallVector<int64_t> registers;
 };
 
 /// The backward's tensor-core plan for the layer (empty maps: simt);

@@ -11,6 +11,7 @@
 #define MOK_DIALECT_MK_IR_MKSCHEDULE_H
 
 #include "mok/Dialect/MK/IR/MKOps.h"
+#include "llvm/ADT/SmallVector.h"
 
 #include <cstdint>
 #include <optional>
@@ -82,6 +83,14 @@ constexpr int64_t evenRegisters(unsigned threads) {
 /// 64 x 256); the producer needs few (with 40, ptxas spilled its task
 /// raster and map addressing). 2 * 224 + 56 = 3 * 168.
 constexpr int64_t kConsumerRegisters = 224, kProducerRegisters = 56;
+/// The setmaxnreg split (consumers, producer) of a CTA with warp roles and
+/// `tileM` rows: kConsumerRegisters / kProducerRegisters with two
+/// consumer warpgroups, none (empty) with one.
+inline llvm::SmallVector<int64_t, 2> producerRegisters(int64_t tileM) {
+  if (tileM == kMaxConsumers * kTileM)
+    return {kConsumerRegisters, kProducerRegisters};
+  return {};
+}
 } // namespace schedule
 
 /// What an mk.gemm computes, as far as the lowering tells GEMMs apart: the
