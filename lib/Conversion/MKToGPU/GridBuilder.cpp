@@ -159,6 +159,15 @@ int64_t GridBuilder::guaranteedAlignment(Value buffer) const {
   gpu::GPUFuncOp kernel = func;
   if (!arg || arg.getOwner() != &kernel.getBody().front())
     return 0;
+  return kernelParamAlignment(buffer);
+}
+
+int64_t mok::conversion::kernelParamAlignment(Value buffer) {
+  auto arg = dyn_cast<BlockArgument>(buffer);
+  auto kernel =
+      arg ? dyn_cast<gpu::GPUFuncOp>(arg.getOwner()->getParentOp()) : nullptr;
+  if (!kernel || arg.getOwner() != &kernel.getBody().front())
+    return 0;
   auto desc = kernel->getAttrOfType<DictionaryAttr>("mok.kernel");
   auto params = desc ? desc.getAs<ArrayAttr>("params") : ArrayAttr();
   if (!params || arg.getArgNumber() >= params.size())

@@ -156,9 +156,8 @@ protected:
   /// constant true when the runtime guarantees it for every one of them
   /// (guaranteedAlignment), else the check of their addresses.
   mlir::Value aligned(llvm::ArrayRef<mlir::Value> buffers, int64_t bytes);
-  /// The alignment in bytes the runtime guarantees for `buffer`: its
-  /// parameter's `align` in the kernel's `mok.kernel` description when it
-  /// is a kernel argument, else 0.
+  /// The alignment in bytes the runtime guarantees for `buffer`
+  /// (kernelParamAlignment, for this kernel's arguments).
   int64_t guaranteedAlignment(mlir::Value buffer) const;
   /// The f32 value of an f8E4M3FN element (exact: cvt.rn.f16x2.e4m3x2,
   /// then f16 to f32; NaN stays NaN).
@@ -181,6 +180,11 @@ private:
   GridBuilder(mlir::gpu::GPUFuncOp func, Emitter &e, const SimtTuning &tuning)
       : SimtTuning(tuning), func(func), e(e) {}
 };
+
+/// The alignment in bytes the runtime guarantees for `buffer`: its
+/// parameter's `align` in its kernel's `mok.kernel` description when it is
+/// an argument of a gpu.func, else 0.
+int64_t kernelParamAlignment(mlir::Value buffer);
 
 } // namespace mok::conversion
 

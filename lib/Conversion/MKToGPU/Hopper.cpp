@@ -42,6 +42,7 @@
 //
 #include "Hopper.h"
 #include "GlobalAccess.h"
+#include "GridBuilder.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
@@ -58,6 +59,11 @@ namespace {
 /// FP8: the columns of a tile (one E4M3 m64n128k32 wgmma chain: gate's 64
 /// and up's, or one operand's 128, within one block of the B scales).
 constexpr int64_t kFp8N = 128;
+/// FP8 weight gradients: the slot at the end of each stage (their operand
+/// boxes fill 32 of its 48 KiB) holding the k-tile's scales: A's tileM row
+/// scales from byte 0, B's 128 column scales from byte kScaleSlotB.
+constexpr int64_t kScaleSlot = kStageBytes - 1024;
+constexpr int64_t kScaleSlotB = 4 * schedule::kMaxConsumers * kTileM;
 
 class WgmmaEmitter final : public GemmEmitter {
 public:
@@ -105,6 +111,28 @@ private:
   /// k-tile's fp8Factors); returns the accumulator.
   Value fp8KTile(const GemmPhase &p, const Task &t, Value g, Value baseA,
                  Value base, ArrayRef<Value> scales, Value acc);
+  /// FP8 with K in groups (the weight gradients, a B scale a column):
+  /// whether each k-tile's scales come staged with its operands. The
+  /// loader copies A's tileM row scales and B's 128 column scales of the
+  /// k-tile's block into the stage's scale slot (two bulk copies on the
+  /// stage's full barrier), and the consumers read them from shared
+  /// memory after their wait (2 and 16 loads a thread instead of 34 from
+  /// L2, carried a k-tile). Decided from the scales' static shapes (rows
+  /// a multiple of 4 floats wide, at least a tile's); otherwise the
+  /// k-loop loads them from global memory (fp8Scales).
+  bool fp8StagedColumns(const GemmPhase &p) const;
+  int64_t extraLoadBytes(const GemmPhase &p) const override {
+    return fp8StagedColumns(p) ? 4 * (p.tileM + kFp8N) : 0;
+  }
+  void loadExtra(const GemmPhase &p, Value g, Value kTile,
+                 const Task &t) override;
+  /// The first row (A) and column (B) of task `t`'s staged runs: m0 and
+  /// n0, moved back so that a run of tileM (128) stays inside its scales.
+  std::pair<Value, Value> stagedStarts(const GemmPhase &p, const Task &t);
+  /// fp8Scales' values for k-tile number `g` of a staged phase, read from
+  /// its stage after the full barrier's wait.
+  SmallVector<Value> fp8StagedScales(const GemmPhase &p, const Task &t,
+                                     Value g, Value wg);
   bool prefetchesEarly() const override { return true; }
   /// With a producer, bf16: the phase's last k-tile goes back (its tasks
   /// release each k-tile at the next one's issue), so that every phase
@@ -209,6 +237,127 @@ SmallVector<Value> WgmmaEmitter::fp8Scales(const GemmPhase &p, const Task &t,
   if (second) // one accumulator: B_0's scale in the first loop, B_1's after
     sb = {pick(sb[0], sb[1])};
   scales.append(sb.begin(), sb.end());
+  return scales;
+}
+
+bool WgmmaEmitter::fp8StagedColumns(const GemmPhase &p) const {
+  if (!p.fp8 || p.mx || !p.kOffsets || p.a2 || p.bScales.size() != 1)
+    return false;
+  // [K/128, width] with width a multiple of 4 (16-byte runs) and at least
+  // the run's.
+  // (16-byte aligned by the runtime: the bulk copies' source.)
+  auto fits = [](Value scales, int64_t run) {
+    auto type = dyn_cast<MemRefType>(scales.getType());
+    return type && type.hasStaticShape() && type.getLayout().isIdentity() &&
+           type.getRank() == 2 && type.getDimSize(1) % 4 == 0 &&
+           type.getDimSize(1) >= run && kernelParamAlignment(scales) >= 16;
+  };
+  return fits(p.aScales, p.tileM) && fits(p.bScales[0], kFp8N);
+}
+
+std::pair<Value, Value> WgmmaEmitter::stagedStarts(const GemmPhase &p,
+                                                   const Task &t) {
+  auto start = [&](Value scales, Value first, int64_t run) {
+    int64_t width = cast<MemRefType>(scales.getType()).getDimSize(1);
+    return arith::MinSIOp::create(e.b, e.loc, first, e.index(width - run))
+        .getResult();
+  };
+  return {start(p.aScales, t.aCol ? t.aCol : t.m0, p.tileM),
+          start(p.bScales[0], t.n0, kFp8N)};
+}
+
+void WgmmaEmitter::loadExtra(const GemmPhase &p, Value g, Value kTile,
+                             const Task &t) {
+  if (!fp8StagedColumns(p))
+    return;
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  MLIRContext *ctx = b.getContext();
+  Type i64 = b.getI64Type();
+  Value stage = e.rem(g, e.index(kStages));
+  Value barrier = LLVM::IntToPtrOp::create(
+      b, loc, LLVM::LLVMPointerType::get(ctx, /*shared=*/3),
+      nvgpu::MBarrierGetOp::create(b, loc, b.getI32Type(), barriers, stage),
+      LLVM::DereferenceableAttr());
+  Value slot = e.add(smemBase, e.add(stageOffset(g), e.index(kScaleSlot)));
+  // The k-tile's block of both scales: kBase / 128 + kTile (clamped, as
+  // fp8Scales does).
+  Value kb =
+      t.kBase ? e.add(e.div(t.kBase, e.index(kTileKFp8)), kTile) : kTile;
+  auto [a0, b0] = stagedStarts(p, t);
+  auto copy = [&](Value dst, Value scales, Value first, int64_t run) {
+    auto type = cast<MemRefType>(scales.getType());
+    Value row = arith::MinSIOp::create(b, loc, kb,
+                                       e.index(type.getDimSize(0) - 1));
+    Value element = e.add(e.mul(row, e.index(type.getDimSize(1))), first);
+    Value address = arith::AddIOp::create(
+        b, loc,
+        arith::IndexCastOp::create(
+            b, loc, i64,
+            memref::ExtractAlignedPointerAsIndexOp::create(b, loc, scales)),
+        arith::IndexCastOp::create(b, loc, i64, e.mul(element, e.index(4))));
+    Value src = LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(ctx, /*global=*/1), address,
+        LLVM::DereferenceableAttr());
+    // (The shared::cluster form, which PTX 8.1 has: the CTA's own shared
+    // memory seen through the cluster window.)
+    Value clusterDst = LLVM::AddrSpaceCastOp::create(
+        b, loc, LLVM::LLVMPointerType::get(ctx, /*shared::cluster=*/7),
+        sharedPointer(dst));
+    NVVM::CpAsyncBulkGlobalToSharedClusterOp::create(
+        b, loc, clusterDst, src, barrier,
+        arith::ConstantIntOp::create(b, loc, 4 * run, 32),
+        /*multicastMask=*/Value(), /*l2CacheHint=*/Value());
+  };
+  copy(slot, p.aScales, a0, p.tileM);
+  copy(e.add(slot, e.index(kScaleSlotB)), p.bScales[0], b0, kFp8N);
+}
+
+SmallVector<Value> WgmmaEmitter::fp8StagedScales(const GemmPhase &p,
+                                                 const Task &t, Value g,
+                                                 Value wg) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type f32 = b.getF32Type();
+  Type v2 = VectorType::get({2}, f32);
+  const int64_t fragment = kTileM * kFp8N / kThreads; // 64 floats
+  Value slot = e.add(smemBase, e.add(stageOffset(g), e.index(kScaleSlot)));
+  auto [a0, b0] = stagedStarts(p, t);
+  Value lane = e.rem(tid, e.index(32));
+  Value warp = e.rem(e.div(tid, e.index(32)), e.index(4));
+  // This thread's rows within the staged run, as fp8Scales' r0.
+  Value r0 = e.add(e.sub(t.aCol ? t.aCol : t.m0, a0),
+                   e.add(e.mul(wg, e.index(kTileM)),
+                         e.add(e.mul(warp, e.index(16)),
+                               e.div(lane, e.index(4)))));
+  // Each run's loads at constant offsets from one pointer (immediate
+  // offsets in the loads).
+  Type ptr = LLVM::LLVMPointerType::get(b.getContext(), /*shared=*/3);
+  auto at = [&](Value pointer, int64_t bytes) {
+    return LLVM::GEPOp::create(b, loc, ptr, b.getI8Type(), pointer,
+                               ArrayRef<LLVM::GEPArg>{bytes},
+                               LLVM::GEPNoWrapFlags::inbounds)
+        .getResult();
+  };
+  Value aRow = sharedPointer(e.add(slot, e.mul(r0, e.index(4))));
+  SmallVector<Value> scales;
+  for (int64_t h = 0; h < 2; ++h)
+    scales.push_back(LLVM::LoadOp::create(b, loc, f32, at(aRow, 32 * h)));
+  // Columns 8c + 2 (l % 4) + v of the tile, in fragment order (c, v): a
+  // pair of adjacent floats for each c (8-byte aligned: the run starts at
+  // a multiple of 4 columns).
+  Value c0 = e.add(e.sub(t.n0, b0), e.mul(e.rem(lane, e.index(4)),
+                                          e.index(2)));
+  Value bCols = sharedPointer(
+      e.add(slot, e.add(e.index(kScaleSlotB), e.mul(c0, e.index(4)))));
+  for (int64_t c = 0; c < fragment / 4; ++c) {
+    Value pair = LLVM::LoadOp::create(b, loc, v2, at(bCols, 32 * c),
+                                      /*alignment=*/8);
+    for (int64_t v = 0; v < 2; ++v)
+      scales.push_back(LLVM::ExtractElementOp::create(
+          b, loc, pair,
+          LLVM::ConstantOp::create(b, loc, b.getI32Type(), v)));
+  }
   return scales;
 }
 
@@ -350,6 +499,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
   // `mma` false: a warpgroup whose half of the tile is all padding does
   // its share of the pipeline (the consumer barriers, its gathered
   // copies, its releases) without MMAs.
+  const bool staged = fp8StagedColumns(p);
   auto kTileStep = [&](Value kt, SmallVector<Value> acc, bool first, bool mma) {
     Value g = e.add(it, kt);
     Value stageCount = e.index(kStages);
@@ -387,13 +537,17 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
     }
     if (mma && fp8) {
       Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
-      SmallVector<Value> scales(acc.begin() + 1, acc.end());
+      // Staged: this k-tile's scales from its stage, now that it landed.
+      SmallVector<Value> scales =
+          staged ? fp8StagedScales(p, t, g, wg)
+                 : SmallVector<Value>(acc.begin() + 1, acc.end());
       acc[0] = fp8KTile(p, t, g, e.add(base, e.mul(wg, e.index(kBytesA))), base,
                         scales, acc[0]);
-      if (p.kOffsets)
+      if (p.kOffsets && !staged)
         next = fp8Scales(p, t, e.add(kt, e.index(1)), wg);
       acc.resize(1);
-      acc.append(fp8Factors(p, next));
+      if (!staged)
+        acc.append(fp8Factors(p, next));
     } else if (mma) {
       Value base = e.add(pad, e.mul(stage, e.index(kStageBytes)));
       // This warpgroup's 64 rows of the A box (128-byte rows).
@@ -502,7 +656,7 @@ SmallVector<Value> WgmmaEmitter::accumulate(const GemmPhase &p, Value it,
                          ? Value(LLVM::UndefOp::create(b, loc, accType))
                          : Value(LLVM::ZeroOp::create(b, loc, accType)));
     // FP8: k-tile 0's scales; the loop carries each next k-tile's.
-    if (mma && fp8)
+    if (mma && fp8 && !staged)
       init.append(fp8Factors(p, fp8Scales(p, t, e.index(0), wg)));
     // With a producer the first k-tile is peeled (bf16: it releases the
     // previous task's last stage and zeroes the accumulators), except for

@@ -35,33 +35,23 @@
 // The weight gradients' promotion: A's two rows' scales of the k-tile's
 // block, kBase / 128 + kt of the expert's rows, and a B scale a column
 // (the thread's 32 columns of the 128-column tile), all from the
-// [K/128, S] scales of mk.quantize_columns. The k-loop carries them, each
-// k-tile loading the next one's (the block clamped into each: a group
-// may have no k-tile) after its MMAs and their promotion, into the
-// registers the promotion has read.
+// [K/128, S] scales of mk.quantize_columns. They come staged with the
+// k-tile's boxes: the loader copies the block's 128 row scales of A and
+// 128 column scales of B (512 bytes each, the row clamped into the
+// scales: a group may have no k-tile) into the stage's slot on its full
+// barrier, and after the wait each thread reads its two rows' and its 16
+// pairs of columns from shared memory.
 // GPU-LABEL: gpu.func @moe_layer_backward_backward(
-// GPU: memref.dim %[[DYS:arg[0-9]+]], %{{.*}} : memref<8x256xf32>
-// GPU-NEXT: arith.subi
-// GPU-NEXT: %[[KBA:.*]] = arith.minsi %[[KB:[0-9]+]], %{{.*}} : index
-// GPU: memref.load %[[DYS]][%[[KBA]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
-// GPU: memref.load %[[DYS]][%[[KBA]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
-// GPU: memref.dim %[[HS:arg[0-9]+]], %{{.*}} : memref<8x256xf32>
-// GPU-NEXT: arith.subi
-// GPU-NEXT: %[[KBB:.*]] = arith.minsi %[[KB]], %{{.*}} : index
-// GPU-COUNT-32: memref.load %[[HS]][%[[KBB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
+// GPU: %[[ROW:.*]] = arith.minsi %{{.*}}, %c7{{(_[0-9]+)?}} : index
+// GPU: nvvm.cp.async.bulk.shared.cluster.global %{{.*}}, %{{.*}}, %[[BAR:[0-9]+]], %c512_i32{{(_[0-9]+)?}} : !llvm.ptr<7>, <1>
+// GPU: nvvm.cp.async.bulk.shared.cluster.global %{{.*}}, %{{.*}}, %[[BAR]], %c512_i32{{(_[0-9]+)?}} : !llvm.ptr<7>, <1>
 // GPU: scf.for
+// GPU: nvgpu.mbarrier.try_wait.parity
+// GPU-COUNT-2: llvm.load %{{.*}} : !llvm.ptr<3> -> f32
+// GPU-COUNT-16: llvm.load %{{.*}} {alignment = 8 : i64} : !llvm.ptr<3> -> vector<2xf32>
 // GPU: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 32>, D[<f32>, <zero>], A[<e4m3>, <one>, <row>], B[<e4m3>, <one>, <col>]
 // GPU: nvvm.wgmma.wait.group.sync.aligned 0
 // GPU: llvm.intr.fma
-// GPU: memref.dim %[[DYS]], %{{.*}} : memref<8x256xf32>
-// GPU-NEXT: arith.subi
-// GPU-NEXT: %[[NKB:.*]] = arith.minsi %[[NKT:[0-9]+]], %{{.*}} : index
-// GPU: memref.load %[[DYS]][%[[NKB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
-// GPU: memref.load %[[DYS]][%[[NKB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
-// GPU: memref.dim %[[HS]], %{{.*}} : memref<8x256xf32>
-// GPU-NEXT: arith.subi
-// GPU-NEXT: %[[NKBB:.*]] = arith.minsi %[[NKT]], %{{.*}} : index
-// GPU-COUNT-32: memref.load %[[HS]][%[[NKBB]], %{{.*}}] {alignment = 4 : i64} : memref<8x256xf32>
 // GPU-NOT: nvvm.wgmma
 // GPU: scf.yield
 // The gate/up dgrad (concat): k-tiles from kSplit = 2 on are d_up's, with
