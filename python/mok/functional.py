@@ -47,9 +47,10 @@ the normal layout; backward: gate and up ``(values, scales, values_T,
 scales_T)``, down ``(values_T, scales_T)``), and the layer is mok's
 ``precision="mxfp8"`` layer (docs/FP8.md): the forward's GEMMs read the
 normal layouts, the backward's data gradients the transposed ones,
-exactly as that layer quantizes the bf16 weights they came from. The CPU
-target runs it; the GPU targets have no FP8 kernels yet and refuse the
-tuples by name.
+exactly as that layer quantizes the bf16 weights they came from. The
+tuples are dequantized to bf16 (exactly) and the layer quantizes them
+again, on the CPU target and on the GPU ones (on sm_90a, which has no
+block-scaled MMA, its GEMMs are scalar: `tensor_cores=False`).
 """
 import atexit
 import dataclasses
@@ -320,6 +321,14 @@ def _spec(workspace, local_experts, inter, shared_inter, swiglu_limit, id_dtype,
                      max_tokens=max_tokens, recv_capacity=recv, precision=precision)
 
 
+def _gpu_options(target, spec):
+    """The compile options of a GPU layer beyond `training`: MXFP8 on
+    sm_90a runs scalar GEMMs (Hopper has no block-scaled MMA)."""
+    if spec.precision == "mxfp8" and target == "sm_90a":
+        return {"tensor_cores": False}
+    return {}
+
+
 def _layer(workspace, spec):
     """The compiled layer of `spec` for the workspace's target, device and
     group: compiled (and loaded) on first use, cached after."""
@@ -332,7 +341,8 @@ def _layer(workspace, spec):
     if ws.target == "cpu":
         layer = _compile(spec, target="cpu")
     else:
-        artifact = _compile(spec, target=ws.target, training=True)
+        artifact = _compile(spec, target=ws.target, training=True,
+                            **_gpu_options(ws.target, spec))
         comm = None
         if ws.ep > 1:
             comm = Communicator.adopt(ws.ep_group, ws.device.index)
@@ -362,12 +372,6 @@ def _mxfp8_routed(workspace, routed, phase):
     exact in bf16, so that the mxfp8 layer quantizing them again reads the
     same operands (mok.ops.mxfp8_dequantize)."""
     ws = workspace
-    if ws.target != "cpu":
-        raise NotImplementedError(
-            f"{_ROUTED[0]}: MXFP8 weight tuples (precision='mxfp8') run on the CPU target "
-            f"only: mok.functional's {ws.target} layers do not take MXFP8 weights yet "
-            "(mok.compile compiles MXFP8 GPU layers that quantize bf16 weights "
-            "themselves; docs/FP8.md); use precision='bf16'")
     if not all(isinstance(w, tuple) for w in routed):
         plain = [n for n, w in zip(_ROUTED, routed) if not isinstance(w, tuple)]
         raise TypeError(f"{', '.join(plain)}: expected MXFP8 tuples like the other routed "

@@ -409,11 +409,24 @@ def test_mxfp8_tuples_are_checked_by_name(monkeypatch):
     grads = F.backward(config, ws, sched, ctx, out, x, rw, None, None, None, q[0], q[1],
                        q[2][2:])
     assert [list(t.shape) for t in grads[2:5]] == [[4, 32, 64], [4, 32, 64], [4, 64, 32]]
+    # On a GPU target the tuples run the mxfp8 layer too, compiled for
+    # scalar GEMMs on sm_90a (no block-scaled MMA there): its spec and
+    # options compile here (tests/gpu/test_gpu_trainers.py runs it).
     monkeypatch.setattr(ws, "target", "sm_90a")
-    with pytest.raises(NotImplementedError, match="routed_gate_weights: MXFP8 weight tuples "
-                                                  r"\(precision='mxfp8'\) run on the CPU "
-                                                  "target only"):
-        F.forward(config, ws, sched, x, rw, None, None, None, *fwd)
+    spec = F._spec(ws, 4, 32, None, None, top.dtype, "mxfp8")
+    assert spec.precision == "mxfp8" and spec.tokens is None and spec.padding == 128
+    assert F._gpu_options("sm_90a", spec) == {"tensor_cores": False}
+    assert F._gpu_options("sm_100a", spec) == {}
+    # (These sizes are too small for the GPU's MXFP8 layer: it says so.)
+    with pytest.raises(ValueError, match="LayerSpec.hidden = 64: MXFP8 layers on sm_90a need "
+                                         "a multiple of 128"):
+        mok.compile(spec, target="sm_90a", training=True, **F._gpu_options("sm_90a", spec))
+    wide = F.create_workspace(config, None, device="cpu", num_local_tokens=8,
+                              hidden_size=128, topk=2)
+    monkeypatch.setattr(wide, "target", "sm_90a")
+    spec = F._spec(wide, 4, 128, None, None, top.dtype, "mxfp8")
+    art = mok.compile(spec, target="sm_90a", training=True, **F._gpu_options("sm_90a", spec))
+    assert "mk.quantize_weights" in art.forward.stages["mk"]
 
 
 def test_import_starts_no_cuda():

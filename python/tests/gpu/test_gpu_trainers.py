@@ -109,8 +109,7 @@ def test_megatron_moe_layer_with_mok_on_gpu():
 def test_mxfp8_quantize_on_gpu_is_the_cpus():
     """mok.ops.mxfp8_quantize on CUDA tensors: bitwise the CPU result (which
     the CPU tests hold bit-exact to moe.quantize), both layouts, with zero
-    and non-finite blocks; mxfp8_dequantize likewise. mok.functional
-    refuses MXFP8 tuples on the GPU by name (no FP8 GPU kernels yet)."""
+    and non-finite blocks; mxfp8_dequantize likewise."""
     import torch
     import mok.ops
     g = torch.Generator().manual_seed(7)
@@ -129,19 +128,60 @@ def test_mxfp8_quantize_on_gpu_is_the_cpus():
         back = mok.ops.mxfp8_dequantize(v.cuda(), s.cuda())
         assert torch.equal(back.cpu().view(torch.int16),
                            mok.ops.mxfp8_dequantize(v, s).view(torch.int16))
+
+
+def test_functional_takes_mxfp8_tuples_on_the_gpu():
+    """AutoModel's MXFP8 path on the GPU: mok.functional's forward and
+    backward with the routed weights as mok.ops.mxfp8_quantize tuples run
+    the GPU's mxfp8 layer (scalar GEMMs on sm_90a): the output and every
+    gradient against the float64 definition of the mxfp8 layer
+    (python/tests/fp8_reference.py) on the weights the tuples hold, within
+    the FP8 GPU tests' bound; fresh inputs each run."""
+    import os
+    import sys
+
+    import numpy as np
+    import torch
+
     import mok.functional as F
+    import mok.ops
+    from gpu_layers import fresh_seed
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    import fp8_reference as ref
+
+    g = torch.Generator().manual_seed(fresh_seed())
+    T, H, I, E, k = 24, 512, 256, 4, 2
+    gate, up = (torch.randn(E, I, H, generator=g).to(torch.bfloat16) * 0.05 for _ in range(2))
+    down = torch.randn(E, H, I, generator=g).to(torch.bfloat16) * 0.05
+    q = [mok.ops.mxfp8_quantize(w.cuda(), True, True) for w in (gate, up, down)]
+    top = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)])
+    x = torch.randn(T, H, generator=g).to(torch.bfloat16)
+    rw = torch.rand(T, k, generator=g)
+    d_out = torch.randn(T, H, generator=g).to(torch.bfloat16)
     config = F.MoKConfig()
-    ws = F.get_workspace(config, None, device="cuda", num_local_tokens=8, hidden_size=512,
-                         topk=2)
-    top = torch.stack([torch.randperm(4, generator=g)[:2] for _ in range(8)]).cuda()
-    sched = F.build_schedule(ws, config, top, num_local_experts=4)
-    x = torch.randn(8, 512, generator=g).to(torch.bfloat16).cuda()
-    rw = torch.rand(8, 2, generator=g).cuda()
-    down = mok.ops.mxfp8_quantize(w.transpose(1, 2).contiguous().cuda())[:2]
-    with pytest.raises(NotImplementedError, match="MXFP8 weight tuples .* run on the CPU "
-                                                  "target only: mok.functional's sm_90a "
-                                                  "layers"):
-        F.forward(config, ws, sched, x, rw, None, None, None, gpu[:2], gpu[:2], down)
+    ws = F.get_workspace(config, None, device="cuda", num_local_tokens=T, hidden_size=H,
+                         topk=k)
+    sched = F.build_schedule(ws, config, top.cuda(), num_local_experts=E)
+    args = (x.cuda(), rw.cuda(), None, None, None)
+    out, ctx = F.forward(config, ws, sched, *args, q[0][:2], q[1][:2], q[2][:2])
+    grads = F.backward(config, ws, sched, ctx, d_out.cuda(), *args, q[0], q[1], q[2][2:])
+    got = dict(zip(["out", "x", "router_weights", "gate_weights", "up_weights",
+                    "down_weights"], [out, *grads[:5]]))
+
+    def f64(t):
+        return t.detach().double().cpu().numpy()
+    # The weights the tuples hold (the layer quantizes them back to the
+    # same values and scales).
+    w = [f64(mok.ops.mxfp8_dequantize(v[0], v[1])) for v in q]
+    want = dict(ref.layer_backward(f64(x), top.numpy(), f64(rw), *w, f64(d_out),
+                                   precision="mxfp8", padding=128),
+                out=ref.layer_forward(f64(x), top.numpy(), f64(rw), *w, precision="mxfp8"))
+    for name, value in got.items():
+        assert value.is_cuda, name
+        a, b = f64(value), want[name]
+        rel = float(np.abs(a - b).sum() / np.abs(b).sum())
+        print(f"functional mxfp8 {name}: against the float64 definition {rel:.2e}")
+        assert np.isfinite(a).all() and rel <= REL, f"{name}: {rel:.2e}"
 
 
 def test_mxfp8_refresh_replays_in_a_cuda_graph():
