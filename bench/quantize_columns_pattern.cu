@@ -4,10 +4,11 @@
 // megakernel: dsv3-shard's d_y (32768 x 7168 bf16) quantized in 128 x 1
 // column blocks and stored transposed, as the lowering does it (a warp a
 // block of 128 rows x 32 columns, 16-byte loads and stores, the scale by
-// a reciprocal and two Newton steps), at several CTA sizes; against a
-// plain stream of the same bytes and a shared-memory staged variant. The
-// codes are not checked: the GPU tests check the lowering's. On the GPU
-// machine:
+// a reciprocal and two Newton steps), at several CTA sizes, with the
+// read-only loads nvcc picks and with plain ld.global as the megakernel's;
+// against a plain stream of the same bytes and a shared-memory staged
+// variant. The codes are not checked: the GPU tests check the lowering's.
+// On the GPU machine:
 //   nvcc -O3 -arch=sm_90a -std=c++17 -o /tmp/qpattern bench/quantize_columns_pattern.cu
 //   /tmp/qpattern
 #include <cuda_bf16.h>
@@ -22,6 +23,14 @@ __device__ __forceinline__ float q(float x, float y, float d) {
   for (int s = 0; s < 2; ++s) { float r = fmaf(-v, d, a); v = fmaf(r, y, v); }
   return copysignf(v, x);
 }
+// A plain ld.global.v4 (the megakernel's loads), not the read-only path
+// that const __restrict__ gives nvcc.
+__device__ __forceinline__ uint4 ldPlain(const uint4 *p) {
+  uint4 v;
+  asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
 __device__ __forceinline__ void unpack(uint4 p, float *f) {
   uint32_t w[4] = {p.x, p.y, p.z, p.w};
   for (int i = 0; i < 4; ++i) { f[2*i] = __uint_as_float(w[i] << 16); f[2*i+1] = __uint_as_float(w[i] & 0xffff0000u); }
@@ -29,7 +38,7 @@ __device__ __forceinline__ void unpack(uint4 p, float *f) {
 // The current lowering: a warp a tile of 128 rows x 32 columns, a lane 16
 // rows x 8 columns (16-byte loads), the 8 lanes of a column group reduce
 // with shuffles; a lane stores 16 codes (16 bytes) a column.
-template <bool Prefetch, int MaxT>
+template <bool Prefetch, int MaxT, bool Plain = false>
 __global__ void __launch_bounds__(MaxT) warpTiles(const uint4 *__restrict__ src, uint8_t *__restrict__ vals, float *__restrict__ scales) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int groups = C / 32, tiles = (R / 128) * groups;
@@ -39,7 +48,10 @@ __global__ void __launch_bounds__(MaxT) warpTiles(const uint4 *__restrict__ src,
     int rb = i / groups, h = lane % 8, qd = lane / 8;
     int c0 = (i % groups) * 32 + qd * 8, first = rb * 128 + h * 16;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) p[j] = src[((size_t)(first + j) * C + c0) / 8];
+    for (int j = 0; j < 16; ++j) {
+      const uint4 *at = src + ((size_t)(first + j) * C + c0) / 8;
+      p[j] = Plain ? ldPlain(at) : *at;
+    }
   };
   uint4 p[16], n[16];
   if (i < tiles) fetch(i, p);
@@ -134,6 +146,7 @@ int main() {
   time("stream (read 2 B, write 1 B an element)", [&] { stream<<<sms * 8, 256>>>(src, (uint2 *)vals, (size_t)R * C / 8); });
   time("warp tiles, 132 x 256", [&] { warpTiles<false, 256><<<sms, 256>>>(src, vals, scales); });
   time("warp tiles, 132 x 384", [&] { warpTiles<false, 384><<<sms, 384>>>(src, vals, scales); });
+  time("warp tiles, 132 x 384, plain loads", [&] { warpTiles<false, 384, true><<<sms, 384>>>(src, vals, scales); });
   time("warp tiles, 132 x 1024", [&] { warpTiles<false, 1024><<<sms, 1024>>>(src, vals, scales); });
   time("warp tiles prefetched, 132 x 256", [&] { warpTiles<true, 256><<<sms, 256>>>(src, vals, scales); });
   time("warp tiles, 2 x 132 x 256", [&] { warpTiles<false, 256><<<2 * sms, 256>>>(src, vals, scales); });
