@@ -35,6 +35,33 @@ __device__ __forceinline__ void unpack(uint4 p, float *f) {
   uint32_t w[4] = {p.x, p.y, p.z, p.w};
   for (int i = 0; i < 4; ++i) { f[2*i] = __uint_as_float(w[i] << 16); f[2*i+1] = __uint_as_float(w[i] & 0xffff0000u); }
 }
+// A lane's 16 rows x 8 columns (from column c0, rows from `first`) of a
+// 128-row block rb: each column's amax over the 8 lanes of its columns
+// (xor shuffles), its scale, and its 16 codes in one 16-byte store.
+__device__ __forceinline__ void quantizeColumns(const uint4 *p, int h, int c0, int first, int rb,
+                                                uint8_t *__restrict__ vals,
+                                                float *__restrict__ scales) {
+  float f[16][8];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) unpack(p[j], f[j]);
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    float m = 0.f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) m = fmaxf(m, fabsf(f[j][c]));
+    for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
+    float s = m == 0.f ? 1.f : m / 448.f, y = 1.f / s;
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 16; j += 4) {
+      __nv_fp8x2_storage_t a = __nv_cvt_float2_to_fp8x2(make_float2(q(f[j][c], y, s), q(f[j+1][c], y, s)), __NV_SATFINITE, __NV_E4M3);
+      __nv_fp8x2_storage_t b = __nv_cvt_float2_to_fp8x2(make_float2(q(f[j+2][c], y, s), q(f[j+3][c], y, s)), __NV_SATFINITE, __NV_E4M3);
+      w[j/4] = a | (uint32_t(b) << 16);
+    }
+    *(uint4 *)(vals + (size_t)(c0 + c) * R + first) = make_uint4(w[0], w[1], w[2], w[3]);
+    if (h == 0) scales[rb * C + c0 + c] = s;
+  }
+}
 // The current lowering: a warp a tile of 128 rows x 32 columns, a lane 16
 // rows x 8 columns (16-byte loads), the 8 lanes of a column group reduce
 // with shuffles; a lane stores 16 codes (16 bytes) a column.
@@ -59,26 +86,7 @@ __global__ void __launch_bounds__(MaxT) warpTiles(const uint4 *__restrict__ src,
     if (Prefetch && i + stride < tiles) fetch(i + stride, n);
     int rb = i / groups, h = lane % 8, qd = lane / 8;
     int c0 = (i % groups) * 32 + qd * 8, first = rb * 128 + h * 16;
-    float f[16][8];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) unpack(p[j], f[j]);
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      float m = 0.f;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) m = fmaxf(m, fabsf(f[j][c]));
-      for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
-      float s = m == 0.f ? 1.f : m / 448.f, y = 1.f / s;
-      uint32_t w[4];
-#pragma unroll
-      for (int j = 0; j < 16; j += 4) {
-        __nv_fp8x2_storage_t a = __nv_cvt_float2_to_fp8x2(make_float2(q(f[j][c], y, s), q(f[j+1][c], y, s)), __NV_SATFINITE, __NV_E4M3);
-        __nv_fp8x2_storage_t b = __nv_cvt_float2_to_fp8x2(make_float2(q(f[j+2][c], y, s), q(f[j+3][c], y, s)), __NV_SATFINITE, __NV_E4M3);
-        w[j/4] = a | (uint32_t(b) << 16);
-      }
-      *(uint4 *)(vals + (size_t)(c0 + c) * R + first) = make_uint4(w[0], w[1], w[2], w[3]);
-      if (h == 0) scales[rb * C + c0 + c] = s;
-    }
+    quantizeColumns(p, h, c0, first, rb, vals, scales);
     if (Prefetch)
 #pragma unroll
       for (int j = 0; j < 16; ++j) p[j] = n[j];
@@ -100,26 +108,10 @@ __global__ void __launch_bounds__(256) smemTiles(const uint4 *__restrict__ src, 
     __syncthreads();
     // warp: columns cb + 32 warp .. +32; lane: column group qd (8 cols), rows 16 h..
     int h = lane % 8, qd = lane / 8, c0 = warp * 32 + qd * 8, first = rb * 128 + h * 16;
-    float f[16][8];
+    uint4 p[16];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) unpack(sm[(h * 16 + j) * 32 + c0 / 8], f[j]);
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      float m = 0.f;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) m = fmaxf(m, fabsf(f[j][c]));
-      for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
-      float s = m == 0.f ? 1.f : m / 448.f, y = 1.f / s;
-      uint32_t w[4];
-#pragma unroll
-      for (int j = 0; j < 16; j += 4) {
-        __nv_fp8x2_storage_t a = __nv_cvt_float2_to_fp8x2(make_float2(q(f[j][c], y, s), q(f[j+1][c], y, s)), __NV_SATFINITE, __NV_E4M3);
-        __nv_fp8x2_storage_t b = __nv_cvt_float2_to_fp8x2(make_float2(q(f[j+2][c], y, s), q(f[j+3][c], y, s)), __NV_SATFINITE, __NV_E4M3);
-        w[j/4] = a | (uint32_t(b) << 16);
-      }
-      *(uint4 *)(vals + (size_t)(cb + c0 + c) * R + first) = make_uint4(w[0], w[1], w[2], w[3]);
-      if (h == 0) scales[rb * C + cb + c0 + c] = s;
-    }
+    for (int j = 0; j < 16; ++j) p[j] = sm[(h * 16 + j) * 32 + c0 / 8];
+    quantizeColumns(p, h, cb + c0, first, rb, vals, scales);
   }
 }
 // Plain streaming: read src, write half as many bytes (the same traffic,
