@@ -129,6 +129,11 @@ private:
   /// The first row (A) and column (B) of task `t`'s staged runs: m0 and
   /// n0, moved back so that a run of tileM (128) stays inside its scales.
   std::pair<Value, Value> stagedStarts(const GemmPhase &p, const Task &t);
+  /// The shared address of k-tile number `g`'s scale slot (kScaleSlot of
+  /// its stage).
+  Value scaleSlot(Value g) {
+    return e.add(smemBase, e.add(stageOffset(g), e.index(kScaleSlot)));
+  }
   /// fp8Scales' values for k-tile number `g` of a staged phase, read from
   /// its stage after the full barrier's wait.
   SmallVector<Value> fp8StagedScales(const GemmPhase &p, const Task &t,
@@ -279,7 +284,7 @@ void WgmmaEmitter::loadExtra(const GemmPhase &p, Value g, Value kTile,
       b, loc, LLVM::LLVMPointerType::get(ctx, /*shared=*/3),
       nvgpu::MBarrierGetOp::create(b, loc, b.getI32Type(), barriers, stage),
       LLVM::DereferenceableAttr());
-  Value slot = e.add(smemBase, e.add(stageOffset(g), e.index(kScaleSlot)));
+  Value slot = scaleSlot(g);
   // The k-tile's block of both scales: kBase / 128 + kTile (clamped, as
   // fp8Scales does).
   Value kb =
@@ -321,7 +326,7 @@ SmallVector<Value> WgmmaEmitter::fp8StagedScales(const GemmPhase &p,
   Type f32 = b.getF32Type();
   Type v2 = VectorType::get({2}, f32);
   const int64_t fragment = kTileM * kFp8N / kThreads; // 64 floats
-  Value slot = e.add(smemBase, e.add(stageOffset(g), e.index(kScaleSlot)));
+  Value slot = scaleSlot(g);
   auto [a0, b0] = stagedStarts(p, t);
   Value lane = e.rem(tid, e.index(32));
   Value warp = e.rem(e.div(tid, e.index(32)), e.index(4));
