@@ -618,8 +618,12 @@ void QuantizeLowering::store16Codes(ArrayRef<Value> codes, Value values,
 
 void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
   Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
-  int64_t rows = size(src, 0), cols = size(src, 1), padded = size(values, 1);
+  int64_t rows = op.quantizedRows(), cols = size(src, 1),
+          padded = size(values, 1);
   Value rowRoute = op.getRowRoute();
+  // Gathered: routed row r is bf16(w * src[t]) for its route q = t k + j.
+  Value weights = op.getRouterWeights();
+  Value topK = weights ? e.index(size(weights, 1)) : Value();
   // The blocks written: all, or those holding the plan's routed rows.
   Value rowBlocks = e.index(padded / 128);
   Value limit = e.index(rows);
@@ -637,16 +641,27 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
     return e.select(e.cmp(arith::CmpIPredicate::slt, r, limit), r,
                     e.index(0));
   };
-  // Whether row r of src is quantized (below the rows, not padding), and
-  // r where it is, else 0 (a row safe to read).
-  auto rowCheck = [&](Value r) -> std::pair<Value, Value> {
+  // Whether row r is quantized (below the rows, not padding), and r where
+  // it is, else 0 (a row safe to read); gathered, also its route (0 where
+  // not valid).
+  struct RowCheck {
+    Value valid, safe, route;
+  };
+  auto rowCheck = [&](Value r) -> RowCheck {
     Value valid = e.cmp(arith::CmpIPredicate::slt, r, limit);
     Value safe = safeRow(r);
-    if (rowRoute)
-      valid = arith::AndIOp::create(
-          e.b, e.loc, valid, e.isValid(e.toIndex(e.load(rowRoute, {safe}))));
-    return {valid, safe};
+    if (!rowRoute)
+      return {valid, safe, Value()};
+    Value route = e.toIndex(e.load(rowRoute, {safe}));
+    valid = arith::AndIOp::create(e.b, e.loc, valid, e.isValid(route));
+    return {valid, safe, e.select(valid, route, e.index(0))};
   };
+  // Gathered: route q's token row t = q / k of src and its weight.
+  auto tokenOf = [&](Value q) { return e.div(q, topK); };
+  auto weightOf = [&](Value q) {
+    return e.load(weights, {tokenOf(q), e.rem(q, topK)});
+  };
+
   // One warp a block of 128 rows x 32 columns. 16-byte aligned buffers:
   // the tile in registers (loadPieces); each lane's 16 codes of a column
   // start 16-byte aligned, the values' rows being `padded` (a multiple of
@@ -660,8 +675,9 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
   // (With more than 256 threads a CTA, as with a producer warpgroup, a
   // thread has 168 registers outside the GEMMs: too few to carry a block
   // beside the one it quantizes. One block at a time there.)
+  // (Gathered: a tile's loads wait for its routes anyway; one at a time.)
   DenseI32ArrayAttr block = func.getKnownBlockSizeAttr();
-  bool prefetch = block && block[0] <= 256;
+  bool prefetch = block && block[0] <= 256 && !weights;
   auto vectorTiles = [&] {
     OpBuilder &b = e.b;
     Location loc = e.loc;
@@ -687,6 +703,26 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
     // row_route entries of the tile's rows r0 + 4 lane + k, k < 4.
     auto fetch = [&](Value i, Value lane) {
       Tile t = tileAt(i, lane);
+      if (weights) {
+        // Gathered: the lane's 16 rows' routes, then their token rows'
+        // pieces and weights; bf16(w * x) (mk.gather's scaled rows), zeros
+        // for the rows not quantized.
+        SmallVector<RowCheck, 16> rowChecks;
+        for (int64_t j = 0; j < 16; ++j)
+          rowChecks.push_back(rowCheck(e.add(t.first, e.index(j))));
+        SmallVector<Value> pieces;
+        for (const RowCheck &row : rowChecks) {
+          Value piece = load16(
+              v8, at(srcBase, e.add(e.mul(tokenOf(row.route), e.index(cols)),
+                                    t.c0)));
+          Value w = weightOf(row.route);
+          SmallVector<Value> xs = unpack8(piece);
+          for (Value &x : xs)
+            x = e.select(row.valid, e.mul(w, x), e.f32(0.0f));
+          pieces.push_back(pack8(xs));
+        }
+        return pieces;
+      }
       // (Zeroed where not routed once the routes have come: quantize.)
       SmallVector<Value> loaded(loadPieces(
           [&](int64_t j) {
@@ -711,7 +747,7 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
       // ballot k; row 16 h + j of the tile is bit 4 h + j / 4 of ballot
       // j % 4.
       SmallVector<Value, 4> ballots;
-      if (rowRoute)
+      if (rowRoute && !weights)
         for (int64_t k = 0; k < 4; ++k) {
           Value r = e.add(t.r0, e.add(e.mul(lane, e.index(4)), e.index(k)));
           Value routed = arith::AndIOp::create(
@@ -730,7 +766,8 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
           b, loc, v8,
           DenseElementsAttr::get(cast<ShapedType>(v8),
                                  b.getZeroAttr(b.getBF16Type())));
-      for (int64_t j = 0; j < 16; ++j) {
+      // (Gathered: zeroed by fetch.)
+      for (int64_t j = 0; j < 16 && !weights; ++j) {
         Value valid;
         if (rowRoute) {
           Value bit = arith::ShRUIOp::create(
@@ -771,10 +808,16 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
       Value rb = e.div(i, e.index(groups));
       Value c = e.add(e.mul(e.rem(i, e.index(groups)), e.index(32)), lane);
       Value r0 = e.mul(rb, e.index(128));
-      // src[r, c], zero past the rows and for padding rows.
+      // src[r, c] (gathered: bf16(w * src[t, c]), as mk.gather's scaled
+      // rows), zero past the rows and for padding rows.
       auto valueAt = [&](Value r) {
-        auto [valid, safe] = rowCheck(r);
-        return e.select(valid, e.loadF32(src, {safe, c}), e.f32(0.0f));
+        RowCheck row = rowCheck(r);
+        if (!weights)
+          return e.select(row.valid, e.loadF32(src, {row.safe, c}),
+                          e.f32(0.0f));
+        Value x = e.loadF32(src, {tokenOf(row.route), c});
+        return e.select(row.valid, e.roundBF16(e.mul(weightOf(row.route), x)),
+                        e.f32(0.0f));
       };
       // MX: four blocks of 32 rows, their bytes in row c's atoms.
       if (op.isMx()) {

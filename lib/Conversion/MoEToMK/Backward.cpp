@@ -21,8 +21,8 @@ SmallVector<StringRef> backwardPhaseNames(LayerGradOp grad, const Sizes &s) {
                                   "plan: assign"};
   if (grad.recomputes())
     names.append({"recompute: dispatch", "recompute: gate/up"});
-  if (s.fp8) // (the weights, x's and the hidden rows quantized with it)
-    names.append({"reverse combine + quantize", "quantize d_y"});
+  if (s.fp8) // (the weights too, when not given quantized)
+    names.append({"quantize d_out, hidden, x", "quantize d_y"});
   else
     names.push_back("reverse combine");
   names.append({"down dgrad + wgrad", "SwiGLU backward"});
@@ -506,10 +506,11 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   }
   // d_out's routed rows, unscaled (the simt down dgrad's A; the wgmma one
   // gathers them itself) and scaled by the router weight (d_y, the down
-  // weights' gradient's A).
+  // weights' gradient's A; FP8 quantizes its column blocks from d_out).
   if (!gatherDOut && (!s.fp8 || s.mx))
     params.push_back({"routed_d_out", "workspace", ty({rc, s.hidden}, bf16)});
-  params.push_back({"d_y", "workspace", ty({rc, s.hidden}, bf16)});
+  if (!s.fp8)
+    params.push_back({"d_y", "workspace", ty({rc, s.hidden}, bf16)});
   params.push_back({"d_hidden_u", "workspace", ty({rc, s.inter}, f32)});
   params.push_back({"d_gate", "workspace", ty({rc, s.inter}, bf16)});
   params.push_back({"d_up", "workspace", ty({rc, s.inter}, bf16)});
@@ -658,15 +659,19 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
   bool gathersDOut = tc.gatherDOut;
   if (!gathersDOut && (!s.fp8 || s.mx))
     gather("d_out", "routed_d_out", Value());
-  gather("d_out", "d_y", buf["router_weights"]);
-  // FP8: what reads only the inputs and the context is quantized with it:
+  if (!s.fp8)
+    gather("d_out", "d_y", buf["router_weights"]);
+  // FP8: what reads only the inputs and the context is quantized first:
   // d_out's rows, the weights transposed, and the column blocks of the
   // hidden rows and x's routed rows. Then d_out's E4M3 rows are
-  // dispatched, and d_y's column blocks quantized.
-  auto columns = [&](StringRef name) {
-    mk::QuantizeColumnsOp::create(b, loc, buf[name], buf[(name + "_t").str()],
-                                  buf[(name + "_t_scale").str()],
-                                  buf["row_route"], buf["offsets"]);
+  // dispatched, and d_y's column blocks quantized straight from d_out and
+  // the router weights (d_y, k times d_out's rows, is never stored).
+  auto columns = [&](StringRef name, StringRef from = {},
+                     Value routerWeights = {}) {
+    mk::QuantizeColumnsOp::create(
+        b, loc, buf[from.empty() ? name : from], buf[(name + "_t").str()],
+        buf[(name + "_t_scale").str()], buf["row_route"], buf["offsets"],
+        routerWeights);
   };
   if (s.fp8) {
     if (!s.mx)
@@ -692,7 +697,7 @@ LogicalResult emitBackwardSchedule(OpBuilder &b, LayerGradOp grad,
                            buf["offsets"], buf["routed_d_out_q"],
                            /*scale=*/Value(), buf["d_out_scale"],
                            buf["routed_d_out_scale"], s.topK);
-    columns("d_y");
+    columns("d_y", "d_out", buf["router_weights"]);
   }
   barrier();
 

@@ -335,6 +335,38 @@ gpu.module @d {
 // CHECK: memref.load %[[DQ]][%[[M]], %[[K]]]
 // CHECK: memref.store %{{.*}}, %[[DW]]
 //
+// Gathered: the rows are d_out's routed rows scaled by their router
+// weights, read from the token rows. Lane l loads its 16 rows' routes
+// first, then each route's token row piece (t = q / k) and weight, and
+// rounds w * x to bf16 (mk.gather's scaled rows; zeros for padding rows
+// and rows past offsets[E]); no ballots, and one block at a time (no
+// loads carried across the loop). The scalar path reads a value so too.
+// CHECK-LABEL: gpu.func @gathered_columns(
+// CHECK-SAME: %[[GD:[^:]*]]: memref<100x128xbf16>, %[[GRR:[^:]*]]: memref<200xi64>, %[[GOFF:[^:]*]]: memref<3xi64>, %[[GRW:[^:]*]]: memref<100x2xf32>, %[[GQ:[^:]*]]: memref<128x256xf8E4M3FN>, %[[GS:[^:]*]]: memref<2x128xf32>)
+// CHECK: memref.load %[[GOFF]][%c2
+// CHECK: arith.minsi %{{.*}}, %c200
+// CHECK: scf.if
+// CHECK: scf.for
+// CHECK-NOT: iter_args
+// CHECK-COUNT-16: memref.load %[[GRR]]
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK: %[[GW:.*]] = memref.load %[[GRW]]
+// CHECK-COUNT-8: arith.mulf %[[GW]],
+// CHECK: arith.truncf %{{.*}} : f32 to bf16
+// CHECK-NOT: nvvm.vote.sync
+// CHECK: gpu.shuffle  xor %{{.*}}, %c1_i32
+// CHECK: nvvm.convert.f32x2.to.f8x2
+// CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
+// CHECK: memref.store %{{.*}}, %[[GS]]
+// CHECK: } else {
+// CHECK: scf.for %{{.*}} iter_args(%{{.*}}) -> (f32)
+// CHECK: memref.load %[[GRR]]
+// CHECK: memref.load %[[GD]]
+// CHECK: %[[GW2:.*]] = memref.load %[[GRW]]
+// CHECK: arith.mulf %[[GW2]],
+// CHECK: arith.truncf %{{.*}} : f32 to bf16
+// CHECK: arith.maximumf
+//
 // mk.quantize_weights transposed: the block's amax as above, then, with
 // 16-byte aligned buffers, its four 128 x 32 tiles as mk.quantize_columns
 // takes them (16 loads of 16 bytes a lane, a 16-byte store of 16 codes a
@@ -373,6 +405,12 @@ gpu.module @c {
     mk.quantize_columns %d into %dq, %ds : memref<200x64xbf16> -> memref<64x256xf8E4M3FN>, memref<2x64xf32>
     mk.grid_barrier %bar : memref<2xi32>
     mk.gemm store %dq, %hq into %dw k_groups(%off : memref<3xi64>) scales(%ds, %hs : memref<2x64xf32>, memref<2x128xf32>) schedule <simt> : memref<64x256xf8E4M3FN>, memref<128x256xf8E4M3FN> -> memref<2x64x128xf32>
+    gpu.return
+  }
+  gpu.func @gathered_columns(%d: memref<100x128xbf16>, %rr: memref<200xi64>, %off: memref<3xi64>,
+                             %rw: memref<100x2xf32>, %q: memref<128x256xf8E4M3FN>, %s: memref<2x128xf32>) kernel
+      attributes {known_block_size = array<i32: 256, 1, 1>} {
+    mk.quantize_columns %d into %q, %s routed(%rr, %off : memref<200xi64>, memref<3xi64>) gathered(%rw : memref<100x2xf32>) : memref<100x128xbf16> -> memref<128x256xf8E4M3FN>, memref<2x128xf32>
     gpu.return
   }
   gpu.func @weights_t(%w: memref<4x256x128xbf16>, %q: memref<4x128x256xf8E4M3FN>, %s: memref<4x1x2xf32>) kernel

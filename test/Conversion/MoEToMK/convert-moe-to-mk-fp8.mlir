@@ -91,8 +91,9 @@
 // The FP8 backward (docs/FP8.md's backward table), after the plan:
 // d_out's row blocks, the weights quantized transposed (K-major for the
 // dgrads), and the column blocks of the saved hidden rows and x's routed
-// rows, with the reverse combine; then d_out's E4M3 rows dispatched and
-// d_y's column blocks; the down dgrad (f32) and the down weights'
+// rows; then d_out's E4M3 rows dispatched and d_y's column blocks,
+// gathered from d_out and the router weights (no bf16 d_y, no reverse
+// combine); the down dgrad (f32) and the down weights'
 // gradient (k_groups, both scales [K/128, S]); the SwiGLU backward; d_gate
 // and d_up in row and column blocks; the gate/up dgrad (concat, the two
 // K-loops with their own scales) and the gate and up weights' gradients.
@@ -108,9 +109,10 @@
 // BWD-NOT: mk.quantize_rows %{{[^ ]*}} into %[[RXQ]]
 // BWD: mk.gemm swiglu %[[RXQ]], {{.*}} scales(%[[RXS]],
 // BWD-LABEL: gpu.func @fp8_layer_backward_backward(
+// BWD-SAME: %[[DOUT:[^:]*]]: memref<40x256xbf16>, %{{[^:]*}}: memref<40x256xbf16>, %{{[^:]*}}: memref<40x2xi32>, %[[RW:[^:]*]]: memref<40x2xf32>
+// BWD-NOT: name = "d_y"
 // BWD: mk.assign_rows %{{[^,]*}}, %[[OFF:[^,]*]], %{{[^ ]*}} into %{{[^,]*}}, %[[RR:[^,]*]], %{{[^ ]*}} {
 // BWD: mk.grid_barrier
-// BWD-NEXT: mk.gather %[[DOUT:[^,]*]], %[[RR]], %[[OFF]] into %[[DY:[^ ]*]] scale(
 // BWD-NEXT: mk.quantize_rows %[[DOUT]] into %[[DOUTQ:[^,]*]], %[[DOUTS:[^ ]*]] : memref<40x256xbf16> -> memref<40x256xf8E4M3FN>, memref<2x40xf32>
 // BWD-NEXT: mk.quantize_weights %{{[^ ]*}} into %[[GQT:[^,]*]], %[[GST:[^ ]*]] transposed : memref<4x128x256xbf16> -> memref<4x256x128xf8E4M3FN>, memref<4x2x1xf32>
 // BWD-NEXT: mk.quantize_weights %{{[^ ]*}} into %[[UQT:[^,]*]], %[[UST:[^ ]*]] transposed
@@ -119,7 +121,7 @@
 // BWD-NEXT: mk.quantize_columns %{{[^ ]*}} into %[[XT:[^,]*]], %[[XTS:[^ ]*]] routed(%[[RR]], %[[OFF]] : memref<588xi64>, memref<5xi64>) : memref<588x256xbf16> -> memref<256x640xf8E4M3FN>, memref<5x256xf32>
 // BWD-NEXT: mk.grid_barrier
 // BWD-NEXT: mk.gather %[[DOUTQ]], %[[RR]], %[[OFF]] into %[[RDQ:[^ ]*]] block_scales(%[[DOUTS]] into %[[RDS:[^ ]*]] : memref<2x40xf32> -> memref<2x588xf32>)
-// BWD-NEXT: mk.quantize_columns %[[DY]] into %[[DYT:[^,]*]], %[[DYTS:[^ ]*]] routed(%[[RR]], %[[OFF]]
+// BWD-NEXT: mk.quantize_columns %[[DOUT]] into %[[DYT:[^,]*]], %[[DYTS:[^ ]*]] routed(%[[RR]], %[[OFF]] : memref<588xi64>, memref<5xi64>) gathered(%[[RW]] : memref<40x2xf32>) : memref<40x256xbf16> -> memref<256x640xf8E4M3FN>, memref<5x256xf32>
 // BWD-NEXT: mk.grid_barrier
 // BWD-NEXT: mk.gemm store %[[RDQ]], %[[DQT]] into %[[DHU:[^ ]*]] grouped(%{{[^,]*}}, %[[OFF]] : memref<588xi64>, memref<5xi64>) scales(%[[RDS]], %[[DST]] : memref<2x588xf32>, memref<4x1x2xf32>) schedule <simt> : memref<588x256xf8E4M3FN>, memref<4x128x256xf8E4M3FN> -> memref<588x128xf32>
 // BWD-NEXT: mk.gemm store %[[DYT]], %[[HT]] into %{{[^ ]*}} k_groups(%[[OFF]] : memref<5xi64>) k_counts(%{{[^ ]*}} : memref<4xi64>) scales(%[[DYTS]], %[[HTS]] : memref<5x256xf32>, memref<5x128xf32>) schedule <simt> : memref<256x640xf8E4M3FN>, memref<128x640xf8E4M3FN> -> memref<4x256x128xbf16>

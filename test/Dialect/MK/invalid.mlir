@@ -1611,6 +1611,47 @@ gpu.module @k {
 
 // -----
 
+// Gathered column blocks: routed, router weights [T, k] with k static.
+gpu.module @k {
+  gpu.func @columns_gathered_unrouted(%d: memref<100x64xbf16>, %q: memref<64x256xf8E4M3FN>, %s: memref<2x64xf32>, %rw: memref<100x2xf32>) kernel {
+    // expected-error @+1 {{gathered needs routed (row_route and offsets)}}
+    mk.quantize_columns %d into %q, %s gathered(%rw : memref<100x2xf32>) : memref<100x64xbf16> -> memref<64x256xf8E4M3FN>, memref<2x64xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @columns_gathered_weights(%d: memref<100x64xbf16>, %q: memref<64x256xf8E4M3FN>, %s: memref<2x64xf32>, %rr: memref<200xi64>, %off: memref<3xi64>, %rw: memref<50x4xf32>) kernel {
+    // expected-error @+1 {{router_weights dimension 0 must be 100 (src's rows, the tokens), got 50}}
+    mk.quantize_columns %d into %q, %s routed(%rr, %off : memref<200xi64>, memref<3xi64>) gathered(%rw : memref<50x4xf32>) : memref<100x64xbf16> -> memref<64x256xf8E4M3FN>, memref<2x64xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @columns_gathered_rows(%d: memref<100x64xbf16>, %q: memref<64x128xf8E4M3FN>, %s: memref<1x64xf32>, %rr: memref<200xi64>, %off: memref<3xi64>, %rw: memref<100x2xf32>) kernel {
+    // expected-error @+1 {{values dimension 1 (128) must be row_route's length (200) or more, a multiple of 128, the block}}
+    mk.quantize_columns %d into %q, %s routed(%rr, %off : memref<200xi64>, memref<3xi64>) gathered(%rw : memref<100x2xf32>) : memref<100x64xbf16> -> memref<64x128xf8E4M3FN>, memref<1x64xf32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @k {
+  gpu.func @columns_gathered_top_k(%d: memref<100x64xbf16>, %q: memref<64x256xf8E4M3FN>, %s: memref<2x64xf32>, %rr: memref<200xi64>, %off: memref<3xi64>, %rw: memref<100x?xf32>) kernel {
+    // expected-error @+1 {{router_weights' columns (top_k) must be static}}
+    mk.quantize_columns %d into %q, %s routed(%rr, %off : memref<200xi64>, memref<3xi64>) gathered(%rw : memref<100x?xf32>) : memref<100x64xbf16> -> memref<64x256xf8E4M3FN>, memref<2x64xf32>
+    gpu.return
+  }
+}
+
+// -----
+
 // Column blocks, MX: the atoms of the transposed [C, R'].
 gpu.module @k {
   gpu.func @mx_columns(%x: memref<200x256xbf16>, %q: memref<256x256xf8E4M3FN>, %s: memref<2x1x512xf8E8M0FNU>) kernel {

@@ -253,13 +253,18 @@ gpu.module @fp8_weight_kernels {
 // CHECK: mk.quantize_columns %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<200x64xbf16> -> memref<64x256xf8E4M3FN>, memref<2x64xf32>
 // CHECK: mk.quantize_columns %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} routed(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<200xi64>, memref<3xi64>) : memref<200x128xbf16> -> memref<128x256xf8E4M3FN>, memref<2x128xf32>
 // CHECK: mk.gemm store %{{.*}}, %{{.*}} into %{{.*}} k_groups(%{{.*}} : memref<3xi64>) scales(%{{.*}}, %{{.*}} : memref<2x64xf32>, memref<2x128xf32>) schedule <simt> : memref<64x256xf8E4M3FN>, memref<128x256xf8E4M3FN> -> memref<2x64x128xf32>
+// Gathered: the routed rows of the token rows %d (100 tokens, top 2)
+// scaled by their router weights.
+// CHECK: mk.quantize_columns %{{[a-z0-9_]+}} into %{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} routed(%{{[a-z0-9_]+}}, %{{[a-z0-9_]+}} : memref<200xi64>, memref<3xi64>) gathered(%{{[a-z0-9_]+}} : memref<100x2xf32>) : memref<100x64xbf16> -> memref<64x256xf8E4M3FN>, memref<2x64xf32>
 gpu.module @fp8_column_kernels {
   gpu.func @fp8_columns(%x: memref<200x64xbf16>, %q: memref<64x256xf8E4M3FN>, %s: memref<2x64xf32>,
                         %h: memref<200x128xbf16>, %hq: memref<128x256xf8E4M3FN>, %hs: memref<2x128xf32>,
-                        %rr: memref<200xi64>, %off: memref<3xi64>, %dw: memref<2x64x128xf32>) kernel {
+                        %rr: memref<200xi64>, %off: memref<3xi64>, %dw: memref<2x64x128xf32>,
+                        %d: memref<100x64xbf16>, %rw: memref<100x2xf32>) kernel {
     mk.quantize_columns %x into %q, %s : memref<200x64xbf16> -> memref<64x256xf8E4M3FN>, memref<2x64xf32>
     mk.quantize_columns %h into %hq, %hs routed(%rr, %off : memref<200xi64>, memref<3xi64>) : memref<200x128xbf16> -> memref<128x256xf8E4M3FN>, memref<2x128xf32>
     mk.gemm store %q, %hq into %dw k_groups(%off : memref<3xi64>) scales(%s, %hs : memref<2x64xf32>, memref<2x128xf32>) schedule <simt> : memref<64x256xf8E4M3FN>, memref<128x256xf8E4M3FN> -> memref<2x64x128xf32>
+    mk.quantize_columns %d into %q, %s routed(%rr, %off : memref<200xi64>, memref<3xi64>) gathered(%rw : memref<100x2xf32>) : memref<100x64xbf16> -> memref<64x256xf8E4M3FN>, memref<2x64xf32>
     gpu.return
   }
 }

@@ -299,7 +299,12 @@ LogicalResult QuantizeRowsOp::verify() {
 
 LogicalResult QuantizeColumnsOp::verify() {
   Value src = getSrc(), values = getValues(), scales = getScales();
-  int64_t rows = dim(src, 0), cols = dim(src, 1);
+  Value weights = getRouterWeights();
+  if (weights && !getRowRoute())
+    return emitOpError("gathered needs routed (row_route and offsets)");
+  // (Gathered: the rows are row_route's, src's are the token rows.)
+  int64_t rows = quantizedRows(), cols = dim(src, 1);
+  StringRef rowsName = weights ? "row_route's length" : "src's rows";
   if (failed(expectDim(*this, values, "values", 0, cols, "src's columns")))
     return failure();
   int64_t padded = dim(values, 1);
@@ -307,14 +312,14 @@ LogicalResult QuantizeColumnsOp::verify() {
     if (!ShapedType::isDynamic(padded) &&
         (padded % 128 || (!ShapedType::isDynamic(rows) && padded < rows)))
       return emitOpError() << "values dimension 1 (" << padded
-                           << ") must be src's rows (" << rows
+                           << ") must be " << rowsName << " (" << rows
                            << ") or more, a multiple of 128 (the scale atoms)";
     if (failed(expectMxScales(*this, scales, "scales", {}, cols, padded)))
       return failure();
   } else if (!ShapedType::isDynamic(padded)) {
     if (padded % 128 || (!ShapedType::isDynamic(rows) && padded < rows))
       return emitOpError() << "values dimension 1 (" << padded
-                           << ") must be src's rows (" << rows
+                           << ") must be " << rowsName << " (" << rows
                            << ") or more, a multiple of 128, the block";
     if (failed(expectDim(*this, scales, "scales", 0, padded / 128,
                          "values' columns / 128, one row of scales a block")))
@@ -331,9 +336,16 @@ LogicalResult QuantizeColumnsOp::verify() {
                          << ") must be a multiple of 32 (a warp's lanes)";
   if (static_cast<bool>(getRowRoute()) != static_cast<bool>(getOffsets()))
     return emitOpError("routed needs both row_route and offsets");
-  if (Value rowRoute = getRowRoute())
+  if (Value rowRoute = getRowRoute(); rowRoute && !weights)
     if (failed(expectDim(*this, rowRoute, "row_route", 0, rows, "src's rows")))
       return failure();
+  if (weights) {
+    if (failed(expectDim(*this, weights, "router_weights", 0, dim(src, 0),
+                         "src's rows, the tokens")))
+      return failure();
+    if (ShapedType::isDynamic(dim(weights, 1)))
+      return emitOpError("router_weights' columns (top_k) must be static");
+  }
   return success();
 }
 

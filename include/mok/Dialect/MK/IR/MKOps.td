@@ -479,6 +479,16 @@ def MK_QuantizeColumnsOp : MK_Op<"quantize_columns", [AttrSizedOperandSegments]>
     then the quantizing pass. Either stores 16 consecutive values of a
     column at a time.
 
+    *Gathered* (`gathered(%router_weights)`, with `routed`): the rows are
+    those `mk.gather`'s scaled form makes of the token rows `src [T, C]`,
+    read from `src` instead of from a gathered copy: row `r` (`r <
+    offsets[E]`, R = row_route's length) is `bf16(w * f32(src[t]))` for
+    `q = row_route[r]`, `t = q / k`, `w = router_weights[t, q % k]` (`k` =
+    router_weights' columns, static), zeros for a padding row (a NaN
+    product's sign is the multiply's). The FP8
+    backward quantizes d_y's column blocks so, straight from d_out: d_y
+    (the routed rows, k times d_out's) is never stored in bf16.
+
     With E8M0 scales (`precision = "mxfp8"`) the blocks are 32 rows of a
     column, by `mk.quantize_rows`' MX rule, and the scales are tcgen05's
     scale-factor atoms of the transposed matrix, `[ceil(C / 128), R' / 128,
@@ -489,6 +499,10 @@ def MK_QuantizeColumnsOp : MK_Op<"quantize_columns", [AttrSizedOperandSegments]>
     mk.quantize_columns %d_y into %d_y_t, %d_y_t_scales
         routed(%row_route, %offsets : memref<640xi64>, memref<5xi64>)
         : memref<640x256xbf16> -> memref<256x640xf8E4M3FN>, memref<5x256xf32>
+    mk.quantize_columns %d_out into %d_y_t, %d_y_t_scales
+        routed(%row_route, %offsets : memref<640xi64>, memref<5xi64>)
+        gathered(%router_weights : memref<300x2xf32>)
+        : memref<300x256xbf16> -> memref<256x640xf8E4M3FN>, memref<5x256xf32>
     ```
   }];
   let arguments = (ins Arg<MK_Bf16Matrix, "", [MemRead]>:$src,
@@ -496,11 +510,14 @@ def MK_QuantizeColumnsOp : MK_Op<"quantize_columns", [AttrSizedOperandSegments]>
                        Arg<AnyTypeOf<[MemRefRankOf<[F32], [2]>, MK_MxScales]>, "",
                            [MemWrite]>:$scales,
                        Arg<Optional<MK_I64Vector>, "", [MemRead]>:$row_route,
-                       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$offsets);
+                       Arg<Optional<MK_I64Vector>, "", [MemRead]>:$offsets,
+                       Arg<Optional<MemRefRankOf<[F32], [2]>>, "",
+                           [MemRead]>:$router_weights);
   let assemblyFormat = [{
     $src `into` $values `,` $scales
     (`routed` `(` $row_route^ `,` $offsets `:` type($row_route) `,`
-     type($offsets) `)`)? attr-dict
+     type($offsets) `)`)?
+    (`gathered` `(` $router_weights^ `:` type($router_weights) `)`)? attr-dict
     `:` type($src) `->` type($values) `,` type($scales)
   }];
   let extraClassDeclaration = [{
@@ -508,6 +525,11 @@ def MK_QuantizeColumnsOp : MK_Op<"quantize_columns", [AttrSizedOperandSegments]>
     bool isMx() {
       return mlir::isa<mlir::Float8E8M0FNUType>(
           mlir::cast<mlir::MemRefType>(getScales().getType()).getElementType());
+    }
+    /// The rows quantized: row_route's when gathered, else src's.
+    int64_t quantizedRows() {
+      mlir::Value rows = getRouterWeights() ? getRowRoute() : getSrc();
+      return mlir::cast<mlir::MemRefType>(rows.getType()).getDimSize(0);
     }
   }];
   let hasVerifier = 1;
