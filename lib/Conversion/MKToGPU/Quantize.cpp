@@ -70,14 +70,23 @@ private:
   SmallVector<Value, 16> mxCodes(ArrayRef<Value> xs, const MxScale &scale);
   /// The NaN code of element `x` (0x7F with its sign).
   Value nanCode(Value x);
-  /// The E4M3 codes (i8) of `xs` (an even count) in a block of `scale`.
+  /// The E4M3 codes (i8) of `xs` (an even count) in a block of `scale`,
+  /// for the element-by-element stores (the 8- and 16-byte ones take
+  /// wordsOf's words: the same codes).
   SmallVector<Value, 4> codesOf(ArrayRef<Value> xs, const Scale &scale);
+  /// codesOf's codes of `xs` (a multiple of 4) packed: code 4w + j in byte
+  /// j of i32 word w. Each cvt's pair of codes goes into its half of a
+  /// word as it is (no byte extracts and repacking), and the NaN codes of
+  /// a block that is not finite are made on their own branch.
+  SmallVector<Value, 4> wordsOf(ArrayRef<Value> xs, const Scale &scale);
+  /// Stores wordsOf's words at the 8- or 16-byte aligned global pointer
+  /// `ptr` (st.global.v2.b32 or v4).
+  void storeWords(ArrayRef<Value> words, Value ptr);
+  /// store16Codes for wordsOf's 4 words.
+  void store16Words(ArrayRef<Value> words, Value values, Value offset);
   /// Stores code j at `values[at(j)]`.
   void storeCodes(ArrayRef<Value> codes, Value values,
                   function_ref<SmallVector<Value>(int64_t)> at);
-  /// Stores 8 codes at the 8-byte aligned global pointer `ptr`
-  /// (st.global.v2.b32).
-  void store8Codes(ArrayRef<Value> codes, Value ptr);
   /// Stores the 16 codes of `codes` at `values`' flat element `offset`
   /// and on: one 16-byte store where `values` is 16-byte aligned (offset a
   /// multiple of 16), else byte by byte.
@@ -104,7 +113,8 @@ private:
   /// zero where `valid(i)` is false (a null `valid`: always valid).
   SmallVector<Value, 16> loadPieces(function_ref<Value(int64_t)> rowPtr,
                                     function_ref<Value(int64_t)> valid);
-  /// Element j of a piece as f32.
+  /// Element j of a piece as f32 (its bf16 bits moved up: what extf
+  /// gives, in one instruction for either half of a 32-bit word).
   Value pieceElement(Value piece, int64_t j);
   /// The NaN-propagating maxima of |x| of the lane's 8 columns over the
   /// tile's 128 rows (the same in the 8 lanes that share the columns).
@@ -180,13 +190,30 @@ QuantizeLowering::loadPieces(function_ref<Value(int64_t)> rowPtr,
 }
 
 Value QuantizeLowering::pieceElement(Value piece, int64_t j) {
-  Value x = LLVM::ExtractElementOp::create(
-      e.b, e.loc, piece, arith::ConstantIntOp::create(e.b, e.loc, j, 32));
-  return arith::ExtFOp::create(e.b, e.loc, e.b.getF32Type(), x);
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type i32 = b.getI32Type();
+  Value word = LLVM::ExtractElementOp::create(
+      b, loc,
+      LLVM::BitcastOp::create(b, loc, VectorType::get({4}, i32), piece),
+      arith::ConstantIntOp::create(b, loc, j / 2, 32));
+  Value bits =
+      j % 2 ? arith::AndIOp::create(
+                  b, loc, word,
+                  arith::ConstantIntOp::create(b, loc, 0xFFFF0000LL, 32))
+                  .getResult()
+            : arith::ShLIOp::create(b, loc, word,
+                                    arith::ConstantIntOp::create(b, loc, 16, 32))
+                  .getResult();
+  return arith::BitcastOp::create(b, loc, b.getF32Type(), bits);
 }
 
 SmallVector<Value, 8> QuantizeLowering::columnMaxima(ArrayRef<Value> pieces) {
   SmallVector<Value, 8> amax(8, e.f32(0.0f));
+  // (extf here, not pieceElement's bit operations: with the same
+  // operations in both places LLVM kept the 128 f32 values of the tile
+  // from the maxima to the codes, instead of its 64 packed registers, and
+  // ptxas spilled hundreds of them in each column quantizer's loop.)
   for (Value piece : pieces) {
     SmallVector<Value> xs = unpack8(piece);
     for (int64_t j = 0; j < 8; ++j)
@@ -203,7 +230,7 @@ void QuantizeLowering::storeColumnCodes(ArrayRef<Value> pieces, int64_t j,
   SmallVector<Value, 16> xs;
   for (Value piece : pieces)
     xs.push_back(pieceElement(piece, j));
-  store16(packCodes(e.b, e.loc, codesOf(xs, scale)), ptr);
+  storeWords(wordsOf(xs, scale), ptr);
 }
 
 std::pair<Value, Value> QuantizeLowering::toE4M3(Value a, Value b) {
@@ -499,6 +526,111 @@ SmallVector<Value, 4> QuantizeLowering::codesOf(ArrayRef<Value> xs,
   return codes;
 }
 
+SmallVector<Value, 4> QuantizeLowering::wordsOf(ArrayRef<Value> xs,
+                                                const Scale &scale) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type i32 = b.getI32Type(), i16 = b.getI16Type();
+  Type pairs = VectorType::get({2}, i16);
+  const int64_t words = static_cast<int64_t>(xs.size()) / 4;
+  auto c32 = [&](int64_t v) { return arith::ConstantIntOp::create(b, loc, v, 32); };
+  // Codes 4w .. 4w + 3 as word w: cvt puts its first operand in the upper
+  // byte of its pair, and the pair of codes 4w + 2, 4w + 3 is the word's
+  // upper half.
+  auto wordsWith = [&](bool large) {
+    SmallVector<Value> out;
+    for (int64_t w = 0; w < words; ++w) {
+      Value word = LLVM::UndefOp::create(b, loc, pairs);
+      for (int64_t h = 0; h < 2; ++h) {
+        Value pair = NVVM::ConvertF32x2ToF8x2Op::create(
+            b, loc, i16, quotientOf(xs[4 * w + 2 * h + 1], scale, large),
+            quotientOf(xs[4 * w + 2 * h], scale, large),
+            NVVM::FPRoundingMode::RN, NVVM::SaturationMode::SATFINITE,
+            /*relu=*/false, b.getType<Float8E4M3FNType>());
+        word = LLVM::InsertElementOp::create(b, loc, pairs, word, pair, c32(h));
+      }
+      out.push_back(LLVM::BitcastOp::create(b, loc, i32, word));
+    }
+    return out;
+  };
+  // A block that is not finite: every code is its element's NaN code.
+  auto nanWords = [&] {
+    SmallVector<Value> out;
+    for (int64_t w = 0; w < words; ++w) {
+      Value word = c32(0);
+      for (int64_t j = 0; j < 4; ++j) {
+        Value byte =
+            arith::ExtUIOp::create(b, loc, i32, nanCode(xs[4 * w + j]));
+        if (j)
+          byte = arith::ShLIOp::create(b, loc, byte, c32(8 * j));
+        word = arith::OrIOp::create(b, loc, word, byte);
+      }
+      out.push_back(word);
+    }
+    return out;
+  };
+  SmallVector<Type> types(words, i32);
+  auto finite = scf::IfOp::create(b, loc, types, scale.finite,
+                                  /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(finite.thenBlock());
+    // (Uniform over the block: the branch on its scale.)
+    auto ifLarge = scf::IfOp::create(b, loc, types, scale.large,
+                                     /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard inner(b);
+      b.setInsertionPointToStart(ifLarge.thenBlock());
+      scf::YieldOp::create(b, loc, wordsWith(true));
+      b.setInsertionPointToStart(ifLarge.elseBlock());
+      scf::YieldOp::create(b, loc, wordsWith(false));
+    }
+    scf::YieldOp::create(b, loc, ifLarge.getResults());
+    b.setInsertionPointToStart(finite.elseBlock());
+    scf::YieldOp::create(b, loc, nanWords());
+  }
+  return SmallVector<Value, 4>(finite.getResults().begin(),
+                               finite.getResults().end());
+}
+
+void QuantizeLowering::storeWords(ArrayRef<Value> words, Value ptr) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type i32 = b.getI32Type();
+  int64_t n = static_cast<int64_t>(words.size());
+  Value packed = LLVM::UndefOp::create(b, loc, VectorType::get({n}, i32));
+  for (int64_t w = 0; w < n; ++w)
+    packed = LLVM::InsertElementOp::create(
+        b, loc, packed, words[w], arith::ConstantIntOp::create(b, loc, w, 32));
+  if (n == 4) {
+    store16(packed, ptr);
+    return;
+  }
+  LLVM::StoreOp::create(b, loc, packed, ptr, /*alignment=*/8);
+}
+
+void QuantizeLowering::store16Words(ArrayRef<Value> words, Value values,
+                                    Value offset) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  e.ifThen(
+      aligned({values}, 16),
+      [&] { storeWords(words, at(base(values), offset, /*elementBytes=*/1)); },
+      [&] {
+        // (Unaligned: byte by byte, as store16Codes.)
+        Type i8 = b.getI8Type();
+        SmallVector<Value, 16> codes;
+        for (Value word : words)
+          for (int64_t j = 0; j < 4; ++j)
+            codes.push_back(arith::TruncIOp::create(
+                b, loc, i8,
+                arith::ShRUIOp::create(
+                    b, loc, word,
+                    arith::ConstantIntOp::create(b, loc, 8 * j, 32))));
+        store16Codes(codes, values, offset);
+      });
+}
+
 void QuantizeLowering::storeCodes(ArrayRef<Value> codes, Value values,
                                   function_ref<SmallVector<Value>(int64_t)> at) {
   Type f8 = cast<MemRefType>(values.getType()).getElementType();
@@ -549,8 +681,8 @@ void QuantizeLowering::lower(mk::QuantizeRowsOp op) {
             Scale scale =
                 scaleOf(lanesMax(absMax(e.f32(0.0f), x), {1, 2, 4, 8}));
             e.ifThen(valid[u], [&] {
-              store8Codes(codesOf(x, scale),
-                          at(valuesBase, flat[u], /*elementBytes=*/1));
+              storeWords(wordsOf(x, scale),
+                         at(valuesBase, flat[u], /*elementBytes=*/1));
               e.ifThen(e.cmp(arith::CmpIPredicate::eq, piece, e.index(0)), [&] {
                 e.store(scale.stored, scales, {blk[u], r[u]});
               });
@@ -579,11 +711,6 @@ void QuantizeLowering::lower(mk::QuantizeRowsOp op) {
     });
   };
   e.ifThen(aligned({src, values}, 16), vectorSteps, scalarBlocks);
-}
-
-void QuantizeLowering::store8Codes(ArrayRef<Value> codes, Value ptr) {
-  LLVM::StoreOp::create(e.b, e.loc, packCodes(e.b, e.loc, codes), ptr,
-                        /*alignment=*/8);
 }
 
 void QuantizeLowering::store16Codes(ArrayRef<Value> codes, Value values,
@@ -847,7 +974,7 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
         SmallVector<Value, 16> xs;
         for (int64_t j = 0; j < 16; ++j)
           xs.push_back(valueAt(e.add(first, e.index(j))));
-        store16Codes(codesOf(xs, scale), values,
+        store16Words(wordsOf(xs, scale), values,
                      e.add(e.mul(c, e.index(padded)), first));
       });
       e.store(scale.stored, scales, {rb, c});
@@ -968,15 +1095,15 @@ void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
         for (int64_t j = 0; j < 16; ++j)
           xs.push_back(e.loadF32(src, {x, e.add(row0, e.index(j)), col}));
         Value row = e.add(e.mul(x, e.index(k)), col);
-        store16Codes(codesOf(xs, scale), values,
+        store16Words(wordsOf(xs, scale), values,
                      e.add(e.mul(row, e.index(n)), row0));
       });
     } else if (vector) {
       Value valuesBase = base(values);
       e.loop(e.index(0), e.index(64), e.index(kQuantizeUnroll), [&](Value pair) {
         for (int64_t u = 0; u < kQuantizeUnroll; ++u)
-          store8Codes(codesOf(loadRowPiece(pair, u), scale),
-                      at(valuesBase, flat(pair, u), /*elementBytes=*/1));
+          storeWords(wordsOf(loadRowPiece(pair, u), scale),
+                     at(valuesBase, flat(pair, u), /*elementBytes=*/1));
       });
     } else {
       e.loop(e.index(128), [&](Value row) {

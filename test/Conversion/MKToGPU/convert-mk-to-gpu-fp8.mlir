@@ -298,7 +298,26 @@ gpu.module @d {
 // CHECK: gpu.shuffle  xor %{{.*}}, %c2_i32
 // CHECK: gpu.shuffle  xor %{{.*}}, %c4_i32
 // CHECK: arith.divf %{{.*}}, %cst{{.*}} : f32
-// CHECK-COUNT-8: nvvm.convert.f32x2.to.f8x2
+// A column's 16 elements from their bf16 halves by bit operations, then
+// its codes as 4 words: on a finite block's branch (and its large scale's)
+// each cvt's pair of codes goes into its half of a word as it is; a block
+// that is not finite takes the elements' NaN codes on its own branch.
+// CHECK: llvm.bitcast %{{.*}} : vector<8xbf16> to vector<4xi32>
+// CHECK: arith.shli %{{.*}}, %c16_i32
+// CHECK: scf.if %{{.*}} -> (i32, i32, i32, i32) {
+// CHECK: scf.if %{{.*}} -> (i32, i32, i32, i32) {
+// CHECK: %[[P0:.*]] = nvvm.convert.f32x2.to.f8x2
+// CHECK: %[[W0:.*]] = llvm.insertelement %[[P0]], %{{.*}} : vector<2xi16>
+// CHECK: %[[P1:.*]] = nvvm.convert.f32x2.to.f8x2
+// CHECK: %[[W1:.*]] = llvm.insertelement %[[P1]], %[[W0]][%{{.*}} : vector<2xi16>
+// CHECK-NEXT: llvm.bitcast %[[W1]] : vector<2xi16> to i32
+// CHECK-NOT: arith.trunci
+// CHECK-COUNT-6: nvvm.convert.f32x2.to.f8x2
+// CHECK-NOT: arith.trunci
+// CHECK: } else {
+// CHECK: arith.divf
+// CHECK: } else {
+// CHECK: arith.ori %{{.*}}, %c127_i8
 // CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<4xi32>, !llvm.ptr<1>
 // CHECK-COUNT-8: memref.store %{{.*}}, %[[HS]]
 // CHECK: scf.yield
