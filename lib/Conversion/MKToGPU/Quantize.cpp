@@ -82,6 +82,9 @@ private:
   /// Stores wordsOf's words at the 8- or 16-byte aligned global pointer
   /// `ptr` (st.global.v2.b32 or v4).
   void storeWords(ArrayRef<Value> words, Value ptr);
+  /// Stores `codes` at `values`' flat elements from `offset` on, byte by
+  /// byte (the unaligned path of the 16-byte stores).
+  void storeFlatCodes(ArrayRef<Value> codes, Value values, Value offset);
   /// store16Codes for wordsOf's 4 words.
   void store16Words(ArrayRef<Value> words, Value values, Value offset);
   /// Stores code j at `values[at(j)]`.
@@ -130,13 +133,23 @@ private:
 
 } // namespace
 
+/// i32 `words` as one vector (what an 8- or 16-byte store takes).
+static Value wordVector(OpBuilder &b, Location loc, ArrayRef<Value> words) {
+  int64_t n = static_cast<int64_t>(words.size());
+  Value packed =
+      LLVM::UndefOp::create(b, loc, VectorType::get({n}, b.getI32Type()));
+  for (int64_t w = 0; w < n; ++w)
+    packed = LLVM::InsertElementOp::create(
+        b, loc, packed, words[w], arith::ConstantIntOp::create(b, loc, w, 32));
+  return packed;
+}
+
 /// `codes` (i8, 8 or 16 of them) as a vector of little-endian i32 words:
 /// code 4w + j in byte j of word w.
 static Value packCodes(OpBuilder &b, Location loc, ArrayRef<Value> codes) {
   Type i32 = b.getI32Type();
-  int64_t words = codes.size() / 4;
-  Value packed = LLVM::UndefOp::create(b, loc, VectorType::get({words}, i32));
-  for (int64_t w = 0; w < words; ++w) {
+  SmallVector<Value, 4> words;
+  for (size_t w = 0; w < codes.size() / 4; ++w) {
     Value word = arith::ConstantIntOp::create(b, loc, 0, 32);
     for (int64_t j = 0; j < 4; ++j) {
       Value byte = arith::ExtUIOp::create(b, loc, i32, codes[4 * w + j]);
@@ -145,10 +158,9 @@ static Value packCodes(OpBuilder &b, Location loc, ArrayRef<Value> codes) {
             b, loc, byte, arith::ConstantIntOp::create(b, loc, 8 * j, 32));
       word = arith::OrIOp::create(b, loc, word, byte);
     }
-    packed = LLVM::InsertElementOp::create(
-        b, loc, packed, word, arith::ConstantIntOp::create(b, loc, w, 32));
+    words.push_back(word);
   }
-  return packed;
+  return wordVector(b, loc, words);
 }
 
 Value QuantizeLowering::absMax(Value acc, ArrayRef<Value> xs) {
@@ -596,13 +608,8 @@ SmallVector<Value, 4> QuantizeLowering::wordsOf(ArrayRef<Value> xs,
 void QuantizeLowering::storeWords(ArrayRef<Value> words, Value ptr) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
-  Type i32 = b.getI32Type();
-  int64_t n = static_cast<int64_t>(words.size());
-  Value packed = LLVM::UndefOp::create(b, loc, VectorType::get({n}, i32));
-  for (int64_t w = 0; w < n; ++w)
-    packed = LLVM::InsertElementOp::create(
-        b, loc, packed, words[w], arith::ConstantIntOp::create(b, loc, w, 32));
-  if (n == 4) {
+  Value packed = wordVector(b, loc, words);
+  if (words.size() == 4) {
     store16(packed, ptr);
     return;
   }
@@ -617,7 +624,7 @@ void QuantizeLowering::store16Words(ArrayRef<Value> words, Value values,
       aligned({values}, 16),
       [&] { storeWords(words, at(base(values), offset, /*elementBytes=*/1)); },
       [&] {
-        // (Unaligned: byte by byte, as store16Codes.)
+        // (Unaligned: byte by byte.)
         Type i8 = b.getI8Type();
         SmallVector<Value, 16> codes;
         for (Value word : words)
@@ -627,7 +634,7 @@ void QuantizeLowering::store16Words(ArrayRef<Value> words, Value values,
                 arith::ShRUIOp::create(
                     b, loc, word,
                     arith::ConstantIntOp::create(b, loc, 8 * j, 32))));
-        store16Codes(codes, values, offset);
+        storeFlatCodes(codes, values, offset);
       });
 }
 
@@ -723,24 +730,29 @@ void QuantizeLowering::store16Codes(ArrayRef<Value> codes, Value values,
         store16(packCodes(b, loc, codes),
                 at(base(values), offset, /*elementBytes=*/1));
       },
-      [&] {
-        auto type = cast<MemRefType>(values.getType());
-        int64_t cols = type.getDimSize(type.getRank() - 1);
-        for (auto [j, code] : llvm::enumerate(codes)) {
-          Value flat = e.add(offset, e.index(j));
-          SmallVector<Value> idx;
-          if (type.getRank() == 3) {
-            int64_t plane = type.getDimSize(1) * cols;
-            idx = {e.div(flat, e.index(plane)),
-                   e.div(e.rem(flat, e.index(plane)), e.index(cols)),
-                   e.rem(flat, e.index(cols))};
-          } else {
-            idx = {e.div(flat, e.index(cols)), e.rem(flat, e.index(cols))};
-          }
-          e.store(arith::BitcastOp::create(b, loc, type.getElementType(), code),
-                  values, idx);
-        }
-      });
+      [&] { storeFlatCodes(codes, values, offset); });
+}
+
+void QuantizeLowering::storeFlatCodes(ArrayRef<Value> codes, Value values,
+                                      Value offset) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  auto type = cast<MemRefType>(values.getType());
+  int64_t cols = type.getDimSize(type.getRank() - 1);
+  for (auto [j, code] : llvm::enumerate(codes)) {
+    Value flat = e.add(offset, e.index(j));
+    SmallVector<Value> idx;
+    if (type.getRank() == 3) {
+      int64_t plane = type.getDimSize(1) * cols;
+      idx = {e.div(flat, e.index(plane)),
+             e.div(e.rem(flat, e.index(plane)), e.index(cols)),
+             e.rem(flat, e.index(cols))};
+    } else {
+      idx = {e.div(flat, e.index(cols)), e.rem(flat, e.index(cols))};
+    }
+    e.store(arith::BitcastOp::create(b, loc, type.getElementType(), code),
+            values, idx);
+  }
 }
 
 void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
