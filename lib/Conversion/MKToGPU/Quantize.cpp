@@ -116,6 +116,11 @@ private:
   /// zero where `valid(i)` is false (a null `valid`: always valid).
   SmallVector<Value, 16> loadPieces(function_ref<Value(int64_t)> rowPtr,
                                     function_ref<Value(int64_t)> valid);
+  /// bf16(w * x) of the 8 elements x of `piece` (mk.gather's scaled
+  /// rows), rounded two at a time (cvt.rn.bf16x2.f32).
+  Value scaledPiece(Value piece, Value w);
+  /// A piece of 8 bf16 zeros.
+  Value zeroPiece();
   /// Element j of a piece as f32 (its bf16 bits moved up: what extf
   /// gives, in one instruction for either half of a 32-bit word).
   Value pieceElement(Value piece, int64_t j);
@@ -218,6 +223,34 @@ Value QuantizeLowering::pieceElement(Value piece, int64_t j) {
                                     arith::ConstantIntOp::create(b, loc, 16, 32))
                   .getResult();
   return arith::BitcastOp::create(b, loc, b.getF32Type(), bits);
+}
+
+Value QuantizeLowering::scaledPiece(Value piece, Value w) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  Type pairF32 = VectorType::get({2}, f32),
+       pairBf16 = VectorType::get({2}, b.getBF16Type());
+  Value words = LLVM::UndefOp::create(b, loc, VectorType::get({4}, i32));
+  for (int64_t p = 0; p < 4; ++p) {
+    Value pair = LLVM::UndefOp::create(b, loc, pairF32);
+    for (int64_t h = 0; h < 2; ++h)
+      pair = LLVM::InsertElementOp::create(
+          b, loc, pairF32, pair, e.mul(w, pieceElement(piece, 2 * p + h)),
+          arith::ConstantIntOp::create(b, loc, h, 32));
+    Value rounded = arith::TruncFOp::create(b, loc, pairBf16, pair);
+    words = LLVM::InsertElementOp::create(
+        b, loc, words, LLVM::BitcastOp::create(b, loc, i32, rounded),
+        arith::ConstantIntOp::create(b, loc, p, 32));
+  }
+  return LLVM::BitcastOp::create(b, loc, piece.getType(), words);
+}
+
+Value QuantizeLowering::zeroPiece() {
+  auto type = VectorType::get({8}, e.b.getBF16Type());
+  return arith::ConstantOp::create(
+      e.b, e.loc, type,
+      DenseElementsAttr::get(type, e.b.getZeroAttr(e.b.getBF16Type())));
 }
 
 SmallVector<Value, 8> QuantizeLowering::columnMaxima(ArrayRef<Value> pieces) {
@@ -855,10 +888,8 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
               v8, at(srcBase, e.add(e.mul(tokenOf(row.route), e.index(cols)),
                                     t.c0)));
           Value w = weightOf(row.route);
-          SmallVector<Value> xs = unpack8(piece);
-          for (Value &x : xs)
-            x = e.select(row.valid, e.mul(w, x), e.f32(0.0f));
-          pieces.push_back(pack8(xs));
+          pieces.push_back(
+              e.select(row.valid, scaledPiece(piece, w), zeroPiece()));
         }
         return pieces;
       }

@@ -357,8 +357,9 @@ gpu.module @d {
 // Gathered: the rows are d_out's routed rows scaled by their router
 // weights, read from the token rows. Lane l loads its 16 rows' routes
 // first, then each route's token row piece (t = q / k) and weight, and
-// rounds w * x to bf16 (mk.gather's scaled rows; zeros for padding rows
-// and rows past offsets[E]); no ballots, and one block at a time (no
+// rounds w * x to bf16, two at a time (mk.gather's scaled rows; a zero
+// piece for padding rows and rows past offsets[E]); no ballots, and one
+// block at a time (no
 // loads carried across the loop). The scalar path reads a value so too.
 // CHECK-LABEL: gpu.func @gathered_columns(
 // CHECK-SAME: %[[GD:[^:]*]]: memref<100x128xbf16>, %[[GRR:[^:]*]]: memref<200xi64>, %[[GOFF:[^:]*]]: memref<3xi64>, %[[GRW:[^:]*]]: memref<100x2xf32>, %[[GQ:[^:]*]]: memref<128x256xf8E4M3FN>, %[[GS:[^:]*]]: memref<2x128xf32>)
@@ -371,7 +372,8 @@ gpu.module @d {
 // CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK: %[[GW:.*]] = memref.load %[[GRW]]
 // CHECK-COUNT-8: arith.mulf %[[GW]],
-// CHECK: arith.truncf %{{.*}} : f32 to bf16
+// CHECK: arith.truncf %{{.*}} : vector<2xf32> to vector<2xbf16>
+// CHECK: arith.select %{{.*}}, %{{.*}}, %{{.*}} : vector<8xbf16>
 // CHECK-NOT: nvvm.vote.sync
 // CHECK: gpu.shuffle  xor %{{.*}}, %c1_i32
 // CHECK: nvvm.convert.f32x2.to.f8x2
