@@ -367,7 +367,7 @@ bool Module::compileGPU(const CompileOptions &options,
       byModule[module.str()] = std::move(k);
     }
   if (byModule.empty()) {
-    error = "no fused forward MoE layer to compile for the GPU";
+    error = "no fused MoE layer or quantizer function to compile for the GPU";
     return false;
   }
   for (PTXStep s : {PTXStep::LLVM, PTXStep::PTX})

@@ -167,7 +167,7 @@ def _compile_with_extension(source, name, target, functions, options, stages):
     arts = {}
     for function in functions:
         if function not in kernels:
-            raise ValueError(f"no fused forward layer in @{function}")
+            raise ValueError(f"no fused layer or quantizer function in @{function}")
         k = kernels[function]
         arts[function] = GpuArtifact(k.ptx, json.loads(k.metadata))
     return arts, dict(texts)
@@ -237,7 +237,7 @@ def _compile_with_tool(tool, source, target, functions, options, stages):
         for function in functions:
             base = os.path.join(tmp, function)
             if not os.path.exists(base + ".ptx"):
-                raise ValueError(f"no fused forward layer in @{function}")
+                raise ValueError(f"no fused layer or quantizer function in @{function}")
             arts[function] = GpuArtifact.from_files(base)
         return arts, _read_stages(stages_dir, STAGE_NAMES)
 

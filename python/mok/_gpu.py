@@ -37,6 +37,17 @@ if _error_checks[0] not in ERROR_CHECKS:
                      f"got {_error_checks[0]!r}")
 
 
+def chip_of(device):
+    """The mok target of CUDA `device`: "sm_90a" or "sm_100a"."""
+    import torch
+    major, minor = torch.cuda.get_device_capability(device)
+    chip = {(9, 0): "sm_90a", (10, 0): "sm_100a"}.get((major, minor))
+    if chip is None:
+        raise ValueError(f"device: {device} is sm_{major}{minor}; mok's GPU kernels run on "
+                         "sm_90a (Hopper) and sm_100a (Blackwell)")
+    return chip
+
+
 def set_error_checks(mode):
     """When GPU layers raise what their kernels reported: "deferred"
     (default), "sync" or "off" (see ERROR_CHECKS); returns the previous

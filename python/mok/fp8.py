@@ -65,8 +65,10 @@ def _executable(key, ir):
     return exe
 
 
-def quantize(x, block=(1, 32), scale="e8m0"):
-    """(values uint8 [x's shape], scales): moe.quantize of `x`."""
+def quantize(x, block=(1, 32), scale="e8m0", transpose=False):
+    """(values uint8 [x's shape], scales): moe.quantize of `x`; with
+    `transpose`, of `x` with its last two dimensions swapped (the op's
+    `transpose`: values of that swapped shape, blocks of it)."""
     x = np.asarray(x)
     if x.dtype == np.uint16 or x.dtype.name == "bfloat16":
         x, dtype = np.ascontiguousarray(x).view(np.uint16), "bf16"
@@ -74,18 +76,25 @@ def quantize(x, block=(1, 32), scale="e8m0"):
         x, dtype = np.ascontiguousarray(x), "f32"
     else:
         raise TypeError(f"x: expected float32 or bf16 (uint16 bit patterns), got {x.dtype}")
-    block = _block(block, x.shape, "x")
+    if not isinstance(transpose, bool):
+        raise TypeError(f"transpose: expected True or False, got {transpose!r}")
+    if transpose and x.ndim < 2:
+        raise ValueError(f"x: expected an array of rank >= 2 to transpose, got shape "
+                         f"{list(x.shape)}")
+    vshape = (*x.shape[:-2], x.shape[-1], x.shape[-2]) if transpose else x.shape
+    block = _block(block, vshape, "x transposed" if transpose else "x")
     scale_type, scale_np = _scale_kind(scale)
-    sshape = (*x.shape[:-2], x.shape[-2] // block[0], x.shape[-1] // block[1])
+    sshape = (*vshape[:-2], vshape[-2] // block[0], vshape[-1] // block[1])
+    attr = ", transpose" if transpose else ""
     ir = (f"func.func @quantize(%x: {_tensor(x.shape, dtype)}) -> "
-          f"({_tensor(x.shape, 'f8E4M3FN')}, {_tensor(sshape, scale_type)}) {{\n"
-          f"  %q, %s = moe.quantize %x {{block = array<i64: {block[0]}, {block[1]}>}} : "
-          f"{_tensor(x.shape, dtype)} -> {_tensor(x.shape, 'f8E4M3FN')}, "
+          f"({_tensor(vshape, 'f8E4M3FN')}, {_tensor(sshape, scale_type)}) {{\n"
+          f"  %q, %s = moe.quantize %x {{block = array<i64: {block[0]}, {block[1]}>{attr}}} : "
+          f"{_tensor(x.shape, dtype)} -> {_tensor(vshape, 'f8E4M3FN')}, "
           f"{_tensor(sshape, scale_type)}\n"
-          f"  return %q, %s : {_tensor(x.shape, 'f8E4M3FN')}, {_tensor(sshape, scale_type)}\n"
+          f"  return %q, %s : {_tensor(vshape, 'f8E4M3FN')}, {_tensor(sshape, scale_type)}\n"
           f"}}\n")
-    exe = _executable(("q", x.shape, dtype, block, scale), ir)
-    values = np.empty(x.shape, np.uint8)
+    exe = _executable(("q", x.shape, dtype, block, scale, transpose), ir)
+    values = np.empty(vshape, np.uint8)
     scales = np.empty(sshape, scale_np)
     exe.invoke("quantize", [x], [values, scales])
     return values, scales

@@ -62,6 +62,7 @@ import torch
 
 from ._comm import Communicator
 from ._compile import compile as _compile
+from ._gpu import chip_of as _chip
 from ._spec import DEFAULT_MAX_TOKENS, LayerSpec
 from .ops import mxfp8_dequantize
 from .torch import _run_backward, _run_forward
@@ -148,14 +149,6 @@ def _group_shape(group):
     return dist.get_world_size(group), dist.get_rank(group)
 
 
-def _chip(device):
-    """The mok target of CUDA `device`: "sm_90a" or "sm_100a"."""
-    major, minor = torch.cuda.get_device_capability(device)
-    chip = {(9, 0): "sm_90a", (10, 0): "sm_100a"}.get((major, minor))
-    if chip is None:
-        raise ValueError(f"device: {device} is sm_{major}{minor}; mok's GPU kernels run on "
-                         "sm_90a (Hopper) and sm_100a (Blackwell)")
-    return chip
 
 
 class MoKWorkspace:

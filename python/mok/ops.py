@@ -8,7 +8,9 @@ weights (docs/FP8.md): E4M3 data with one f32 scale ``amax / 448`` per
 holding a NaN or an infinity), bit-exact to ``mok.fp8.quantize(w, (128,
 128), "f32")``; scales f32 [E, rows / 128, cols / 128]. Its blocks are
 square, so the transposed layout is the normal one transposed, values and
-scales alike.
+scales alike. A CUDA weight is quantized by mok's compiled quantizer (the
+moe.quantize ops of ``fp8_quantizer_ir``, one kernel for both layouts);
+a CPU one by torch operations.
 
 ``mxfp8_quantize(w, normal, transposed)`` quantizes a bf16 routed weight
 [E, rows, cols] to MXFP8 (E4M3 data, one E8M0 scale per 32 consecutive
@@ -28,10 +30,15 @@ tuples in place of the routed weights: ``(values, scales)`` of the normal
 layout in ``forward``; in ``backward`` gate and up as ``(values, scales,
 values_T, scales_T)`` and down as ``(values_T, scales_T)``.
 """
+import atexit
+
 import torch
 
-__all__ = ["fp8_kernel_weights", "fp8_quantize", "mxfp8_dequantize", "mxfp8_quantize",
-           "mxfp8_scale_atoms"]
+from ._compile import compile as _compile
+from ._gpu import chip_of
+
+__all__ = ["fp8_kernel_weights", "fp8_quantize", "fp8_quantizer_ir", "mxfp8_dequantize",
+           "mxfp8_quantize", "mxfp8_scale_atoms"]
 
 BLOCK = 32
 _E4M3_MAX = 448.0
@@ -228,6 +235,57 @@ def _quantize_blocks(w):
     return codes.view(torch.float8_e4m3fn).reshape(e, rows, cols), scales
 
 
+# The compiled quantizers, loaded: {(shape, normal, transposed, device): layer}.
+_QUANTIZERS = {}
+atexit.register(_QUANTIZERS.clear)  # (before the runtime extension's teardown)
+
+
+def fp8_quantizer_ir(shape, normal=True, transposed=False, function="fp8_quantize"):
+    """The moe IR of fp8_quantize for a bf16 weight of `shape` [E, rows,
+    cols]: `function`, whose moe.quantize ops (128 x 128 blocks, f32
+    scales; with `transpose` for the transposed layout) the GPU targets
+    compile into one kernel (docs/FP8.md)."""
+    e, rows, cols = shape
+    b = FP8_BLOCK
+    w = f"tensor<{e}x{rows}x{cols}xbf16>"
+    layouts = ([("", rows, cols)] if normal else []) + \
+        ([(", transpose", cols, rows)] if transposed else [])
+    types, body, results = [], [], []
+    for i, (attr, r, c) in enumerate(layouts):
+        vt = f"tensor<{e}x{r}x{c}xf8E4M3FN>"
+        st = f"tensor<{e}x{r // b}x{c // b}xf32>"
+        body.append(f"  %q{i}, %s{i} = moe.quantize %w {{block = array<i64: {b}, {b}>{attr}}}"
+                    f" : {w} -> {vt}, {st}")
+        types += [vt, st]
+        results += [f"%q{i}", f"%s{i}"]
+    return (f"func.func @{function}(%w: {w}) -> ({', '.join(types)}) {{\n"
+            + "\n".join(body)
+            + f"\n  return {', '.join(results)} : {', '.join(types)}\n}}\n")
+
+
+def _fp8_quantize_compiled(weight, normal, transposed, out):
+    """fp8_quantize on a CUDA weight: mok's compiled quantizer kernel
+    (compiled once a shape, from the on-disk cache after), writing into
+    `out` when given."""
+    device = weight.device
+    key = (tuple(weight.shape), normal, transposed, device)
+    layer = _QUANTIZERS.get(key)
+    if layer is None:
+        art = _compile(fp8_quantizer_ir(tuple(weight.shape), normal, transposed),
+                       target=chip_of(device), function="fp8_quantize")
+        layer = _QUANTIZERS[key] = art.load(device=device.index)
+    names = ("values", "scales", "values_t", "scales_t")
+    asked = (normal, normal, transposed, transposed)
+    outputs = None
+    if out is not None:
+        outputs = {n: t for n, t, a in zip(names, out, asked) if a}
+    with torch.no_grad():
+        got = layer(weight.contiguous(), outputs=outputs)
+    if out is not None:  # (as _into: the caller's tuple, the asked layouts written)
+        return tuple(out)
+    return tuple(got[n] if a else None for n, a in zip(names, asked))
+
+
 def fp8_quantize(weight, normal=True, transposed=False, *, out=None):
     """(values, scales, values_T, scales_T) of the bf16 routed weight
     `weight` [E, rows, cols] in mok's "fp8" format: the normal layout
@@ -236,12 +294,24 @@ def fp8_quantize(weight, normal=True, transposed=False, *, out=None):
     ``weight.transpose(-1, -2)``: values [E, cols, rows], scales [E, cols /
     128, rows / 128]) if `transposed`; None for a layout not asked for.
     Bit-exact to ``mok.fp8.quantize(w, (128, 128), "f32")``; runs where
-    `weight` is (CPU or CUDA). `out`: as for mxfp8_quantize, the tuple of
-    an earlier call, refreshed in place (addresses kept; device work only,
-    so a CUDA graph may capture it)."""
+    `weight` is: on a CUDA device as mok's compiled quantizer (one kernel
+    for both layouts, compiled for the weight's shape at the first call
+    and cached on disk as mok.compile's layers are; fp8_quantizer_ir is
+    its IR), on the CPU as torch operations. `out`: as for
+    mxfp8_quantize, the tuple of an earlier call, refreshed in place
+    (addresses kept; device work only, so a CUDA graph may capture it once
+    the kernel is loaded)."""
     b = FP8_BLOCK
     _check_call(weight, normal, transposed, out, b, "an fp8 weight block is 128 x 128",
                 lambda e, rows, cols: (torch.float32, [e, rows // b, cols // b]))
+    if weight.is_cuda:
+        return _fp8_quantize_compiled(weight, normal, transposed, out)
+    return _fp8_quantize_torch(weight, normal, transposed, out)
+
+
+def _fp8_quantize_torch(weight, normal, transposed, out):
+    """fp8_quantize as torch operations (its CPU form; on CUDA the
+    baseline bench.fp8_refresh times the compiled quantizer against)."""
     with torch.no_grad():
         values, scales = _quantize_blocks(weight.contiguous())
         result = (values, scales) if normal else (None, None)

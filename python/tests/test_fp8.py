@@ -53,6 +53,26 @@ def test_quantize_matches_the_model_bit_for_bit(scale, block, dtype):
                            f"want {want_codes[tuple(bad[0])]:#x}")
 
 
+@pytest.mark.parametrize("scale,block", [("e8m0", (1, 32)), ("f32", (128, 128)),
+                                         ("f32", (16, 64))])
+def test_transposed_quantize_is_the_transpose_quantized(scale, block):
+    """moe.quantize {transpose} (the CPU target) against the float64 model
+    of the swapped array, bit for bit: the blocks are the transposed data's
+    (non-square ones too), NaN, infinite and zero blocks among them."""
+    rng = np.random.default_rng(SEED)
+    x = _random((2, 256, 384), rng)
+    x[0, 3, 7] = np.nan
+    x[1, 200, 300] = np.inf
+    x[1, :128, :128] = 0.0
+    given = mok.to_bf16(x)
+    swapped = np.swapaxes(mok.bf16_to_float32(given), -1, -2)
+    codes, scales = mok.fp8.quantize(given, block, scale, transpose=True)
+    want_codes, want_scales = ref.quantize(np.ascontiguousarray(swapped), block, scale)
+    assert codes.shape == (2, 384, 256)
+    assert _same_scales(scales, want_scales)
+    assert np.array_equal(codes, want_codes), int((codes != want_codes).sum())
+
+
 def test_every_e4m3_value_and_every_bf16_value():
     """Blocks [448, v]: the scale is 1 (f32) or 2^0 (E8M0), so each v is
     encoded as itself: every E4M3 value maps to its own code, and every

@@ -305,6 +305,44 @@ def test_fp8_kernel_weights_are_the_kernels_layouts():
         mok.ops.fp8_kernel_weights(w, "mxfp8", True, True, out=(out[0], out[3], out[2], out[1]))
 
 
+def test_fp8_quantizer_ir_is_fp8_quantize():
+    """mok.ops.fp8_quantizer_ir, the IR of the compiled quantizer a CUDA
+    weight runs: on the CPU target its results are bitwise the torch
+    quantizer's (both layouts, and one alone); for both GPU targets it
+    compiles to one kernel whose outputs are named and shaped as the
+    runtime binds them."""
+    from mok import _extensions
+    g = torch.Generator().manual_seed(SEED)
+    w = (torch.randn(2, 128, 384, generator=g) * 1e3).to(torch.bfloat16)
+    w[1, 0, 0] = float("nan")
+    want = mok.ops.fp8_quantize(w, True, True)
+    c = _extensions.compiler()
+    for normal, transposed in ((True, True), (True, False), (False, True)):
+        ir = mok.ops.fp8_quantizer_ir((2, 128, 384), normal, transposed)
+        exe = c.HostExecutable.compile(c.Module.parse(ir, "<fp8_quantizer_ir>"))
+        outs = [t.numpy().copy() if t.dtype != torch.float8_e4m3fn
+                else t.view(torch.uint8).numpy().copy()
+                for t, asked in zip(want, (normal, normal, transposed, transposed)) if asked]
+        expect = [o.copy() for o in outs]
+        for o in outs:
+            o.view(np.uint8).fill(0x7F)
+        exe.invoke("fp8_quantize", [w.view(torch.int16).numpy().view(np.uint16)], outs)
+        for got, exp in zip(outs, expect):
+            assert np.array_equal(got.view(np.uint8), exp.view(np.uint8))
+    ir = mok.ops.fp8_quantizer_ir((2, 128, 384), True, True)
+    for chip in ("sm_90a", "sm_100a"):
+        art = mok.compile(ir, target=chip, function="fp8_quantize")
+        params = {p["name"]: (p["role"], p["dtype"], p["shape"]) for p in art.metadata["params"]}
+        assert art.metadata["kernel"] == "fp8_quantize_quantize"
+        assert params == {"weight": ("input", "bf16", [2, 128, 384]),
+                          "values": ("output", "f8e4m3", [2, 128, 384]),
+                          "scales": ("output", "f32", [2, 1, 3]),
+                          "values_t": ("output", "f8e4m3", [2, 384, 128]),
+                          "scales_t": ("output", "f32", [2, 3, 1]),
+                          "grid_barrier": ("workspace", "i32", [2])}
+        assert "cvt.rn.satfinite.e4m3x2.f32" in art.ptx
+
+
 def test_mxfp8_quantize_errors_are_named():
     w = torch.zeros(2, 64, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"weight: expected a bf16 tensor \[E, rows, cols\], "

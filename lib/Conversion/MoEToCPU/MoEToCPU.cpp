@@ -227,22 +227,30 @@ LogicalResult FunctionLowering::lowerOp(Emitter &e, Operation *op) {
       .Case([&](QuantizeOp op) {
         ArrayRef<int64_t> block = op.getBlock();
         Value input = buffers.lookup(op.getInput());
-        auto dynamic = [&](Value result, Value shapeOf, int64_t rows,
-                           int64_t cols) {
+        bool transpose = op.getTranspose();
+        // (Transposed: the data's last two dimensions are the input's
+        // swapped.)
+        auto dataDim = [&](int64_t d, int64_t rank) {
+          if (transpose && d >= rank - 2)
+            d = 2 * rank - 3 - d;
+          return e.dim(input, d);
+        };
+        auto dynamic = [&](Value result, int64_t rows, int64_t cols) {
           auto type = cast<RankedTensorType>(result.getType());
+          int64_t rank = type.getRank();
           SmallVector<Value> dyn;
-          for (int64_t d = 0; d < type.getRank(); ++d)
+          for (int64_t d = 0; d < rank; ++d)
             if (type.isDynamicDim(d))
-              dyn.push_back(d == type.getRank() - 2
-                                ? e.div(e.dim(shapeOf, d), e.index(rows))
-                            : d == type.getRank() - 1
-                                ? e.div(e.dim(shapeOf, d), e.index(cols))
-                                : e.dim(shapeOf, d));
+              dyn.push_back(d == rank - 2
+                                ? e.div(dataDim(d, rank), e.index(rows))
+                            : d == rank - 1
+                                ? e.div(dataDim(d, rank), e.index(cols))
+                                : dataDim(d, rank));
           return buffers[result] = allocFor(e, type, dyn);
         };
-        Value values = dynamic(op.getValues(), input, 1, 1);
-        Value scales = dynamic(op.getScales(), input, block[0], block[1]);
-        emitQuantize(e, input, values, scales, block[0], block[1]);
+        Value values = dynamic(op.getValues(), 1, 1);
+        Value scales = dynamic(op.getScales(), block[0], block[1]);
+        emitQuantize(e, input, values, scales, block[0], block[1], transpose);
         return success();
       })
       .Case([&](DequantizeOp op) {

@@ -131,7 +131,7 @@ void forEachIndex(Emitter &e, Value m, int64_t rank,
 } // namespace
 
 void mok::cpu::emitQuantize(Emitter &e, Value input, Value values, Value scales,
-                            int64_t rows, int64_t cols) {
+                            int64_t rows, int64_t cols, bool transpose) {
   Bits bits(e);
   auto scaleType = cast<MemRefType>(scales.getType());
   Type scaleElt = scaleType.getElementType();
@@ -139,17 +139,24 @@ void mok::cpu::emitQuantize(Emitter &e, Value input, Value values, Value scales,
   bool mx = !scaleElt.isF32();
   int64_t rank = scaleType.getRank();
   forEachIndex(e, scales, rank, [&](ArrayRef<Value> block) {
-    // The element (i, j) of the block: its index in the data.
+    // The element (i, j) of the block: its index in the data quantized
+    // (values), and in the input (transposed: the last two swapped).
     auto at = [&](Value i, Value j) {
       SmallVector<Value> idx(block.begin(), block.end());
       idx[rank - 2] = e.add(e.mul(idx[rank - 2], e.index(rows)), i);
       idx[rank - 1] = e.add(e.mul(idx[rank - 1], e.index(cols)), j);
       return idx;
     };
+    auto inputAt = [&](Value i, Value j) {
+      SmallVector<Value> idx = at(i, j);
+      if (transpose)
+        std::swap(idx[rank - 2], idx[rank - 1]);
+      return idx;
+    };
     auto overBlock = [&](Value init, function_ref<Value(Value, Value)> step) {
       return e.fold(e.index(0), e.index(rows), init, [&](Value i, Value acc) {
         return e.fold(e.index(0), e.index(cols), acc, [&](Value j, Value acc2) {
-          return step(e.loadF32(input, at(i, j)), acc2);
+          return step(e.loadF32(input, inputAt(i, j)), acc2);
         });
       });
     };
@@ -192,7 +199,7 @@ void mok::cpu::emitQuantize(Emitter &e, Value input, Value values, Value scales,
     e.loop(e.index(rows), [&](Value i) {
       e.loop(e.index(cols), [&](Value j) {
         SmallVector<Value> idx = at(i, j);
-        Value x = e.loadF32(input, idx);
+        Value x = e.loadF32(input, inputAt(i, j));
         Value y = mx ? arith::MulFOp::create(e.b, e.loc, x, multiplier).getResult()
                      : arith::DivFOp::create(e.b, e.loc, x, divisor).getResult();
         Value code = bits.encodeE4M3(y);

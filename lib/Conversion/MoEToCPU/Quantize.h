@@ -17,9 +17,12 @@
 namespace mok::cpu {
 
 /// Quantizes `input` (bf16 or f32) into `values` (f8E4M3FN) and `scales`
-/// (f8E8M0FNU or f32), blocks of rows x cols over the last two dimensions.
+/// (f8E8M0FNU or f32), blocks of rows x cols over the last two dimensions;
+/// with `transpose`, the input with those two dimensions swapped (`values`
+/// has the swapped shape).
 void emitQuantize(conversion::Emitter &e, mlir::Value input, mlir::Value values,
-                  mlir::Value scales, int64_t rows, int64_t cols);
+                  mlir::Value scales, int64_t rows, int64_t cols,
+                  bool transpose = false);
 
 /// output = f32(values) * scale of each element's block, rounded to the
 /// output's element type.

@@ -464,6 +464,14 @@ mlir::LogicalResult planBackward(mlir::ModuleOp module, mlir::func::FuncOp func,
                                  moe::LayerGradOp grad,
                                  const PlanOptions &options);
 
+/// A function of moe.quantize ops alone (FP8 weights, 128 x 128 blocks)
+/// as the kernel `<func>_quantize` (Quantize.cpp). `checkQuantizer` reports
+/// why `func` is not one the GPU targets compile, at the op at fault.
+mlir::LogicalResult checkQuantizer(mlir::func::FuncOp func);
+mlir::LogicalResult planQuantizer(mlir::ModuleOp module,
+                                  mlir::func::FuncOp func,
+                                  const PlanOptions &options);
+
 } // namespace mok::moe_to_mk
 
 #endif // MOK_LIB_CONVERSION_MOETOMK_KERNELPLAN_H

@@ -14,6 +14,8 @@
 #include "mok/Conversion/MoEToMK/MoEToMK.h"
 #include "KernelPlan.h"
 
+#include "llvm/ADT/SetVector.h"
+
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 
 namespace mok {
@@ -79,12 +81,21 @@ struct ConvertMoEToMKPass
                         fp8QuantizedWeights};
     SmallVector<std::pair<func::FuncOp, LayerOp>> layers;
     SmallVector<std::pair<func::FuncOp, LayerGradOp>> grads;
+    SetVector<func::FuncOp> quantizers;
     WalkResult walk = module.walk([&](Operation *op) {
-      if (isa<QuantizeOp, DequantizeOp>(op)) {
+      if (isa<DequantizeOp>(op)) {
         op->emitError() << "convert-moe-to-mk: '" << op->getName()
                         << "' (FP8) is not supported by the GPU targets yet; "
                            "the CPU target runs it (--moe-to-cpu)";
         return WalkResult::interrupt();
+      }
+      // A function of moe.quantize ops: a kernel of its own.
+      if (isa<QuantizeOp>(op)) {
+        auto func = op->getParentOfType<func::FuncOp>();
+        if (!quantizers.contains(func) &&
+            (failed(checkQuantizer(func)) || !quantizers.insert(func)))
+          return WalkResult::interrupt();
+        return WalkResult::advance();
       }
       if (isa<MoEDialect>(op->getDialect()) && !isa<LayerOp, LayerGradOp>(op)) {
         op->emitError() << "convert-moe-to-mk: '" << op->getName()
@@ -263,6 +274,9 @@ struct ConvertMoEToMKPass
         return signalPassFailure();
     for (auto [func, grad] : grads)
       if (failed(planBackward(module, func, grad, options)))
+        return signalPassFailure();
+    for (func::FuncOp func : quantizers)
+      if (failed(planQuantizer(module, func, options)))
         return signalPassFailure();
   }
 };

@@ -621,3 +621,47 @@ def test_fp8_torch_module_with_quantized_weight_inputs_refreshes_them():
         for opt in steps:
             opt.step()
     assert not torch.equal(given.gate_weights, torch.as_tensor(a["gate_weights"]))
+
+
+def test_fp8_quantize_kernel_is_the_torch_quantizer_bit_for_bit():
+    """mok.ops.fp8_quantize of a CUDA weight runs mok's compiled quantizer
+    (moe.quantize, normal and transposed, one kernel; fp8_quantizer_ir):
+    bit for bit the torch operations' result on the same weight on the CPU
+    (itself bit-exact to the float64 model, test_trainers.py), for fresh
+    random blocks of every magnitude with zero, subnormal, NaN and infinite
+    blocks, into poisoned out tensors whose addresses it keeps, and for
+    one layout alone."""
+    import torch
+    import mok.ops
+    gen = torch.Generator().manual_seed(fresh_seed())
+    e, rows, cols = 3, 384, 512
+    mag = torch.exp2(torch.randint(-60, 60, (e, rows // 128, 1, cols // 128, 1),
+                                   generator=gen).float())
+    w = (torch.randn(e, rows // 128, 128, cols // 128, 128, generator=gen) * mag)
+    w = w.reshape(e, rows, cols).to(torch.bfloat16)
+    w[0, :128, :128] = 0.0                       # a zero block
+    w[0, 5, 300] = float("nan")                  # a NaN block
+    w[1, 200, 10] = float("-inf")                # an infinite block
+    w[2, 130, 140:150] = torch.tensor(1e-40).to(torch.bfloat16)  # subnormals
+    w[2, 131, 140] = -0.0
+    want = mok.ops.fp8_quantize(w, True, True)   # the CPU: torch operations
+    wc = w.cuda()
+    before = len(mok.ops._QUANTIZERS)
+    out = tuple(torch.empty(t.shape, dtype=t.dtype, device="cuda") for t in want)
+    for t in out:
+        t.view(torch.uint8).fill_(0x7F)          # poisoned: NaN codes and NaN scales
+    ptrs = [t.data_ptr() for t in out]
+    got = mok.ops.fp8_quantize(wc, True, True, out=out)
+    torch.cuda.synchronize()
+    assert len(mok.ops._QUANTIZERS) == before + 1, "the compiled quantizer did not run"
+    assert [t.data_ptr() for t in got] == ptrs
+    names = ("values", "scales", "values_T", "scales_T")
+    for n, a, b in zip(names, got, want):
+        a, b = a.cpu().reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
+        bad = (a != b).nonzero()
+        assert len(bad) == 0, f"{n}: {len(bad)} bytes differ, first at {int(bad[0])}"
+    # One layout: the kernel of that layout alone.
+    v, s, vt, st = mok.ops.fp8_quantize(wc, normal=False, transposed=True)
+    assert v is None and s is None
+    assert torch.equal(vt.cpu().view(torch.uint8), want[2].view(torch.uint8))
+    assert torch.equal(st.cpu().view(torch.int32), want[3].view(torch.int32))

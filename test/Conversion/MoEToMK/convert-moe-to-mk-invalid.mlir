@@ -56,10 +56,70 @@ func.func @unfused(%x: tensor<8x64xbf16>, %top: tensor<8x2xi32>) -> !moe.plan<to
 
 // -----
 
-func.func @fp8(%w: tensor<4x64xbf16>) -> tensor<4x2xf8E8M0FNU> {
-  // expected-error @+1 {{convert-moe-to-mk: 'moe.quantize' (FP8) is not supported by the GPU targets yet; the CPU target runs it (--moe-to-cpu)}}
+// moe.quantize compiles on its own (a quantizer function) for FP8 weights
+// [E, N, K] in 128 x 128 blocks; the rest runs on the CPU target.
+func.func @fp8(%w: tensor<4x64xbf16>) -> (tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>) {
+  // expected-error @+1 {{convert-moe-to-mk: on the GPU targets moe.quantize takes bf16 weights [E, N, K] of static sizes, got 'tensor<4x64xbf16>'}}
   %q, %s = moe.quantize %w {block = array<i64: 1, 32>} : tensor<4x64xbf16> -> tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>
-  return %s : tensor<4x2xf8E8M0FNU>
+  return %q, %s : tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU>
+}
+
+// -----
+
+func.func @mx(%w: tensor<2x128x128xbf16>) -> (tensor<2x128x128xf8E4M3FN>, tensor<2x128x4xf8E8M0FNU>) {
+  // expected-error @+1 {{convert-moe-to-mk: on the GPU targets moe.quantize takes 128 x 128 blocks with f32 scales ("fp8" weights), got a block of 1 x 32 with 'f8E8M0FNU' scales; the CPU target runs the others}}
+  %q, %s = moe.quantize %w {block = array<i64: 1, 32>} : tensor<2x128x128xbf16> -> tensor<2x128x128xf8E4M3FN>, tensor<2x128x4xf8E8M0FNU>
+  return %q, %s : tensor<2x128x128xf8E4M3FN>, tensor<2x128x4xf8E8M0FNU>
+}
+
+// -----
+
+func.func @f32_weight(%w: tensor<2x128x128xf32>) -> (tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>) {
+  // expected-error @+1 {{convert-moe-to-mk: on the GPU targets moe.quantize takes bf16 weights [E, N, K] of static sizes, got 'tensor<2x128x128xf32>'}}
+  %q, %s = moe.quantize %w {block = array<i64: 128, 128>} : tensor<2x128x128xf32> -> tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>
+  return %q, %s : tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>
+}
+
+// -----
+
+func.func @scales_only(%w: tensor<2x128x128xbf16>) -> tensor<2x1x1xf32> {
+  // expected-error @+1 {{convert-moe-to-mk: on the GPU targets moe.quantize's results are the function's results, each returned once}}
+  %q, %s = moe.quantize %w {block = array<i64: 128, 128>} : tensor<2x128x128xbf16> -> tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>
+  return %s : tensor<2x1x1xf32>
+}
+
+// -----
+
+func.func @twice(%w: tensor<2x128x128xbf16>) -> (tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>, tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>) {
+  %q, %s = moe.quantize %w {block = array<i64: 128, 128>} : tensor<2x128x128xbf16> -> tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>
+  // expected-error @+1 {{convert-moe-to-mk: on the GPU targets a function quantizes its weight once without transpose (each layout is one pair of outputs)}}
+  %q2, %s2 = moe.quantize %w {block = array<i64: 128, 128>} : tensor<2x128x128xbf16> -> tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>
+  return %q, %s, %q2, %s2 : tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>, tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>
+}
+
+// -----
+
+// expected-error @+1 {{convert-moe-to-mk: on the GPU targets a function of moe.quantize ops takes one argument, the bf16 weight they quantize; @two takes 2}}
+func.func @two(%w: tensor<2x128x128xbf16>, %v: tensor<2x128x128xbf16>) -> (tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>) {
+  %q, %s = moe.quantize %w {block = array<i64: 128, 128>} : tensor<2x128x128xbf16> -> tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>
+  return %q, %s : tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>
+}
+
+// -----
+
+func.func @with_other_ops(%w: tensor<2x128x128xbf16>, %q0: tensor<2x128x128xf8E4M3FN>, %s0: tensor<2x1x1xf32>) -> tensor<2x128x128xf32> {
+  // expected-error @+1 {{convert-moe-to-mk: 'moe.dequantize' (FP8) is not supported by the GPU targets yet; the CPU target runs it (--moe-to-cpu)}}
+  %d = moe.dequantize %q0, %s0 {block = array<i64: 128, 128>} : tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32> -> tensor<2x128x128xf32>
+  return %d : tensor<2x128x128xf32>
+}
+
+// -----
+
+func.func @negated(%w: tensor<2x128x128xbf16>) -> (tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>) {
+  // expected-error @+1 {{convert-moe-to-mk: on the GPU targets moe.quantize compiles in a function of moe.quantize ops and a return only; this one has 'arith.negf' too}}
+  %n = arith.negf %w : tensor<2x128x128xbf16>
+  %q, %s = moe.quantize %n {block = array<i64: 128, 128>} : tensor<2x128x128xbf16> -> tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>
+  return %q, %s : tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>
 }
 
 // -----

@@ -753,6 +753,22 @@ func.func @f(%x: tensor<4x64xbf16>) {
 
 // -----
 
+func.func @f(%x: tensor<2x64x128xbf16>) {
+  // expected-error @+1 {{expected values of the transposed input's shape, as of 'tensor<2x128x64xbf16>', got 'tensor<2x64x128xf8E4M3FN>'}}
+  %q, %s = moe.quantize %x {block = array<i64: 1, 32>, transpose} : tensor<2x64x128xbf16> -> tensor<2x64x128xf8E4M3FN>, tensor<2x64x4xf8E8M0FNU>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x64x128xbf16>) {
+  // expected-error @+1 {{expected scales' dimension 2 to be 2 (64 / 32), got 4}}
+  %q, %s = moe.quantize %x {block = array<i64: 1, 32>, transpose} : tensor<2x64x128xbf16> -> tensor<2x128x64xf8E4M3FN>, tensor<2x128x4xf8E8M0FNU>
+  return
+}
+
+// -----
+
 func.func @f(%q: tensor<4x64xf8E4M3FN>, %s: tensor<4x2xf8E8M0FNU>) {
   // expected-error @+1 {{expected an output of the values' shape, got 'tensor<4x32xf32>'}}
   %w = moe.dequantize %q, %s {block = array<i64: 1, 32>} : tensor<4x64xf8E4M3FN>, tensor<4x2xf8E8M0FNU> -> tensor<4x32xf32>

@@ -25,3 +25,12 @@ func.func @fine_grained(%x: tensor<?x7168xbf16>, %w: tensor<2048x7168xf32>)
       : tensor<2048x7168xf32> -> tensor<2048x7168xf8E4M3FN>, tensor<16x56xf32>
   return %sx, %sw : tensor<?x56xf32>, tensor<16x56xf32>
 }
+
+// The transposed layout: values [E, K, N] of a weight [E, N, K].
+// CHECK-LABEL: func.func @transposed
+// CHECK: moe.quantize %{{.*}} {block = array<i64: 128, 128>, transpose} : tensor<8x256x512xbf16> -> tensor<8x512x256xf8E4M3FN>, tensor<8x4x2xf32>
+func.func @transposed(%w: tensor<8x256x512xbf16>) -> (tensor<8x512x256xf8E4M3FN>, tensor<8x4x2xf32>) {
+  %q, %s = moe.quantize %w {block = array<i64: 128, 128>, transpose}
+      : tensor<8x256x512xbf16> -> tensor<8x512x256xf8E4M3FN>, tensor<8x4x2xf32>
+  return %q, %s : tensor<8x512x256xf8E4M3FN>, tensor<8x4x2xf32>
+}

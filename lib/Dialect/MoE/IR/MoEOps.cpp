@@ -439,6 +439,22 @@ static LogicalResult verifyBlockScales(Operation *op, ArrayRef<int64_t> block,
 LogicalResult QuantizeOp::verify() {
   auto input = cast<ShapedType>(getInput().getType());
   auto values = cast<ShapedType>(getValues().getType());
+  if (getTranspose()) {
+    if (input.getRank() < 2)
+      return emitOpError("expected an input of rank >= 2 to transpose, got "
+                         "rank ")
+             << input.getRank();
+    // The data quantized: the input with its last two dimensions swapped.
+    SmallVector<int64_t> shape(input.getShape());
+    std::swap(shape[shape.size() - 2], shape[shape.size() - 1]);
+    if (failed(verifyCompatibleShape(shape, values.getShape())))
+      return emitOpError("expected values of the transposed input's shape, ")
+             << "as of " << input.clone(shape) << ", got "
+             << getValues().getType();
+    return verifyBlockScales(*this, getBlock(), input.clone(shape),
+                             cast<ShapedType>(getScales().getType()),
+                             "the transposed input");
+  }
   if (failed(verifyCompatibleShape(input.getShape(), values.getShape())))
     return emitOpError("expected values of the input's shape, got ")
            << getValues().getType();

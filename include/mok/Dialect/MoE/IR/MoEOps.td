@@ -456,12 +456,27 @@ def MoE_QuantizeOp : MoE_Op<"quantize", [Pure]> {
     an f32 NaN) and every element of it is NaN (`0x7F` with the element's
     sign bit): non-finite values are never hidden by saturation.
 
+    With `transpose`, the op quantizes `input` with its last two dimensions
+    swapped: `values` has that swapped shape, the blocks are blocks of the
+    swapped data and `scales` follows from it (a weight `[E, N, K]` gives
+    `values [E, K, N]`). A trainer keeps its FP8 weights in both layouts,
+    K-major for the forward's GEMMs and for the backward's.
+
+    On the GPU targets `moe.quantize` compiles on its own, outside a layer:
+    a function whose body is `moe.quantize` ops of bf16 weights `[E, N, K]`
+    in 128 x 128 blocks with f32 scales, each reading an argument and
+    returned as it comes, is one kernel (convert-moe-to-mk; the scale
+    refresh of `mok.ops.fp8_quantize`).
+
     ```mlir
     %q, %s = moe.quantize %w {block = array<i64: 1, 32>}
         : tensor<8x256x512xbf16> -> tensor<8x256x512xf8E4M3FN>, tensor<8x256x16xf8E8M0FNU>
+    %qt, %st = moe.quantize %w {block = array<i64: 128, 128>, transpose}
+        : tensor<8x256x512xbf16> -> tensor<8x512x256xf8E4M3FN>, tensor<8x4x2xf32>
     ```
   }];
-  let arguments = (ins MoE_QuantInput:$input, DenseI64ArrayAttr:$block);
+  let arguments = (ins MoE_QuantInput:$input, DenseI64ArrayAttr:$block,
+                       UnitAttr:$transpose);
   let results = (outs MoE_FP8Values:$values, MoE_BlockScales:$scales);
   let assemblyFormat = [{
     $input attr-dict `:` type($input) `->` type($values) `,` type($scales)
