@@ -52,6 +52,12 @@ void lowerGemm(const GridBuilder &grid, mk::GemmOp op,
 void lowerSwigluGrad(const GridBuilder &grid, mk::SwigluGradOp op);
 /// mk.quantize_rows and mk.quantize_weights (Quantize.cpp).
 void lowerQuantize(const GridBuilder &grid, mlir::Operation *op);
+/// Whether `next` quantizes the same weights as `op` transposed (both
+/// 128 x 128 f32 blocks, `op` the normal layout): the two are lowered
+/// together, one pass over each block for both layouts.
+bool isTransposedTwin(mk::QuantizeWeightsOp op, mlir::Operation *next);
+void lowerQuantizeWeightsPair(const GridBuilder &grid, mk::QuantizeWeightsOp op,
+                              mk::QuantizeWeightsOp twin);
 /// The expert-parallel exchange (Exchange.cpp): mk.route_ranks,
 /// mk.put_counts, mk.signal, mk.wait, mk.check_capacity,
 /// mk.received_rows, mk.send_rows, mk.return_rows, mk.take_routes,

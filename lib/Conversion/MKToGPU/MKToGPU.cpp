@@ -129,8 +129,20 @@ void lowerKernel(gpu::GPUFuncOp func, std::optional<mk::Engine> engine) {
 
   bool finished = !engine;
   bool afterLastGemm = false;
-  for (Operation *op : ops) {
+  for (auto [index, op] : llvm::enumerate(ops)) {
+    if (!op) // (lowered with the op before it)
+      continue;
     b.setInsertionPoint(op);
+    // A weight quantized in both layouts by two ops in a row: one pass.
+    if (auto q = dyn_cast<mk::QuantizeWeightsOp>(op);
+        q && index + 1 < ops.size() && isTransposedTwin(q, ops[index + 1])) {
+      auto twin = cast<mk::QuantizeWeightsOp>(ops[index + 1]);
+      lowerQuantizeWeightsPair(grid, q, twin);
+      twin->erase();
+      ops[index + 1] = nullptr;
+      op->erase();
+      continue;
+    }
     TypeSwitch<Operation *>(op)
         .Case<mk::FillOp, mk::CheckRoutesOp, mk::CountRoutesOp,
               mk::ScanChunksOp, mk::PadOffsetsOp, mk::AssignRowsOp>(

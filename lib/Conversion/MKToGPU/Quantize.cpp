@@ -24,7 +24,9 @@ public:
 
   void lower(mk::QuantizeRowsOp op);
   void lower(mk::QuantizeColumnsOp op);
-  void lower(mk::QuantizeWeightsOp op);
+  /// With `twin` (the same src quantized transposed, next in the kernel):
+  /// both layouts from one pass over each block.
+  void lower(mk::QuantizeWeightsOp op, mk::QuantizeWeightsOp twin = {});
 
 private:
   /// The rows a row quantizer takes: `tokens`, `offsets[E]` (grouped) or
@@ -1029,16 +1031,28 @@ void QuantizeLowering::lower(mk::QuantizeColumnsOp op) {
     e.ifThen(aligned({src, values}, 16), vectorTiles, scalarColumns);
 }
 
-void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
+void QuantizeLowering::lower(mk::QuantizeWeightsOp op,
+                             mk::QuantizeWeightsOp twin) {
   if (op.isMx())
     return lowerMx(op);
-  Value src = op.getSrc(), values = op.getValues(), scales = op.getScales();
+  Value src = op.getSrc();
   int64_t n = size(src, 1), k = size(src, 2);
   int64_t nBlocks = n / 128, kBlocks = k / 128;
   int64_t blocks = size(src, 0) * nBlocks * kBlocks;
-  bool transposed = op.getTransposed();
+  // The layouts a block is quantized into: op's, and with a twin its
+  // transposed one too, from the same amax (the block's second and third
+  // reads then come from the caches: one read of src from memory instead
+  // of two).
+  struct Layout {
+    Value values, scales;
+    bool transposed;
+  };
+  SmallVector<Layout, 2> layouts = {
+      {op.getValues(), op.getScales(), op.getTransposed()}};
+  if (twin)
+    layouts.push_back({twin.getValues(), twin.getScales(), true});
   // One warp a 128 x 128 block: a pass for its amax, then one that
-  // quantizes.
+  // quantizes (a layout).
   //
   // 16-byte aligned weights (K is a multiple of 128): lane l holds 8
   // consecutive columns, 8 (l % 16) .. + 7, of the block's rows r with r %
@@ -1103,68 +1117,89 @@ void QuantizeLowering::lower(mk::QuantizeWeightsOp op) {
                           return absMax(acc, rowValues(row));
                         });
     Scale scale = scaleOf(warpMax(amax));
-    if (transposed && vector) {
-      // values[x, k, n]: the block's four tiles of 32 columns (loadPieces).
-      Value valuesBase = base(values);
-      Value q = e.div(lane, e.index(8));
-      Value rowFirst = e.add(n0, e.mul(e.rem(lane, e.index(8)), e.index(16)));
-      e.loop(e.index(4), [&](Value tile) {
-        Value col0 =
-            e.add(e.mul(kb, e.index(128)),
-                  e.add(e.mul(tile, e.index(32)), e.mul(q, e.index(8))));
-        SmallVector<Value, 16> pieces = loadPieces(
-            [&](int64_t j) {
-              Value row =
-                  e.add(e.mul(x, e.index(n)), e.add(rowFirst, e.index(j)));
-              return at(srcBase, e.add(e.mul(row, e.index(k)), col0));
-            },
-            nullptr);
-        for (int64_t j = 0; j < 8; ++j) {
-          Value row = e.add(e.mul(x, e.index(k)), e.add(col0, e.index(j)));
-          storeColumnCodes(pieces, j, scale,
-                           at(valuesBase,
-                              e.add(e.mul(row, e.index(n)), rowFirst),
-                              /*elementBytes=*/1));
-        }
-      });
-    } else if (transposed) {
-      // values[x, k, n]: lane l quantizes the block's columns l + 32 j of
-      // src, 16 rows at a time, into one 16-byte store of their row of
-      // values.
-      e.loop(e.index(4 * 8), [&](Value jc) {
-        Value col = e.add(k0, e.mul(e.div(jc, e.index(8)), e.index(32)));
-        Value row0 = e.add(n0, e.mul(e.rem(jc, e.index(8)), e.index(16)));
-        SmallVector<Value, 16> xs;
-        for (int64_t j = 0; j < 16; ++j)
-          xs.push_back(e.loadF32(src, {x, e.add(row0, e.index(j)), col}));
-        Value row = e.add(e.mul(x, e.index(k)), col);
-        store16Words(wordsOf(xs, scale), values,
-                     e.add(e.mul(row, e.index(n)), row0));
-      });
-    } else if (vector) {
-      Value valuesBase = base(values);
-      e.loop(e.index(0), e.index(64), e.index(kQuantizeUnroll), [&](Value pair) {
-        for (int64_t u = 0; u < kQuantizeUnroll; ++u)
-          storeWords(wordsOf(loadRowPiece(pair, u), scale),
-                     at(valuesBase, flat(pair, u), /*elementBytes=*/1));
-      });
-    } else {
-      e.loop(e.index(128), [&](Value row) {
-        storeCodes(codesOf(rowValues(row), scale), values,
-                   [&](int64_t j) { return elementAt(row, j); });
+    for (const Layout &layout : layouts) {
+      Value values = layout.values, scales = layout.scales;
+      bool transposed = layout.transposed;
+      if (transposed && vector) {
+        // values[x, k, n]: the block's four tiles of 32 columns (loadPieces).
+        Value valuesBase = base(values);
+        Value q = e.div(lane, e.index(8));
+        Value rowFirst = e.add(n0, e.mul(e.rem(lane, e.index(8)), e.index(16)));
+        e.loop(e.index(4), [&](Value tile) {
+          Value col0 =
+              e.add(e.mul(kb, e.index(128)),
+                    e.add(e.mul(tile, e.index(32)), e.mul(q, e.index(8))));
+          SmallVector<Value, 16> pieces = loadPieces(
+              [&](int64_t j) {
+                Value row =
+                    e.add(e.mul(x, e.index(n)), e.add(rowFirst, e.index(j)));
+                return at(srcBase, e.add(e.mul(row, e.index(k)), col0));
+              },
+              nullptr);
+          for (int64_t j = 0; j < 8; ++j) {
+            Value row = e.add(e.mul(x, e.index(k)), e.add(col0, e.index(j)));
+            storeColumnCodes(pieces, j, scale,
+                             at(valuesBase,
+                                e.add(e.mul(row, e.index(n)), rowFirst),
+                                /*elementBytes=*/1));
+          }
+        });
+      } else if (transposed) {
+        // values[x, k, n]: lane l quantizes the block's columns l + 32 j of
+        // src, 16 rows at a time, into one 16-byte store of their row of
+        // values.
+        e.loop(e.index(4 * 8), [&](Value jc) {
+          Value col = e.add(k0, e.mul(e.div(jc, e.index(8)), e.index(32)));
+          Value row0 = e.add(n0, e.mul(e.rem(jc, e.index(8)), e.index(16)));
+          SmallVector<Value, 16> xs;
+          for (int64_t j = 0; j < 16; ++j)
+            xs.push_back(e.loadF32(src, {x, e.add(row0, e.index(j)), col}));
+          Value row = e.add(e.mul(x, e.index(k)), col);
+          store16Words(wordsOf(xs, scale), values,
+                       e.add(e.mul(row, e.index(n)), row0));
+        });
+      } else if (vector) {
+        Value valuesBase = base(values);
+        e.loop(e.index(0), e.index(64), e.index(kQuantizeUnroll),
+               [&](Value pair) {
+          for (int64_t u = 0; u < kQuantizeUnroll; ++u)
+            storeWords(wordsOf(loadRowPiece(pair, u), scale),
+                       at(valuesBase, flat(pair, u), /*elementBytes=*/1));
+        });
+      } else {
+        e.loop(e.index(128), [&](Value row) {
+          storeCodes(codesOf(rowValues(row), scale), values,
+                     [&](int64_t j) { return elementAt(row, j); });
+        });
+      }
+      e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)), [&] {
+        e.store(scale.stored, scales,
+                transposed ? SmallVector<Value>{x, kb, nb}
+                           : SmallVector<Value>{x, nb, kb});
       });
     }
-    e.ifThen(e.cmp(arith::CmpIPredicate::eq, lane, e.index(0)), [&] {
-      e.store(scale.stored, scales,
-              transposed ? SmallVector<Value>{x, kb, nb}
-                         : SmallVector<Value>{x, nb, kb});
-    });
   };
+  SmallVector<Value, 3> buffers = {src};
+  for (const Layout &layout : layouts)
+    buffers.push_back(layout.values);
   forAllWarps(e.index(blocks), [&](Value i, Value lane) {
     e.ifThen(
-        aligned({src, values}, 16), [&] { quantizeBlock(i, lane, true); },
+        aligned(buffers, 16), [&] { quantizeBlock(i, lane, true); },
         [&] { quantizeBlock(i, lane, false); });
   });
+}
+
+bool mok::conversion::isTransposedTwin(mk::QuantizeWeightsOp op,
+                                       Operation *next) {
+  auto twin = dyn_cast_or_null<mk::QuantizeWeightsOp>(next);
+  return twin && !op.isMx() && !op.getTransposed() && !twin.isMx() &&
+         twin.getTransposed() && twin.getSrc() == op.getSrc();
+}
+
+void mok::conversion::lowerQuantizeWeightsPair(const GridBuilder &grid,
+                                               mk::QuantizeWeightsOp op,
+                                               mk::QuantizeWeightsOp twin) {
+  QuantizeLowering(grid).lower(op, twin);
 }
 
 void mok::conversion::lowerQuantize(const GridBuilder &grid, Operation *op) {

@@ -5,6 +5,7 @@
 // RUN: mok-opt %s --moe-to-ptx=chip=sm_100a | %python %mok_src_root/scripts/extract-ptx.py %t/sm100
 // RUN: FileCheck %s --input-file %t/sm100/fp8_quantize_kernels.ptx
 // RUN: ptxas -arch=sm_100a -v %t/sm100/fp8_quantize_kernels.ptx -o %t/sm100.cubin 2>&1 | FileCheck %s --check-prefix=PTXAS
+// RUN: mok-opt %s --convert-moe-to-mk --convert-mk-to-gpu | grep -c gpu.shuffle | FileCheck %s --check-prefix=ONE-PASS
 
 // mok.ops.fp8_quantize's kernel (fp8_quantizer_ir) for a weight of both
 // layouts: 512 threads, the E4M3 codes from cvt pairs stored 16 bytes at a
@@ -13,6 +14,10 @@
 // CHECK: .maxntid 512, 1, 1
 // CHECK: cvt.rn.satfinite.e4m3x2.f32
 // CHECK: st.global.v4.b32
+// The two layouts from one pass over each block: one amax (a warp's
+// butterfly, 5 shuffles) in the 16-byte form and one in the scalar form,
+// not one a layout.
+// ONE-PASS: {{^}}10{{$}}
 // PTXAS: Compiling entry function 'fp8_quantize_quantize'
 // PTXAS: 0 bytes spill stores, 0 bytes spill loads
 func.func @fp8_quantize(%w: tensor<4x256x384xbf16>)
