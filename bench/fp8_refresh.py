@@ -7,6 +7,7 @@ torch operations (its CPU path, run on the GPU: the baseline), timed in the
 same process, alternating, after checking that both give the same bytes.
 
     python3 -m bench.fp8_refresh [--shapes dsv3-shard ...] [--iters 10] [--out FILE.json]
+        [--commit C]
 
 Bytes moved: the bf16 weight read once and both E4M3 layouts written (4
 bytes an element; the scales are 1/16384 of that), as the GB/s column counts
@@ -59,6 +60,7 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--commit", default="", help="the commit measured, for the JSON")
     args = p.parse_args(argv)
     compiled = lambda w, n, t, out: mok.ops.fp8_quantize(w, n, t, out=out)  # noqa: E731
     baseline = lambda w, n, t, out: mok.ops._fp8_quantize_torch(w, n, t, out)  # noqa: E731
@@ -97,7 +99,8 @@ def main(argv=None):
     if args.out:
         with open(args.out, "w") as f:
             json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
-                           date=time.strftime("%Y-%m-%d"), rows=rows), f, indent=1)
+                           commit=args.commit, date=time.strftime("%Y-%m-%d"), rows=rows),
+                      f, indent=1)
 
 
 if __name__ == "__main__":
