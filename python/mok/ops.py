@@ -8,9 +8,9 @@ weights (docs/FP8.md): E4M3 data with one f32 scale ``amax / 448`` per
 holding a NaN or an infinity), bit-exact to ``mok.fp8.quantize(w, (128,
 128), "f32")``; scales f32 [E, rows / 128, cols / 128]. Its blocks are
 square, so the transposed layout is the normal one transposed, values and
-scales alike. A CUDA weight is quantized by mok's compiled quantizer (the
-moe.quantize ops of ``fp8_quantizer_ir``, one kernel for both layouts);
-a CPU one by torch operations.
+scales alike. A weight on an sm_90a or sm_100a device is quantized by
+mok's compiled quantizer (the moe.quantize ops of ``fp8_quantizer_ir``,
+one kernel for both layouts); others by torch operations.
 
 ``mxfp8_quantize(w, normal, transposed)`` quantizes a bf16 routed weight
 [E, rows, cols] to MXFP8 (E4M3 data, one E8M0 scale per 32 consecutive
@@ -235,6 +235,8 @@ def _quantize_blocks(w):
     return codes.view(torch.float8_e4m3fn).reshape(e, rows, cols), scales
 
 
+# The compute capabilities mok compiles for (sm_90a, sm_100a; chip_of).
+_MOK_CHIPS = ((9, 0), (10, 0))
 # The compiled quantizers, loaded: {(shape, normal, transposed, device): layer}.
 _QUANTIZERS = {}
 atexit.register(_QUANTIZERS.clear)  # (before the runtime extension's teardown)
@@ -294,17 +296,18 @@ def fp8_quantize(weight, normal=True, transposed=False, *, out=None):
     ``weight.transpose(-1, -2)``: values [E, cols, rows], scales [E, cols /
     128, rows / 128]) if `transposed`; None for a layout not asked for.
     Bit-exact to ``mok.fp8.quantize(w, (128, 128), "f32")``; runs where
-    `weight` is: on a CUDA device as mok's compiled quantizer (one kernel
-    for both layouts, compiled for the weight's shape at the first call
-    and cached on disk as mok.compile's layers are; fp8_quantizer_ir is
-    its IR), on the CPU as torch operations. `out`: as for
+    `weight` is: on an sm_90a or sm_100a device as mok's compiled
+    quantizer (one kernel for both layouts, compiled for the weight's
+    shape at the first call and cached on disk as mok.compile's layers
+    are; fp8_quantizer_ir is its IR), on the CPU and other devices as
+    torch operations. `out`: as for
     mxfp8_quantize, the tuple of an earlier call, refreshed in place
     (addresses kept; device work only, so a CUDA graph may capture it once
     the kernel is loaded)."""
     b = FP8_BLOCK
     _check_call(weight, normal, transposed, out, b, "an fp8 weight block is 128 x 128",
                 lambda e, rows, cols: (torch.float32, [e, rows // b, cols // b]))
-    if weight.is_cuda:
+    if weight.is_cuda and torch.cuda.get_device_capability(weight.device) in _MOK_CHIPS:
         return _fp8_quantize_compiled(weight, normal, transposed, out)
     return _fp8_quantize_torch(weight, normal, transposed, out)
 
