@@ -43,7 +43,8 @@ def compile(layer, target="cpu", options=None, *, function="moe_layer", cache_di
     """Compiles a layer for `target`; returns a mok.Artifact.
 
     layer: a LayerSpec, or moe IR text holding `function` (one MoE layer,
-    fused or as an unfused chain).
+    fused or as an unfused chain; for a GPU target also a quantizer
+    function, moe.quantize ops of FP8 weights: mok.ops.fp8_quantizer_ir).
     target: "cpu" (the executable reference, JIT-compiled for this host),
     "sm_90a" or "sm_100a" (one persistent GPU kernel a layer).
     options: a mok.CompileOptions, or None for the defaults; keyword

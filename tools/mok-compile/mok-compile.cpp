@@ -56,9 +56,10 @@ static int usage(const char *why) {
       "        training.mlir, mk.mlir, gpu.mlir, llvm.mlir;\n"
       "        --stages: only these of them, comma-separated (gpu and llvm\n"
       "        are megabytes on large layers and slow to print);\n"
-      "        --function: compile only this layer function's kernel\n"
-      "        (repeatable; with --training, <fn>_forward, <fn>_backward);\n"
-      "        default every layer function's;\n"
+      "        --function: compile only this function's kernel, a layer's\n"
+      "        or a quantizer's (moe.quantize of FP8 weights; repeatable;\n"
+      "        with --training, <fn>_forward, <fn>_backward); default\n"
+      "        every function's;\n"
       "        --times: print where the time went to stderr, a line a part:\n"
       "        parse, the steps, the PTX step's parts summed over kernels\n"
       "        (ptx.translate, ptx.link, ptx.optimize, ptx.codegen), print,\n"
@@ -262,7 +263,9 @@ int main(int argc, char **argv) {
       continue;
     }
     if (a == "-h" || a == "--help")
-      return usage("compile MoE layers to PTX + runtime metadata"), 0;
+      return usage("compile MoE layers (and FP8 weight quantizers) to PTX + "
+                   "runtime metadata"),
+             0;
     if (!a.empty() && a[0] != '-' && input.empty()) {
       input = a;
       continue;
