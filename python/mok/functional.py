@@ -149,8 +149,6 @@ def _group_shape(group):
     return dist.get_world_size(group), dist.get_rank(group)
 
 
-
-
 class MoKWorkspace:
     """One local activation shape's state: the group, the device, T, H and
     topk, and the layers compiled for it (opaque to callers)."""

@@ -31,6 +31,7 @@ layout in ``forward``; in ``backward`` gate and up as ``(values, scales,
 values_T, scales_T)`` and down as ``(values_T, scales_T)``.
 """
 import atexit
+import threading
 
 import torch
 
@@ -239,6 +240,7 @@ def _quantize_blocks(w):
 _MOK_CHIPS = ((9, 0), (10, 0))
 # The compiled quantizers, loaded: {(shape, normal, transposed, device): layer}.
 _QUANTIZERS = {}
+_QUANTIZERS_LOCK = threading.Lock()
 atexit.register(_QUANTIZERS.clear)  # (before the runtime extension's teardown)
 
 
@@ -247,8 +249,24 @@ def fp8_quantizer_ir(shape, normal=True, transposed=False, function="fp8_quantiz
     cols]: `function`, whose moe.quantize ops (128 x 128 blocks, f32
     scales; with `transpose` for the transposed layout) the GPU targets
     compile into one kernel (docs/FP8.md)."""
-    e, rows, cols = shape
     b = FP8_BLOCK
+    if (not isinstance(shape, (tuple, list)) or len(shape) != 3
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0
+                       for d in shape)):
+        raise ValueError(f"shape: expected [E, rows, cols], three positive ints, got {shape!r}")
+    e, rows, cols = shape
+    for name, size in (("rows", rows), ("cols", cols)):
+        if size % b:
+            raise ValueError(f"shape: {name} = {size} is not a multiple of {b} (an fp8 "
+                             "weight block is 128 x 128)")
+    for name, flag in (("normal", normal), ("transposed", transposed)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected True or False, got {flag!r}")
+    if not (normal or transposed):
+        raise ValueError("normal, transposed: both False; ask for at least one layout")
+    if not isinstance(function, str) or not function.isidentifier():
+        raise ValueError(f"function: expected a function name (an identifier), got "
+                         f"{function!r}")
     w = f"tensor<{e}x{rows}x{cols}xbf16>"
     layouts = ([("", rows, cols)] if normal else []) + \
         ([(", transpose", cols, rows)] if transposed else [])
@@ -271,11 +289,12 @@ def _fp8_quantize_compiled(weight, normal, transposed, out):
     `out` when given."""
     device = weight.device
     key = (tuple(weight.shape), normal, transposed, device)
-    layer = _QUANTIZERS.get(key)
-    if layer is None:
-        art = _compile(fp8_quantizer_ir(tuple(weight.shape), normal, transposed),
-                       target=chip_of(device), function="fp8_quantize")
-        layer = _QUANTIZERS[key] = art.load(device=device.index)
+    with _QUANTIZERS_LOCK:
+        layer = _QUANTIZERS.get(key)
+        if layer is None:
+            art = _compile(fp8_quantizer_ir(tuple(weight.shape), normal, transposed),
+                           target=chip_of(device), function="fp8_quantize")
+            layer = _QUANTIZERS[key] = art.load(device=device.index)
     names = ("values", "scales", "values_t", "scales_t")
     asked = (normal, normal, transposed, transposed)
     outputs = None
@@ -299,17 +318,29 @@ def fp8_quantize(weight, normal=True, transposed=False, *, out=None):
     `weight` is: on an sm_90a or sm_100a device as mok's compiled
     quantizer (one kernel for both layouts, compiled for the weight's
     shape at the first call and cached on disk as mok.compile's layers
-    are; fp8_quantizer_ir is its IR), on the CPU and other devices as
-    torch operations. `out`: as for
+    are; fp8_quantizer_ir is its IR), on the CPU and other devices (and
+    for an `out` tensor not 16-byte aligned or requiring grad) as torch
+    operations. `out`: as for
     mxfp8_quantize, the tuple of an earlier call, refreshed in place
     (addresses kept; device work only, so a CUDA graph may capture it once
     the kernel is loaded)."""
     b = FP8_BLOCK
     _check_call(weight, normal, transposed, out, b, "an fp8 weight block is 128 x 128",
                 lambda e, rows, cols: (torch.float32, [e, rows // b, cols // b]))
-    if weight.is_cuda and torch.cuda.get_device_capability(weight.device) in _MOK_CHIPS:
+    if (weight.is_cuda and torch.cuda.get_device_capability(weight.device) in _MOK_CHIPS
+            and _kernel_takes(out, (normal, normal, transposed, transposed))):
         return _fp8_quantize_compiled(weight, normal, transposed, out)
     return _fp8_quantize_torch(weight, normal, transposed, out)
+
+
+def _kernel_takes(out, asked):
+    """Whether the compiled quantizer can write into `out` (checked by
+    _check_out), the layouts `asked` of its four: each tensor 16-byte
+    aligned (the kernel's outputs start on a 16-byte boundary) and not
+    requiring grad; otherwise fp8_quantize takes the torch path, which
+    writes anywhere."""
+    return out is None or all(
+        t.data_ptr() % 16 == 0 and not t.requires_grad for t, a in zip(out, asked) if a)
 
 
 def _fp8_quantize_torch(weight, normal, transposed, out):

@@ -343,6 +343,20 @@ def test_fp8_quantizer_ir_is_fp8_quantize():
         assert "cvt.rn.satfinite.e4m3x2.f32" in art.ptx
 
 
+def test_fp8_quantizer_ir_errors_are_named():
+    with pytest.raises(ValueError, match=r"shape: expected \[E, rows, cols\], three positive "
+                                         r"ints, got \(128, 256\)"):
+        mok.ops.fp8_quantizer_ir((128, 256))
+    with pytest.raises(ValueError, match="shape: cols = 200 is not a multiple of 128"):
+        mok.ops.fp8_quantizer_ir((2, 128, 200))
+    with pytest.raises(ValueError, match="normal, transposed: both False"):
+        mok.ops.fp8_quantizer_ir((2, 128, 256), False, False)
+    with pytest.raises(TypeError, match="transposed: expected True or False, got 1"):
+        mok.ops.fp8_quantizer_ir((2, 128, 256), True, 1)
+    with pytest.raises(ValueError, match="function: expected a function name"):
+        mok.ops.fp8_quantizer_ir((2, 128, 256), function="no name")
+
+
 def test_mxfp8_quantize_errors_are_named():
     w = torch.zeros(2, 64, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"weight: expected a bf16 tensor \[E, rows, cols\], "

@@ -135,7 +135,8 @@ void lowerKernel(gpu::GPUFuncOp func, std::optional<mk::Engine> engine) {
     b.setInsertionPoint(op);
     // A weight quantized in both layouts by two ops in a row: one pass.
     if (auto q = dyn_cast<mk::QuantizeWeightsOp>(op);
-        q && index + 1 < ops.size() && isTransposedTwin(q, ops[index + 1])) {
+        q && index + 1 < ops.size() && ops[index + 1] == op->getNextNode() &&
+        isTransposedTwin(q, ops[index + 1])) {
       auto twin = cast<mk::QuantizeWeightsOp>(ops[index + 1]);
       lowerQuantizeWeightsPair(grid, q, twin);
       twin->erase();

@@ -35,8 +35,13 @@ LogicalResult mok::moe_to_mk::checkQuantizer(func::FuncOp func) {
                       << func.getNumArguments();
   bool seen[2] = {false, false}; // without and with transpose
   for (Operation &op : func.getBody().front()) {
-    if (isa<func::ReturnOp>(op))
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      for (Value v : ret.getOperands())
+        if (!v.getDefiningOp<QuantizeOp>())
+          return fail(ret) << "a function of moe.quantize ops returns their "
+                              "results only, not its argument or other values";
       continue;
+    }
     auto q = dyn_cast<QuantizeOp>(op);
     if (!q)
       return fail(&op) << "moe.quantize compiles in a function of "
@@ -50,6 +55,10 @@ LogicalResult mok::moe_to_mk::checkQuantizer(func::FuncOp func) {
       return fail(q) << "moe.quantize takes bf16 weights [E, N, K] of static "
                         "sizes, got "
                      << type;
+    for (Value result : q.getResults())
+      if (!cast<ShapedType>(result.getType()).hasStaticShape())
+        return fail(q) << "moe.quantize's results have static sizes, got "
+                       << result.getType();
     Type scale = cast<ShapedType>(q.getScales().getType()).getElementType();
     if (q.getBlock() != ArrayRef<int64_t>{128, 128} || !scale.isF32())
       return fail(q) << "moe.quantize takes 128 x 128 blocks with f32 scales "
@@ -115,7 +124,15 @@ LogicalResult mok::moe_to_mk::planQuantizer(ModuleOp module, func::FuncOp func,
   llvm::StringMap<Value> buf;
   for (auto [i, p] : llvm::enumerate(params))
     buf[p.name] = kernel.getArgument(i);
-  for (auto q : func.getBody().front().getOps<QuantizeOp>()) {
+  // The normal layout first, whatever the function's order: convert-mk-to-
+  // gpu quantizes a weight's two layouts in one pass when the transposed
+  // one follows the normal one.
+  SmallVector<QuantizeOp, 2> quantizes(
+      func.getBody().front().getOps<QuantizeOp>());
+  llvm::stable_sort(quantizes, [](QuantizeOp a, QuantizeOp b) {
+    return !a.getTranspose() && b.getTranspose();
+  });
+  for (QuantizeOp q : quantizes) {
     StringRef t = q.getTranspose() ? "_t" : "";
     mk::QuantizeWeightsOp::create(b, q.getLoc(), buf["weight"],
                                   buf[("values" + t).str()],

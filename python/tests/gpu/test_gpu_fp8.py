@@ -665,3 +665,34 @@ def test_fp8_quantize_kernel_is_the_torch_quantizer_bit_for_bit():
     assert v is None and s is None
     assert torch.equal(vt.cpu().view(torch.uint8), want[2].view(torch.uint8))
     assert torch.equal(st.cpu().view(torch.int32), want[3].view(torch.int32))
+
+
+def test_fp8_quantize_kernel_takes_unaligned_weights_and_outs():
+    """The compiled quantizer on a weight that does not start on a 16-byte
+    boundary (a view into a flat buffer, as trainers keep parameters): its
+    scalar form, bitwise the torch quantizer's; an `out` tensor that is not
+    16-byte aligned goes to the torch path (the kernel's outputs are), with
+    the same bytes."""
+    import torch
+    import mok.ops
+    gen = torch.Generator().manual_seed(fresh_seed())
+    shape = (2, 256, 384)
+    n = shape[0] * shape[1] * shape[2]
+    flat = torch.empty(n + 8, dtype=torch.bfloat16, device="cuda")
+    w = flat[1:1 + n].view(shape)                # 2 bytes past a 16-byte boundary
+    w.copy_((torch.randn(shape, generator=gen) * 300).to(torch.bfloat16))
+    w[1, 7, 9] = float("inf")
+    want = mok.ops.fp8_quantize(w.cpu(), True, True)
+    got = mok.ops.fp8_quantize(w, True, True)
+    torch.cuda.synchronize()
+    for a, b in zip(got, want):
+        assert torch.equal(a.cpu().reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+    before = len(mok.ops._QUANTIZERS)
+    raw = torch.empty(shape[0] * shape[1] * shape[2] + 16, dtype=torch.uint8, device="cuda")
+    values = raw[1:1 + n].view(torch.float8_e4m3fn).view(shape)
+    out = (values, torch.empty_like(got[1]), torch.empty_like(got[2]), torch.empty_like(got[3]))
+    mok.ops.fp8_quantize(w, True, True, out=out)
+    torch.cuda.synchronize()
+    assert len(mok.ops._QUANTIZERS) == before
+    for a, b in zip(out, want):
+        assert torch.equal(a.cpu().reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))

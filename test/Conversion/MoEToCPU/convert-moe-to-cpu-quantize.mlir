@@ -45,6 +45,31 @@ func.func @fine(%x: tensor<?x256xbf16>) -> (tensor<?x256xf8E4M3FN>, tensor<?x2xf
   return %q, %s : tensor<?x256xf8E4M3FN>, tensor<?x2xf32>
 }
 
+// transpose: the data quantized is the input with its last two dimensions
+// swapped; the results' dynamic sizes come from the input's swapped ones
+// (values [d0, 64, d1], scales [d0, 2, d1 / 1]) and the loads read
+// input[e, j, i] for element (i, j) of the swapped data.
+// CHECK-LABEL: func.func @transposed(
+// CHECK: %[[D0:.*]] = memref.dim %arg0, %c0{{[_0-9]*}} : memref<?x?x64xbf16>
+// CHECK: %[[D1:.*]] = memref.dim %arg0, %c1{{[_0-9]*}} : memref<?x?x64xbf16>
+// CHECK: %[[N:.*]] = arith.divsi %[[D1]], %c1{{[_0-9]*}} : index
+// CHECK: memref.alloc(%[[D0]], %[[N]]) : memref<?x64x?xf8E4M3FN>
+// CHECK: %[[S0:.*]] = memref.dim %arg0, %c0{{[_0-9]*}} : memref<?x?x64xbf16>
+// CHECK: %[[S1:.*]] = memref.dim %arg0, %c1{{[_0-9]*}} : memref<?x?x64xbf16>
+// CHECK: %[[SN:.*]] = arith.divsi %[[S1]], %c1{{[_0-9]*}} : index
+// CHECK: memref.alloc(%[[S0]], %[[SN]]) : memref<?x2x?xf8E8M0FNU>
+// CHECK: scf.for %[[E:[^ ]*]] =
+// CHECK: scf.for %[[B1:[^ ]*]] =
+// CHECK: scf.for %[[B2:[^ ]*]] =
+// CHECK: %[[ROW:.*]] = arith.addi %{{.*}}, %{{.*}} : index
+// CHECK: %[[COL:.*]] = arith.addi %{{.*}}, %{{.*}} : index
+// CHECK: memref.load %arg0[%[[E]], %[[COL]], %[[ROW]]]
+func.func @transposed(%x: tensor<?x?x64xbf16>) -> (tensor<?x64x?xf8E4M3FN>, tensor<?x2x?xf8E8M0FNU>) {
+  %q, %s = moe.quantize %x {block = array<i64: 32, 1>, transpose}
+      : tensor<?x?x64xbf16> -> tensor<?x64x?xf8E4M3FN>, tensor<?x2x?xf8E8M0FNU>
+  return %q, %s : tensor<?x64x?xf8E4M3FN>, tensor<?x2x?xf8E8M0FNU>
+}
+
 // Dequantize: decode E4M3 and E8M0 (0xFF: NaN), multiply in f32, round to bf16.
 // CHECK-LABEL: func.func @dequant(
 // CHECK: arith.bitcast %{{.*}} : f8E8M0FNU to i8

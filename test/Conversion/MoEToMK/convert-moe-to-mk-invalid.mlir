@@ -99,6 +99,22 @@ func.func @twice(%w: tensor<2x128x128xbf16>) -> (tensor<2x128x128xf8E4M3FN>, ten
 
 // -----
 
+func.func @returns_its_weight(%w: tensor<2x128x128xbf16>) -> (tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>, tensor<2x128x128xbf16>) {
+  %q, %s = moe.quantize %w {block = array<i64: 128, 128>} : tensor<2x128x128xbf16> -> tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>
+  // expected-error @+1 {{convert-moe-to-mk: on the GPU targets a function of moe.quantize ops returns their results only, not its argument or other values}}
+  return %q, %s, %w : tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>, tensor<2x128x128xbf16>
+}
+
+// -----
+
+func.func @dynamic_values(%w: tensor<2x128x128xbf16>) -> (tensor<?x128x128xf8E4M3FN>, tensor<2x1x1xf32>) {
+  // expected-error @+1 {{convert-moe-to-mk: on the GPU targets moe.quantize's results have static sizes, got 'tensor<?x128x128xf8E4M3FN>'}}
+  %q, %s = moe.quantize %w {block = array<i64: 128, 128>} : tensor<2x128x128xbf16> -> tensor<?x128x128xf8E4M3FN>, tensor<2x1x1xf32>
+  return %q, %s : tensor<?x128x128xf8E4M3FN>, tensor<2x1x1xf32>
+}
+
+// -----
+
 // expected-error @+1 {{convert-moe-to-mk: on the GPU targets a function of moe.quantize ops takes one argument, the bf16 weight they quantize; @two takes 2}}
 func.func @two(%w: tensor<2x128x128xbf16>, %v: tensor<2x128x128xbf16>) -> (tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>) {
   %q, %s = moe.quantize %w {block = array<i64: 128, 128>} : tensor<2x128x128xbf16> -> tensor<2x128x128xf8E4M3FN>, tensor<2x1x1xf32>

@@ -39,3 +39,19 @@ func.func @normal(%w: tensor<1x128x256xbf16>) -> (tensor<1x128x256xf8E4M3FN>, te
       : tensor<1x128x256xbf16> -> tensor<1x128x256xf8E4M3FN>, tensor<1x1x2xf32>
   return %q, %s : tensor<1x128x256xf8E4M3FN>, tensor<1x1x2xf32>
 }
+
+// The transposed layout first in the function: the kernel still quantizes
+// the normal one first, so that convert-mk-to-gpu does both in one pass.
+// CHECK-LABEL: gpu.module @transposed_first_kernels
+// CHECK: gpu.func @transposed_first_quantize(%[[W:[^:]*]]: memref<1x128x256xbf16>, %[[QT:[^:]*]]: memref<1x256x128xf8E4M3FN>, %[[ST:[^:]*]]: memref<1x2x1xf32>, %[[Q:[^:]*]]: memref<1x128x256xf8E4M3FN>, %[[S:[^:]*]]: memref<1x1x2xf32>,
+// CHECK: mk.quantize_weights %[[W]] into %[[Q]], %[[S]] :
+// CHECK-NEXT: mk.quantize_weights %[[W]] into %[[QT]], %[[ST]] transposed :
+func.func @transposed_first(%w: tensor<1x128x256xbf16>)
+    -> (tensor<1x256x128xf8E4M3FN>, tensor<1x2x1xf32>, tensor<1x128x256xf8E4M3FN>, tensor<1x1x2xf32>) {
+  %qt, %st = moe.quantize %w {block = array<i64: 128, 128>, transpose}
+      : tensor<1x128x256xbf16> -> tensor<1x256x128xf8E4M3FN>, tensor<1x2x1xf32>
+  %q, %s = moe.quantize %w {block = array<i64: 128, 128>}
+      : tensor<1x128x256xbf16> -> tensor<1x128x256xf8E4M3FN>, tensor<1x1x2xf32>
+  return %qt, %st, %q, %s
+      : tensor<1x256x128xf8E4M3FN>, tensor<1x2x1xf32>, tensor<1x128x256xf8E4M3FN>, tensor<1x1x2xf32>
+}
