@@ -37,11 +37,21 @@ if _error_checks[0] not in ERROR_CHECKS:
                      f"got {_error_checks[0]!r}")
 
 
+# The mok targets by CUDA compute capability.
+_CHIPS = {(9, 0): "sm_90a", (10, 0): "sm_100a"}
+
+
+def compiles_for(device):
+    """Whether mok compiles for CUDA `device` (sm_90a or sm_100a)."""
+    import torch
+    return torch.cuda.get_device_capability(device) in _CHIPS
+
+
 def chip_of(device):
     """The mok target of CUDA `device`: "sm_90a" or "sm_100a"."""
     import torch
     major, minor = torch.cuda.get_device_capability(device)
-    chip = {(9, 0): "sm_90a", (10, 0): "sm_100a"}.get((major, minor))
+    chip = _CHIPS.get((major, minor))
     if chip is None:
         raise ValueError(f"device: {device} is sm_{major}{minor}; mok's GPU kernels run on "
                          "sm_90a (Hopper) and sm_100a (Blackwell)")

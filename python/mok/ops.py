@@ -36,7 +36,7 @@ import threading
 import torch
 
 from ._compile import compile as _compile
-from ._gpu import chip_of
+from ._gpu import chip_of, compiles_for
 
 __all__ = ["fp8_kernel_weights", "fp8_quantize", "fp8_quantizer_ir", "mxfp8_dequantize",
            "mxfp8_quantize", "mxfp8_scale_atoms"]
@@ -236,8 +236,6 @@ def _quantize_blocks(w):
     return codes.view(torch.float8_e4m3fn).reshape(e, rows, cols), scales
 
 
-# The compute capabilities mok compiles for (sm_90a, sm_100a; chip_of).
-_MOK_CHIPS = ((9, 0), (10, 0))
 # The compiled quantizers, loaded: {(shape, normal, transposed, device): layer}.
 _QUANTIZERS = {}
 _QUANTIZERS_LOCK = threading.Lock()
@@ -327,7 +325,7 @@ def fp8_quantize(weight, normal=True, transposed=False, *, out=None):
     b = FP8_BLOCK
     _check_call(weight, normal, transposed, out, b, "an fp8 weight block is 128 x 128",
                 lambda e, rows, cols: (torch.float32, [e, rows // b, cols // b]))
-    if (weight.is_cuda and torch.cuda.get_device_capability(weight.device) in _MOK_CHIPS
+    if (weight.is_cuda and compiles_for(weight.device)
             and _kernel_takes(out, (normal, normal, transposed, transposed))):
         return _fp8_quantize_compiled(weight, normal, transposed, out)
     return _fp8_quantize_torch(weight, normal, transposed, out)

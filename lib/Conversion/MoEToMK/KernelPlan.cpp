@@ -170,10 +170,12 @@ DictionaryAttr mok::moe_to_mk::describeKernel(
       b.getNamedAttr("dynamic_shared_memory", b.getI64IntegerAttr(smem)),
       b.getNamedAttr("zero_before_first_launch",
                      b.getArrayAttr({b.getStringAttr("grid_barrier")})),
-      b.getNamedAttr("routed_capacity",
-                     b.getI64IntegerAttr(s.routedCapacity())),
       b.getNamedAttr("params", b.getArrayAttr(ps)),
   };
+  // A layer's routed rows (a quantizer kernel has no experts, no rows).
+  if (s.experts)
+    entries.push_back(b.getNamedAttr("routed_capacity",
+                                     b.getI64IntegerAttr(s.routedCapacity())));
   // Any T: the largest T a call may have.
   if (s.anyTokens) {
     entries.push_back(b.getNamedAttr("any_tokens", b.getBoolAttr(true)));

@@ -105,22 +105,20 @@ LogicalResult mok::moe_to_mk::planQuantizer(ModuleOp module, func::FuncOp func,
   params.push_back({"grid_barrier", "workspace",
                     MemRefType::get({2}, tb.getI32Type())});
 
+  // (No experts: no routed rows to describe.)
   Sizes s{};
-  s.padding = 1;
-  // A warp a block, 16 warps an SM: ptxas fits the lowering in 127
+  // A warp a block, 16 warps an SM: ptxas fits the lowering in 128
   // registers at 512 threads (at 1024 it spills). (The pass's block-size
   // is the layers'.)
   unsigned block = kQuantizerBlock;
-  DictionaryAttr described =
+  DictionaryAttr description =
       describeKernel(ctx, params, s, options.support.chip(), block, {}, {},
                      /*cluster=*/1);
-  NamedAttrList entries(described);
-  entries.erase("routed_capacity"); // (no routed rows)
   Operation *first = &func.getBody().front().front();
   OpBuilder b(ctx);
   gpu::GPUFuncOp kernel =
       createKernel(b, module, func, first, "_quantize", params, block,
-                   entries.getDictionary(ctx));
+                   description);
   llvm::StringMap<Value> buf;
   for (auto [i, p] : llvm::enumerate(params))
     buf[p.name] = kernel.getArgument(i);
