@@ -48,3 +48,7 @@ FORWARD_SHAPES = tuple(SHAPES)
 SHAPES["dsv3-routed"] = {k: v for k, v in SHAPES["dsv3-shard"].items()
                          if k != "shared_intermediate"}
 PEER_SHAPES = ("dsv3-routed", "qwen3-30b")
+# The same routed experts in FP8 (given weights, a producer warpgroup): the
+# FP8 GEMMs without the shared expert's bf16 ones beside them.
+SHAPES["dsv3-routed-fp8ws"] = dict(SHAPES["dsv3-routed"], precision="fp8",
+                                   fp8_quantized_weights=True, warp_specialize=True)
