@@ -681,7 +681,12 @@ class MoELayer(torch.nn.Module):
     or for `spec.tokens` tokens (and T = 0, which calls no kernel). torch.compile traces the module without graph breaks (the
     module docstring). `artifact`: a
     ``mok.GpuTrainingArtifact`` compiled beforehand for `spec` (e.g. on a
-    machine with the compiler) instead of compiling here.
+    machine with the compiler) instead of compiling here. Compiling here,
+    an ``"fp8"`` spec on sm_90a gets its fastest form: the training layer
+    with ``fp8_quantized_weights=True`` (the module quantizes its routed
+    weights, both layouts, and refreshes them after each optimizer step)
+    and ``warp_specialize=True``; its no_grad forwards run the training
+    forward.
 
     `share_layer` (GPU targets): modules whose kernels are the same (one
     spec, one compile) on one device share one loaded layer, so its
@@ -775,9 +780,18 @@ class MoELayer(torch.nn.Module):
                                   cache_dir=cache_dir)
         else:
             if artifact is None:
+                # "fp8" on sm_90a: its fastest form, the routed weights
+                # quantized by the module (both layouts, refreshed after
+                # each optimizer step by mok's compiled quantizer) and the
+                # E4M3 GEMMs with a producer warpgroup; its no_grad
+                # forwards run the training forward.
+                fast_fp8 = spec.precision == "fp8" and target == "sm_90a" and not recompute
+                extra = (dict(fp8_quantized_weights=True, warp_specialize=True) if fast_fp8
+                         else {})
                 artifact = _compile(spec, target=target, training=True, recompute=recompute,
-                                    cache_dir=cache_dir, main_grads=bool(fuse_main_grad))
-                if not recompute:  # the inference kernel (tensor cores) for no_grad
+                                    cache_dir=cache_dir, main_grads=bool(fuse_main_grad),
+                                    **extra)
+                if not recompute and not fast_fp8:  # the inference kernel for no_grad
                     infer = _load(_compile(spec, target=target, cache_dir=cache_dir),
                                   device, share_layer, comm)
             elif not isinstance(artifact, GpuTrainingArtifact):

@@ -696,3 +696,44 @@ def test_fp8_quantize_kernel_takes_unaligned_weights_and_outs():
     assert len(mok.ops._QUANTIZERS) == before
     for a, b in zip(out, want):
         assert torch.equal(a.cpu().reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+def test_fp8_torch_module_compiles_its_fastest_form():
+    """mok.torch.MoELayer of an "fp8" spec on sm_90a, compiling its own
+    kernels: the training layer with fp8_quantized_weights and
+    warp_specialize (the fastest form), the module quantizing its weights
+    (Fp8WeightsTrainingLayer): the same outputs and gradients, bit for bit,
+    as the module given train_fp8_given_ws's artifact (those options), over
+    two SGD steps."""
+    import torch
+    import mok.torch
+    from mok._gpu_train import Fp8WeightsTrainingLayer
+    from bench.cases import spec_kwargs
+    name = "train_fp8_given_ws"
+    c = FP8_TRAIN_CASES[name]
+    spec = mok.LayerSpec(**spec_kwargs(c))
+    own = mok.torch.MoELayer(spec, target="sm_90a")
+    assert isinstance(own.layer, Fp8WeightsTrainingLayer)
+    given = mok.torch.MoELayer(spec, target="sm_90a", artifact=training_artifact(name))
+    gen = torch.Generator().manual_seed(fresh_seed())
+    a = torch_reference.make_inputs(c, gen)
+    with torch.no_grad():
+        for n, p in own.named_parameters():
+            p.copy_(a[n])
+            getattr(given, n).copy_(a[n])
+    d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
+    steps = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (own, given)]
+    for step in range(2):
+        outs, grads = [], []
+        for m in (own, given):
+            m.zero_grad()
+            out = m(a["x"], a["top_experts"], a["router_weights"])
+            out.backward(d_out)
+            outs.append(out)
+            grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
+        torch.cuda.synchronize()
+        assert torch.equal(outs[0], outs[1]), f"step {step}: the outputs differ"
+        for n in grads[1]:
+            assert torch.equal(grads[0][n], grads[1][n]), f"step {step}: d_{n} differs"
+        for opt in steps:
+            opt.step()
