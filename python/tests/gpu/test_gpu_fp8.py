@@ -583,6 +583,36 @@ def test_fp8_torch_module_trains_with_the_fp8_kernels():
         assert err <= REL, f"d_{n}: {err:.3e} from the FP8 definition"
 
 
+def _train_alike(c, first, second):
+    """Two mok.torch modules of case `c` given the same fresh parameters
+    and inputs, trained two SGD steps on the same d_out: their outputs and
+    every gradient equal bit for bit at each step. Returns the inputs."""
+    import torch
+    gen = torch.Generator().manual_seed(fresh_seed())
+    a = torch_reference.make_inputs(c, gen)
+    with torch.no_grad():
+        for n, p in first.named_parameters():
+            p.copy_(a[n])
+            getattr(second, n).copy_(a[n])
+    d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
+    steps = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (first, second)]
+    for step in range(2):
+        outs, grads = [], []
+        for m in (first, second):
+            m.zero_grad()
+            out = m(a["x"], a["top_experts"], a["router_weights"])
+            out.backward(d_out)
+            outs.append(out)
+            grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
+        torch.cuda.synchronize()
+        assert torch.equal(outs[0], outs[1]), f"step {step}: the outputs differ"
+        for n in grads[1]:
+            assert torch.equal(grads[0][n], grads[1][n]), f"step {step}: d_{n} differs"
+        for opt in steps:
+            opt.step()
+    return a
+
+
 def test_fp8_torch_module_with_quantized_weight_inputs_refreshes_them():
     """mok.torch.MoELayer on a training layer compiled with
     fp8_quantized_weights: the module's bf16 parameters, quantized by the
@@ -598,28 +628,7 @@ def test_fp8_torch_module_with_quantized_weight_inputs_refreshes_them():
     given = mok.torch.MoELayer(spec, target="sm_90a", artifact=training_artifact(name))
     itself = mok.torch.MoELayer(spec, target="sm_90a",
                                 artifact=training_artifact(name[:-len("_given")]))
-    gen = torch.Generator().manual_seed(fresh_seed())
-    a = torch_reference.make_inputs(c, gen)
-    with torch.no_grad():
-        for n, p in given.named_parameters():
-            p.copy_(a[n])
-            getattr(itself, n).copy_(a[n])
-    d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
-    steps = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (given, itself)]
-    for step in range(2):
-        outs, grads = [], []
-        for m in (given, itself):
-            m.zero_grad()
-            out = m(a["x"], a["top_experts"], a["router_weights"])
-            out.backward(d_out)
-            outs.append(out)
-            grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
-        torch.cuda.synchronize()
-        assert torch.equal(outs[0], outs[1]), f"step {step}: the outputs differ"
-        for n in grads[1]:
-            assert torch.equal(grads[0][n], grads[1][n]), f"step {step}: d_{n} differs"
-        for opt in steps:
-            opt.step()
+    a = _train_alike(c, given, itself)
     assert not torch.equal(given.gate_weights, torch.as_tensor(a["gate_weights"]))
 
 
@@ -715,25 +724,4 @@ def test_fp8_torch_module_compiles_its_fastest_form():
     own = mok.torch.MoELayer(spec, target="sm_90a")
     assert isinstance(own.layer, Fp8WeightsTrainingLayer)
     given = mok.torch.MoELayer(spec, target="sm_90a", artifact=training_artifact(name))
-    gen = torch.Generator().manual_seed(fresh_seed())
-    a = torch_reference.make_inputs(c, gen)
-    with torch.no_grad():
-        for n, p in own.named_parameters():
-            p.copy_(a[n])
-            getattr(given, n).copy_(a[n])
-    d_out = torch.randn(c["tokens"], c["hidden"], generator=gen).to(torch.bfloat16).cuda()
-    steps = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (own, given)]
-    for step in range(2):
-        outs, grads = [], []
-        for m in (own, given):
-            m.zero_grad()
-            out = m(a["x"], a["top_experts"], a["router_weights"])
-            out.backward(d_out)
-            outs.append(out)
-            grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
-        torch.cuda.synchronize()
-        assert torch.equal(outs[0], outs[1]), f"step {step}: the outputs differ"
-        for n in grads[1]:
-            assert torch.equal(grads[0][n], grads[1][n]), f"step {step}: d_{n} differs"
-        for opt in steps:
-            opt.step()
+    _train_alike(c, own, given)
