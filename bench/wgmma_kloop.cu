@@ -95,6 +95,14 @@ __device__ __forceinline__ void mbarInit(uint32_t bar, int count) {
 __device__ __forceinline__ void mbarArrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// Whether the barrier's phase of `parity` has completed, without waiting.
+__device__ __forceinline__ bool mbarTest(uint32_t bar, int parity) {
+  uint32_t done;
+  asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n"
+               "selp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done != 0;
+}
 __device__ __forceinline__ void mbarWait(uint32_t bar, int parity) {
   asm volatile("{\n.reg .pred done;\nWAIT:\n"
                "mbarrier.try_wait.parity.shared.b64 done, [%0], %1, 10000000;\n"
@@ -142,7 +150,10 @@ struct Form {
 // with a producer, its first thread completes each stage's full barrier
 // once the consumers' 4 warps each released it on its empty barrier.
 // Kind: 0 bf16 m64n256k16, 1 E4M3 m64n128k32, 2 E4M3 m64n256k32.
-template <int Kind, int Consumers, bool Wait0, bool Promote, bool Producer>
+// Early: with a producer, the next stage's full barrier is tested before
+// the promotion (its latency under the FMAs), and waited for only if it
+// was not complete then.
+template <int Kind, int Consumers, bool Wait0, bool Promote, bool Producer, bool Early = false>
 __global__ void __launch_bounds__(128 * (Consumers + Producer), 1)
 kloop(int kTiles, float scale, float *sink, int random, long long *cycles) {
   constexpr bool Fp8 = Kind != 0;
@@ -191,9 +202,10 @@ kloop(int kTiles, float scale, float *sink, int random, long long *cycles) {
   // The A box: 8 KiB a warpgroup (64 rows x 128 bytes); B after all of A.
   constexpr int kBOffset = 16 * 1024 * ((Consumers + 1) / 2);
   float sc = scale;
+  bool ready = false;
   for (int kt = 0; kt < kTiles; ++kt) {
     int s = kt % kStages;
-    if (Producer)
+    if (Producer && !(Early && ready))
       mbarWait(fullBar + 8 * s, (kt / kStages) & 1);
     uint32_t a = base + s * kStageBytes + wg * 8192, b = base + s * kStageBytes + kBOffset;
     uint64_t da = desc(a), db = desc(b);
@@ -213,6 +225,8 @@ kloop(int kTiles, float scale, float *sink, int random, long long *cycles) {
       waitGroup<1>();
     if (Producer && tid % 32 == 0)
       mbarArrive(emptyBar + 8 * s);
+    if (Producer && Early)
+      ready = mbarTest(fullBar + 8 * ((kt + 1) % kStages), ((kt + 1) / kStages) & 1);
     if (Promote) {
       for (int i = 0; i < kFrag; ++i)
         acc[i] = fmaf(part[i], sc, acc[i]);
@@ -373,11 +387,11 @@ void runPipelined(const char *name, const Ctx &c) {
          c.kTiles / 4 * 4, Consumers * 4 * 2.0 * 64 * 128 * 32, true, c.sink, c.random, c.cycles);
 }
 
-template <int Kind, int Consumers, bool Wait0, bool Promote, bool Producer>
+template <int Kind, int Consumers, bool Wait0, bool Promote, bool Producer, bool Early = false>
 void run(const char *name, const Ctx &c) {
   // A k-tile: each consumer warpgroup's four MMAs of 64 x N x K.
   double n = Kind == 0 ? 256 : Kind == 1 ? 128 : 256, k = Kind == 0 ? 16 : 32;
-  timeIt(name, kloop<Kind, Consumers, Wait0, Promote, Producer>, 128 * (Consumers + Producer),
+  timeIt(name, kloop<Kind, Consumers, Wait0, Promote, Producer, Early>, 128 * (Consumers + Producer),
          c.sms, c.kTiles / 4 * 4, Consumers * 4 * 2.0 * 64 * n * k, Kind != 0, c.sink, c.random,
          c.cycles);
 }
@@ -411,6 +425,7 @@ int main(int argc, char **argv) {
     run<1, 2, true, false, false>("fp8 2 wg, wait_group 0", c);
     run<1, 2, true, true, false>("fp8 2 wg, wait_group 0, promotion", c);
     run<1, 2, true, true, true>("fp8 2 wg, wait_group 0, promotion, producer", c);
+    run<1, 2, true, true, true, true>("fp8 2 wg, wait_group 0, promotion, producer, early test", c);
     run<1, 2, false, false, true>("fp8 2 wg, wait_group 1, producer", c);
     runPipelined<2, false>("fp8 2 wg, two partial sets, promotion", c);
     runPipelined<2, true>("fp8 2 wg, two partial sets, promotion, producer", c);
