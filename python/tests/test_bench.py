@@ -1001,3 +1001,51 @@ def test_fp8_training_runs_on_the_cpu_target_and_names_its_target():
     assert set(result["max_rel_diff"]) == {"mxfp8", "fp8"}
     with pytest.raises(SystemExit):
         fp8_training.main(["--target", "sm_100a"])
+
+
+def test_gemm_ceiling_refuses_sizes_the_block_scales_do_not_divide(monkeypatch, capsys):
+    ceiling = bench_module(monkeypatch, "gemm_ceiling")
+    monkeypatch.setattr(sys, "argv", ["gemm_ceiling", "--n", "1000"])
+    with pytest.raises(SystemExit):
+        ceiling.main()
+    assert "--n: expected a multiple of 128 (the block scales), got 1000" in capsys.readouterr().err
+
+
+def test_gemm_ceiling_takes_the_median_sample(monkeypatch):
+    ceiling = bench_module(monkeypatch, "gemm_ceiling")
+
+    class Smi:
+        def __init__(self, *a, **k):
+            pass
+
+        def terminate(self):
+            pass
+
+        def communicate(self):
+            return ("1290, 696.1\n1440, 650.0\n1200, 699.9\n", None)
+
+    class Event:
+        t = 0.0
+
+        def __init__(self, **k):
+            pass
+
+        def record(self):
+            Event.t += 1.0
+            self.at = Event.t
+
+        def elapsed_time(self, other):
+            return 100.0
+
+    cuda = types.SimpleNamespace(synchronize=lambda: None, Event=Event)
+    monkeypatch.setattr(ceiling, "torch", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setattr(ceiling.subprocess, "Popen", Smi)
+    clock = iter(range(0, 10 ** 6))
+    monkeypatch.setattr(ceiling.time, "time", lambda: next(clock) * 0.5)
+    calls = []
+    ms, mhz, watts = ceiling.sustained(lambda: calls.append(1), 1.0)
+    assert (mhz, watts) == (1290.0, 696.1)
+    # The clock reads 0.5 s apart: one call and one round of 5 to warm up,
+    # one round of 5 timed (100 ms between the events).
+    assert len(calls) == 11
+    assert ms == pytest.approx(100.0 / 5)
