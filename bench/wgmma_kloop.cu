@@ -250,7 +250,11 @@ kloop(int kTiles, float scale, float *sink, int random, long long *cycles) {
 // Sync: without a producer, the consumers meet at a named barrier after
 // each k-tile's wait (mok's refill point: thread 0 reloads the stage of
 // the k-tile before; here nothing is loaded).
-template <int Consumers, bool Producer, bool Sync = false>
+// Early: with a producer, each promotion first tests the full barrier of
+// the k-tile issued next after it (kt + 2), which then waits only if that
+// test failed. (At 232 registers ptxas keeps one value of that form in
+// local memory: a load a run of four k-tiles.)
+template <int Consumers, bool Producer, bool Sync = false, bool Early = false>
 __global__ void __launch_bounds__(128 * (Consumers + Producer), 1)
 kloopPipelined(int kTiles, float scale, float *sink, int random, long long *cycles) {
   extern __shared__ __align__(1024) uint8_t smemRaw[];
@@ -289,9 +293,10 @@ kloopPipelined(int kTiles, float scale, float *sink, int random, long long *cycl
   for (int i = 0; i < 64; ++i)
     p0[i] = p1[i] = acc[i] = 0.f;
   float sc = scale;
-  auto issue = [&](float *part, int kt) {
+  // `ready`: an earlier promotion found k-tile kt's full barrier complete.
+  auto issue = [&](float *part, int kt, bool ready) {
     int s = kt % kStages;
-    if (Producer)
+    if (Producer && !(Early && ready))
       mbarWait(fullBar + 8 * s, (kt / kStages) & 1);
     uint64_t da = desc(base + s * kStageBytes + wg * 8192);
     uint64_t db = desc(base + s * kStageBytes + 16 * 1024);
@@ -300,28 +305,34 @@ kloopPipelined(int kTiles, float scale, float *sink, int random, long long *cycl
       mmaFp8(part, da + 2 * ks, db + 2 * ks, ks);
     commit();
   };
-  auto finish = [&](float *part, int kt) {
+  // Promotes k-tile kt's partial sums; with Early, returns whether k-tile
+  // `test`'s full barrier was complete before the FMAs.
+  auto finish = [&](float *part, int kt, int test) {
     if (Sync)
       asm volatile("bar.sync 1, %0;\n" ::"n"(128 * Consumers) : "memory");
     if (Producer && tid % 32 == 0)
       mbarArrive(emptyBar + 8 * (kt % kStages));
+    bool ready = Producer && Early &&
+                 mbarTest(fullBar + 8 * (test % kStages), (test / kStages) & 1);
     for (int i = 0; i < 64; ++i)
       acc[i] = fmaf(part[i], sc, acc[i]);
     sc = sc * 1.0000001f;
+    return ready;
   };
+  bool r0 = false, r1 = false;
   for (int kt = 0; kt + 4 <= kTiles; kt += 4) {
-    issue(p0, kt);
-    issue(p1, kt + 1);
+    issue(p0, kt, r0);
+    issue(p1, kt + 1, r1);
     waitGroup<1>();
-    finish(p0, kt);
-    issue(p0, kt + 2);
+    bool r2 = finish(p0, kt, kt + 2);
+    issue(p0, kt + 2, r2);
     waitGroup<1>();
-    finish(p1, kt + 1);
-    issue(p1, kt + 3);
+    bool r3 = finish(p1, kt + 1, kt + 3);
+    issue(p1, kt + 3, r3);
     waitGroup<1>();
-    finish(p0, kt + 2);
+    r0 = finish(p0, kt + 2, kt + 4);
     waitGroup<0>();
-    finish(p1, kt + 3);
+    r1 = finish(p1, kt + 3, kt + 5);
   }
   float sum = 0.f;
   for (int i = 0; i < 64; ++i)
@@ -380,10 +391,10 @@ struct Ctx {
   long long *cycles;
 };
 
-template <int Consumers, bool Producer, bool Sync = false>
+template <int Consumers, bool Producer, bool Sync = false, bool Early = false>
 void runPipelined(const char *name, const Ctx &c) {
   // A k-tile: each consumer warpgroup's four E4M3 m64n128k32 MMAs.
-  timeIt(name, kloopPipelined<Consumers, Producer, Sync>, 128 * (Consumers + Producer), c.sms,
+  timeIt(name, kloopPipelined<Consumers, Producer, Sync, Early>, 128 * (Consumers + Producer), c.sms,
          c.kTiles / 4 * 4, Consumers * 4 * 2.0 * 64 * 128 * 32, true, c.sink, c.random, c.cycles);
 }
 
@@ -429,6 +440,7 @@ int main(int argc, char **argv) {
     run<1, 2, false, false, true>("fp8 2 wg, wait_group 1, producer", c);
     runPipelined<2, false>("fp8 2 wg, two partial sets, promotion", c);
     runPipelined<2, true>("fp8 2 wg, two partial sets, promotion, producer", c);
+    runPipelined<2, true, false, true>("fp8 2 wg, two partial sets, producer, early test", c);
     runPipelined<2, false, true>("fp8 2 wg, two partial sets, promotion, barrier", c);
     // The 128 x 256 FP8 tile, without promotion (registers).
     run<2, 2, false, false, false>("fp8 n256 2 wg, wait_group 1 (in place)", c);
