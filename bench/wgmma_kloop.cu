@@ -137,14 +137,58 @@ __device__ __forceinline__ uint32_t operandWord(uint32_t i, bool fp8, int random
   return w;
 }
 
-struct Form {
-  const char *name;
-  bool fp8;      // E4M3 m64n128k32 x 4 a k-tile (else bf16 m64n256k16 x 4)
-  int consumers; // warpgroups sharing each stage's B, 64 A rows each
-  bool wait0;    // wait_group 0 every k-tile (else 1)
-  bool promote;  // FP8: acc += partial * scale after each k-tile
-  bool producer; // a producer warpgroup; full/empty mbarriers a stage
+// The CTA's ring: the stages (1024-aligned in dynamic shared memory),
+// filled with the operands, and each stage's full (one arrival) and
+// empty (`releases` arrivals) barriers, initialized and fenced.
+struct Ring {
+  uint32_t base, fullBar, emptyBar;
 };
+__device__ Ring setUpRing(uint64_t *full, uint64_t *empty, int releases, bool fp8, int random) {
+  extern __shared__ __align__(1024) uint8_t smemRaw[];
+  uint8_t *smem = reinterpret_cast<uint8_t *>(
+      (reinterpret_cast<uintptr_t>(smemRaw) + kAlign - 1) & ~uintptr_t(kAlign - 1));
+  const int tid = threadIdx.x;
+  for (int i = tid; i < kStages * kStageBytes / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t *>(smem)[i] = operandWord(i + 7919u * blockIdx.x, fp8, random);
+  Ring ring{static_cast<uint32_t>(__cvta_generic_to_shared(smem)),
+            static_cast<uint32_t>(__cvta_generic_to_shared(full)),
+            static_cast<uint32_t>(__cvta_generic_to_shared(empty))};
+  if (tid == 0)
+    for (int s = 0; s < kStages; ++s) {
+      mbarInit(ring.fullBar + 8 * s, 1);
+      mbarInit(ring.emptyBar + 8 * s, releases);
+    }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncthreads();
+  return ring;
+}
+
+// With a producer the registers move to the consumers, as mok's warp
+// roles do: 40 for the producer, the rest (a multiple of 8, at most 232)
+// for them; the producer warpgroup's first thread then completes each
+// k-tile's full barrier once the consumers released its stage's previous
+// k-tile. Returns true in the producer warpgroup (done).
+template <int Consumers, bool Producer>
+__device__ __forceinline__ bool takeRole(int kTiles, const Ring &ring) {
+  if (!Producer)
+    return false;
+  constexpr int kConsumerRegs = ((65536 - 40 * 128) / (128 * Consumers)) / 8 * 8;
+  constexpr int kRegs = kConsumerRegs > 232 ? 232 : kConsumerRegs;
+  const int tid = threadIdx.x;
+  if (tid / 128 != Consumers) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+    return false;
+  }
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+  if (tid % 128 == 0)
+    for (int kt = 0; kt < kTiles; ++kt) {
+      int s = kt % kStages;
+      if (kt >= kStages)
+        mbarWait(ring.emptyBar + 8 * s, ((kt / kStages) - 1) & 1);
+      mbarArrive(ring.fullBar + 8 * s);
+    }
+  return true;
+}
 
 // One CTA: `consumers` warpgroups issue the k-tiles' MMAs over the ring;
 // with a producer, its first thread completes each stage's full barrier
@@ -157,43 +201,13 @@ template <int Kind, int Consumers, bool Wait0, bool Promote, bool Producer, bool
 __global__ void __launch_bounds__(128 * (Consumers + Producer), 1)
 kloop(int kTiles, float scale, float *sink, int random, long long *cycles) {
   constexpr bool Fp8 = Kind != 0;
-  extern __shared__ __align__(1024) uint8_t smemRaw[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
-  uint8_t *smem = reinterpret_cast<uint8_t *>(
-      (reinterpret_cast<uintptr_t>(smemRaw) + kAlign - 1) & ~uintptr_t(kAlign - 1));
+  const Ring ring = setUpRing(full, empty, 4 * Consumers, Fp8, random);
+  const uint32_t base = ring.base, fullBar = ring.fullBar, emptyBar = ring.emptyBar;
   const int tid = threadIdx.x, wg = tid / 128;
-  for (int i = tid; i < kStages * kStageBytes / 4; i += blockDim.x)
-    reinterpret_cast<uint32_t *>(smem)[i] = operandWord(i + 7919u * blockIdx.x, Fp8, random);
-  uint32_t fullBar = static_cast<uint32_t>(__cvta_generic_to_shared(full));
-  uint32_t emptyBar = static_cast<uint32_t>(__cvta_generic_to_shared(empty));
-  if (tid == 0)
-    for (int s = 0; s < kStages; ++s) {
-      mbarInit(fullBar + 8 * s, 1);
-      mbarInit(emptyBar + 8 * s, 4 * Consumers);
-    }
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  __syncthreads();
   const long long t0 = clock64();
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-
-  // With a producer the registers move to the consumers, as mok's warp
-  // roles do: 40 for the producer, the rest (a multiple of 8) for them.
-  constexpr int kConsumerRegs = ((65536 - 40 * 128) / (128 * Consumers)) / 8 * 8;
-  constexpr int kRegs = kConsumerRegs > 232 ? 232 : kConsumerRegs;
-  if (Producer && wg == Consumers)
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-  else if (Producer)
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-  if (Producer && wg == Consumers) {
-    if (tid % 128 == 0)
-      for (int kt = 0; kt < kTiles; ++kt) {
-        int s = kt % kStages;
-        if (kt >= kStages)
-          mbarWait(emptyBar + 8 * s, ((kt / kStages) - 1) & 1);
-        mbarArrive(fullBar + 8 * s);
-      }
+  if (takeRole<Consumers, Producer>(kTiles, ring))
     return;
-  }
 
   constexpr int kFrag = Kind == 1 ? 64 : 128;
   float part[kFrag], acc[kFrag];
@@ -257,38 +271,13 @@ kloop(int kTiles, float scale, float *sink, int random, long long *cycles) {
 template <int Consumers, bool Producer, bool Sync = false, bool Early = false>
 __global__ void __launch_bounds__(128 * (Consumers + Producer), 1)
 kloopPipelined(int kTiles, float scale, float *sink, int random, long long *cycles) {
-  extern __shared__ __align__(1024) uint8_t smemRaw[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
-  uint8_t *smem = reinterpret_cast<uint8_t *>(
-      (reinterpret_cast<uintptr_t>(smemRaw) + kAlign - 1) & ~uintptr_t(kAlign - 1));
+  const Ring ring = setUpRing(full, empty, 4 * Consumers, true, random);
+  const uint32_t base = ring.base, fullBar = ring.fullBar, emptyBar = ring.emptyBar;
   const int tid = threadIdx.x, wg = tid / 128;
-  for (int i = tid; i < kStages * kStageBytes / 4; i += blockDim.x)
-    reinterpret_cast<uint32_t *>(smem)[i] = operandWord(i + 7919u * blockIdx.x, true, random);
-  uint32_t fullBar = static_cast<uint32_t>(__cvta_generic_to_shared(full));
-  uint32_t emptyBar = static_cast<uint32_t>(__cvta_generic_to_shared(empty));
-  if (tid == 0)
-    for (int s = 0; s < kStages; ++s) {
-      mbarInit(fullBar + 8 * s, 1);
-      mbarInit(emptyBar + 8 * s, 4 * Consumers);
-    }
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  __syncthreads();
   const long long t0 = clock64();
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  if (Producer && wg == Consumers)
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-  else if (Producer)
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-  if (Producer && wg == Consumers) {
-    if (tid % 128 == 0)
-      for (int kt = 0; kt < kTiles; ++kt) {
-        int s = kt % kStages;
-        if (kt >= kStages)
-          mbarWait(emptyBar + 8 * s, ((kt / kStages) - 1) & 1);
-        mbarArrive(fullBar + 8 * s);
-      }
+  if (takeRole<Consumers, Producer>(kTiles, ring))
     return;
-  }
   float p0[64], p1[64], acc[64];
   for (int i = 0; i < 64; ++i)
     p0[i] = p1[i] = acc[i] = 0.f;
