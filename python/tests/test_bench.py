@@ -129,6 +129,29 @@ def test_phase_flops_add_up_to_the_step(power):
         assert total / 1e12 == pytest.approx(power.step_tflop(s))
         # The forward is a third of it, the backward two thirds.
         assert sum(phases["forward"].values()) * 3 == total
+        # The routed and shared parts add up to the whole, phase by phase.
+        routed, shared = (moe_training.phase_flops(s, p) for p in ("routed", "shared"))
+        for kernel in phases:
+            for k, f in phases[kernel].items():
+                assert routed[kernel][k] + shared[kernel][k] == f
+
+
+def test_phase_peak_cycles_count_fp8_routed_gemms_at_twice_the_rate(power):
+    from bench import moe_training
+    bf16, fp8 = power.SHAPES["dsv3-shard"], power.SHAPES["dsv3-shard-fp8ws"]
+    sms = 132
+    b, f = moe_training.phase_peak_cycles(bf16, sms), moe_training.phase_peak_cycles(fp8, sms)
+    # dsv3-shard's forward gate/up: routed 1.924 TFLOP, shared 0.241 TFLOP.
+    routed = 4 * 4096 * 8 * 2048 * 7168
+    shared = 4 * 4096 * 2048 * 7168
+    assert b["forward"]["gate/up + SwiGLU"] == pytest.approx((routed + shared) / 4096 / sms)
+    assert f["forward"]["gate/up + SwiGLU"] == pytest.approx(
+        (routed / 8192 + shared / 4096) / sms)
+    # Without a shared expert, FP8's phases need half bf16's cycles.
+    q, q8 = power.SHAPES["qwen3-30b"], power.SHAPES["qwen3-30b-fp8ws"]
+    for kernel, phases in moe_training.phase_peak_cycles(q, sms).items():
+        for k, c in phases.items():
+            assert moe_training.phase_peak_cycles(q8, sms)[kernel][k] == pytest.approx(c / 2)
 
 
 @pytest.fixture
@@ -1008,7 +1031,23 @@ def test_gemm_ceiling_refuses_sizes_the_block_scales_do_not_divide(monkeypatch, 
     monkeypatch.setattr(sys, "argv", ["gemm_ceiling", "--n", "1000"])
     with pytest.raises(SystemExit):
         ceiling.main()
-    assert "--n: expected a multiple of 128 (the block scales), got 1000" in capsys.readouterr().err
+    assert ("--n: expected a positive multiple of 128 (the block scales), got 1000"
+            in capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mnk", "1024", "4096", "7000"],
+     "--mnk: expected K a positive multiple of 128 (the block scales), got 7000"),
+    (["--mnk", "0", "4096", "7168"],
+     "--mnk: expected M a positive multiple of 128 (the block scales), got 0"),
+    (["--mnk", "1024", "4096", "7168", "--groups", "0"], "--groups: expected at least 1, got 0"),
+])
+def test_gemm_ceiling_refuses_bad_shapes_and_groups(monkeypatch, capsys, argv, message):
+    ceiling = bench_module(monkeypatch, "gemm_ceiling")
+    monkeypatch.setattr(sys, "argv", ["gemm_ceiling"] + argv)
+    with pytest.raises(SystemExit):
+        ceiling.main()
+    assert message in capsys.readouterr().err
 
 
 def test_gemm_ceiling_takes_the_median_sample(monkeypatch):
