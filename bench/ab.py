@@ -138,8 +138,8 @@ def training_ab(args):
 
     import mok
     from bench.moe_forward import time_ms
-    from bench.moe_training import (FLOAT_ARGS, SM90_FLOPS_PER_CLOCK, kernel_phases,
-                                    mok_step, phase_flops, torch_leaves, torch_step,
+    from bench.moe_training import (FLOAT_ARGS, kernel_phases,
+                                    mok_step, phase_peak_cycles, torch_leaves, torch_step,
                                     training_inputs)
     from bench.torch_reference import quantized_weight_args
     variants = args.variant_dirs
@@ -186,19 +186,19 @@ def training_ab(args):
             fwd, bwd = kernel_phases(prof, call, d_out, 10, cycles=records_cycles)
             if records_cycles:
                 # Each phase's ms, cycles and mean clock; for the GEMM
-                # phases also the tensor cores' share of those cycles that
-                # the phase's FLOPs need (work a clock).
+                # phases also the share of those cycles that the phase's
+                # FLOPs need at the tensor cores' full rate (E4M3's for
+                # FP8's routed GEMMs, bf16's for the rest).
                 sms = torch.cuda.get_device_properties(0).multi_processor_count
-                flops = phase_flops(SHAPES[shape])
+                peak = phase_peak_cycles(SHAPES[shape], sms)
                 for kernel, phases in (("forward", fwd), ("backward", bwd)):
                     def row(k, ms, c):
                         text = f"{k} {ms:.3f} {c / 1e6:.3f} {c / (ms * 1e3):.0f}"
-                        if k in flops[kernel] and c > 0:
-                            busy = flops[kernel][k] / (c * sms * SM90_FLOPS_PER_CLOCK)
-                            text += f" ({100 * busy:.0f} %)"
+                        if k in peak[kernel] and c > 0:
+                            text += f" ({100 * peak[kernel][k] / c:.0f} %)"
                         return text
-                    print(f"{shape}: {n} {kernel} phases (ms, Mcycles, MHz (tensor "
-                          f"cores busy)): " + ", ".join(
+                    print(f"{shape}: {n} {kernel} phases (ms, Mcycles, MHz (share of "
+                          f"the peak a cycle)): " + ", ".join(
                               row(k, ms, c) for k, (ms, c) in phases.items()
                               if not k.startswith("plan") and ms > 0))
                 fwd = {k: ms for k, (ms, _) in fwd.items()}

@@ -130,20 +130,38 @@ def kernel_phases(path, a, d_out, iters, cycles=False):
 
 
 # Dense bf16 FLOPs a clock of one sm_90 SM's tensor cores (989.4 TFLOP/s
-# = 132 SMs x 1.83 GHz x 4096 on the H100 SXM; the H200 has the same SMs).
+# = 132 SMs x 1.83 GHz x 4096 on the H100 SXM; the H200 has the same SMs);
+# E4M3's are twice that.
 SM90_FLOPS_PER_CLOCK = 4096
+SM90_FP8_FLOPS_PER_CLOCK = 2 * SM90_FLOPS_PER_CLOCK
 
 
-def phase_flops(s):
+def phase_flops(s, part=None):
     """The FLOPs of a training step's GEMM phases, by the profiling kernels'
     phase names (routed rows T k without their padding, and the shared
     expert's T rows): {"forward": {phase: FLOPs}, "backward": {...}}.
-    They add up to the step's 18 (T k + T_shared) H I."""
+    They add up to the step's 18 (T k + T_shared) H I. `part`: "routed"
+    or "shared" for that part's FLOPs alone."""
     routed = s["tokens"] * s["top_k"] * s["intermediate"]
     shared = s["tokens"] * s.get("shared_intermediate", 0)
-    ri = (routed + shared) * s["hidden"]  # sum of rows x I x H
+    rows_i = {None: routed + shared, "routed": routed, "shared": shared}[part]
+    ri = rows_i * s["hidden"]  # sum of rows x I x H
     return {"forward": {"gate/up + SwiGLU": 4 * ri, "down": 2 * ri},
             "backward": {"down dgrad + wgrad": 4 * ri, "gate/up dgrad + wgrads": 8 * ri}}
+
+
+def phase_peak_cycles(s, sms):
+    """The cycles each GEMM phase's FLOPs need at the tensor cores' full
+    rate on `sms` sm_90 SMs (phase_flops' keys): the routed experts' at
+    E4M3's rate for an "fp8" shape (its routed GEMMs run in E4M3 forward
+    and backward), bf16's otherwise; the shared expert's at bf16's."""
+    routed_rate = (SM90_FP8_FLOPS_PER_CLOCK if s.get("precision") == "fp8"
+                   else SM90_FLOPS_PER_CLOCK)
+    routed, shared = phase_flops(s, "routed"), phase_flops(s, "shared")
+    return {kernel: {k: (routed[kernel][k] / routed_rate
+                         + shared[kernel][k] / SM90_FLOPS_PER_CLOCK) / sms
+                     for k in routed[kernel]}
+            for kernel in routed}
 
 
 def split_times(layer, a, d_out, iters):
