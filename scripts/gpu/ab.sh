@@ -11,7 +11,9 @@
 # (--forward: the forward ones) on DIR's test layers (python3 -m
 # bench.compile tests DIR, from the variant's compiler). Carry every DIR
 # (the device's `carry`). AB_SHAPES="a b" times those shapes (default
-# dsv3-shard qwen3-30b).
+# dsv3-shard qwen3-30b). The -fp8w shapes compile mok's FP8 weight
+# quantizer at their first call: carry carry-tools/mok-compile-static.xz
+# (as for run_h200.sh) for them.
 #
 # The order is the one that keeps a broken variant cheap: build the
 # runtime extension; load every layer once in parallel (warm_jit.py: the
@@ -64,6 +66,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=cs
 bash scripts/gpu/build_ext.sh "$out/build-ext.log" || exit 1
 export PYTHONPATH=$root/build-gpu/python PYTHONUNBUFFERED=1
 export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
+source scripts/gpu/carried_compiler.sh
 say "built"
 
 warm=("${dirs[@]}")

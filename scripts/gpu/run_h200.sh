@@ -80,12 +80,7 @@ step "runtime: host tests"
 
 export PYTHONPATH=$root/build-gpu/python
 export MOK_GPU_ARTIFACTS=$root/gpu-artifacts
-tool=carry-tools/mok-compile-static
-if [[ -f $tool.xz || -f $tool ]]; then
-  export MOK_COMPILER=/tmp/mok-compile-static
-  if [[ -f $tool.xz ]]; then xz -dc "$tool.xz" > "$MOK_COMPILER"; else cp "$tool" "$MOK_COMPILER"; fi
-  chmod +x "$MOK_COMPILER"
-fi
+source scripts/gpu/carried_compiler.sh
 export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 commit=${MOK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
