@@ -204,6 +204,12 @@ private:
   /// mmaBarriers[index]: it arrives once the MMAs this thread issued so far
   /// have completed.
   void commit(Value index);
+  /// In thread 0's k-loop, after k-tile `kt` (global k-tile `g`) is
+  /// committed: refills the previous k-tile's stage (its MMAs were queued
+  /// one k-tile earlier) with k-tile kt - 1 + kStages, when the task has
+  /// one. Nothing when the task's `kTiles` fit the stages.
+  void refillBehind(const GemmPhase &p, Value g, Value kt, Value kTilesV,
+                    int64_t kTiles, const Task &t);
 };
 
 } // namespace
@@ -368,6 +374,22 @@ void Tcgen05Emitter::commit(Value index) {
 
 /// Thread 0, before loading k-tile number g: the MMAs of k-tile g - kStages
 /// (the stage's previous occupant) have completed.
+void Tcgen05Emitter::refillBehind(const GemmPhase &p, Value g, Value kt,
+                                  Value kTilesV, int64_t kTiles,
+                                  const Task &t) {
+  if (!t.kTiles && kTiles <= kStages)
+    return;
+  Value next = e.add(kt, e.index(kStages - 1));
+  Value refill = arith::AndIOp::create(
+      e.b, e.loc, e.cmp(arith::CmpIPredicate::sge, kt, e.index(1)),
+      e.cmp(arith::CmpIPredicate::slt, next, kTilesV));
+  e.ifThen(refill, [&] {
+    Value gNext = e.add(g, e.index(kStages - 1));
+    acquire(gNext);
+    load(p, gNext, next, t);
+  });
+}
+
 void Tcgen05Emitter::acquire(Value g) {
   Value stageCount = e.index(kStages);
   e.ifThen(e.cmp(arith::CmpIPredicate::sge, g, stageCount), [&] {
@@ -426,19 +448,7 @@ SmallVector<Value> Tcgen05Emitter::accumulate(const GemmPhase &p, Value it,
       }
       // The stage is free once these MMAs complete.
       commit(stage);
-      // Refill the previous k-tile's stage (its MMAs were queued one k-tile
-      // earlier) with k-tile kt - 1 + kStages.
-      if (t.kTiles || kTiles > kStages) {
-        Value next = e.add(kt, e.index(kStages - 1));
-        Value refill = arith::AndIOp::create(
-            b, loc, e.cmp(arith::CmpIPredicate::sge, kt, e.index(1)),
-            e.cmp(arith::CmpIPredicate::slt, next, kTilesV));
-        e.ifThen(refill, [&] {
-          Value gNext = e.add(g, e.index(kStages - 1));
-          acquire(gNext);
-          load(p, gNext, next, t);
-        });
-      }
+      refillBehind(p, g, kt, kTilesV, kTiles, t);
     });
     // The accumulators are complete once every MMA of the task is.
     commit(accBarrier);
@@ -671,17 +681,7 @@ SmallVector<Value> Tcgen05Emitter::accumulateTall(const GemmPhase &p,
         }
       }
       commit(stage);
-      if (t.kTiles || kTiles > kStages) {
-        Value next = e.add(kt, e.index(kStages - 1));
-        Value refill = arith::AndIOp::create(
-            b, loc, e.cmp(arith::CmpIPredicate::sge, kt, e.index(1)),
-            e.cmp(arith::CmpIPredicate::slt, next, kTilesV));
-        e.ifThen(refill, [&] {
-          Value gNext = e.add(g, e.index(kStages - 1));
-          acquire(gNext);
-          load(p, gNext, next, t);
-        });
-      }
+      refillBehind(p, g, kt, kTilesV, kTiles, t);
     });
     commit(accBarrier);
   });
