@@ -568,28 +568,39 @@ class MoEFunction(torch.autograd.Function):
         if not isinstance(layer, CompiledLayer):
             raise TypeError(f"layer: expected a mok.CompiledLayer (the CPU target), got "
                             f"{type(layer).__name__}")
-        names = list(layer.arg_names)
-        values = [x, top_experts, router_weights, *weights]
-        if len(values) != len(names):
-            raise TypeError(f"expected {len(names)} tensors ({', '.join(names)}), "
-                            f"got {len(values)}")
-        _check_main_grads(main_grads, names, values)
-        out, *saved = _run_forward(layer, names, values)
-        # The inputs as given (no copies) and the context's tensors: all of
-        # them through save_for_backward, where checkpointing sees them.
-        ctx.save_for_backward(*values, *saved)
-        ctx.layer = layer
-        ctx.main_grads = main_grads
-        return out
+        return _function_forward(ctx, layer, main_grads,
+                                 [x, top_experts, router_weights, *weights])
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_out):
-        layer = ctx.layer
-        names = list(layer.arg_names)
-        tensors = ctx.saved_tensors
-        grads = _run_backward(layer, names, d_out, tensors, ctx.main_grads)
-        return _gradients(ctx, names, tensors, grads, ctx.main_grads)
+        return _function_backward(ctx, d_out)
+
+
+def _function_forward(ctx, layer, main_grads, values):
+    """MoEFunction's and GpuMoEFunction's forward once `layer` is checked:
+    the arguments checked against its argument names, the forward run, the
+    inputs as given (no copies) and the context's tensors saved, all of
+    them through save_for_backward, where checkpointing sees them."""
+    names = list(layer.arg_names)
+    if len(values) != len(names):
+        raise TypeError(f"expected {len(names)} tensors ({', '.join(names)}), "
+                        f"got {len(values)}")
+    _check_main_grads(main_grads, names, values)
+    _check_fused_main_grads(layer, main_grads, names)
+    out, *saved = _run_forward(layer, names, values)
+    ctx.save_for_backward(*values, *saved)
+    ctx.layer = layer
+    ctx.main_grads = main_grads
+    return out
+
+
+def _function_backward(ctx, d_out):
+    """The backward of _function_forward's call."""
+    names = list(ctx.layer.arg_names)
+    tensors = ctx.saved_tensors
+    grads = _run_backward(ctx.layer, names, d_out, tensors, ctx.main_grads)
+    return _gradients(ctx, names, tensors, grads, ctx.main_grads)
 
 
 def _check_main_grads(main_grads, names, values):
@@ -640,27 +651,13 @@ class GpuMoEFunction(torch.autograd.Function):
         if not isinstance(layer, GpuTrainingLayer):
             raise TypeError(f"layer: expected a mok.GpuTrainingLayer (a GPU target), got "
                             f"{type(layer).__name__}")
-        names = list(layer.arg_names)
-        values = [x, top_experts, router_weights, *weights]
-        if len(values) != len(names):
-            raise TypeError(f"expected {len(names)} tensors ({', '.join(names)}), "
-                            f"got {len(values)}")
-        _check_main_grads(main_grads, names, values)
-        _check_fused_main_grads(layer, main_grads, names)
-        out, *saved = _run_forward(layer, names, values)
-        ctx.save_for_backward(*values, *saved)
-        ctx.layer = layer
-        ctx.main_grads = main_grads
-        return out
+        return _function_forward(ctx, layer, main_grads,
+                                 [x, top_experts, router_weights, *weights])
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_out):
-        layer = ctx.layer
-        names = list(layer.arg_names)
-        tensors = ctx.saved_tensors
-        grads = _run_backward(layer, names, d_out, tensors, ctx.main_grads)
-        return _gradients(ctx, names, tensors, grads, ctx.main_grads)
+        return _function_backward(ctx, d_out)
 
 
 class MoELayer(torch.nn.Module):
