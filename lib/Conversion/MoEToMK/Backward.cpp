@@ -429,15 +429,6 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
   auto ty = [&](ArrayRef<int64_t> shape, Type elt) {
     return MemRefType::get(shape, elt);
   };
-  // (Any T: the token dimension at the capacity.)
-  auto tensorType = [&](Value v) {
-    auto t = cast<RankedTensorType>(v.getType());
-    SmallVector<int64_t> shape(t.getShape());
-    for (int64_t &d : shape)
-      if (ShapedType::isDynamic(d))
-        d = s.tokens;
-    return ty(shape, t.getElementType());
-  };
   int64_t rc = s.routedCapacity(), t = s.tokens;
   SmallVector<Param> params;
   std::pair<StringRef, Value> operands[] = {
@@ -446,7 +437,7 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
       {"top_experts", grad.getTopExperts()},
       {"router_weights", grad.getRouterWeights()}};
   for (auto [name, v] : operands)
-    params.push_back({name.str(), "input", tensorType(v)});
+    params.push_back({name.str(), "input", s.bufferType(v)});
   // With tensor-core GEMMs (maps), the kernel reads the weights only
   // through their tensor maps, as the forward does: the runtime may bind
   // weight views to them. (FP8: the routed weights are read by the
@@ -459,7 +450,7 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
     bool routed = !name.starts_with("shared_");
     if (routed && s.fp8WeightInputs)
       continue;
-    params.push_back({name.str(), "input", tensorType(w),
+    params.push_back({name.str(), "input", s.bufferType(w),
                       s.fp8 && routed ? "pointer" : access});
   }
   // Given the routed weights quantized: the training forward's inputs,
@@ -479,13 +470,13 @@ SmallVector<Param> backwardParamsFor(LayerGradOp grad, const Sizes &s,
     int64_t cols = i == 0 ? s.hidden : i < 4 ? s.inter : s.sharedInter;
     params.push_back({savedNames[i].str(), "input", ty({rows, cols}, bf16)});
   }
-  params.push_back({"d_x", "output", tensorType(grad.getDX())});
+  params.push_back({"d_x", "output", s.bufferType(grad.getDX())});
   params.push_back(
-      {"d_router_weights", "output", tensorType(grad.getDRouterWeights())});
+      {"d_router_weights", "output", s.bufferType(grad.getDRouterWeights())});
   // With main_grads, the weights' gradients are fp32 outputs the kernel
   // adds into (the main_grad buffers themselves: main_grad + dW in place).
   for (auto [name, g] : llvm::zip(weightNames, grad.getWeightGradients())) {
-    params.push_back({("d_" + name).str(), "output", tensorType(g)});
+    params.push_back({("d_" + name).str(), "output", s.bufferType(g)});
     params.back().accumulate = grad.accumulatesMainGrads();
   }
   params.push_back({"counts", "workspace", ty({s.experts}, i64)});

@@ -175,16 +175,6 @@ struct ParamBuilder {
       k.params.push_back(
           {"tensor_maps", "tensor_maps", ty({16 * slotCount(maps)}, i64)});
   }
-  /// A layer tensor's memref type (any T: the token dimension at the
-  /// capacity).
-  MemRefType tensorType(Value v) {
-    auto t = cast<RankedTensorType>(v.getType());
-    SmallVector<int64_t> shape(t.getShape());
-    for (int64_t &d : shape)
-      if (ShapedType::isDynamic(d))
-        d = k.s.tokens;
-    return ty(shape, t.getElementType());
-  }
 };
 
 /// The exchange's steps shared by the forward and the backward: the
@@ -371,23 +361,23 @@ void addForwardParams(EPKernel &k, LayerOp layer, ArrayRef<TensorMapSpec> maps,
   int64_t t = s.tokens, rc = s.routedCapacity();
   SmallVector<Param> &params = k.params;
   params = {
-      {"x", "input", pb.tensorType(layer.getX())},
-      {"top_experts", "input", pb.tensorType(layer.getTopExperts())},
-      {"router_weights", "input", pb.tensorType(layer.getRouterWeights())},
-      {"gate_weights", "input", pb.tensorType(layer.getGateWeights()),
+      {"x", "input", s.bufferType(layer.getX())},
+      {"top_experts", "input", s.bufferType(layer.getTopExperts())},
+      {"router_weights", "input", s.bufferType(layer.getRouterWeights())},
+      {"gate_weights", "input", s.bufferType(layer.getGateWeights()),
        weights},
-      {"up_weights", "input", pb.tensorType(layer.getUpWeights()), weights},
-      {"down_weights", "input", pb.tensorType(layer.getDownWeights()),
+      {"up_weights", "input", s.bufferType(layer.getUpWeights()), weights},
+      {"down_weights", "input", s.bufferType(layer.getDownWeights()),
        weights}};
   if (layer.hasSharedExpert()) {
     params.push_back({"shared_gate_weights", "input",
-                      pb.tensorType(layer.getSharedGate()), weights});
+                      s.bufferType(layer.getSharedGate()), weights});
     params.push_back({"shared_up_weights", "input",
-                      pb.tensorType(layer.getSharedUp()), weights});
+                      s.bufferType(layer.getSharedUp()), weights});
     params.push_back({"shared_down_weights", "input",
-                      pb.tensorType(layer.getSharedDown()), weights});
+                      s.bufferType(layer.getSharedDown()), weights});
   }
-  params.push_back({"out", "output", pb.tensorType(layer.getOut())});
+  params.push_back({"out", "output", s.bufferType(layer.getOut())});
   // The training forward's context, outputs in moe.layer's order: the
   // routed rows of the local plan over the rows this rank received (its
   // backward rebuilds the same plan) and the shared expert's.
@@ -523,13 +513,13 @@ void addBackwardParams(EPKernel &k, LayerGradOp grad,
       {"top_experts", grad.getTopExperts()},
       {"router_weights", grad.getRouterWeights()}};
   for (auto [name, v] : operands)
-    params.push_back({name.str(), "input", pb.tensorType(v)});
+    params.push_back({name.str(), "input", s.bufferType(v)});
   std::string access = maps.empty() ? "pointer" : "tensor_maps";
   static const StringRef weightNames[] = {
       "gate_weights",        "up_weights",        "down_weights",
       "shared_gate_weights", "shared_up_weights", "shared_down_weights"};
   for (auto [name, w] : llvm::zip(weightNames, grad.getWeights()))
-    params.push_back({name.str(), "input", pb.tensorType(w), access});
+    params.push_back({name.str(), "input", s.bufferType(w), access});
   static const StringRef savedNames[] = {
       "routed_x",    "gate",      "up",           "hidden",
       "shared_gate", "shared_up", "shared_hidden"};
@@ -538,11 +528,11 @@ void addBackwardParams(EPKernel &k, LayerGradOp grad,
     int64_t cols = i == 0 ? s.hidden : i < 4 ? s.inter : s.sharedInter;
     params.push_back({savedNames[i].str(), "input", pb.ty({rows, cols}, bf16)});
   }
-  params.push_back({"d_x", "output", pb.tensorType(grad.getDX())});
+  params.push_back({"d_x", "output", s.bufferType(grad.getDX())});
   params.push_back(
-      {"d_router_weights", "output", pb.tensorType(grad.getDRouterWeights())});
+      {"d_router_weights", "output", s.bufferType(grad.getDRouterWeights())});
   for (auto [name, g] : llvm::zip(weightNames, grad.getWeightGradients())) {
-    params.push_back({("d_" + name).str(), "output", pb.tensorType(g)});
+    params.push_back({("d_" + name).str(), "output", s.bufferType(g)});
     params.back().accumulate = grad.accumulatesMainGrads();
   }
   pb.plans();

@@ -157,15 +157,6 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   auto ty = [&](ArrayRef<int64_t> shape, Type elt) {
     return MemRefType::get(shape, elt);
   };
-  // (Any T: the token dimension at the capacity.)
-  auto tensorType = [&](Value v) {
-    auto t = cast<RankedTensorType>(v.getType());
-    SmallVector<int64_t> shape(t.getShape());
-    for (int64_t &d : shape)
-      if (ShapedType::isDynamic(d))
-        d = s.tokens;
-    return ty(shape, t.getElementType());
-  };
   // With tensor-core GEMMs, the kernel reads the weights only through
   // their tensor maps: the runtime may bind weight views to them. (FP8:
   // the routed weights are read by the quantizer, through pointers.)
@@ -176,9 +167,9 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
   Type e8 = tb.getType<Float8E8M0FNUType>();
   int64_t h = s.hidden, in = s.inter;
   SmallVector<Param> params = {
-      {"x", "input", tensorType(layer.getX())},
-      {"top_experts", "input", tensorType(layer.getTopExperts())},
-      {"router_weights", "input", tensorType(layer.getRouterWeights())}};
+      {"x", "input", s.bufferType(layer.getX())},
+      {"top_experts", "input", s.bufferType(layer.getTopExperts())},
+      {"router_weights", "input", s.bufferType(layer.getRouterWeights())}};
   if (s.fp8WeightInputs) {
     params.append(fp8Weights(tb.getContext(), s, "input", false, weights));
     // A training forward also takes the transposed copies the backward's
@@ -188,21 +179,21 @@ SmallVector<Param> paramsFor(LayerOp layer, const Sizes &s,
       params.append(fp8Weights(tb.getContext(), s, "input", true));
   } else {
     params.push_back({"gate_weights", "input",
-                      tensorType(layer.getGateWeights()), routedWeights});
+                      s.bufferType(layer.getGateWeights()), routedWeights});
     params.push_back(
-        {"up_weights", "input", tensorType(layer.getUpWeights()), routedWeights});
+        {"up_weights", "input", s.bufferType(layer.getUpWeights()), routedWeights});
     params.push_back({"down_weights", "input",
-                      tensorType(layer.getDownWeights()), routedWeights});
+                      s.bufferType(layer.getDownWeights()), routedWeights});
   }
   if (layer.hasSharedExpert()) {
     params.push_back({"shared_gate_weights", "input",
-                      tensorType(layer.getSharedGate()), weights});
+                      s.bufferType(layer.getSharedGate()), weights});
     params.push_back({"shared_up_weights", "input",
-                      tensorType(layer.getSharedUp()), weights});
+                      s.bufferType(layer.getSharedUp()), weights});
     params.push_back({"shared_down_weights", "input",
-                      tensorType(layer.getSharedDown()), weights});
+                      s.bufferType(layer.getSharedDown()), weights});
   }
-  params.push_back({"out", "output", tensorType(layer.getOut())});
+  params.push_back({"out", "output", s.bufferType(layer.getOut())});
   // The training forward's backward context, outputs in moe.layer's order
   // (the simt plan: routed_x is materialized).
   bool saves = layer.savesContext();

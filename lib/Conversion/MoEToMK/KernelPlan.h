@@ -112,6 +112,16 @@ struct Sizes {
   int64_t routedCapacity() const {
     return routes() + experts * (padding - 1);
   }
+  /// The kernel buffer's type of a layer operand or result `v` (a ranked
+  /// tensor): its memref, the token dimension at the capacity (any T).
+  mlir::MemRefType bufferType(mlir::Value v) const {
+    auto t = llvm::cast<mlir::RankedTensorType>(v.getType());
+    llvm::SmallVector<int64_t> shape(t.getShape());
+    for (int64_t &d : shape)
+      if (mlir::ShapedType::isDynamic(d))
+        d = tokens;
+    return mlir::MemRefType::get(shape, t.getElementType());
+  }
   /// Routes of a chunk of the routing plan: a warp's 32 routes a round
   /// (one thread walking them without whole warps), a multiple of 32, and few
   /// enough chunks (<= 1024) that the scan's lanes, one warp an expert,
