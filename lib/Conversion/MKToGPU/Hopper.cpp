@@ -336,9 +336,9 @@ SmallVector<Value> WgmmaEmitter::fp8StagedScales(const GemmPhase &p,
                          e.add(e.mul(warp, e.index(16)),
                                e.div(lane, e.index(4)))));
   // Each run's loads at constant offsets from one pointer (immediate
-  // offsets in the loads).
+  // offsets in the loads; a GEP's constant indices are i32).
   Type ptr = LLVM::LLVMPointerType::get(b.getContext(), /*shared=*/3);
-  auto at = [&](Value pointer, int64_t bytes) {
+  auto at = [&](Value pointer, int32_t bytes) {
     return LLVM::GEPOp::create(b, loc, ptr, b.getI8Type(), pointer,
                                ArrayRef<LLVM::GEPArg>{bytes},
                                LLVM::GEPNoWrapFlags::inbounds)
